@@ -1,0 +1,396 @@
+"""Collections: named groups of tensors, each with its own save and reduction config.
+
+A tensor belongs to a collection when its name is in the collection's ``tensor_names``
+or matches (``re.search``) one of its ``include_regex``. Membership is decided once per
+tensor name and cached by the :class:`CollectionManager`; any change to a collection
+invalidates the cache, so the per-step cost is a dictionary lookup.
+
+Per-framework defaults (regexes, collections saved by default, default interval) are
+data, in :data:`FRAMEWORK_PROFILES`; the logic is the same for every framework.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from .exceptions import ConfigError
+from .reduction_config import ReductionConfig
+from .save_config import DEFAULT_SAVE_INTERVAL, SaveConfig
+
+
+class CollectionKeys:
+    """Names of the built-in collections."""
+
+    ALL = "all"
+    DEFAULT = "default"
+    WEIGHTS = "weights"
+    BIASES = "biases"
+    GRADIENTS = "gradients"
+    LOSSES = "losses"
+    SCALARS = "scalars"
+    METRICS = "metrics"
+    INPUTS = "inputs"
+    OUTPUTS = "outputs"
+    LAYERS = "layers"
+    SM_METRICS = "sm_metrics"
+    SEARCHABLE_SCALARS = "searchable_scalars"
+    OPTIMIZER_VARIABLES = "optimizer_variables"
+    TENSORFLOW_SUMMARIES = "tensorflow_summaries"
+    # XGBoost
+    HYPERPARAMETERS = "hyperparameters"
+    PREDICTIONS = "predictions"
+    LABELS = "labels"
+    FEATURE_IMPORTANCE = "feature_importance"
+    AVERAGE_SHAP = "average_shap"
+    FULL_SHAP = "full_shap"
+    TREES = "trees"
+
+
+K = CollectionKeys
+#: Single-valued collections: TensorBoard scalars, never reductions or histograms.
+SCALAR_COLLECTIONS = frozenset({K.LOSSES, K.METRICS, K.SM_METRICS, K.FEATURE_IMPORTANCE, K.AVERAGE_SHAP})
+#: Collections always saved as the raw tensor with no reductions.
+RAW_ONLY_COLLECTIONS = SCALAR_COLLECTIONS | {K.TENSORFLOW_SUMMARIES, K.SEARCHABLE_SCALARS, K.SCALARS}
+#: Collections that only make sense while training: never saved in EVAL/PREDICT.
+TRAIN_ONLY_COLLECTIONS = frozenset({K.GRADIENTS, K.OPTIMIZER_VARIABLES})
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    """What differs between frameworks: default regexes, default-saved collections."""
+
+    name: str
+    regexes: Dict[str, Tuple[str, ...]]
+    default_included: Tuple[str, ...]
+    default_save_interval: int = DEFAULT_SAVE_INTERVAL
+    extra_collections: Tuple[str, ...] = ()
+
+    def collection_names(self) -> List[str]:
+        names = [K.ALL, K.DEFAULT, *self.regexes, *self.default_included, *self.extra_collections]
+        return list(dict.fromkeys(names))
+
+
+_PARAM_REGEXES = {
+    K.WEIGHTS: (r"^(?!gradient).*weight",),
+    K.BIASES: (r"^(?!gradient).*bias",),
+    K.GRADIENTS: (r"^gradient",),
+}
+
+FRAMEWORK_PROFILES: Dict[str, FrameworkProfile] = {
+    "numpy": FrameworkProfile(
+        "numpy", {**_PARAM_REGEXES, K.LOSSES: (r"[Ll]oss",)}, (K.LOSSES,), extra_collections=(K.SCALARS,)
+    ),
+    "pytorch": FrameworkProfile(
+        "pytorch", {**_PARAM_REGEXES, K.LOSSES: (r"[Ll]oss_(?!input).*output",)}, (K.LOSSES,),
+        extra_collections=(K.SCALARS, K.INPUTS, K.OUTPUTS),
+    ),
+    "mxnet": FrameworkProfile(
+        "mxnet", {**_PARAM_REGEXES, K.LOSSES: (r".*loss._(?!input).*output",)}, (K.LOSSES,),
+        extra_collections=(K.SCALARS, K.INPUTS, K.OUTPUTS),
+    ),
+    "tensorflow": FrameworkProfile(
+        "tensorflow",
+        {K.BIASES: (r"^(?!gradient).*bias",), K.GRADIENTS: (r"^gradient",)},
+        (K.METRICS, K.LOSSES, K.SM_METRICS),
+        extra_collections=(K.WEIGHTS, K.INPUTS, K.OUTPUTS, K.LAYERS, K.OPTIMIZER_VARIABLES,
+                           K.SCALARS, K.SEARCHABLE_SCALARS),
+    ),
+    "xgboost": FrameworkProfile(
+        "xgboost",
+        {
+            # The [a-zA-z] ranges are the original's and are kept for identical matching.
+            K.HYPERPARAMETERS: (r"^hyperparameters/.*$",),
+            K.METRICS: (r"^[a-zA-z]+-[a-zA-z0-9]+$",),
+            K.PREDICTIONS: (r"^predictions$",),
+            K.LABELS: (r"^labels$",),
+            K.FEATURE_IMPORTANCE: (r"^feature_importance/.*",),
+            K.AVERAGE_SHAP: (r"^average_shap/.*[^/bias]$",),
+            K.FULL_SHAP: (r"^full_shap/.*[^/bias]$",),
+            K.TREES: (r"^trees/.*",),
+        },
+        (K.METRICS,),
+        default_save_interval=10,
+    ),
+}
+
+
+def _compile(regex: str) -> "re.Pattern":
+    if not isinstance(regex, str):
+        raise ConfigError(f"include_regex entries must be strings, got {regex!r}")
+    try:
+        return re.compile(regex)
+    except re.error as exc:
+        raise ConfigError(f"invalid regex {regex!r} in include_regex: {exc}") from None
+
+
+class Collection:
+    """A named group of tensors with its own save and reduction configuration.
+
+    Args:
+        name: the collection's name, e.g. ``"weights"``.
+        include_regex: regexes; tensors whose names match any (``re.search``) belong here.
+        tensor_names: exact tensor names that belong here.
+        reduction_config: overrides the hook's ReductionConfig for these tensors.
+        save_config: overrides the hook's SaveConfig for these tensors.
+        save_histogram: write TensorBoard histograms for these tensors (when TensorBoard is on).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        include_regex: Optional[Iterable[str]] = None,
+        tensor_names: Optional[Iterable[str]] = None,
+        reduction_config: Optional[ReductionConfig] = None,
+        save_config: Optional[SaveConfig] = None,
+        save_histogram: bool = True,
+    ):
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"a collection name must be a non-empty string, got {name!r}")
+        self.name = name
+        self._on_change: Callable[[], None] = lambda: None
+        self._regexes: List[str] = []
+        self._patterns: List["re.Pattern"] = []
+        self._tensor_names: set = set()
+        # Framework objects (modules, layers, blocks, tf.Variables) an adapter resolves to names.
+        self.layer_requests: List[Tuple[object, bool, bool]] = []
+        self.framework_objects: List[object] = []
+        self.include(include_regex or [])
+        for t in tensor_names or []:
+            self.add_tensor_name(t)
+        self.reduction_config = reduction_config
+        self.save_config = save_config
+        self.save_histogram = save_histogram
+
+    # --- configuration properties ----------------------------------------------------
+    @property
+    def include_regex(self) -> Tuple[str, ...]:
+        """The regexes (read-only tuple; assign a list or call ``include()`` to change)."""
+        return tuple(self._regexes)
+
+    @include_regex.setter
+    def include_regex(self, regexes):
+        self._regexes, self._patterns = [], []
+        self.include(regexes or [])
+
+    @property
+    def tensor_names(self) -> frozenset:
+        """Exact tensor names (read-only; assign a list or call ``add_tensor_name()``)."""
+        return frozenset(self._tensor_names)
+
+    @tensor_names.setter
+    def tensor_names(self, names):
+        self._tensor_names = set()
+        for n in names or []:
+            self.add_tensor_name(n)
+        self._on_change()
+
+    @property
+    def reduction_config(self) -> Optional[ReductionConfig]:
+        return self._reduction_config
+
+    @reduction_config.setter
+    def reduction_config(self, value):
+        if value is not None and not isinstance(value, ReductionConfig):
+            raise ConfigError(f"reduction_config must be a ReductionConfig or None, got {value!r}")
+        self._reduction_config = value
+        self._on_change()
+
+    @property
+    def save_config(self) -> SaveConfig:
+        """The collection's SaveConfig. Unset fields inherit the hook's.
+
+        Always returns an object, so ``coll.save_config.end_step = 0`` works (it
+        switches the collection off).
+        """
+        if self._save_config is None:
+            self._save_config = SaveConfig()
+        return self._save_config
+
+    @save_config.setter
+    def save_config(self, value):
+        if isinstance(value, dict):
+            value = SaveConfig(mode_save_configs=value)
+        if value is not None and not isinstance(value, SaveConfig):
+            raise ConfigError(f"save_config must be a SaveConfig, a dict of modes, or None, got {value!r}")
+        self._save_config = value
+        self._on_change()
+
+    @property
+    def save_histogram(self) -> bool:
+        return self._save_histogram
+
+    @save_histogram.setter
+    def save_histogram(self, value):
+        if not isinstance(value, bool):
+            raise ConfigError(f"save_histogram must be True or False, got {value!r}")
+        self._save_histogram = value
+        self._on_change()
+
+    # --- membership ----------------------------------------------------------------
+    def include(self, regex) -> None:
+        """Add a regex or a list of regexes; matching tensors join this collection."""
+        regexes = [regex] if isinstance(regex, str) else list(regex)
+        for r in regexes:
+            pattern = _compile(r)
+            if r not in self._regexes:
+                self._regexes.append(r)
+                self._patterns.append(pattern)
+        self._on_change()
+
+    def add_tensor_name(self, name: str) -> None:
+        """Add one exact tensor name."""
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"tensor names must be non-empty strings, got {name!r}")
+        if name not in self._tensor_names:
+            self._tensor_names.add(name)
+            self._on_change()
+
+    def add(self, arg) -> None:
+        """Add tensor names (strings) or framework tensor objects (e.g. tf.Variable).
+
+        Framework objects are kept for the adapter to resolve to names.
+        """
+        items = arg if isinstance(arg, (list, tuple, set, frozenset)) else [arg]
+        for item in items:
+            if isinstance(item, str):
+                self.add_tensor_name(item)
+            else:
+                self.framework_objects.append(item)
+        self._on_change()
+
+    def add_layer_tensors(self, layer, inputs: bool = False, outputs: bool = True) -> None:
+        """Save the inputs and/or outputs of a layer (PyTorch module, Keras layer, Gluon block).
+
+        The adapter that owns the layer's framework names its tensors and attaches the
+        capture when the model is registered with the hook.
+        """
+        if not (inputs or outputs):
+            raise ConfigError("add_layer_tensors needs inputs=True or outputs=True (both are False)")
+        self.layer_requests.append((layer, bool(inputs), bool(outputs)))
+        self._on_change()
+
+    # The seeds give one name per framework for the same operation.
+    add_module_tensors = add_layer_tensors  # PyTorch
+    add_block_tensors = add_layer_tensors  # MXNet Gluon
+    add_keras_layer = add_layer_tensors  # tf.keras
+
+    def has_regex_or_names(self) -> bool:
+        return bool(self._regexes or self._tensor_names or self.layer_requests or self.framework_objects)
+
+    def matches(self, tensor_name: str) -> bool:
+        """Whether ``tensor_name`` belongs to this collection."""
+        return tensor_name in self._tensor_names or any(p.search(tensor_name) for p in self._patterns)
+
+    # --- serialization (the collections file, FORMAT.md 4.2) ----------------------------
+    def to_json_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "include_regex": list(self._regexes),
+            "tensor_names": sorted(self._tensor_names),
+            "reduction_config": self._reduction_config.to_json_dict() if self._reduction_config else None,
+            "save_config": self._save_config.to_json_dict() if self._save_config is not None else None,
+            "save_histogram": self._save_histogram,
+        }
+
+    @classmethod
+    def from_json_dict(cls, data: dict) -> "Collection":
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            raise ConfigError(f"a collection entry must be an object with a string 'name', got {data!r}")
+        regexes = data.get("include_regex") or []
+        names = data.get("tensor_names") or []
+        if not isinstance(regexes, list) or not isinstance(names, list):
+            raise ConfigError(f"collection {data['name']!r}: include_regex and tensor_names must be lists")
+        hist = data.get("save_histogram", True)
+        return cls(
+            data["name"],
+            include_regex=regexes,
+            tensor_names=names,
+            reduction_config=ReductionConfig.from_json_dict(data.get("reduction_config")),
+            save_config=SaveConfig.from_json_dict(data.get("save_config")) if data.get("save_config") else None,
+            save_histogram=hist if isinstance(hist, bool) else True,
+        )
+
+    def __repr__(self):
+        return (f"Collection(name={self.name!r}, include_regex={list(self._regexes)}, "
+                f"tensor_names={sorted(self._tensor_names)}, save_histogram={self._save_histogram})")
+
+
+class CollectionManager:
+    """All collections of a hook (or a trial), with cached name -> collections matching."""
+
+    def __init__(self, profile: Optional[FrameworkProfile] = None):
+        self.collections: Dict[str, Collection] = {}
+        self.version = 0
+        self._membership: Dict[str, Tuple[Collection, ...]] = {}
+        if profile is not None:
+            for name in profile.collection_names():
+                self.add(Collection(name, include_regex=profile.regexes.get(name, ())))
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._membership.clear()
+
+    def add(self, collection: Collection) -> Collection:
+        collection._on_change = self._changed
+        self.collections[collection.name] = collection
+        self._changed()
+        return collection
+
+    def get(self, name: str, create: bool = True) -> Optional[Collection]:
+        """The named collection, created empty on first use (unless ``create=False``)."""
+        coll = self.collections.get(name)
+        if coll is None and create:
+            coll = self.add(Collection(name))
+        return coll
+
+    def __getitem__(self, name):
+        return self.collections[name]
+
+    def __contains__(self, name):
+        return name in self.collections
+
+    def __iter__(self):
+        return iter(self.collections.values())
+
+    def __len__(self):
+        return len(self.collections)
+
+    def collections_for(self, tensor_name: str) -> Tuple[Collection, ...]:
+        """Collections containing ``tensor_name``; matched once per name, then cached."""
+        hit = self._membership.get(tensor_name)
+        if hit is None:
+            hit = tuple(c for c in self.collections.values() if c.matches(tensor_name))
+            self._membership[tensor_name] = hit
+        return hit
+
+    def to_json_bytes(self, num_workers: int) -> bytes:
+        doc = {
+            "collections": {name: c.to_json_dict() for name, c in sorted(self.collections.items())},
+            "_meta": {"num_workers": int(num_workers)},
+        }
+        return json.dumps(doc).encode()
+
+    @classmethod
+    def from_json(cls, data) -> Tuple["CollectionManager", int]:
+        """Parse a collections file; returns ``(manager, num_workers)``. Input is untrusted."""
+        try:
+            doc = json.loads(data)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"collections file is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("collections", {}), dict):
+            raise ConfigError("collections file must be an object with a 'collections' object")
+        meta = doc.get("_meta") or {}
+        try:
+            num_workers = int(meta.get("num_workers", 1)) if isinstance(meta, dict) else 1
+        except (TypeError, ValueError):
+            raise ConfigError(f"collections file: _meta.num_workers must be an integer, got {meta!r}") from None
+        if num_workers < 1:
+            raise ConfigError(f"collections file: _meta.num_workers must be >= 1, got {num_workers}")
+        manager = cls()
+        for name, entry in doc.get("collections", {}).items():
+            if isinstance(entry, dict):
+                entry = {"name": name, **entry}
+            manager.add(Collection.from_json_dict(entry))
+        return manager, num_workers

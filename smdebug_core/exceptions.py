@@ -1,0 +1,101 @@
+"""Exceptions raised by smdebug. Names follow the original library's where it had one."""
+
+
+class SMDebugError(Exception):
+    """Base class for every error smdebug raises on purpose."""
+
+
+class ConfigError(SMDebugError, ValueError):
+    """Bad user input to a hook, config object or JSON config file."""
+
+
+class OutDirError(SMDebugError):
+    """The output directory cannot be used (exists with a run in it, unwritable, ...)."""
+
+
+class TensorUnavailable(SMDebugError):
+    """No such tensor in the trial."""
+
+
+class TensorUnavailableForStep(SMDebugError):
+    """The tensor exists but was not saved (raw) at that step."""
+
+    def __init__(self, tname, step, mode=None, has_reductions=False):
+        self.tname, self.step, self.mode = tname, step, mode
+        msg = f"value of tensor {tname!r} is not available for step {step}"
+        if mode is not None:
+            msg += f" (mode {getattr(mode, 'name', mode)})"
+        if has_reductions:
+            msg += "; only reductions were saved for this step: use reduction_value()"
+        super().__init__(msg)
+
+
+class ShapeUnavailableForStep(SMDebugError):
+    """Neither a shape nor a value of the tensor was saved at that step."""
+
+    def __init__(self, tname, step, mode=None):
+        self.tname, self.step, self.mode = tname, step, mode
+        super().__init__(f"shape of tensor {tname!r} is not available for step {step}")
+
+
+class StepUnavailable(SMDebugError):
+    """The step was never saved and will not be (training ended or step skipped)."""
+
+
+class StepNotYetAvailable(SMDebugError):
+    """The step may still be written: training has not ended."""
+
+
+class MissingCollectionFiles(SMDebugError):
+    """The trial directory has no collections file (and the wait for one ran out)."""
+
+
+class IndexReaderException(SMDebugError):
+    """An index file is corrupt or does not follow the format."""
+
+
+class CorruptRecord(SMDebugError):
+    """A record's bytes fail their CRC or do not decode."""
+
+
+class NoMoreData(SMDebugError):
+    """Raised while waiting for steps when training ended before they appeared."""
+
+
+class RuleEvaluationConditionMet(SMDebugError):
+    """A rule's condition held at a step."""
+
+    def __init__(self, rule_name, step, end_of_rule=False):
+        self.rule_name, self.step, self.end_of_rule = rule_name, step, end_of_rule
+        super().__init__(f"Evaluation of the rule {rule_name} at step {step} resulted in the condition being met")
+
+
+class InvalidWorker(SMDebugError, ValueError):
+    """A trial query named a worker that has no data for that tensor and step."""
+
+
+class CorruptCollectionsFile(SMDebugError):
+    """A collections file of a run does not parse or does not follow the format."""
+
+
+class MissingEventFile(TensorUnavailableForStep):
+    """An index file points at an event file that does not exist (and did not appear)."""
+
+    def __init__(self, tname, step, mode, path):
+        super().__init__(tname, step, mode)
+        self.path = path
+        self.args = (f"{self.args[0]}: its event file {path} does not exist",)
+
+
+class ReductionUnavailableForStep(TensorUnavailableForStep):
+    """A reduction was not saved and the raw value to compute it from was not saved either."""
+
+    def __init__(self, tname, step, mode, reduction, saved):
+        super().__init__(tname, step, mode)
+        self.reduction = reduction
+        saved_text = ", ".join(f"{'abs_' if a else ''}{n}" for n, a in sorted(saved)) or "none"
+        name, is_abs = reduction
+        self.args = (
+            f"reduction {'abs_' if is_abs else ''}{name} of tensor {tname!r} is not available for step {step}: "
+            f"it was not saved and neither was the raw value to compute it from (saved reductions: {saved_text})",
+        )

@@ -1,0 +1,10 @@
+"""The on-disk format (FORMAT.md), shared by the writer and the reader.
+
+* ``layout``  - file and directory names of a run, step/worker parsing and validation;
+* ``records`` - TFRecord framing and CRC32C (smdebug's constant footer vs. real CRCs);
+* ``proto``   - the Event/Summary/TensorProto/HistogramProto messages, built at runtime;
+* ``codec``   - numpy array <-> serialized tensor ``Event``, with the dtype policy;
+* ``index``   - building and validating index files.
+
+Nothing here does I/O: functions take and return bytes.
+"""

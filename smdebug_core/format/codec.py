@@ -1,0 +1,422 @@
+"""Tensor <-> serialized ``Event`` (FORMAT 2.3).
+
+One tensor per ``Event``: ``step`` = global step, ``summary.value[0]`` = {tag, metadata,
+tensor}. The metadata holds ``("mode_step", "<n>")`` then ``("mode", "<enum number>")``
+and, for dtypes the original smdebug reader cannot read back exactly, a third entry
+``("smdebug_dtype", "<numpy dtype name>")``.
+
+Dtype policy: the original reader reads float16/32/64, int32/64, uint8, bool and
+complex128 correctly; it reads int8 as uint8 and cannot read int16, uint16, uint32,
+uint64, complex64 or bfloat16 at all. Those are written as a *lossless* wider dtype the
+original does read (see ``_WIDENED``) plus the ``smdebug_dtype`` entry, which our decoder
+uses to cast back, so our round trip is bit- and dtype-exact while the original still
+gets the right numbers. uint64 has no lossless wider dtype the original can read, so it
+is written natively as DT_UINT64: our reader reads it, the original cannot.
+
+Large tensors are not copied into the protobuf: the message is serialized around an
+empty ``tensor_content`` and the array's bytes are spliced in with hand-written length
+prefixes (:func:`encode_tensor_event_parts`). The result is byte-identical to what
+protobuf itself would serialize.
+"""
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from ..exceptions import CorruptRecord
+from ..modes import ModeKeys
+from . import proto
+from .layout import validate_step
+
+MODE_STEP_KEY = "mode_step"
+MODE_KEY = "mode"
+DTYPE_KEY = "smdebug_dtype"
+#: Marker value for numpy bytes (``S``) arrays, which are stored like strings.
+BYTES_MARKER = "bytes"
+
+_LITTLE_ENDIAN_HOST = sys.byteorder == "little"
+
+# Numpy dtypes written as themselves; the original reader maps all but uint64 back exactly.
+_NATIVE = {
+    np.dtype(np.float16): proto.DT_HALF,
+    np.dtype(np.float32): proto.DT_FLOAT,
+    np.dtype(np.float64): proto.DT_DOUBLE,
+    np.dtype(np.int32): proto.DT_INT32,
+    np.dtype(np.int64): proto.DT_INT64,
+    np.dtype(np.uint8): proto.DT_UINT8,
+    np.dtype(np.bool_): proto.DT_BOOL,
+    np.dtype(np.complex128): proto.DT_COMPLEX128,
+    np.dtype(np.uint64): proto.DT_UINT64,  # unreadable by the original; nothing wider is lossless
+}
+
+
+def _ml_dtypes_widenings():
+    # Every narrow float that ml_dtypes offers is exactly representable as float32 and every
+    # narrow int as int32. Names differ between ml_dtypes versions, so look them up.
+    found = {}
+    for name in ("bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+                 "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+                 "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"):
+        scalar_type = getattr(ml_dtypes, name, None)
+        if scalar_type is not None:
+            found[np.dtype(scalar_type)] = np.dtype(np.float32)
+    for name in ("int2", "int4", "uint2", "uint4"):
+        scalar_type = getattr(ml_dtypes, name, None)
+        if scalar_type is not None:
+            found[np.dtype(scalar_type)] = np.dtype(np.int32)
+    return found
+
+
+# Dtypes written as a lossless wider dtype plus a ("smdebug_dtype", name) marker.
+_WIDENED = {
+    np.dtype(np.int8): np.dtype(np.int32),  # the original reads DT_INT8 as uint8
+    np.dtype(np.int16): np.dtype(np.int32),
+    np.dtype(np.uint16): np.dtype(np.int32),
+    np.dtype(np.uint32): np.dtype(np.int64),
+    np.dtype(np.complex64): np.dtype(np.complex128),
+    **_ml_dtypes_widenings(),
+}
+_MARKER_TO_DTYPE = {dtype.name: dtype for dtype in _WIDENED}
+
+_WIRE_TO_NUMPY = {
+    proto.DT_FLOAT: np.dtype("<f4"),
+    proto.DT_DOUBLE: np.dtype("<f8"),
+    proto.DT_INT32: np.dtype("<i4"),
+    proto.DT_UINT8: np.dtype("u1"),
+    proto.DT_INT16: np.dtype("<i2"),
+    proto.DT_INT8: np.dtype("i1"),
+    proto.DT_COMPLEX64: np.dtype("<c8"),
+    proto.DT_INT64: np.dtype("<i8"),
+    proto.DT_BOOL: np.dtype(np.bool_),
+    proto.DT_BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+    proto.DT_UINT16: np.dtype("<u2"),
+    proto.DT_COMPLEX128: np.dtype("<c16"),
+    proto.DT_HALF: np.dtype("<f2"),
+    proto.DT_UINT32: np.dtype("<u4"),
+    proto.DT_UINT64: np.dtype("<u8"),
+}
+_STRING_KINDS = "UOST"  # str, object (of str), bytes, numpy 2 StringDType
+
+
+@dataclass(frozen=True)
+class DecodedTensor:
+    """One tensor record decoded. ``value`` is a read-only numpy array."""
+
+    tag: str
+    value: np.ndarray
+    global_step: int
+    mode: ModeKeys
+    mode_step: int
+    wall_time: float = 0.0
+
+
+def to_numpy(value):
+    """Turn a tensor value (ndarray, numpy scalar, python scalar, nested list) into an ndarray.
+
+    0-d stays 0-d: a python float or a numpy scalar becomes a 0-d array.
+    """
+    if isinstance(value, np.ndarray):
+        return value
+    return np.asarray(value)
+
+
+def is_real_number_dtype(dtype):
+    """True for integer and real floating dtypes, including ml_dtypes' (bfloat16, float8, int4)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "iuf" or (dtype.kind == "V" and dtype in _WIDENED)
+
+
+def supported_dtypes():
+    """Names of the numeric dtypes the codec can store (strings and bytes come on top)."""
+    return sorted({d.name for d in _NATIVE} | set(_MARKER_TO_DTYPE))
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def _varint(value):
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_delimited_key(field_number, length):
+    """Key and length prefix of a length-delimited (wire type 2) field."""
+    return _varint((field_number << 3) | 2) + _varint(length)
+
+
+# Field numbers on the splice path: Event.summary > Summary.value > Value.tensor > tensor_content.
+_EVENT_SUMMARY, _SUMMARY_VALUE, _VALUE_TENSOR, _TENSOR_CONTENT = 5, 1, 8, 4
+
+
+def _metadata(mode, mode_step, marker):
+    metadata = proto.SummaryMetadata()
+    metadata.plugin_data.add(plugin_name=MODE_STEP_KEY, content=str(mode_step).encode())
+    metadata.plugin_data.add(plugin_name=MODE_KEY, content=str(mode.value).encode())
+    if marker is not None:
+        metadata.plugin_data.add(plugin_name=DTYPE_KEY, content=marker.encode())
+    return metadata
+
+
+def _shape_proto(tag, shape):
+    shape_proto = proto.TensorShapeProto()
+    for size in shape:
+        shape_proto.dim.add(size=size, name=f"{tag}_{size}")
+    return shape_proto
+
+
+def _string_tensor(tag, arr):
+    """TensorProto for str/bytes arrays: dtype 0, shape, one string_val per element."""
+    marker = None
+    flat = arr.reshape(-1).tolist()
+    if arr.dtype.kind == "S":
+        marker = BYTES_MARKER
+        encoded = flat
+    else:
+        for item in flat:
+            if not isinstance(item, str):
+                raise TypeError(
+                    f"cannot save tensor {tag!r}: object arrays must hold only str, found {type(item).__name__}"
+                )
+        encoded = [item.encode("utf-8") for item in flat]
+    tensor = proto.TensorProto(dtype=proto.DT_INVALID, tensor_shape=_shape_proto(tag, arr.shape))
+    tensor.string_val.extend(encoded)
+    return tensor, marker
+
+
+def _numeric_content(tag, arr):
+    """(wire dtype, marker or None, C-ordered little-endian array) for a numeric array."""
+    dtype = arr.dtype
+    if not dtype.isnative:
+        arr = arr.astype(dtype.newbyteorder("="))
+        dtype = arr.dtype
+    wire = _NATIVE.get(dtype)
+    marker = None
+    if wire is None:
+        wider = _WIDENED.get(dtype)
+        if wider is None:
+            raise TypeError(
+                f"cannot save tensor {tag!r}: dtype {dtype} is not supported;"
+                f" supported: {', '.join(supported_dtypes())}, str and bytes"
+            )
+        marker = dtype.name
+        arr = arr.astype(wider)
+        wire = _NATIVE[wider]
+    if not _LITTLE_ENDIAN_HOST and arr.dtype.itemsize > 1:
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return wire, marker, arr
+
+
+def encode_tensor_event_parts(tag, array, *, global_step, mode, mode_step, wall_time=None):
+    """Serialize one tensor record as a list of buffers whose concatenation is the ``Event``.
+
+    For numeric tensors the list is ``[prefix, tensor bytes, suffix]``, where the middle
+    item is a memoryview of the (possibly converted) array: nothing large is copied. The
+    caller must keep the array unchanged until the buffers are written.
+    """
+    if not isinstance(tag, str) or not tag:
+        raise ValueError(f"tensor name must be a non-empty string, got {tag!r}")
+    global_step = validate_step(global_step, "global_step")
+    mode_step = validate_step(mode_step, "mode_step")
+    mode = ModeKeys.parse(mode)
+    if wall_time is None:
+        wall_time = time.time()
+    arr = to_numpy(array)
+
+    if arr.dtype.kind in _STRING_KINDS:
+        tensor, marker = _string_tensor(tag, arr)
+        event = proto.Event(wall_time=wall_time, step=global_step)
+        value = event.summary.value.add(tag=tag)
+        value.metadata.CopyFrom(_metadata(mode, mode_step, marker))
+        value.tensor.CopyFrom(tensor)
+        return [event.SerializeToString()]
+
+    shape = arr.shape
+    wire, marker, arr = _numeric_content(tag, arr)
+    content = memoryview(arr.reshape(-1).view(np.uint8))
+    n = len(content)
+
+    # Serialize each level without the content, then add the length prefixes by hand.
+    # Fields are emitted in field-number order, as protobuf does, so the bytes are canonical.
+    tensor_prefix = proto.TensorProto(dtype=wire, tensor_shape=_shape_proto(tag, shape)).SerializeToString()
+    if n:  # proto3 omits an empty bytes field
+        tensor_prefix += _length_delimited_key(_TENSOR_CONTENT, n)
+    tensor_len = len(tensor_prefix) + n
+    value_head = proto.SummaryValue(tag=tag).SerializeToString()  # field 1
+    value_tail = proto.SummaryValue(metadata=_metadata(mode, mode_step, marker)).SerializeToString()  # field 9
+    tensor_key = _length_delimited_key(_VALUE_TENSOR, tensor_len)  # field 8
+    value_len = len(value_head) + len(tensor_key) + tensor_len + len(value_tail)
+    summary_key = _length_delimited_key(_SUMMARY_VALUE, value_len)
+    event_head = proto.Event(wall_time=wall_time, step=global_step).SerializeToString()  # fields 1, 2
+    prefix = b"".join((
+        event_head,
+        _length_delimited_key(_EVENT_SUMMARY, len(summary_key) + value_len),
+        summary_key,
+        value_head,
+        tensor_key,
+        tensor_prefix,
+    ))
+    if n:
+        return [prefix, content, value_tail]
+    return [prefix + value_tail]
+
+
+def encode_tensor_event(tag, array, *, global_step, mode, mode_step, wall_time=None):
+    """Serialize one tensor record (an ``Event``) to bytes. See :func:`encode_tensor_event_parts`."""
+    parts = encode_tensor_event_parts(
+        tag, array, global_step=global_step, mode=mode, mode_step=mode_step, wall_time=wall_time
+    )
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def parse_event(payload, source="record"):
+    """Parse a payload into an ``Event`` message; CorruptRecord if it is not one."""
+    event = proto.Event()
+    try:
+        event.ParseFromString(payload)  # accepts bytes and memoryviews without copying first
+    except (DecodeError, ValueError, TypeError, IndexError, RuntimeError) as exc:
+        raise CorruptRecord(f"{source}: payload is not a valid Event protobuf ({exc})") from None
+    return event
+
+
+def _plugin_entries(value, source):
+    entries = {}
+    for plugin in value.metadata.plugin_data:
+        try:
+            entries[plugin.plugin_name] = bytes(plugin.content).decode("ascii")
+        except UnicodeDecodeError:
+            raise CorruptRecord(f"{source}: plugin_data {plugin.plugin_name!r} is not ASCII") from None
+    return entries
+
+
+def _shape_of(tensor, source):
+    if tensor.tensor_shape.unknown_rank:
+        raise CorruptRecord(f"{source}: tensor has unknown rank")
+    shape = tuple(dim.size for dim in tensor.tensor_shape.dim)
+    if any(size < 0 for size in shape):
+        raise CorruptRecord(f"{source}: tensor shape {shape} has a negative dimension")
+    return shape
+
+
+def _decode_strings(tensor, shape, size, marker, source):
+    items = list(tensor.string_val)
+    if len(items) != size:
+        if tensor.tensor_shape.dim:
+            raise CorruptRecord(f"{source}: string tensor of shape {shape} holds {len(items)} values")
+        shape = (len(items),)  # lenient: no shape recorded, treat as 1-D
+    if marker == BYTES_MARKER:
+        return np.array(items, dtype=np.bytes_).reshape(shape)
+    try:
+        texts = [item.decode("utf-8") for item in items]
+    except UnicodeDecodeError:
+        raise CorruptRecord(f"{source}: string tensor holds invalid UTF-8") from None
+    return np.array(texts, dtype=np.str_).reshape(shape)
+
+
+def _typed_values(tensor, np_dtype):
+    """The *_val list TensorFlow uses for a dtype, as a numpy array (or None)."""
+    wire = tensor.dtype
+    if wire == proto.DT_FLOAT:
+        return np.array(tensor.float_val, dtype=np.float32)
+    if wire == proto.DT_DOUBLE:
+        return np.array(tensor.double_val, dtype=np.float64)
+    if wire in (proto.DT_INT32, proto.DT_INT16, proto.DT_INT8, proto.DT_UINT8, proto.DT_UINT16):
+        return np.array(tensor.int_val, dtype=np.int64).astype(np_dtype)
+    if wire == proto.DT_INT64:
+        return np.array(tensor.int64_val, dtype=np.int64)
+    if wire == proto.DT_BOOL:
+        return np.array(tensor.bool_val, dtype=np.bool_)
+    if wire in (proto.DT_HALF, proto.DT_BFLOAT16):  # bit patterns stored as ints
+        return np.array(tensor.half_val, dtype=np.int64).astype(np.uint16).view(np_dtype)
+    if wire == proto.DT_UINT32:
+        return np.array(tensor.uint32_val, dtype=np.uint32)
+    if wire == proto.DT_UINT64:
+        return np.array(tensor.uint64_val, dtype=np.uint64)
+    if wire == proto.DT_COMPLEX64:
+        return np.array(tensor.scomplex_val, dtype=np.float32).view(np.complex64) if len(tensor.scomplex_val) % 2 == 0 else None
+    if wire == proto.DT_COMPLEX128:
+        return np.array(tensor.dcomplex_val, dtype=np.float64).view(np.complex128) if len(tensor.dcomplex_val) % 2 == 0 else None
+    return None
+
+
+def tensor_proto_to_numpy(tensor, marker=None, source="record"):
+    """Decode a ``TensorProto`` into a numpy array, applying an ``smdebug_dtype`` marker.
+
+    Reads ``tensor_content`` when present, otherwise TensorFlow's typed ``*_val`` lists
+    (with TensorFlow's rule that a short list is padded with its last value).
+    """
+    shape = _shape_of(tensor, source)
+    size = math.prod(shape)
+    if tensor.dtype in (proto.DT_INVALID, proto.DT_STRING):
+        return _decode_strings(tensor, shape, size, marker, source)
+    np_dtype = _WIRE_TO_NUMPY.get(tensor.dtype)
+    if np_dtype is None:
+        raise CorruptRecord(f"{source}: unsupported tensor DataType {tensor.dtype}")
+    content = tensor.tensor_content
+    if content:
+        if len(content) != size * np_dtype.itemsize:
+            raise CorruptRecord(
+                f"{source}: tensor_content holds {len(content)} bytes, shape {shape} of"
+                f" {np_dtype.name} needs {size * np_dtype.itemsize}"
+            )
+        arr = np.frombuffer(content, dtype=np_dtype).reshape(shape)
+    else:
+        values = _typed_values(tensor, np_dtype)
+        if values is None:
+            raise CorruptRecord(f"{source}: malformed typed values for DataType {tensor.dtype}")
+        if len(values) > size or (len(values) == 0 and size > 0):
+            raise CorruptRecord(f"{source}: tensor of shape {shape} holds {len(values)} values")
+        if len(values) < size:
+            values = np.concatenate([values, np.repeat(values[-1:], size - len(values))])
+        arr = values.astype(np_dtype, copy=False).reshape(shape)
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if marker is not None:
+        target = _MARKER_TO_DTYPE.get(marker)
+        if target is None:
+            raise CorruptRecord(f"{source}: unknown {DTYPE_KEY} marker {marker!r}")
+        arr = arr.astype(target)
+    arr.flags.writeable = False
+    return arr
+
+
+def decode_tensor_event(payload, source="record"):
+    """Decode one tensor record's payload (as written by us or by the original smdebug).
+
+    When the mode entries are missing, the mode is GLOBAL and the mode step is the global
+    step, as the original ``FileReader`` does. Raises CorruptRecord for anything else
+    that does not decode.
+    """
+    event = parse_event(payload, source)
+    if not event.HasField("summary") or not event.summary.value:
+        raise CorruptRecord(f"{source}: event holds no summary value (not a tensor record)")
+    value = event.summary.value[0]
+    if value.WhichOneof("value") != "tensor":
+        raise CorruptRecord(f"{source}: summary value {value.tag!r} holds no tensor")
+    entries = _plugin_entries(value, source)
+    global_step = event.step
+    if global_step < 0:
+        raise CorruptRecord(f"{source}: negative global step {global_step}")
+    try:
+        mode = ModeKeys(int(entries[MODE_KEY])) if MODE_KEY in entries else ModeKeys.GLOBAL
+        mode_step = int(entries[MODE_STEP_KEY]) if MODE_STEP_KEY in entries else global_step
+    except ValueError:
+        raise CorruptRecord(
+            f"{source}: bad mode/mode_step plugin data {entries.get(MODE_KEY)!r}/{entries.get(MODE_STEP_KEY)!r}"
+        ) from None
+    if mode_step < 0:
+        raise CorruptRecord(f"{source}: negative mode step {mode_step}")
+    array = tensor_proto_to_numpy(value.tensor, entries.get(DTYPE_KEY), source)
+    return DecodedTensor(value.tag, array, global_step, mode, mode_step, event.wall_time)

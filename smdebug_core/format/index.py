@@ -1,0 +1,180 @@
+"""Index files: where each record of a step's event file lives (FORMAT 3.1).
+
+Every ``tensor_payload`` entry we write carries an extra key, ``crc32c``: the unmasked
+CRC32C of the record's payload bytes. Event files must carry smdebug's constant footer
+instead of a real payload CRC (otherwise the original reader refuses them), so payload
+corruption is detected through the index. The original reader ignores unknown keys.
+"""
+import json
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from ..exceptions import IndexReaderException
+from ..modes import ModeKeys
+from .layout import EVENT_FILE_SUFFIX, EVENTS_DIR, MAX_STEP_EXCLUSIVE, validate_step
+from .records import RECORD_OVERHEAD
+
+PAYLOAD_CRC_KEY = "crc32c"
+# Offsets and lengths beyond this are not plausible file positions.
+_MAX_FILE_OFFSET = 2**62
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One record of an event file: tensor name, byte range, payload CRC32C (None if unknown)."""
+
+    name: str
+    start_idx: int
+    length: int
+    crc32c: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class ParsedIndex:
+    """A validated index file."""
+
+    mode: ModeKeys
+    mode_step: int
+    event_file_name: Optional[str]
+    tensors: List[IndexEntry] = field(default_factory=list)
+    shapes: List[Tuple[str, Tuple[int, ...]]] = field(default_factory=list)
+    #: ``originalname`` of each shape entry, parallel to ``shapes``.
+    shape_original_names: List[str] = field(default_factory=list)
+
+
+def build_index_json(mode, mode_step, event_file_relpath, entries, shapes):
+    """The bytes of one index file.
+
+    ``event_file_relpath`` may be None when there are no ``entries`` (a shapes-only step).
+    ``shapes`` items are ``(name, shape)`` or ``(name, original_name, shape)``.
+    """
+    mode = ModeKeys.parse(mode)
+    meta = {"mode": mode.name, "mode_step": validate_step(mode_step, "mode_step")}
+    if event_file_relpath is not None:
+        meta["event_file_name"] = event_file_relpath
+    elif entries:
+        raise ValueError("an index with tensor entries needs the event file's relative path")
+    tensor_payload = []
+    for entry in entries:
+        item = {"tensorname": entry.name, "start_idx": int(entry.start_idx), "length": int(entry.length)}
+        if entry.crc32c is not None:
+            item[PAYLOAD_CRC_KEY] = int(entry.crc32c)
+        tensor_payload.append(item)
+    shape_payload = []
+    for shape_item in shapes:
+        if len(shape_item) == 3:
+            name, original, shape = shape_item
+        else:
+            name, shape = shape_item
+            original = name
+        shape_payload.append({"tensorname": name, "originalname": original, "shape": [int(s) for s in shape]})
+    # The original writes with json's default separators; keep that for byte-level familiarity.
+    document = {"meta": meta, "tensor_payload": tensor_payload, "shape_payload": shape_payload}
+    return json.dumps(document).encode("utf-8")
+
+
+def _fail(source, message):
+    raise IndexReaderException(f"{source}: {message}")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(source, what, value, minimum, maximum):
+    if not _is_int(value) or not minimum <= value < maximum:
+        _fail(source, f"{what} must be an integer in [{minimum}, {maximum}), got {value!r}")
+    return value
+
+
+def _check_name(source, what, value):
+    if not isinstance(value, str) or not value:
+        _fail(source, f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _check_event_file_name(source, value):
+    if not isinstance(value, str) or not value:
+        _fail(source, f"meta.event_file_name must be a non-empty string, got {value!r}")
+    parts = value.split("/")
+    if (
+        "\\" in value
+        or "\x00" in value
+        or value.startswith("/")
+        or ":" in parts[0]  # a Windows drive or URL scheme
+        or parts[0] != EVENTS_DIR
+        or len(parts) < 2
+        or any(part in ("", ".", "..") for part in parts)
+        or not value.endswith(EVENT_FILE_SUFFIX)
+    ):
+        _fail(
+            source,
+            f"meta.event_file_name {value!r} must be a relative path 'events/.../*.tfevents'"
+            " without '..', '.', empty components or backslashes",
+        )
+    return value
+
+
+def parse_index_json(data, source):
+    """Parse and validate an index file's bytes; ``source`` (its path) prefixes every error.
+
+    Raises IndexReaderException for anything that does not follow FORMAT 3.1.
+    """
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        _fail(source, f"empty or corrupt index file ({exc.__class__.__name__}: {exc})")
+    if not isinstance(document, dict):
+        _fail(source, f"index file must hold a JSON object, got {type(document).__name__}")
+    meta = document.get("meta")
+    if not isinstance(meta, dict) or not meta:
+        _fail(source, "index file has no non-empty 'meta' object")
+    mode_name = meta.get("mode")
+    if not isinstance(mode_name, str) or mode_name.strip() not in ModeKeys.__members__:
+        _fail(source, f"meta.mode must be one of {', '.join(ModeKeys.__members__)}, got {mode_name!r}")
+    mode = ModeKeys[mode_name.strip()]
+    mode_step = _check_int(source, "meta.mode_step", meta.get("mode_step"), 0, MAX_STEP_EXCLUSIVE)
+
+    if "tensor_payload" not in document and "shape_payload" not in document:
+        _fail(source, "index file has neither 'tensor_payload' nor 'shape_payload'")
+    tensor_payload = document.get("tensor_payload") or []
+    shape_payload = document.get("shape_payload") or []
+    if not isinstance(tensor_payload, list):
+        _fail(source, f"'tensor_payload' must be a list, got {type(tensor_payload).__name__}")
+    if not isinstance(shape_payload, list):
+        _fail(source, f"'shape_payload' must be a list, got {type(shape_payload).__name__}")
+
+    event_file_name = meta.get("event_file_name")
+    if event_file_name is not None or tensor_payload:
+        event_file_name = _check_event_file_name(source, event_file_name)
+
+    tensors = []
+    for i, item in enumerate(tensor_payload):
+        where = f"tensor_payload[{i}]"
+        if not isinstance(item, dict):
+            _fail(source, f"{where} must be an object, got {type(item).__name__}")
+        name = _check_name(source, f"{where}.tensorname", item.get("tensorname"))
+        start = _check_int(source, f"{where}.start_idx", item.get("start_idx"), 0, _MAX_FILE_OFFSET)
+        length = _check_int(source, f"{where}.length", item.get("length"), RECORD_OVERHEAD, _MAX_FILE_OFFSET)
+        crc = item.get(PAYLOAD_CRC_KEY)
+        if crc is not None:
+            crc = _check_int(source, f"{where}.{PAYLOAD_CRC_KEY}", crc, 0, 2**32)
+        tensors.append(IndexEntry(name, start, length, crc))
+
+    shapes, original_names = [], []
+    for i, item in enumerate(shape_payload):
+        where = f"shape_payload[{i}]"
+        if not isinstance(item, dict):
+            _fail(source, f"{where} must be an object, got {type(item).__name__}")
+        name = _check_name(source, f"{where}.tensorname", item.get("tensorname"))
+        original = item.get("originalname", name)
+        if not isinstance(original, str):
+            _fail(source, f"{where}.originalname must be a string, got {original!r}")
+        shape = item.get("shape")
+        if not isinstance(shape, list):
+            _fail(source, f"{where}.shape must be a list of integers, got {shape!r}")
+        dims = tuple(_check_int(source, f"{where}.shape[{d}]", size, 0, _MAX_FILE_OFFSET) for d, size in enumerate(shape))
+        shapes.append((name, dims))
+        original_names.append(original)
+
+    return ParsedIndex(mode, mode_step, event_file_name, tensors, shapes, original_names)

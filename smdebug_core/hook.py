@@ -1,0 +1,609 @@
+"""The core Hook: step and mode bookkeeping, the per-step save plan, hand-off to the writer.
+
+It knows no framework. An adapter subclasses it, supplies a :class:`TensorBackend`
+for its tensor type, and calls three things from the framework's own hooks:
+
+* :meth:`Hook.begin_step` when an iteration starts (closes the previous step);
+* :meth:`Hook.record` for each tensor it can offer (cheap no-op when nothing is saved;
+  adapters check :attr:`Hook.saving_step` first so that no tensor is touched at all);
+* :meth:`Hook.end_step` (optional: the next ``begin_step`` or ``close`` does it).
+
+At the end of a saved step the backend computes all reductions of all recorded tensors
+in one batch and copies them to the host once; the writer thread encodes and writes.
+A failure inside the hook never propagates into training: it logs one warning and
+disables the hook.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import config as cfg
+from .backend import Materialized, NumpyBackend, Request, TensorBackend
+from .collections import (
+    FRAMEWORK_PROFILES, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
+    Collection, CollectionKeys, CollectionManager,
+)
+from .exceptions import ConfigError, OutDirError
+from .format import layout
+from .logger import get_logger
+from .modes import ModeKeys
+from .reduction_config import ReductionConfig, reduction_tag
+from .save_config import SaveConfig
+
+logger = get_logger()
+
+_RUN_MARKERS = ("collections", "index", "events", layout.END_OF_JOB_FILE)
+_SM_METRIC_COLLECTIONS = frozenset({CollectionKeys.LOSSES, CollectionKeys.METRICS, CollectionKeys.SM_METRICS})
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """What to save of one tensor name at the current step (derived from its collections)."""
+
+    name: str
+    raw: bool
+    shape: bool
+    reductions: Tuple[Tuple[str, bool], ...]
+    histogram_tag: Optional[str]
+    tb_scalar: bool
+    sm_metric: bool
+
+
+@dataclass
+class _Prepared:
+    """A collection's configs resolved against the hook's, computed when configs change."""
+
+    collection: Collection
+    save_config: SaveConfig
+    reduction_config: ReductionConfig
+    histogram: bool
+
+
+def never_raises(where: str):
+    """Decorator for entry points called from training: errors disable the hook instead."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def guarded(self, *args, **kwargs):
+            if not self.enabled:
+                return None
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the contract is to never break training
+                self.disable(f"{where}: {type(exc).__name__}: {exc}")
+                return None
+
+        return guarded
+
+    return wrap
+
+
+class Hook:
+    """Captures tensors during training and writes them in the smdebug format.
+
+    Usable directly with numpy (custom loops); framework adapters subclass it.
+
+    Args:
+        out_dir: run directory to write (must not already hold a run, unless ``overwrite``).
+        export_tensorboard: also write TensorBoard scalars/histograms (to ``out_dir/tensorboard``
+            unless ``tensorboard_dir`` is given).
+        tensorboard_dir: where to write TensorBoard files (implies export_tensorboard).
+        dry_run: decide and log what would be saved, write nothing.
+        reduction_config: default ReductionConfig (None: save full tensors).
+        save_config: default SaveConfig, or a dict of mode -> SaveConfigMode (None: every 500 steps).
+        include_regex: regexes of tensor names to save (they go to the ``default`` collection).
+        include_collections: names of collections to save, in addition to the framework's
+            default-saved ones.
+        save_all: save every tensor the adapter sees (the ``all`` collection).
+        include_workers: ``"one"`` (the chief only) or ``"all"`` workers write.
+        overwrite: remove a previous run's smdebug files from ``out_dir`` instead of refusing it.
+    """
+
+    #: Key into FRAMEWORK_PROFILES; adapters override.
+    framework = "numpy"
+    #: TensorFlow keeps ":0" in reduction tags; every other framework strips it.
+    strip_output_index_in_reduction_tags = True
+
+    def __init__(
+        self,
+        out_dir=None,
+        export_tensorboard: bool = False,
+        tensorboard_dir: Optional[str] = None,
+        dry_run: bool = False,
+        reduction_config: Optional[ReductionConfig] = None,
+        save_config=None,
+        include_regex=None,
+        include_collections: Optional[Sequence[str]] = None,
+        save_all: bool = False,
+        include_workers: str = "one",
+        overwrite: bool = False,
+    ):
+        if out_dir is None:
+            raise ConfigError("out_dir is required: the directory the run is written to")
+        if not isinstance(out_dir, (str, os.PathLike)):
+            raise ConfigError(f"out_dir must be a path, got {out_dir!r}")
+        out_dir = os.fspath(out_dir).strip()
+        if out_dir.startswith("s3://"):
+            raise ConfigError(f"out_dir {out_dir!r}: writing to S3 directly is not supported; write to a local "
+                              "path (on SageMaker the platform uploads it)")
+        self.out_dir = os.path.abspath(os.path.expanduser(out_dir))
+        for flag, value in (("export_tensorboard", export_tensorboard), ("dry_run", dry_run),
+                            ("save_all", save_all), ("overwrite", overwrite)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{flag} must be True or False, got {value!r}")
+        if include_workers not in ("one", "all"):
+            raise ConfigError(f"include_workers must be 'one' or 'all', got {include_workers!r}")
+        if reduction_config is not None and not isinstance(reduction_config, ReductionConfig):
+            raise ConfigError(f"reduction_config must be a ReductionConfig, got {reduction_config!r}")
+        if isinstance(save_config, dict):
+            save_config = SaveConfig(mode_save_configs=save_config)
+        if save_config is not None and not isinstance(save_config, SaveConfig):
+            raise ConfigError(f"save_config must be a SaveConfig or a dict of modes, got {save_config!r}")
+
+        self.profile = FRAMEWORK_PROFILES[self.framework]
+        self.dry_run = dry_run
+        self.include_workers = include_workers
+        self.reduction_config = reduction_config or ReductionConfig(save_raw_tensor=True)
+        self.save_config = save_config or SaveConfig()
+        self.save_all = save_all
+        self.collection_manager = CollectionManager(self.profile)
+        self.include_collections: List[str] = list(self.profile.default_included)
+        for name in include_collections or []:
+            if not isinstance(name, str):
+                raise ConfigError(f"include_collections must hold collection names, got {name!r}")
+            self._include(name)
+        if include_regex:
+            self.collection_manager.get(CollectionKeys.DEFAULT).include(include_regex)
+            self._include(CollectionKeys.DEFAULT)
+        if save_all:
+            self.collection_manager.get(CollectionKeys.ALL).include(".*")
+            self._include(CollectionKeys.ALL)
+
+        self.rank, self.world_size = self._distributed_info()
+        self.worker_name = self._worker_name()
+        self.is_chief = self.rank == 0
+        self.writes_files = (include_workers == "all" or self.is_chief) and not dry_run
+        self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
+        self.backend: TensorBackend = self._make_backend()
+        self._numpy_backend = NumpyBackend()
+
+        # Step state (FORMAT.md 8.1): global step and one counter per mode.
+        self.mode = ModeKeys.GLOBAL
+        self.global_step = -1
+        self.mode_steps: Dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
+        self.saving_step = False
+        self.enabled = True
+        self._step_open = False
+        self._prepared_key = None
+        self._prepared: List[_Prepared] = []
+        self._saving_colls: frozenset = frozenset()
+        self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
+        self._pending: Dict[str, Tuple[TensorPlan, object, TensorBackend]] = {}
+        self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
+        self._collections_written = False
+        self._closed = False
+        self._lock = threading.RLock()
+        self._metrics_file = None
+
+        self.writer = None
+        if self.writes_files:
+            self._prepare_out_dir(overwrite)
+            from .writer import RunWriter  # the writer thread starts only for hooks that write
+
+            self.writer = RunWriter(self.out_dir, self.worker_name, tensorboard_dir=self.tensorboard_dir)
+        _register_hook(self)
+        self_ref = weakref.ref(self)
+        atexit.register(lambda: self_ref() is not None and self_ref().close())
+        logger.debug("smdebug hook writing to %s as %s (dry_run=%s)", self.out_dir, self.worker_name, dry_run)
+
+    # --- construction helpers adapters may override --------------------------------------
+    def _distributed_info(self) -> Tuple[int, int]:
+        """(rank, world size). Adapters ask their framework's distributed runtime."""
+        return 0, 1
+
+    def _worker_name(self) -> str:
+        return f"worker_{self.rank}"
+
+    def _make_backend(self) -> TensorBackend:
+        return NumpyBackend()
+
+    def _prepare_out_dir(self, overwrite: bool) -> None:
+        if self.is_chief and os.path.isdir(self.out_dir):
+            existing = [m for m in _RUN_MARKERS if os.path.exists(os.path.join(self.out_dir, m))]
+            if existing and not overwrite:
+                raise OutDirError(
+                    f"out_dir {self.out_dir} already holds a run ({', '.join(existing)} exist); choose a new "
+                    "directory, delete it, or pass overwrite=True to replace that run"
+                )
+            for marker in existing:
+                path = os.path.join(self.out_dir, marker)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.out_dir, prefix=".smdebug_write_test_"):
+                pass
+        except OSError as exc:
+            raise OutDirError(f"out_dir {self.out_dir} is not writable: {exc.strerror or exc}") from None
+
+    def _include(self, name: str) -> None:
+        self.collection_manager.get(name)
+        if name not in self.include_collections:
+            self.include_collections.append(name)
+
+    # --- public configuration API -----------------------------------------------------
+    def get_collection(self, name: str) -> Collection:
+        """The named collection, created (matching nothing yet) if it does not exist."""
+        return self.collection_manager.get(name)
+
+    def get_collections(self) -> Dict[str, Collection]:
+        """All collections, keyed by name."""
+        return dict(self.collection_manager.collections)
+
+    def add_to_collection(self, collection_name: str, args) -> None:
+        """``get_collection(collection_name).add(args)``."""
+        self.get_collection(collection_name).add(args)
+
+    @classmethod
+    def create_from_json_file(cls, json_file_path: Optional[str] = None, **overrides) -> "Hook":
+        """A hook configured by a JSON file (``SMDEBUG_CONFIG_FILE_PATH`` when no path is given).
+
+        Keyword arguments override values from the file.
+        """
+        settings = cfg.load_hook_settings(json_file_path)
+        kwargs = {**settings.hook_kwargs, **overrides}
+        hook = cls(out_dir=kwargs.pop("out_dir", settings.out_dir), **kwargs)
+        for name in settings.apply_collections(hook.collection_manager):
+            hook._include(name)
+        return hook
+
+    # --- modes and steps --------------------------------------------------------------
+    def set_mode(self, mode) -> None:
+        """Switch to TRAIN, EVAL, PREDICT or GLOBAL; each mode counts its own steps from 0."""
+        mode = ModeKeys.parse(mode)
+        self.mode_steps.setdefault(mode, -1)
+        self.mode = mode
+
+    @property
+    def mode_step(self) -> int:
+        return self.mode_steps.get(self.mode, -1)
+
+    def begin_step(self, step: Optional[int] = None) -> bool:
+        """Start the next step (or step ``step``); returns whether anything is saved in it."""
+        if not self.enabled:
+            return False
+        if self._step_open:
+            self.end_step()
+        try:
+            if step is None:
+                self.global_step += 1
+                self.mode_steps[self.mode] = self.mode_steps.get(self.mode, -1) + 1
+            else:
+                if step < 0:
+                    raise ValueError(f"step must be >= 0, got {step}")
+                self.global_step = step
+                self.mode_steps[self.mode] = step if self.mode == ModeKeys.GLOBAL else self.mode_step + 1
+            self.mode_steps[ModeKeys.GLOBAL] = self.global_step
+            self._step_open = True
+            self._update_saving()
+        except Exception as exc:  # noqa: BLE001
+            self.disable(f"begin_step: {type(exc).__name__}: {exc}")
+        return self.saving_step
+
+    def _update_saving(self) -> None:
+        self._prepare_if_changed()
+        mode, step = self.mode, self.mode_step
+        self._saving_colls = frozenset(
+            p.collection.name for p in self._prepared
+            if (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS)
+            and p.save_config.should_save_step(mode, step)
+        )
+        self.saving_step = bool(self._saving_colls)
+
+    def _prepare_if_changed(self) -> None:
+        key = (self.collection_manager.version, tuple(self.include_collections))
+        if key == self._prepared_key:
+            return
+        prepared = []
+        for name in self.include_collections:
+            coll = self.collection_manager.get(name)
+            save_config = coll.save_config.resolved(self.save_config, self.profile.default_save_interval)
+            if name in RAW_ONLY_COLLECTIONS:
+                reduction_config = ReductionConfig(save_raw_tensor=True)
+            else:
+                reduction_config = coll.reduction_config or self.reduction_config
+            histogram = bool(self.tensorboard_dir) and coll.save_histogram and name not in RAW_ONLY_COLLECTIONS
+            prepared.append(_Prepared(coll, save_config, reduction_config, histogram))
+        self._prepared = prepared
+        self._by_name = {p.collection.name: p for p in prepared}
+        self._plan_caches.clear()
+        self._prepared_key = key
+
+    def plan_for(self, name: str) -> Optional[TensorPlan]:
+        """What to save of tensor ``name`` at this step, or None. Cached per name."""
+        if self._prepared_key != (self.collection_manager.version, tuple(self.include_collections)):
+            self._update_saving()
+        cache = self._plan_caches.setdefault(self._saving_colls, {})
+        try:
+            return cache[name]
+        except KeyError:
+            pass
+        members = [self._by_name[c.name] for c in self.collection_manager.collections_for(name)
+                   if c.name in self._saving_colls]
+        plan = None
+        if members:
+            raw = any(p.reduction_config.save_raw_tensor for p in members)
+            reductions = []
+            for p in members:
+                if p.collection.name not in RAW_ONLY_COLLECTIONS:
+                    reductions += [r for r in p.reduction_config.all_reductions() if r not in reductions]
+            hist = next((p.collection.name for p in members if p.histogram), None)
+            plan = TensorPlan(
+                name=name,
+                raw=raw,
+                # A shape next to the raw value would hide the value from the original reader.
+                shape=not raw and any(p.reduction_config.save_shape for p in members),
+                reductions=tuple(reductions),
+                histogram_tag=f"{hist}/{name}" if hist else None,
+                tb_scalar=any(p.collection.name in SCALAR_COLLECTIONS for p in members),
+                sm_metric=any(p.collection.name in _SM_METRIC_COLLECTIONS for p in members),
+            )
+            if not (plan.raw or plan.shape or plan.reductions or plan.histogram_tag):
+                plan = None
+        cache[name] = plan
+        return plan
+
+    def wants(self, name: str) -> bool:
+        """Whether tensor ``name`` is saved at this step (adapters call this before copying)."""
+        return self.saving_step and self.enabled and self.plan_for(name) is not None
+
+    # --- recording ---------------------------------------------------------------------
+    @never_raises("record")
+    def record(self, name: str, value, backend: Optional[TensorBackend] = None) -> bool:
+        """Offer a tensor for the current step; returns whether it will be saved."""
+        if not self.saving_step:
+            return False
+        plan = self.plan_for(name)
+        if plan is None:
+            return False
+        backend = backend or self._backend_for(value)
+        needs_copy = plan.raw or bool(plan.reductions) or plan.histogram_tag is not None
+        snap = backend.snapshot(value, needs_copy)
+        with self._lock:
+            if name in self._pending:
+                logger.debug("tensor %s recorded twice in step %d; keeping the last value", name, self.global_step)
+            self._pending[name] = (plan, snap, backend)
+        return True
+
+    def _backend_for(self, value) -> TensorBackend:
+        return self.backend if self.backend.accepts(value) else self._numpy_backend
+
+    def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
+        """Save a tensor you computed yourself, in the given collection(s) (they become included)."""
+        if not isinstance(tensor_name, str) or not tensor_name:
+            raise ConfigError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
+        names = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+        for coll_name in names:
+            self.collection_manager.get(coll_name).add_tensor_name(tensor_name)
+            self._include(coll_name)
+        self.record(tensor_name, tensor_value)
+
+    def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: Optional[float] = None) -> None:
+        """Save a scalar as ``scalar/<name>`` in the current step, whatever the save config.
+
+        With ``sm_metric=True`` it is also written to SageMaker Metrics when
+        ``SAGEMAKER_METRICS_DIRECTORY`` is set.
+        """
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"scalar name must be a non-empty string, got {name!r}")
+        if not self.enabled:
+            return
+        self._pending_scalars.append((name, value, bool(sm_metric), timestamp))
+
+    # --- end of step: batch materialization, hand-off to the writer -----------------------
+    @never_raises("end_step")
+    def end_step(self) -> None:
+        """Finish the current step: compute reductions (batched) and hand the step to the writer."""
+        self._step_open = False
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            scalars, self._pending_scalars = self._pending_scalars, []
+        if not pending and not scalars:
+            return
+        step, mode_step = max(self.global_step, 0), max(self.mode_step, 0)
+        tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
+
+        by_backend: Dict[int, Tuple[TensorBackend, List[Request], List[TensorPlan]]] = {}
+        for plan, snap, backend in pending.values():
+            group = by_backend.setdefault(id(backend), (backend, [], []))
+            group[1].append(Request(plan.name, snap, raw=plan.raw or plan.tb_scalar or bool(plan.histogram_tag),
+                                    shape=plan.shape, reductions=plan.reductions))
+            group[2].append(plan)
+        strip = self.strip_output_index_in_reduction_tags
+        for backend, requests, plans in by_backend.values():
+            for plan, result in zip(plans, backend.materialize(requests)):
+                self._emit(plan, result, strip, tensors, shapes, tb_scalars, tb_hists, metrics)
+
+        for name, value, sm_metric, timestamp in scalars:
+            array = np.asarray(self._numpy_scalar(value))
+            tag = f"scalar/{name}"
+            tensors.append((tag, array))
+            if array.size == 1:
+                tb_scalars.append((tag, float(array.reshape(-1)[0])))
+                if sm_metric:
+                    metrics.append((f"{tag}_{self.mode.name}", float(array.reshape(-1)[0]), timestamp))
+
+        if metrics:
+            self._write_sm_metrics(metrics, step)
+        if self.writer is None:
+            if self.dry_run:
+                logger.info("dry run: step %d (%s %d) would save %d records", step, self.mode.name, mode_step,
+                            len(tensors) + len(shapes))
+            return
+        if self.writer.failed is not None:
+            self.disable(f"writer failed: {self.writer.failed}", already_reported=True)
+            return
+        from .writer import StepData
+
+        self.writer.submit(StepData(
+            global_step=step, mode=self.mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
+            shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
+        ))
+        if not self._collections_written:
+            self._write_collections()
+
+    def _numpy_scalar(self, value):
+        backend = self._backend_for(value)
+        snap = backend.snapshot(value, False)
+        return backend.materialize([Request("scalar", snap, raw=True, shape=False, reductions=())])[0].raw
+
+    def _emit(self, plan: TensorPlan, result: Materialized, strip: bool, tensors, shapes, tb_scalars, tb_hists,
+              metrics) -> None:
+        """Append one tensor's records in the original's order: shape, reductions, raw."""
+        raw = result.raw
+        if plan.shape and result.shape is not None:
+            shapes.append((plan.name, tuple(result.shape)))
+        for (op, is_abs), value in result.reductions.items():
+            tensors.append((reduction_tag(plan.name, op, is_abs, strip), np.asarray(value)))
+        if raw is None:
+            return
+        if plan.histogram_tag and raw.size and raw.dtype.kind in "iuf":
+            tb_hists.append((plan.histogram_tag, raw))
+        if plan.raw:
+            if raw.size == 0:
+                shapes.append((plan.name, tuple(raw.shape)))  # nothing to store but its shape
+            else:
+                tensors.append((plan.name, raw))
+        if plan.tb_scalar and raw.size == 1 and raw.dtype.kind in "biuf":
+            value = float(raw.reshape(-1)[0])
+            tb_scalars.append((plan.name, value))
+            if plan.sm_metric:
+                metrics.append((f"{plan.name}_{self.mode.name}", value, None))
+
+    def _write_sm_metrics(self, metrics, step) -> None:
+        directory = os.environ.get(cfg.METRICS_DIR_ENV)
+        if not directory:
+            return
+        if self._metrics_file is None:
+            os.makedirs(directory, exist_ok=True)
+            self._metrics_file = open(os.path.join(directory, f"smdebug_{os.getpid()}.json"), "a")
+        for name, value, timestamp in metrics:
+            line = {"MetricName": name, "Value": value, "Timestamp": timestamp or time.time(),
+                    "IterationNumber": step}
+            self._metrics_file.write(json.dumps(line) + "\n")
+        self._metrics_file.flush()
+
+    def collections_json(self) -> bytes:
+        """The collections file: every collection with its resolved configs (FORMAT.md 4.3)."""
+        self._prepare_if_changed()
+        doc = {}
+        for name, coll in sorted(self.collection_manager.collections.items()):
+            entry = coll.to_json_dict()
+            prepared = self._by_name.get(name)
+            save_config = prepared.save_config if prepared else coll.save_config.resolved(
+                self.save_config, self.profile.default_save_interval)
+            reduction_config = prepared.reduction_config if prepared else (coll.reduction_config or
+                                                                           self.reduction_config)
+            entry["save_config"] = save_config.to_json_dict()
+            entry["reduction_config"] = reduction_config.to_json_dict()
+            if name in RAW_ONLY_COLLECTIONS:
+                entry["save_histogram"] = False
+            doc[name] = entry
+        num_workers = self.world_size if self.include_workers == "all" else 1
+        return json.dumps({"collections": doc, "_meta": {"num_workers": num_workers}}).encode()
+
+    def _write_collections(self) -> None:
+        if self.writer is not None:
+            self.writer.write_collections(self.collections_json())
+            self._collections_written = True
+
+    # --- lifecycle -------------------------------------------------------------------
+    def disable(self, reason: str, already_reported: bool = False) -> None:
+        """Stop capturing for the rest of the run (training goes on). Logs once."""
+        if not self.enabled:
+            return
+        self.enabled = False
+        self.saving_step = False
+        if not already_reported:
+            logger.warning("smdebug: hook disabled after an internal error (%s); training continues without "
+                           "tensor capture. Steps written before this are intact.", reason)
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            try:
+                writer.close(write_end_marker=False, timeout=10)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def close(self) -> None:
+        """Flush the last step, write the collections file and the end-of-training marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.enabled and self._step_open or self._pending or self._pending_scalars:
+            self.end_step()
+        if self.writer is not None:
+            try:
+                self._write_collections()
+                marker = self.is_chief and not cfg.on_sagemaker()
+                self.writer.close(write_end_marker=marker)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+        _unregister_hook(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return (f"<{type(self).__name__} out_dir={self.out_dir!r} worker={self.worker_name} "
+                f"step={self.global_step} mode={self.mode.name} collections={self.include_collections}>")
+
+
+# --- the process-wide current hook (zero-code-change and get_hook) -------------------------
+_current_hook: Optional[Hook] = None
+
+
+def _register_hook(hook: Hook) -> None:
+    global _current_hook
+    _current_hook = hook
+
+
+def _unregister_hook(hook: Hook) -> None:
+    global _current_hook
+    if _current_hook is hook:
+        _current_hook = None
+
+
+def get_hook(hook_class=Hook, json_config_path: Optional[str] = None,
+             create_if_not_exists: bool = False) -> Optional[Hook]:
+    """The hook of this process: the last one constructed, else (optionally) one from the JSON config.
+
+    Returns None when ``USE_SMDEBUG`` disables smdebug or no config file exists.
+    """
+    if not cfg.smdebug_enabled():
+        return None
+    if _current_hook is not None and isinstance(_current_hook, hook_class):
+        return _current_hook
+    if not create_if_not_exists:
+        return None
+    try:
+        return hook_class.create_from_json_file(json_config_path)
+    except FileNotFoundError:
+        return None

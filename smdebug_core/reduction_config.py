@@ -1,0 +1,179 @@
+"""What to save of a tensor: reductions, norms, the raw tensor, its shape.
+
+Reductions are computed in the training process (on the framework's device, batched)
+and stored as their own records tagged ``smdebug/reductions/[abs_]<op>/<tensor>``.
+
+Definitions are the same for every framework (the original library's differed per
+framework): ``std``/``variance`` are population statistics (ddof 0), and ``l1``/``l2``
+are norms of the flattened tensor.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, List, Optional, Tuple
+
+from .exceptions import ConfigError
+
+ALLOWED_REDUCTIONS = ("min", "max", "median", "mean", "std", "variance", "sum", "prod")
+ALLOWED_NORMS = ("l1", "l2")
+REDUCTION_TAG_PREFIX = "smdebug/reductions/"
+
+
+def _check_names(field: str, values, allowed) -> List[str]:
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    try:
+        names = list(values)
+    except TypeError:
+        raise ConfigError(f"{field} must be a list of names from {list(allowed)}, got {values!r}") from None
+    for name in names:
+        if name not in allowed:
+            raise ConfigError(f"unknown {field[:-1]} {name!r} in {field}; allowed: {', '.join(allowed)}")
+    # Keep the user's order, drop duplicates.
+    return list(dict.fromkeys(names))
+
+
+def _check_bool(field: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{field} must be True or False, got {value!r}")
+    return value
+
+
+class ReductionConfig:
+    """Which reductions of a tensor to save, and whether to save the tensor itself.
+
+    Args:
+        reductions: any of min, max, median, mean, std, variance, sum, prod.
+        abs_reductions: the same, computed on the absolute value of the tensor.
+        norms: any of l1, l2 (norms of the flattened tensor).
+        abs_norms: the same, on the absolute value.
+        save_raw_tensor: also save the full tensor.
+        save_shape: save the tensor's shape (cheap; kept in the index only).
+    """
+
+    def __init__(
+        self,
+        reductions: Optional[Iterable[str]] = None,
+        abs_reductions: Optional[Iterable[str]] = None,
+        norms: Optional[Iterable[str]] = None,
+        abs_norms: Optional[Iterable[str]] = None,
+        save_raw_tensor: bool = False,
+        save_shape: bool = False,
+    ):
+        self.reductions = _check_names("reductions", reductions, ALLOWED_REDUCTIONS)
+        self.abs_reductions = _check_names("abs_reductions", abs_reductions, ALLOWED_REDUCTIONS)
+        self.norms = _check_names("norms", norms, ALLOWED_NORMS)
+        self.abs_norms = _check_names("abs_norms", abs_norms, ALLOWED_NORMS)
+        self.save_raw_tensor = _check_bool("save_raw_tensor", save_raw_tensor)
+        self.save_shape = _check_bool("save_shape", save_shape)
+
+    def all_reductions(self) -> List[Tuple[str, bool]]:
+        """Every requested reduction as ``(name, abs)``, in the order records are written."""
+        return (
+            [(r, False) for r in self.reductions]
+            + [(n, False) for n in self.norms]
+            + [(r, True) for r in self.abs_reductions]
+            + [(n, True) for n in self.abs_norms]
+        )
+
+    @property
+    def has_reductions(self) -> bool:
+        return bool(self.reductions or self.abs_reductions or self.norms or self.abs_norms)
+
+    # --- the comma-string form used by JSON configs and collections files -------------
+    @classmethod
+    def from_string(cls, text: str, save_raw_tensor: bool = False, save_shape: bool = False) -> "ReductionConfig":
+        """Parse ``"min,max,abs_mean,l2_norm"``.
+
+        A norm may be written ``l2_norm`` (the original library's spelling, which it
+        requires) or ``l2`` (the spelling of its documentation); both are accepted.
+        """
+        if not isinstance(text, str):
+            raise ConfigError(f"reductions must be a comma-separated string, got {text!r}")
+        buckets = {"reductions": [], "abs_reductions": [], "norms": [], "abs_norms": []}
+        allowed_words = ", ".join(
+            list(ALLOWED_REDUCTIONS) + [f"{n}_norm" for n in ALLOWED_NORMS]
+            + ["abs_<any of these>"]
+        )
+        for item in (p.strip() for p in text.split(",")):
+            if not item:
+                continue
+            is_abs = item.startswith("abs_")
+            word = item[4:] if is_abs else item
+            if word.endswith("_norm"):
+                word = word[: -len("_norm")]
+            if word in ALLOWED_NORMS:
+                buckets["abs_norms" if is_abs else "norms"].append(word)
+            elif word in ALLOWED_REDUCTIONS:
+                buckets["abs_reductions" if is_abs else "reductions"].append(word)
+            else:
+                raise ConfigError(f"unknown reduction {item!r} in {text!r}; allowed: {allowed_words}")
+        return cls(save_raw_tensor=save_raw_tensor, save_shape=save_shape, **buckets)
+
+    def to_string(self) -> str:
+        """The comma-string form, in the original's order (plain, norms, abs, abs norms)."""
+        parts = (
+            list(self.reductions)
+            + [f"{n}_norm" for n in self.norms]
+            + [f"abs_{r}" for r in self.abs_reductions]
+            + [f"abs_{n}_norm" for n in self.abs_norms]
+        )
+        return ",".join(parts)
+
+    def to_json_dict(self) -> dict:
+        return {"save_raw_tensor": self.save_raw_tensor, "reductions": self.to_string(), "save_shape": self.save_shape}
+
+    @classmethod
+    def from_json_dict(cls, data) -> Optional["ReductionConfig"]:
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise ConfigError(f"reduction_config must be an object, got {data!r}")
+        return cls.from_string(
+            data.get("reductions") or "",
+            save_raw_tensor=bool(data.get("save_raw_tensor", False)),
+            save_shape=bool(data.get("save_shape", False)),
+        )
+
+    def __eq__(self, other):
+        return isinstance(other, ReductionConfig) and self.to_json_dict() == other.to_json_dict()
+
+    def __repr__(self):
+        return (
+            f"ReductionConfig(reductions={self.reductions}, abs_reductions={self.abs_reductions}, "
+            f"norms={self.norms}, abs_norms={self.abs_norms}, save_raw_tensor={self.save_raw_tensor}, "
+            f"save_shape={self.save_shape})"
+        )
+
+
+def reduction_tag(tensor_name: str, reduction: str, is_abs: bool, strip_output_index: bool = True) -> str:
+    """The record name of a reduction, e.g. ``smdebug/reductions/abs_l2/fc.weight``.
+
+    Like the original, every framework but TensorFlow drops ``:<digits>`` suffixes.
+    """
+    body = f"{'abs_' if is_abs else ''}{reduction}/{tensor_name}"
+    if strip_output_index:
+        body = _strip_output_index(body)
+    return REDUCTION_TAG_PREFIX + body
+
+
+def parse_reduction_tag(tag: str) -> Optional[Tuple[str, bool, str]]:
+    """``(reduction, abs, tensor_name)`` for a reduction record name, else None."""
+    pos = tag.find(REDUCTION_TAG_PREFIX)
+    if pos < 0:
+        return None
+    rest = tag[pos + len(REDUCTION_TAG_PREFIX):]
+    op, sep, tensor = rest.partition("/")
+    if not sep:
+        return None
+    is_abs = op.startswith("abs_")
+    return (op[4:] if is_abs else op), is_abs, tensor
+
+
+_OUTPUT_INDEX = re.compile(r":\d+")
+
+
+def _strip_output_index(text: str) -> str:
+    return _OUTPUT_INDEX.sub("", text)

@@ -1,0 +1,244 @@
+"""When to save: SaveConfig and its per-mode part, SaveConfigMode.
+
+Semantics (the original library's, see FORMAT.md 8.2):
+
+* decisions are taken on the *mode step* of the current mode;
+* a step is saved if it is in ``save_steps`` **or** if
+  ``start_step <= step < end_step and step % save_interval == 0``
+  (``save_steps`` is a union with the interval, ``end_step`` is exclusive, and
+  the modulo is taken on the absolute step, not relative to ``start_step``);
+* fields left as ``None`` are inherited: from the same SaveConfig's base fields,
+  then from the hook's SaveConfig (for a collection's), then from the built-in
+  defaults (interval 500, or the framework's own default such as XGBoost's 10).
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional
+
+from .exceptions import ConfigError
+from .modes import ALL_MODES, ModeKeys
+
+DEFAULT_SAVE_INTERVAL = 500
+_FIELDS = ("save_interval", "start_step", "end_step", "save_steps")
+
+
+def _check_int(field, value, minimum, allow_none=True):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{field} must be an integer, got {value!r}")
+    if not isinstance(value, int):
+        # Accept integral numpy scalars and numeric strings (JSON configs hold strings).
+        try:
+            as_int = int(str(value).strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{field} must be an integer, got {value!r}") from None
+        if isinstance(value, float) and value != as_int:
+            raise ConfigError(f"{field} must be an integer, got {value!r}")
+        value = as_int
+    if value < minimum:
+        raise ConfigError(f"{field} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_steps(value) -> Optional[List[int]]:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v for v in (p.strip() for p in value.split(",")) if v]
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    try:
+        items = list(value)
+    except TypeError:
+        raise ConfigError(f"save_steps must be a list of non-negative integers, got {value!r}") from None
+    return sorted({_check_int("save_steps entry", v, 0, allow_none=False) for v in items})
+
+
+class SaveConfigMode:
+    """How often to save in one mode. Any field left ``None`` is inherited.
+
+    Args:
+        save_interval: save every N mode steps (N >= 1).
+        start_step: first mode step that may be saved by the interval rule.
+        end_step: mode steps from here on are not saved by the interval rule (exclusive).
+        save_steps: extra mode steps to save, in union with the interval rule.
+    """
+
+    __slots__ = ("_save_interval", "_start_step", "_end_step", "_save_steps", "_frozen_steps")
+
+    def __init__(self, save_interval=None, start_step=None, end_step=None, save_steps=None):
+        self._save_interval = _check_int("save_interval", save_interval, 1)
+        self._start_step = _check_int("start_step", start_step, 0)
+        self._end_step = _check_int("end_step", end_step, 0)
+        self._save_steps = _check_steps(save_steps)
+        self._frozen_steps = frozenset(self._save_steps or ())
+        self._check_range()
+
+    def _check_range(self):
+        if self._end_step is not None and self._start_step is not None and self._end_step < self._start_step:
+            raise ConfigError(
+                f"end_step ({self._end_step}) must not be smaller than start_step ({self._start_step})"
+            )
+
+    # Properties, so that ``coll.save_config.end_step = 0`` validates too.
+    @property
+    def save_interval(self):
+        return self._save_interval
+
+    @save_interval.setter
+    def save_interval(self, value):
+        self._save_interval = _check_int("save_interval", value, 1)
+
+    @property
+    def start_step(self):
+        return self._start_step
+
+    @start_step.setter
+    def start_step(self, value):
+        self._start_step = _check_int("start_step", value, 0)
+        self._check_range()
+
+    @property
+    def end_step(self):
+        return self._end_step
+
+    @end_step.setter
+    def end_step(self, value):
+        self._end_step = _check_int("end_step", value, 0)
+        self._check_range()
+
+    @property
+    def save_steps(self):
+        return self._save_steps
+
+    @save_steps.setter
+    def save_steps(self, value):
+        self._save_steps = _check_steps(value)
+        self._frozen_steps = frozenset(self._save_steps or ())
+
+    def fields(self) -> dict:
+        return {f: getattr(self, f) for f in _FIELDS}
+
+    def filled_from(self, fallback: "SaveConfigMode") -> "SaveConfigMode":
+        """A copy with every ``None`` field taken from ``fallback``."""
+        mine, theirs = self.fields(), fallback.fields()
+        return SaveConfigMode(**{f: mine[f] if mine[f] is not None else theirs[f] for f in _FIELDS})
+
+    def should_save_step(self, step: int) -> bool:
+        """Whether ``step`` (a mode step) is saved. Requires a fully resolved config."""
+        if step in self._frozen_steps:
+            return True
+        start = self._start_step or 0
+        end = self._end_step
+        if step < start or (end is not None and step >= end):
+            return False
+        return step % (self._save_interval or DEFAULT_SAVE_INTERVAL) == 0
+
+    def to_json_dict(self) -> dict:
+        return {
+            "save_interval": self.save_interval,
+            "save_steps": list(self.save_steps or []),
+            "start_step": self.start_step,
+            "end_step": self.end_step,
+        }
+
+    @classmethod
+    def from_json_dict(cls, data) -> "SaveConfigMode":
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ConfigError(f"a mode's save config must be an object, got {data!r}")
+        return cls(**{f: data.get(f) for f in _FIELDS})
+
+    def __eq__(self, other):
+        return isinstance(other, SaveConfigMode) and self.fields() == other.fields()
+
+    def __repr__(self):
+        set_fields = ", ".join(f"{k}={v!r}" for k, v in self.fields().items() if v is not None)
+        return f"SaveConfigMode({set_fields})"
+
+
+class SaveConfig:
+    """How often to save, optionally per mode.
+
+    ``SaveConfig(save_interval=100)`` saves mode steps 0, 100, 200, ... in every mode.
+    ``SaveConfig(mode_save_configs={smd.modes.TRAIN: smd.SaveConfigMode(save_interval=1)})``
+    configures modes separately; unspecified modes and fields use the defaults.
+    The keyword fields set the base for every mode; per-mode values override them.
+    """
+
+    def __init__(
+        self,
+        mode_save_configs: Optional[Dict] = None,
+        save_interval: Optional[int] = None,
+        start_step: Optional[int] = None,
+        end_step: Optional[int] = None,
+        save_steps: Optional[Iterable[int]] = None,
+    ):
+        self.base = SaveConfigMode(save_interval, start_step, end_step, save_steps)
+        self.mode_save_configs: Dict[ModeKeys, SaveConfigMode] = {}
+        if mode_save_configs is not None:
+            if not isinstance(mode_save_configs, dict):
+                raise ConfigError(
+                    f"mode_save_configs must be a dict mapping modes to SaveConfigMode, got {mode_save_configs!r}"
+                )
+            for mode, cfg in mode_save_configs.items():
+                mode = ModeKeys.parse(mode)
+                if isinstance(cfg, dict):
+                    cfg = SaveConfigMode(**cfg)
+                elif cfg is None:
+                    cfg = SaveConfigMode()
+                elif not isinstance(cfg, SaveConfigMode):
+                    raise ConfigError(f"save config for mode {mode.name} must be a SaveConfigMode, got {cfg!r}")
+                self.mode_save_configs[mode] = cfg
+
+    # Base fields as attributes: ``coll.save_config.end_step = 0`` disables a collection.
+    save_interval = property(lambda self: self.base.save_interval,
+                             lambda self, v: setattr(self.base, "save_interval", v))
+    start_step = property(lambda self: self.base.start_step, lambda self, v: setattr(self.base, "start_step", v))
+    end_step = property(lambda self: self.base.end_step, lambda self, v: setattr(self.base, "end_step", v))
+    save_steps = property(lambda self: self.base.save_steps, lambda self, v: setattr(self.base, "save_steps", v))
+
+    def get_save_config(self, mode) -> SaveConfigMode:
+        """The (possibly partial) config of one mode: per-mode fields over base fields."""
+        mode = ModeKeys.parse(mode)
+        specific = self.mode_save_configs.get(mode)
+        return specific.filled_from(self.base) if specific is not None else self.base.filled_from(SaveConfigMode())
+
+    def resolved(self, parent: Optional["SaveConfig"] = None, default_interval: int = DEFAULT_SAVE_INTERVAL
+                 ) -> "SaveConfig":
+        """A SaveConfig with every mode and field set: own values, then ``parent``'s, then defaults."""
+        builtin = SaveConfigMode(save_interval=default_interval, start_step=0, end_step=None, save_steps=[])
+        modes = {}
+        for mode in ALL_MODES:
+            cfg = self.get_save_config(mode)
+            if parent is not None:
+                cfg = cfg.filled_from(parent.get_save_config(mode))
+            modes[mode] = cfg.filled_from(builtin)
+        return SaveConfig(mode_save_configs=modes)
+
+    def should_save_step(self, mode, step: int) -> bool:
+        """Whether mode step ``step`` of ``mode`` is saved (unset fields use the defaults)."""
+        return self.get_save_config(mode).should_save_step(step)
+
+    def to_json_dict(self) -> dict:
+        return {mode.name: self.get_save_config(mode).to_json_dict() for mode in ALL_MODES}
+
+    @classmethod
+    def from_json_dict(cls, data) -> "SaveConfig":
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ConfigError(f"save_config must be an object keyed by mode name, got {data!r}")
+        return cls(mode_save_configs={ModeKeys.parse(k): SaveConfigMode.from_json_dict(v) for k, v in data.items()})
+
+    def __eq__(self, other):
+        return isinstance(other, SaveConfig) and all(
+            self.get_save_config(m) == other.get_save_config(m) for m in ALL_MODES
+        )
+
+    def __repr__(self):
+        parts = [repr(self.base)]
+        parts += [f"{m.name}: {c!r}" for m, c in self.mode_save_configs.items()]
+        return f"SaveConfig({', '.join(parts)})"

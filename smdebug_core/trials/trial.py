@@ -1,0 +1,824 @@
+"""The Trial: a read-only view of one run directory (FORMAT.md section 5).
+
+A trial discovers data only through the collections files and the index files; it opens
+an event file only when a value is asked for. Index files are read incrementally: each
+refresh lists the index buckets whose directory changed and parses only the files it has
+not read before.
+"""
+from __future__ import annotations
+
+import bisect
+import enum
+import logging
+import os
+import sys
+import time
+from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
+
+from ..collections import Collection, CollectionManager
+from ..exceptions import (
+    ConfigError,
+    CorruptCollectionsFile,
+    IndexReaderException,
+    MissingCollectionFiles,
+    NoMoreData,
+    StepNotYetAvailable,
+    StepUnavailable,
+    TensorUnavailable,
+)
+from ..format.index import parse_index_json
+from ..format.layout import (
+    COLLECTIONS_DIR,
+    COLLECTIONS_SUFFIX,
+    END_OF_JOB_FILE,
+    EVENTS_DIR,
+    INDEX_DIR,
+    INDEX_FILE_SUFFIX,
+    deserialize_worker_name,
+    parse_step_and_worker,
+    validate_step,
+)
+from ..modes import ModeKeys
+from ..reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
+from .storage import open_storage
+from .tensor import Tensor, TensorLocation
+
+logger = logging.getLogger("smdebug.trials")
+
+GLOBAL = ModeKeys.GLOBAL
+_RECORD_CHECKS = ("minimal", "full", "none")
+#: Index buckets hold the files of 1000 consecutive steps (FORMAT 1.2).
+_BUCKET_SPAN = 1000
+#: A bucket whose directory changed less than this long ago is listed again even if its
+#: mtime did not move: directory mtimes are coarse, a file renamed into the bucket in the
+#: same clock tick as our last listing would otherwise be missed.
+_RESCAN_GRACE_NS = 2_000_000_000
+#: Show a progress bar for loads and reads bigger than these.
+_PROGRESS_MIN_INDEX_FILES = 5000
+DEFAULT_WAIT_TIMEOUT_S = 30.0
+DEFAULT_POLL_INTERVAL_S = 0.5
+DEFAULT_INCOMPLETE_STEP_WAIT_WINDOW = 1000
+
+
+class StepState(enum.Enum):
+    """Whether a step can be read now (``has_passed_step``)."""
+
+    UNAVAILABLE = 0
+    AVAILABLE = 1
+    NOT_YET_AVAILABLE = 2
+
+
+def _env_number(names: Tuple[str, ...], default, parse):
+    """First of ``names`` set in the environment, parsed; ``default`` if none is set."""
+    for name in names:
+        raw = os.environ.get(name)
+        if raw is None or not raw.strip():
+            continue
+        try:
+            value = parse(raw.strip())
+        except ValueError:
+            raise ValueError(f"environment variable {name}={raw!r} is not a valid number") from None
+        if value < 0:
+            raise ValueError(f"environment variable {name}={raw!r} must not be negative")
+        return value
+    return default
+
+
+def _progress_wanted(progress: Optional[bool]) -> bool:
+    if progress is None:
+        try:
+            return sys.stderr is not None and sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            return False
+    return bool(progress)
+
+
+def _progress_bar(wanted: bool, total: int, desc: str):
+    """A tqdm bar, or None when not wanted (or tqdm is missing)."""
+    if not wanted:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a declared dependency
+        return None
+    return tqdm(total=total, desc=desc, unit="file", leave=False)
+
+
+def _validate_range_steps(range_steps):
+    if range_steps is None:
+        return None
+    if not isinstance(range_steps, (tuple, list)) or len(range_steps) != 2:
+        raise ValueError(f"range_steps must be a (begin, end) pair, got {range_steps!r}")
+    begin, end = range_steps
+    begin = None if begin is None else validate_step(begin, "range_steps begin")
+    end = None if end is None else validate_step(end, "range_steps end")
+    if begin is not None and end is not None and end <= begin:
+        raise ValueError(f"range_steps end must be greater than begin, got {range_steps!r}")
+    return (begin, end)
+
+
+def _worker_from_name(raw: str) -> str:
+    # TensorFlow MirroredStrategy workers are serialized device names, which always
+    # start with "/" and so are stored starting with "_" (FORMAT 1.2). Only those are
+    # deserialized; the original's "'__' anywhere in the path" test is a known bug.
+    return deserialize_worker_name(raw) if raw.startswith("_") else raw
+
+
+class Trial:
+    """Everything one training run saved: steps, modes, workers, collections and tensors.
+
+    Create it with :func:`create_trial`. Queries that list things (``steps()``,
+    ``tensor_names()``, ``has_passed_step()``) pick up new files written since the last
+    call; value lookups refresh only when what they ask for is not known yet.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        name: Optional[str] = None,
+        range_steps=None,
+        check: Union[bool, str] = False,
+        index_mode: bool = True,
+        cache: bool = False,
+        wait_timeout: Optional[float] = None,
+        progress: Optional[bool] = None,
+    ):
+        if not index_mode:
+            raise NotImplementedError(
+                "index_mode=False (discovering tensors by reading whole event files) is not "
+                "supported: index files are mandatory in the smdebug format"
+            )
+        self._storage = open_storage(path)
+        self.path = self._storage.root
+        self.name = name if name is not None else os.path.basename(self.path.rstrip("/")) or self.path
+        self.range_steps = _validate_range_steps(range_steps)
+        if check is True:
+            self._record_check = "full"
+        elif check is False or check is None:
+            self._record_check = "minimal"
+        elif check in _RECORD_CHECKS:
+            self._record_check = check
+        else:
+            raise ValueError(f"check must be True, False or one of {_RECORD_CHECKS}, got {check!r}")
+        self.check = check
+        self.index_mode = True
+        self.cache = bool(cache)
+        if wait_timeout is None:
+            wait_timeout = _env_number(("SMDEBUG_TRIAL_WAIT_TIMEOUT",), DEFAULT_WAIT_TIMEOUT_S, float)
+        if not isinstance(wait_timeout, (int, float)) or isinstance(wait_timeout, bool) or wait_timeout < 0:
+            raise ValueError(f"wait_timeout must be a non-negative number of seconds (math.inf: no limit), got {wait_timeout!r}")
+        self.wait_timeout = float(wait_timeout)
+        self.poll_interval = DEFAULT_POLL_INTERVAL_S
+        self.progress = progress
+        # Turned off by a caller that knows nothing new can appear (rule engines).
+        self.dynamic_refresh = True
+
+        window = _env_number(
+            ("SMDEBUG_INCOMPLETE_STEP_WAIT_WINDOW", "INCOMPLETE_STEP_WAIT_WINDOW"),
+            DEFAULT_INCOMPLETE_STEP_WAIT_WINDOW,
+            int,
+        )
+        self._incomplete_step_window = max(1, window)
+        # The original always slept 1 s after seeing the end marker, "to let the last files
+        # land". We check the marker *before* listing, and writers create it only after
+        # every other file (FORMAT 5.4), so that listing is already complete: no delay
+        # unless one is asked for.
+        self._training_end_delay = _env_number(
+            ("SMDEBUG_TRAINING_END_DELAY_REFRESH", "TRAINING_END_DELAY_REFRESH"), 0.0, float
+        )
+
+        # --- state built from index files ---
+        self._tensors: Dict[str, Tensor] = {}
+        self._global_to_mode: Dict[int, Tuple[ModeKeys, int]] = {}
+        self._mode_to_global: Dict[ModeKeys, Dict[int, int]] = {}
+        self._workers_for_step: Dict[int, Set[str]] = {}
+        self._tensors_for_step: Dict[int, Set[str]] = {}
+        self._tensors_for_mode: Dict[ModeKeys, Set[str]] = {}
+        self._sorted_steps: Optional[List[int]] = []
+        self._sorted_mode_steps: Dict[ModeKeys, List[int]] = {}
+        self.last_complete_step = -1
+        self.loaded_all_steps = False
+        self.num_workers = 0
+        self._workers: Set[str] = set()
+        # Incremental listing: files already read and the mtime seen, per index bucket.
+        self._seen_index_files: Dict[str, Set[str]] = {}
+        self._bucket_mtime: Dict[str, int] = {}
+        self.corrupt_index_files: List[str] = []
+        self.stats: Dict[str, int] = self._storage.stats
+        self.stats.update(index_files_parsed=0, refreshes=0)
+
+        self._collection_manager: Optional[CollectionManager] = None
+        self._load_collections()
+        self.refresh(progress=progress)
+
+    # ------------------------------------------------------------------ lifecycle
+    def __repr__(self):
+        return (
+            f"<Trial name={self.name!r} path={self.path!r} steps={len(self._global_to_mode)} "
+            f"tensors={len(self._tensors)} workers={sorted(self._workers)} "
+            f"ended={self.loaded_all_steps}>"
+        )
+
+    def close(self) -> None:
+        """Close the event files kept open for reading."""
+        self._storage.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        storage = getattr(self, "_storage", None)
+        if storage is not None:
+            storage.close()
+
+    @property
+    def index_files_read(self) -> int:
+        """How many index files this trial has parsed so far (each is read once)."""
+        return self.stats["index_files_parsed"]
+
+    # ------------------------------------------------------------------ collections
+    def _list_collection_files(self) -> List[str]:
+        return sorted(
+            e.name
+            for e in self._storage.list_dir(COLLECTIONS_DIR)
+            if not e.is_dir and e.name.endswith(COLLECTIONS_SUFFIX) and len(e.name) > len(COLLECTIONS_SUFFIX)
+        )
+
+    def _describe_run_directory(self) -> str:
+        index_buckets = [e.name for e in self._storage.list_dir(INDEX_DIR) if e.is_dir]
+        index_files = sum(len(self._storage.list_dir(f"{INDEX_DIR}/{b}")) for b in index_buckets[:50])
+        parts = [
+            f"directory exists: {'yes' if self._storage.is_dir() else 'NO'}",
+            f"index files: {index_files}{'+' if len(index_buckets) > 50 else ''}",
+            f"events/ present: {'yes' if self._storage.is_dir(EVENTS_DIR) else 'no'}",
+            f"{END_OF_JOB_FILE}: {'present' if self._storage.exists(END_OF_JOB_FILE) else 'absent'}",
+        ]
+        return "; ".join(parts)
+
+    def _load_collections(self) -> None:
+        """Read the first collections file, then wait (bounded) for every worker's one."""
+        deadline = time.monotonic() + self.wait_timeout
+        coll_dir = self._storage.local_path(COLLECTIONS_DIR)
+        files = self._list_collection_files()
+        while not files:
+            if self._storage.exists(END_OF_JOB_FILE):
+                raise MissingCollectionFiles(
+                    f"training has ended ({END_OF_JOB_FILE} exists) but there is no "
+                    f"'*{COLLECTIONS_SUFFIX}' file in {coll_dir} ({self._describe_run_directory()})"
+                )
+            if time.monotonic() >= deadline:
+                raise MissingCollectionFiles(
+                    f"no '*{COLLECTIONS_SUFFIX}' file appeared in {coll_dir} within "
+                    f"{self.wait_timeout:g} s ({self._describe_run_directory()}). Is the path right? "
+                    "A running job writes its collections file after its first saved step; "
+                    "pass a larger wait_timeout (or set SMDEBUG_TRIAL_WAIT_TIMEOUT) to wait longer"
+                )
+            time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
+            files = self._list_collection_files()
+
+        first = f"{COLLECTIONS_DIR}/{files[0]}"
+        try:
+            data = self._storage.read_file(first)
+            manager, num_workers = CollectionManager.from_json(data)
+        except (ConfigError, ValueError) as exc:
+            raise CorruptCollectionsFile(f"{self._storage.local_path(first)}: {exc}") from None
+        except FileNotFoundError:
+            raise CorruptCollectionsFile(f"{self._storage.local_path(first)} vanished while being read") from None
+        self._collection_manager = manager
+        self.num_workers = num_workers
+
+        while len(files) < num_workers:
+            if self._storage.exists(END_OF_JOB_FILE):
+                logger.warning(
+                    "%s: training ended with %d of %d workers' collections files; reading what there is",
+                    self.path, len(files), num_workers,
+                )
+                break
+            if time.monotonic() >= deadline:
+                raise MissingCollectionFiles(
+                    f"{files[0]} says the run has {num_workers} workers, but only {len(files)} "
+                    f"collections file(s) ({', '.join(files)}) appeared in {coll_dir} within "
+                    f"{self.wait_timeout:g} s; pass a larger wait_timeout to wait longer"
+                )
+            time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
+            files = self._list_collection_files()
+        self._set_workers(files)
+
+    def _set_workers(self, collection_files: Iterable[str]) -> None:
+        self._workers = {_worker_from_name(f[: -len(COLLECTIONS_SUFFIX)]) for f in collection_files}
+
+    def collections(self) -> Dict[str, Collection]:
+        """All collections of the run, by name."""
+        return self._collection_manager.collections
+
+    def collection(self, name: str) -> Collection:
+        """The collection called ``name``; KeyError naming the known ones if there is none."""
+        coll = self._collection_manager.collections.get(name)
+        if coll is None:
+            known = ", ".join(sorted(self._collection_manager.collections)) or "none"
+            raise KeyError(f"no collection named {name!r} in trial {self.name!r}; known: {known}")
+        return coll
+
+    # ------------------------------------------------------------------ refreshing
+    def _maybe_refresh(self) -> None:
+        if self.dynamic_refresh and not self.loaded_all_steps:
+            self.refresh()
+
+    def refresh(self, progress: Optional[bool] = None) -> int:
+        """Read index files written since the last refresh; returns how many were new.
+
+        Once the end-of-training marker has been seen, all data is known and this
+        does nothing.
+        """
+        if self.loaded_all_steps:
+            return 0
+        self.stats["refreshes"] += 1
+        # Looked at before listing: a writer creates the marker after all its other files,
+        # so a listing that starts after we saw the marker sees everything.
+        ended = self._storage.exists(END_OF_JOB_FILE)
+        new = self._read_new_index_files(self.progress if progress is None else progress)
+        if ended:
+            if self._training_end_delay > 0:
+                time.sleep(self._training_end_delay)
+                new += self._read_new_index_files(False)
+            self._mark_training_ended()
+        else:
+            self._apply_incomplete_step_window()
+            if len(self._workers) < self.num_workers:
+                self._set_workers(self._list_collection_files())
+        return new
+
+    def _bucket_in_range(self, bucket: int) -> bool:
+        if self.range_steps is None:
+            return True
+        begin, end = self.range_steps
+        lo, hi = bucket * _BUCKET_SPAN, (bucket + 1) * _BUCKET_SPAN  # steps [lo, hi)
+        return (begin is None or hi > begin) and (end is None or lo < end)
+
+    def _step_in_range(self, step: int) -> bool:
+        if self.range_steps is None:
+            return True
+        begin, end = self.range_steps
+        return (begin is None or step >= begin) and (end is None or step < end)
+
+    def _read_new_index_files(self, progress: Optional[bool]) -> int:
+        now_ns = time.time_ns()
+        todo: List[Tuple[str, List[Tuple[int, str, str]]]] = []
+        total = 0
+        for bucket in sorted(self._storage.list_dir(INDEX_DIR)):
+            if not bucket.is_dir or not bucket.name.isdigit():
+                continue
+            if not self._bucket_in_range(int(bucket.name)):
+                continue
+            prev = self._bucket_mtime.get(bucket.name)
+            if prev == bucket.mtime_ns and now_ns - bucket.mtime_ns > _RESCAN_GRACE_NS:
+                continue  # unchanged since we listed it
+            # Remember the mtime seen *before* listing: a change after it shows up next time.
+            self._bucket_mtime[bucket.name] = bucket.mtime_ns
+            seen = self._seen_index_files.setdefault(bucket.name, set())
+            rel = f"{INDEX_DIR}/{bucket.name}"
+            new_files = []
+            for entry in self._storage.list_dir(rel):
+                name = entry.name
+                if entry.is_dir or name in seen or not name.endswith(INDEX_FILE_SUFFIX):
+                    continue
+                try:
+                    step, worker = parse_step_and_worker(name)
+                except ValueError:
+                    logger.debug("ignoring %s/%s: not an index file name", rel, name)
+                    seen.add(name)
+                    continue
+                if not self._step_in_range(step):
+                    seen.add(name)
+                    continue
+                new_files.append((step, name, _worker_from_name(worker)))
+            if new_files:
+                # Lexicographic order = step order: "the first file seen for a step wins".
+                new_files.sort(key=lambda item: item[1])
+                todo.append((rel, new_files))
+                total += len(new_files)
+        if not total:
+            return 0
+
+        bar = _progress_bar(total >= _PROGRESS_MIN_INDEX_FILES and _progress_wanted(progress), total, "index files")
+        first_error: Optional[IndexReaderException] = None
+        new_steps = False
+        try:
+            for rel, files in todo:
+                seen = self._seen_index_files[rel[len(INDEX_DIR) + 1 :]]
+                datas = self._storage.read_small_files(rel, [name for _, name, _ in files])
+                for (step, name, worker), data in zip(files, datas):
+                    if data is None:
+                        continue  # vanished between listing and reading: look again next time
+                    try:
+                        parsed = parse_index_json(data, f"{self._storage.local_path(rel)}/{name}")
+                    except IndexReaderException as exc:
+                        # Register the readable files first, then report the bad one once;
+                        # later refreshes skip it (it is listed in corrupt_index_files).
+                        first_error = first_error or exc
+                        self.corrupt_index_files.append(f"{rel}/{name}")
+                        seen.add(name)
+                        continue
+                    seen.add(name)
+                    new_steps |= self._register_index(step, worker, parsed)
+                self.stats["index_files_parsed"] += len(files)
+                if bar is not None:
+                    bar.update(len(files))
+        finally:
+            if bar is not None:
+                bar.close()
+            if new_steps:
+                self._sorted_steps = None
+                self._sorted_mode_steps.clear()
+        if first_error is not None:
+            raise first_error
+        return total
+
+    def _register_index(self, step: int, worker: str, parsed) -> bool:
+        """Add one parsed index file; returns True if ``step`` was new."""
+        mode, mode_step = parsed.mode, parsed.mode_step
+        is_new = step not in self._global_to_mode
+        if is_new:
+            self._global_to_mode[step] = (mode, mode_step)
+            if mode is GLOBAL and mode_step != step:
+                logger.warning(
+                    "%s: step %d is in GLOBAL mode with mode_step %d; GLOBAL-mode data must have "
+                    "mode_step == global step (FORMAT 1.5)", self.path, step, mode_step,
+                )
+        if mode is not GLOBAL:
+            self._mode_to_global.setdefault(mode, {}).setdefault(mode_step, step)
+
+        workers = self._workers_for_step.get(step)
+        if workers is None:
+            workers = self._workers_for_step[step] = set()
+        workers.add(worker)
+        if len(workers) >= self.num_workers and step > self.last_complete_step:
+            self.last_complete_step = step
+
+        step_names = self._tensors_for_step.get(step)
+        if step_names is None:
+            step_names = self._tensors_for_step[step] = set()
+        mode_names = self._tensors_for_mode.get(mode)
+        if mode_names is None:
+            mode_names = self._tensors_for_mode[mode] = set()
+        tensors = self._tensors
+        event_file = parsed.event_file_name
+        for entry in parsed.tensors:
+            name = entry.name
+            reduction = parse_reduction_tag(name) if REDUCTION_TAG_PREFIX in name else None
+            location = TensorLocation(event_file, entry.start_idx, entry.length, entry.crc32c)
+            if reduction is not None:
+                op, is_abs, name = reduction
+            tensor = tensors.get(name)
+            if tensor is None:
+                tensor = tensors[name] = Tensor(name, self)
+            if reduction is None:
+                tensor._add_location(step, worker, location)
+            else:
+                tensor._add_reduction(step, worker, (op, is_abs), location)
+            step_names.add(name)
+            mode_names.add(name)
+        for name, shape in parsed.shapes:
+            tensor = tensors.get(name)
+            if tensor is None:
+                tensor = tensors[name] = Tensor(name, self)
+            tensor._add_shape(step, worker, shape)
+            step_names.add(name)
+            mode_names.add(name)
+        return is_new
+
+    def _mark_training_ended(self) -> None:
+        self.loaded_all_steps = True
+        if self._global_to_mode:
+            self.last_complete_step = max(self.last_complete_step, self._all_steps_sorted()[-1])
+        logger.debug("%s: training has ended; %d steps loaded", self.path, len(self._global_to_mode))
+
+    def _apply_incomplete_step_window(self) -> None:
+        """Stop waiting for the oldest stragglers once too many steps are incomplete (FORMAT 5.3).
+
+        The original compared ``len(steps) - (last_complete_step + 1)`` with the window,
+        which assumes every step is saved; this counts the steps actually waiting.
+        """
+        steps = self._all_steps_sorted()
+        first_incomplete = bisect.bisect_right(steps, self.last_complete_step)
+        waiting = len(steps) - first_incomplete
+        if waiting > self._incomplete_step_window:
+            give_up = max(1, self._incomplete_step_window // 2)
+            self.last_complete_step = steps[first_incomplete + give_up - 1]
+            logger.info(
+                "%s: %d steps are incomplete (more than INCOMPLETE_STEP_WAIT_WINDOW=%d); "
+                "treating steps up to %d as complete",
+                self.path, waiting, self._incomplete_step_window, self.last_complete_step,
+            )
+
+    # ------------------------------------------------------------------ steps and modes
+    def _all_steps_sorted(self, mode: ModeKeys = GLOBAL) -> List[int]:
+        if mode is GLOBAL:
+            if self._sorted_steps is None:
+                self._sorted_steps = sorted(self._global_to_mode)
+            return self._sorted_steps
+        cached = self._sorted_mode_steps.get(mode)
+        if cached is None:
+            cached = self._sorted_mode_steps[mode] = sorted(self._mode_to_global.get(mode, ()))
+        return cached
+
+    def _is_complete(self, global_step: int) -> bool:
+        return (
+            self.loaded_all_steps
+            or global_step <= self.last_complete_step
+            or len(self._workers_for_step.get(global_step, ())) >= self.num_workers
+        )
+
+    def steps(self, mode=GLOBAL, show_incomplete_steps: bool = False) -> List[int]:
+        """Sorted saved steps: global steps for GLOBAL, else that mode's own step numbers.
+
+        Only complete steps (every worker wrote them, a later step is complete, or
+        training ended) unless ``show_incomplete_steps``.
+        """
+        mode = ModeKeys.parse(mode)
+        self._maybe_refresh()
+        steps = self._all_steps_sorted(mode)
+        if show_incomplete_steps or self.loaded_all_steps:
+            return list(steps)
+        if mode is GLOBAL:
+            cut = bisect.bisect_right(steps, self.last_complete_step)
+            return steps[:cut] + [s for s in steps[cut:] if self._is_complete(s)]
+        to_global = self._mode_to_global[mode] if steps else {}
+        return [s for s in steps if self._is_complete(to_global[s])]
+
+    def modes(self) -> List[ModeKeys]:
+        """The modes (other than GLOBAL) that have saved steps."""
+        self._maybe_refresh()
+        return sorted(self._mode_to_global, key=lambda m: m.value)
+
+    def _known_global_step(self, mode: ModeKeys, mode_step: int) -> Optional[int]:
+        if mode is GLOBAL:
+            return mode_step if mode_step in self._global_to_mode else None
+        return self._mode_to_global.get(mode, {}).get(mode_step)
+
+    def _raise_step_missing(self, step: int, mode: ModeKeys):
+        """Raise the exception that says why ``step`` of ``mode`` has no data."""
+        state = self._step_state(step, mode)
+        if state is StepState.NOT_YET_AVAILABLE:
+            raise StepNotYetAvailable(f"step {step} of mode {mode.name} is not available yet in trial {self.name!r}")
+        steps = self._all_steps_sorted(mode)
+        if self.loaded_all_steps and (not steps or step > steps[-1]):
+            last = steps[-1] if steps else None
+            raise NoMoreData(
+                f"training has ended; step {step} of mode {mode.name} was never saved "
+                f"(last saved step of that mode: {last})"
+            )
+        raise StepUnavailable(f"step {step} of mode {mode.name} was not saved in trial {self.name!r}")
+
+    def _resolve(self, step, mode) -> Tuple[int, ModeKeys, int]:
+        """``(global_step, mode, step)`` for a step given in ``mode``'s numbering.
+
+        For GLOBAL the global step is returned as is, known or not; for other modes an
+        unknown mode step triggers a refresh and then the matching exception.
+        """
+        mode = ModeKeys.parse(mode)
+        step = validate_step(step)
+        if mode is GLOBAL:
+            return step, mode, step
+        g = self._known_global_step(mode, step)
+        if g is None:
+            self._maybe_refresh()
+            g = self._known_global_step(mode, step)
+            if g is None:
+                self._raise_step_missing(step, mode)
+        return g, mode, step
+
+    def mode_modestep(self, global_step) -> Tuple[ModeKeys, int]:
+        """``(mode, mode_step)`` of a saved global step."""
+        g = validate_step(global_step, "global_step")
+        hit = self._global_to_mode.get(g)
+        if hit is None:
+            self._maybe_refresh()
+            hit = self._global_to_mode.get(g)
+            if hit is None:
+                self._raise_step_missing(g, GLOBAL)
+        return hit
+
+    def mode(self, global_step) -> ModeKeys:
+        """The mode a saved global step belongs to."""
+        return self.mode_modestep(global_step)[0]
+
+    def mode_step(self, global_step) -> int:
+        """The mode's own step number of a saved global step."""
+        return self.mode_modestep(global_step)[1]
+
+    def global_step(self, mode, mode_step) -> int:
+        """The global step of ``mode_step`` of ``mode`` (GLOBAL: the step itself)."""
+        mode = ModeKeys.parse(mode)
+        step = validate_step(mode_step, "mode_step")
+        if mode is GLOBAL:
+            return step
+        return self._resolve(step, mode)[0]
+
+    def workers(self) -> List[str]:
+        """Names of the workers that wrote a collections file."""
+        self._maybe_refresh()
+        return sorted(self._workers)
+
+    # ------------------------------------------------------------------ completeness
+    def _step_state(self, step: int, mode: ModeKeys) -> StepState:
+        g = self._known_global_step(mode, step)
+        if g is not None:
+            return StepState.AVAILABLE if self._is_complete(g) else StepState.NOT_YET_AVAILABLE
+        if self.loaded_all_steps:
+            return StepState.UNAVAILABLE
+        # Absent: skipped if a later step of the mode is complete (a straggler would have
+        # written it before), else it may still come.
+        steps = self._all_steps_sorted(mode)
+        later = bisect.bisect_right(steps, step)
+        if later < len(steps):
+            next_global = steps[later] if mode is GLOBAL else self._mode_to_global[mode][steps[later]]
+            if next_global <= self.last_complete_step:
+                return StepState.UNAVAILABLE
+        return StepState.NOT_YET_AVAILABLE
+
+    def has_passed_step(self, step, mode=GLOBAL) -> StepState:
+        """AVAILABLE (complete), NOT_YET_AVAILABLE (may still be written) or UNAVAILABLE
+        (skipped, or training ended without it)."""
+        mode = ModeKeys.parse(mode)
+        step = validate_step(step)
+        self._maybe_refresh()
+        return self._step_state(step, mode)
+
+    def wait_for_steps(self, required_steps, mode=GLOBAL, timeout: Optional[float] = None) -> None:
+        """Block until every step in ``required_steps`` is complete.
+
+        Raises StepUnavailable for a skipped step, NoMoreData for a step past the end of a
+        finished run, and StepNotYetAvailable when ``timeout`` seconds pass first
+        (``timeout=None`` waits until each step is settled one way or the other).
+        """
+        mode = ModeKeys.parse(mode)
+        if isinstance(required_steps, int):
+            required_steps = [required_steps]
+        steps = [validate_step(s) for s in required_steps]
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        for step in steps:
+            while True:
+                self._maybe_refresh()
+                state = self._step_state(step, mode)
+                if state is StepState.AVAILABLE:
+                    break
+                if state is StepState.UNAVAILABLE:
+                    self._raise_step_missing(step, mode)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise StepNotYetAvailable(
+                        f"step {step} of mode {mode.name} did not become available within {timeout:g} s"
+                    )
+                pause = self.poll_interval
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - time.monotonic()))
+                time.sleep(pause)
+
+    def training_ended(self) -> bool:
+        """Whether the run's end marker has been seen (all its steps are then loaded)."""
+        self._maybe_refresh()
+        return self.loaded_all_steps
+
+    # ------------------------------------------------------------------ tensors
+    def has_tensor(self, name: str) -> bool:
+        """Whether any step saved ``name`` (a value, a reduction or a shape)."""
+        if name not in self._tensors:
+            self._maybe_refresh()
+        return name in self._tensors
+
+    def tensor(self, name: str) -> Tensor:
+        """The :class:`Tensor` called ``name``; TensorUnavailable if nothing saved it."""
+        if not self.has_tensor(name):
+            raise TensorUnavailable(f"tensor {name!r} was not saved in trial {self.name!r} (so far)")
+        return self._tensors[name]
+
+    def _collection_objects(self, collection) -> List[Collection]:
+        items = collection if isinstance(collection, (list, tuple, set, frozenset)) else [collection]
+        out = []
+        for item in items:
+            if isinstance(item, Collection):
+                out.append(item)
+            elif isinstance(item, str):
+                out.append(self.collection(item))
+            else:
+                raise TypeError(f"collection must be a name, a Collection or a list of them, got {item!r}")
+        return out
+
+    def tensor_names(
+        self,
+        collection=None,
+        regex=None,
+        step=None,
+        mode=GLOBAL,
+        show_incomplete_steps: bool = False,
+    ) -> List[str]:
+        """Sorted names of the saved tensors, optionally filtered.
+
+        Args:
+            collection: a collection name, Collection, or list of them: keep tensors that
+                belong to any of them (their regexes or explicit names).
+            regex: a regex or list of regexes (``re.search``): keep tensors matching any.
+                With both ``collection`` and ``regex``, a tensor matching either is kept.
+            step: only tensors saved at this step (in ``mode``'s numbering).
+            mode: restrict to a mode (GLOBAL: all).
+            show_incomplete_steps: also count steps not every worker has written yet.
+
+        Reductions (``smdebug/reductions/...``) are not names of their own: they belong
+        to their base tensor.
+        """
+        mode = ModeKeys.parse(mode)
+        self._maybe_refresh()
+        if step is not None:
+            g, mode, step = self._resolve(step, mode)
+            if g not in self._global_to_mode:
+                self._raise_step_missing(step, mode)
+            if not show_incomplete_steps and not self._is_complete(g):
+                raise StepNotYetAvailable(
+                    f"step {step} of mode {mode.name} is incomplete (not every worker has written it); "
+                    "pass show_incomplete_steps=True to list what is there"
+                )
+            candidates = self._tensors_for_step.get(g, set())
+        elif mode is GLOBAL:
+            candidates = self._tensors.keys()
+        else:
+            candidates = self._tensors_for_mode.get(mode, set())
+        if step is None and not show_incomplete_steps and not self.loaded_all_steps:
+            candidates = [n for n in candidates if self._tensors[n]._has_complete_step()]
+
+        if collection is None and regex is None:
+            return sorted(candidates)
+        matchers = []
+        if collection is not None:
+            matchers.extend(c.matches for c in self._collection_objects(collection))
+        if regex is not None:
+            import re
+
+            regexes = [regex] if isinstance(regex, str) else list(regex)
+            for r in regexes:
+                if not isinstance(r, str):
+                    raise TypeError(f"regex must be a string or a list of strings, got {r!r}")
+                try:
+                    matchers.append(re.compile(r).search)
+                except re.error as exc:
+                    raise ValueError(f"invalid regex {r!r}: {exc}") from None
+        return sorted(n for n in candidates if any(m(n) for m in matchers))
+
+
+def create_trial(
+    path=None,
+    name: Optional[str] = None,
+    range_steps=None,
+    check: Union[bool, str] = False,
+    index_mode: bool = True,
+    cache: bool = False,
+    *,
+    out_dir=None,
+    wait_timeout: Optional[float] = None,
+    progress: Optional[bool] = None,
+) -> Trial:
+    """Open the run written to ``path`` (or ``out_dir=``, its alias) for reading.
+
+    Args:
+        path: the run directory; ``~`` is expanded and surrounding whitespace stripped.
+            ``s3://`` paths are not supported yet.
+        name: a name for the trial (default: the directory's last component).
+        range_steps: ``(begin, end)``: only load global steps ``begin <= step < end``
+            (either may be None).
+        check: record checks when reading values: False/"minimal" (length CRC; payloads
+            are verified against the index's CRC32C when it has one), True/"full" (also
+            a real payload CRC footer when present), "none".
+        index_mode: must be True (index files are mandatory).
+        cache: keep values in memory once read.
+        wait_timeout: seconds to wait for the collections files of a run that is still
+            starting (default: $SMDEBUG_TRIAL_WAIT_TIMEOUT or 30; ``math.inf`` waits
+            as long as it takes). MissingCollectionFiles is raised when it runs out.
+        progress: show progress bars for long loads and reads (default: when stderr is a
+            terminal).
+    """
+    if path is not None and out_dir is not None and path != out_dir:
+        raise ValueError(f"give the run directory once: path={path!r} and out_dir={out_dir!r} differ")
+    path = path if path is not None else out_dir
+    if path is None:
+        raise ValueError("create_trial needs the run directory: create_trial('/path/to/run')")
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"the trial path must be a string or os.PathLike, got {path!r}") from None
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    path = path.strip()
+    if not path:
+        raise ValueError("the trial path is empty")
+    return Trial(
+        path,
+        name=name,
+        range_steps=range_steps,
+        check=check,
+        index_mode=index_mode,
+        cache=cache,
+        wait_timeout=wait_timeout,
+        progress=progress,
+    )

@@ -1,0 +1,113 @@
+"""SaveConfig semantics: every example of the seed documents, plus FORMAT.md 8.2."""
+import pytest
+
+import smdebug as smd
+from smdebug.exceptions import ConfigError
+from smdebug.save_config import SaveConfig, SaveConfigMode
+
+
+def saved(cfg: SaveConfig, mode=smd.modes.TRAIN, upto=1001):
+    resolved = cfg.resolved()
+    return [s for s in range(upto) if resolved.should_save_step(mode, s)]
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({}, [0, 500, 1000]),
+        ({"save_interval": 1}, list(range(1001))),
+        ({"save_interval": 100, "end_step": 200}, [0, 100]),
+        ({"save_interval": 100, "end_step": 201}, [0, 100, 200]),
+        ({"save_interval": 100, "start_step": 150}, [200, 300, 400, 500, 600, 700, 800, 900, 1000]),
+        # save_steps is a union with the interval (FORMAT.md 8.2 over the seed that says otherwise)
+        ({"save_steps": [3, 7]}, [0, 3, 7, 500, 1000]),
+        # the modulo is on the absolute step, not relative to start_step
+        ({"start_step": 1, "save_interval": 5}, list(range(5, 1001, 5))),
+    ],
+)
+def test_seed_examples(kwargs, expected):
+    assert saved(SaveConfig(**kwargs)) == expected
+
+
+def test_seed_signature_example_runs_verbatim():
+    save_config = smd.SaveConfig(
+        mode_save_configs=None,
+        save_interval=100,
+        start_step=0,
+        end_step=None,
+        save_steps=None,
+    )
+    assert saved(save_config, upto=301) == [0, 100, 200, 300]
+
+
+def test_per_mode_example():
+    cfg = smd.SaveConfig(mode_save_configs={
+        smd.modes.TRAIN: smd.SaveConfigMode(save_interval=1),
+        smd.modes.EVAL: smd.SaveConfigMode(save_interval=2),
+        smd.modes.PREDICT: smd.SaveConfigMode(save_interval=3),
+        smd.modes.GLOBAL: smd.SaveConfigMode(save_interval=4),
+    })
+    assert saved(cfg, smd.modes.TRAIN, 6) == [0, 1, 2, 3, 4, 5]
+    assert saved(cfg, smd.modes.EVAL, 6) == [0, 2, 4]
+    assert saved(cfg, smd.modes.PREDICT, 7) == [0, 3, 6]
+    assert saved(cfg, smd.modes.GLOBAL, 9) == [0, 4, 8]
+
+
+def test_unspecified_modes_and_fields_fall_back():
+    cfg = SaveConfig(mode_save_configs={smd.modes.TRAIN: SaveConfigMode(end_step=3)}, save_interval=2)
+    # TRAIN keeps the base interval 2 but its own end_step
+    assert saved(cfg, smd.modes.TRAIN, 10) == [0, 2]
+    # EVAL is unspecified: base config
+    assert saved(cfg, smd.modes.EVAL, 7) == [0, 2, 4, 6]
+
+
+def test_collection_config_inherits_hook_config_per_field():
+    hook_cfg = SaveConfig(mode_save_configs={smd.modes.TRAIN: SaveConfigMode(save_interval=3)}, start_step=1)
+    coll_cfg = SaveConfig(save_steps=[7])
+    resolved = coll_cfg.resolved(parent=hook_cfg)
+    # FORMAT.md 7.2 verified example: TRAIN saves at 3, 6, 7, 9, 12 ...
+    assert [s for s in range(13) if resolved.should_save_step(smd.modes.TRAIN, s)] == [3, 6, 7, 9, 12]
+
+
+def test_end_step_zero_switches_off():
+    cfg = SaveConfig(save_interval=1)
+    cfg.end_step = 0
+    assert saved(cfg, upto=10) == []
+
+
+def test_framework_default_interval():
+    assert saved(SaveConfig(), upto=31) == [0]
+    assert [s for s in range(31) if SaveConfig().resolved(default_interval=10).should_save_step("train", s)] == [
+        0, 10, 20, 30]
+
+
+def test_json_round_trip():
+    cfg = SaveConfig(mode_save_configs={"eval": SaveConfigMode(save_interval=7)}, save_steps=[1, 2]).resolved()
+    doc = cfg.to_json_dict()
+    assert set(doc) == {"TRAIN", "EVAL", "PREDICT", "GLOBAL"}
+    assert doc["EVAL"] == {"save_interval": 7, "save_steps": [1, 2], "start_step": 0, "end_step": None}
+    assert SaveConfig.from_json_dict(doc) == cfg
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"save_interval": 0}, "save_interval must be >= 1, got 0"),
+        ({"save_interval": -5}, "save_interval must be >= 1, got -5"),
+        ({"save_interval": "often"}, "save_interval must be an integer, got 'often'"),
+        ({"save_interval": True}, "save_interval must be an integer"),
+        ({"start_step": 10, "end_step": 5}, "end_step (5) must not be smaller than start_step (10)"),
+        ({"start_step": -1}, "start_step must be >= 0"),
+        ({"save_steps": [1, -2]}, "save_steps entry must be >= 0, got -2"),
+        ({"save_steps": 3.5}, "save_steps"),
+    ],
+)
+def test_bad_values_fail_fast_with_the_value_named(kwargs, fragment):
+    with pytest.raises(ConfigError) as info:
+        SaveConfig(**kwargs)
+    assert fragment in str(info.value)
+
+
+def test_bad_mode_names_the_allowed_ones():
+    with pytest.raises(ValueError, match="unknown mode 'training'; allowed: TRAIN, EVAL, PREDICT, GLOBAL"):
+        SaveConfig(mode_save_configs={"training": SaveConfigMode()})
