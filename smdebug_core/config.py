@@ -212,7 +212,8 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
         # As on SageMaker, the platform uploads LocalPath; we never write to S3 ourselves.
         logger.info("smdebug config: S3OutputPath is uploaded by the platform; tensors are written to %s", out_dir)
 
-    params = doc.get("HookParameters") or {}
+    params = doc.get("HookParameters")
+    params = {} if params is None else params
     if not isinstance(params, dict):
         raise ConfigError(f"hook config {path}: HookParameters must be an object, got {params!r}")
     where = f"{path}: HookParameters"
@@ -236,7 +237,8 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
         kwargs["tensorboard_dir"] = params["tensorboard_dir"]
     unknown_hook = _unknown(params, _HOOK_KEYS)
 
-    entries = doc.get("CollectionConfigurations") or []
+    entries = doc.get("CollectionConfigurations")
+    entries = [] if entries is None else entries
     if not isinstance(entries, list):
         raise ConfigError(f"hook config {path}: CollectionConfigurations must be a list, got {entries!r}")
     collections, unknown_coll = [], []
@@ -247,7 +249,8 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
                 f"hook config {path}: CollectionConfigurations[{i}] needs a string CollectionName, got {entry!r}"
             )
         name = entry["CollectionName"]
-        cparams = entry.get("CollectionParameters") or {}
+        cparams = entry.get("CollectionParameters")
+        cparams = {} if cparams is None else cparams
         if not isinstance(cparams, dict):
             raise ConfigError(f"hook config {path}: CollectionParameters of {name!r} must be an object")
         cwhere = f"{path}: collection {name!r}"

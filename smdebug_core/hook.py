@@ -186,6 +186,8 @@ class Hook:
         self.saving_step = False
         self.enabled = True
         self._step_open = False
+        # (global step, mode, mode step) of the open step; scalars before any step go to step 0.
+        self._step_identity = (0, ModeKeys.GLOBAL, 0)
         self._prepared_key = None
         self._prepared: List[_Prepared] = []
         self._saving_colls: frozenset = frozenset()
@@ -295,6 +297,8 @@ class Hook:
                 self.global_step = step
                 self.mode_steps[self.mode] = step if self.mode == ModeKeys.GLOBAL else self.mode_step + 1
             self.mode_steps[ModeKeys.GLOBAL] = self.global_step
+            # The step keeps the mode it began in, even if set_mode() is called before it ends.
+            self._step_identity = (self.global_step, self.mode, self.mode_step)
             self._step_open = True
             self._update_saving()
         except Exception as exc:  # noqa: BLE001
@@ -421,7 +425,7 @@ class Hook:
             scalars, self._pending_scalars = self._pending_scalars, []
         if not pending and not scalars:
             return
-        step, mode_step = max(self.global_step, 0), max(self.mode_step, 0)
+        step, mode, mode_step = self._step_identity
         tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
 
         by_backend: Dict[int, Tuple[TensorBackend, List[Request], List[TensorPlan]]] = {}
@@ -442,13 +446,13 @@ class Hook:
             if array.size == 1:
                 tb_scalars.append((tag, float(array.reshape(-1)[0])))
                 if sm_metric:
-                    metrics.append((f"{tag}_{self.mode.name}", float(array.reshape(-1)[0]), timestamp))
+                    metrics.append((f"{tag}_{mode.name}", float(array.reshape(-1)[0]), timestamp))
 
         if metrics:
             self._write_sm_metrics(metrics, step)
         if self.writer is None:
             if self.dry_run:
-                logger.info("dry run: step %d (%s %d) would save %d records", step, self.mode.name, mode_step,
+                logger.info("dry run: step %d (%s %d) would save %d records", step, mode.name, mode_step,
                             len(tensors) + len(shapes))
             return
         if self.writer.failed is not None:
@@ -457,7 +461,7 @@ class Hook:
         from .writer import StepData
 
         self.writer.submit(StepData(
-            global_step=step, mode=self.mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
+            global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
             shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
         ))
         if not self._collections_written:
@@ -489,7 +493,7 @@ class Hook:
             value = float(raw.reshape(-1)[0])
             tb_scalars.append((plan.name, value))
             if plan.sm_metric:
-                metrics.append((f"{plan.name}_{self.mode.name}", value, None))
+                metrics.append((f"{plan.name}_{self._step_identity[1].name}", value, None))
 
     def _write_sm_metrics(self, metrics, step) -> None:
         directory = os.environ.get(cfg.METRICS_DIR_ENV)

@@ -10,8 +10,9 @@ complex128 correctly; it reads int8 as uint8 and cannot read int16, uint16, uint
 uint64, complex64 or bfloat16 at all. Those are written as a *lossless* wider dtype the
 original does read (see ``_WIDENED``) plus the ``smdebug_dtype`` entry, which our decoder
 uses to cast back, so our round trip is bit- and dtype-exact while the original still
-gets the right numbers. uint64 has no lossless wider dtype the original can read, so it
-is written natively as DT_UINT64: our reader reads it, the original cannot.
+gets the right numbers. uint64 has no lossless wider dtype: when every value is below
+2**63 it is written as int64 plus the marker (same numbers for the original); otherwise as
+DT_UINT64, which our reader reads and the original cannot.
 
 Large tensors are not copied into the protobuf: the message is serialized around an
 empty ``tensor_content`` and the array's bytes are spliced in with hand-written length
@@ -50,7 +51,9 @@ _NATIVE = {
     np.dtype(np.uint8): proto.DT_UINT8,
     np.dtype(np.bool_): proto.DT_BOOL,
     np.dtype(np.complex128): proto.DT_COMPLEX128,
-    np.dtype(np.uint64): proto.DT_UINT64,  # unreadable by the original; nothing wider is lossless
+    # Unreadable by the original, but nothing wider is lossless; used only when a value
+    # is >= 2**63, otherwise uint64 goes out as int64 plus a marker (see _numeric_content).
+    np.dtype(np.uint64): proto.DT_UINT64,
 }
 
 
@@ -80,7 +83,8 @@ _WIDENED = {
     np.dtype(np.complex64): np.dtype(np.complex128),
     **_ml_dtypes_widenings(),
 }
-_MARKER_TO_DTYPE = {dtype.name: dtype for dtype in _WIDENED}
+_UINT64 = np.dtype(np.uint64)
+_MARKER_TO_DTYPE = {dtype.name: dtype for dtype in (*_WIDENED, _UINT64)}
 
 _WIRE_TO_NUMPY = {
     proto.DT_FLOAT: np.dtype("<f4"),
@@ -199,7 +203,12 @@ def _numeric_content(tag, arr):
         dtype = arr.dtype
     wire = _NATIVE.get(dtype)
     marker = None
-    if wire is None:
+    if dtype == _UINT64 and (arr.size == 0 or int(arr.max()) < 2**63):
+        # Same bits as int64, which the original reads; the marker restores the dtype.
+        marker = dtype.name
+        arr = arr.view(np.int64)
+        wire = proto.DT_INT64
+    elif wire is None:
         wider = _WIDENED.get(dtype)
         if wider is None:
             raise TypeError(

@@ -469,7 +469,7 @@ class Trial:
         for entry in parsed.tensors:
             name = entry.name
             reduction = parse_reduction_tag(name) if REDUCTION_TAG_PREFIX in name else None
-            location = TensorLocation(event_file, entry.start_idx, entry.length, entry.crc32c)
+            location = TensorLocation(event_file, entry.start_idx, entry.length, entry.crc32c, name)
             if reduction is not None:
                 op, is_abs, name = reduction
             tensor = tensors.get(name)

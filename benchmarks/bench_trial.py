@@ -1,0 +1,167 @@
+"""How fast the Trial opens a large run and reads one tensor over all its steps.
+
+Writes a run of ``--steps`` steps (``--tensors`` small tensors each, one worker) once
+into a directory, then, in fresh processes:
+
+1. ``create_trial(path)`` followed by ``trial.steps()``;
+2. ``trial.tensor(name).values()``: one tensor at every step;
+
+and prints the seconds and the number of files opened. With ``--smdebug-python PATH``
+(an interpreter that has the original ``smdebug`` installed), the same two operations
+run with the original's Trial and the ratio is printed.
+
+    python benchmarks/bench_trial.py                      # 10,000 steps in a temp dir
+    python benchmarks/bench_trial.py --dir /tmp/run10k    # keep the run for next time
+    python benchmarks/bench_trial.py --smdebug-python /path/to/smdebug-env/bin/python
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+# Runs in a fresh interpreter so that imports and caches of one measurement do not help
+# the next one. It prints one JSON line, last.
+_OURS = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from smdebug.trials import create_trial
+t_import = time.perf_counter() - t0
+path, name = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+trial = create_trial(path, progress=False)
+steps = trial.steps()
+t_open = time.perf_counter() - t0
+opens_after_open = trial.stats["small_files_read"]
+t0 = time.perf_counter()
+values = trial.tensor(name).values(progress=False)
+t_values = time.perf_counter() - t0
+print(json.dumps({
+    "import_s": t_import, "open_and_steps_s": t_open, "values_s": t_values,
+    "steps": len(steps), "values": len(values),
+    "index_files_read": trial.index_files_read,
+    "files_opened_by_open": opens_after_open,
+    "event_file_opens": trial.stats["event_file_opens"],
+}))
+"""
+
+_ORIGINAL = r"""
+import io, json, sys, time, contextlib
+t0 = time.perf_counter()
+from smdebug.trials import create_trial
+t_import = time.perf_counter() - t0
+path, name = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+trial = create_trial(path)
+steps = trial.steps()
+t_open = time.perf_counter() - t0
+t0 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):  # some versions print from value()
+    values = trial.tensor(name).values()
+t_values = time.perf_counter() - t0
+print(json.dumps({"import_s": t_import, "open_and_steps_s": t_open, "values_s": t_values,
+                  "steps": len(steps), "values": len(values)}))
+"""
+
+
+def write_run(out_dir: str, steps: int, tensors: int, size: int) -> None:
+    """A single-worker TRAIN run: ``tensors`` float32 tensors of ``size`` elements per step."""
+    import numpy as np
+
+    from smdebug.collections import CollectionManager
+    from smdebug.modes import ModeKeys
+    from smdebug.writer import RunWriter, StepData
+
+    writer = RunWriter(out_dir, "worker_0")
+    writer.write_collections(CollectionManager().to_json_bytes(num_workers=1))
+    rng = np.random.default_rng(0)
+    base = [rng.standard_normal(size).astype(np.float32) for _ in range(tensors)]
+    for step in range(steps):
+        writer.submit(
+            StepData(
+                global_step=step,
+                mode=ModeKeys.TRAIN,
+                mode_step=step,
+                worker="worker_0",
+                tensors=[(f"layer{i}.weight", base[i] + step) for i in range(tensors)],
+            )
+        )
+    writer.close()
+
+
+def run_json(python: str, script: str, path: str, name: str, env=None) -> dict:
+    proc = subprocess.run(
+        [python, "-c", script, path, name], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{python} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--tensors", type=int, default=4, help="tensors per step")
+    parser.add_argument("--size", type=int, default=64, help="elements per tensor")
+    parser.add_argument("--dir", help="where to write the run (reused if it is already complete)")
+    parser.add_argument("--repeat", type=int, default=3, help="measurements per side; the best is shown")
+    parser.add_argument("--smdebug-python", help="an interpreter with the original smdebug installed")
+    args = parser.parse_args(argv)
+
+    tmp = None
+    path = args.dir
+    if path is None:
+        tmp = tempfile.mkdtemp(prefix="bench_trial_")
+        path = os.path.join(tmp, "run")
+    try:
+        if not os.path.exists(os.path.join(path, "training_job_end.ts")):
+            if os.path.exists(path):
+                shutil.rmtree(path)
+            t0 = time.perf_counter()
+            write_run(path, args.steps, args.tensors, args.size)
+            print(f"wrote {args.steps} steps x {args.tensors} tensors to {path} in {time.perf_counter() - t0:.1f} s")
+        else:
+            print(f"reusing {path}")
+        name = "layer0.weight"
+
+        ours = [run_json(sys.executable, _OURS, path, name) for _ in range(args.repeat)]
+        best = {k: min(r[k] for r in ours) for k in ("open_and_steps_s", "values_s")}
+        last = ours[-1]
+        print(
+            f"smdebug-core: create_trial+steps() {best['open_and_steps_s']:.3f} s "
+            f"({last['steps']} steps, {last['index_files_read']} index files read, "
+            f"{last['files_opened_by_open']} files opened); "
+            f"values() of one tensor {best['values_s']:.3f} s "
+            f"({last['values']} values, {last['event_file_opens']} event files opened)"
+        )
+
+        if args.smdebug_python:
+            env = dict(os.environ)
+            # The original sleeps this long after seeing the end marker; we time reading only.
+            env["SMDEBUG_TRAINING_END_DELAY_REFRESH"] = "0"
+            env.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
+            theirs = [run_json(args.smdebug_python, _ORIGINAL, path, name, env) for _ in range(args.repeat)]
+            tb = {k: min(r[k] for r in theirs) for k in ("open_and_steps_s", "values_s")}
+            if theirs[-1]["steps"] != last["steps"] or theirs[-1]["values"] != last["values"]:
+                print(f"WARNING: the original saw {theirs[-1]['steps']} steps / {theirs[-1]['values']} values")
+            print(
+                f"original smdebug: create_trial+steps() {tb['open_and_steps_s']:.3f} s; "
+                f"values() {tb['values_s']:.3f} s (SMDEBUG_TRAINING_END_DELAY_REFRESH=0)"
+            )
+            print(
+                f"ratio original/ours: open {tb['open_and_steps_s'] / best['open_and_steps_s']:.1f}x, "
+                f"values {tb['values_s'] / best['values_s']:.1f}x"
+            )
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+"""One saved tensor of a trial: where its records are, and reading them.
+
+Data is keyed by *global* step and worker. A step given in another mode's numbering is
+translated through the trial first. A tensor can have, per (step, worker), a raw value,
+saved reductions and a saved shape, independently: unlike the original reader, a shape
+entry never hides the raw value of the same step (FORMAT 3.2, bug 4).
+"""
+from __future__ import annotations
+
+import bisect
+import time
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Set, Tuple
+
+import numpy as np
+
+from ..exceptions import (
+    CorruptRecord,
+    InvalidWorker,
+    MissingEventFile,
+    ReductionUnavailableForStep,
+    ShapeUnavailableForStep,
+    TensorUnavailableForStep,
+)
+from ..format.codec import decode_tensor_event
+from ..format.layout import END_OF_JOB_FILE
+from ..format.records import read_record, verify_payload_crc
+from ..modes import ModeKeys
+from ..reduction_config import ALLOWED_NORMS, ALLOWED_REDUCTIONS
+from ..reductions import reduce
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .trial import Trial
+
+GLOBAL = ModeKeys.GLOBAL
+READABLE_REDUCTIONS = ALLOWED_REDUCTIONS + ALLOWED_NORMS
+#: Read a file's wanted records with one pread when the bytes in between are at most
+#: this much more than the records themselves.
+_COALESCE_SLACK = 1 << 16
+_PROGRESS_MIN_FILES = 500
+_MISSING_EVENT_POLL_S = 0.1
+
+
+class TensorLocation(NamedTuple):
+    """A record of an event file, as an index file describes it."""
+
+    event_file: str  # relative to the run directory
+    start: int
+    length: int
+    crc32c: Optional[int]  # of the payload; None when the index does not say
+    record_name: str  # the name in the index (the reduction tag for reductions)
+
+
+class _Request(NamedTuple):
+    key: object
+    location: TensorLocation
+    step: int
+    worker: str
+
+
+class Tensor:
+    """A tensor of a trial. Get it with ``trial.tensor(name)``.
+
+    Steps are global steps unless a ``mode`` is given, in which case they are that
+    mode's own step numbers. Without ``worker``, the lexically first worker that saved
+    what is asked for is used.
+    """
+
+    def __init__(self, name: str, trial: "Trial"):
+        self.name = name
+        self._trial = trial
+        self._locations: Dict[int, Dict[str, TensorLocation]] = {}
+        self._reductions: Dict[int, Dict[str, Dict[Tuple[str, bool], TensorLocation]]] = {}
+        self._shapes: Dict[int, Dict[str, Tuple[int, ...]]] = {}
+        self._step_workers: Dict[int, Set[str]] = {}
+        self._sorted_steps: Optional[List[int]] = []
+        self._cache: Dict[TensorLocation, np.ndarray] = {}
+
+    def __repr__(self):
+        return f"<Tensor {self.name!r} steps={len(self._step_workers)}>"
+
+    # ------------------------------------------------------------------ registration
+    def _note(self, step: int, worker: str) -> None:
+        workers = self._step_workers.get(step)
+        if workers is None:
+            workers = self._step_workers[step] = set()
+            self._sorted_steps = None
+        workers.add(worker)
+
+    def _add_location(self, step: int, worker: str, location: TensorLocation) -> None:
+        by_worker = self._locations.get(step)
+        if by_worker is None:
+            by_worker = self._locations[step] = {}
+        by_worker[worker] = location
+        self._note(step, worker)
+
+    def _add_reduction(self, step: int, worker: str, key: Tuple[str, bool], location: TensorLocation) -> None:
+        by_worker = self._reductions.get(step)
+        if by_worker is None:
+            by_worker = self._reductions[step] = {}
+        by_worker.setdefault(worker, {})[key] = location
+        self._note(step, worker)
+
+    def _add_shape(self, step: int, worker: str, shape: Tuple[int, ...]) -> None:
+        self._shapes.setdefault(step, {})[worker] = tuple(shape)
+        self._note(step, worker)
+
+    def _global_steps(self) -> List[int]:
+        if self._sorted_steps is None:
+            self._sorted_steps = sorted(self._step_workers)
+        return self._sorted_steps
+
+    def _has_complete_step(self) -> bool:
+        is_complete = self._trial._is_complete
+        return any(is_complete(g) for g in self._global_steps())
+
+    # ------------------------------------------------------------------ steps
+    def steps(self, mode=GLOBAL, show_incomplete_steps: bool = False) -> List[int]:
+        """Sorted steps at which anything of this tensor was saved (value, reduction or shape).
+
+        Global steps for GLOBAL, else the mode's own step numbers. Only complete steps
+        unless ``show_incomplete_steps`` (same rule as ``Trial.steps``).
+        """
+        mode = ModeKeys.parse(mode)
+        trial = self._trial
+        trial._maybe_refresh()
+        steps = self._global_steps()
+        if not show_incomplete_steps and not trial.loaded_all_steps:
+            cut = bisect.bisect_right(steps, trial.last_complete_step)
+            steps = steps[:cut] + [g for g in steps[cut:] if trial._is_complete(g)]
+        if mode is GLOBAL:
+            return list(steps)
+        to_mode = trial._global_to_mode
+        return sorted(s for m, s in (to_mode[g] for g in steps) if m is mode)
+
+    def prev_steps(self, step, n: Optional[int] = None, mode=GLOBAL) -> List[int]:
+        """The saved steps up to and including ``step`` (the last ``n`` of them if given)."""
+        steps = self.steps(mode=mode)
+        upto = steps[: bisect.bisect_right(steps, step)]
+        return upto[-n:] if n else upto
+
+    def _locate(self, step_num, mode) -> Tuple[int, ModeKeys, int]:
+        """``(global_step, mode, step)``, raising why if this tensor has nothing there."""
+        trial = self._trial
+        g, mode, step = trial._resolve(step_num, mode)
+        if g not in self._step_workers:
+            trial._maybe_refresh()
+            if g not in self._step_workers:
+                from .trial import StepState  # the trial module imports this one
+
+                if trial._step_state(step, mode) is StepState.AVAILABLE:
+                    raise TensorUnavailableForStep(self.name, step, mode)
+                trial._raise_step_missing(step, mode)
+        return g, mode, step
+
+    def _check_worker(self, g: int, worker: Optional[str], step: int, mode: ModeKeys) -> None:
+        if worker is not None and worker not in self._step_workers[g]:
+            have = ", ".join(sorted(self._step_workers[g]))
+            raise InvalidWorker(
+                f"worker {worker!r} saved nothing of tensor {self.name!r} at step {step} "
+                f"(mode {mode.name}); workers that did: {have}"
+            )
+
+    @staticmethod
+    def _pick(by_worker: Optional[dict], worker: Optional[str]):
+        """``(worker, item)`` of the requested worker, or of the first that has one."""
+        if not by_worker:
+            return None, None
+        if worker is not None:
+            return worker, by_worker.get(worker)
+        first = min(by_worker)
+        return first, by_worker[first]
+
+    def workers(self, step_num, mode=GLOBAL) -> List[str]:
+        """Workers that saved anything of this tensor at the step."""
+        g, _, _ = self._locate(step_num, mode)
+        return sorted(self._step_workers[g])
+
+    # ------------------------------------------------------------------ values
+    def value(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> np.ndarray:
+        """The saved value at a step (a read-only numpy array).
+
+        Raises TensorUnavailableForStep when only reductions or a shape were saved
+        there, StepNotYetAvailable / StepUnavailable / NoMoreData for a step that is not
+        (yet) in the trial, InvalidWorker for a worker without data there.
+        """
+        g, mode, step = self._locate(step_num, mode)
+        self._check_worker(g, worker, step, mode)
+        chosen, location = self._pick(self._locations.get(g), worker)
+        if location is None:
+            has_reductions = bool(self._reductions.get(g))
+            raise TensorUnavailableForStep(self.name, step, mode, has_reductions)
+        return self._read([_Request(None, location, g, chosen)], progress=False)[None]
+
+    def values(
+        self,
+        mode=GLOBAL,
+        worker: Optional[str] = None,
+        show_incomplete_steps: bool = False,
+        progress: Optional[bool] = None,
+    ) -> Dict[int, np.ndarray]:
+        """``{step: value}`` for every step with a saved value (steps in ``mode``'s numbering).
+
+        Steps where only reductions or a shape were saved are left out. Each event file
+        is opened once and its records read together.
+        """
+        mode = ModeKeys.parse(mode)
+        requests = []
+        for step in self.steps(mode=mode, show_incomplete_steps=show_incomplete_steps):
+            g = step if mode is GLOBAL else self._trial._mode_to_global[mode][step]
+            chosen, location = self._pick(self._locations.get(g), worker)
+            if location is not None:
+                requests.append(_Request(step, location, g, chosen))
+        return self._read(requests, progress)
+
+    def shape(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> Tuple[int, ...]:
+        """The tensor's shape at a step: the saved shape, else the saved value's shape."""
+        g, mode, step = self._locate(step_num, mode)
+        self._check_worker(g, worker, step, mode)
+        _, shape = self._pick(self._shapes.get(g), worker)
+        if shape is not None:
+            return shape
+        chosen, location = self._pick(self._locations.get(g), worker)
+        if location is None:
+            raise ShapeUnavailableForStep(self.name, step, mode)
+        return tuple(self._read([_Request(None, location, g, chosen)], progress=False)[None].shape)
+
+    def shapes(
+        self, mode=GLOBAL, worker: Optional[str] = None, show_incomplete_steps: bool = False
+    ) -> Dict[int, Tuple[int, ...]]:
+        """``{step: shape}`` for every step with a saved shape or value."""
+        mode = ModeKeys.parse(mode)
+        out: Dict[int, Tuple[int, ...]] = {}
+        requests = []
+        for step in self.steps(mode=mode, show_incomplete_steps=show_incomplete_steps):
+            g = step if mode is GLOBAL else self._trial._mode_to_global[mode][step]
+            _, shape = self._pick(self._shapes.get(g), worker)
+            if shape is not None:
+                out[step] = shape
+                continue
+            chosen, location = self._pick(self._locations.get(g), worker)
+            if location is not None:
+                requests.append(_Request(step, location, g, chosen))
+        for step, value in self._read(requests, progress=None).items():
+            out[step] = tuple(value.shape)
+        return dict(sorted(out.items()))
+
+    # ------------------------------------------------------------------ reductions
+    def has_reductions(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> bool:
+        """Whether any reduction of this tensor was saved at the step."""
+        g, mode, step = self._locate(step_num, mode)
+        self._check_worker(g, worker, step, mode)
+        by_worker = self._reductions.get(g) or {}
+        return bool(by_worker.get(worker)) if worker is not None else any(by_worker.values())
+
+    def reduction_value(
+        self, step_num, reduction_name: str, mode=GLOBAL, worker: Optional[str] = None, abs: bool = False
+    ):
+        """One reduction at a step: the saved one if there is one, else computed from the value.
+
+        ``reduction_name`` is one of min, max, mean, std, variance, sum, prod, median, l1,
+        l2; ``abs=True`` reduces the absolute values. Computed reductions use the project's
+        definitions (smdebug.reductions): ``variance``/``std`` with ddof 0, and ``l1``/``l2``
+        as norms of the *flattened* tensor. The original reader took matrix norms of 2-D
+        tensors (max column sum, spectral norm) and failed on 3-D and up; we follow what
+        its PyTorch hook saved instead, so saved and computed values agree.
+        """
+        if reduction_name not in READABLE_REDUCTIONS:
+            raise ValueError(f"unknown reduction {reduction_name!r}; allowed: {', '.join(READABLE_REDUCTIONS)}")
+        key = (reduction_name, bool(abs))
+        g, mode, step = self._locate(step_num, mode)
+        self._check_worker(g, worker, step, mode)
+        by_worker = self._reductions.get(g) or {}
+        candidates = [worker] if worker is not None else sorted(by_worker)
+        for w in candidates:
+            location = by_worker.get(w, {}).get(key)
+            if location is not None:
+                return self._read([_Request(None, location, g, w)], progress=False)[None]
+        chosen, raw = self._pick(self._locations.get(g), worker)
+        if raw is None:
+            saved = set()
+            for w in candidates:
+                saved.update(by_worker.get(w, {}))
+            raise ReductionUnavailableForStep(self.name, step, mode, key, saved)
+        value = self._read([_Request(None, raw, g, chosen)], progress=False)[None]
+        return reduce(value, reduction_name, bool(abs))
+
+    def reduction_values(
+        self, step_num, mode=GLOBAL, worker: Optional[str] = None
+    ) -> Dict[Tuple[str, bool], np.ndarray]:
+        """All *saved* reductions at a step, as ``{(name, abs): value}``."""
+        g, mode, step = self._locate(step_num, mode)
+        self._check_worker(g, worker, step, mode)
+        chosen, saved = self._pick(
+            {w: r for w, r in (self._reductions.get(g) or {}).items() if r}, worker
+        )
+        if not saved:
+            return {}
+        return self._read([_Request(key, loc, g, chosen) for key, loc in saved.items()], progress=False)
+
+    # ------------------------------------------------------------------ reading records
+    def _read(self, requests: List[_Request], progress: Optional[bool]) -> Dict[object, np.ndarray]:
+        """Read and decode records, grouped by event file; returns ``{request.key: value}``."""
+        trial = self._trial
+        use_cache = trial.cache
+        out: Dict[object, np.ndarray] = {}
+        by_file: Dict[str, List[_Request]] = {}
+        for request in requests:
+            if use_cache:
+                hit = self._cache.get(request.location)
+                if hit is not None:
+                    out[request.key] = hit
+                    continue
+            by_file.setdefault(request.location.event_file, []).append(request)
+        if not by_file:
+            return out
+
+        from .trial import _progress_bar, _progress_wanted  # shared helpers; avoids an import cycle
+
+        wanted = len(by_file) >= _PROGRESS_MIN_FILES and _progress_wanted(
+            trial.progress if progress is None else progress
+        )
+        bar = _progress_bar(wanted, len(by_file), f"reading {self.name}")
+        try:
+            for event_file, group in by_file.items():
+                for request, value in self._read_file_group(event_file, group):
+                    out[request.key] = value
+                    if use_cache:
+                        self._cache[request.location] = value
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return out
+
+    def _read_file_group(self, event_file: str, group: List[_Request]):
+        group.sort(key=lambda r: r.location.start)
+        lo = group[0].location.start
+        hi = max(r.location.start + r.location.length for r in group)
+        needed = sum(r.location.length for r in group)
+        if len(group) > 1 and hi - lo <= needed + _COALESCE_SLACK:
+            span = memoryview(self._read_bytes(event_file, lo, hi - lo, group[0]))
+            for r in group:
+                offset = r.location.start - lo
+                yield r, self._decode(span[offset : offset + r.location.length], r)
+        else:
+            for r in group:
+                data = self._read_bytes(event_file, r.location.start, r.location.length, r)
+                yield r, self._decode(memoryview(data), r)
+
+    def _read_bytes(self, event_file: str, offset: int, length: int, request: _Request) -> bytes:
+        """Bytes of an event file; waits (bounded) for a file the index names but that is not there yet."""
+        trial = self._trial
+        storage = trial._storage
+        deadline = None
+        while True:
+            try:
+                return storage.read_range(event_file, offset, length)
+            except FileNotFoundError:
+                pass
+            except ValueError as exc:  # a path escaping the run directory
+                raise CorruptRecord(f"index entry of tensor {self.name!r} at step {request.step}: {exc}") from None
+            # Writers publish the event file before the index (FORMAT 1.4), so this is a
+            # non-conforming writer or a slow file system: wait a little, never forever.
+            if deadline is None:
+                deadline = time.monotonic() + trial.wait_timeout
+            mode, _ = trial._global_to_mode.get(request.step, (GLOBAL, request.step))
+            if storage.exists(END_OF_JOB_FILE) or time.monotonic() >= deadline:
+                raise MissingEventFile(self.name, request.step, mode, storage.local_path(event_file))
+            time.sleep(min(_MISSING_EVENT_POLL_S, max(0.0, deadline - time.monotonic())))
+
+    def _decode(self, data: memoryview, request: _Request) -> np.ndarray:
+        location = request.location
+        trial = self._trial
+        source = (
+            f"{trial._storage.local_path(location.event_file)} at offset {location.start} "
+            f"(tensor {location.record_name!r}, step {request.step}, worker {request.worker})"
+        )
+        if len(data) < location.length:
+            raise CorruptRecord(
+                f"{source}: the file ends {location.length - len(data)} bytes before the end of the record"
+            )
+        try:
+            payload, _ = read_record(data, 0, trial._record_check)
+        except CorruptRecord as exc:
+            raise CorruptRecord(f"{source}: {exc}") from None
+        if location.crc32c is not None:
+            verify_payload_crc(payload, location.crc32c, source)
+        decoded = decode_tensor_event(payload, source)
+        if decoded.tag != location.record_name:
+            raise CorruptRecord(
+                f"{source}: the record holds tensor {decoded.tag!r}, not {location.record_name!r}; "
+                "the index points at the wrong bytes"
+            )
+        return decoded.value

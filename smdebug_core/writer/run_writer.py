@@ -1,0 +1,453 @@
+"""The background writer: one thread does all encoding and file I/O of a run.
+
+The training thread only appends :class:`StepData` to a queue (:meth:`RunWriter.submit`).
+The writer thread streams each step's records into ``<event file>.tmp``, and publishes
+the step when data for a different step of the same worker arrives, or on
+:meth:`~RunWriter.flush` / :meth:`~RunWriter.close`:
+
+1. the event file is closed and renamed into place,
+2. then the index file is written as ``.tmp`` and renamed into place.
+
+So a reader (or a ``kill -9``) never sees a half-written file under a final name, and every
+published index points to a complete event file. ``training_job_end.ts`` is written last,
+by :meth:`~RunWriter.close`. No fsync: a process crash loses nothing that was renamed,
+only a machine crash could.
+
+Errors never reach the training thread: the first I/O error is logged once, the writer
+marks itself failed (:attr:`RunWriter.failed`) and discards everything after it.
+"""
+import collections
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from ..format import layout
+from ..format.codec import encode_tensor_event_parts
+from ..format.index import IndexEntry, build_index_json
+from ..format.records import RECORD_OVERHEAD, SMDEBUG_PAYLOAD_FOOTER, crc32c_of_parts, record_footer, record_header
+from ..modes import ModeKeys
+from .tensorboard import TensorBoardWriter
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_PENDING_BYTES = 512 * 1024 * 1024
+# Rough cost of a queued item that is not array data (names, small python objects).
+_ITEM_OVERHEAD_BYTES = 256
+
+
+@dataclass
+class StepData:
+    """Everything one (global step, worker) contributes, handed from the hook to the writer.
+
+    ``tensors`` are ``(final tag, array)`` in write order (tags already include
+    ``smdebug/reductions/...`` prefixes). ``shapes`` are ``(name, shape)`` for tensors
+    saved as shape only. ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
+    names (tags are cleaned by the writer).
+
+    The arrays are read later, on the writer thread: they must be host copies that the
+    caller does not modify after :meth:`RunWriter.submit` (e.g. not ``param.numpy()`` of a
+    tensor that the optimizer updates in place).
+    """
+
+    global_step: int
+    mode: ModeKeys
+    mode_step: int
+    worker: str
+    tensors: List[Tuple[str, np.ndarray]] = field(default_factory=list)
+    shapes: List[Tuple[str, tuple]] = field(default_factory=list)
+    tb_scalars: List[Tuple[str, float]] = field(default_factory=list)
+    tb_histograms: List[Tuple[str, np.ndarray]] = field(default_factory=list)
+    wall_time: float = field(default_factory=time.time)
+
+    def nbytes(self):
+        """Approximate memory held by this item (array bytes plus a small per-item cost)."""
+        total = _ITEM_OVERHEAD_BYTES
+        for _, value in self.tensors:
+            total += getattr(value, "nbytes", 0) + _ITEM_OVERHEAD_BYTES
+        for _, value in self.tb_histograms:
+            total += getattr(value, "nbytes", 0) + _ITEM_OVERHEAD_BYTES
+        total += _ITEM_OVERHEAD_BYTES * (len(self.shapes) + len(self.tb_scalars))
+        return total
+
+
+class _OpenStep:
+    """A step whose records are being written to ``<event file>.tmp`` and not yet published."""
+
+    def __init__(self, global_step, worker, mode, mode_step):
+        self.global_step = global_step
+        self.worker = worker
+        self.mode = mode
+        self.mode_step = mode_step
+        self.event_relpath = layout.event_file_relpath(global_step, worker)
+        self.index_relpath = layout.index_file_relpath(global_step, worker)
+        self.handle = None
+        self.offset = 0
+        self.entries = []
+        self.shapes = []
+        self.warned_mode_mismatch = False
+
+
+# Queue item kinds.
+_STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE = range(6)
+
+
+class RunWriter:
+    """Writes one run's ``events/``, ``index/``, ``collections/`` and TensorBoard files.
+
+    ``worker`` names this process's collections file; each :class:`StepData` carries its own
+    worker (several for TensorFlow MirroredStrategy). ``max_pending_bytes`` bounds the
+    memory held by queued steps: :meth:`submit` blocks when it is exceeded, it never drops.
+    """
+
+    def __init__(self, out_dir, worker, tensorboard_dir=None, max_pending_bytes=DEFAULT_MAX_PENDING_BYTES):
+        self.out_dir = os.path.abspath(os.fspath(out_dir))
+        self.worker = layout.validate_worker(worker)
+        self.tensorboard_dir = os.fspath(tensorboard_dir) if tensorboard_dir is not None else None
+        if not isinstance(max_pending_bytes, int) or max_pending_bytes <= 0:
+            raise ValueError(f"max_pending_bytes must be a positive integer, got {max_pending_bytes!r}")
+        self.max_pending_bytes = max_pending_bytes
+
+        self._queue = collections.deque()
+        self._cond = threading.Condition()
+        self._pending_bytes = 0
+        self._failed = None
+        self._closed = False
+        self._warned_behind = False
+        self._warned_after_close = False
+        self._pid = os.getpid()
+
+        # Writer-thread state.
+        self._open_steps = {}  # worker -> _OpenStep
+        self._known_dirs = set()
+        self._tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
+        self._warned_encode = set()
+        self._warned_late = set()
+
+        self._thread = threading.Thread(target=self._run, name="smdebug-writer", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ training-thread API
+
+    @property
+    def failed(self):
+        """The exception that stopped the writer, or None."""
+        return self._failed
+
+    def _usable(self):
+        # After a fork the child has this object but not the thread: writing would block.
+        return os.getpid() == self._pid and self._failed is None
+
+    def _enqueue(self, kind, payload, nbytes=_ITEM_OVERHEAD_BYTES):
+        if not self._usable():
+            return False
+        with self._cond:
+            if self._closed:
+                if not self._warned_after_close:
+                    self._warned_after_close = True
+                    logger.warning("smdebug writer for %s is closed; data submitted after close is ignored", self.out_dir)
+                return False
+            while (
+                self._pending_bytes > 0
+                and self._pending_bytes + nbytes > self.max_pending_bytes
+                and self._failed is None
+            ):
+                if not self._warned_behind:
+                    self._warned_behind = True
+                    logger.warning(
+                        "smdebug writer is behind: %d MiB pending (limit %d MiB); training waits for the disk",
+                        self._pending_bytes >> 20, self.max_pending_bytes >> 20,
+                    )
+                self._cond.wait()
+            if self._failed is not None:
+                return False
+            self._pending_bytes += nbytes
+            self._queue.append((kind, payload, nbytes))
+            self._cond.notify_all()
+        return True
+
+    def submit(self, step):
+        """Queue one :class:`StepData`. Never raises for I/O problems; may block when the writer is behind."""
+        if not isinstance(step, StepData):
+            raise TypeError(f"submit() takes a StepData, got {type(step).__name__}")
+        # Programming errors of the caller fail here, on its thread, not inside the writer.
+        layout.validate_step(step.global_step, "StepData.global_step")
+        layout.validate_step(step.mode_step, "StepData.mode_step")
+        layout.validate_worker(step.worker)
+        step.mode = ModeKeys.parse(step.mode)
+        self._enqueue(_STEP, step, step.nbytes())
+
+    def write_collections(self, json_bytes):
+        """Write ``collections/000000000/<worker>_collections.json`` (atomically, on the writer thread)."""
+        if isinstance(json_bytes, str):
+            json_bytes = json_bytes.encode("utf-8")
+        self._enqueue(_COLLECTIONS, bytes(json_bytes), len(json_bytes) + _ITEM_OVERHEAD_BYTES)
+
+    def write_metric_line(self, path, line):
+        """Append ``line`` (plus a newline) to the text file ``path``, on the writer thread."""
+        self._enqueue(_METRIC, (os.fspath(path), line))
+
+    def publish(self):
+        """Ask the writer to publish the steps it holds open, without waiting.
+
+        Call it when the hook knows a step is over (e.g. at the end of training loop
+        iterations after which the next save is far away). Data arriving later for a
+        published step is dropped with a warning.
+        """
+        self._enqueue(_PUBLISH, None)
+
+    def flush(self, timeout=None):
+        """Publish all open steps and wait until everything queued is on disk.
+
+        Returns True when done, False on timeout or if the writer has failed.
+        """
+        if self._closed:
+            return not self._thread.is_alive() and self._failed is None
+        done = threading.Event()
+        if not self._enqueue(_FLUSH, done):
+            return False
+        return done.wait(timeout) and self._failed is None
+
+    def close(self, write_end_marker=True, timeout=None):
+        """Publish everything, write ``training_job_end.ts`` (unless told not to) and stop the thread.
+
+        Safe to call twice, from atexit, and in a forked child (where it does nothing).
+        Returns True when the thread finished in time and nothing failed.
+        """
+        if os.getpid() != self._pid:
+            return False
+        with self._cond:
+            already_closed = self._closed
+            if not already_closed:
+                self._closed = True
+                self._queue.append((_CLOSE, bool(write_end_marker), _ITEM_OVERHEAD_BYTES))
+                self._pending_bytes += _ITEM_OVERHEAD_BYTES
+                self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        finished = not self._thread.is_alive()
+        if not finished and not already_closed:
+            logger.warning("smdebug writer did not finish within %s s; some data may be missing", timeout)
+        return finished and self._failed is None
+
+    # ------------------------------------------------------------ writer thread
+
+    def _run(self):
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+        except BaseException as exc:  # noqa: B902 - anything that stops us must be recorded
+            self._fail(exc)
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                kind, payload, nbytes = self._queue.popleft()
+            try:
+                if self._failed is None:
+                    self._handle(kind, payload)
+            except BaseException as exc:  # noqa: B902
+                self._fail(exc)
+            finally:
+                if kind == _FLUSH:
+                    payload.set()
+                with self._cond:
+                    self._pending_bytes -= nbytes
+                    self._cond.notify_all()
+            if kind == _CLOSE:
+                return
+
+    def _fail(self, exc):
+        # Items still queued are drained without being handled (see _run), which frees
+        # their memory and wakes any submit() waiting for room.
+        with self._cond:
+            if self._failed is not None:
+                return
+            self._failed = exc
+            self._cond.notify_all()
+        logger.warning(
+            "smdebug writer failed and stops saving data for %s: %s: %s",
+            self.out_dir, type(exc).__name__, exc,
+        )
+        for open_step in self._open_steps.values():
+            if open_step.handle is not None:
+                try:
+                    open_step.handle.close()
+                except OSError:
+                    pass
+        self._open_steps.clear()
+        if self._tensorboard is not None:
+            try:
+                self._tensorboard.close()
+            except OSError:
+                pass
+            self._tensorboard = None
+
+    def _handle(self, kind, payload):
+        if kind == _STEP:
+            self._write_step(payload)
+        elif kind == _COLLECTIONS:
+            self._write_atomically(layout.collections_file_relpath(self.worker), payload)
+        elif kind == _METRIC:
+            path, line = payload
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(f"{line}\n")
+        elif kind in (_PUBLISH, _FLUSH):
+            self._publish_all()
+            self._flush_tensorboard()
+        elif kind == _CLOSE:
+            self._publish_all()
+            self._close_tensorboard()
+            if payload:
+                self._write_atomically(layout.END_OF_JOB_FILE, b"")
+
+    # -- files
+
+    def _path(self, relpath):
+        return layout.join_under(self.out_dir, relpath)
+
+    def _ensure_parent(self, relpath):
+        # mkdir one level at a time below out_dir: if out_dir itself was deleted, this fails
+        # instead of silently recreating it.
+        parts = relpath.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            rel_dir = "/".join(parts[:depth])
+            if rel_dir in self._known_dirs:
+                continue
+            try:
+                os.mkdir(self._path(rel_dir))
+            except FileExistsError:
+                pass
+            self._known_dirs.add(rel_dir)
+
+    def _write_atomically(self, relpath, data):
+        self._ensure_parent(relpath)
+        final = self._path(relpath)
+        tmp = final + layout.TMP_SUFFIX
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, final)
+
+    # -- steps
+
+    def _write_step(self, step):
+        mode = step.mode
+        open_step = self._open_steps.get(step.worker)
+        if open_step is not None and open_step.global_step != step.global_step:
+            self._publish(open_step)
+            open_step = None
+        if open_step is None and (step.tensors or step.shapes):
+            open_step = _OpenStep(step.global_step, step.worker, mode, step.mode_step)
+            if os.path.exists(self._path(open_step.index_relpath)):
+                self._warn_late(step)
+                open_step = None
+            else:
+                self._open_steps[step.worker] = open_step
+        if open_step is not None:
+            if (mode, step.mode_step) != (open_step.mode, open_step.mode_step) and not open_step.warned_mode_mismatch:
+                open_step.warned_mode_mismatch = True
+                logger.warning(
+                    "step %d of %s was opened as %s step %d; data submitted as %s step %d is filed under the former",
+                    step.global_step, step.worker, open_step.mode.name, open_step.mode_step, mode.name, step.mode_step,
+                )
+            for tag, value in step.tensors:
+                self._write_record(open_step, tag, value, step.wall_time)
+            open_step.shapes.extend((name, tuple(int(s) for s in shape)) for name, shape in step.shapes)
+        if self._tensorboard is not None and (step.tb_scalars or step.tb_histograms):
+            self._write_tensorboard(mode, step)
+
+    def _write_record(self, open_step, tag, value, wall_time):
+        try:
+            parts = encode_tensor_event_parts(
+                tag, value, global_step=open_step.global_step, mode=open_step.mode,
+                mode_step=open_step.mode_step, wall_time=wall_time,
+            )
+        except (TypeError, ValueError) as exc:
+            # A bad value is the caller's problem for that one tensor, not the run's.
+            if tag not in self._warned_encode:
+                self._warned_encode.add(tag)
+                logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
+            return
+        if open_step.handle is None:
+            self._ensure_parent(open_step.event_relpath)
+            open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb")
+        length = sum(len(part) for part in parts)
+        handle = open_step.handle
+        handle.write(record_header(length))
+        for part in parts:
+            handle.write(part)
+        handle.write(record_footer(SMDEBUG_PAYLOAD_FOOTER))
+        open_step.entries.append(IndexEntry(tag, open_step.offset, length + RECORD_OVERHEAD, crc32c_of_parts(parts)))
+        open_step.offset += length + RECORD_OVERHEAD
+
+    def _publish(self, open_step):
+        """Event file into place first, then its index (FORMAT 1.4)."""
+        del self._open_steps[open_step.worker]
+        event_relpath = None
+        if open_step.handle is not None:
+            open_step.handle.close()
+            final = self._path(open_step.event_relpath)
+            os.replace(final + layout.TMP_SUFFIX, final)
+            event_relpath = open_step.event_relpath
+        # A shape entry would hide the raw value of the same name from the original reader (FORMAT 3.2).
+        written = {entry.name for entry in open_step.entries}
+        shapes = [(name, shape) for name, shape in open_step.shapes if name not in written]
+        if not open_step.entries and not shapes:
+            return
+        index = build_index_json(open_step.mode, open_step.mode_step, event_relpath, open_step.entries, shapes)
+        self._write_atomically(open_step.index_relpath, index)
+
+    def _publish_all(self):
+        for open_step in list(self._open_steps.values()):
+            self._publish(open_step)
+
+    def _warn_late(self, step):
+        key = (step.global_step, step.worker)
+        if key not in self._warned_late:
+            self._warned_late.add(key)
+            names = [name for name, _ in step.tensors] + [name for name, _ in step.shapes]
+            logger.warning(
+                "smdebug dropped %d tensor(s) for step %d of %s: that step was already published (%s)",
+                len(names), step.global_step, step.worker, ", ".join(names[:5]) + ("..." if len(names) > 5 else ""),
+            )
+
+    # -- TensorBoard: its failures disable TensorBoard output only, not the run's data.
+
+    def _write_tensorboard(self, mode, step):
+        try:
+            self._tensorboard.write_summaries(
+                mode, step.global_step, step.tb_scalars, step.tb_histograms, wall_time=step.wall_time
+            )
+        except OSError as exc:
+            self._disable_tensorboard(exc)
+        except Exception as exc:  # noqa: B902 - a bad value must not stop tensor saving
+            logger.warning("smdebug skipped TensorBoard summaries of step %d: %s: %s",
+                           step.global_step, type(exc).__name__, exc)
+
+    def _flush_tensorboard(self):
+        if self._tensorboard is not None:
+            try:
+                self._tensorboard.flush()
+            except OSError as exc:
+                self._disable_tensorboard(exc)
+
+    def _close_tensorboard(self):
+        if self._tensorboard is not None:
+            try:
+                self._tensorboard.close()
+            except OSError as exc:
+                self._disable_tensorboard(exc)
+            self._tensorboard = None
+
+    def _disable_tensorboard(self, exc):
+        logger.warning(
+            "smdebug stops writing TensorBoard files to %s: %s: %s", self.tensorboard_dir, type(exc).__name__, exc
+        )
+        tensorboard, self._tensorboard = self._tensorboard, None
+        try:
+            tensorboard.close()
+        except OSError:
+            pass
