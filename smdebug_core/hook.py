@@ -62,6 +62,18 @@ class TensorPlan:
 
 
 @dataclass
+class StepValues:
+    """What one saved step produced, as host arrays: given to step listeners (live rules)."""
+
+    global_step: int
+    mode: ModeKeys
+    mode_step: int
+    worker: str
+    tensors: Dict[str, np.ndarray]
+    reductions: Dict[str, Dict[Tuple[str, bool], np.ndarray]]
+
+
+@dataclass
 class _Prepared:
     """A collection's configs resolved against the hook's, computed when configs change."""
 
@@ -198,6 +210,9 @@ class Hook:
         self._closed = False
         self._lock = threading.RLock()
         self._metrics_file = None
+        self._step_listeners: List = []
+        #: Set by request_stop(); adapters end training at the next step boundary.
+        self.stop_reason: Optional[str] = None
 
         self.writer = None
         if self.writes_files:
@@ -435,9 +450,14 @@ class Hook:
                                     shape=plan.shape, reductions=plan.reductions))
             group[2].append(plan)
         strip = self.strip_output_index_in_reduction_tags
+        seen = StepValues(step, mode, mode_step, self.worker_name, {}, {})
         for backend, requests, plans in by_backend.values():
             for plan, result in zip(plans, backend.materialize(requests)):
                 self._emit(plan, result, strip, tensors, shapes, tb_scalars, tb_hists, metrics)
+                if result.raw is not None:
+                    seen.tensors[plan.name] = result.raw
+                if result.reductions:
+                    seen.reductions[plan.name] = result.reductions
 
         for name, value, sm_metric, timestamp in scalars:
             array = np.asarray(self._numpy_scalar(value))
@@ -450,6 +470,10 @@ class Hook:
 
         if metrics:
             self._write_sm_metrics(metrics, step)
+        for name, array in tensors:
+            if name.startswith("scalar/"):
+                seen.tensors[name] = array
+        self._notify_listeners(seen)
         if self.writer is None:
             if self.dry_run:
                 logger.info("dry run: step %d (%s %d) would save %d records", step, mode.name, mode_step,
@@ -531,6 +555,53 @@ class Hook:
         if self.writer is not None:
             self.writer.write_collections(self.collections_json())
             self._collections_written = True
+
+    # --- live consumers of saved values (rules) and stopping ---------------------------
+    def add_step_listener(self, listener) -> None:
+        """Call ``listener(StepValues)`` after every saved step, on the training thread.
+
+        Listeners must return quickly (hand the values to their own thread); an exception
+        in a listener is logged once and the listener removed. Live rules use this.
+        """
+        self._step_listeners.append(listener)
+
+    def remove_step_listener(self, listener) -> None:
+        if listener in self._step_listeners:
+            self._step_listeners.remove(listener)
+
+    def _notify_listeners(self, values: StepValues) -> None:
+        for listener in list(self._step_listeners):
+            try:
+                listener(values)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("smdebug: step listener %r failed and was removed: %s", listener, exc)
+                self.remove_step_listener(listener)
+
+    def add_rule(self, rule, actions=None, **kwargs):
+        """Evaluate ``rule`` live on the values this hook saves, in a background thread.
+
+        ``actions`` (e.g. ``smdebug.rules.StopTraining()``) run when the rule triggers.
+        Returns the live evaluator (``.wait()``, ``.results``).
+        """
+        from .rules.live import attach_rule
+
+        return attach_rule(self, rule, actions=actions, **kwargs)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the adapter to end training at the next step boundary (rules' StopTraining)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            logger.warning("smdebug: stopping training: %s", reason)
+            if self.writes_files and self.is_chief:
+                try:
+                    with open(os.path.join(self.out_dir, "training_stop_reason.json"), "w") as fh:
+                        json.dump({"reason": reason, "global_step": self.global_step, "time": time.time()}, fh)
+                except OSError as exc:
+                    logger.warning("smdebug: could not record the stop reason in %s: %s", self.out_dir, exc)
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stop_reason is not None
 
     # --- lifecycle -------------------------------------------------------------------
     def disable(self, reason: str, already_reported: bool = False) -> None:

@@ -195,6 +195,27 @@ def _string_tensor(tag, arr):
     return tensor, marker
 
 
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _widen(arr, wider):
+    if arr.dtype == _BFLOAT16:
+        # bfloat16 is the top half of a float32: shifting keeps every bit, NaN payloads included
+        # (a float conversion would canonicalize NaNs).
+        # (reshape: arithmetic on 0-d arrays would return numpy scalars)
+        bits = arr.reshape(-1).view(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(arr.shape)
+    return arr.astype(wider)
+
+
+def _narrow(arr, target):
+    if target == _BFLOAT16 and arr.dtype == np.float32:
+        bits = arr.reshape(-1).view(np.uint32)
+        if not (bits & 0xFFFF).any():  # written by _widen: exact inverse
+            return (bits >> 16).astype(np.uint16).view(_BFLOAT16).reshape(arr.shape)
+    return arr.astype(target)
+
+
 def _numeric_content(tag, arr):
     """(wire dtype, marker or None, C-ordered little-endian array) for a numeric array."""
     dtype = arr.dtype
@@ -216,7 +237,7 @@ def _numeric_content(tag, arr):
                 f" supported: {', '.join(supported_dtypes())}, str and bytes"
             )
         marker = dtype.name
-        arr = arr.astype(wider)
+        arr = _widen(arr, wider)
         wire = _NATIVE[wider]
     if not _LITTLE_ENDIAN_HOST and arr.dtype.itemsize > 1:
         arr = arr.astype(arr.dtype.newbyteorder("<"))
@@ -396,7 +417,7 @@ def tensor_proto_to_numpy(tensor, marker=None, source="record"):
         target = _MARKER_TO_DTYPE.get(marker)
         if target is None:
             raise CorruptRecord(f"{source}: unknown {DTYPE_KEY} marker {marker!r}")
-        arr = arr.astype(target)
+        arr = _narrow(arr, target)
     arr.flags.writeable = False
     return arr
 

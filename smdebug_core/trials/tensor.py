@@ -87,11 +87,18 @@ class Tensor:
         workers.add(worker)
 
     def _add_location(self, step: int, worker: str, location: TensorLocation) -> None:
+        # Called once per index entry while loading: kept flat on purpose.
         by_worker = self._locations.get(step)
         if by_worker is None:
-            by_worker = self._locations[step] = {}
-        by_worker[worker] = location
-        self._note(step, worker)
+            self._locations[step] = {worker: location}
+        else:
+            by_worker[worker] = location
+        workers = self._step_workers.get(step)
+        if workers is None:
+            self._step_workers[step] = {worker}
+            self._sorted_steps = None
+        else:
+            workers.add(worker)
 
     def _add_reduction(self, step: int, worker: str, key: Tuple[str, bool], location: TensorLocation) -> None:
         by_worker = self._reductions.get(step)
