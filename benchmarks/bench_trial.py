@@ -144,7 +144,6 @@ def main(argv=None) -> int:
             env = dict(os.environ)
             # The original sleeps this long after seeing the end marker; we time reading only.
             env["SMDEBUG_TRAINING_END_DELAY_REFRESH"] = "0"
-            env.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
             theirs = [run_json(args.smdebug_python, _ORIGINAL, path, name, env) for _ in range(args.repeat)]
             tb = {k: min(r[k] for r in theirs) for k in ("open_and_steps_s", "values_s")}
             if theirs[-1]["steps"] != last["steps"] or theirs[-1]["values"] != last["values"]:

@@ -14,12 +14,15 @@ gets the right numbers. uint64 has no lossless wider dtype: when every value is 
 2**63 it is written as int64 plus the marker (same numbers for the original); otherwise as
 DT_UINT64, which our reader reads and the original cannot.
 
-Large tensors are not copied into the protobuf: the message is serialized around an
-empty ``tensor_content`` and the array's bytes are spliced in with hand-written length
-prefixes (:func:`encode_tensor_event_parts`). The result is byte-identical to what
-protobuf itself would serialize.
+Large tensors (64 KiB and more) are not copied into the protobuf: the message is
+serialized around an empty ``tensor_content`` and the array's bytes are spliced in with
+hand-written length prefixes (:func:`encode_tensor_event_parts`). The result is
+byte-identical to what protobuf itself would serialize. Small tensors take the plain
+protobuf path, which costs less per record.
 """
+import functools
 import math
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -140,9 +143,19 @@ def supported_dtypes():
 
 
 # ---------------------------------------------------------------- encoding
+#
+# Large numeric records are encoded by hand (protobuf wire format, fields in number order,
+# as protobuf itself serializes them), so that the array's bytes pass through without a
+# copy. Small ones go through the protobuf classes, which is faster per record in Python.
+# A test checks both against protobuf's own serialization of the parsed message.
+
+_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
+_DOUBLE = struct.Struct("<d")
 
 
 def _varint(value):
+    if value < 128:
+        return _SMALL_VARINTS[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -151,16 +164,27 @@ def _varint(value):
     return bytes(out)
 
 
-def _length_delimited_key(field_number, length):
-    """Key and length prefix of a length-delimited (wire type 2) field."""
-    return _varint((field_number << 3) | 2) + _varint(length)
+def _key(field_number, wire_type):
+    return _varint((field_number << 3) | wire_type)
 
 
-# Field numbers on the splice path: Event.summary > Summary.value > Value.tensor > tensor_content.
-_EVENT_SUMMARY, _SUMMARY_VALUE, _VALUE_TENSOR, _TENSOR_CONTENT = 5, 1, 8, 4
+def _length_delimited(field_number, payload):
+    """A complete length-delimited (wire type 2) field."""
+    return _key(field_number, 2) + _varint(len(payload)) + payload
 
 
-def _metadata(mode, mode_step, marker):
+# Field numbers (FORMAT 2.2).
+_EVENT_WALL_TIME, _EVENT_STEP, _EVENT_SUMMARY = 1, 2, 5
+_SUMMARY_VALUE = 1
+_VALUE_TAG, _VALUE_TENSOR, _VALUE_METADATA = 1, 8, 9
+_TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_CONTENT = 1, 2, 4
+_SHAPE_DIM, _DIM_SIZE, _DIM_NAME = 2, 1, 2
+
+# From this size on, content is returned as a separate memoryview instead of being copied.
+_SPLICE_MIN_BYTES = 64 * 1024
+
+
+def _metadata_message(mode, mode_step, marker):
     metadata = proto.SummaryMetadata()
     metadata.plugin_data.add(plugin_name=MODE_STEP_KEY, content=str(mode_step).encode())
     metadata.plugin_data.add(plugin_name=MODE_KEY, content=str(mode.value).encode())
@@ -169,11 +193,30 @@ def _metadata(mode, mode_step, marker):
     return metadata
 
 
-def _shape_proto(tag, shape):
-    shape_proto = proto.TensorShapeProto()
+@functools.lru_cache(maxsize=256)
+def _cached_metadata(mode, mode_step, marker):
+    """(message, serialized field) of ``Summary.Value.metadata``: the same for every record of a step."""
+    message = _metadata_message(mode, mode_step, marker)
+    return message, _length_delimited(_VALUE_METADATA, message.SerializeToString())
+
+
+def _shape_field(tag, shape):
+    dims = []
     for size in shape:
-        shape_proto.dim.add(size=size, name=f"{tag}_{size}")
-    return shape_proto
+        name = f"{tag}_{size}".encode("utf-8")
+        size_field = _key(_DIM_SIZE, 0) + _varint(size) if size else b""  # proto3 omits zeros
+        dims.append(_length_delimited(_SHAPE_DIM, size_field + _length_delimited(_DIM_NAME, name)))
+    return _length_delimited(_TENSOR_SHAPE, b"".join(dims))
+
+
+def _event_head(wall_time, global_step):
+    head = b""
+    packed = _DOUBLE.pack(wall_time)
+    if packed != bytes(8):
+        head = _key(_EVENT_WALL_TIME, 1) + packed
+    if global_step:
+        head += _key(_EVENT_STEP, 0) + _varint(global_step)
+    return head
 
 
 def _string_tensor(tag, arr):
@@ -190,7 +233,10 @@ def _string_tensor(tag, arr):
                     f"cannot save tensor {tag!r}: object arrays must hold only str, found {type(item).__name__}"
                 )
         encoded = [item.encode("utf-8") for item in flat]
-    tensor = proto.TensorProto(dtype=proto.DT_INVALID, tensor_shape=_shape_proto(tag, arr.shape))
+    tensor = proto.TensorProto(dtype=proto.DT_INVALID)
+    for size in arr.shape:
+        tensor.tensor_shape.dim.add(size=size, name=f"{tag}_{size}")
+    tensor.tensor_shape.SetInParent()
     tensor.string_val.extend(encoded)
     return tensor, marker
 
@@ -201,8 +247,8 @@ _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 def _widen(arr, wider):
     if arr.dtype == _BFLOAT16:
         # bfloat16 is the top half of a float32: shifting keeps every bit, NaN payloads included
-        # (a float conversion would canonicalize NaNs).
-        # (reshape: arithmetic on 0-d arrays would return numpy scalars)
+        # (a float conversion would canonicalize NaNs). (reshape: arithmetic on 0-d arrays
+        # would return numpy scalars)
         bits = arr.reshape(-1).view(np.uint16).astype(np.uint32) << 16
         return bits.view(np.float32).reshape(arr.shape)
     return arr.astype(wider)
@@ -249,9 +295,10 @@ def _numeric_content(tag, arr):
 def encode_tensor_event_parts(tag, array, *, global_step, mode, mode_step, wall_time=None):
     """Serialize one tensor record as a list of buffers whose concatenation is the ``Event``.
 
-    For numeric tensors the list is ``[prefix, tensor bytes, suffix]``, where the middle
-    item is a memoryview of the (possibly converted) array: nothing large is copied. The
-    caller must keep the array unchanged until the buffers are written.
+    Small records come as one ``bytes``. For numeric tensors of 64 KiB and more the list is
+    ``[prefix, tensor bytes, suffix]``, where the middle item is a memoryview of the
+    (possibly converted) array: nothing large is copied. The caller must keep the array
+    unchanged until the buffers are written.
     """
     if not isinstance(tag, str) or not tag:
         raise ValueError(f"tensor name must be a non-empty string, got {tag!r}")
@@ -266,7 +313,7 @@ def encode_tensor_event_parts(tag, array, *, global_step, mode, mode_step, wall_
         tensor, marker = _string_tensor(tag, arr)
         event = proto.Event(wall_time=wall_time, step=global_step)
         value = event.summary.value.add(tag=tag)
-        value.metadata.CopyFrom(_metadata(mode, mode_step, marker))
+        value.metadata.CopyFrom(_metadata_message(mode, mode_step, marker))
         value.tensor.CopyFrom(tensor)
         return [event.SerializeToString()]
 
@@ -274,30 +321,39 @@ def encode_tensor_event_parts(tag, array, *, global_step, mode, mode_step, wall_
     wire, marker, arr = _numeric_content(tag, arr)
     content = memoryview(arr.reshape(-1).view(np.uint8))
     n = len(content)
+    metadata, metadata_field = _cached_metadata(mode, mode_step, marker)
 
-    # Serialize each level without the content, then add the length prefixes by hand.
-    # Fields are emitted in field-number order, as protobuf does, so the bytes are canonical.
-    tensor_prefix = proto.TensorProto(dtype=wire, tensor_shape=_shape_proto(tag, shape)).SerializeToString()
-    if n:  # proto3 omits an empty bytes field
-        tensor_prefix += _length_delimited_key(_TENSOR_CONTENT, n)
+    if n < _SPLICE_MIN_BYTES:
+        event = proto.Event(wall_time=wall_time, step=global_step)
+        value = event.summary.value.add(tag=tag)
+        tensor = value.tensor
+        tensor.dtype = wire
+        dims = tensor.tensor_shape.dim
+        for size in shape:
+            dims.add(size=size, name=f"{tag}_{size}")
+        tensor.tensor_shape.SetInParent()
+        tensor.tensor_content = content.tobytes()
+        value.metadata.CopyFrom(metadata)
+        return [event.SerializeToString()]
+
+    tensor_prefix = b"".join((
+        _key(_TENSOR_DTYPE, 0), _varint(wire), _shape_field(tag, shape), _key(_TENSOR_CONTENT, 2), _varint(n)
+    ))
     tensor_len = len(tensor_prefix) + n
-    value_head = proto.SummaryValue(tag=tag).SerializeToString()  # field 1
-    value_tail = proto.SummaryValue(metadata=_metadata(mode, mode_step, marker)).SerializeToString()  # field 9
-    tensor_key = _length_delimited_key(_VALUE_TENSOR, tensor_len)  # field 8
-    value_len = len(value_head) + len(tensor_key) + tensor_len + len(value_tail)
-    summary_key = _length_delimited_key(_SUMMARY_VALUE, value_len)
-    event_head = proto.Event(wall_time=wall_time, step=global_step).SerializeToString()  # fields 1, 2
+    value_head = _length_delimited(_VALUE_TAG, tag.encode("utf-8")) + _key(_VALUE_TENSOR, 2) + _varint(tensor_len)
+    value_tail = metadata_field
+    value_len = len(value_head) + tensor_len + len(value_tail)
+    summary_head = _key(_SUMMARY_VALUE, 2) + _varint(value_len)
+    summary_len = len(summary_head) + value_len
     prefix = b"".join((
-        event_head,
-        _length_delimited_key(_EVENT_SUMMARY, len(summary_key) + value_len),
-        summary_key,
+        _event_head(wall_time, global_step),
+        _key(_EVENT_SUMMARY, 2),
+        _varint(summary_len),
+        summary_head,
         value_head,
-        tensor_key,
         tensor_prefix,
     ))
-    if n:
-        return [prefix, content, value_tail]
-    return [prefix + value_tail]
+    return [prefix, content, value_tail]
 
 
 def encode_tensor_event(tag, array, *, global_step, mode, mode_step, wall_time=None):

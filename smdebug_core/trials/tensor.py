@@ -137,7 +137,8 @@ class Tensor:
         if mode is GLOBAL:
             return list(steps)
         to_mode = trial._global_to_mode
-        return sorted(s for m, s in (to_mode[g] for g in steps) if m is mode)
+        # A set: a restarted job can save the same mode step at two global steps.
+        return sorted({s for m, s in (to_mode[g] for g in steps) if m is mode})
 
     def prev_steps(self, step, n: Optional[int] = None, mode=GLOBAL) -> List[int]:
         """The saved steps up to and including ``step`` (the last ``n`` of them if given)."""
@@ -341,28 +342,37 @@ class Tensor:
         return out
 
     def _read_file_group(self, event_file: str, group: List[_Request]):
+        """Yield ``(request, value)`` for records of one event file, opening it once."""
+        if len(group) == 1:
+            request = group[0]
+            data = self._read_bytes(event_file, [(request.location.start, request.location.length)], request)
+            yield request, self._decode(memoryview(data[0]), request)
+            return
         group.sort(key=lambda r: r.location.start)
         lo = group[0].location.start
         hi = max(r.location.start + r.location.length for r in group)
         needed = sum(r.location.length for r in group)
-        if len(group) > 1 and hi - lo <= needed + _COALESCE_SLACK:
-            span = memoryview(self._read_bytes(event_file, lo, hi - lo, group[0]))
+        if hi - lo <= needed + _COALESCE_SLACK:
+            # Close together (the records of one step): one read for all of them.
+            span = memoryview(self._read_bytes(event_file, [(lo, hi - lo)], group[0])[0])
             for r in group:
                 offset = r.location.start - lo
                 yield r, self._decode(span[offset : offset + r.location.length], r)
         else:
-            for r in group:
-                data = self._read_bytes(event_file, r.location.start, r.location.length, r)
+            datas = self._read_bytes(event_file, [(r.location.start, r.location.length) for r in group], group[0])
+            for r, data in zip(group, datas):
                 yield r, self._decode(memoryview(data), r)
 
-    def _read_bytes(self, event_file: str, offset: int, length: int, request: _Request) -> bytes:
-        """Bytes of an event file; waits (bounded) for a file the index names but that is not there yet."""
+    def _read_bytes(self, event_file: str, ranges: List[Tuple[int, int]], request: _Request) -> List[bytes]:
+        """Byte ranges of an event file; waits (bounded) for a file the index names but that is not there yet."""
         trial = self._trial
         storage = trial._storage
         deadline = None
         while True:
             try:
-                return storage.read_range(event_file, offset, length)
+                if len(ranges) == 1:  # single lookups keep the file open for the next one
+                    return [storage.read_range(event_file, *ranges[0])]
+                return storage.read_ranges(event_file, ranges)
             except FileNotFoundError:
                 pass
             except ValueError as exc:  # a path escaping the run directory
@@ -376,27 +386,32 @@ class Tensor:
                 raise MissingEventFile(self.name, request.step, mode, storage.local_path(event_file))
             time.sleep(min(_MISSING_EVENT_POLL_S, max(0.0, deadline - time.monotonic())))
 
-    def _decode(self, data: memoryview, request: _Request) -> np.ndarray:
+    def _source(self, request: _Request) -> str:
+        """Where a record is, for error messages."""
         location = request.location
-        trial = self._trial
-        source = (
-            f"{trial._storage.local_path(location.event_file)} at offset {location.start} "
+        return (
+            f"{self._trial._storage.local_path(location.event_file)} at offset {location.start} "
             f"(tensor {location.record_name!r}, step {request.step}, worker {request.worker})"
         )
+
+    def _decode(self, data: memoryview, request: _Request) -> np.ndarray:
+        location = request.location
         if len(data) < location.length:
             raise CorruptRecord(
-                f"{source}: the file ends {location.length - len(data)} bytes before the end of the record"
+                f"{self._source(request)}: the file ends {location.length - len(data)} bytes "
+                "before the end of the record"
             )
         try:
-            payload, _ = read_record(data, 0, trial._record_check)
+            payload, _ = read_record(data, 0, self._trial._record_check)
+            if location.crc32c is not None:
+                verify_payload_crc(payload, location.crc32c, "payload")
+            decoded = decode_tensor_event(payload)
         except CorruptRecord as exc:
-            raise CorruptRecord(f"{source}: {exc}") from None
-        if location.crc32c is not None:
-            verify_payload_crc(payload, location.crc32c, source)
-        decoded = decode_tensor_event(payload, source)
+            # The message is built only on failure: this runs once per value read.
+            raise CorruptRecord(f"{self._source(request)}: {exc}") from None
         if decoded.tag != location.record_name:
             raise CorruptRecord(
-                f"{source}: the record holds tensor {decoded.tag!r}, not {location.record_name!r}; "
-                "the index points at the wrong bytes"
+                f"{self._source(request)}: the record holds tensor {decoded.tag!r}, not "
+                f"{location.record_name!r}; the index points at the wrong bytes"
             )
         return decoded.value

@@ -166,8 +166,10 @@ class Trial:
         self.cache = bool(cache)
         if wait_timeout is None:
             wait_timeout = _env_number(("SMDEBUG_TRIAL_WAIT_TIMEOUT",), DEFAULT_WAIT_TIMEOUT_S, float)
-        if not isinstance(wait_timeout, (int, float)) or isinstance(wait_timeout, bool) or wait_timeout < 0:
-            raise ValueError(f"wait_timeout must be a non-negative number of seconds (math.inf: no limit), got {wait_timeout!r}")
+        if not isinstance(wait_timeout, (int, float)) or isinstance(wait_timeout, bool) or not wait_timeout >= 0:
+            raise ValueError(
+                f"wait_timeout must be a non-negative number of seconds (math.inf: no limit), got {wait_timeout!r}"
+            )
         self.wait_timeout = float(wait_timeout)
         self.poll_interval = DEFAULT_POLL_INTERVAL_S
         self.progress = progress
@@ -511,20 +513,27 @@ class Trial:
     def _apply_incomplete_step_window(self) -> None:
         """Stop waiting for the oldest stragglers once too many steps are incomplete (FORMAT 5.3).
 
-        The original compared ``len(steps) - (last_complete_step + 1)`` with the window,
-        which assumes every step is saved; this counts the steps actually waiting.
+        While more than the window's number of steps wait, the oldest half-window of them
+        is treated as complete. The original compared ``len(steps) - (last_complete_step + 1)``
+        with the window, which assumes every step is saved, and moved at most once per
+        refresh; this counts the steps actually waiting, so the result does not depend on
+        how often the trial was refreshed.
         """
         steps = self._all_steps_sorted()
         first_incomplete = bisect.bisect_right(steps, self.last_complete_step)
         waiting = len(steps) - first_incomplete
-        if waiting > self._incomplete_step_window:
-            give_up = max(1, self._incomplete_step_window // 2)
-            self.last_complete_step = steps[first_incomplete + give_up - 1]
-            logger.info(
-                "%s: %d steps are incomplete (more than INCOMPLETE_STEP_WAIT_WINDOW=%d); "
-                "treating steps up to %d as complete",
-                self.path, waiting, self._incomplete_step_window, self.last_complete_step,
-            )
+        if waiting <= self._incomplete_step_window:
+            return
+        give_up = max(1, self._incomplete_step_window // 2)
+        while waiting > self._incomplete_step_window:
+            first_incomplete += give_up
+            waiting -= give_up
+        self.last_complete_step = steps[first_incomplete - 1]
+        logger.info(
+            "%s: more than INCOMPLETE_STEP_WAIT_WINDOW=%d steps are incomplete; "
+            "treating steps up to %d as complete",
+            self.path, self._incomplete_step_window, self.last_complete_step,
+        )
 
     # ------------------------------------------------------------------ steps and modes
     def _all_steps_sorted(self, mode: ModeKeys = GLOBAL) -> List[int]:

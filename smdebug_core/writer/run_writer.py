@@ -22,14 +22,21 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import numpy as np
 
 from ..format import layout
 from ..format.codec import encode_tensor_event_parts
 from ..format.index import IndexEntry, build_index_json
-from ..format.records import RECORD_OVERHEAD, SMDEBUG_PAYLOAD_FOOTER, crc32c_of_parts, record_footer, record_header
+from ..format.records import (
+    RECORD_OVERHEAD,
+    SMDEBUG_PAYLOAD_FOOTER,
+    crc32c,
+    crc32c_of_parts,
+    record_footer,
+    record_header,
+)
 from ..modes import ModeKeys
 from .tensorboard import TensorBoardWriter
 
@@ -45,8 +52,9 @@ class StepData:
     """Everything one (global step, worker) contributes, handed from the hook to the writer.
 
     ``tensors`` are ``(final tag, array)`` in write order (tags already include
-    ``smdebug/reductions/...`` prefixes). ``shapes`` are ``(name, shape)`` for tensors
-    saved as shape only. ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
+    ``smdebug/reductions/...`` prefixes). ``shapes`` are ``(name, shape)`` or
+    ``(name, original_name, shape)`` for tensors saved as shape only (a shape whose name
+    is also written as a tensor in the same step is left out of the index, FORMAT 3.2). ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
     names (tags are cleaned by the writer).
 
     The arrays are read later, on the writer thread: they must be host copies that the
@@ -91,6 +99,9 @@ class _OpenStep:
         self.shapes = []
         self.warned_mode_mismatch = False
 
+
+# events/ files carry smdebug's constant footer (FORMAT 2.1); integrity is in the index's crc32c.
+_EVENT_FOOTER = record_footer(SMDEBUG_PAYLOAD_FOOTER)
 
 # Queue item kinds.
 _STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE = range(6)
@@ -170,8 +181,13 @@ class RunWriter:
             self._cond.notify_all()
         return True
 
-    def submit(self, step):
-        """Queue one :class:`StepData`. Never raises for I/O problems; may block when the writer is behind."""
+    def submit(self, step, publish=False):
+        """Queue one :class:`StepData`. Never raises for I/O problems; may block when the writer is behind.
+
+        ``publish=True`` says the step is complete: it is published as soon as it is written,
+        so readers see it at once, instead of when the worker's next step arrives (or at
+        flush/close). Data arriving later for a published step is dropped with a warning.
+        """
         if not isinstance(step, StepData):
             raise TypeError(f"submit() takes a StepData, got {type(step).__name__}")
         # Programming errors of the caller fail here, on its thread, not inside the writer.
@@ -179,7 +195,7 @@ class RunWriter:
         layout.validate_step(step.mode_step, "StepData.mode_step")
         layout.validate_worker(step.worker)
         step.mode = ModeKeys.parse(step.mode)
-        self._enqueue(_STEP, step, step.nbytes())
+        self._enqueue(_STEP, (step, bool(publish)), step.nbytes())
 
     def write_collections(self, json_bytes):
         """Write ``collections/000000000/<worker>_collections.json`` (atomically, on the writer thread)."""
@@ -288,7 +304,10 @@ class RunWriter:
 
     def _handle(self, kind, payload):
         if kind == _STEP:
-            self._write_step(payload)
+            step, publish = payload
+            self._write_step(step)
+            if publish and step.worker in self._open_steps:
+                self._publish(self._open_steps[step.worker])
         elif kind == _COLLECTIONS:
             self._write_atomically(layout.collections_file_relpath(self.worker), payload)
         elif kind == _METRIC:
@@ -355,7 +374,9 @@ class RunWriter:
                 )
             for tag, value in step.tensors:
                 self._write_record(open_step, tag, value, step.wall_time)
-            open_step.shapes.extend((name, tuple(int(s) for s in shape)) for name, shape in step.shapes)
+            for shape_item in step.shapes:
+                name, *original, shape = shape_item
+                open_step.shapes.append((name, original[0] if original else name, tuple(int(s) for s in shape)))
         if self._tensorboard is not None and (step.tb_scalars or step.tb_histograms):
             self._write_tensorboard(mode, step)
 
@@ -374,13 +395,19 @@ class RunWriter:
         if open_step.handle is None:
             self._ensure_parent(open_step.event_relpath)
             open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb")
-        length = sum(len(part) for part in parts)
-        handle = open_step.handle
-        handle.write(record_header(length))
-        for part in parts:
-            handle.write(part)
-        handle.write(record_footer(SMDEBUG_PAYLOAD_FOOTER))
-        open_step.entries.append(IndexEntry(tag, open_step.offset, length + RECORD_OVERHEAD, crc32c_of_parts(parts)))
+        if len(parts) == 1:  # small record: one write call
+            payload = parts[0]
+            length = len(payload)
+            open_step.handle.write(b"".join((record_header(length), payload, _EVENT_FOOTER)))
+            crc = crc32c(payload)
+        else:  # large tensor: its bytes go to the file straight from the array
+            length = sum(len(part) for part in parts)
+            open_step.handle.write(record_header(length))
+            for part in parts:
+                open_step.handle.write(part)
+            open_step.handle.write(_EVENT_FOOTER)
+            crc = crc32c_of_parts(parts)
+        open_step.entries.append(IndexEntry(tag, open_step.offset, length + RECORD_OVERHEAD, crc))
         open_step.offset += length + RECORD_OVERHEAD
 
     def _publish(self, open_step):
@@ -394,7 +421,7 @@ class RunWriter:
             event_relpath = open_step.event_relpath
         # A shape entry would hide the raw value of the same name from the original reader (FORMAT 3.2).
         written = {entry.name for entry in open_step.entries}
-        shapes = [(name, shape) for name, shape in open_step.shapes if name not in written]
+        shapes = [item for item in open_step.shapes if item[0] not in written]
         if not open_step.entries and not shapes:
             return
         index = build_index_json(open_step.mode, open_step.mode_step, event_relpath, open_step.entries, shapes)

@@ -286,7 +286,7 @@ def test_record_layout_matches_format_2_3():
     assert not value.tensor.float_val and not value.tensor.tensor_shape.unknown_rank
 
 
-@pytest.mark.parametrize("shape", [(), (1,), (5,), (40, 1), (200, 100), (3, 0), (70000,)])
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (40, 1), (8191,), (8192,), (200, 100), (3, 0), (70000,)])
 def test_spliced_bytes_equal_protobufs_own_serialization(shape):
     array = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
     parts = codec.encode_tensor_event_parts("x" * 150, array, global_step=10**12 - 1, mode=ModeKeys.PREDICT, mode_step=300, wall_time=5.0)

@@ -1,0 +1,146 @@
+"""Zero-code-change for MXNet Gluon: attach the JSON-configured hook to an unmodified script.
+
+Gluon has no global "training started" event, so :func:`instrument` wraps three
+construction-time methods, each called a handful of times per run (never per step):
+
+* ``gluon.Block.initialize`` and ``gluon.Block.load_parameters`` remember (weakly) the
+  blocks whose parameters a script sets up: the network is one of them;
+* ``gluon.Trainer.__init__`` takes the hook from :func:`smdebug.mxnet.get_hook` (creating
+  it from ``SMDEBUG_CONFIG_FILE_PATH``) and registers, as the model, the remembered block
+  that owns the most of the trainer's parameters (the largest on a tie: the whole network
+  rather than a re-initialized head);
+* ``gluon.loss.Loss.__init__`` registers every loss block, so losses are saved.
+
+Without a config file (or with ``USE_SMDEBUG=0``) nothing is attached. A script that
+registers its own block keeps it. :func:`uninstrument` restores the originals; both
+functions are idempotent.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from typing import Dict, Tuple
+
+from smdebug.exceptions import SMDebugError
+from smdebug.logger import get_logger
+
+logger = get_logger("smdebug.mxnet")
+
+_originals: Dict[Tuple[type, str], object] = {}
+_lock = threading.Lock()
+_candidates: "weakref.WeakSet" = weakref.WeakSet()
+_warned = False
+
+
+def is_instrumented() -> bool:
+    """Whether :func:`instrument` is in effect."""
+    return bool(_originals)
+
+
+def instrument() -> None:
+    """Wrap Gluon's construction methods so that the configured hook attaches itself."""
+    from mxnet import gluon
+
+    with _lock:
+        if _originals:
+            return
+        targets = (
+            (gluon.Block, "initialize", _wrap_remember_block),
+            (gluon.Block, "load_parameters", _wrap_remember_block),
+            (gluon.Trainer, "__init__", _wrap_trainer_init),
+            (gluon.loss.Loss, "__init__", _wrap_loss_init),
+        )
+        for owner, attr, wrap in targets:
+            original = owner.__dict__.get(attr)
+            if original is None:
+                continue
+            _originals[(owner, attr)] = original
+            setattr(owner, attr, wrap(original))
+        logger.debug("smdebug: instrumented %s", ", ".join(f"{o.__name__}.{a}" for o, a in _originals))
+
+
+def uninstrument() -> None:
+    """Put back the methods :func:`instrument` replaced (hooks already attached stay)."""
+    with _lock:
+        for (owner, attr), original in _originals.items():
+            setattr(owner, attr, original)
+        _originals.clear()
+        _candidates.clear()
+
+
+def _wrap_remember_block(original):
+    @functools.wraps(original)
+    def remember(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        _candidates.add(self)
+        return result
+
+    return remember
+
+
+def _wrap_trainer_init(original):
+    @functools.wraps(original)
+    def trainer_init(self, params, *args, **kwargs):
+        original(self, params, *args, **kwargs)
+        hook = _current_hook()
+        if hook is None or hook.model is not None:
+            return
+        try:
+            model = _owner_of(params)
+            if model is None:
+                logger.warning("smdebug: could not find the network that owns this Trainer's parameters; call "
+                               "hook.register_block(net) (hook: smdebug.mxnet.get_hook()) to save tensors")
+                return
+            hook.register_block(model)
+        except Exception as exc:  # noqa: BLE001 - never stop training for the debugger's sake
+            logger.warning("smdebug: could not attach to the network (%s: %s)", type(exc).__name__, exc)
+
+    return trainer_init
+
+
+def _wrap_loss_init(original):
+    @functools.wraps(original)
+    def loss_init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        # Subclasses call Loss.__init__ before setting their own attributes; registering
+        # only keeps a reference, it does not use them.
+        hook = _current_hook()
+        if hook is not None:
+            try:
+                hook.register_loss(self)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("smdebug: could not attach to the loss block (%s: %s)", type(exc).__name__, exc)
+
+    return loss_init
+
+
+def _owner_of(params):
+    """The remembered block owning most of ``params`` (largest on a tie), or None."""
+    if hasattr(params, "values"):
+        params = list(params.values())
+    names = {p.name for p in params}
+    best, best_key = None, (0, 0)
+    for block in list(_candidates):
+        owned = {p.name for p in block.collect_params().values()}
+        key = (len(names & owned), len(owned))
+        if key[0] and key > best_key:
+            best, best_key = block, key
+    return best
+
+
+def _current_hook():
+    """The hook to attach, or None. Configuration mistakes raise; anything else only warns."""
+    global _warned
+    from .hook import get_hook
+
+    try:
+        return get_hook(create_if_not_exists=True)
+    except SMDebugError:
+        raise  # a bad config or out_dir: the user asked for debugging and should know now
+    except Exception as exc:  # noqa: BLE001
+        if not _warned:
+            _warned = True
+            logger.warning("smdebug: could not create the MXNet hook (%s: %s); training runs without it",
+                           type(exc).__name__, exc)
+        return None

@@ -1,0 +1,236 @@
+"""MXNet NDArrays as tensors for the core hook: snapshots and batched reductions.
+
+At the end of a saved step the hook hands :meth:`MXNetBackend.materialize` every
+NDArray the step recorded. Per context, it
+
+* packs the tensors that need reductions into a few padded float64 matrices (one per
+  power-of-two size class, so padding at most doubles the memory) and computes every
+  requested reduction of every tensor with a fixed number of ``mx.nd`` ops per matrix;
+* concatenates the raw tensors of each dtype into one flat array;
+* copies each of those flat arrays to the host once (``asnumpy``) and slices it there.
+
+So a saved step costs one host transfer per (context, dtype) of raw tensors plus one for
+all reductions of a context, instead of one per tensor and reduction. The results equal
+:mod:`smdebug.reductions` (float64, population variance, flattened norms) within float32
+tolerance; anything the device path does not cover (e.g. ``median``) is computed on the
+host from the same values.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Dict, List, Sequence, Tuple
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd
+
+from smdebug import reductions as reference
+from smdebug.backend import Materialized, Request, TensorBackend
+
+#: Reductions computed on the device; others fall back to the host reference.
+DEVICE_REDUCTIONS = frozenset({"min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2"})
+
+
+def _as_nd(value) -> mx.nd.NDArray:
+    """The legacy NDArray view of an ``mx.nd`` or ``mx.np`` array (no copy)."""
+    if isinstance(value, mx.np.ndarray):
+        return value.as_nd_ndarray()
+    return value
+
+
+class MXNetBackend(TensorBackend):
+    """Tensor backend for ``mx.nd.NDArray`` (and ``mx.np.ndarray``) on any context."""
+
+    name = "mxnet"
+
+    def accepts(self, value) -> bool:
+        return isinstance(value, mx.nd.NDArray)
+
+    def snapshot(self, value, needs_copy: bool):
+        """A device copy when the value is needed later (the optimizer updates in place)."""
+        value = _as_nd(value)
+        if not needs_copy:
+            return value
+        # The engine orders this copy before any later in-place write to ``value``, so it
+        # captures the value as of now without waiting; pause() keeps it out of the graph.
+        with autograd.pause():
+            return value.copy()
+
+    def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
+        results = [Materialized(raw=None, shape=tuple(req.value.shape) if req.shape else None) for req in requests]
+        by_context: Dict[str, List[int]] = defaultdict(list)
+        for i, req in enumerate(requests):
+            by_context[str(req.value.context)].append(i)
+        with autograd.pause():
+            for indices in by_context.values():
+                self._materialize_context(requests, indices, results)
+        return results
+
+    # --- one context -------------------------------------------------------------------
+    def _materialize_context(self, requests, indices, results) -> None:
+        host_fallback = []  # (index, reductions) computed with numpy from the raw host value
+        device_jobs = []  # (index, reductions) computed on the device
+        raw_needed = []
+        for i in indices:
+            req = requests[i]
+            value = req.value
+            device_reds = tuple(r for r in req.reductions if r[0] in DEVICE_REDUCTIONS)
+            other_reds = tuple(r for r in req.reductions if r[0] not in DEVICE_REDUCTIONS)
+            if value.size == 0:
+                device_reds = other_reds = ()  # the reference backend skips empty tensors too
+            if device_reds:
+                device_jobs.append((i, device_reds))
+            if other_reds:
+                host_fallback.append((i, other_reds))
+            if req.raw or other_reds:
+                raw_needed.append(i)
+
+        reduced = _device_reductions([(requests[i].value, reds) for i, reds in device_jobs])
+        for (i, _), values in zip(device_jobs, reduced):
+            results[i].reductions.update(values)
+
+        hosts = _to_host([requests[i].value for i in raw_needed])
+        for i, host in zip(raw_needed, hosts):
+            if requests[i].raw:
+                results[i].raw = host
+        for i, reds in host_fallback:
+            host = hosts[raw_needed.index(i)]
+            results[i].reductions.update(zip(reds, reference.reduce_many(host, reds)))
+
+
+def _to_host(values: Sequence[mx.nd.NDArray]) -> List[np.ndarray]:
+    """Copy arrays of one context to numpy: one concatenation and one transfer per dtype."""
+    out: List[np.ndarray] = [None] * len(values)
+    by_dtype: Dict[np.dtype, List[int]] = defaultdict(list)
+    for i, value in enumerate(values):
+        by_dtype[np.dtype(value.dtype)].append(i)
+    for members in by_dtype.values():
+        arrays = [values[i] for i in members]
+        nonempty = [a.reshape(-1) for a in arrays if a.size]
+        if len(nonempty) == 1:
+            flat = nonempty[0].asnumpy()
+        elif nonempty:
+            flat = mx.nd.concat(*nonempty, dim=0).asnumpy()
+        else:
+            flat = np.empty(0, dtype=arrays[0].dtype)
+        offset = 0
+        for i, array in zip(members, arrays):
+            out[i] = flat[offset:offset + array.size].reshape(array.shape)
+            offset += array.size
+    return out
+
+
+def _size_class(n: int) -> int:
+    return max(n - 1, 0).bit_length()
+
+
+def _device_reductions(jobs: Sequence[Tuple[mx.nd.NDArray, Tuple[Tuple[str, bool], ...]]]
+                       ) -> List[Dict[Tuple[str, bool], np.ndarray]]:
+    """Every requested reduction of every (non-empty) array of one context, one transfer.
+
+    Arrays of one dtype and power-of-two size class are stacked as rows of a zero-padded float64
+    matrix with a validity mask; each reduction is then one or two row-wise ops for the
+    whole matrix. All results are concatenated and copied to the host at once.
+    """
+    if not jobs:
+        return []
+    buckets: Dict[Tuple[int, np.dtype], List[int]] = defaultdict(list)
+    for j, (value, _) in enumerate(jobs):
+        buckets[(_size_class(value.size), np.dtype(value.dtype))].append(j)
+
+    pieces = []  # device vectors, one per (bucket, reduction), concatenated for the transfer
+    layout = []  # (job indices, reduction key, offset into the concatenation)
+    offset = 0
+    for members in buckets.values():
+        wanted = list(dict.fromkeys(r for j in members for r in jobs[j][1]))
+        for key, vector in _reduce_rows([jobs[j][0] for j in members], wanted):
+            pieces.append(vector)
+            layout.append((members, key, offset))
+            offset += len(members)
+    flat = (pieces[0] if len(pieces) == 1 else mx.nd.concat(*pieces, dim=0)).asnumpy()
+
+    out: List[Dict[Tuple[str, bool], np.ndarray]] = [{} for _ in jobs]
+    for members, key, start in layout:
+        for row, j in enumerate(members):
+            if key in jobs[j][1]:
+                out[j][key] = np.asarray(flat[start + row], dtype=np.float64)
+    # Keep each tensor's reductions in the order it asked for them.
+    return [{key: result[key] for key in jobs[j][1]} for j, result in enumerate(out)]
+
+
+def _reduce_rows(arrays: Sequence[mx.nd.NDArray], wanted: Sequence[Tuple[str, bool]]):
+    """Yield ``((op, abs), float64 vector with one value per array)`` for each wanted reduction."""
+    ctx = arrays[0].context
+    dtype = np.dtype(arrays[0].dtype)
+    if dtype.kind not in "iuf":  # e.g. bool: no zeros/concat of that type on every device
+        arrays = [a.astype("float64") for a in arrays]
+        dtype = np.dtype("float64")
+    sizes = [int(a.size) for a in arrays]
+    width = max(sizes)
+    # One padding buffer; its slices are views, so packing costs a single concat op.
+    padding = mx.nd.zeros((width - min(sizes),), ctx=ctx, dtype=dtype) if min(sizes) < width else None
+    rows = []
+    for array, size in zip(arrays, sizes):
+        rows.append(array.reshape(-1))
+        if size < width:
+            rows.append(padding[:width - size])
+    packed = rows[0] if len(rows) == 1 else mx.nd.concat(*rows, dim=0)
+    matrix = packed.reshape((len(arrays), width)).astype("float64", copy=False)
+    counts = mx.nd.array(sizes, ctx=ctx, dtype="float64")
+    mask = None
+    if padding is not None:
+        positions = mx.nd.arange(width, ctx=ctx, dtype="float64").reshape((1, width))
+        mask = mx.nd.broadcast_lesser(positions, counts.reshape((-1, 1)))
+
+    cache = {}
+
+    def source(is_abs):
+        if is_abs not in cache:
+            cache[is_abs] = mx.nd.abs(matrix) if is_abs else matrix
+        return cache[is_abs]
+
+    def filled(x, value):
+        """x with its padding replaced by ``value`` (so it cannot win a min/max/prod)."""
+        if mask is None:
+            return x
+        return mx.nd.where(mask, x, mx.nd.full(x.shape, value, ctx=ctx, dtype="float64"))
+
+    def has_nan(x):
+        if "nan" not in cache:
+            cache["nan"] = (x != x).sum(axis=1) > 0
+        return cache["nan"]
+
+    sums = {}
+
+    def row_sum(is_abs):
+        if is_abs not in sums:
+            sums[is_abs] = source(is_abs).sum(axis=1)
+        return sums[is_abs]
+
+    for op, is_abs in wanted:
+        x = source(is_abs)
+        if op == "sum":
+            value = row_sum(is_abs)
+        elif op == "mean":
+            value = row_sum(is_abs) / counts
+        elif op in ("variance", "std"):
+            centered = mx.nd.broadcast_sub(x, (row_sum(is_abs) / counts).reshape((-1, 1)))
+            if mask is not None:
+                centered = centered * mask
+            value = mx.nd.square(centered).sum(axis=1) / counts
+            if op == "std":
+                value = mx.nd.sqrt(value)
+        elif op in ("min", "max"):
+            fill = np.inf if op == "min" else -np.inf
+            value = filled(x, fill).min(axis=1) if op == "min" else filled(x, fill).max(axis=1)
+            # numpy propagates NaN through min/max; device kernels may skip it.
+            value = mx.nd.where(has_nan(matrix), mx.nd.full(value.shape, np.nan, ctx=ctx, dtype="float64"), value)
+        elif op == "prod":
+            value = filled(x, 1.0).prod(axis=1)
+        elif op == "l1":
+            value = row_sum(True)
+        elif op == "l2":
+            value = mx.nd.sqrt(mx.nd.square(matrix).sum(axis=1))
+        else:  # guarded by DEVICE_REDUCTIONS
+            raise ValueError(f"no device implementation of reduction {op!r}")
+        yield (op, is_abs), value

@@ -1,0 +1,333 @@
+"""The MXNet Gluon hook: steps from the registered block's forward pre-hook.
+
+What is captured, and when (FORMAT.md 8.1 and 8.4):
+
+* **Step boundary.** A step is one call of the registered top-level block: its forward
+  pre-hook closes the previous step and begins the next (``init_step`` -1, so the first
+  forward is step 0). Several forward calls per iteration count as several steps.
+* **Parameters** (``weights``, ``biases``, anything else via ``save_all`` or regexes) are
+  recorded in that pre-hook, so a step holds the values its forward pass used, before the
+  optimizer updates them. Names are Gluon parameter names, e.g. ``dense0_weight``. A
+  parameter whose shape Gluon has not inferred yet (deferred initialization, first step)
+  is recorded right after the forward pass instead. Multi-device parameters are read from
+  their first context.
+* **Gradients** (``gradient/<param name>``) are recorded when the step closes, that is at
+  the next forward pre-hook (or at :meth:`Hook.close` for the last step). By then the
+  step's ``backward()`` has run and the values equal ``param.grad()`` after it, whether or
+  not ``trainer.step`` ran (the update reads gradients, it does not change them).
+  Caveat: with ``grad_req='add'``, zero the gradients after the forward pass of the next
+  iteration, not before it, or the saved gradients are zeros.
+* **Block tensors** are ``<block.name>_input_<i>`` / ``<block.name>_output_<i>``, where
+  ``i`` counts the tensors the block received (or produced) in this step: 0 for a block
+  with one input called once, 0 and 1 for a block called twice or given two tensors.
+  A forward hook is attached only to blocks whose tensors some included collection
+  wants (all blocks under ``save_all``; one block after ``add_block_tensors``).
+* **Losses**: :meth:`Hook.register_loss` hooks a Gluon loss block; its output
+  (``softmaxcrossentropyloss0_output_0``) falls in the default-saved ``losses`` collection.
+
+Hybridized networks: MXNet runs a hybridized block as one cached graph and never calls
+its children's hooks, so their inputs and outputs cannot be captured. Parameters,
+gradients, the registered block's own inputs/outputs and the loss are unaffected. When
+such child tensors are wanted, the hook says so once, in one warning.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import mxnet as mx
+from mxnet import gluon
+
+from smdebug.collections import CollectionKeys
+from smdebug.exceptions import ConfigError
+from smdebug.hook import Hook as CoreHook
+from smdebug.hook import get_hook as core_get_hook
+from smdebug.hook import never_raises
+from smdebug.logger import get_logger
+
+from .backend import MXNetBackend
+
+logger = get_logger("smdebug.mxnet")
+
+GRADIENT_PREFIX = "gradient/"
+INPUT, OUTPUT = "input", "output"
+
+
+def block_tensor_regex(block_name: str, kind: str) -> str:
+    """The regex matching every ``<block>_<kind>_<i>`` name of one block."""
+    return rf"^{re.escape(block_name)}_{kind}_\d+$"
+
+
+def _iter_arrays(value) -> Iterator[mx.nd.NDArray]:
+    """The NDArrays in a block's arguments or result, depth first (None and others skipped)."""
+    if isinstance(value, mx.nd.NDArray):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _iter_arrays(item)
+
+
+def _children(block: gluon.Block) -> List[gluon.Block]:
+    return list(getattr(block, "_children", {}).values())
+
+
+def _is_hybridized(block: gluon.Block) -> bool:
+    return isinstance(block, gluon.HybridBlock) and bool(getattr(block, "_active", False))
+
+
+class Hook(CoreHook):
+    """Saves tensors of a Gluon training loop.
+
+    Takes the core hook's arguments (``out_dir``, ``save_config``, ``reduction_config``,
+    ``include_collections``, ``include_regex``, ``save_all``, ``export_tensorboard``,
+    ``tensorboard_dir``, ``include_workers``, ``dry_run``, ``overwrite``). Then::
+
+        hook.register_block(net)            # the model: defines the steps
+        hook.register_loss(loss_fn)         # optional: saves the loss
+        hook.set_mode(smd.modes.TRAIN)      # optional: per-mode step counters
+
+    See the module docstring for what is captured when.
+    """
+
+    framework = "mxnet"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Every block's inputs and outputs, when those collections are included.
+        self.get_collection(CollectionKeys.INPUTS).include(r"_input_\d+$")
+        self.get_collection(CollectionKeys.OUTPUTS).include(r"_output_\d+$")
+        self.model: Optional[gluon.Block] = None
+        self._losses: List[gluon.Block] = []
+        self._extra_blocks: Dict[int, gluon.Block] = {}  # blocks named by add_block_tensors
+        self._model_handles: list = []
+        self._tensor_handles: Dict[int, object] = {}  # id(block) -> forward-hook handle
+        self._synced_key = None
+        self._resolved_layer_requests = set()
+        self._tensor_counts: Dict[str, int] = {}
+        self._deferred_params: list = []
+        self._warned_hybrid = False
+
+    # --- construction hooks of the core ------------------------------------------------
+    def _make_backend(self):
+        return MXNetBackend()
+
+    def _distributed_info(self) -> Tuple[int, int]:
+        """Horovod's rank and size when ``horovod.mxnet`` is imported and initialized."""
+        hvd = sys.modules.get("horovod.mxnet")
+        if hvd is not None:
+            try:
+                return int(hvd.rank()), int(hvd.size())
+            except Exception:  # noqa: BLE001 - imported but not initialized: single process
+                pass
+        return 0, 1
+
+    # --- registration --------------------------------------------------------------
+    def register_block(self, block: gluon.Block) -> None:
+        """Register the top-level Gluon block: each of its forward calls is one step.
+
+        Register before ``hybridize()`` or after: both work, see the module docstring.
+        Registering another block replaces the first as the step-defining model.
+        """
+        if not isinstance(block, gluon.Block):
+            raise ConfigError(f"register_block expects a mxnet.gluon.Block, got {type(block).__name__}")
+        if self.model is block:
+            return
+        for handle in self._model_handles:
+            handle.detach()
+        self.model = block
+        self._model_handles = [
+            block.register_forward_pre_hook(self._on_model_forward_begin),
+            block.register_forward_hook(self._on_model_forward_end),
+        ]
+        self._synced_key = None
+        self._sync_tensor_hooks()
+
+    register_module = register_block  # the PyTorch spelling, for portable scripts
+
+    def register_loss(self, loss_block: gluon.Block) -> None:
+        """Register a Gluon loss block so that its output is saved (``losses`` collection)."""
+        if not isinstance(loss_block, gluon.Block):
+            raise ConfigError(f"register_loss expects a mxnet.gluon loss Block, got {type(loss_block).__name__}")
+        if all(b is not loss_block for b in self._losses):
+            self._losses.append(loss_block)
+            self._synced_key = None
+            self._sync_tensor_hooks()
+
+    # --- which blocks get a forward hook --------------------------------------------------
+    def _all_blocks(self) -> List[gluon.Block]:
+        seen, ordered = set(), []
+        stack = ([self.model] if self.model is not None else []) + list(self._losses) + \
+            list(self._extra_blocks.values())
+        while stack:
+            block = stack.pop()
+            if id(block) in seen:
+                continue
+            seen.add(id(block))
+            ordered.append(block)
+            stack.extend(_children(block))
+        return ordered
+
+    def _resolve_layer_requests(self) -> None:
+        """Turn ``coll.add_block_tensors(block, ...)`` into name regexes on that collection."""
+        for coll in list(self.collection_manager):
+            for request in coll.layer_requests:
+                key = (coll.name, id(request[0]), request[1], request[2])
+                if key in self._resolved_layer_requests:
+                    continue
+                block, inputs, outputs = request
+                if not isinstance(block, gluon.Block):
+                    raise ConfigError(f"collection {coll.name!r}: add_block_tensors expects a mxnet.gluon.Block, "
+                                      f"got {type(block).__name__}")
+                self._resolved_layer_requests.add(key)
+                self._extra_blocks[id(block)] = block
+                if inputs:
+                    coll.include(block_tensor_regex(block.name, INPUT))
+                if outputs:
+                    coll.include(block_tensor_regex(block.name, OUTPUT))
+
+    def _block_wanted(self, block: gluon.Block) -> bool:
+        """Whether an included collection matches this block's tensor names.
+
+        Regexes are tried on the name of the block's first tensor (index 0).
+        """
+        included = [self.collection_manager.get(n) for n in self.include_collections]
+        for kind in (INPUT, OUTPUT):
+            prefix = f"{block.name}_{kind}_"
+            for coll in included:
+                if coll.matches(prefix + "0") or any(t.startswith(prefix) for t in coll.tensor_names):
+                    return True
+        return False
+
+    def _sync_tensor_hooks(self) -> None:
+        """Attach forward hooks to exactly the blocks whose tensors are wanted (config changes only)."""
+        self._resolve_layer_requests()
+        key = (self.collection_manager.version, tuple(self.include_collections), id(self.model), len(self._losses))
+        if key == self._synced_key:
+            return
+        wanted = {id(b): b for b in self._all_blocks() if self._block_wanted(b)}
+        for block_id in [i for i in self._tensor_handles if i not in wanted]:
+            self._tensor_handles.pop(block_id).detach()
+        for block_id, block in wanted.items():
+            if block_id not in self._tensor_handles:
+                self._tensor_handles[block_id] = block.register_forward_hook(self._on_block_forward_end)
+        self._synced_key = key
+
+    def _blind_blocks(self) -> List[gluon.Block]:
+        """Hooked blocks whose hooks MXNet skips: descendants of a hybridized block."""
+        blind, stack = [], [(b, False) for b in ([self.model] if self.model is not None else [])]
+        while stack:
+            block, inside_graph = stack.pop()
+            if inside_graph and id(block) in self._tensor_handles:
+                blind.append(block)
+            stack.extend((c, inside_graph or _is_hybridized(block)) for c in _children(block))
+        return blind
+
+    def _warn_if_hybridized(self) -> None:
+        if self._warned_hybrid:
+            return
+        blind = self._blind_blocks()
+        if blind:
+            self._warned_hybrid = True
+            names = ", ".join(b.name for b in blind[:5]) + (", ..." if len(blind) > 5 else "")
+            logger.warning(
+                "smdebug: %d block(s) inside a hybridized block (%s) will not have their inputs/outputs saved: "
+                "MXNet runs a hybridized block as one graph and does not call its children's hooks. Parameters, "
+                "gradients, losses and the registered block's own inputs/outputs are still saved. To capture "
+                "these, do not hybridize (or hybridize only the blocks whose tensors you do not need).",
+                len(blind), names)
+
+    # --- the framework's callbacks ---------------------------------------------------
+    @never_raises("forward pre-hook")
+    def _on_model_forward_begin(self, block, inputs) -> None:
+        if block is not self.model:
+            return
+        self._record_gradients()  # they belong to the step that is closing
+        if self._synced_key is None or self._synced_key[0] != self.collection_manager.version or \
+                self._synced_key[1] != tuple(self.include_collections):
+            self._sync_tensor_hooks()
+        self._tensor_counts.clear()
+        self._deferred_params = []
+        if self.begin_step():
+            self._warn_if_hybridized()
+            self._record_parameters()
+
+    @never_raises("forward hook")
+    def _on_model_forward_end(self, block, inputs, outputs) -> None:
+        if self._deferred_params and self.saving_step:
+            params, self._deferred_params = self._deferred_params, []
+            for param in params:
+                self.record(param.name, param.data(param.list_ctx()[0]))
+
+    @never_raises("block forward hook")
+    def _on_block_forward_end(self, block, inputs, outputs) -> None:
+        if not self.saving_step:
+            return
+        for kind, values in ((INPUT, inputs), (OUTPUT, outputs)):
+            base = f"{block.name}_{kind}_"
+            for array in _iter_arrays(values):
+                index = self._tensor_counts.get(base, 0)
+                self._tensor_counts[base] = index + 1
+                self.record(f"{base}{index}", array)
+
+    # --- parameters and gradients ----------------------------------------------------
+    def _parameters(self):
+        return self.model.collect_params().values() if self.model is not None else ()
+
+    def _record_parameters(self) -> None:
+        for param in self._parameters():
+            if not self.wants(param.name):
+                continue
+            try:
+                self.record(param.name, param.data(param.list_ctx()[0]))
+            except gluon.parameter.DeferredInitializationError:
+                self._deferred_params.append(param)  # its shape is known after this forward pass
+            except RuntimeError as exc:  # not initialized at all: nothing to save
+                logger.debug("smdebug: parameter %s not saved: %s", param.name, exc)
+
+    def _record_gradients(self) -> None:
+        if not (self._step_open and self.saving_step):
+            return
+        for param in self._parameters():
+            name = GRADIENT_PREFIX + param.name
+            if param.grad_req == "null" or not self.wants(name):
+                continue
+            try:
+                self.record(name, param.grad(param.list_ctx()[0]))
+            except RuntimeError as exc:  # includes DeferredInitializationError: no backward ran yet
+                logger.debug("smdebug: gradient of %s not saved: %s", param.name, exc)
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Save the last step's gradients, detach from the blocks, and finish the run."""
+        if self.enabled:
+            try:
+                self._record_gradients()
+            except Exception as exc:  # noqa: BLE001 - closing must always finish the files
+                logger.warning("smdebug: could not save the last step's gradients: %s", exc)
+        self._detach_all()
+        super().close()
+
+    def disable(self, reason: str, already_reported: bool = False) -> None:
+        super().disable(reason, already_reported)
+        self._detach_all()
+
+    def _detach_all(self) -> None:
+        handles = list(getattr(self, "_model_handles", [])) + list(getattr(self, "_tensor_handles", {}).values())
+        for handle in handles:
+            try:
+                handle.detach()
+            except Exception:  # noqa: BLE001 - the block may already be gone
+                pass
+        self._model_handles = []
+        self._tensor_handles = {}
+
+
+def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool = False) -> Optional[Hook]:
+    """This process's MXNet hook: the last one constructed, else one from the JSON config.
+
+    With ``create_if_not_exists``, the hook is created from ``json_config_path`` (or
+    ``SMDEBUG_CONFIG_FILE_PATH``); returns None when there is no such file or
+    ``USE_SMDEBUG`` turns smdebug off.
+    """
+    return core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)

@@ -1,0 +1,410 @@
+"""TorchBackend: the core's tensor contract for ``torch.Tensor``.
+
+On a saved step the hook hands this backend every recorded tensor at once. Reductions
+(``min``, ``max``, ``mean``, ``std``, ``variance``, ``sum``, ``prod``, ``median``, ``l1``,
+``l2``, and their ``abs_`` forms) are computed on the tensors' own device, then every
+result of the step crosses to the host in one transfer per device:
+
+* **Small tensors** (the many biases, norms and embeddings of a model) are concatenated
+  into one flat float64 buffer per device and reduced with segment ops
+  (``torch.segment_reduce``): one kernel per reduction kind for all of them, whatever
+  their number.
+* **Large tensors** are reduced where they lie with fused single-pass kernels
+  (``aminmax``, ``var_mean``, ``linalg.vector_norm``), no copy. Here a copy into a
+  concatenation buffer would cost more than the few kernel launches it saves, and doubles
+  peak memory; the threshold is per device type (:data:`BATCH_MAX_NUMEL`).
+* ``median`` needs a sort and is computed per tensor.
+
+Precision: the batched path computes in float64 on every device; fused per-tensor
+kernels compute in float32 for 16/32-bit inputs (bfloat16/float16 are upcast, and
+torch's pairwise/Welford reductions keep float32 results within ~1e-6 relative of the
+float64 reference) and in float64 for 64-bit inputs; ``prod`` always accumulates in
+float64. Definitions are those of :mod:`smdebug.reductions`: population ``std`` and
+``variance``, norms of the flattened tensor, complex tensors reduced by magnitude.
+
+Raw values: CPU tensors become numpy arrays without another copy when the snapshot owns
+its data; CUDA tensors are copied into pinned host memory with ``non_blocking=True`` and
+the device is synchronised once. bfloat16 and float8 tensors are handed over bit-exactly
+as ``ml_dtypes`` arrays.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from smdebug.backend import Materialized, Request, TensorBackend
+
+ReductionKey = Tuple[str, bool]
+
+#: Tensors with at most this many elements are concatenated and reduced together; bigger
+#: ones are reduced in place. CPU: below ~8K elements the per-call dispatch cost (~5 us)
+#: outweighs the copy; CUDA: a launch costs as much as reducing millions of elements.
+BATCH_MAX_NUMEL = {"cpu": 8192, "cuda": 1 << 22}
+_DEFAULT_BATCH_MAX_NUMEL = 8192
+#: Upper bound on one concatenation buffer (float64 elements): bounds temporary memory.
+CHUNK_MAX_NUMEL = 1 << 24
+
+_NUMPY_VIEW_DTYPES = {torch.bfloat16: (torch.int16, np.dtype(ml_dtypes.bfloat16))}
+for _torch_name, _ml_name in (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2", "float8_e5m2"),
+                              ("float8_e4m3fnuz", "float8_e4m3fnuz"), ("float8_e5m2fnuz", "float8_e5m2fnuz"),
+                              ("float8_e8m0fnu", "float8_e8m0fnu")):
+    if hasattr(torch, _torch_name) and hasattr(ml_dtypes, _ml_name):
+        _NUMPY_VIEW_DTYPES[getattr(torch, _torch_name)] = (torch.uint8, np.dtype(getattr(ml_dtypes, _ml_name)))
+
+_FLOAT64_SOURCES = frozenset({torch.float64, torch.int64, torch.int32, torch.complex128}
+                             | {getattr(torch, n) for n in ("uint32", "uint64") if hasattr(torch, n)})
+
+
+class TorchSnapshot:
+    """A recorded tensor, kept until the end of the step.
+
+    ``owned``: ``tensor`` is a private copy (nothing else can change it). ``host``: the
+    raw value already copied to the host (pinned CPU tensor for a CUDA source).
+    ``reduced``: reductions computed when the tensor was captured, as
+    ``(keys, device tensor of results)``.
+    """
+
+    __slots__ = ("tensor", "owned", "host", "reduced")
+
+    def __init__(self, tensor: torch.Tensor, owned: bool, host: Optional[torch.Tensor] = None,
+                 reduced: Optional[Tuple[Tuple[ReductionKey, ...], torch.Tensor]] = None):
+        self.tensor = tensor
+        self.owned = owned
+        self.host = host
+        self.reduced = reduced
+
+    def __repr__(self):
+        return (f"TorchSnapshot(shape={tuple(self.tensor.shape)}, dtype={self.tensor.dtype}, "
+                f"device={self.tensor.device}, owned={self.owned})")
+
+
+def plain_tensor(value: torch.Tensor) -> torch.Tensor:
+    """``value`` detached, as a dense strided tensor of a dtype we can reduce and save."""
+    t = value.detach()
+    if t.is_quantized:
+        t = t.dequantize()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if t.dtype == torch.complex32:
+        t = t.to(torch.complex64)
+    return t
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype in _FLOAT64_SOURCES else torch.float32
+
+
+def _as_real(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` as a real floating tensor of ``dtype`` (complex: magnitude), copying only if needed."""
+    if t.is_complex():
+        t = t.abs()
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+class TorchBackend(TensorBackend):
+    """Batched device reductions and host copies for ``torch.Tensor`` values."""
+
+    name = "torch"
+
+    def __init__(self):
+        # Segment-length tensors, reused from step to step (the same tensors are saved each
+        # time): avoids a host-to-device copy, which on CUDA would wait for queued work.
+        self._lengths_cache: Dict[Tuple[str, Tuple[int, ...]], Tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def accepts(self, value) -> bool:
+        return isinstance(value, torch.Tensor)
+
+    # --- capture --------------------------------------------------------------------
+    def snapshot(self, value, needs_copy: bool):
+        if isinstance(value, TorchSnapshot):
+            return value
+        t = plain_tensor(value)
+        if needs_copy:
+            return TorchSnapshot(t.clone(), owned=True)
+        return TorchSnapshot(t, owned=False)
+
+    def capture(self, items: Sequence[Tuple[torch.Tensor, bool, Tuple[ReductionKey, ...]]]) -> List[TorchSnapshot]:
+        """Snapshot many tensors at once, reducing them now (batched) instead of copying them.
+
+        ``items`` are ``(tensor, needs_raw, reductions)``. Use it where tensors are about to
+        change (parameters before ``optimizer.step()``): reductions are computed from the
+        current values and only tensors whose raw value is saved are copied (CPU: a clone;
+        CUDA: an asynchronous copy into pinned host memory).
+        """
+        tensors = [plain_tensor(t) for t, _, _ in items]
+        snaps = []
+        for t, (_, raw, _) in zip(tensors, items):
+            if not raw:
+                snaps.append(TorchSnapshot(t, owned=False))
+            elif t.device.type == "cpu":
+                snaps.append(TorchSnapshot(t.clone(), owned=True))
+            else:
+                snaps.append(TorchSnapshot(t, owned=False, host=self._start_host_copy(t)))
+        jobs = [(t, keys) for t, (_, _, keys) in zip(tensors, items)]
+        for snap, reduced in zip(snaps, self._reduce_all(jobs)):
+            snap.reduced = reduced
+        return snaps
+
+    # --- materialize -------------------------------------------------------------------
+    def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
+        snaps = [self.snapshot(req.value, False) for req in requests]
+        # 1. Start every device-to-host copy of raw values (asynchronous on CUDA).
+        hosts: List[Optional[torch.Tensor]] = []
+        for req, snap in zip(requests, snaps):
+            if not req.raw:
+                hosts.append(None)
+            elif snap.host is not None:
+                hosts.append(snap.host)
+            elif snap.tensor.device.type == "cpu":
+                hosts.append(snap.tensor if snap.owned else snap.tensor.clone())
+            else:
+                hosts.append(self._start_host_copy(snap.tensor))
+        # 2. Reductions not computed at capture, batched per device.
+        jobs, job_index = [], []
+        for i, (req, snap) in enumerate(zip(requests, snaps)):
+            keys = self._reducible(req.reductions, snap.tensor)
+            if keys and not (snap.reduced is not None and set(keys) <= set(snap.reduced[0])):
+                jobs.append((snap.tensor, keys))
+                job_index.append(i)
+        reduced: List[Optional[Tuple[Tuple[ReductionKey, ...], torch.Tensor]]] = [s.reduced for s in snaps]
+        for i, result in zip(job_index, self._reduce_all(jobs)):
+            reduced[i] = result
+        # 3. One transfer of all reduction results per device (this also waits for the
+        #    copies started in step 1 on that device's stream).
+        host_results = self._results_to_host([r[1] if r is not None else None for r in reduced])
+        self._synchronize({s.tensor.device for s, h in zip(snaps, hosts)
+                           if h is not None and s.tensor.device.type == "cuda"})
+        out = []
+        for req, snap, host, red, values in zip(requests, snaps, hosts, reduced, host_results):
+            result = Materialized(raw=_to_numpy(host) if host is not None else None,
+                                  shape=tuple(snap.tensor.shape) if req.shape else None)
+            if red is not None and values is not None:
+                by_key = dict(zip(red[0], values))
+                result.reductions = {k: np.asarray(by_key[k], dtype=np.float64)
+                                     for k in req.reductions if k in by_key}
+            out.append(result)
+        return out
+
+    @staticmethod
+    def _reducible(keys, t: torch.Tensor) -> Tuple[ReductionKey, ...]:
+        # Like the numpy reference: an empty tensor has no reductions.
+        return tuple(keys) if keys and t.numel() else ()
+
+    @staticmethod
+    def _start_host_copy(t: torch.Tensor) -> torch.Tensor:
+        host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=torch.cuda.is_available())
+        host.copy_(t, non_blocking=True)
+        return host
+
+    @staticmethod
+    def _synchronize(devices) -> None:
+        for device in devices:
+            torch.cuda.current_stream(device).synchronize()
+
+    def _results_to_host(self, results: List[Optional[torch.Tensor]]) -> List[Optional[np.ndarray]]:
+        """Move every result vector to the host: one concatenation and one copy per device."""
+        by_device: Dict[torch.device, List[int]] = {}
+        for i, r in enumerate(results):
+            if r is not None:
+                by_device.setdefault(r.device, []).append(i)
+        out: List[Optional[np.ndarray]] = [None] * len(results)
+        for device, indices in by_device.items():
+            parts = [results[i] for i in indices]
+            flat = torch.cat(parts) if len(parts) > 1 else parts[0]
+            host = flat.cpu().numpy()  # the single device-to-host transfer of this device's results
+            offset = 0
+            for i, part in zip(indices, parts):
+                out[i] = host[offset:offset + part.numel()]
+                offset += part.numel()
+        return out
+
+    # --- the reductions ------------------------------------------------------------------
+    def _reduce_all(self, jobs: Sequence[Tuple[torch.Tensor, Tuple[ReductionKey, ...]]]):
+        """Per job, ``(keys, float64 result vector on the tensor's device)``; None if no keys."""
+        results: List[Optional[Tuple[Tuple[ReductionKey, ...], torch.Tensor]]] = [None] * len(jobs)
+        batches: Dict[Tuple[torch.device, Tuple[ReductionKey, ...]], List[int]] = {}
+        for i, (t, keys) in enumerate(jobs):
+            if not keys:
+                continue
+            batched_keys = tuple(k for k in keys if k[0] != "median")
+            limit = BATCH_MAX_NUMEL.get(t.device.type, _DEFAULT_BATCH_MAX_NUMEL)
+            if batched_keys and t.numel() <= limit:
+                batches.setdefault((t.device, batched_keys), []).append(i)
+            else:
+                results[i] = (keys, _reduce_one(t, keys))
+        for (device, keys), indices in batches.items():
+            chunk: List[int] = []
+            size = 0
+            for i in indices + [None]:
+                n = jobs[i][0].numel() if i is not None else 0
+                if chunk and (i is None or size + n > CHUNK_MAX_NUMEL):
+                    values = self._reduce_segments([jobs[j][0] for j in chunk], keys, device)  # [keys, tensors]
+                    for col, j in enumerate(chunk):
+                        t, all_keys = jobs[j]
+                        vector = values[:, col]
+                        if "median" in (k[0] for k in all_keys):
+                            # The rare sort-based reduction is added per tensor.
+                            extra = tuple(k for k in all_keys if k[0] == "median")
+                            vector = torch.cat([vector, _reduce_one(t, extra)])
+                            results[j] = (keys + extra, vector)
+                        else:
+                            results[j] = (keys, vector)
+                    chunk, size = [], 0
+                if i is not None:
+                    chunk.append(i)
+                    size += n
+        return results
+
+    def _lengths(self, sizes: List[int], device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+        key = (str(device), tuple(sizes))
+        hit = self._lengths_cache.get(key)
+        if hit is None:
+            if len(self._lengths_cache) > 64:
+                self._lengths_cache.clear()
+            lengths = torch.tensor(sizes, dtype=torch.int64)
+            if device.type != "cpu":
+                lengths = lengths.pin_memory().to(device, non_blocking=True)
+            hit = (lengths, lengths.to(torch.float64))
+            self._lengths_cache[key] = hit
+        return hit
+
+    def _reduce_segments(self, tensors: List[torch.Tensor], keys: Tuple[ReductionKey, ...],
+                         device: torch.device) -> torch.Tensor:
+        """All ``keys`` of all ``tensors`` (same device) with one kernel per reduction kind.
+
+        Returns a float64 tensor of shape ``[len(keys), len(tensors)]``.
+        """
+        sizes = [t.numel() for t in tensors]
+        lengths, counts = self._lengths(sizes, device)
+        flat = [(_as_real(t, torch.float64) if t.is_complex() else t).reshape(-1) for t in tensors]
+        x = torch.empty(sum(sizes), dtype=torch.float64, device=device)
+        torch.cat(flat, out=x)  # one kernel: gathers and casts to float64
+
+        cache: Dict[str, torch.Tensor] = {}
+
+        def seg(data: torch.Tensor, op: str) -> torch.Tensor:
+            return torch.segment_reduce(data, op, lengths=lengths, unsafe=True)
+
+        def absx() -> torch.Tensor:
+            if "abs" not in cache:
+                cache["abs"] = x.abs()
+            return cache["abs"]
+
+        def mean_of(abs_: bool) -> torch.Tensor:
+            key = f"mean{abs_}"
+            if key not in cache:
+                cache[key] = (l1() if abs_ else seg(x, "sum")) / counts
+            return cache[key]
+
+        def l1() -> torch.Tensor:
+            if "l1" not in cache:
+                cache["l1"] = seg(absx(), "sum")
+            return cache["l1"]
+
+        def variance(abs_: bool) -> torch.Tensor:
+            key = f"var{abs_}"
+            if key not in cache:
+                src = absx() if abs_ else x
+                centered = src - torch.repeat_interleave(mean_of(abs_), lengths, output_size=src.numel())
+                cache[key] = seg(centered.square_(), "sum") / counts
+            return cache[key]
+
+        rows = []
+        for op, is_abs in keys:
+            src = absx() if is_abs else x
+            if op in ("min", "max", "prod"):
+                rows.append(seg(src, op))
+            elif op == "sum":
+                rows.append(l1() if is_abs else seg(x, "sum"))
+            elif op == "mean":
+                rows.append(mean_of(is_abs))
+            elif op == "variance":
+                rows.append(variance(is_abs))
+            elif op == "std":
+                rows.append(variance(is_abs).sqrt())
+            elif op == "l1":
+                rows.append(l1())
+            elif op == "l2":
+                if "l2" not in cache:
+                    cache["l2"] = seg(x.square(), "sum").sqrt()
+                rows.append(cache["l2"])
+            else:
+                raise ValueError(f"unknown reduction {op!r}")
+        return torch.stack(rows)
+
+
+def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor:
+    """``keys`` of one tensor with fused single-pass kernels, as a float64 vector on its device."""
+    x = _as_real(t, _compute_dtype(t.dtype))
+    n = x.numel()
+    cache: Dict[str, torch.Tensor] = {}
+
+    def minmax() -> Tuple[torch.Tensor, torch.Tensor]:
+        if "minmax" not in cache:
+            cache["minmax"] = torch.aminmax(x)
+        return cache["minmax"]
+
+    def total(abs_: bool) -> torch.Tensor:
+        key = f"sum{abs_}"
+        if key not in cache:
+            cache[key] = torch.linalg.vector_norm(x, 1) if abs_ else x.sum()
+        return cache[key]
+
+    def variance(abs_: bool) -> torch.Tensor:
+        key = f"var{abs_}"
+        if key not in cache:
+            cache[key] = torch.var_mean(x.abs() if abs_ else x, correction=0)[0]
+        return cache[key]
+
+    values = []
+    for op, is_abs in keys:
+        if op == "min":
+            values.append(torch.linalg.vector_norm(x, -math.inf) if is_abs else minmax()[0])
+        elif op == "max":
+            values.append(torch.linalg.vector_norm(x, math.inf) if is_abs else minmax()[1])
+        elif op == "sum":
+            values.append(total(is_abs))
+        elif op == "mean":
+            values.append(total(is_abs) / n)
+        elif op == "variance":
+            values.append(variance(is_abs))
+        elif op == "std":
+            values.append(variance(is_abs).sqrt())
+        elif op == "prod":
+            p = x.prod(dtype=torch.float64)
+            values.append(p.abs() if is_abs else p)
+        elif op == "l1":
+            values.append(total(True))
+        elif op == "l2":
+            values.append(torch.linalg.vector_norm(x, 2))
+        elif op == "median":
+            values.append(_median(x.abs() if is_abs else x))
+        else:
+            raise ValueError(f"unknown reduction {op!r}")
+    return torch.stack([v.to(torch.float64) for v in values])
+
+
+def _median(x: torch.Tensor) -> torch.Tensor:
+    """numpy's median: the mean of the two middle values for an even count; NaN if any NaN."""
+    flat = x.reshape(-1).to(torch.float64)
+    ordered = torch.sort(flat).values  # NaN sorts last
+    n = flat.numel()
+    middle = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    return torch.where(torch.isnan(ordered[-1]), ordered[-1], middle)
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A host tensor as numpy, bit-exact (bfloat16/float8 through ``ml_dtypes`` views)."""
+    view = _NUMPY_VIEW_DTYPES.get(t.dtype)
+    if view is not None:
+        int_dtype, np_dtype = view
+        return t.view(int_dtype).numpy().view(np_dtype)
+    return t.numpy()

@@ -1,0 +1,466 @@
+"""The PyTorch hook: module, loss and optimizer hooks that feed the core Hook.
+
+What is a step
+    A step starts at the forward pre-hook of a registered top-level module; the first
+    forward pass is global step 0. Once an optimizer that updates the registered model's
+    parameters is known (it has stepped once, or ``register_optimizer`` was called), a
+    TRAIN step is one optimizer step instead: forwards between two ``optimizer.step()``
+    calls (gradient accumulation, models called twice per iteration) belong to the same
+    step, and the step ends when the optimizer has stepped. EVAL and PREDICT steps are
+    always one forward pass each.
+
+Mode
+    ``set_mode`` when the user called it, otherwise ``module.training`` of the registered
+    module at each forward: TRAIN or EVAL.
+
+What is recorded, and when
+    * Parameters ``<RootClass>_<dotted name>`` (``weights``, ``biases``): in a TRAIN step
+      with a known optimizer, just before ``optimizer.step()`` (the values this step's
+      forward pass used); otherwise at the start of the step.
+    * Gradients ``gradient/<same name>``: just before ``optimizer.step()`` (``.grad`` after
+      any accumulation, before the update); without a known optimizer, from a
+      post-accumulate-grad hook on each parameter (``.grad`` once autograd finished with
+      it, the last backward of the step wins). Frozen parameters have none.
+    * Module inputs/outputs ``<module path>_input_<i>`` / ``<module path>_output_<i>``
+      (root module: its class name; loss modules: their class name). ``i`` counts the
+      tensors a module produced in the step: a module called twice with one output gives
+      ``_output_0`` and ``_output_1``; a tuple output gives one index per element.
+
+Cost on steps that save nothing: one forward pre-hook on the root module that counts the
+step, a forward hook on each registered loss that returns at once, and one check per
+``optimizer.step()``. Hooks that capture tensors (submodule forward hooks, gradient hooks)
+are installed only while steps save and removed when a step saves nothing.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import weakref
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from smdebug.exceptions import ConfigError
+from smdebug.hook import Hook as CoreHook
+from smdebug.hook import get_hook as _core_get_hook
+from smdebug.hook import never_raises
+from smdebug.logger import get_logger
+from smdebug.modes import ModeKeys
+
+from .backend import TorchBackend, TorchSnapshot
+
+logger = get_logger("smdebug.pytorch")
+
+_TRAINING_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
+_compiler_disable = getattr(getattr(torch, "compiler", None), "disable", lambda fn: fn)
+
+
+def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """The user's model inside DataParallel/DistributedDataParallel and torch.compile wrappers."""
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    while True:
+        if isinstance(getattr(module, "_orig_mod", None), torch.nn.Module):  # torch.compile(model)
+            module = module._orig_mod
+        elif isinstance(module, wrappers):
+            module = module.module
+        else:
+            return module
+
+
+def _is_compiled(module: torch.nn.Module) -> bool:
+    """Whether calls to ``module`` run through torch.compile (wrapper or ``module.compile()``)."""
+    return (isinstance(getattr(module, "_orig_mod", None), torch.nn.Module)
+            or getattr(module, "_compiled_call_impl", None) is not None)
+
+
+def _tensor_leaves(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Tensors in a module's inputs/outputs, depth first (tuples, lists, dicts, ModelOutput)."""
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _tensor_leaves(item, out)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _tensor_leaves(item, out)
+    return out
+
+
+def _weak_method(method):
+    """A torch callback that calls ``method`` while its object lives (the hook can be collected).
+
+    torch.compile does not trace it: it runs eagerly, with a graph break, in a compiled region.
+    """
+    ref = weakref.WeakMethod(method)
+
+    @_compiler_disable
+    def call(*args, **kwargs):
+        bound = ref()
+        return None if bound is None else bound(*args, **kwargs)
+
+    return call
+
+
+class Hook(CoreHook):
+    """Saves tensors of a PyTorch model during training.
+
+    ``hook = smd.Hook(out_dir=..., ...)`` then ``hook.register_module(model)`` and, for
+    loss modules, ``hook.register_loss(criterion)``. Keyword arguments are those of the
+    core :class:`smdebug.Hook` (``save_config``, ``reduction_config``, ``include_regex``,
+    ``include_collections``, ``save_all``, ``include_workers``, ``export_tensorboard``,
+    ``tensorboard_dir``, ``dry_run``, ``overwrite``). See the module docstring for how
+    steps, modes and tensor names are determined.
+    """
+
+    framework = "pytorch"
+
+    def __init__(self, out_dir=None, export_tensorboard: bool = False, tensorboard_dir: Optional[str] = None,
+                 dry_run: bool = False, reduction_config=None, save_config=None, include_regex=None,
+                 include_collections=None, save_all: bool = False, include_workers: str = "one",
+                 overwrite: bool = False):
+        super().__init__(out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
+                         dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
+                         include_regex=include_regex, include_collections=include_collections, save_all=save_all,
+                         include_workers=include_workers, overwrite=overwrite)
+        self._user_mode: Optional[ModeKeys] = None
+        # Registered models: (the module the user passed, the unwrapped model, its name).
+        self._roots: List[Tuple[torch.nn.Module, torch.nn.Module, str]] = []
+        self._params: List[Tuple[str, torch.nn.Parameter]] = []
+        self._param_ids: set = set()
+        self._module_names: Dict[int, Tuple[torch.nn.Module, str]] = {}  # id -> (module, tensor-name prefix)
+        self._compiled_module_ids: set = set()  # submodules of compiled roots: their hooks are unreliable
+        self._losses: List[torch.nn.Module] = []
+        self._extra_modules: List[torch.nn.Module] = []  # from add_module_tensors, outside every root
+        self._handles: list = []  # permanent: root pre-hooks, root/loss forward hooks, optimizer hooks
+        self._capture_handles: list = []  # installed while steps save
+        self._capture_key = None
+        self._resolved_layer_version = -1
+        self._resolved_layer_requests: set = set()
+        self._optimizers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # optimizer -> (n groups, ours)
+        self.step_by_optimizer = False
+        self._params_captured = False
+        self._tensor_counts: Dict[Tuple[str, bool], int] = {}
+        self._warned_compiled = False
+        self._warned_bad_tensor: set = set()
+        self._optimizer_hooks_installed = False
+
+    # --- core overrides ------------------------------------------------------------------
+    def _distributed_info(self) -> Tuple[int, int]:
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        # Launchers (torchrun, torch.distributed.launch) set these before init_process_group.
+        try:
+            return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        except ValueError:
+            return 0, 1
+
+    def _make_backend(self) -> TorchBackend:
+        return TorchBackend()
+
+    def _update_saving(self) -> None:
+        super()._update_saving()
+        # A worker that writes nothing (include_workers="one", not the chief) touches no tensor.
+        if not self.writes_files and not self.dry_run:
+            self.saving_step = False
+
+    def set_mode(self, mode) -> None:
+        """Set TRAIN, EVAL, PREDICT or GLOBAL; from now on it overrides ``module.training``."""
+        super().set_mode(mode)
+        self._user_mode = self.mode
+
+    def begin_step(self, step: Optional[int] = None) -> bool:
+        saving = super().begin_step(step)
+        self._params_captured = False
+        if self._tensor_counts:
+            self._tensor_counts = {}
+        return saving
+
+    def close(self) -> None:
+        """Flush the last step, finish the run's files and remove every torch hook."""
+        try:
+            super().close()
+        finally:
+            self._remove_handles(self._capture_handles)
+            self._remove_handles(self._handles)
+            self._capture_key = None
+
+    # --- registration ----------------------------------------------------------------------
+    def register_module(self, module: torch.nn.Module) -> None:
+        """Capture a model: its parameters, gradients, and the inputs/outputs collections ask for.
+
+        Each forward call of ``module`` starts a step (see the module docstring for
+        optimizer steps). DataParallel, DistributedDataParallel and torch.compile wrappers
+        are looked through: tensor names are those of the wrapped model.
+        """
+        if not isinstance(module, torch.nn.Module):
+            raise ConfigError(f"register_module expects a torch.nn.Module, got {type(module).__name__}")
+        if any(outer is module for outer, _, _ in self._roots):
+            return
+        inner = _unwrap(module)
+        root_name = type(inner).__name__
+        compiled = _is_compiled(module) or _is_compiled(inner)
+        self._roots.append((module, inner, root_name))
+        if module is not inner:
+            self._module_names[id(module)] = (module, root_name)
+        for path, sub in inner.named_modules():
+            self._module_names[id(sub)] = (sub, path or root_name)
+            if compiled and sub is not inner:
+                self._compiled_module_ids.add(id(sub))
+        for pname, param in inner.named_parameters():
+            if id(param) not in self._param_ids:
+                self._param_ids.add(id(param))
+                self._params.append((f"{root_name}_{pname}", param))
+        self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
+        self._handles.append(module.register_forward_hook(
+            functools.partial(_weak_method(self._on_module_forward), root_name)))
+        self._install_optimizer_hooks()
+        self._resolve_layer_requests()
+        self._sync_capture_hooks()
+
+    register_hook = register_module  # the original library's name
+
+    def register_loss(self, loss_module: torch.nn.Module) -> None:
+        """Capture a loss module's output as ``<LossClass>_output_0`` (the ``losses`` collection)."""
+        if not isinstance(loss_module, torch.nn.Module):
+            raise ConfigError(f"register_loss expects a torch.nn.Module, got {type(loss_module).__name__}")
+        if any(m is loss_module for m in self._losses):
+            return
+        name = type(loss_module).__name__
+        self._losses.append(loss_module)
+        self._module_names.setdefault(id(loss_module), (loss_module, name))
+        self._handles.append(loss_module.register_forward_hook(
+            functools.partial(_weak_method(self._on_module_forward), self._module_names[id(loss_module)][1])))
+
+    def register_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Count TRAIN steps by this optimizer's steps from now on (gradient accumulation).
+
+        Optional: an optimizer that updates the registered model is recognised at its
+        first ``step()``. Register it explicitly when accumulating gradients, so that the
+        micro-batches before the first ``optimizer.step()`` also form one step.
+        """
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigError(f"register_optimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        self._optimizers[optimizer] = (len(optimizer.param_groups), True)
+        self.step_by_optimizer = True
+        self._install_optimizer_hooks()
+
+    def _install_optimizer_hooks(self) -> None:
+        if self._optimizer_hooks_installed:
+            return
+        self._optimizer_hooks_installed = True
+        self._handles.append(register_optimizer_step_pre_hook(_weak_method(self._on_optimizer_pre_step)))
+        self._handles.append(register_optimizer_step_post_hook(_weak_method(self._on_optimizer_post_step)))
+
+    @staticmethod
+    def _remove_handles(handles: list) -> None:
+        while handles:
+            handles.pop().remove()
+
+    # --- layer requests: coll.add_module_tensors(module, inputs, outputs) -------------------
+    def _name_of(self, module: torch.nn.Module) -> str:
+        known = self._module_names.get(id(module))
+        if known is not None and known[0] is module:
+            return known[1]
+        name = type(module).__name__
+        self._module_names[id(module)] = (module, name)
+        self._extra_modules.append(module)
+        return name
+
+    def _resolve_layer_requests(self) -> None:
+        """Turn ``add_module_tensors`` requests into name regexes of their collections."""
+        manager = self.collection_manager
+        if manager.version == self._resolved_layer_version:
+            return
+        for coll in list(manager):
+            for module, inputs, outputs in coll.layer_requests:
+                key = (coll.name, id(module), inputs, outputs)
+                if key in self._resolved_layer_requests:
+                    continue
+                self._resolved_layer_requests.add(key)
+                name = re.escape(self._name_of(module))
+                if inputs:
+                    coll.include(rf"^{name}_input_\d+$")
+                if outputs:
+                    coll.include(rf"^{name}_output_\d+$")
+                # Asking for a module's tensors means wanting them saved.
+                self._include(coll.name)
+        self._resolved_layer_version = manager.version
+
+    # --- capture hooks, installed while steps save ----------------------------------------------
+    def _sync_capture_hooks(self) -> None:
+        """Install the hooks this step needs; keep them while consecutive steps need the same."""
+        if not (self.saving_step and self.enabled):
+            if self._capture_handles:
+                self._remove_handles(self._capture_handles)
+                self._capture_key = None
+            return
+        self._resolve_layer_requests()
+        grads_by_hooks = self.mode in _TRAINING_MODES and not self.step_by_optimizer
+        key = (self.collection_manager.version, tuple(self.include_collections), self._saving_colls,
+               grads_by_hooks, len(self._module_names), len(self._params))
+        if key == self._capture_key:
+            return
+        self._remove_handles(self._capture_handles)
+        self._capture_key = key
+        permanent = {id(outer) for outer, _, _ in self._roots} | {id(inner) for _, inner, _ in self._roots} \
+            | {id(m) for m in self._losses}
+        skipped = []
+        for module_id, (module, name) in self._module_names.items():
+            if module_id in permanent:
+                continue
+            if self.plan_for(f"{name}_input_0") is None and self.plan_for(f"{name}_output_0") is None:
+                continue
+            if module_id in self._compiled_module_ids:
+                skipped.append(name)
+                continue
+            self._capture_handles.append(module.register_forward_hook(
+                functools.partial(_weak_method(self._on_module_forward), name)))
+        if skipped and not self._warned_compiled:
+            self._warned_compiled = True
+            logger.warning(
+                "smdebug: the model is compiled with torch.compile, so the inputs/outputs of its submodules (%s%s) "
+                "cannot be captured: hooks inside a compiled graph are fixed when it is compiled and are not "
+                "called for tensors that only exist inside the graph. Parameters, gradients, losses and the "
+                "model's own inputs/outputs are saved. Register the uncompiled model to capture submodules.",
+                ", ".join(skipped[:5]), ", ..." if len(skipped) > 5 else "")
+        if grads_by_hooks:
+            for name, param in self._params:
+                if param.requires_grad and self.plan_for(f"gradient/{name}") is not None:
+                    self._capture_handles.append(param.register_post_accumulate_grad_hook(
+                        functools.partial(_weak_method(self._on_grad_accumulated), f"gradient/{name}")))
+
+    # --- torch callbacks (an error in one disables the hook, training goes on) --------------------
+    def _on_root_forward_pre(self, module, args) -> None:
+        if not self.enabled:
+            # Disabled after an error: drop the hooks here, where torch is not iterating them.
+            self._remove_handles(self._capture_handles)
+            self._remove_handles(self._handles)
+            return
+        self._root_forward_pre(module)
+
+    @never_raises("forward pre-hook")
+    def _root_forward_pre(self, module) -> None:
+        mode = self._user_mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
+        if mode is not self.mode:
+            CoreHook.set_mode(self, mode)
+        elif self.step_by_optimizer and mode in _TRAINING_MODES and self._step_open:
+            return  # the same optimizer step goes on (gradient accumulation, several forwards)
+        self.begin_step()
+        if self.saving_step or self._capture_handles:
+            self._sync_capture_hooks()
+            if self.saving_step and not (self.step_by_optimizer and self.mode in _TRAINING_MODES):
+                self._capture_parameters(with_gradients=False)
+
+    @never_raises("optimizer pre-step hook")
+    def _on_optimizer_pre_step(self, optimizer, args, kwargs) -> None:
+        if not self._owns(optimizer):
+            return
+        if not self.step_by_optimizer:
+            self.step_by_optimizer = True
+            logger.debug("smdebug: %s updates the registered model; a TRAIN step is now one optimizer step",
+                         type(optimizer).__name__)
+            self._sync_capture_hooks()  # gradients are read here from now on
+        if self.saving_step and self._step_open and self.mode in _TRAINING_MODES:
+            self._capture_parameters(with_gradients=True)
+
+    @never_raises("optimizer post-step hook")
+    def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
+        if self._step_open and self.mode in _TRAINING_MODES and self._owns(optimizer):
+            self.end_step()
+
+    def _owns(self, optimizer) -> bool:
+        """Whether ``optimizer`` updates a parameter of a registered model (cached)."""
+        groups = optimizer.param_groups
+        known = self._optimizers.get(optimizer)
+        if known is not None and known[0] == len(groups):
+            return known[1]
+        ours = any(id(p) in self._param_ids for group in groups for p in group["params"])
+        self._optimizers[optimizer] = (len(groups), ours)
+        return ours
+
+    def _on_module_forward(self, name: str, module, inputs, outputs) -> None:
+        if self.saving_step and self.enabled:
+            self._module_forward(name, inputs, outputs)
+
+    @never_raises("module forward hook")
+    def _module_forward(self, name: str, inputs, outputs) -> None:
+        self._offer(name, False, inputs)
+        self._offer(name, True, outputs)
+
+    def _offer(self, name: str, is_output: bool, value) -> None:
+        tensors = _tensor_leaves(value, [])
+        if not tensors:
+            return
+        key = (name, is_output)
+        first = self._tensor_counts.get(key, 0)
+        self._tensor_counts[key] = first + len(tensors)
+        kind = "output" if is_output else "input"
+        for i, tensor in enumerate(tensors, first):
+            tname = f"{name}_{kind}_{i}"
+            if self.plan_for(tname) is not None and self._usable(tname, tensor):
+                self.record(tname, tensor, self.backend)
+
+    def _on_grad_accumulated(self, name: str, param) -> None:
+        if self.saving_step and self.enabled and param.grad is not None:
+            self.record(name, param.grad, self.backend)
+
+    def _usable(self, name: str, tensor: torch.Tensor) -> bool:
+        """False (with one warning per name) for tensors that hold no data to save."""
+        if tensor.device.type != "meta" and not tensor.is_nested:
+            return True
+        if name not in self._warned_bad_tensor:
+            self._warned_bad_tensor.add(name)
+            logger.warning("smdebug: cannot save %s: %s tensors hold no values to copy", name,
+                           "meta" if tensor.device.type == "meta" else "nested")
+        return False
+
+    def _capture_parameters(self, with_gradients: bool) -> None:
+        """Record every wanted parameter (and gradient) in one batched capture."""
+        names, items = [], []
+        if not self._params_captured:
+            self._params_captured = True
+            for name, param in self._params:
+                plan = self.plan_for(name)
+                if plan is not None and self._usable(name, param):
+                    names.append(name)
+                    items.append((param, self._needs_host_copy(plan), plan.reductions))
+        if with_gradients:
+            for name, param in self._params:
+                grad = param.grad
+                if grad is None:
+                    continue
+                gname = f"gradient/{name}"
+                plan = self.plan_for(gname)
+                if plan is not None and self._usable(gname, grad):
+                    names.append(gname)
+                    items.append((grad, self._needs_host_copy(plan), plan.reductions))
+        if not items:
+            return
+        try:
+            snaps = self.backend.capture(items)
+        except Exception as exc:  # noqa: BLE001 - never break training
+            self.disable(f"capturing parameters: {type(exc).__name__}: {exc}")
+            return
+        for name, snap in zip(names, snaps):
+            self.record(name, snap, self.backend)
+
+    @staticmethod
+    def _needs_host_copy(plan) -> bool:
+        # Mirrors what the core asks of a Request: the value itself is needed for these.
+        return plan.raw or plan.tb_scalar or plan.histogram_tag is not None
+
+
+def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool = False) -> Optional[Hook]:
+    """This process's PyTorch hook: the last one constructed, else (optionally) one from the JSON config.
+
+    Returns None when ``USE_SMDEBUG`` disables smdebug or, with ``create_if_not_exists``,
+    when there is no config file (``SMDEBUG_CONFIG_FILE_PATH``).
+    """
+    return _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
+
+
+__all__ = ["Hook", "get_hook", "TorchSnapshot"]

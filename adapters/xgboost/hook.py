@@ -1,0 +1,338 @@
+"""The XGBoost hook: a core Hook that is also an ``xgboost.callback.TrainingCallback``.
+
+Pass it in ``callbacks=[hook]`` to ``xgb.train`` / ``xgb.cv`` or to a scikit-learn
+estimator (``XGBClassifier(callbacks=[hook])``). Each boosting round is one step (the
+round number; a hook reused for a second training continues after its last step).
+
+What a round costs: on rounds the save configuration skips, the hook does one
+``begin_step`` and nothing else. On saved rounds it records the metrics from
+``evals_log`` and computes each of the other collections (SHAP values, trees, feature
+importance, predictions, hyperparameters) only when at least one of its tensor names is
+in the step's plan.
+
+The step of the last round stays open after ``after_iteration`` so that a callback
+placed after the hook can add tensors to the same round; ``after_training`` ends it and
+flushes. The hook stays usable for another training; ``hook.close()`` (or interpreter
+exit) writes the end-of-training marker.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import xgboost as xgb
+from xgboost.callback import TrainingCallback
+
+from smdebug.collections import CollectionKeys
+from smdebug.exceptions import ConfigError
+from smdebug.hook import Hook as CoreHook
+from smdebug.hook import get_hook as _core_get_hook
+from smdebug.logger import get_logger
+
+from . import _collect
+
+logger = get_logger("smdebug.xgboost")
+K = CollectionKeys
+
+
+def _check_data(value, what: str, labels_required: bool) -> None:
+    """Fail fast on a data argument the hook could not use later."""
+    if value is None or isinstance(value, xgb.DMatrix):
+        return
+    if isinstance(value, (str, bytes)) or hasattr(value, "__fspath__"):
+        raise ConfigError(f"{what} must be an xgboost.DMatrix or an (X, y) pair, got the path {value!r}; "
+                          "load the file into a DMatrix first")
+    if isinstance(value, tuple):
+        if len(value) != 2 or value[0] is None or (labels_required and value[1] is None):
+            raise ConfigError(f"{what} must be an xgboost.DMatrix or an (X, y) pair, got a tuple of "
+                              f"{len(value)} item(s)")
+        return
+    if labels_required:
+        raise ConfigError(f"{what} must be an xgboost.DMatrix or an (X, y) pair (labels are needed), got "
+                          f"{type(value).__name__}")
+    if not hasattr(value, "shape"):
+        raise ConfigError(f"{what} must be an xgboost.DMatrix, an (X, y) pair or a 2-D array, got "
+                          f"{type(value).__name__}")
+
+
+class Hook(CoreHook, TrainingCallback):
+    """Saves XGBoost metrics, hyperparameters, predictions, feature importance, SHAP values and trees.
+
+    Args:
+        out_dir, export_tensorboard, tensorboard_dir, dry_run, reduction_config, save_config,
+        include_regex, include_collections, save_all, include_workers, overwrite:
+            as for :class:`smdebug.Hook`. The default save interval is 10 rounds and the
+            collection saved by default is ``metrics``.
+        hyperparameters: dict saved as ``hyperparameters/<key>`` (numbers as float arrays,
+            anything else as a one-element string array). When None, the training
+            parameters in effect are read from the booster's configuration.
+        train_data: data for the SHAP collections (``full_shap``, ``average_shap``): an
+            ``xgboost.DMatrix``, an ``(X, y)`` pair, or ``X`` alone.
+        validation_data: data for ``predictions`` and ``labels``: a ``DMatrix`` with
+            labels or an ``(X, y)`` pair.
+    """
+
+    framework = "xgboost"
+
+    def __init__(
+        self,
+        out_dir=None,
+        export_tensorboard: bool = False,
+        tensorboard_dir: Optional[str] = None,
+        dry_run: bool = False,
+        reduction_config=None,
+        save_config=None,
+        include_regex=None,
+        include_collections=None,
+        save_all: bool = False,
+        include_workers: str = "one",
+        hyperparameters: Optional[Dict[str, object]] = None,
+        train_data=None,
+        validation_data=None,
+        overwrite: bool = False,
+    ):
+        if hyperparameters is not None and not isinstance(hyperparameters, dict):
+            raise ConfigError(f"hyperparameters must be a dict of name -> value, got {hyperparameters!r}")
+        _check_data(train_data, "train_data", labels_required=False)
+        _check_data(validation_data, "validation_data", labels_required=True)
+        TrainingCallback.__init__(self)
+        super().__init__(
+            out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
+            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
+            include_regex=include_regex, include_collections=include_collections, save_all=save_all,
+            include_workers=include_workers, overwrite=overwrite,
+        )
+        self.hyperparameters = dict(hyperparameters) if hyperparameters is not None else None
+        self._train_data = train_data
+        self._validation_data = validation_data
+        # Data adopted from an instrumented ``xgb.train`` call is replaced at the next call.
+        self._data_from_train_call = False
+        self._dmatrices: Dict[str, xgb.DMatrix] = {}
+        self._labels: Optional[np.ndarray] = None
+        self._step_offset = 0
+        self._names: Optional[Dict[str, List[str]]] = None
+        self._failed: set = set()
+        self._seen_metrics: set = set()
+
+    # --- data ---------------------------------------------------------------------------
+    @property
+    def train_data(self):
+        """Data for the SHAP collections (DMatrix, (X, y) or X), or None."""
+        return self._train_data
+
+    @train_data.setter
+    def train_data(self, value):
+        _check_data(value, "train_data", labels_required=False)
+        self._train_data = value
+        self._dmatrices.pop("train", None)
+        self._data_from_train_call = False
+
+    @property
+    def validation_data(self):
+        """Data for ``predictions`` and ``labels`` (DMatrix or (X, y)), or None."""
+        return self._validation_data
+
+    @validation_data.setter
+    def validation_data(self, value):
+        _check_data(value, "validation_data", labels_required=True)
+        self._validation_data = value
+        self._dmatrices.pop("validation", None)
+        self._labels = None
+        self._data_from_train_call = False
+
+    def _adopt_training_data(self, dtrain, evals) -> None:
+        """Zero-code-change: use the data of an ``xgb.train`` call where none was given.
+
+        SHAP values are computed on ``dtrain``; predictions on the last evaluation set
+        that is not ``dtrain`` (the one early stopping watches).
+        """
+        if self._train_data is not None and not self._data_from_train_call:
+            return
+        if self._validation_data is not None and not self._data_from_train_call:
+            validation = self._validation_data
+        else:
+            validation = next((d for d, _ in reversed(list(evals or ())) if d is not dtrain), None)
+        self._train_data, self._validation_data = dtrain, validation
+        self._dmatrices.clear()
+        self._labels = None
+        self._data_from_train_call = True
+
+    def _dmatrix(self, which: str, booster) -> Optional[xgb.DMatrix]:
+        if which in self._dmatrices:
+            return self._dmatrices[which]
+        data = self._train_data if which == "train" else self._validation_data
+        if data is None:
+            return None
+        if isinstance(data, xgb.DMatrix):
+            matrix = data
+        else:
+            features, labels = _collect.split_xy(data)
+            matrix = xgb.DMatrix(features, label=labels)
+            # A model trained on a DataFrame has feature names that plain arrays lack.
+            if matrix.feature_names is None and booster.feature_names:
+                matrix.feature_names = booster.feature_names
+        self._dmatrices[which] = matrix
+        return matrix
+
+    # --- framework integration --------------------------------------------------------
+    def _distributed_info(self) -> Tuple[int, int]:
+        """Rank and world size from xgboost's collective communicator, when it is running."""
+        try:
+            collective = getattr(xgb, "collective", None)
+            if collective is None:  # xgboost < 2.0
+                collective = getattr(xgb, "rabit", None)
+            if collective is not None and collective.is_distributed():
+                return int(collective.get_rank()), int(collective.get_world_size())
+        except Exception as exc:  # noqa: BLE001 - a broken communicator must not stop training
+            logger.warning("smdebug: could not read the xgboost rank (%s); assuming a single worker", exc)
+        return 0, 1
+
+    def __deepcopy__(self, memo):
+        # scikit-learn's clone() deep-copies estimator parameters, callbacks included. A hook
+        # owns a run directory and a writer thread: a copy would be a second writer of the
+        # same run, so the copy is the hook itself.
+        return self
+
+    def before_training(self, model):
+        """Continue step numbering after the hook's last step when it is reused."""
+        if self.enabled:
+            self._step_offset = self.global_step + 1 if self.global_step >= 0 else 0
+            self._names = None
+        return model
+
+    def after_iteration(self, model, epoch: int, evals_log) -> bool:
+        """One boosting round = one step. Returns True (stop training) only when a rule's
+        action asked for it (:meth:`request_stop`)."""
+        if self.enabled:
+            try:
+                previous_saved = self.saving_step
+                if self.begin_step(epoch + self._step_offset):
+                    self._record_round(model, evals_log)
+                if previous_saved and self.writer is not None:
+                    # begin_step() has just ended the previous saved round: make it readable
+                    # now rather than when the next saved round arrives (maybe many rounds later).
+                    self.writer.publish()
+            except Exception as exc:  # noqa: BLE001 - the contract is to never break training
+                self.disable(f"after_iteration: {type(exc).__name__}: {exc}")
+        return self.stop_requested
+
+    def after_training(self, model):
+        """End the last step and hand everything to the writer; the hook stays open."""
+        if self.enabled:
+            self.end_step()
+            if self.writer is not None:
+                try:
+                    self.writer.flush(timeout=60)
+                except Exception as exc:  # noqa: BLE001 - the contract is to never break training
+                    self.disable(f"after_training: {type(exc).__name__}: {exc}")
+        return model
+
+    # --- one saved round --------------------------------------------------------------
+    def _record_round(self, model, evals_log) -> None:
+        self._record_metrics(evals_log)
+        if not isinstance(model, xgb.Booster):
+            return  # xgb.cv hands over its folds: only the (mean) metrics apply
+        names = self._tensor_names(model)
+        wanted = {group: any(self.plan_for(n) is not None for n in group_names)
+                  for group, group_names in names.items()}
+        if wanted["hyperparameters"]:
+            self._compute("hyperparameters", self._hyperparameter_tensors, model)
+        if wanted["validation"] and self._validation_data is not None:
+            self._compute("predictions", self._validation_tensors, model)
+        importance_types = [t for t in _collect.IMPORTANCE_TYPES if wanted[f"feature_importance/{t}"]]
+        if importance_types:
+            self._compute("feature_importance", _collect.feature_importance, model, importance_types)
+        if (wanted["full_shap"] or wanted["average_shap"]) and self._train_data is not None:
+            self._compute("shap", self._shap_tensors, model, wanted["full_shap"], wanted["average_shap"])
+        if wanted["trees"]:
+            self._compute("trees", _collect.tree_tensors, model)
+
+    def _record_metrics(self, evals_log) -> None:
+        metrics = _collect.latest_metrics(evals_log)
+        new = [n for n in metrics if n not in self._seen_metrics]
+        if new:
+            # Names like "validation_0-logloss" or "valid-ndcg@5" miss the original regex.
+            self._claim(K.METRICS, new)
+            self._seen_metrics.update(new)
+        for name, value in metrics.items():
+            self.record(name, np.array([value], dtype=np.float64))
+
+    def _compute(self, what: str, compute: Callable[..., Dict[str, np.ndarray]], *args) -> None:
+        """Run one collection's computation; a failure skips that collection, not the others."""
+        if what in self._failed:
+            return
+        try:
+            tensors = compute(*args)
+        except Exception as exc:  # noqa: BLE001 - one collection must not stop training or the rest
+            self._failed.add(what)
+            logger.warning("smdebug: could not compute %s at step %d (%s: %s); it is skipped for the rest of "
+                           "this run, other collections are still saved", what, self.global_step,
+                           type(exc).__name__, exc)
+            return
+        for name, value in tensors.items():
+            self.record(name, value)
+
+    def _tensor_names(self, booster) -> Dict[str, List[str]]:
+        """Every tensor name this training can produce, by group; built once per training."""
+        if self._names is not None:
+            return self._names
+        features = _collect.feature_names(booster)
+        settings = _collect.booster_training_params(booster)
+        params = self.hyperparameters if self.hyperparameters is not None else settings
+        # A linear booster has no trees and only the "weight" importance.
+        linear = settings.get("booster") == "gblinear"
+        names = {
+            "hyperparameters": [f"hyperparameters/{k}" for k in params],
+            "validation": ["predictions", "labels"],
+            "full_shap": [f"full_shap/{f}" for f in features],
+            "average_shap": [f"average_shap/{f}" for f in features],
+            "trees": [] if linear else [f"trees/{c}" for c in _collect.TREE_COLUMNS],
+        }
+        for t in _collect.IMPORTANCE_TYPES:
+            names[f"feature_importance/{t}"] = [] if linear and t != "weight" else \
+                [_collect.importance_name(t, f) for f in features]
+        # The original regexes miss some valid names (average_shap/full_shap end in
+        # "[^/bias]$", which drops any feature ending in b, i, a or s): list those names
+        # in their collection so membership is exact.
+        self._claim(K.FULL_SHAP, names["full_shap"])
+        self._claim(K.AVERAGE_SHAP, names["average_shap"])
+        self._names = names
+        return names
+
+    def _claim(self, collection: str, names) -> None:
+        """Add to ``collection`` the names its regexes miss (only when it is saved at all)."""
+        if collection not in self.include_collections:
+            return
+        coll = self.collection_manager.get(collection)
+        for name in names:
+            if not coll.matches(name):
+                coll.add_tensor_name(name)
+
+    def _hyperparameter_tensors(self, booster) -> Dict[str, np.ndarray]:
+        params = self.hyperparameters if self.hyperparameters is not None else \
+            _collect.booster_training_params(booster)
+        return _collect.hyperparameters(params)
+
+    def _validation_tensors(self, booster) -> Dict[str, np.ndarray]:
+        matrix = self._dmatrix("validation", booster)
+        out = {}
+        if self.plan_for("predictions") is not None:
+            out["predictions"] = booster.predict(matrix)
+        if self.plan_for("labels") is not None:
+            if self._labels is None:
+                self._labels = matrix.get_label()
+            out["labels"] = self._labels
+        return out
+
+    def _shap_tensors(self, booster, full: bool, average: bool) -> Dict[str, np.ndarray]:
+        contribs = _collect.shap_contributions(booster, self._dmatrix("train", booster))
+        return _collect.shap_tensors(contribs, _collect.feature_names(booster), full, average)
+
+
+def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool = False) -> Optional[Hook]:
+    """This process's XGBoost hook: the last one constructed, else (optionally) one from the JSON config.
+
+    Returns None when ``USE_SMDEBUG`` disables smdebug or there is no config file.
+    """
+    hook = _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
+    return hook

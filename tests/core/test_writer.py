@@ -1,0 +1,322 @@
+"""RunWriter: layout, publication order, crash safety, failure handling, back-pressure."""
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from smdebug.format import codec, index, layout, records
+from smdebug.modes import ModeKeys
+from smdebug.writer import RunWriter, StepData
+
+WRITER_LOGGER = "smdebug.writer.run_writer"
+COLLECTIONS = b'{"collections": {}, "_meta": {"num_workers": 1}}'
+
+
+def _files(root):
+    found = set()
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            found.add(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
+    return found
+
+
+def read_published_steps(out_dir):
+    """Check every published index against its event file; return {index relpath: [DecodedTensor]}."""
+    result = {}
+    for relpath in sorted(f for f in _files(out_dir) if f.startswith("index/") and f.endswith(".json")):
+        with open(os.path.join(out_dir, relpath), "rb") as handle:
+            parsed = index.parse_index_json(handle.read(), relpath)
+        step, worker = layout.parse_step_and_worker(relpath)
+        decoded = []
+        if parsed.tensors:
+            assert parsed.event_file_name == layout.event_file_relpath(step, worker)
+            with open(layout.join_under(out_dir, parsed.event_file_name), "rb") as handle:
+                data = handle.read()
+            assert [bytes(p) for p in records.iter_records(data)]  # whole file is well framed
+            assert sum(entry.length for entry in parsed.tensors) == len(data)
+            for entry in parsed.tensors:
+                payload, end = records.read_record(data, entry.start_idx)
+                assert end == entry.start_idx + entry.length
+                records.verify_payload_crc(payload, entry.crc32c, relpath)
+                tensor = codec.decode_tensor_event(payload)
+                assert tensor.tag == entry.name and tensor.global_step == step
+                assert (tensor.mode, tensor.mode_step) == (parsed.mode, parsed.mode_step)
+                decoded.append(tensor)
+        result[relpath] = (parsed, decoded)
+    return result
+
+
+def _step(global_step, mode, mode_step, worker="worker_0", **kwargs):
+    return StepData(global_step, mode, mode_step, worker, **kwargs)
+
+
+def test_layout_matches_format_1_1(tmp_path):
+    out = tmp_path / "run"
+    writer = RunWriter(out, "worker_0")
+    writer.write_collections(COLLECTIONS)
+    # save_interval 2: TRAIN 0..3 = global 0..3, EVAL 0..2 = global 4..6, TRAIN 4..5 = global 7..8.
+    saved = [(0, ModeKeys.TRAIN, 0), (2, ModeKeys.TRAIN, 2), (4, ModeKeys.EVAL, 0), (6, ModeKeys.EVAL, 2), (7, ModeKeys.TRAIN, 4)]
+    weight = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for global_step, mode, mode_step in saved:
+        writer.submit(_step(global_step, mode, mode_step, tensors=[
+            ("Net_fc1.weight", weight + global_step),
+            ("smdebug/reductions/abs_l1/gradient/Net_fc1.weight", np.float32(global_step)),
+        ]))
+    assert writer.flush(timeout=30)
+    assert not (out / layout.END_OF_JOB_FILE).exists()
+    assert writer.close(timeout=30) and writer.failed is None
+
+    expected = {"collections/000000000/worker_0_collections.json", "training_job_end.ts"}
+    for global_step, _, _ in saved:
+        expected.add(layout.event_file_relpath(global_step, "worker_0"))
+        expected.add(layout.index_file_relpath(global_step, "worker_0"))
+    assert _files(out) == expected
+    assert (out / "training_job_end.ts").stat().st_size == 0
+    assert (out / "collections/000000000/worker_0_collections.json").read_bytes() == COLLECTIONS
+
+    steps = read_published_steps(out)
+    for global_step, mode, mode_step in saved:
+        parsed, tensors = steps[layout.index_file_relpath(global_step, "worker_0")]
+        assert (parsed.mode, parsed.mode_step) == (mode, mode_step)
+        assert [t.tag for t in tensors] == ["Net_fc1.weight", "smdebug/reductions/abs_l1/gradient/Net_fc1.weight"]
+        assert np.array_equal(tensors[0].value, weight + global_step)
+        assert tensors[1].value.shape == () and tensors[1].value == global_step
+    meta = json.loads((out / layout.index_file_relpath(7, "worker_0")).read_bytes())["meta"]
+    assert meta == {"mode": "TRAIN", "mode_step": 4, "event_file_name": "events/000000000007/000000000007_worker_0.tfevents"}
+
+
+def test_pieces_of_one_step_share_one_index(tmp_path):
+    writer = RunWriter(tmp_path, "worker_0")
+    writer.submit(_step(3, ModeKeys.TRAIN, 3, tensors=[("w", np.ones(2))], shapes=[("w", (2,)), ("gradient/w", (2,))]))
+    writer.submit(_step(3, ModeKeys.TRAIN, 3, tensors=[("scalar/lr", 0.1)]))
+    writer.submit(_step(5, ModeKeys.TRAIN, 5, shapes=[("only_shape", (4, 5)), ("renamed", "tf/native:0", [2])]))
+    writer.close(timeout=30)
+    steps = read_published_steps(tmp_path)
+    parsed, tensors = steps[layout.index_file_relpath(3, "worker_0")]
+    assert [t.tag for t in tensors] == ["w", "scalar/lr"]
+    # A shape entry would hide the raw value of "w" from the original reader (FORMAT 3.2).
+    assert parsed.shapes == [("gradient/w", (2,))]
+    parsed, tensors = steps[layout.index_file_relpath(5, "worker_0")]
+    assert parsed.event_file_name is None and tensors == []
+    assert parsed.shapes == [("only_shape", (4, 5)), ("renamed", (2,))]
+    assert parsed.shape_original_names == ["only_shape", "tf/native:0"]
+    assert not (tmp_path / layout.event_file_relpath(5, "worker_0")).exists()
+
+
+def test_publish_makes_a_step_visible_at_once(tmp_path):
+    writer = RunWriter(tmp_path, "worker_0")
+    writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("a", np.ones(2))]))
+    writer.submit(_step(1, ModeKeys.TRAIN, 1, tensors=[("a", np.ones(2))]), publish=True)
+    writer.submit(_step(2, ModeKeys.TRAIN, 2, tensors=[("a", np.ones(2))]))
+    writer.publish()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (tmp_path / layout.index_file_relpath(2, "worker_0")).exists():
+        time.sleep(0.01)
+    assert len(read_published_steps(tmp_path)) == 3  # without flush or close
+    assert writer.close(timeout=30)
+
+
+def test_several_workers_in_one_process(tmp_path):
+    devices = [layout.serialize_worker_name(f"/job:worker/replica:0/task:0/device:GPU:{i}") for i in range(2)]
+    writer = RunWriter(tmp_path, devices[0])
+    for step in range(3):
+        for device in devices:
+            writer.submit(_step(step, ModeKeys.TRAIN, step, worker=device, tensors=[("x", np.full(3, step))]))
+    writer.close(timeout=30)
+    steps = read_published_steps(tmp_path)
+    assert sorted(steps) == sorted(layout.index_file_relpath(s, d) for s in range(3) for d in devices)
+    assert all(tensors[0].value[0] == layout.parse_step_and_worker(rel)[0] for rel, (_, tensors) in steps.items())
+
+
+def test_late_data_for_a_published_step_is_dropped_loudly(tmp_path, caplog):
+    writer = RunWriter(tmp_path, "worker_0")
+    writer.submit(_step(1, ModeKeys.TRAIN, 1, tensors=[("a", np.ones(1))]))
+    writer.submit(_step(2, ModeKeys.TRAIN, 2, tensors=[("a", np.ones(1))]))
+    with caplog.at_level(logging.WARNING, logger=WRITER_LOGGER):
+        writer.submit(_step(1, ModeKeys.TRAIN, 1, tensors=[("late", np.ones(1))]))
+        writer.close(timeout=30)
+    assert any("already published" in r.getMessage() and "late" in r.getMessage() for r in caplog.records)
+    _, tensors = read_published_steps(tmp_path)[layout.index_file_relpath(1, "worker_0")]
+    assert [t.tag for t in tensors] == ["a"]
+
+
+def test_unsupported_tensor_is_skipped_with_one_warning(tmp_path, caplog):
+    writer = RunWriter(tmp_path, "worker_0")
+    bad = np.array(["2020-01-01"], dtype="datetime64[D]")
+    with caplog.at_level(logging.WARNING, logger=WRITER_LOGGER):
+        for step in range(3):
+            writer.submit(_step(step, ModeKeys.TRAIN, step, tensors=[("when", bad), ("ok", np.ones(2))]))
+        writer.close(timeout=30)
+    assert sum("cannot save tensor 'when'" in r.getMessage() for r in caplog.records) == 1
+    assert writer.failed is None
+    assert all([t.tag for t in tensors] == ["ok"] for _, tensors in read_published_steps(tmp_path).values())
+
+
+def test_bad_step_data_fails_fast_on_the_callers_thread(tmp_path):
+    writer = RunWriter(tmp_path, "worker_0")
+    with pytest.raises(ValueError, match="global_step"):
+        writer.submit(_step(-1, ModeKeys.TRAIN, 0))
+    with pytest.raises(ValueError, match="worker"):
+        writer.submit(_step(0, ModeKeys.TRAIN, 0, worker="../evil"))
+    with pytest.raises(TypeError, match="StepData"):
+        writer.submit({"global_step": 0})
+    with pytest.raises(ValueError, match="max_pending_bytes"):
+        RunWriter(tmp_path, "worker_0", max_pending_bytes=0)
+    assert writer.close(timeout=30)
+
+
+def test_deleted_out_dir_fails_once_and_never_blocks_training(tmp_path, caplog):
+    out = tmp_path / "run"
+    writer = RunWriter(out, "worker_0", max_pending_bytes=1 << 20)
+    writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("w", np.ones(4))]))
+    assert writer.flush(timeout=30)
+    shutil.rmtree(out)
+    big = np.ones(1 << 18)  # 2 MiB: above max_pending_bytes, would block a writer that is behind
+    with caplog.at_level(logging.WARNING, logger=WRITER_LOGGER):
+        for step in range(1, 4):
+            writer.submit(_step(step, ModeKeys.TRAIN, step, tensors=[("w", big)]))
+        assert writer.flush(timeout=30) is False
+        started = time.monotonic()
+        for step in range(4, 50):
+            writer.submit(_step(step, ModeKeys.TRAIN, step, tensors=[("w", big)]))
+            writer.write_collections(COLLECTIONS)
+        assert time.monotonic() - started < 1.0
+        assert writer.close(timeout=30) is False
+        writer.close()
+    assert isinstance(writer.failed, FileNotFoundError)
+    failures = [r for r in caplog.records if "writer failed" in r.getMessage()]
+    assert len(failures) == 1 and "FileNotFoundError" in failures[0].getMessage()
+    assert not out.exists()  # not silently recreated
+
+
+def test_unusable_out_dir_fails_at_start(tmp_path, caplog):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger=WRITER_LOGGER):
+        writer = RunWriter(blocker / "run", "worker_0")
+        writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("w", np.ones(4))]))
+        assert writer.flush(timeout=30) is False
+        writer.close(timeout=30)
+    assert writer.failed is not None
+    assert sum("writer failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_submit_blocks_when_behind_and_drops_nothing(tmp_path, caplog):
+    writer = RunWriter(tmp_path, "worker_0", max_pending_bytes=100_000)
+    gate = threading.Event()
+    handle = writer._handle
+
+    def slow_handle(kind, payload):  # a disk that stalls until the gate opens
+        gate.wait(30)
+        handle(kind, payload)
+
+    writer._handle = slow_handle
+    chunk = np.ones(10_000)  # 80 kB
+    writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("x", chunk)]))
+    with caplog.at_level(logging.WARNING, logger=WRITER_LOGGER):
+        second = threading.Thread(target=writer.submit, args=(_step(1, ModeKeys.TRAIN, 1, tensors=[("x", chunk)]),))
+        second.start()
+        second.join(0.3)
+        assert second.is_alive(), "submit should wait while the writer is over its memory budget"
+        assert any("writer is behind" in r.getMessage() for r in caplog.records)
+        gate.set()
+        second.join(30)
+    assert not second.is_alive()
+    for step in range(2, 6):
+        writer.submit(_step(step, ModeKeys.TRAIN, step, tensors=[("x", chunk)]))
+    assert writer.close(timeout=30)
+    assert len(read_published_steps(tmp_path)) == 6
+
+
+def test_close_is_idempotent_and_end_marker_optional(tmp_path, caplog):
+    writer = RunWriter(tmp_path, "worker_0")
+    writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("x", np.ones(1))]))
+    assert writer.close(write_end_marker=False, timeout=30)
+    assert writer.close(timeout=30)
+    assert not (tmp_path / layout.END_OF_JOB_FILE).exists()
+    with caplog.at_level(logging.WARNING, logger=WRITER_LOGGER):
+        writer.submit(_step(1, ModeKeys.TRAIN, 1, tensors=[("x", np.ones(1))]))
+        writer.submit(_step(2, ModeKeys.TRAIN, 2, tensors=[("x", np.ones(1))]))
+    assert sum("closed" in r.getMessage() for r in caplog.records) == 1
+    assert writer.flush(timeout=1)
+    assert len(read_published_steps(tmp_path)) == 1
+
+
+def test_metric_lines(tmp_path):
+    writer = RunWriter(tmp_path / "run", "worker_0")
+    metrics = tmp_path / "metrics.jsonl"
+    writer.write_metric_line(metrics, '{"loss": 1}')
+    writer.write_metric_line(metrics, '{"loss": 0.5}')
+    writer.close(timeout=30)
+    assert metrics.read_text() == '{"loss": 1}\n{"loss": 0.5}\n'
+
+
+_CHILD_PREAMBLE = """
+import atexit, os, sys, numpy as np
+from smdebug.writer import RunWriter, StepData
+from smdebug.modes import ModeKeys
+writer = RunWriter(sys.argv[1], "worker_0")
+writer.write_collections(b'{"collections": {}, "_meta": {"num_workers": 1}}')
+rng = np.random.default_rng(0)
+"""
+
+
+def _run_child(body, *args, **kwargs):
+    code = textwrap.dedent(_CHILD_PREAMBLE) + textwrap.dedent(body)
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], **kwargs)
+
+
+def test_atexit_close_publishes_everything(tmp_path):
+    child = _run_child("""
+        atexit.register(writer.close)
+        atexit.register(writer.close)  # a second registration (hook and user) is harmless
+        for step in range(5):
+            writer.submit(StepData(step, ModeKeys.TRAIN, step, "worker_0", tensors=[("x", np.full(100, step))]))
+        # no explicit close: the interpreter exits
+        """, tmp_path)
+    assert child.wait(60) == 0
+    assert (tmp_path / layout.END_OF_JOB_FILE).exists()
+    assert len(read_published_steps(tmp_path)) == 5
+
+
+@pytest.mark.parametrize("published_before_kill", [1, 7])
+def test_kill_9_leaves_every_published_step_readable(tmp_path, published_before_kill):
+    child = _run_child("""
+        step = 0
+        while True:
+            tensors = [(f"t{i}", rng.standard_normal(int(rng.integers(1, 40_000))).astype(np.float32)) for i in range(8)]
+            writer.submit(StepData(step, ModeKeys.TRAIN, step, "worker_0", tensors=tensors))
+            writer.submit(StepData(step, ModeKeys.TRAIN, step, "worker_0", tensors=[("scalar/lr", 0.1)]))
+            step += 1
+        """, tmp_path, stderr=subprocess.PIPE)
+    index_dir = tmp_path / "index"  # os.walk of a missing directory yields nothing
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            assert child.poll() is None, child.stderr.read().decode()
+            published = sum(name.endswith(".json") for _, _, files in os.walk(index_dir) for name in files)
+            if published >= published_before_kill:
+                break
+            time.sleep(0.005)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        child.stderr.close()
+    steps = read_published_steps(tmp_path)
+    assert len(steps) >= published_before_kill
+    for parsed, tensors in steps.values():
+        assert [t.tag for t in tensors] == [f"t{i}" for i in range(8)] + ["scalar/lr"]
+    assert not (tmp_path / layout.END_OF_JOB_FILE).exists()
+    # Nothing under a final name is partial: every event file is a whole number of records.
+    for relpath in _files(tmp_path):
+        if relpath.endswith(".tfevents"):
+            list(records.iter_records((tmp_path / relpath).read_bytes()))
