@@ -487,7 +487,7 @@ class Hook:
         self.writer.submit(StepData(
             global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
             shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
-        ))
+        ), publish=True)  # the step is complete: readers may see it as soon as it is on disk
         if not self._collections_written:
             self._write_collections()
 

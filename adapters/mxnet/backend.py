@@ -49,7 +49,7 @@ class MXNetBackend(TensorBackend):
     def snapshot(self, value, needs_copy: bool):
         """A device copy when the value is needed later (the optimizer updates in place)."""
         value = _as_nd(value)
-        if not needs_copy:
+        if not needs_copy or value.size == 0:  # an empty array has nothing to copy (and mx.nd cannot)
             return value
         # The engine orders this copy before any later in-place write to ``value``, so it
         # captures the value as of now without waiting; pause() keeps it out of the graph.

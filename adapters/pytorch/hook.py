@@ -4,10 +4,11 @@ What is a step
     A step starts at the forward pre-hook of a registered top-level module; the first
     forward pass is global step 0. Once an optimizer that updates the registered model's
     parameters is known (it has stepped once, or ``register_optimizer`` was called), a
-    TRAIN step is one optimizer step instead: forwards between two ``optimizer.step()``
-    calls (gradient accumulation, models called twice per iteration) belong to the same
-    step, and the step ends when the optimizer has stepped. EVAL and PREDICT steps are
-    always one forward pass each.
+    TRAIN step is one optimizer step instead: all forwards up to an ``optimizer.step()``
+    (gradient accumulation, models called twice per iteration) belong to one step, and the
+    next step starts at the first forward after it. EVAL and PREDICT steps are always one
+    forward pass each. A step's data is written when the next step starts (or at close),
+    so ``save_scalar`` after ``optimizer.step()`` lands in the step that just ran.
 
 Mode
     ``set_mode`` when the user called it, otherwise ``module.training`` of the registered
@@ -143,6 +144,7 @@ class Hook(CoreHook):
         self._optimizers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # optimizer -> (n groups, ours)
         self.step_by_optimizer = False
         self._params_captured = False
+        self._optimizer_stepped = False
         self._tensor_counts: Dict[Tuple[str, bool], int] = {}
         self._warned_compiled = False
         self._warned_bad_tensor: set = set()
@@ -222,6 +224,10 @@ class Hook(CoreHook):
         self._sync_capture_hooks()
 
     register_hook = register_module  # the original library's name
+
+    def is_registered(self, module: torch.nn.Module) -> bool:
+        """Whether ``module`` was passed to ``register_module`` or ``register_loss``."""
+        return any(outer is module for outer, _, _ in self._roots) or any(m is module for m in self._losses)
 
     def register_loss(self, loss_module: torch.nn.Module) -> None:
         """Capture a loss module's output as ``<LossClass>_output_0`` (the ``losses`` collection)."""
@@ -347,8 +353,9 @@ class Hook(CoreHook):
         mode = self._user_mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
         if mode is not self.mode:
             CoreHook.set_mode(self, mode)
-        elif self.step_by_optimizer and mode in _TRAINING_MODES and self._step_open:
+        elif self.step_by_optimizer and mode in _TRAINING_MODES and self._step_open and not self._optimizer_stepped:
             return  # the same optimizer step goes on (gradient accumulation, several forwards)
+        self._optimizer_stepped = False
         self.begin_step()
         if self.saving_step or self._capture_handles:
             self._sync_capture_hooks()
@@ -364,13 +371,15 @@ class Hook(CoreHook):
             logger.debug("smdebug: %s updates the registered model; a TRAIN step is now one optimizer step",
                          type(optimizer).__name__)
             self._sync_capture_hooks()  # gradients are read here from now on
-        if self.saving_step and self._step_open and self.mode in _TRAINING_MODES:
+        if self.saving_step and self._step_open and self.mode in _TRAINING_MODES and not self._optimizer_stepped:
             self._capture_parameters(with_gradients=True)
 
     @never_raises("optimizer post-step hook")
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
-        if self._step_open and self.mode in _TRAINING_MODES and self._owns(optimizer):
-            self.end_step()
+        # The step is over; it is closed (written) when the next one begins, as without an
+        # optimizer, so that save_scalar() calls after optimizer.step() land in this step.
+        if self._owns(optimizer):
+            self._optimizer_stepped = True
 
     def _owns(self, optimizer) -> bool:
         """Whether ``optimizer`` updates a parameter of a registered model (cached)."""

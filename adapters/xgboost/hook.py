@@ -43,9 +43,11 @@ def _check_data(value, what: str, labels_required: bool) -> None:
         raise ConfigError(f"{what} must be an xgboost.DMatrix or an (X, y) pair, got the path {value!r}; "
                           "load the file into a DMatrix first")
     if isinstance(value, tuple):
-        if len(value) != 2 or value[0] is None or (labels_required and value[1] is None):
+        if len(value) != 2 or value[0] is None:
             raise ConfigError(f"{what} must be an xgboost.DMatrix or an (X, y) pair, got a tuple of "
                               f"{len(value)} item(s)")
+        if labels_required and value[1] is None:
+            raise ConfigError(f"{what} needs labels: give (X, y) with y not None")
         return
     if labels_required:
         raise ConfigError(f"{what} must be an xgboost.DMatrix or an (X, y) pair (labels are needed), got "
@@ -206,7 +208,7 @@ class Hook(CoreHook, TrainingCallback):
         if self.enabled:
             try:
                 previous_saved = self.saving_step
-                if self.begin_step(epoch + self._step_offset):
+                if self.begin_step(epoch + self._step_offset) and self._records_anything():
                     self._record_round(model, evals_log)
                 if previous_saved and self.writer is not None:
                     # begin_step() has just ended the previous saved round: make it readable
@@ -228,6 +230,12 @@ class Hook(CoreHook, TrainingCallback):
         return model
 
     # --- one saved round --------------------------------------------------------------
+    def _records_anything(self) -> bool:
+        # With include_workers="one", the other workers write nothing: computing SHAP values
+        # or tree tables there would only slow them down (unless a dry run or a live rule
+        # looks at the values).
+        return self.writes_files or self.dry_run or bool(self._step_listeners)
+
     def _record_round(self, model, evals_log) -> None:
         self._record_metrics(evals_log)
         if not isinstance(model, xgb.Booster):

@@ -138,6 +138,7 @@ class RunWriter:
         self._tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
         self._warned_encode = set()
         self._warned_late = set()
+        self._warned_metric_paths = set()
 
         self._thread = threading.Thread(target=self._run, name="smdebug-writer", daemon=True)
         self._thread.start()
@@ -204,7 +205,10 @@ class RunWriter:
         self._enqueue(_COLLECTIONS, bytes(json_bytes), len(json_bytes) + _ITEM_OVERHEAD_BYTES)
 
     def write_metric_line(self, path, line):
-        """Append ``line`` (plus a newline) to the text file ``path``, on the writer thread."""
+        """Append ``line`` (plus a newline) to the text file ``path``, on the writer thread.
+
+        A failure here is logged once per path and does not stop the writer.
+        """
         self._enqueue(_METRIC, (os.fspath(path), line))
 
     def publish(self):
@@ -311,9 +315,7 @@ class RunWriter:
         elif kind == _COLLECTIONS:
             self._write_atomically(layout.collections_file_relpath(self.worker), payload)
         elif kind == _METRIC:
-            path, line = payload
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(f"{line}\n")
+            self._append_metric_line(*payload)
         elif kind in (_PUBLISH, _FLUSH):
             self._publish_all()
             self._flush_tensorboard()
@@ -322,6 +324,16 @@ class RunWriter:
             self._close_tensorboard()
             if payload:
                 self._write_atomically(layout.END_OF_JOB_FILE, b"")
+
+    def _append_metric_line(self, path, line):
+        # Metric files live outside out_dir; losing them must not stop tensor saving.
+        try:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(f"{line}\n")
+        except OSError as exc:
+            if path not in self._warned_metric_paths:
+                self._warned_metric_paths.add(path)
+                logger.warning("smdebug cannot append metrics to %s: %s: %s", path, type(exc).__name__, exc)
 
     # -- files
 

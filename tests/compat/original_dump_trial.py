@@ -7,7 +7,7 @@ compat_json.py; no pickle): the steps of every mode, the mode and mode step of e
 global step, the workers, the tensor names (all, per mode, per step, per collection),
 the collections, and for every tensor, step and worker its value, shape and saved
 reductions. Errors the reader raises are recorded in place of the value. It also reads
-every event file with the original's low-level ``FileReader`` and its default
+every event file with the original's low-level ``EventFileReader`` and its default
 "minimal" record check, which requires the magic payload footer (FORMAT 2.1).
 """
 import os
@@ -15,7 +15,7 @@ import sys
 
 import smdebug
 from smdebug.core.modes import ModeKeys
-from smdebug.core.reader import FileReader
+from smdebug.core.tfevent.event_file_reader import EventFileReader, get_tensor_data
 from smdebug.trials import create_trial
 
 from compat_json import dumps, encode_array, encode_error, guarded
@@ -44,8 +44,22 @@ def _tensor(tensor):
     return entry
 
 
+def _decode_problem(tensor_proto):
+    """None if the original decodes the TensorProto, else the error it raises."""
+    try:
+        get_tensor_data(tensor_proto)
+    except Exception as exc:  # noqa: BLE001
+        return encode_error(exc)
+    return None
+
+
 def _event_files(run_dir):
-    """Every event file read whole by the low-level reader with the default check."""
+    """Every event file read whole by the original's low-level reader, with its default check.
+
+    Per record: [tag, event step, mode, mode step, decode error or None]. The records are
+    framed and checked ("minimal": length CRC and magic payload footer) by the reader; a
+    tensor the original cannot decode (its dtype) is reported per record, not per file.
+    """
     out = {}
     events_dir = os.path.join(run_dir, "events")
     for root, _, files in os.walk(events_dir):
@@ -54,11 +68,14 @@ def _event_files(run_dir):
                 continue
             path = os.path.join(root, name)
             rel = os.path.relpath(path, run_dir).replace(os.sep, "/")
+            reader = EventFileReader(fname=path)
             try:
-                records = [
-                    [tag, int(step), mode.name, int(mode_step)]
-                    for tag, step, _, mode, mode_step in FileReader(path).read_tensors(check="minimal")
-                ]
+                records = []
+                for event in reader.read_events(check="minimal"):
+                    for value in event.summary.value:
+                        mode, mode_step = reader._get_mode_modestep(event.step, value.metadata.plugin_data)
+                        problem = _decode_problem(value.tensor)
+                        records.append([value.tag, int(event.step), mode.name, int(mode_step), problem])
                 out[rel] = {"records": records}
             except Exception as exc:  # noqa: BLE001
                 out[rel] = encode_error(exc)

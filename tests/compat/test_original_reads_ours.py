@@ -220,7 +220,7 @@ def test_every_value_as_the_original_reads_it(our_run):
             _assert_same(decode_array(item["value"]), numbers, what)
             assert item["shape"] == list(np.shape(value)), what
             counted += 1
-    assert counted > 300
+    assert counted > 200
 
 
 def test_workers_of_each_tensor(our_run):
@@ -279,19 +279,138 @@ def test_collections_as_the_original_reads_them(our_run):
 
 
 def test_event_files_pass_the_originals_record_check(our_run):
-    """The original's FileReader, with its default "minimal" check (magic payload footer), reads every file."""
+    """The original's EventFileReader, with its default "minimal" check (length CRC and magic
+    payload footer), reads every record of every file, in index order, with our mode metadata."""
     run_dir, wrote, got = our_run
     files = got["event_files"]
-    expected_files = {layout.event_file_relpath(g, w) for (g, w) in wrote["values"]}
-    assert set(files) == expected_files
+    assert set(files) == {layout.event_file_relpath(g, w) for (g, w) in wrote["values"]}
     for rel, read in files.items():
-        assert "error" not in read, f"the original's FileReader rejects {rel}: {read}"
-        g = int(rel.split("/")[1])
-        mode, mode_step = wrote["steps"][g]
-        step, worker = layout.parse_step_and_worker(os.path.basename(rel))
-        assert step == g, rel
-        index_rel = layout.index_file_relpath(g, worker)
-        doc = load_json(os.path.join(run_dir, index_rel))
-        assert [r[0] for r in read["records"]] == [e["tensorname"] for e in doc["tensor_payload"]], rel
-        for tag, step, mode_name, record_mode_step in read["records"]:
-            assert (step, mode_name, record_mode_step) == (g, mode.name, mode_step), (rel, tag)
+        assert "error" not in read, f"the original's EventFileReader rejects {rel}: {read}"
+        step, worker = layout.parse_step_and_worker(rel)
+        mode, mode_step = wrote["steps"][step]
+        index = load_json(os.path.join(run_dir, layout.index_file_relpath(step, worker)))
+        assert [r[0] for r in read["records"]] == [e["tensorname"] for e in index["tensor_payload"]], rel
+        for tag, record_step, mode_name, record_mode_step, problem in read["records"]:
+            assert (record_step, mode_name, record_mode_step) == (step, mode.name, mode_step), (rel, tag)
+            if tag == "dtypes/uint64_big":
+                assert problem["error"] == "KeyError", (rel, tag)  # DT_UINT64: see the module docstring
+            else:
+                assert problem is None, (rel, tag, problem)
+
+
+# ---------------------------------------------------------------------------------------------
+# Edge cases, in a second run: PREDICT and GLOBAL modes, empty tensors, bytes, N-D strings,
+# 8-bit floats. Kept apart so that one of them failing cannot hide the results above.
+
+EDGE_PHASES = ((ModeKeys.PREDICT, 2), (ModeKeys.GLOBAL, 2), (ModeKeys.TRAIN, 1))
+
+
+def _edge_values(g):
+    return {
+        "edge/empty": np.zeros((0, 3), dtype=np.float32),
+        "edge/bytes": np.array([b"ab", b"step %d" % g]),
+        "edge/text_2d": np.array([["a", "b", "c"], ["d", "e", f"step {g}"]]),
+        "edge/float8": np.array([0.5, -2.0, 448.0, g], dtype=ml_dtypes.float8_e4m3fn),
+        "edge/uint64_small": np.array([0, 2**63 - 1, g], dtype=np.uint64),
+    }
+
+
+@pytest.fixture(scope="module")
+def edge_run(original_python, tmp_path_factory):
+    """(what we wrote: {g: (mode, mode_step, values)}, what the original reads)."""
+    work = tmp_path_factory.mktemp("edge_for_original")
+    run_dir = work / "run"
+    hook = smd.Hook(out_dir=str(run_dir), save_config=smd.SaveConfig(save_interval=1))
+    wrote = {}
+    for mode, count in EDGE_PHASES:
+        hook.set_mode(mode)
+        for _ in range(count):
+            assert hook.begin_step()
+            values = _edge_values(hook.global_step)
+            for name, value in values.items():
+                hook.save_tensor(name, value, "edge")
+            wrote[hook.global_step] = (mode, hook.mode_step, values)
+    hook.close()
+    dump = work / "original_reads.json"
+    run_original(original_python, "original_dump_trial.py", run_dir, dump, cwd=work)
+    return wrote, load_json(dump)
+
+
+def _edge_item(got, name, g):
+    return got["tensors"][name]["at"][str(g)]["by_worker"]["worker_0"]
+
+
+def test_edge_predict_and_global_modes(edge_run):
+    wrote, got = edge_run
+    assert got["steps"]["GLOBAL"] == sorted(wrote) == [0, 1, 2, 3, 4]
+    assert got["steps"]["PREDICT"] == [0, 1]
+    assert got["steps"]["TRAIN"] == [0]
+    assert got["modes"] == ["PREDICT", "TRAIN"]  # the original never lists GLOBAL
+    # GLOBAL-mode steps carry mode_step == global step (FORMAT 1.5).
+    assert got["mode_modestep"] == {str(g): [m.name, s] for g, (m, s, _) in wrote.items()}
+    assert got["mode_modestep"]["2"] == ["GLOBAL", 2] and got["mode_modestep"]["3"] == ["GLOBAL", 3]
+
+
+def test_edge_empty_tensor_is_a_shape(edge_run):
+    wrote, got = edge_run
+    for g in wrote:
+        item = _edge_item(got, "edge/empty", g)
+        assert item["value"]["error"] == "TensorUnavailableForStep", g
+        assert item["shape"] == [0, 3], g
+
+
+def test_edge_bytes_read_as_text(edge_run):
+    """Our bytes arrays go out as string_val (marker "bytes"); the original decodes them as UTF-8 text."""
+    wrote, got = edge_run
+    for g, (_, _, values) in wrote.items():
+        value = decode_array(_edge_item(got, "edge/bytes", g)["value"])
+        assert value.tolist() == [b.decode() for b in values["edge/bytes"].tolist()], g
+
+
+def test_edge_float8_and_small_uint64_read_widened(edge_run):
+    wrote, got = edge_run
+    for g, (_, _, values) in wrote.items():
+        _assert_same(decode_array(_edge_item(got, "edge/float8", g)["value"]),
+                     values["edge/float8"].astype(np.float32), f"edge/float8 at {g}")
+        _assert_same(decode_array(_edge_item(got, "edge/uint64_small", g)["value"]),
+                     values["edge/uint64_small"].astype(np.int64), f"edge/uint64_small at {g}")
+
+
+def test_edge_multidimensional_strings_readable_by_the_original(edge_run):
+    """The original reads only 1-D string tensors (FORMAT 2.3 and checklist item 8).
+
+    A 2-D str array must still reach it as the same strings: expected here in C order as
+    a 1-D array (our reader can restore the shape from a marker, as it does for widened
+    dtypes).
+    """
+    wrote, got = edge_run
+    for g, (_, _, values) in wrote.items():
+        item = _edge_item(got, "edge/text_2d", g)
+        assert "error" not in item["value"], (
+            f"the original cannot read our 2-D string tensor at step {g}: {item['value']}")
+        assert decode_array(item["value"]).tolist() == values["edge/text_2d"].reshape(-1).tolist(), g
+
+
+def test_median_reduction_does_not_break_the_original(original_python, tmp_path):
+    """Our ReductionConfig also accepts "median", which the original's does not.
+
+    The original rebuilds every collection's ReductionConfig from the collections file when
+    it opens a trial, so "median" in a ``reductions`` string there makes its create_trial
+    raise SMDebugValueError: the whole run becomes unreadable. The median *record* itself
+    (``smdebug/reductions/median/<name>``) is fine for the original.
+    """
+    run_dir = tmp_path / "run"
+    value = np.array([[3.0, 1.0, 2.0], [9.0, -4.0, 5.5]])
+    hook = smd.Hook(out_dir=str(run_dir), save_config=smd.SaveConfig(save_interval=1))
+    hook.get_collection("stats").reduction_config = smd.ReductionConfig(
+        reductions=["median", "mean"], abs_reductions=["median"], save_raw_tensor=True)
+    hook.begin_step()
+    hook.save_tensor("stats/x", value, "stats")
+    hook.close()
+    dump = tmp_path / "original_reads.json"
+    run_original(original_python, "original_dump_trial.py", run_dir, dump, cwd=tmp_path)
+    got = load_json(dump)
+    item = got["tensors"]["stats/x"]["at"]["0"]["by_worker"]["worker_0"]
+    _assert_same(decode_array(item["value"]), value, "stats/x")
+    reductions = {k: float(decode_array(v).reshape(-1)[0]) for k, v in item["reductions"].items()}
+    assert reductions == {"median": np.median(value), "mean": np.mean(value), "abs_median": np.median(np.abs(value))}

@@ -150,7 +150,10 @@ def test_messages_live_in_a_private_pool():
 
 
 def test_wire_format_matches_tensorboards_messages():
-    from tensorboard.compat.proto import event_pb2, summary_pb2
+    try:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+    except Exception as exc:  # absent, or generated for a newer protobuf than installed
+        pytest.skip(f"TensorBoard's protobuf classes are unavailable: {exc}")
 
     ours = proto.Event(wall_time=12.5, step=3)
     value = ours.summary.value.add(tag="w")

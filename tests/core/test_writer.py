@@ -256,8 +256,11 @@ def test_metric_lines(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     writer.write_metric_line(metrics, '{"loss": 1}')
     writer.write_metric_line(metrics, '{"loss": 0.5}')
-    writer.close(timeout=30)
+    writer.write_metric_line(tmp_path / "missing_dir" / "m.jsonl", "lost")
+    writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("x", np.ones(1))]))
+    assert writer.close(timeout=30) and writer.failed is None
     assert metrics.read_text() == '{"loss": 1}\n{"loss": 0.5}\n'
+    assert len(read_published_steps(tmp_path / "run")) == 1
 
 
 _CHILD_PREAMBLE = """

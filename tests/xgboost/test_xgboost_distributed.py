@@ -17,6 +17,11 @@ import numpy as np
 import xgboost as xgb
 from xgboost import collective
 import smdebug.xgboost as smd
+from smdebug.xgboost import _collect
+
+tree_tables = []
+original_tree_tensors = _collect.tree_tensors
+_collect.tree_tensors = lambda booster: tree_tables.append(1) or original_tree_tensors(booster)
 
 args, out, include_workers = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 with collective.CommunicatorContext(**args):
@@ -24,11 +29,13 @@ with collective.CommunicatorContext(**args):
     rng = np.random.default_rng(rank)
     X = rng.normal(size=(200, 4))
     y = (X[:, 0] > 0).astype(float)
-    hook = smd.Hook(out, include_workers=include_workers, save_config=smd.SaveConfig(save_interval=2))
+    hook = smd.Hook(out, include_workers=include_workers, save_config=smd.SaveConfig(save_interval=2),
+                    include_collections=["trees"])
     dtrain = xgb.DMatrix(X, y)
     xgb.train({"objective": "binary:logistic", "nthread": 1, "tree_method": "hist"}, dtrain, 4,
               evals=[(dtrain, "train")], callbacks=[hook], verbose_eval=False)
-    print(json.dumps({"rank": hook.rank, "world_size": hook.world_size, "worker": hook.worker_name}))
+    print(json.dumps({"rank": hook.rank, "world_size": hook.world_size, "worker": hook.worker_name,
+                      "tree_tables": len(tree_tables)}))
     hook.close()
 """
 
@@ -53,12 +60,21 @@ def run_workers(tmp_path, include_workers):
 
 def test_rank_and_world_size_come_from_the_collective(tmp_path):
     out, reports = run_workers(tmp_path, "all")
-    assert reports == [{"rank": 0, "world_size": 2, "worker": "worker_0"},
-                       {"rank": 1, "world_size": 2, "worker": "worker_1"}]
+    assert reports == [{"rank": 0, "world_size": 2, "worker": "worker_0", "tree_tables": 2},
+                       {"rank": 1, "world_size": 2, "worker": "worker_1", "tree_tables": 2}]
     trial = create_trial(out)
     assert trial.workers() == ["worker_0", "worker_1"]
     assert trial.steps() == [0, 2]
     assert trial.tensor("train-logloss").workers(2) == ["worker_0", "worker_1"]
+    assert trial.tensor("trees/Node").workers(2) == ["worker_0", "worker_1"]
+
+
+def test_only_the_chief_computes_and_writes_with_include_workers_one(tmp_path):
+    out, reports = run_workers(tmp_path, "one")
+    assert [(r["rank"], r["tree_tables"]) for r in reports] == [(0, 2), (1, 0)]
+    trial = create_trial(out)
+    assert trial.workers() == ["worker_0"]
+    assert trial.tensor("trees/Node").steps() == [0, 2]
 
 
 def test_single_process_is_rank_0_of_1(run_dir):

@@ -1,0 +1,279 @@
+"""Getting tensors out of TensorFlow graphs at no cost on steps that save nothing.
+
+A *capture site* is a place in user or Keras code (an optimizer's ``apply``, a layer's
+``call``, a wrapped tape's ``gradient``) that offers named tensors to the hook.
+
+* **Eager** (and every non-TensorFlow Keras backend): the tensors are recorded at once
+  when the hook saves them at this step.
+* **Inside a graph** (``tf.function``, Keras' compiled train step, ``jit_compile``): the
+  site adds ``tf.cond(site flag, copy the tensors into stash variables, do nothing)``.
+  The flag is a boolean variable the hook sets from Python when a step that saves one of
+  the site's tensors begins; on every other step the graph pays one variable read and an
+  untaken branch. On a saved step the copy also writes the step's stamp next to the stash,
+  and at the end of the step the hook reads every stash whose stamp is current (a site
+  that did not run in that step is not mistaken for fresh data). Variable assignments
+  compile under XLA, so this works with ``jit_compile=True``; there, stash variables have
+  static shapes (one stash per traced shape), and a tensor whose shape is only known at
+  run time cannot be captured (a warning says so).
+
+Steps driven from inside a graph (a wrapped tape entered in a ``tf.function``) begin
+through ``tf.py_function``; every site later in the same graph reads its flag after it.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Dict, List, Sequence, Tuple
+
+import tensorflow as tf
+
+from smdebug.logger import get_logger
+
+logger = get_logger("smdebug.tensorflow")
+
+try:  # private, but the only way to know whether the graph is being compiled by XLA
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext as _in_xla_context
+except ImportError:  # pragma: no cover - older/newer layouts
+    def _in_xla_context(graph):
+        return False
+
+
+def in_graph() -> bool:
+    """Whether TensorFlow code is being traced into a graph right now."""
+    return not tf.executing_eagerly()
+
+
+def in_xla_context() -> bool:
+    try:
+        return bool(_in_xla_context(tf.compat.v1.get_default_graph()))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+class _Variant:
+    """The stash of one traced version of a site (names, stash variables, stamp)."""
+
+    __slots__ = ("names", "stash", "stamp")
+
+    def __init__(self, names, stash, stamp):
+        self.names = names
+        self.stash = stash
+        self.stamp = stamp
+
+
+class _Site:
+    __slots__ = ("key", "flag", "armed", "names", "variants")
+
+    def __init__(self, key):
+        self.key = key
+        with tf.init_scope():
+            self.flag = tf.Variable(False, trainable=False, name="smdebug_capture_flag")
+        self.armed = False
+        self.names: set = set()
+        self.variants: Dict[tuple, _Variant] = {}
+
+
+class GraphCapture:
+    """The capture sites of one hook, their flags and stashes."""
+
+    def __init__(self, hook):
+        self._hook = weakref.proxy(hook)
+        self._sites: Dict[object, _Site] = {}
+        self._stamp = 0
+        self._stamp_var = None
+        self._step_tokens: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._lock = threading.RLock()
+        self._warned: set = set()
+
+    # --- called where tensors are available ------------------------------------------
+    def offer(self, key, named: Sequence[Tuple[str, object]]) -> None:
+        """Offer ``(name, tensor)`` pairs at site ``key`` (eager: recorded now if saved)."""
+        hook = self._hook
+        if not named or not hook.enabled:
+            return
+        if not in_graph():
+            if hook.saving_step:
+                for name, value in named:
+                    if value is not None and hook.wants(name):
+                        hook.record(name, value)
+            return
+        self._add_graph_capture(key, named)
+
+    def _add_graph_capture(self, key, named) -> None:
+        xla = in_xla_context()
+        usable = []  # (name, value, static shape or None, dtype)
+        for name, value in named:
+            if value is None:
+                continue
+            shape, dtype = _static_shape_and_dtype(value)
+            if xla and shape is None:
+                self._warn_once(("xla-shape", name),
+                                "smdebug cannot capture %s inside an XLA-compiled step: its shape is only known "
+                                "at run time (compile with jit_compile=False to capture it)", name)
+                continue
+            usable.append((name, value, shape, dtype))
+        if not usable:
+            return
+        with self._lock:
+            site = self._sites.get(key)
+            if site is None:
+                site = self._sites[key] = _Site(key)
+            site.names.update(name for name, _, _, _ in usable)
+            signature = tuple((name, shape, dtype.name) for name, _, shape, dtype in usable)
+            variant = site.variants.get(signature)
+            if variant is None:
+                variant = site.variants[signature] = self._new_variant(usable)
+            stamp_var = self._stamp_variable()
+        token = self._token_for_current_graph()
+        with tf.control_dependencies([token] if token is not None else []):
+            armed = site.flag.read_value()
+
+        def copy():
+            # Densifying (IndexedSlices, variable reads) happens here: only on saved steps.
+            current = stamp_var.read_value()
+            for var, (_, value, _, _) in zip(variant.stash, usable):
+                var.assign(_dense(value))
+            variant.stamp.assign(current)
+            return tf.constant(True)
+
+        done = tf.cond(armed, copy, lambda: tf.constant(False))
+        # A step begun later in the same graph must wait for this copy.
+        self._note_site_output(done)
+
+    def _new_variant(self, usable) -> _Variant:
+        with tf.init_scope():
+            stash = []
+            for _, _, shape, dtype in usable:
+                if shape is not None:
+                    var = tf.Variable(tf.zeros(shape, dtype), trainable=False)
+                else:
+                    var = tf.Variable(tf.zeros([0], dtype), shape=tf.TensorShape(None), trainable=False)
+                stash.append(var)
+            stamp = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+        return _Variant(tuple(name for name, _, _, _ in usable), stash, stamp)
+
+    def _stamp_variable(self):
+        if self._stamp_var is None:
+            with tf.init_scope():
+                self._stamp_var = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="smdebug_step_stamp")
+        return self._stamp_var
+
+    # --- steps begun from inside a graph -----------------------------------------------
+    def begin_step_in_graph(self, begin_fn) -> bool:
+        """Make every execution of the current graph begin a step by calling ``begin_fn``.
+
+        Returns False (and warns once) inside XLA, where Python cannot run.
+        """
+        if in_xla_context():
+            self._warn_once("xla-step", "smdebug: a wrapped tape entered inside a jit_compile function cannot "
+                                        "begin steps (no Python runs there); call hook.begin_step() before each "
+                                        "call of the compiled function, or compile with jit_compile=False")
+            return False
+        graph = tf.compat.v1.get_default_graph()
+        previous = self._step_tokens.get(graph)
+        deps = [previous[1]] if previous is not None and previous[1] is not None else []
+
+        def run_begin():
+            begin_fn()
+            return True
+
+        with tf.control_dependencies(deps):
+            token = tf.py_function(run_begin, [], Tout=tf.bool, name="smdebug_begin_step")
+        self._step_tokens[graph] = [token, None]
+        return True
+
+    def _token_for_current_graph(self):
+        graph = tf.compat.v1.get_default_graph()
+        while graph is not None:
+            entry = self._step_tokens.get(graph)
+            if entry is not None:
+                return entry[0]
+            graph = getattr(graph, "outer_graph", None)
+        return None
+
+    def _note_site_output(self, tensor) -> None:
+        graph = tf.compat.v1.get_default_graph()
+        entry = self._step_tokens.get(graph)
+        if entry is not None:
+            entry[1] = tensor if entry[1] is None else tf.group(entry[1], tensor)
+
+    # --- called by the hook from Python ---------------------------------------------------
+    def arm(self) -> None:
+        """At the start of a step: raise the flags of sites holding a tensor saved at this step."""
+        hook = self._hook
+        saving = hook.saving_step and hook.enabled
+        any_armed = False
+        with self._lock:
+            sites = list(self._sites.values())
+        for site in sites:
+            want = saving and any(hook.wants(name) for name in site.names)
+            if want != site.armed:
+                site.flag.assign(want)
+                site.armed = want
+            any_armed = any_armed or want
+        if any_armed:
+            self._stamp += 1
+            self._stamp_variable().assign(self._stamp)
+
+    def collect(self) -> None:
+        """At the end of a step: record what armed sites copied in this step."""
+        hook = self._hook
+        with self._lock:
+            sites = [s for s in self._sites.values() if s.armed]
+        if not sites or not hook.saving_step:
+            return
+        for site in sites:
+            for variant in list(site.variants.values()):
+                if int(variant.stamp.numpy()) != self._stamp:
+                    continue  # this version of the site did not run in this step
+                for name, var in zip(variant.names, variant.stash):
+                    if hook.wants(name):
+                        hook.record(name, var)
+
+    def disarm_all(self) -> None:
+        with self._lock:
+            sites = list(self._sites.values())
+        for site in sites:
+            if site.armed:
+                try:
+                    site.flag.assign(False)
+                except Exception:  # noqa: BLE001 - best effort while disabling
+                    pass
+                site.armed = False
+
+    @property
+    def site_keys(self) -> List[object]:
+        with self._lock:
+            return list(self._sites)
+
+    def _warn_once(self, key, message, *args) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
+
+def _dense(value):
+    if isinstance(value, tf.IndexedSlices):
+        return tf.convert_to_tensor(value)
+    if isinstance(value, tf.Variable):
+        return value.read_value()
+    inner = getattr(value, "value", None)
+    if isinstance(inner, tf.Variable):
+        return inner.read_value()
+    return tf.convert_to_tensor(value)
+
+
+def _static_shape_and_dtype(value):
+    """(fully known shape as a tuple, or None; dtype) without adding ops to the graph."""
+    if isinstance(value, tf.IndexedSlices):
+        dense_shape = tf.get_static_value(value.dense_shape) if value.dense_shape is not None else None
+        shape = tuple(int(d) for d in dense_shape) if dense_shape is not None else None
+        return shape, value.values.dtype
+    if not isinstance(value, (tf.Tensor, tf.Variable)):
+        inner = getattr(value, "value", None)
+        if isinstance(inner, tf.Variable):
+            value = inner
+        else:
+            value = tf.convert_to_tensor(value)
+    shape = value.shape
+    return (tuple(int(d) for d in shape) if shape.is_fully_defined() else None), value.dtype.base_dtype
