@@ -7,7 +7,7 @@ corruption is detected through the index. The original reader ignores unknown ke
 """
 import json
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from ..exceptions import IndexReaderException
 from ..modes import ModeKeys
@@ -19,9 +19,11 @@ PAYLOAD_CRC_KEY = "crc32c"
 _MAX_FILE_OFFSET = 2**62
 
 
-@dataclass(frozen=True)
-class IndexEntry:
-    """One record of an event file: tensor name, byte range, payload CRC32C (None if unknown)."""
+class IndexEntry(NamedTuple):
+    """One record of an event file: tensor name, byte range, payload CRC32C (None if unknown).
+
+    A NamedTuple because a large run has millions of these and opening it must be fast.
+    """
 
     name: str
     start_idx: int
@@ -115,6 +117,17 @@ def _check_event_file_name(source, value):
     return value
 
 
+def _explain_bad_tensor_entry(source, i, item):
+    where = f"tensor_payload[{i}]"
+    if not isinstance(item, dict):
+        _fail(source, f"{where} must be an object, got {type(item).__name__}")
+    _check_name(source, f"{where}.tensorname", item.get("tensorname"))
+    _check_int(source, f"{where}.start_idx", item.get("start_idx"), 0, _MAX_FILE_OFFSET)
+    _check_int(source, f"{where}.length", item.get("length"), RECORD_OVERHEAD, _MAX_FILE_OFFSET)
+    _check_int(source, f"{where}.{PAYLOAD_CRC_KEY}", item.get(PAYLOAD_CRC_KEY), 0, 2**32)
+    _fail(source, f"{where} is invalid: {item!r}")
+
+
 def parse_index_json(data, source):
     """Parse and validate an index file's bytes; ``source`` (its path) prefixes every error.
 
@@ -150,15 +163,21 @@ def parse_index_json(data, source):
 
     tensors = []
     for i, item in enumerate(tensor_payload):
-        where = f"tensor_payload[{i}]"
-        if not isinstance(item, dict):
-            _fail(source, f"{where} must be an object, got {type(item).__name__}")
-        name = _check_name(source, f"{where}.tensorname", item.get("tensorname"))
-        start = _check_int(source, f"{where}.start_idx", item.get("start_idx"), 0, _MAX_FILE_OFFSET)
-        length = _check_int(source, f"{where}.length", item.get("length"), RECORD_OVERHEAD, _MAX_FILE_OFFSET)
-        crc = item.get(PAYLOAD_CRC_KEY)
-        if crc is not None:
-            crc = _check_int(source, f"{where}.{PAYLOAD_CRC_KEY}", crc, 0, 2**32)
+        # Fast path: inline checks (this loop dominates opening a large run); the detailed
+        # checks below run only to explain a bad entry.
+        try:
+            name, start, length = item["tensorname"], item["start_idx"], item["length"]
+            crc = item.get(PAYLOAD_CRC_KEY)
+            valid = (
+                type(name) is str and name
+                and type(start) is int and 0 <= start < _MAX_FILE_OFFSET
+                and type(length) is int and RECORD_OVERHEAD <= length < _MAX_FILE_OFFSET
+                and (crc is None or (type(crc) is int and 0 <= crc < 2**32))
+            )
+        except (TypeError, KeyError, AttributeError):
+            valid = False
+        if not valid:
+            _explain_bad_tensor_entry(source, i, item)
         tensors.append(IndexEntry(name, start, length, crc))
 
     shapes, original_names = [], []

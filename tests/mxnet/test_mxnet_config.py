@@ -37,7 +37,7 @@ def test_create_from_json_file(tmp_path, run_dir, make_net, train):
     hook.close()
 
     trial = create_trial(run_dir)
-    assert trial.steps() == [0, 1, 2, 3]  # interval 2, plus gradients' save_steps "1" (a union)
+    assert trial.steps() == [0, 1, 2]  # interval 2, plus the gradients' save_steps "1" (a union)
     weight = trial.tensor("dense1_weight")
     assert weight.steps() == [0, 2]
     reductions = weight.reduction_values(2)
@@ -49,7 +49,6 @@ def test_create_from_json_file(tmp_path, run_dir, make_net, train):
 
 def test_get_hook_creates_from_env_and_returns_the_same_hook(tmp_path, run_dir, monkeypatch):
     monkeypatch.delenv("SMDEBUG_CONFIG_FILE_PATH", raising=False)
-    monkeypatch.setattr("smdebug.config.on_sagemaker", lambda: False, raising=False)
     assert smd.get_hook(json_config_path=str(tmp_path / "missing.json"), create_if_not_exists=True) is None
     monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", write_config(tmp_path, run_dir))
     assert smd.get_hook() is None  # nothing created unless asked

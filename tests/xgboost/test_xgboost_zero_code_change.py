@@ -123,3 +123,14 @@ def test_a_hook_already_in_callbacks_is_not_added_twice(instrumented, run_dir, t
     hook.close()
     assert seen == [0, 1, 2]
     assert create_trial(run_dir).steps() == [0, 1, 2]
+
+
+def test_example_script_runs(tmp_path):
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "xgboost", "train_classifier.py")
+    out = tmp_path / "example_run"
+    done = subprocess.run([sys.executable, example, "--out-dir", str(out), "--rounds", "10", "--interval", "5"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "saved steps: [0, 5]" in done.stdout
+    assert "top features at round 5" in done.stdout
+    assert create_trial(str(out)).tensor("valid-auc").steps() == [0, 5]

@@ -1,0 +1,152 @@
+"""What every TensorFlow hook shares: identity, tensor backend, capture plumbing.
+
+:class:`TFHookBase` is the core :class:`smdebug.Hook` with
+
+* TensorFlow's collections and naming (``framework = "tensorflow"``; reduction tags keep
+  ``:0``; weights and biases are assigned by variable type, so the ``biases`` regex of the
+  profile is replaced by the names of the bias variables the hook finds);
+* the worker identity of :mod:`.distributed` (Horovod, ``TF_CONFIG``, MirroredStrategy);
+* :class:`~.backend.TFBackend` for TensorFlow values (numpy for anything else);
+* optional graph capture (:mod:`.capture`): sites are armed when a step begins and read
+  when it ends;
+* ``tracked`` variables (model weights, optimizer state), read at the start of a step
+  that saves them, that is before that step's update.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Dict, Optional, Tuple
+
+from smdebug.backend import NumpyBackend, TensorBackend
+from smdebug.collections import CollectionKeys
+from smdebug.hook import Hook
+from smdebug.logger import get_logger
+
+from . import distributed
+
+logger = get_logger("smdebug.tensorflow")
+
+
+def tensorflow_loaded() -> bool:
+    return "tensorflow" in sys.modules
+
+
+class TFHookBase(Hook):
+    """Base of the TensorFlow hooks (not used directly)."""
+
+    framework = "tensorflow"
+    strip_output_index_in_reduction_tags = False
+
+    def __init__(self, *args, **kwargs):
+        self._identity = None
+        self._capture = None
+        self._step_active = False
+        # name -> variable, recorded at the start of a step that saves them.
+        self._tracked: Dict[str, object] = {}
+        super().__init__(*args, **kwargs)
+        # FORMAT 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
+        # also catch optimizer slots such as "adam/dense_bias_momentum".
+        biases = self.collection_manager.get(CollectionKeys.BIASES)
+        if biases.include_regex == tuple(self.profile.regexes.get(CollectionKeys.BIASES, ())):
+            biases.include_regex = []
+
+    # --- identity and backend ----------------------------------------------------------
+    def _distributed_info(self) -> Tuple[int, int]:
+        identity = distributed.from_environment()
+        if identity.world_size == 1 and tensorflow_loaded():
+            identity = self._identity_from_current_strategy() or identity
+        self._identity = identity
+        return identity.rank, identity.world_size
+
+    def _identity_from_current_strategy(self):
+        try:
+            import tensorflow as tf
+
+            if tf.distribute.has_strategy():
+                return distributed.mirrored_identity(tf.distribute.get_strategy())
+        except Exception:  # noqa: BLE001
+            return None
+        return None
+
+    def _worker_name(self) -> str:
+        return self._identity.name if self._identity is not None else f"worker_{self.rank}"
+
+    def _make_backend(self) -> TensorBackend:
+        if tensorflow_loaded():
+            from .backend import TFBackend
+
+            return TFBackend()
+        return NumpyBackend()
+
+    def _adopt_strategy(self, strategy) -> None:
+        """Take the worker name of a MirroredStrategy met after construction (before any write)."""
+        identity = distributed.mirrored_identity(strategy)
+        if identity is None or identity.name == self.worker_name:
+            return
+        if self._collections_written or self.global_step >= 0:
+            logger.warning("smdebug: the model uses %s but the hook already wrote as %s; keeping that name",
+                           type(strategy).__name__, self.worker_name)
+            return
+        self._identity = identity
+        self.rank, self.world_size, self.worker_name = identity.rank, identity.world_size, identity.name
+        self.is_chief = True
+        if self.writer is not None:
+            self.writer.worker = identity.name  # only names the collections file, not yet written
+
+    # --- steps -----------------------------------------------------------------------
+    def begin_step(self, step: Optional[int] = None) -> bool:
+        saving = super().begin_step(step)
+        self._step_active = self.enabled
+        if self._capture is not None and self.enabled:
+            try:
+                self._capture.arm()
+            except Exception as exc:  # noqa: BLE001
+                self.disable(f"arming capture sites: {type(exc).__name__}: {exc}")
+                return False
+        if saving and self.enabled and self._tracked:
+            self._record_tracked()
+        return self.saving_step
+
+    def end_step(self) -> None:
+        if self.enabled and self._capture is not None and self._step_active:
+            try:
+                self._capture.collect()
+            except Exception as exc:  # noqa: BLE001
+                self.disable(f"reading captured tensors: {type(exc).__name__}: {exc}")
+        self._step_active = False
+        super().end_step()
+
+    def _record_tracked(self) -> None:
+        for name, var in list(self._tracked.items()):
+            if self.wants(name):
+                self.record(name, self._host_or_tensor(var))
+
+    def _host_or_tensor(self, value):
+        """The value as the backend takes it (subclasses convert non-TensorFlow tensors)."""
+        return value
+
+    def _track(self, name: str, var, collection: Optional[str]) -> None:
+        """Save ``var`` as ``name`` (in ``collection``) at the start of steps that save it."""
+        if collection is not None:
+            coll = self.collection_manager.get(collection)
+            if name not in coll.tensor_names:
+                coll.add_tensor_name(name)
+        self._tracked[name] = var
+
+    def disable(self, reason: str, already_reported: bool = False) -> None:
+        super().disable(reason, already_reported)
+        self._step_active = False
+        if self._capture is not None:
+            try:
+                self._capture.disarm_all()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _is_included(self, name: str, home: Optional[str] = None) -> bool:
+        """Whether tensor ``name`` would be saved in some mode (its home collection or a regex)."""
+        if self.save_all:
+            return True
+        included = set(self.include_collections)
+        if home is not None and home in included:
+            return True
+        return any(c.name in included for c in self.collection_manager.collections_for(name))

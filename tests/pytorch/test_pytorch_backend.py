@@ -1,0 +1,170 @@
+"""TorchBackend: batched reductions equal the numpy reference; raw values are exact."""
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+from smdebug import reductions  # noqa: E402
+from smdebug.backend import Request  # noqa: E402
+from smdebug.pytorch import backend as torch_backend  # noqa: E402
+from smdebug.pytorch.backend import TorchBackend  # noqa: E402
+
+OPS = ("min", "max", "mean", "std", "variance", "sum", "prod", "median", "l1", "l2")
+ALL_KEYS = tuple(itertools.product(OPS, (False, True)))
+
+
+def sample_tensors():
+    gen = torch.Generator().manual_seed(1)
+    return [
+        torch.randn(3, 4, generator=gen),  # a matrix: norms are of the flattened tensor
+        torch.randn(2, 3, 2, 2, generator=gen) * 10,  # rank 4
+        torch.randn(9, generator=gen, dtype=torch.float64) + 100,  # float64, large mean
+        torch.tensor(2.5),  # 0-d
+        torch.tensor([1.5, -0.25, 3.0], dtype=torch.bfloat16),
+        torch.tensor([[0.5, -2.0], [4.0, 1.0]], dtype=torch.float16),
+        torch.arange(-3, 5, dtype=torch.int64).reshape(2, 4),
+        torch.tensor([True, False, True]),
+        torch.tensor([1 + 2j, -3 - 1j], dtype=torch.complex64),
+        torch.randn(10000, generator=gen),  # above the CPU batching threshold: reduced in place
+        torch.tensor([1.0, float("nan"), 2.0]),
+        torch.tensor([float("inf"), 1.0, -2.0]),
+    ]
+
+
+def reference(tensor):
+    t = tensor.detach()
+    if t.dtype == torch.bfloat16:
+        array = t.float().numpy()
+    else:
+        array = t.numpy()
+    return reductions.reduce_many(array, ALL_KEYS)
+
+
+def assert_matches(result, tensor):
+    expected = reference(tensor)
+    for key, want in zip(ALL_KEYS, expected):
+        got = result.reductions[key]
+        assert got.dtype == np.float64, key
+        scale = float(np.abs(reductions.as_float_array(tensor.detach().float().numpy()
+                                                      if tensor.dtype == torch.bfloat16 else tensor.numpy())).max())
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * (1 + scale) if key[0] not in ("prod",) else 0,
+                                   err_msg=f"{key} of {tensor.dtype} {tuple(tensor.shape)}", equal_nan=True)
+
+
+def requests_for(tensors, raw=False):
+    backend = TorchBackend()
+    return backend, [Request(f"t{i}", backend.snapshot(t, True), raw=raw, shape=True, reductions=ALL_KEYS)
+                     for i, t in enumerate(tensors)]
+
+
+def test_every_reduction_of_every_dtype_equals_numpy():
+    tensors = sample_tensors()
+    backend, requests = requests_for(tensors)
+    results = backend.materialize(requests)
+    for tensor, result in zip(tensors, results):
+        assert result.shape == tuple(tensor.shape)
+        assert result.raw is None
+        assert_matches(result, tensor)
+
+
+def test_batched_and_in_place_paths_agree(monkeypatch):
+    tensors = sample_tensors()
+    backend, requests = requests_for(tensors)
+    batched = backend.materialize(requests)
+    monkeypatch.setitem(torch_backend.BATCH_MAX_NUMEL, "cpu", 0)  # every tensor reduced in place
+    backend, requests = requests_for(tensors)
+    in_place = backend.materialize(requests)
+    for a, b, tensor in zip(batched, in_place, tensors):
+        for key in ALL_KEYS:
+            np.testing.assert_allclose(a.reductions[key], b.reductions[key], rtol=2e-6, atol=1e-6, equal_nan=True,
+                                       err_msg=f"{key} of {tensor.dtype}")
+
+
+def test_small_chunks_still_match(monkeypatch):
+    monkeypatch.setattr(torch_backend, "CHUNK_MAX_NUMEL", 20)  # forces several concatenation buffers
+    tensors = sample_tensors()[:9]
+    backend, requests = requests_for(tensors)
+    for tensor, result in zip(tensors, backend.materialize(requests)):
+        assert_matches(result, tensor)
+
+
+def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch):
+    gen = torch.Generator().manual_seed(0)
+    tensors = [torch.randn(5, 7, generator=gen) for _ in range(40)]
+    backend, requests = requests_for(tensors)
+    for r in requests:
+        r.reductions = (("min", False), ("max", False), ("l2", False), ("mean", True))
+
+    calls = {"cpu": 0, "segment_reduce": 0}
+    real_cpu, real_segment = torch.Tensor.cpu, torch.segment_reduce
+
+    def counting_cpu(self, *args, **kwargs):
+        calls["cpu"] += 1
+        return real_cpu(self, *args, **kwargs)
+
+    def counting_segment(*args, **kwargs):
+        calls["segment_reduce"] += 1
+        return real_segment(*args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", counting_cpu)
+    monkeypatch.setattr(torch, "segment_reduce", counting_segment)
+    results = backend.materialize(requests)
+    assert calls["cpu"] == 1
+    # min, max, sum of squares (l2) and sum of |x| (abs mean): 4 kernels for 40 tensors.
+    assert calls["segment_reduce"] == 4
+    for tensor, result in zip(tensors, results):
+        np.testing.assert_allclose(result.reductions[("l2", False)], np.linalg.norm(tensor.numpy().ravel()),
+                                   rtol=1e-6)
+
+
+def test_raw_values_are_exact_including_bfloat16_and_float16():
+    bf16 = torch.tensor([[1.0078125, -3.3e-3], [65280.0, float("nan")]], dtype=torch.bfloat16)
+    f16 = torch.tensor([1e-4, -65504.0, 0.333], dtype=torch.float16)
+    i8 = torch.tensor([-128, 5, 127], dtype=torch.int8)
+    backend = TorchBackend()
+    requests = [Request(n, backend.snapshot(t, True), raw=True, shape=False, reductions=())
+                for n, t in (("bf16", bf16), ("f16", f16), ("i8", i8))]
+    bf16_out, f16_out, i8_out = (m.raw for m in backend.materialize(requests))
+    assert bf16_out.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert bf16_out.view(np.int16).tobytes() == bf16.view(torch.int16).numpy().tobytes()
+    assert f16_out.dtype == np.float16 and f16_out.tobytes() == f16.numpy().tobytes()
+    assert i8_out.dtype == np.int8 and i8_out.tolist() == [-128, 5, 127]
+
+
+def test_snapshot_is_immune_to_in_place_updates():
+    t = torch.ones(3, requires_grad=True)
+    backend = TorchBackend()
+    snap = backend.snapshot(t, True)
+    with torch.no_grad():
+        t.add_(5)
+    (result,) = backend.materialize([Request("t", snap, raw=True, shape=False, reductions=(("sum", False),))])
+    assert result.raw.tolist() == [1.0, 1.0, 1.0]
+    assert float(result.reductions[("sum", False)]) == 3.0
+
+
+def test_capture_reduces_now_and_copies_only_raw_values():
+    weight = torch.nn.Parameter(torch.arange(6.0).reshape(2, 3))
+    bias = torch.nn.Parameter(torch.tensor([1.0, -1.0]))
+    backend = TorchBackend()
+    snaps = backend.capture([(weight, False, (("max", False), ("l1", False))), (bias, True, ())])
+    assert not snaps[0].owned and snaps[0].reduced is not None
+    assert snaps[1].owned and snaps[1].tensor.data_ptr() != bias.data_ptr()
+    with torch.no_grad():  # the optimizer step that follows a capture
+        weight.mul_(10)
+        bias.zero_()
+    wres, bres = backend.materialize([
+        Request("w", snaps[0], raw=False, shape=False, reductions=(("max", False), ("l1", False))),
+        Request("b", snaps[1], raw=True, shape=False, reductions=()),
+    ])
+    assert float(wres.reductions[("max", False)]) == 5.0 and float(wres.reductions[("l1", False)]) == 15.0
+    assert bres.raw.tolist() == [1.0, -1.0]
+
+
+def test_empty_tensor_has_shape_but_no_reductions():
+    backend = TorchBackend()
+    (result,) = backend.materialize([Request("e", backend.snapshot(torch.zeros(0, 3), True), raw=True, shape=True,
+                                             reductions=(("mean", False),))])
+    assert result.shape == (0, 3) and result.reductions == {} and result.raw.shape == (0, 3)
