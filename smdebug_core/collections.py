@@ -87,8 +87,11 @@ FRAMEWORK_PROFILES: Dict[str, FrameworkProfile] = {
         extra_collections=(K.SCALARS, K.INPUTS, K.OUTPUTS),
     ),
     "mxnet": FrameworkProfile(
-        "mxnet", {**_PARAM_REGEXES, K.LOSSES: (r".*loss._(?!input).*output",)}, (K.LOSSES,),
-        extra_collections=(K.SCALARS, K.INPUTS, K.OUTPUTS),
+        "mxnet",
+        {**_PARAM_REGEXES, K.LOSSES: (r".*loss._(?!input).*output",),
+         K.INPUTS: (r"_input_\d+$",), K.OUTPUTS: (r"_output_\d+$",)},
+        (K.LOSSES,),
+        extra_collections=(K.SCALARS,),
     ),
     "tensorflow": FrameworkProfile(
         "tensorflow",

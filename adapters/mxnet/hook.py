@@ -94,9 +94,6 @@ class Hook(CoreHook):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # Every block's inputs and outputs, when those collections are included.
-        self.get_collection(CollectionKeys.INPUTS).include(r"_input_\d+$")
-        self.get_collection(CollectionKeys.OUTPUTS).include(r"_output_\d+$")
         self.model: Optional[gluon.Block] = None
         self._losses: List[gluon.Block] = []
         self._extra_blocks: Dict[int, gluon.Block] = {}  # blocks named by add_block_tensors
@@ -201,17 +198,19 @@ class Hook(CoreHook):
 
     def _sync_tensor_hooks(self) -> None:
         """Attach forward hooks to exactly the blocks whose tensors are wanted (config changes only)."""
-        self._resolve_layer_requests()
-        key = (self.collection_manager.version, tuple(self.include_collections), id(self.model), len(self._losses))
-        if key == self._synced_key:
+        if self._sync_key() == self._synced_key:
             return
+        self._resolve_layer_requests()  # may add regexes, i.e. change the key
         wanted = {id(b): b for b in self._all_blocks() if self._block_wanted(b)}
         for block_id in [i for i in self._tensor_handles if i not in wanted]:
             self._tensor_handles.pop(block_id).detach()
         for block_id, block in wanted.items():
             if block_id not in self._tensor_handles:
                 self._tensor_handles[block_id] = block.register_forward_hook(self._on_block_forward_end)
-        self._synced_key = key
+        self._synced_key = self._sync_key()
+
+    def _sync_key(self):
+        return (self.collection_manager.version, tuple(self.include_collections), id(self.model), len(self._losses))
 
     def _blind_blocks(self) -> List[gluon.Block]:
         """Hooked blocks whose hooks MXNet skips: descendants of a hybridized block."""
@@ -243,9 +242,7 @@ class Hook(CoreHook):
         if block is not self.model:
             return
         self._record_gradients()  # they belong to the step that is closing
-        if self._synced_key is None or self._synced_key[0] != self.collection_manager.version or \
-                self._synced_key[1] != tuple(self.include_collections):
-            self._sync_tensor_hooks()
+        self._sync_tensor_hooks()  # a no-op unless collections changed
         self._tensor_counts.clear()
         self._deferred_params = []
         if self.begin_step():

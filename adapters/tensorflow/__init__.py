@@ -1,0 +1,81 @@
+"""smdebug for TensorFlow 2.16+ and Keras 3: ``import smdebug.tensorflow as smd``.
+
+* ``smd.KerasHook(out_dir=...)``: pass it in ``callbacks=`` of ``fit``, ``evaluate`` and
+  ``predict``; or use ``hook.wrap_tape(tf.GradientTape())`` / ``hook.wrap_optimizer(opt)``
+  in a custom loop (eager or ``tf.function``). See :mod:`smdebug.tensorflow.keras_hook`.
+* ``smd.SessionHook``: ``tf.compat.v1`` graph training with ``MonitoredSession``.
+* ``smd.EstimatorHook``: ``tf.estimator`` is gone from TensorFlow 2.16+; constructing it
+  raises an error that names the replacements.
+* ``smd.get_hook(...)``: the process's hook (zero-code-change creates it from
+  ``SMDEBUG_CONFIG_FILE_PATH``).
+
+Tensor names are listed in :mod:`smdebug.tensorflow.naming`. Importing this package with
+a non-TensorFlow Keras backend (``KERAS_BACKEND=torch``) does not import TensorFlow.
+"""
+from typing import Optional
+
+from smdebug import create_trial, modes
+from smdebug.collections import Collection, CollectionKeys
+from smdebug.exceptions import ConfigError
+from smdebug.hook import get_hook as _core_get_hook
+from smdebug.modes import ModeKeys
+from smdebug.reduction_config import ReductionConfig
+from smdebug.save_config import SaveConfig, SaveConfigMode
+
+from .base import TFHookBase
+from .estimator_hook import EstimatorHook
+from .keras_hook import KerasHook
+
+_HOOK_TYPES = ("keras", "session", "estimator")
+
+
+def __getattr__(name):
+    # SessionHook subclasses a TensorFlow class: load it (and TensorFlow) only when asked for.
+    if name == "SessionHook":
+        from .session_hook import SessionHook
+
+        return SessionHook
+    if name == "TFBackend":
+        from .backend import TFBackend
+
+        return TFBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _hook_class(hook_type: Optional[str]):
+    if hook_type is None:
+        return None
+    if hook_type not in _HOOK_TYPES:
+        raise ConfigError(f"hook_type must be one of {', '.join(_HOOK_TYPES)} or None, got {hook_type!r}")
+    if hook_type == "keras":
+        return KerasHook
+    if hook_type == "session":
+        from .session_hook import SessionHook
+
+        return SessionHook
+    return EstimatorHook
+
+
+def get_hook(json_config_path: Optional[str] = None, hook_type: Optional[str] = None,
+             create_if_not_exists: bool = False):
+    """The process's TensorFlow hook.
+
+    Returns the last hook constructed if it is of ``hook_type`` (``"keras"``,
+    ``"session"``, ``"estimator"``; None: any TensorFlow hook); otherwise, with
+    ``create_if_not_exists``, a new one from the JSON config (``json_config_path``, else
+    ``SMDEBUG_CONFIG_FILE_PATH``; a KerasHook when no type is given). None when
+    ``USE_SMDEBUG`` disables smdebug or there is no config file.
+    """
+    cls = _hook_class(hook_type)
+    if cls is EstimatorHook:
+        EstimatorHook()  # raises, saying what to use instead
+    hook = _core_get_hook(cls or TFHookBase, json_config_path, create_if_not_exists=False)
+    if hook is None and create_if_not_exists:
+        hook = _core_get_hook(cls or KerasHook, json_config_path, create_if_not_exists=True)
+    return hook
+
+
+__all__ = [
+    "Collection", "CollectionKeys", "EstimatorHook", "KerasHook", "ModeKeys", "ReductionConfig", "SaveConfig",
+    "SaveConfigMode", "SessionHook", "TFBackend", "create_trial", "get_hook", "modes",
+]

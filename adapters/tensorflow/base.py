@@ -41,6 +41,9 @@ class TFHookBase(Hook):
         self._identity = None
         self._capture = None
         self._step_active = False
+        # True while a step begins from inside a graph (tf.py_function): there, Python is not
+        # ordered with the graph's variable updates, so variables are read by the graph.
+        self._graph_driven = False
         # name -> variable, recorded at the start of a step that saves them.
         self._tracked: Dict[str, object] = {}
         super().__init__(*args, **kwargs)
@@ -103,7 +106,7 @@ class TFHookBase(Hook):
             except Exception as exc:  # noqa: BLE001
                 self.disable(f"arming capture sites: {type(exc).__name__}: {exc}")
                 return False
-        if saving and self.enabled and self._tracked:
+        if saving and self.enabled and self._tracked and not self._graph_driven:
             self._record_tracked()
         return self.saving_step
 

@@ -118,7 +118,10 @@ class GraphCapture:
             site = self._sites.get(key)
             if site is None:
                 site = self._sites[key] = _Site(key)
-            site.names.update(name for name, _, _, _ in usable)
+            new_names = {name for name, _, _, _ in usable} - site.names
+            site.names.update(new_names)
+            if new_names and not site.armed:
+                self._arm_site_if_wanted(site)  # traced during a step that saves it (e.g. the first)
             signature = tuple((name, shape, dtype.name) for name, _, shape, dtype in usable)
             variant = site.variants.get(signature)
             if variant is None:
@@ -202,7 +205,9 @@ class GraphCapture:
         """At the start of a step: raise the flags of sites holding a tensor saved at this step."""
         hook = self._hook
         saving = hook.saving_step and hook.enabled
-        any_armed = False
+        if saving:
+            self._stamp += 1
+            self._stamp_variable().assign(self._stamp)
         with self._lock:
             sites = list(self._sites.values())
         for site in sites:
@@ -210,10 +215,14 @@ class GraphCapture:
             if want != site.armed:
                 site.flag.assign(want)
                 site.armed = want
-            any_armed = any_armed or want
-        if any_armed:
-            self._stamp += 1
-            self._stamp_variable().assign(self._stamp)
+
+    def _arm_site_if_wanted(self, site) -> None:
+        hook = self._hook
+        if hook.saving_step and hook.enabled and hook._step_active and \
+                any(hook.wants(name) for name in site.names):
+            with tf.init_scope():
+                site.flag.assign(True)
+            site.armed = True
 
     def collect(self) -> None:
         """At the end of a step: record what armed sites copied in this step."""

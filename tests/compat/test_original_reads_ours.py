@@ -74,8 +74,7 @@ def _dtype_values(rng, g, rank):
             value = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
         else:
             value = (rng.standard_normal(shape) * 10).astype(dtype)
-            if dtype.kind == "f" and name != "bfloat16":
-                value.flat[:4] = [np.nan, np.inf, -np.inf, -0.0]
+            value.flat[:4] = [np.nan, np.inf, -np.inf, -0.0]
         out[f"dtypes/{name}"] = value
     out["dtypes/uint64_big"] = np.array([2**64 - 1, 2**63, g + rank], dtype=np.uint64)
     return out
@@ -110,7 +109,7 @@ def write_our_run(run_dir):
         hook.get_collection("reduced").reduction_config = REDUCED
         hook.get_collection("reduced_only").reduction_config = REDUCED_ONLY
         hook.get_collection("shapes").reduction_config = SHAPES
-    steps, values, scalars = {}, {}, {}
+    steps, values = {}, {}
     for mode, count in PHASES:
         for hook in hooks:
             hook.set_mode(mode)

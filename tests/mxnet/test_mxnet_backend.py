@@ -114,3 +114,21 @@ def test_accepts_nd_and_np_arrays_only():
     out = backend.materialize([Request("np", snap, raw=True, shape=True, reductions=(("l1", False),))])[0]
     np.testing.assert_array_equal(out.raw, np.arange(4, dtype=np.float32).reshape(2, 2))
     assert out.reductions[("l1", False)] == 6.0
+
+
+def test_arrays_on_several_contexts_are_grouped_per_context(monkeypatch):
+    transfers = []
+    original = mx.nd.NDArray.asnumpy
+    monkeypatch.setattr(mx.nd.NDArray, "asnumpy", lambda self: transfers.append(self.context) or original(self))
+    backend = MXNetBackend()
+    rng = np.random.default_rng(2)
+    values = [rng.standard_normal(n).astype(np.float32) for n in (5, 6, 300)]
+    contexts = [mx.cpu(0), mx.cpu(1), mx.cpu(1)]
+    requests = [Request(str(i), backend.snapshot(mx.nd.array(v, ctx=c), True), raw=True, shape=False,
+                        reductions=(("std", False), ("max", True)))
+                for i, (v, c) in enumerate(zip(values, contexts))]
+    for value, result in zip(values, backend.materialize(requests)):
+        np.testing.assert_array_equal(result.raw, value)
+        np.testing.assert_allclose(result.reductions[("std", False)], np.std(value.astype(np.float64)), rtol=2e-6)
+        np.testing.assert_allclose(result.reductions[("max", True)], np.abs(value).max(), rtol=1e-7)
+    assert sorted(map(str, transfers)) == ["cpu(0)", "cpu(0)", "cpu(1)", "cpu(1)"]  # raw + reductions, each

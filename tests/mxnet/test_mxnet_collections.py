@@ -34,8 +34,10 @@ def test_weights_biases_gradients_equal_the_nets(run_dir, make_net, train):
     hook.register_loss(loss_fn)
     hook.set_mode(smd.modes.TRAIN)
     # After backward and before trainer.step: the values the step's forward pass used, and its gradients.
-    seen = train(net, loss_fn, trainer, 3,
-                 observe=lambda stage, step: (snapshot(net, "data"), snapshot(net, "grad")) if stage == "after" else None)
+    def observe(stage, step):
+        return (snapshot(net, "data"), snapshot(net, "grad")) if stage == "after" else None
+
+    seen = train(net, loss_fn, trainer, 3, observe=observe)
     hook.close()
 
     trial = create_trial(run_dir)
@@ -160,9 +162,11 @@ def test_save_scalar_and_save_tensor(run_dir, make_net, data):
 def test_reductions_are_saved_for_weights(run_dir, make_net, train):
     net, loss_fn, trainer = make_net()
     hook = smd.Hook(run_dir, include_collections=["weights"],
-                    reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"], abs_reductions=["min"]))
+                    reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"],
+                                                         abs_reductions=["min"]))
     hook.register_block(net)
-    seen = train(net, loss_fn, trainer, 1, observe=lambda stage, step: snapshot(net, "data") if stage == "after" else None)
+    seen = train(net, loss_fn, trainer, 1,
+                 observe=lambda stage, step: snapshot(net, "data") if stage == "after" else None)
     hook.close()
     trial = create_trial(run_dir)
     initial = seen[0]["after"]["dense1_weight"]

@@ -1,0 +1,672 @@
+"""KerasHook: smdebug for Keras 3 ``fit``/``evaluate``/``predict`` and custom TF loops.
+
+As a ``keras.callbacks.Callback``:
+
+* every batch is one step: ``fit`` batches are TRAIN steps, the validation batches ``fit``
+  runs are EVAL steps (not extra TRAIN steps), ``evaluate`` batches EVAL and ``predict``
+  batches PREDICT steps; the global step counts all of them;
+* ``losses`` and ``metrics`` come from the batch logs (``loss`` and ``*_loss`` keys are
+  losses; the rest metrics). Keras reports the running mean over the epoch so far, which
+  is what is saved. ``val_*`` values of ``fit`` are saved in the last EVAL step of that
+  validation run;
+* ``weights``, ``biases`` and ``optimizer_variables`` are read at the start of a saved
+  step: the values the batch's forward and backward passes used;
+* ``gradients`` (when included) are captured inside the compiled train step by wrapping
+  the model optimizer's ``apply`` (public API; no user code); ``outputs`` / ``inputs``
+  (``predictions``, ``labels``, ``inputs``) through the model's ``compute_loss`` and
+  ``predict_step``; layer tensors (``coll.add_keras_layer``, the ``layers`` collection)
+  through the layers' ``call``. Only what the configuration can save is wrapped, so the
+  default configuration changes nothing in the compiled step. See :mod:`.capture` for how
+  values leave ``tf.function``/XLA only on steps that save them.
+
+Custom loops: ``hook.wrap_tape(tf.GradientTape())`` (each entry of the tape begins a step;
+its ``gradient`` saves the gradients, the target as ``loss`` and, on the first use, the
+sources as weights) and ``hook.wrap_optimizer(optimizer)``; both work eagerly and inside
+``tf.function``. Use ``hook.set_mode`` to switch modes between steps.
+
+Other Keras backends (``KERAS_BACKEND=torch``/``jax``): the callback part works the same
+(steps, modes, logs, weights, optimizer variables); the optimizer and layer wrappers work
+wherever Keras runs them eagerly (torch), values are copied to numpy and reduced there.
+``wrap_tape`` is TensorFlow-only.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import keras
+
+from smdebug.collections import CollectionKeys
+from smdebug.exceptions import ConfigError
+from smdebug.modes import ModeKeys
+
+from . import naming
+from .base import TFHookBase, logger
+
+K = CollectionKeys
+_MODEL_IO = (("inputs", K.INPUTS), ("labels", K.OUTPUTS), ("predictions", K.OUTPUTS))
+
+
+def _keras_backend() -> str:
+    return keras.backend.backend()
+
+
+class _EagerCapture:
+    """Capture for Keras backends that run eagerly (torch): record at once, on saved steps."""
+
+    def __init__(self, hook):
+        self._hook = weakref.proxy(hook)
+
+    def offer(self, key, named) -> None:
+        hook = self._hook
+        if not (hook.enabled and hook.saving_step and hook._step_active):
+            return
+        for name, value in named:
+            if value is not None and hook.wants(name):
+                hook.record(name, hook._host_or_tensor(value))
+
+    def arm(self) -> None:
+        pass
+
+    def collect(self) -> None:
+        pass
+
+    def disarm_all(self) -> None:
+        pass
+
+
+class _Patches:
+    """Instance attributes the hook set on Keras objects, to undo them on close."""
+
+    def __init__(self):
+        self._items: Dict[Tuple[int, str], Tuple[object, str, object, bool]] = {}
+
+    def has(self, obj, attr) -> bool:
+        return (id(obj), attr) in self._items
+
+    def set(self, obj, attr, wrapper) -> None:
+        had_own = attr in getattr(obj, "__dict__", {})
+        self._items[(id(obj), attr)] = (obj, attr, obj.__dict__.get(attr) if had_own else None, had_own)
+        object.__setattr__(obj, attr, wrapper)
+
+    def undo_all(self) -> None:
+        for obj, attr, original, had_own in reversed(list(self._items.values())):
+            try:
+                if had_own:
+                    object.__setattr__(obj, attr, original)
+                else:
+                    object.__delattr__(obj, attr)
+            except Exception:  # noqa: BLE001 - best effort at shutdown
+                pass
+        self._items.clear()
+
+
+class KerasHook(TFHookBase, keras.callbacks.Callback):
+    """Saves tensors of a Keras 3 model; pass it in ``callbacks=`` of fit/evaluate/predict.
+
+    Takes the core Hook's arguments (``out_dir``, ``export_tensorboard``,
+    ``tensorboard_dir``, ``dry_run``, ``reduction_config``, ``save_config``,
+    ``include_regex``, ``include_collections``, ``save_all``, ``include_workers``,
+    ``overwrite``). Saved by default: ``losses``, ``metrics``, ``sm_metrics``.
+    """
+
+    def __init__(self, out_dir=None, export_tensorboard: bool = False, tensorboard_dir=None, dry_run: bool = False,
+                 reduction_config=None, save_config=None, include_regex=None, include_collections=None,
+                 save_all: bool = False, include_workers: str = "one", overwrite: bool = False):
+        TFHookBase.__init__(
+            self, out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
+            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
+            include_regex=include_regex, include_collections=include_collections, save_all=save_all,
+            include_workers=include_workers, overwrite=overwrite,
+        )
+        keras.callbacks.Callback.__init__(self)
+        self._tf = _keras_backend() == "tensorflow"
+        if self._tf:
+            from .capture import GraphCapture
+
+            self._capture = GraphCapture(self)
+        else:
+            self._capture = _EagerCapture(self)
+        self._patches = _Patches()
+        self._weight_names: Dict[int, str] = {}  # id(variable) -> saved name
+        self._log_keys: Dict[str, str] = {}  # Keras log key -> collection
+        self._in_fit = False
+        self._wrapped_optimizers: List[object] = []
+        self._models: List[object] = []
+        self._tape_source_ids: set = set()
+
+    # ====================================================================== registration
+    def set_model(self, model):
+        """Keras calls this when the hook is passed to fit/evaluate/predict; call it yourself
+        in a custom loop to name variables by layer and capture layer tensors."""
+        keras.callbacks.Callback.set_model(self, model)
+        if not self.enabled:
+            return
+        try:
+            self._register_model(model)
+        except Exception as exc:  # noqa: BLE001
+            self.disable(f"set_model: {type(exc).__name__}: {exc}")
+
+    def _register_model(self, model) -> None:
+        if self._tf:
+            self._adopt_strategy(getattr(model, "_distribute_strategy", None))
+        if not any(m is model for m in self._models):
+            self._models.append(model)
+        self._scan_variables(model)
+        changed = False
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None and self._wants_gradients(model):
+            changed |= self._patch_optimizer(optimizer)
+        changed |= self._patch_layers(model)
+        changed |= self._patch_model_io(model)
+        if changed:
+            # Compiled steps traced before the wrappers existed do not contain them.
+            for attr in ("train_function", "test_function", "predict_function"):
+                if getattr(model, attr, None) is not None:
+                    setattr(model, attr, None)
+
+    def _layers_of(self, model) -> list:
+        flatten = getattr(model, "_flatten_layers", None)
+        if callable(flatten):
+            return list(flatten(include_self=True, recursive=True))
+        return [model] + list(getattr(model, "layers", []))
+
+    def _scan_variables(self, model) -> None:
+        """Name every model and optimizer variable and track the ones that can be saved."""
+        owner: Dict[int, str] = {}
+        for layer in self._layers_of(model):  # breadth-first: inner layers come later and win
+            for var in getattr(layer, "weights", []):
+                owner[id(var)] = layer.name
+        for var in model.weights:
+            name = naming.model_weight_name(owner.get(id(var), model.name), var)
+            self._weight_names[id(var)] = name
+            self._track(name, var, K.BIASES if naming.is_bias(var) else K.WEIGHTS)
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None:
+            self._scan_optimizer(optimizer)
+        for coll in list(self.collection_manager):
+            for obj in list(coll.framework_objects):
+                if _looks_like_variable(obj):
+                    self._track(self._variable_name(obj), obj, coll.name)
+
+    def _scan_optimizer(self, optimizer) -> None:
+        for var in getattr(optimizer, "variables", []) or []:
+            self._track(naming.optimizer_variable_name(var), var, K.OPTIMIZER_VARIABLES)
+
+    def _variable_name(self, var) -> str:
+        name = self._weight_names.get(id(var))
+        if name is None:
+            name = self._weight_names[id(var)] = naming.loose_weight_name(var)
+            self._track(name, var, K.BIASES if naming.is_bias(var) else K.WEIGHTS)
+        return name
+
+    def _wants_gradients(self, model) -> bool:
+        return any(self._is_included(naming.gradient_name(v), K.GRADIENTS) for v in model.trainable_weights)
+
+    # ====================================================================== wrappers
+    def wrap_optimizer(self, optimizer):
+        """Capture the gradients this Keras 3 optimizer applies (``gradients`` collection).
+
+        Returns the same optimizer. Works eagerly, in ``tf.function`` and with XLA.
+        """
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            raise ConfigError(
+                f"wrap_optimizer takes a Keras 3 optimizer (keras.optimizers.Optimizer), got "
+                f"{type(optimizer).__name__}; for tf.compat.v1 optimizers use smd.SessionHook.wrap_optimizer")
+        if self.enabled:
+            self._patch_optimizer(optimizer)
+            self._scan_optimizer(optimizer)
+        return optimizer
+
+    def _patch_optimizer(self, optimizer) -> bool:
+        if self._patches.has(optimizer, "apply"):
+            return False
+        original = optimizer.apply
+        hook_ref = weakref.ref(self)
+
+        @functools.wraps(original)
+        def apply(grads, trainable_variables=None):
+            hook = hook_ref()
+            if hook is not None and hook.enabled:
+                try:
+                    hook._offer_gradients(optimizer, grads, trainable_variables)
+                except Exception as exc:  # noqa: BLE001
+                    hook.disable(f"capturing gradients: {type(exc).__name__}: {exc}")
+            return original(grads, trainable_variables)
+
+        self._patches.set(optimizer, "apply", apply)
+        if not any(o is optimizer for o in self._wrapped_optimizers):
+            self._wrapped_optimizers.append(optimizer)
+        return True
+
+    def _offer_gradients(self, optimizer, grads, trainable_variables) -> None:
+        variables = list(trainable_variables) if trainable_variables is not None else \
+            list(getattr(optimizer, "_trainable_variables", []) or [])
+        grads = list(grads)
+        if len(variables) != len(grads):
+            return
+        named = [(naming.gradient_name(v), g) for v, g in zip(variables, grads) if g is not None]
+        self._capture.offer(("optimizer", id(optimizer)), named)
+
+    def wrap_tape(self, tape):
+        """Make a ``tf.GradientTape`` save steps: entering it begins a step, and its
+        ``gradient(target, sources)`` saves the gradients (``gradients/<var>Grad``), the
+        target (``loss``) and the sources' values before the update (``weights``)."""
+        if not self._tf:
+            raise ConfigError("wrap_tape needs the TensorFlow Keras backend (KERAS_BACKEND=tensorflow); "
+                              f"this process uses {_keras_backend()!r}")
+        import tensorflow as tf
+
+        if not isinstance(tape, tf.GradientTape):
+            raise ConfigError(f"wrap_tape takes a tf.GradientTape, got {type(tape).__name__}")
+        if getattr(tape, "_smdebug_hook", None) is not None:
+            return tape
+        tape.__class__ = _hooked_tape_class(type(tape))
+        tape._smdebug_hook = weakref.ref(self)
+        return tape
+
+    def _tape_entered(self) -> None:
+        if _executing_eagerly():
+            self.begin_step()
+            return
+        if self._capture.begin_step_in_graph(self._begin_step_from_graph):
+            # Python (the step's begin) runs unordered with the graph's variable updates, so
+            # state is read by the graph here, before the step's updates. Trainable sources
+            # of the tape are read at gradient() instead.
+            state = [(name, var) for name, var in self._tracked.items() if id(var) not in self._tape_source_ids]
+            self._capture.offer(("tape_enter",), state)
+
+    def _begin_step_from_graph(self) -> None:
+        self._graph_driven = True
+        try:
+            self.begin_step()
+        finally:
+            self._graph_driven = False
+
+    def _tape_gradient(self, target, sources, grads) -> None:
+        flat_sources = keras.tree.flatten(sources)
+        flat_grads = keras.tree.flatten(grads) if grads is not None else []
+        variables = [v for v in flat_sources if _looks_like_variable(v)]
+        newly_seen = [v for v in variables if id(v) not in self._weight_names]
+        named = []
+        if len(flat_sources) == len(flat_grads):
+            named = [(naming.gradient_name(v), g) for v, g in zip(flat_sources, flat_grads)
+                     if g is not None and _looks_like_variable(v)]
+        for var in variables:
+            self._variable_name(var)  # tracked from now on: read when each step begins
+            self._tape_source_ids.add(id(var))
+        targets = keras.tree.flatten(target)
+        if len(targets) == 1:
+            self._register_names(["loss"], [K.LOSSES])
+            named.append(("loss", targets[0]))
+        if not _executing_eagerly() and not in_xla_context():
+            # Steps begin inside this graph (see _tape_entered), so the graph reads the
+            # sources here, before the optimizer's update of the same variables. Under XLA,
+            # steps begin from Python, which reads them (eagerly) when the step begins.
+            named += [(self._weight_names[id(v)], v) for v in variables]
+        self._capture.offer(("tape",), named)
+        if newly_seen and _executing_eagerly() and self.saving_step and self._step_active:
+            # Sources met for the first time were not known when this step began; they
+            # have not been updated yet, so they are still this step's values.
+            for var in newly_seen:
+                name = self._weight_names[id(var)]
+                if self.wants(name):
+                    self.record(name, var)
+
+    def _patch_layers(self, model) -> bool:
+        requests: Dict[int, Tuple[object, Dict[str, List[str]]]] = {}  # id -> (layer, kind -> collections)
+
+        def want(layer, kind, collection):
+            entry = requests.setdefault(id(layer), (layer, {"inputs": [], "outputs": []}))
+            if collection not in entry[1][kind]:
+                entry[1][kind].append(collection)
+
+        for coll in self.collection_manager:
+            for layer, inputs, outputs in coll.layer_requests:
+                if inputs:
+                    want(layer, "inputs", coll.name)
+                if outputs:
+                    want(layer, "outputs", coll.name)
+        for layer in self._layers_of(model)[1:]:
+            if type(layer).__name__ == "InputLayer":
+                continue
+            for kind in ("inputs", "outputs"):
+                base = naming.layer_tensor_base(layer.name, kind)
+                if self._is_included(base, K.LAYERS) or self._is_included(base + "_0", K.LAYERS):
+                    want(layer, kind, K.LAYERS if K.LAYERS in self.include_collections else None)
+        changed = False
+        for layer, kinds in requests.values():
+            changed |= self._patch_layer(layer, kinds)
+        return changed
+
+    def _patch_layer(self, layer, kinds: Dict[str, List[Optional[str]]]) -> bool:
+        existing = getattr(layer, "_smdebug_capture_kinds", None)
+        if self._patches.has(layer, "call"):
+            for kind, colls in kinds.items():
+                for c in colls:
+                    if c not in existing[kind]:
+                        existing[kind].append(c)
+            return False
+        original = layer.call
+        hook_ref = weakref.ref(self)
+        object.__setattr__(layer, "_smdebug_capture_kinds", kinds)
+
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            outputs = original(*args, **kwargs)
+            hook = hook_ref()
+            if hook is not None and hook.enabled:
+                try:
+                    hook._offer_layer(layer, args, kwargs, outputs)
+                except Exception as exc:  # noqa: BLE001
+                    hook.disable(f"capturing layer {layer.name}: {type(exc).__name__}: {exc}")
+            return outputs
+
+        self._patches.set(layer, "call", call)
+        return True
+
+    def _offer_layer(self, layer, args, kwargs, outputs) -> None:
+        kinds = layer._smdebug_capture_kinds
+        named = []
+        for kind, value in (("inputs", args[0] if args else kwargs.get("inputs")), ("outputs", outputs)):
+            colls = kinds.get(kind) or []
+            if not colls:
+                continue
+            tensors = [t for t in keras.tree.flatten(value) if self._is_tensor(t)]
+            names = naming.numbered(naming.layer_tensor_base(layer.name, kind), len(tensors))
+            self._register_names(names, colls)
+            named += list(zip(names, tensors))
+        self._capture.offer(("layer", id(layer)), named)
+
+    def _patch_model_io(self, model) -> bool:
+        wanted = {base: self._is_included(base, home) or self._is_included(base + "_0", home)
+                  for base, home in _MODEL_IO}
+        if not any(wanted.values()):
+            return False
+        changed = False
+        hook_ref = weakref.ref(self)
+        if not self._patches.has(model, "compute_loss") and hasattr(model, "compute_loss"):
+            original = model.compute_loss
+            signature = inspect.signature(original)
+
+            @functools.wraps(original)
+            def compute_loss(*args, **kwargs):
+                hook = hook_ref()
+                if hook is not None and hook.enabled:
+                    try:
+                        bound = signature.bind_partial(*args, **kwargs).arguments
+                        hook._offer_model_io(model, {"inputs": bound.get("x"), "labels": bound.get("y"),
+                                                     "predictions": bound.get("y_pred")})
+                    except Exception as exc:  # noqa: BLE001
+                        hook.disable(f"capturing model inputs/outputs: {type(exc).__name__}: {exc}")
+                return original(*args, **kwargs)
+
+            self._patches.set(model, "compute_loss", compute_loss)
+            changed = True
+        if not self._patches.has(model, "predict_step") and hasattr(model, "predict_step"):
+            original_predict = model.predict_step
+
+            @functools.wraps(original_predict)
+            def predict_step(data):
+                hook = hook_ref()
+                if hook is not None and hook.enabled:
+                    try:
+                        x = data[0] if isinstance(data, tuple) else data
+                        hook._offer_model_io(model, {"inputs": x})
+                    except Exception as exc:  # noqa: BLE001
+                        hook.disable(f"capturing model inputs: {type(exc).__name__}: {exc}")
+                return original_predict(data)
+
+            self._patches.set(model, "predict_step", predict_step)
+            changed = True
+        return changed
+
+    def _offer_model_io(self, model, values: Dict[str, object]) -> None:
+        named = []
+        homes = dict(_MODEL_IO)
+        for base, value in values.items():
+            if value is None:
+                continue
+            tensors = [t for t in keras.tree.flatten(value) if self._is_tensor(t)]
+            names = naming.numbered(base, len(tensors))
+            self._register_names(names, [homes[base]])
+            named += list(zip(names, tensors))
+        self._capture.offer(("model_io", id(model)), named)
+
+    def _register_names(self, names: Sequence[str], collections: Sequence[Optional[str]]) -> None:
+        for coll_name in collections:
+            if coll_name is None:
+                continue
+            coll = self.collection_manager.get(coll_name)
+            known = coll.tensor_names
+            for name in names:
+                if name not in known:
+                    coll.add_tensor_name(name)
+
+    def _is_tensor(self, value) -> bool:
+        if self._tf:
+            from .backend import is_tf_value
+
+            return is_tf_value(value)
+        try:
+            if not keras.ops.is_tensor(value):
+                return False
+        except Exception:  # noqa: BLE001
+            return False
+        device = getattr(value, "device", None)
+        return getattr(device, "type", None) != "meta"  # torch's shape-only tensors (symbolic build)
+
+    def _host_or_tensor(self, value):
+        if self._tf or isinstance(value, (np.ndarray, np.generic, int, float)):
+            return value
+        return keras.ops.convert_to_numpy(value)
+
+    # ====================================================================== save API in graphs
+    def save_tensor(self, tensor_name, tensor_value, collections_to_write="default"):
+        """Save a tensor in the given collection(s); works eagerly and inside tf.function."""
+        if self._tf and not _executing_eagerly() and self.enabled:
+            if not isinstance(tensor_name, str) or not tensor_name:
+                raise ConfigError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
+            names = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+            for coll_name in names:
+                self._include(coll_name)
+            self._register_names([tensor_name], names)
+            self._capture.offer(("save_tensor", tensor_name), [(tensor_name, tensor_value)])
+            return
+        super().save_tensor(tensor_name, self._host_or_tensor(tensor_value) if not self._tf else tensor_value,
+                            collections_to_write)
+
+    def save_scalar(self, name, value, sm_metric: bool = False, timestamp: Optional[float] = None):
+        """Save a scalar as ``scalar/<name>`` in the current step (eagerly or inside tf.function)."""
+        if self._tf and not _executing_eagerly() and self.enabled:
+            import tensorflow as tf
+
+            if in_xla_context():
+                logger.warning("smdebug: save_scalar(%r) inside a jit_compile function is ignored", name)
+                return
+            hook_ref = weakref.ref(self)
+
+            def save(v):
+                hook = hook_ref()
+                if hook is not None:
+                    hook.save_scalar(name, v.numpy(), sm_metric=sm_metric, timestamp=timestamp)
+                return True
+
+            tf.py_function(save, [value], Tout=tf.bool, name="smdebug_save_scalar")
+            return
+        if not self._tf and value is not None and not isinstance(value, (int, float, np.ndarray, np.generic)):
+            value = self._host_or_tensor(value)
+        super().save_scalar(name, value, sm_metric=sm_metric, timestamp=timestamp)
+
+    # ====================================================================== callbacks
+    def _start_step(self, mode: ModeKeys) -> None:
+        if self._step_active:
+            self.end_step()
+        if self.mode != mode:
+            self.set_mode(mode)
+        self.begin_step()
+
+    def _record_logs(self, logs, only=None) -> None:
+        if not logs or not self.saving_step or not self._step_active:
+            return
+        for key, value in logs.items():
+            if only is not None and not only(key):
+                continue
+            if not isinstance(value, (int, float, np.floating, np.integer)) or isinstance(value, bool):
+                continue
+            coll = self._log_keys.get(key)
+            if coll is None:
+                coll = self._log_keys[key] = K.LOSSES if naming.is_loss_log(key) else K.METRICS
+                self._register_names([key], [coll])
+            if self.wants(key):
+                self.record(key, np.asarray(float(value)))
+
+    def _guarded(self, where, fn, *args):
+        if not self.enabled:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the hook never stops training
+            self.disable(f"{where}: {type(exc).__name__}: {exc}")
+
+    def _publish(self) -> None:
+        if self.writer is not None:
+            self.writer.publish()
+
+    def on_train_begin(self, logs=None):
+        self._in_fit = True
+
+    def on_train_end(self, logs=None):
+        self._in_fit = False
+        self._guarded("on_train_end", self._finish)
+
+    def on_epoch_end(self, epoch, logs=None):
+        def body():
+            if self._step_active and self.mode == ModeKeys.EVAL:
+                self._record_logs(logs, only=lambda k: k.startswith("val_"))
+            if self._step_active:
+                self.end_step()
+
+        self._guarded("on_epoch_end", body)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._guarded("on_train_batch_begin", self._start_step, ModeKeys.TRAIN)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._guarded("on_train_batch_end", self._batch_end, logs, True)
+
+    def on_test_batch_begin(self, batch, logs=None):
+        self._guarded("on_test_batch_begin", self._start_step, ModeKeys.EVAL)
+
+    def on_test_batch_end(self, batch, logs=None):
+        # Inside fit the last EVAL step stays open for the val_* logs of on_epoch_end.
+        self._guarded("on_test_batch_end", self._batch_end, logs, not self._in_fit)
+
+    def on_test_end(self, logs=None):
+        if not self._in_fit:
+            self._guarded("on_test_end", self._finish)
+
+    def on_predict_batch_begin(self, batch, logs=None):
+        self._guarded("on_predict_batch_begin", self._start_step, ModeKeys.PREDICT)
+
+    def on_predict_batch_end(self, batch, logs=None):
+        def body():
+            if self.saving_step and self._step_active and logs and "outputs" in logs:
+                tensors = [t for t in keras.tree.flatten(logs["outputs"]) if t is not None]
+                names = naming.numbered("predictions", len(tensors))
+                self._register_names(names, [K.OUTPUTS])
+                for name, value in zip(names, tensors):
+                    if self.wants(name):
+                        self.record(name, self._host_or_tensor(value))
+            self.end_step()
+
+        self._guarded("on_predict_batch_end", body)
+
+    def on_predict_end(self, logs=None):
+        self._guarded("on_predict_end", self._finish)
+
+    def _batch_end(self, logs, end: bool) -> None:
+        self._record_logs(logs)
+        if end:
+            self.end_step()
+
+    def _finish(self) -> None:
+        if self._step_active:
+            self.end_step()
+        self._publish()
+
+    # ====================================================================== lifecycle
+    def close(self):
+        """Finish the last step, write everything, and remove the wrappers from the model."""
+        try:
+            super().close()
+        finally:
+            self._patches.undo_all()
+            for model in self._models:
+                for attr in ("train_function", "test_function", "predict_function"):
+                    if getattr(model, attr, None) is not None:
+                        try:
+                            setattr(model, attr, None)
+                        except Exception:  # noqa: BLE001
+                            pass
+            self._models = []
+
+
+def _executing_eagerly() -> bool:
+    import tensorflow as tf
+
+    return tf.executing_eagerly()
+
+
+def in_xla_context() -> bool:
+    from .capture import in_xla_context as check
+
+    return check()
+
+
+def _looks_like_variable(obj) -> bool:
+    if isinstance(obj, keras.Variable):
+        return True
+    try:
+        import tensorflow as tf
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, tf.Variable)
+
+
+_TAPE_CLASSES: Dict[type, type] = {}
+
+
+def _hooked_tape_class(base: type) -> type:
+    """A subclass of the tape's class whose enter/gradient also drive the hook."""
+    cls = _TAPE_CLASSES.get(base)
+    if cls is not None:
+        return cls
+
+    class HookedTape(base):
+        def __enter__(self):
+            hook = self._smdebug_hook()
+            if hook is not None and hook.enabled:
+                try:
+                    hook._tape_entered()
+                except Exception as exc:  # noqa: BLE001
+                    hook.disable(f"wrap_tape enter: {type(exc).__name__}: {exc}")
+            return super().__enter__()
+
+        def gradient(self, target, sources, *args, **kwargs):
+            grads = super().gradient(target, sources, *args, **kwargs)
+            hook = self._smdebug_hook()
+            if hook is not None and hook.enabled:
+                try:
+                    hook._tape_gradient(target, sources, grads)
+                except Exception as exc:  # noqa: BLE001
+                    hook.disable(f"wrap_tape gradient: {type(exc).__name__}: {exc}")
+            return grads
+
+    HookedTape.__name__ = HookedTape.__qualname__ = f"SmdebugHooked{base.__name__}"
+    _TAPE_CLASSES[base] = cls = HookedTape
+    return cls
