@@ -11,9 +11,11 @@ alike:
   predictions and labels on the validation set, feature importance, full and average
   SHAP on ``--shap-rows`` training rows, trees).
 
-Prints each run's wall and CPU seconds, then the median and best per configuration and
-the ratio of medians to the baseline. CPU time (every thread of the process) is the
-steadier figure on a shared machine. SHAP is by far the costliest collection (TreeSHAP on every row
+Prints each run's wall and CPU seconds and the seconds the training thread spent inside
+the hook, then per configuration the median and best, the ratio of medians to the
+baseline, and the hook's share of the baseline's wall time. On a shared machine the
+time inside the hook is the steadiest figure; CPU time (every thread of the process,
+the writer's included) comes next. SHAP is by far the costliest collection (TreeSHAP on every row
 and tree); ``--shap-rows`` sets how many training rows it is computed on.
 
     python benchmarks/bench_xgboost.py                      # 100,000 x 50, 100 rounds, 3 repeats
@@ -22,16 +24,21 @@ and tree); ``--shap-rows`` sets how many training rows it is computed on.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 
-import numpy as np
-import xgboost as xgb
+# Idle OpenMP threads sleep instead of spinning, so that CPU time measures work done even
+# when other programs compete for the cores. Set before xgboost loads its OpenMP runtime.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import smdebug.xgboost as smd
+import numpy as np  # noqa: E402
+import xgboost as xgb  # noqa: E402
+
+import smdebug.xgboost as smd  # noqa: E402
 
 ALL_COLLECTIONS = ["hyperparameters", "metrics", "predictions", "labels", "feature_importance", "average_shap",
                    "full_shap", "trees"]
@@ -69,9 +76,24 @@ def make_hook(config, out_dir, data, shap_rows):
     raise ValueError(f"unknown configuration {config!r}; allowed: baseline, default, all")
 
 
+def _timed(method, spent):
+    def call(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - start
+    return call
+
+
 def run_once(config, data, matrices, rounds, shap_rows, scratch):
+    """One training; returns (wall s, process CPU s, s spent inside the hook on the training thread)."""
     out_dir = tempfile.mkdtemp(prefix=f"{config}_", dir=scratch)
     hook = make_hook(config, out_dir, data, shap_rows)
+    in_hook = [0.0]
+    if hook is not None:
+        for name in ("before_training", "after_iteration", "after_training", "close"):
+            setattr(hook, name, _timed(getattr(hook, name), in_hook))
     dtrain, dvalid = matrices
     params = {"objective": "binary:logistic", "tree_method": "hist", "max_depth": 6, "nthread": 2,
               "eval_metric": ["logloss", "auc"]}
@@ -84,7 +106,7 @@ def run_once(config, data, matrices, rounds, shap_rows, scratch):
     if booster.num_boosted_rounds() != rounds:
         raise RuntimeError(f"{config}: trained {booster.num_boosted_rounds()} rounds instead of {rounds}")
     shutil.rmtree(out_dir, ignore_errors=True)
-    return seconds, cpu_seconds
+    return seconds, cpu_seconds, in_hook[0]
 
 
 def main(argv=None):
@@ -103,22 +125,27 @@ def main(argv=None):
             # Rotate the order so that no configuration always runs first (or last).
             order = configs[repeat % len(configs):] + configs[:repeat % len(configs)]
             for config in order:
-                wall, cpu = run_once(config, data, matrices, args.rounds, args.shap_rows, scratch)
-                times[config].append((wall, cpu))
-                print(f"  repeat {repeat} {config:>8}: {wall:7.2f} s wall {cpu:7.2f} s CPU", flush=True)
+                wall, cpu, in_hook = run_once(config, data, matrices, args.rounds, args.shap_rows, scratch)
+                times[config].append((wall, cpu, in_hook))
+                print(f"  repeat {repeat} {config:>8}: {wall:7.2f} s wall {cpu:7.2f} s CPU "
+                      f"{in_hook:7.3f} s in the hook", flush=True)
 
     # CPU time (all threads of this process: xgboost's and the writer's) is what the hook
     # adds; it is also far less sensitive than wall time to other programs on the machine.
-    print(f"\n{'config':>8} {'wall med':>9} {'wall best':>9} {'CPU med':>8} {'CPU best':>8}"
-          f" {'wall x':>7} {'CPU x':>7}   (x: median / baseline median)")
+    # "hook s" is the time the training thread spent inside the hook's callbacks: the
+    # steadiest figure of all, since it does not depend on the training's own noise.
+    print(f"\n{'config':>8} {'wall med':>9} {'wall best':>9} {'CPU med':>8} {'CPU best':>8} {'hook s':>7}"
+          f" {'wall x':>7} {'CPU x':>7} {'hook %':>7}   (x: median / baseline median)")
     base = times.get("baseline")
     for config in configs:
-        walls, cpus = [t[0] for t in times[config]], [t[1] for t in times[config]]
+        walls, cpus, hooks = ([t[i] for t in times[config]] for i in range(3))
         row = f"{config:>8} {statistics.median(walls):9.2f} {min(walls):9.2f} {statistics.median(cpus):8.2f} " \
-              f"{min(cpus):8.2f}"
+              f"{min(cpus):8.2f} {statistics.median(hooks):7.3f}"
         if base:
-            row += f" {statistics.median(walls) / statistics.median([t[0] for t in base]):7.3f}" \
-                   f" {statistics.median(cpus) / statistics.median([t[1] for t in base]):7.3f}"
+            base_wall = statistics.median([t[0] for t in base])
+            row += f" {statistics.median(walls) / base_wall:7.3f}" \
+                   f" {statistics.median(cpus) / statistics.median([t[1] for t in base]):7.3f}" \
+                   f" {100 * statistics.median(hooks) / base_wall:6.2f}%"
         print(row)
     return times
 

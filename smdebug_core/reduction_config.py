@@ -16,6 +16,10 @@ from .exceptions import ConfigError
 
 ALLOWED_REDUCTIONS = ("min", "max", "median", "mean", "std", "variance", "sum", "prod")
 ALLOWED_NORMS = ("l1", "l2")
+# The original reader rejects a collections file whose "reductions" names one of these, so
+# they are written under EXTRA_REDUCTIONS_KEY, which it ignores.
+_NOT_IN_ORIGINAL = ("median",)
+EXTRA_REDUCTIONS_KEY = "extra_reductions"
 REDUCTION_TAG_PREFIX = "smdebug/reductions/"
 
 
@@ -114,16 +118,28 @@ class ReductionConfig:
 
     def to_string(self) -> str:
         """The comma-string form, in the original's order (plain, norms, abs, abs norms)."""
-        parts = (
+        return ",".join(self._words())
+
+    def _words(self) -> List[str]:
+        return (
             list(self.reductions)
             + [f"{n}_norm" for n in self.norms]
             + [f"abs_{r}" for r in self.abs_reductions]
             + [f"abs_{n}_norm" for n in self.abs_norms]
         )
-        return ",".join(parts)
 
     def to_json_dict(self) -> dict:
-        return {"save_raw_tensor": self.save_raw_tensor, "reductions": self.to_string(), "save_shape": self.save_shape}
+        """The collections-file form; readable by the original smdebug too."""
+        words = self._words()
+        extra = [w for w in words if w.replace("abs_", "", 1) in _NOT_IN_ORIGINAL]
+        doc = {
+            "save_raw_tensor": self.save_raw_tensor,
+            "reductions": ",".join(w for w in words if w not in extra),
+            "save_shape": self.save_shape,
+        }
+        if extra:
+            doc[EXTRA_REDUCTIONS_KEY] = ",".join(extra)
+        return doc
 
     @classmethod
     def from_json_dict(cls, data) -> Optional["ReductionConfig"]:
@@ -131,8 +147,11 @@ class ReductionConfig:
             return None
         if not isinstance(data, dict):
             raise ConfigError(f"reduction_config must be an object, got {data!r}")
+        words = [data.get("reductions") or "", data.get(EXTRA_REDUCTIONS_KEY) or ""]
+        if not all(isinstance(w, str) for w in words):
+            raise ConfigError(f"reduction_config reductions must be comma-separated strings, got {data!r}")
         return cls.from_string(
-            data.get("reductions") or "",
+            ",".join(w for w in words if w),
             save_raw_tensor=bool(data.get("save_raw_tensor", False)),
             save_shape=bool(data.get("save_shape", False)),
         )

@@ -9,8 +9,10 @@
 * ``smd.get_hook(...)``: the process's hook (zero-code-change creates it from
   ``SMDEBUG_CONFIG_FILE_PATH``).
 
-Tensor names are listed in :mod:`smdebug.tensorflow.naming`. Importing this package with
-a non-TensorFlow Keras backend (``KERAS_BACKEND=torch``) does not import TensorFlow.
+Tensor names are listed in :mod:`smdebug.tensorflow.naming`. The hooks are loaded on
+first use: importing this package imports neither Keras nor TensorFlow (zero-code-change
+imports it while Keras is still being imported), and with a non-TensorFlow Keras backend
+(``KERAS_BACKEND=torch``) a KerasHook never imports TensorFlow.
 """
 from typing import Optional
 
@@ -24,22 +26,21 @@ from smdebug.save_config import SaveConfig, SaveConfigMode
 
 from .base import TFHookBase
 from .estimator_hook import EstimatorHook
-from .keras_hook import KerasHook
 
 _HOOK_TYPES = ("keras", "session", "estimator")
+# Public name -> submodule defining it, imported on first access.
+_LAZY = {"KerasHook": "keras_hook", "SessionHook": "session_hook", "TFBackend": "backend"}
 
 
 def __getattr__(name):
-    # SessionHook subclasses a TensorFlow class: load it (and TensorFlow) only when asked for.
-    if name == "SessionHook":
-        from .session_hook import SessionHook
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return SessionHook
-    if name == "TFBackend":
-        from .backend import TFBackend
-
-        return TFBackend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def _hook_class(hook_type: Optional[str]):
@@ -47,13 +48,9 @@ def _hook_class(hook_type: Optional[str]):
         return None
     if hook_type not in _HOOK_TYPES:
         raise ConfigError(f"hook_type must be one of {', '.join(_HOOK_TYPES)} or None, got {hook_type!r}")
-    if hook_type == "keras":
-        return KerasHook
-    if hook_type == "session":
-        from .session_hook import SessionHook
-
-        return SessionHook
-    return EstimatorHook
+    if hook_type == "estimator":
+        return EstimatorHook
+    return __getattr__("KerasHook" if hook_type == "keras" else "SessionHook")
 
 
 def get_hook(json_config_path: Optional[str] = None, hook_type: Optional[str] = None,
@@ -71,7 +68,7 @@ def get_hook(json_config_path: Optional[str] = None, hook_type: Optional[str] = 
         EstimatorHook()  # raises, saying what to use instead
     hook = _core_get_hook(cls or TFHookBase, json_config_path, create_if_not_exists=False)
     if hook is None and create_if_not_exists:
-        hook = _core_get_hook(cls or KerasHook, json_config_path, create_if_not_exists=True)
+        hook = _core_get_hook(cls or __getattr__("KerasHook"), json_config_path, create_if_not_exists=True)
     return hook
 
 

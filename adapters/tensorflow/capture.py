@@ -37,6 +37,37 @@ except ImportError:  # pragma: no cover - older/newer layouts
     def _in_xla_context(graph):
         return False
 
+try:  # constructing the class directly skips variable creators, e.g. MirroredStrategy's
+    from tensorflow.python.ops.resource_variable_ops import ResourceVariable as _PlainVariable
+except ImportError:  # pragma: no cover
+    _PlainVariable = tf.Variable
+
+
+def _plain_variable(make_initial, shape=None):
+    """A local, non-trainable variable, never mirrored or distributed by a strategy.
+
+    Created eagerly even while a graph is traced; ``make_initial`` builds its initial value.
+    """
+    with tf.init_scope():
+        return _PlainVariable(make_initial(), shape=shape, trainable=False)
+
+
+def chief_replica_or_no_strategy() -> bool:
+    """False in the replicas of a multi-device strategy other than the chief (FORMAT 1.2:
+    the lexically first device); True everywhere else."""
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return True
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync <= 1:
+        return True
+    replica = tf.get_static_value(context.replica_id_in_sync_group)
+    try:
+        devices = list(tf.distribute.get_strategy().extended.worker_devices)
+        chief = devices.index(sorted(devices)[0])
+    except Exception:  # noqa: BLE001
+        chief = 0
+    return replica is not None and int(replica) == chief
+
 
 def in_graph() -> bool:
     """Whether TensorFlow code is being traced into a graph right now."""
@@ -66,8 +97,7 @@ class _Site:
 
     def __init__(self, key):
         self.key = key
-        with tf.init_scope():
-            self.flag = tf.Variable(False, trainable=False, name="smdebug_capture_flag")
+        self.flag = _plain_variable(lambda: tf.constant(False))
         self.armed = False
         self.names: set = set()
         self.variants: Dict[tuple, _Variant] = {}
@@ -100,6 +130,8 @@ class GraphCapture:
         self._add_graph_capture(key, named)
 
     def _add_graph_capture(self, key, named) -> None:
+        if not chief_replica_or_no_strategy():
+            return  # one replica's values per replica set: the chief's
         xla = in_xla_context()
         usable = []  # (name, value, static shape or None, dtype)
         for name, value in named:
@@ -144,21 +176,18 @@ class GraphCapture:
         self._note_site_output(done)
 
     def _new_variant(self, usable) -> _Variant:
-        with tf.init_scope():
-            stash = []
-            for _, _, shape, dtype in usable:
-                if shape is not None:
-                    var = tf.Variable(tf.zeros(shape, dtype), trainable=False)
-                else:
-                    var = tf.Variable(tf.zeros([0], dtype), shape=tf.TensorShape(None), trainable=False)
-                stash.append(var)
-            stamp = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+        stash = []
+        for _, _, shape, dtype in usable:
+            if shape is not None:
+                stash.append(_plain_variable(lambda: tf.zeros(shape, dtype)))
+            else:
+                stash.append(_plain_variable(lambda: tf.zeros([0], dtype), shape=tf.TensorShape(None)))
+        stamp = _plain_variable(lambda: tf.constant(0, tf.int64))
         return _Variant(tuple(name for name, _, _, _ in usable), stash, stamp)
 
     def _stamp_variable(self):
         if self._stamp_var is None:
-            with tf.init_scope():
-                self._stamp_var = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="smdebug_step_stamp")
+            self._stamp_var = _plain_variable(lambda: tf.constant(0, tf.int64))
         return self._stamp_var
 
     # --- steps begun from inside a graph -----------------------------------------------

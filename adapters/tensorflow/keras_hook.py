@@ -309,13 +309,16 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             # steps begin from Python, which reads them (eagerly) when the step begins.
             named += [(self._weight_names[id(v)], v) for v in variables]
         self._capture.offer(("tape",), named)
-        if newly_seen and _executing_eagerly() and self.saving_step and self._step_active:
-            # Sources met for the first time were not known when this step began; they
-            # have not been updated yet, so they are still this step's values.
-            for var in newly_seen:
-                name = self._weight_names[id(var)]
-                if self.wants(name):
-                    self.record(name, var)
+        if newly_seen and self.saving_step and self._step_active and not self._graph_driven:
+            # Sources met for the first time were not known when this step (begun from
+            # Python) began; they have not been updated yet, so they are this step's values.
+            import tensorflow as tf
+
+            with tf.init_scope():
+                for var in newly_seen:
+                    name = self._weight_names[id(var)]
+                    if self.wants(name):
+                        self.record(name, var)
 
     def _patch_layers(self, model) -> bool:
         requests: Dict[int, Tuple[object, Dict[str, List[str]]]] = {}  # id -> (layer, kind -> collections)

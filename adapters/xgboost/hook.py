@@ -1,19 +1,27 @@
 """The XGBoost hook: a core Hook that is also an ``xgboost.callback.TrainingCallback``.
 
 Pass it in ``callbacks=[hook]`` to ``xgb.train`` / ``xgb.cv`` or to a scikit-learn
-estimator (``XGBClassifier(callbacks=[hook])``). Each boosting round is one step (the
-round number; a hook reused for a second training continues after its last step).
+estimator (``XGBClassifier(callbacks=[hook])``). Each boosting round is one step: the
+round number, in the hook's current mode (GLOBAL unless ``set_mode`` says otherwise). A
+hook reused for another training continues after its last step. With ``xgb.cv`` only the
+metrics (the mean over folds) are saved.
 
 What a round costs: on rounds the save configuration skips, the hook does one
 ``begin_step`` and nothing else. On saved rounds it records the metrics from
 ``evals_log`` and computes each of the other collections (SHAP values, trees, feature
 importance, predictions, hyperparameters) only when at least one of its tensor names is
-in the step's plan.
+in the step's plan, and not at all on a worker that writes nothing
+(``include_workers="one"`` and not the chief).
 
 The step of the last round stays open after ``after_iteration`` so that a callback
 placed after the hook can add tensors to the same round; ``after_training`` ends it and
 flushes. The hook stays usable for another training; ``hook.close()`` (or interpreter
-exit) writes the end-of-training marker.
+exit) writes the end-of-training marker. When a rule's action calls ``request_stop``,
+``after_iteration`` tells xgboost to stop after the current round.
+
+Values: metrics and hyperparameters are float64 arrays of one element (non-numeric
+hyperparameters one-element string arrays); ``average_shap/<f>`` is the mean absolute
+SHAP value over the rows of ``train_data`` (one value per output for multi-output models).
 """
 from __future__ import annotations
 
@@ -195,6 +203,14 @@ class Hook(CoreHook, TrainingCallback):
         # same run, so the copy is the hook itself.
         return self
 
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        # Pickling an estimator (joblib.dump(model)) pickles its callbacks. The writer thread
+        # cannot travel, so the hook pickles as an inert stand-in that says so if trained with.
+        return DetachedHook, (self.out_dir,)
+
     def before_training(self, model):
         """Continue step numbering after the hook's last step when it is reused."""
         if self.enabled:
@@ -335,6 +351,30 @@ class Hook(CoreHook, TrainingCallback):
     def _shap_tensors(self, booster, full: bool, average: bool) -> Dict[str, np.ndarray]:
         contribs = _collect.shap_contributions(booster, self._dmatrix("train", booster))
         return _collect.shap_tensors(contribs, _collect.feature_names(booster), full, average)
+
+
+class DetachedHook(TrainingCallback):
+    """What an smdebug hook becomes when pickled (with the estimator that holds it, say).
+
+    It records nothing: training with it logs one warning. Create a new
+    ``smd.Hook`` in the process that trains.
+    """
+
+    def __init__(self, out_dir: str):
+        super().__init__()
+        self.out_dir = out_dir
+        self._warned = False
+
+    def before_training(self, model):
+        if not self._warned:
+            self._warned = True
+            logger.warning("smdebug: this XGBoost hook (out_dir %s) was unpickled from another process and "
+                           "records nothing; create a new smdebug.xgboost.Hook to capture this training",
+                           self.out_dir)
+        return model
+
+    def __repr__(self):
+        return f"<DetachedHook out_dir={self.out_dir!r} (unpickled: records nothing)>"
 
 
 def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool = False) -> Optional[Hook]:

@@ -39,6 +39,9 @@ from .layout import validate_step
 MODE_STEP_KEY = "mode_step"
 MODE_KEY = "mode"
 DTYPE_KEY = "smdebug_dtype"
+# The original reader accepts only 1-D string tensors: others are written flattened, with
+# their true shape ("2,3"; "" for 0-d) in this plugin entry.
+SHAPE_KEY = "smdebug_shape"
 #: Marker value for numpy bytes (``S``) arrays, which are stored like strings.
 BYTES_MARKER = "bytes"
 
@@ -234,11 +237,10 @@ def _string_tensor(tag, arr):
                 )
         encoded = [item.encode("utf-8") for item in flat]
     tensor = proto.TensorProto(dtype=proto.DT_INVALID)
-    for size in arr.shape:
-        tensor.tensor_shape.dim.add(size=size, name=f"{tag}_{size}")
-    tensor.tensor_shape.SetInParent()
+    tensor.tensor_shape.dim.add(size=arr.size, name=f"{tag}_{arr.size}")
     tensor.string_val.extend(encoded)
-    return tensor, marker
+    true_shape = None if arr.ndim == 1 else ",".join(str(d) for d in arr.shape)
+    return tensor, marker, true_shape
 
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -310,10 +312,12 @@ def encode_tensor_event_parts(tag, array, *, global_step, mode, mode_step, wall_
     arr = to_numpy(array)
 
     if arr.dtype.kind in _STRING_KINDS:
-        tensor, marker = _string_tensor(tag, arr)
+        tensor, marker, true_shape = _string_tensor(tag, arr)
         event = proto.Event(wall_time=wall_time, step=global_step)
         value = event.summary.value.add(tag=tag)
         value.metadata.CopyFrom(_metadata_message(mode, mode_step, marker))
+        if true_shape is not None:
+            value.metadata.plugin_data.add(plugin_name=SHAPE_KEY, content=true_shape.encode())
         value.tensor.CopyFrom(tensor)
         return [event.SerializeToString()]
 
@@ -478,6 +482,16 @@ def tensor_proto_to_numpy(tensor, marker=None, source="record"):
     return arr
 
 
+def _restore_shape(array, text, source):
+    try:
+        shape = tuple(int(d) for d in text.split(",")) if text else ()
+    except ValueError:
+        raise CorruptRecord(f"{source}: bad {SHAPE_KEY} entry {text!r}") from None
+    if any(d < 0 for d in shape) or math.prod(shape) != array.size:
+        raise CorruptRecord(f"{source}: {SHAPE_KEY} {shape} does not fit {array.size} values")
+    return array.reshape(shape)
+
+
 def decode_tensor_event(payload, source="record"):
     """Decode one tensor record's payload (as written by us or by the original smdebug).
 
@@ -502,7 +516,9 @@ def decode_tensor_event(payload, source="record"):
         raise CorruptRecord(
             f"{source}: bad mode/mode_step plugin data {entries.get(MODE_KEY)!r}/{entries.get(MODE_STEP_KEY)!r}"
         ) from None
-    if mode_step < 0:
-        raise CorruptRecord(f"{source}: negative mode step {mode_step}")
+    # No check that mode_step >= 0: the original stamps a scalar held across set_mode() with
+    # the new mode's step -1. Readers take mode and mode step from the index, not from here.
     array = tensor_proto_to_numpy(value.tensor, entries.get(DTYPE_KEY), source)
+    if SHAPE_KEY in entries:
+        array = _restore_shape(array, entries[SHAPE_KEY], source)
     return DecodedTensor(value.tag, array, global_step, mode, mode_step, event.wall_time)

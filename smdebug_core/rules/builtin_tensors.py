@@ -32,6 +32,10 @@ def _listing(items: Dict[str, object], fmt="{:.3g}") -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _details(items: Dict[str, object]) -> Dict[str, object]:
     return dict(list(items.items())[:_MAX_DETAILS])
 
@@ -68,7 +72,7 @@ class _SelectionRule(Rule):
         selected = bool(self.collection_names or self.tensor_regex)
         names = self.view.tensor_names(self.collection_names, self.tensor_regex, all_tensors=not selected)
         if not names and selected:
-            self.warn_once("no-tensors", "no tensor matches collection_names=%s tensor_regex=%s at step %d "
+            self.no_data("no tensor matches collection_names=%s tensor_regex=%s at step %d "
                            "(is the collection saved?)", list(self.collection_names), list(self.tensor_regex),
                            self.view.step)
         return names
@@ -92,7 +96,7 @@ class VanishingGradient(Rule):
     def invoke_at_step(self, step):
         names = self.view.tensor_names(collection="gradients")
         if not names:
-            self.warn_once("no-gradients", "step %d has no tensors in the 'gradients' collection (is it saved?)", step)
+            self.no_data("step %d has no tensors in the 'gradients' collection (is it saved?)", step)
             return False
         small = {}
         for name in names:
@@ -160,7 +164,7 @@ class ExplodingTensor(_SelectionRule):
                 bad[name] = finding
         if bad:
             what = "NaN" if self.only_nan else "NaN or infinite values"
-            self.note(f"{len(bad)} tensors hold {what}: {_listing(bad)}", tensors=_details(bad))
+            self.note(f"{what} in {_count(len(bad), 'tensor')}: {_listing(bad)}", tensors=_details(bad))
         return bool(bad)
 
 
@@ -225,7 +229,7 @@ class AllZero(_SelectionRule):
             if percent >= self.threshold:
                 zero[name] = percent
         if zero:
-            self.note(f"{len(zero)} tensors are at least {self.threshold:g}% zeros: {_listing(zero, '{:.1f}%')}",
+            self.note(f"at least {self.threshold:g}% zeros in {_count(len(zero), 'tensor')}: {_listing(zero, '{:.1f}%')}",
                       percent_zero=_details(zero))
         return bool(zero)
 
@@ -284,7 +288,7 @@ class UnchangedTensor(_SelectionRule):
                        for h in list(history)[:-1]):
                     unchanged.append(name)
         if unchanged:
-            self.note(f"{len(unchanged)} tensors did not change over the last {self.num_steps} saved steps: "
+            self.note(f"no change over the last {self.num_steps} saved steps in {_count(len(unchanged), 'tensor')}: "
                       f"{', '.join(unchanged[:_MAX_LISTED])}", tensors=unchanged[:_MAX_DETAILS])
         return bool(unchanged)
 
@@ -330,7 +334,7 @@ class TensorVariance(_SelectionRule):
                     (self.min_threshold is not None and variance < self.min_threshold):
                 out[name] = variance
         if out:
-            self.note(f"{len(out)} tensors have a variance outside [{self.min_threshold}, {self.max_threshold}]: "
+            self.note(f"variance outside [{self.min_threshold}, {self.max_threshold}] in {_count(len(out), 'tensor')}: "
                       f"{_listing(out)}", variances=_details(out))
         return bool(out)
 
@@ -367,7 +371,7 @@ class WeightUpdateRatio(Rule):
             return False
         names = self.view.tensor_names(collection="weights")
         if not names:
-            self.warn_once("no-weights", "step %d has no tensors in the 'weights' collection (is it saved?)", step)
+            self.no_data("step %d has no tensors in the 'weights' collection (is it saved?)", step)
         out = {}
         for name in names:
             try:
@@ -389,8 +393,8 @@ class WeightUpdateRatio(Rule):
             if ratio > self.large_threshold or ratio < self.small_threshold:
                 out[name] = ratio
         if out:
-            self.note(f"{len(out)} weights have an update/weight ratio outside [{self.small_threshold:g}, "
-                      f"{self.large_threshold:g}]: {_listing(out)}", ratios=_details(out))
+            self.note(f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}] in "
+                      f"{_count(len(out), 'weight')}: {_listing(out)}", ratios=_details(out))
         return bool(out)
 
 
@@ -525,7 +529,10 @@ class DeadRelu(_ActivityRule):
 
     def invoke_at_step(self, step):
         dead = {}
-        for name in self.view.tensor_names(regex=self.tensor_regex):
+        names = self.view.tensor_names(regex=self.tensor_regex)
+        if not names:
+            self.no_data("step %d has no tensor matching %s", step, list(self.tensor_regex))
+        for name in names:
             try:
                 array = _numeric(self.view.value(name))
             except DATA_MISSING:
@@ -537,7 +544,7 @@ class DeadRelu(_ActivityRule):
             if percent > self.threshold_layer:
                 dead[name] = percent
         if dead:
-            self.note(f"{len(dead)} ReLU layers have more than {self.threshold_layer:g}% dead units: "
+            self.note(f"more than {self.threshold_layer:g}% dead units in {_count(len(dead), 'ReLU layer')}: "
                       f"{_listing(dead, '{:.1f}%')}", percent_dead=_details(dead))
         return bool(dead)
 
@@ -569,7 +576,11 @@ class SaturatedActivation(_ActivityRule):
 
     def invoke_at_step(self, step):
         saturated = {}
-        for name in self.view.tensor_names(self.collection_names, self.tensor_regex):
+        names = self.view.tensor_names(self.collection_names, self.tensor_regex)
+        if not names:
+            self.no_data("step %d has no tensor matching collection_names=%s tensor_regex=%s", step,
+                         list(self.collection_names), list(self.tensor_regex))
+        for name in names:
             lowered = name.lower()
             bounds = self.threshold_tanh if "tanh" in lowered else self.threshold_sigmoid if "sigmoid" in lowered \
                 else None
@@ -586,8 +597,8 @@ class SaturatedActivation(_ActivityRule):
             if percent > self.threshold_layer:
                 saturated[name] = percent
         if saturated:
-            self.note(f"{len(saturated)} activation layers have more than {self.threshold_layer:g}% saturated "
-                      f"units: {_listing(saturated, '{:.1f}%')}", percent_saturated=_details(saturated))
+            self.note(f"more than {self.threshold_layer:g}% saturated units in "
+                      f"{_count(len(saturated), 'activation layer')}: {_listing(saturated, '{:.1f}%')}", percent_saturated=_details(saturated))
         return bool(saturated)
 
 
@@ -655,6 +666,6 @@ class SimilarAcrossRuns(_SelectionRule):
             if finding:
                 differ[name] = finding
         if differ:
-            self.note(f"{len(differ)} tensors differ from {self.other_trial.path}: {_listing(differ)}",
+            self.note(f"values differ from {self.other_trial.path} in {_count(len(differ), 'tensor')}: {_listing(differ)}",
                       tensors=_details(differ))
         return bool(differ)

@@ -83,7 +83,7 @@ def _read_losses(rule: Rule, names: List[str]) -> Dict[str, float]:
 class _LossRule(Rule):
     def _warn_no_losses(self, names) -> None:
         if not names:
-            self.warn_once("no-losses", "step %d has no loss tensors (no 'losses' collection, nothing matched)",
+            self.no_data("step %d has no loss tensors (no 'losses' collection, nothing matched)",
                            self.view.step)
 
 
@@ -342,7 +342,7 @@ class ClassImbalance(Rule):
         view = self.view
         labels = self._flat(self._concat(view.tensor_names(regex=self.labels_regex), "labels"), False)
         if labels is None or labels.size == 0:
-            self.warn_once("no-labels", "step %d has no labels tensor matching %s", step, list(self.labels_regex))
+            self.no_data("step %d has no labels tensor matching %s", step, list(self.labels_regex))
             return False
         predictions = None
         if self.predictions_regex:
@@ -383,7 +383,7 @@ class ClassImbalance(Rule):
             if bad:
                 fired = True
                 shown = ", ".join(f"class {c}: {f:.0%}" for c, f in sorted(bad.items())[:5])
-                self.note(f"{len(bad)} classes are mostly mispredicted (> {self.threshold_misprediction:g}): {shown}",
+                self.note(f"classes mispredicted more than {self.threshold_misprediction:.0%} of the time: {shown}",
                           misprediction_fraction={str(c): f for c, f in sorted(bad.items())})
         return fired
 

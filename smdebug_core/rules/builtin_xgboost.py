@@ -69,7 +69,7 @@ class TreeDepth(Rule):
             except DATA_MISSING:
                 self.unavailable()
         if "Tree" not in columns or not ("Node" in columns or "ID" in columns):
-            self.warn_once("no-trees", "step %d has no trees/Tree and trees/Node tensors (include the 'trees' "
+            self.no_data("step %d has no trees/Tree and trees/Node tensors (include the 'trees' "
                            "collection in the XGBoost hook)", step)
             return False
         depths = tree_depths(columns)
@@ -106,7 +106,11 @@ class FeatureImportanceOverweight(Rule):
 
     def invoke_at_step(self, step):
         importance: Dict[str, float] = {}
-        for name in self.view.tensor_names(regex=self.tensor_regex):
+        names = self.view.tensor_names(regex=self.tensor_regex)
+        if not names:
+            self.no_data("step %d has no tensor matching %s (include the 'feature_importance' collection)", step,
+                         list(self.tensor_regex))
+        for name in names:
             try:
                 value = self.view.scalar(name)
             except DATA_MISSING:

@@ -28,6 +28,7 @@ Schema (version 1)::
       "steps_without_data": 0,                # steps where the rule had nothing to read
       "actions": [{"step": 12, "action": "StopTraining", "result": "..."}],
       "errors": [],                           # messages of failures inside the rule
+      "notices": [],                          # e.g. "no tensor in the 'gradients' collection"
       "started": 1700000000.0, "updated": 1700000001.0
     }
 """
@@ -94,7 +95,7 @@ class RuleReport:
             "schema": 1, "rule": rule_name, "rule_class": rule_class, "parameters": to_jsonable(parameters),
             "run": run, "live": live, "status": "running", "triggered": 0, "violations": [],
             "violations_truncated": False, "datapoints": 0, "first_step": None, "last_step": None,
-            "tensors_unavailable": 0, "steps_without_data": 0, "actions": [], "errors": [],
+            "tensors_unavailable": 0, "steps_without_data": 0, "actions": [], "errors": [], "notices": [],
             "started": time.time(), "updated": time.time(),
         }
 
@@ -141,6 +142,11 @@ class RuleReport:
                 self._doc["errors"].append(message)
         self.write(force=True)
 
+    def notice(self, message: str) -> None:
+        with self._lock:
+            if len(self._doc["notices"]) < _MAX_ERRORS_KEPT:
+                self._doc["notices"].append(message)
+
     def finish(self) -> None:
         with self._lock:
             self._doc["status"] = "finished"
@@ -179,6 +185,7 @@ class RuleReport:
             self._doc["updated"] = time.time()
             text = json.dumps(self._doc, indent=1)
         directory = os.path.dirname(self.path) or "."
+        tmp = None
         try:
             os.makedirs(directory, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".report.", suffix=".tmp")
@@ -186,6 +193,11 @@ class RuleReport:
                 fh.write(text)
             os.replace(tmp, self.path)
         except OSError as exc:
+            if tmp is not None and os.path.exists(tmp):
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
             if not self._write_failed:
                 self._write_failed = True
                 logger.warning("smdebug: cannot write the report of rule %s to %s (%s); it is kept in memory "

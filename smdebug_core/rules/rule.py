@@ -167,9 +167,20 @@ class Rule:
             self.report.unavailable(count)
 
     def warn_once(self, key, message: str, *args) -> None:
+        """Log a warning the first time ``key`` is seen (and record it in the report)."""
         if key not in self._warned:
             self._warned.add(key)
             self.logger.warning("smdebug rule %s: " + message, self.rule_name, *args)
+            if self.report is not None:
+                self.report.notice(message % args if args else message)
+
+    def no_data(self, message: str, *args) -> None:
+        """Note (once, at info level, and in the report) that the run lacks what the rule reads."""
+        if "no-data" not in self._warned:
+            self._warned.add("no-data")
+            self.logger.info("smdebug rule %s: " + message, self.rule_name, *args)
+            if self.report is not None:
+                self.report.notice(message % args if args else message)
 
     def parameters(self) -> Dict[str, object]:
         """The constructor parameters and their values (for reports)."""

@@ -291,3 +291,20 @@ def test_module_exports():
         assert hasattr(smd, name), name
     assert issubclass(smd.Hook, xgb.callback.TrainingCallback)
     assert smd.modes.TRAIN is smd.ModeKeys.TRAIN
+
+
+def test_pickled_estimator_carries_an_inert_stand_in(run_dir, data, caplog):
+    import pickle
+
+    X, y, _, _ = data
+    hook = smd.Hook(run_dir)
+    clf = xgb.XGBClassifier(n_estimators=2, n_jobs=2, callbacks=[hook]).fit(X, y)
+    restored = pickle.loads(pickle.dumps(clf))
+    hook.close()
+    np.testing.assert_array_equal(restored.predict(X), clf.predict(X))
+    stand_in = restored.get_params()["callbacks"][0]
+    assert not isinstance(stand_in, smd.Hook) and stand_in.out_dir == hook.out_dir
+    restored.fit(X, y)  # trains, records nothing, says so once
+    restored.fit(X, y)
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("smdebug")]
+    assert len(messages) == 1 and "unpickled" in messages[0]

@@ -1,0 +1,145 @@
+"""Zero-code-change for Keras 3 / TensorFlow: attach the configured hook to fit/evaluate/predict.
+
+:func:`instrument` (called by :mod:`smdebug.zero_code_change` once ``tensorflow`` or
+``keras`` is imported) wraps ``keras.Model.fit``, ``evaluate`` and ``predict``. Each call
+asks :func:`smdebug.tensorflow.get_hook` for the process's KerasHook, creating it from
+``SMDEBUG_CONFIG_FILE_PATH`` the first time, and appends it to the call's ``callbacks``
+unless a KerasHook is already there. Without a config file, or with ``USE_SMDEBUG=0``,
+the call goes through untouched. The hook is closed (end-of-training marker written) when
+the process exits.
+
+:func:`uninstrument` puts the original methods back. Both are idempotent. Custom loops
+and ``tf.compat.v1`` sessions are not instrumented: they need ``wrap_tape`` or a
+SessionHook in the script.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+from typing import Dict, Tuple
+
+from smdebug.logger import get_logger
+
+logger = get_logger("smdebug.tensorflow")
+
+_METHODS = ("fit", "evaluate", "predict")
+# method name -> (original attribute, whether keras.Model defined it itself)
+_originals: Dict[str, Tuple[object, bool]] = {}
+_lock = threading.RLock()
+_warned = False
+
+
+def is_instrumented() -> bool:
+    """Whether :func:`instrument` is in effect."""
+    return bool(_originals)
+
+
+def instrument() -> None:
+    """Wrap ``keras.Model.fit/evaluate/predict`` so that the configured hook is attached."""
+    with _lock:
+        if _originals:
+            return
+        if _keras_is_being_imported():
+            # ``import keras`` imports TensorFlow first, whose import triggered this call:
+            # Keras has no Model yet. Finish when Keras itself is imported.
+            _defer_to_keras_import()
+            return
+        import keras
+
+        if _originals:  # importing Keras just now may have instrumented already
+            return
+        model_cls = keras.Model
+        for name in _METHODS:
+            original = getattr(model_cls, name)
+            _originals[name] = (model_cls.__dict__.get(name), name in model_cls.__dict__)
+            setattr(model_cls, name, _wrap(original))
+        logger.debug("smdebug: instrumented keras.Model.%s", "/".join(_METHODS))
+
+
+def uninstrument() -> None:
+    """Restore the original ``keras.Model`` methods."""
+    with _lock:
+        if not _originals:
+            return
+        import keras
+
+        for name, (original, owned) in _originals.items():
+            if owned:
+                setattr(keras.Model, name, original)
+            elif name in keras.Model.__dict__:
+                delattr(keras.Model, name)
+        _originals.clear()
+
+
+def _keras_is_being_imported() -> bool:
+    module = sys.modules.get("keras")
+    spec = getattr(module, "__spec__", None)
+    return module is not None and bool(getattr(spec, "_initializing", False))
+
+
+def _defer_to_keras_import() -> None:
+    """Have the zero-code-change bootstrap call :func:`instrument` again once Keras is imported.
+
+    The bootstrap runs each instrumentor module once; Keras gets its own (a thin alias).
+    """
+    try:
+        from smdebug import zero_code_change
+
+        zero_code_change.INSTRUMENTORS["keras"] = f"{__package__}._instrument_keras"
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("smdebug: cannot wait for Keras to finish importing; keras.Model is not instrumented: %s",
+                       exc)
+
+
+def _wrap(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def wrapper(self, *args, **kwargs):
+        hook = _current_hook()
+        if hook is None:
+            return original(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.arguments["callbacks"] = _with_hook(bound.arguments.get("callbacks"), hook, self)
+        except Exception as exc:  # noqa: BLE001 - let Keras report bad arguments itself
+            logger.debug("smdebug: not attaching the hook to %s: %s", original.__name__, exc)
+            return original(self, *args, **kwargs)
+        return original(*bound.args, **bound.kwargs)
+
+    wrapper._smdebug_original = original
+    return wrapper
+
+
+def _current_hook():
+    global _warned
+    try:
+        from . import get_hook
+
+        return get_hook(hook_type="keras", create_if_not_exists=True)
+    except Exception as exc:  # noqa: BLE001 - a bad config must not stop training
+        if not _warned:
+            _warned = True
+            logger.warning("smdebug: zero-code-change hook not created; training goes on without smdebug: %s: %s",
+                           type(exc).__name__, exc)
+        return None
+
+
+def _with_hook(callbacks, hook, model):
+    from .keras_hook import KerasHook
+
+    import keras
+
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        if not any(isinstance(cb, KerasHook) for cb in callbacks.callbacks):
+            callbacks.append(hook)
+            hook.set_model(model)
+        return callbacks
+    if callbacks is None:
+        return [hook]
+    callbacks = list(callbacks)
+    if not any(isinstance(cb, KerasHook) for cb in callbacks):
+        callbacks.append(hook)
+    return callbacks

@@ -1,0 +1,320 @@
+"""Rule engine: invoke_rule over real runs, reports, batched reads, actions, the stop protocol, the CLI."""
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import smdebug as smd
+from smdebug.exceptions import ConfigError, RuleEvaluationConditionMet
+from smdebug.rules import (
+    Callback, ExplodingTensor, LogMessage, Required, Rule, StalledTrainingRule, StopRequestPoller, StopTraining,
+    VanishingGradient, invoke_rule, read_stop_request, run_rules, write_stop_request,
+)
+from smdebug.rules.actions import as_actions
+from smdebug.rules.cli import main as cli_main
+from smdebug.rules.stop_protocol import STOP_REQUEST_FILE
+from smdebug.rules.views import TrialStepView
+from smdebug.trials import create_trial
+
+
+def write_run(path, steps, record, reduction_config=None, collections=("gradients",), close=True):
+    hook = smd.Hook(out_dir=str(path), save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=list(collections), reduction_config=reduction_config)
+    for i in range(steps):
+        hook.begin_step()
+        record(hook, i)
+    if close:
+        hook.close()
+    return hook
+
+
+def vanishing_from(first_tiny):
+    def record(hook, i):
+        scale = 1e-9 if i >= first_tiny else 1e-2
+        hook.record("gradient/fc1.weight", np.full((8, 4), scale, np.float32))
+        hook.record("gradient/fc2.weight", np.full((4,), 0.5, np.float32))
+        hook.save_scalar("loss", 1.0 / (i + 1))
+    return record
+
+
+@pytest.fixture
+def run(tmp_path):
+    write_run(tmp_path / "run", 6, vanishing_from(3))
+    return str(tmp_path / "run")
+
+
+class CountingRule(Rule):
+    """Records the steps it sees and what the batch gave it; fires on steps in ``fire_at``."""
+
+    def __init__(self, base_trial=None, fire_at=(), name=None):
+        super().__init__(base_trial, name=name)
+        self.fire_at = tuple(fire_at)
+        self.seen = []
+
+    def required_tensors(self, step):
+        return [Required(collections="gradients", value=True, reductions=[("l2", False)])]
+
+    def invoke_at_step(self, step):
+        self.seen.append(step)
+        if step in self.fire_at:
+            self.note(f"asked to fire at {step}", step=step)
+            return True
+        return False
+
+
+# --- invoke_rule -------------------------------------------------------------------------------
+def test_invoke_rule_writes_the_report_with_violations_and_parameters(run):
+    report = invoke_rule(VanishingGradient(create_trial(run)))
+    assert report.violation_steps == [3, 4, 5]
+    path = os.path.join(run, "rule_reports", "VanishingGradient.json")
+    doc = json.load(open(path))
+    assert doc["rule"] == "VanishingGradient" and doc["status"] == "finished"
+    assert doc["parameters"] == {"threshold": 1e-07}
+    assert doc["triggered"] == 3 and doc["datapoints"] == 6
+    assert (doc["first_step"], doc["last_step"]) == (0, 5)
+    first = doc["violations"][0]
+    assert first["step"] == 3 and first["mode"] == "GLOBAL" and "gradient/fc1.weight" in first["message"]
+    assert first["details"]["tensors"] == {"gradient/fc1.weight": pytest.approx(1e-9, rel=1e-3)}
+    assert doc["rule_class"] == "smdebug.rules.builtin_tensors.VanishingGradient"
+
+
+def test_raise_eval_cond_stops_at_the_first_firing_after_recording_it(run, tmp_path):
+    rule = VanishingGradient(create_trial(run))
+    with pytest.raises(RuleEvaluationConditionMet) as info:
+        invoke_rule(rule, raise_eval_cond=True, report_path=str(tmp_path / "r.json"))
+    assert (info.value.rule_name, info.value.step) == ("VanishingGradient", 3)
+    doc = json.load(open(tmp_path / "r.json"))
+    assert doc["triggered"] == 1 and doc["status"] == "finished" and doc["last_step"] == 3
+
+
+def test_start_and_end_step_bound_the_evaluated_steps(run):
+    rule = CountingRule(create_trial(run))
+    invoke_rule(rule, start_step=2, end_step=5, report_path=None)
+    assert rule.seen == [2, 3, 4]
+    with pytest.raises(ValueError, match="end_step"):
+        invoke_rule(CountingRule(create_trial(run)), start_step=3, end_step=3)
+
+
+def test_follow_false_returns_at_once_on_a_run_still_training(tmp_path):
+    hook = write_run(tmp_path / "run", 4, vanishing_from(10), close=False)
+    hook.writer.flush(timeout=30)
+    trial = create_trial(str(tmp_path / "run"))
+    assert not trial.training_ended()
+    rule = CountingRule(trial)
+    invoke_rule(rule, follow=False, report_path=None)
+    assert rule.seen == trial.steps() and rule.seen  # what is there, then back
+    hook.close()
+
+
+def test_original_style_rule_reading_base_trial_works(run):
+    class OldStyle(Rule):
+        def __init__(self, base_trial, threshold=1e-7):
+            super().__init__(base_trial)
+            self.threshold = float(threshold)
+
+        def invoke_at_step(self, step):
+            for name in self.base_trial.tensor_names(collection="gradients"):
+                if self.base_trial.tensor(name).reduction_value(step, "mean", abs=True) < self.threshold:
+                    return True
+            return False
+
+    trial = create_trial(run)
+    assert invoke_rule(OldStyle(trial), report_path=None).violation_steps == [3, 4, 5]
+    rule = OldStyle(trial)
+    rule.invoke(1)  # the original per-step API: no exception = did not fire
+    with pytest.raises(RuleEvaluationConditionMet):
+        rule.invoke(4)
+
+
+def test_required_tensors_are_read_in_one_batch_per_step(tmp_path):
+    names = [f"gradient/layer{i}.weight" for i in range(20)]
+
+    def record(hook, i):
+        for n in names:
+            hook.record(n, np.full((16,), i + 1.0, np.float32))
+
+    write_run(tmp_path / "run", 3, record, reduction_config=smd.ReductionConfig(norms=["l2"], save_raw_tensor=True))
+    trial = create_trial(str(tmp_path / "run"))
+    rules = [CountingRule(trial), CountingRule(trial, name="Second")]
+    reads = trial.stats["event_reads"]
+    run_rules(rules, report_paths={id(r): None for r in rules})
+    assert rules[0].seen == rules[1].seen == [0, 1, 2]
+    # 20 values + 20 saved l2 norms per step, for two rules: one read per step.
+    assert trial.stats["event_reads"] - reads == 3
+    view = TrialStepView(trial, 2)
+    view.prefetch(rules[0].required_tensors(2))
+    assert view.records_read == 40
+    np.testing.assert_array_equal(view.value(names[0]), np.full((16,), 3.0, np.float32))
+    assert view.reduction(names[0], "l2") == pytest.approx(12.0)
+
+
+def test_batched_and_per_tensor_reads_agree(tmp_path, monkeypatch):
+    def record(hook, i):
+        hook.record("gradient/a", np.arange(6, dtype=np.float32) * (i + 1))
+        hook.record("gradient/b", np.full((3,), -2.0 * i))
+
+    write_run(tmp_path / "run", 2, record, reduction_config=smd.ReductionConfig(
+        reductions=["max"], abs_reductions=["mean"], save_raw_tensor=False))
+    trial = create_trial(str(tmp_path / "run"))
+    required = [Required(collections="gradients", reductions=[("mean", True), ("max", False)],
+                         saved_reductions=True, first_of=("value", "saved_reductions"))]
+    batched = TrialStepView(trial, 1)
+    batched.prefetch(required)
+
+    def unavailable(self, needs):
+        raise AttributeError("simulated: no index internals")
+
+    monkeypatch.setattr(TrialStepView, "_prefetch_batched", unavailable)
+    each = TrialStepView(trial, 1)
+    each.prefetch(required)
+    for name in ("gradient/a", "gradient/b"):
+        assert batched.saved_reductions(name) == each.saved_reductions(name)
+        assert batched.reduction(name, "mean", abs=True) == each.reduction(name, "mean", abs=True)
+        assert batched.first_of(name)[0] == each.first_of(name)[0] == "saved_reductions"
+    assert batched.reduction("gradient/a", "mean", abs=True) == pytest.approx(5.0)
+
+
+# --- actions -----------------------------------------------------------------------------------
+def test_actions_log_call_back_and_survive_a_failing_one(run, caplog):
+    events = []
+
+    def broken(event):
+        raise RuntimeError("callback bug")
+
+    rule = VanishingGradient(create_trial(run), actions=[broken, LogMessage(level="error")])
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        report = invoke_rule(rule, actions=Callback(events.append), report_path=None)
+    assert [e.step for e in events] == [3, 4, 5]
+    assert events[0].rule == "VanishingGradient" and events[0].hook is None and events[0].run_dir == run
+    assert "gradient/fc1.weight" in events[0].details["tensors"]
+    assert sum("rule VanishingGradient fired at step" in r.getMessage() for r in caplog.records) == 3
+    doc = report.to_dict()
+    assert any("callback bug" in e for e in doc["errors"])
+    assert [a["action"] for a in doc["actions"] if a["step"] == 3] == ["Callback(test_actions_log_call_back_and_survive_a_failing_one.<locals>.broken)", "LogMessage", "Callback(list.append)"]
+
+
+def test_as_actions_names_and_errors():
+    assert [type(a) for a in as_actions(["stoptraining", "log"])] == [StopTraining, LogMessage]
+    with pytest.raises(ConfigError, match="unknown action 'email'"):
+        as_actions("email")
+    with pytest.raises(ConfigError, match="not a valid template"):
+        LogMessage(message="{nope}")
+    with pytest.raises(ConfigError, match="level"):
+        LogMessage(level="loud")
+
+
+def test_stop_training_out_of_process_writes_the_request_file(run):
+    invoke_rule(VanishingGradient(create_trial(run)), actions=StopTraining(), report_path=None)
+    reason = read_stop_request(run)
+    assert reason.startswith("VanishingGradient fired at step 3")
+    doc = json.load(open(os.path.join(run, STOP_REQUEST_FILE)))
+    assert doc["rule"] == "VanishingGradient" and doc["step"] == 3 and doc["pid"] == os.getpid()
+
+
+# --- stop protocol -----------------------------------------------------------------------------
+def test_stop_request_round_trip_malformed_and_stale(tmp_path):
+    out = str(tmp_path)
+    assert read_stop_request(out) is None
+    write_stop_request(out, "enough", rule="R", step=3)
+    assert read_stop_request(out) == "enough"
+    with open(os.path.join(out, STOP_REQUEST_FILE), "w") as fh:
+        fh.write("{not json")
+    assert "no readable reason" in read_stop_request(out)  # existence is the request
+    poller = StopRequestPoller(out, interval_s=0)  # removes the stale request
+    assert not os.path.exists(os.path.join(out, STOP_REQUEST_FILE))
+    assert poller.poll() is None
+    with pytest.raises(ValueError, match="reason"):
+        write_stop_request(out, "  ")
+    with pytest.raises(ValueError, match="interval_s"):
+        StopRequestPoller(out, interval_s=-1)
+
+
+def test_poller_touches_the_disk_at_most_once_per_interval_and_stops_a_hook(tmp_path, monkeypatch):
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1))
+    poller = StopRequestPoller(hook.out_dir, interval_s=3600)
+    stats = []
+    real_exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda p: stats.append(p) or real_exists(p))
+    assert poller.check(hook) is False  # first call looks
+    write_stop_request(hook.out_dir, "rule X says stop")
+    for _ in range(100):
+        assert poller.check(hook) is False  # not due yet: no stat
+    assert stats.count(poller.path) == 1
+    poller._next_check = 0  # the interval has passed
+    assert poller.check(hook) is True
+    assert hook.stop_requested and hook.stop_reason == "rule X says stop"
+    hook.close()
+    assert json.load(open(tmp_path / "run" / "training_stop_reason.json"))["reason"] == "rule X says stop"
+
+
+# --- time-based rule -----------------------------------------------------------------------------
+def test_stalled_training_fires_while_following_a_silent_run(tmp_path):
+    hook = write_run(tmp_path / "run", 2, vanishing_from(10), close=False)
+    hook.writer.flush(timeout=30)
+    rule = StalledTrainingRule(create_trial(str(tmp_path / "run")), threshold=0.3)
+    report = invoke_rule(rule, poll_interval=0.05, idle_timeout=1.0, report_path=None)
+    doc = report.to_dict()
+    # Step 1 is still open (not ended), so step 0 is the last saved one.
+    assert doc["triggered"] == 1 and doc["violations"][0]["step"] == 0  # once per stall, at the last step
+    assert "no new step saved" in doc["violations"][0]["message"]
+    hook.close()
+    finished = StalledTrainingRule(create_trial(str(tmp_path / "run")), threshold=0.3)
+    assert invoke_rule(finished, report_path=None).triggered == 0  # a finished run is not stalled
+
+
+# --- parameters ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("factory, message", [
+    (lambda: VanishingGradient(threshold="tiny"), "threshold='tiny'"),
+    (lambda: VanishingGradient(threshold=-1), "threshold=-1"),
+    (lambda: ExplodingTensor(only_nan="maybe"), "only_nan='maybe'"),
+    (lambda: ExplodingTensor(tensor_regex="(unclosed"), "not a valid regular expression"),
+])
+def test_bad_parameters_fail_fast_naming_the_parameter(factory, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        factory()
+
+
+def test_string_parameters_as_sagemaker_passes_them():
+    rule = ExplodingTensor(collection_names="gradients, weights", only_nan="True")
+    assert rule.collection_names == ("gradients", "weights") and rule.only_nan is True
+    assert VanishingGradient(threshold="1e-5").threshold == 1e-5
+
+
+# --- CLI ---------------------------------------------------------------------------------------------
+def test_cli_exit_codes_and_combined_report(run, tmp_path, capsys):
+    assert cli_main([run, "--rules", "VanishingGradient", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "step 3 (GLOBAL 3): VanishingGradient:" in out and "fired at 3 step(s): 3, 4, 5" in out
+    combined = tmp_path / "all.json"
+    assert cli_main([run, "--rules", "vanishinggradient,ExplodingTensor", "--param",
+                     "VanishingGradient.threshold=1e-12", "--report", str(combined), "--no-progress"]) == 0
+    doc = json.load(open(combined))
+    assert set(doc["rules"]) == {"VanishingGradient", "ExplodingTensor"}
+    assert doc["rules"]["VanishingGradient"]["parameters"]["threshold"] == 1e-12
+    assert os.path.exists(os.path.join(run, "rule_reports", "ExplodingTensor.json"))
+    capsys.readouterr()
+    assert cli_main([run, "--rules", "NoSuchRule"]) == 2
+    assert "unknown rule 'NoSuchRule'" in capsys.readouterr().err
+    assert cli_main([run, "--rules", "VanishingGradient", "--param", "VanishingGradient.thresh=1"]) == 2
+    assert "has no parameter 'thresh'" in capsys.readouterr().err
+    assert cli_main([run, "--rules", "AllZero"]) == 2  # needs a selection
+    assert cli_main([str(tmp_path / "missing")]) == 2
+    assert cli_main([run, "--bogus-flag"]) == 2
+    os.makedirs(tmp_path / "empty")
+    assert cli_main([str(tmp_path / "empty")]) == 3
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_cli_as_module_in_a_real_process(run):
+    proc = subprocess.run([sys.executable, "-m", "smdebug.rules", run, "--rules", "ExplodingTensor,VanishingGradient",
+                           "--param", "ExplodingTensor.collection_names=gradients,losses", "--no-progress"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "ExplodingTensor" in proc.stdout and "did not fire" in proc.stdout
+    listing = subprocess.run([sys.executable, "-m", "smdebug.rules", "--list"], capture_output=True, text=True,
+                             timeout=120)
+    assert listing.returncode == 0 and "TreeDepth" in listing.stdout and "depth=4" in listing.stdout

@@ -1,0 +1,390 @@
+"""Every built-in rule on real runs written by the numpy hook: one run that must fire it, one that must not.
+
+Where a rule can work from saved reductions instead of full tensors, both kinds of run are
+tested. Framework-specific runs (sigmoid stacks, XGBoost trees) are in the framework folders.
+"""
+import numpy as np
+import pytest
+
+import smdebug as smd
+from smdebug.exceptions import ConfigError
+from smdebug.rules import (
+    AllZero, ClassImbalance, DeadRelu, ExplodingTensor, FeatureImportanceOverweight, LossNotDecreasing, Overfit,
+    Overtraining, PoorWeightInitialization, SaturatedActivation, SimilarAcrossRuns, TensorVariance, TreeDepth,
+    UnchangedTensor, VanishingGradient, WeightUpdateRatio, invoke_rule,
+)
+from smdebug.trials import create_trial
+
+RAW = smd.ReductionConfig(save_raw_tensor=True)
+rng = np.random.default_rng(0)
+
+
+def make_run(tmp_path, record, steps, *, reductions=None, modes=None, name="run", collections=("gradients",
+                                                                                                 "weights")):
+    """Write a run with the numpy hook (every step saved) and open it. ``modes``: [(mode, n_steps), ...]."""
+    hook = smd.Hook(out_dir=str(tmp_path / name), save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=list(collections), reduction_config=reductions or RAW)
+    plan = modes or [(smd.modes.GLOBAL, steps)]
+    for mode, n in plan:
+        hook.set_mode(mode)
+        for _ in range(n):
+            hook.begin_step()
+            record(hook, hook.global_step, mode)
+    hook.close()
+    return create_trial(str(tmp_path / name))
+
+
+def fired(rule):
+    return invoke_rule(rule, report_path=None).violation_steps
+
+
+# --- VanishingGradient -----------------------------------------------------------------------------
+@pytest.mark.parametrize("reductions", [RAW, smd.ReductionConfig(abs_reductions=["mean"])], ids=["raw", "reductions"])
+def test_vanishing_gradient(tmp_path, reductions):
+    def record(hook, step, mode, tiny_from=3):
+        scale = 1e-9 if step >= tiny_from else 1e-3
+        hook.record("gradient/fc1.weight", rng.standard_normal((16, 8)).astype(np.float32) * scale)
+        hook.record("gradient/fc1.bias", np.full(8, 0.1, np.float32))
+
+    trial = make_run(tmp_path, record, 5, reductions=reductions)
+    assert fired(VanishingGradient(trial)) == [3, 4]
+    healthy = make_run(tmp_path, lambda h, s, m: record(h, s, m, tiny_from=99), 5, reductions=reductions, name="ok")
+    assert fired(VanishingGradient(healthy)) == []
+    assert fired(VanishingGradient(trial, threshold=1e-12)) == []
+
+
+# --- ExplodingTensor -------------------------------------------------------------------------------
+def test_exploding_tensor_raw_values(tmp_path):
+    def record(hook, step, mode):
+        w = rng.standard_normal((4, 4)).astype(np.float32)
+        if step == 2:
+            w[1, 1] = np.nan
+        if step == 4:
+            w[0, 0] = np.inf
+        hook.record("fc.weight", w)
+
+    trial = make_run(tmp_path, record, 6)
+    assert fired(ExplodingTensor(trial)) == [2, 4]
+    assert fired(ExplodingTensor(trial, only_nan=True)) == [2]
+    assert fired(ExplodingTensor(trial, collection_names="gradients")) == []  # nothing selected there
+    healthy = make_run(tmp_path, lambda h, s, m: h.record("fc.weight", np.ones((4, 4))), 4, name="ok")
+    assert fired(ExplodingTensor(healthy)) == []
+
+
+def test_exploding_tensor_from_min_max_reductions_only(tmp_path):
+    def record(hook, step, mode):
+        g = np.full((64,), 0.5, np.float32)
+        if step == 3:
+            g[7] = -np.inf
+        hook.record("gradient/w", g)
+
+    trial = make_run(tmp_path, record, 5, reductions=smd.ReductionConfig(reductions=["min", "max", "mean"]))
+    with pytest.raises(smd.exceptions.TensorUnavailableForStep):
+        trial.tensor("gradient/w").value(3)  # no full tensor: the rule has only the reductions
+    assert fired(ExplodingTensor(trial, collection_names="gradients")) == [3]
+    assert fired(ExplodingTensor(trial, collection_names="gradients", only_nan=True)) == []
+
+
+# --- LossNotDecreasing -----------------------------------------------------------------------------
+def test_loss_not_decreasing(tmp_path):
+    flat = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 1.0), 25, name="flat")
+    assert fired(LossNotDecreasing(flat)) == [10, 20]  # checked every num_steps
+    assert fired(LossNotDecreasing(flat, num_steps=5)) == [5, 10, 15, 20]
+    falling = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 1.0 / (s + 1)), 25, name="falling")
+    assert fired(LossNotDecreasing(falling)) == []
+    # Falls, but by less than 50% per 10 steps.
+    slow = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 0.99 ** s), 25, name="slow")
+    assert fired(LossNotDecreasing(slow)) == []
+    assert fired(LossNotDecreasing(slow, diff_percent=50)) == [10, 20]
+    assert fired(LossNotDecreasing(slow, use_losses_collection=False, tensor_regex="nothing")) == []
+    with pytest.raises(ConfigError, match="use_losses_collection=False"):
+        LossNotDecreasing(slow, use_losses_collection=False)
+
+
+def test_loss_not_decreasing_counts_in_the_modes_own_steps(tmp_path):
+    def record(hook, step, mode):
+        hook.save_scalar("loss", 1.0 if mode is smd.modes.EVAL else 1.0 / (step + 1))
+
+    trial = make_run(tmp_path, record, 0, modes=[(smd.modes.TRAIN, 12), (smd.modes.EVAL, 12)])
+    assert fired(LossNotDecreasing(trial, mode="TRAIN")) == []
+    assert fired(LossNotDecreasing(trial, mode="EVAL")) == [22]  # EVAL step 10 is global step 22
+    assert fired(LossNotDecreasing(trial)) == [22]
+
+
+# --- Overfit ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("val_loss, expected", [(2.0, [5, 6, 7, 13]), (1.05, [])])
+def test_overfit_same_loss_in_train_and_eval_modes(tmp_path, val_loss, expected):
+    def record(hook, step, mode):
+        hook.save_scalar("loss", val_loss if mode is smd.modes.EVAL else 1.0)
+
+    plan = [(smd.modes.TRAIN, 5), (smd.modes.EVAL, 3), (smd.modes.TRAIN, 5), (smd.modes.EVAL, 1)]
+    trial = make_run(tmp_path, record, 0, modes=plan)
+    assert fired(Overfit(trial)) == expected
+
+
+def test_overfit_keras_style_names_patience_and_start_step(tmp_path):
+    def record(hook, step, mode):
+        hook.save_scalar("loss", 1.0)
+        hook.save_scalar("val_loss", 1.0 if step < 4 else 1.5)
+
+    trial = make_run(tmp_path, record, 8)
+    assert fired(Overfit(trial)) == [4, 5, 6, 7]
+    assert fired(Overfit(trial, patience=3)) == [6, 7]
+    assert fired(Overfit(trial, start_step=6)) == [6, 7]
+    assert fired(Overfit(trial, ratio_threshold=0.6)) == []
+
+
+# --- Overtraining ----------------------------------------------------------------------------------
+def test_overtraining(tmp_path):
+    def record(hook, step, mode):
+        hook.save_scalar("loss", 10.0 - step)          # keeps improving
+        hook.save_scalar("val_loss", 5.0 if step >= 2 else 10.0 - step)  # stuck from step 2 on
+
+    trial = make_run(tmp_path, record, 14)
+    assert fired(Overtraining(trial)) == [12, 13]      # 10 validation steps without improvement
+    assert fired(Overtraining(trial, patience_validation=3)) == list(range(5, 14))
+    improving = make_run(tmp_path, lambda h, s, m: (h.save_scalar("loss", 10.0 - s),
+                                                    h.save_scalar("val_loss", 10.5 - s)), 14, name="ok")
+    assert fired(Overtraining(improving)) == []
+
+
+# --- AllZero ----------------------------------------------------------------------------------------
+def test_all_zero_raw_and_threshold(tmp_path):
+    def record(hook, step, mode):
+        w = rng.standard_normal(100)
+        if step == 1:
+            w[:] = 0
+        if step == 2:
+            w[:60] = 0
+        hook.record("fc.weight", w)
+
+    trial = make_run(tmp_path, record, 4)
+    assert fired(AllZero(trial, collection_names="weights")) == [1]
+    assert fired(AllZero(trial, tensor_regex="fc", threshold=50)) == [1, 2]
+    with pytest.raises(ConfigError, match="collection_names and/or tensor_regex"):
+        AllZero(trial)
+    with pytest.raises(ConfigError, match="threshold=0"):
+        AllZero(trial, tensor_regex="fc", threshold=0)
+
+
+def test_all_zero_from_a_saved_norm(tmp_path):
+    def record(hook, step, mode):
+        hook.record("gradient/w", np.zeros(10) if step == 2 else np.ones(10))
+
+    trial = make_run(tmp_path, record, 4, reductions=smd.ReductionConfig(norms=["l2"]))
+    assert fired(AllZero(trial, collection_names="gradients")) == [2]
+    report = invoke_rule(AllZero(trial, collection_names="gradients", threshold=50), report_path=None)
+    assert report.triggered == 0 and report.to_dict()["tensors_unavailable"] == 4  # needs full tensors
+
+
+# --- UnchangedTensor --------------------------------------------------------------------------------
+def test_unchanged_tensor(tmp_path):
+    def record(hook, step, mode):
+        hook.record("frozen.weight", np.arange(6.0))
+        hook.record("trained.weight", rng.standard_normal(6))
+
+    trial = make_run(tmp_path, record, 5)
+    assert fired(UnchangedTensor(trial, collection_names="weights")) == [2, 3, 4]
+    assert fired(UnchangedTensor(trial, tensor_regex="trained")) == []
+    assert fired(UnchangedTensor(trial, tensor_regex="frozen", num_steps=5)) == [4]
+    with pytest.raises(ConfigError, match="num_steps=1"):
+        UnchangedTensor(trial, tensor_regex="x", num_steps=1)
+
+
+def test_unchanged_tensor_from_saved_reductions(tmp_path):
+    def record(hook, step, mode):
+        hook.record("gradient/w", np.full(5, 2.0) if step >= 1 else np.ones(5))
+
+    trial = make_run(tmp_path, record, 4, reductions=smd.ReductionConfig(reductions=["mean", "max"]))
+    assert fired(UnchangedTensor(trial, collection_names="gradients")) == [3]
+
+
+# --- TensorVariance ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("reductions", [RAW, smd.ReductionConfig(reductions=["variance"])], ids=["raw", "reductions"])
+def test_tensor_variance(tmp_path, reductions):
+    def record(hook, step, mode):
+        hook.record("fc.weight", rng.standard_normal(1000) * (10.0 if step == 1 else 1.0))
+        hook.record("fc2.weight", np.full(10, 3.0) if step == 2 else rng.standard_normal(10))
+
+    trial = make_run(tmp_path, record, 3, reductions=reductions)
+    assert fired(TensorVariance(trial, collection_names="weights", max_threshold=10)) == [1]
+    assert fired(TensorVariance(trial, collection_names="weights", min_threshold=1e-6)) == [2]
+    assert fired(TensorVariance(trial, tensor_regex="fc.weight", max_threshold=1000, min_threshold=1e-6)) == []
+    with pytest.raises(ConfigError, match="max_threshold and/or min_threshold"):
+        TensorVariance(trial, tensor_regex="fc")
+
+
+# --- WeightUpdateRatio ------------------------------------------------------------------------------
+def test_weight_update_ratio(tmp_path):
+    w = rng.standard_normal(50)
+
+    def record(hook, step, mode):
+        factor = {2: 100.0, 3: 100.0}.get(step, 1.001)  # a huge update into step 2, none into 4
+        record.w = record.w * factor if step != 4 else record.w
+        hook.record("fc.weight", record.w)
+    record.w = w
+
+    trial = make_run(tmp_path, record, 6)
+    assert fired(WeightUpdateRatio(trial)) == [2, 3, 4]  # 2, 3: ratio 99; 4: no update at all
+    assert fired(WeightUpdateRatio(trial, large_threshold=1000, small_threshold=0)) == []
+
+    def eval_too(hook, step, mode):
+        hook.record("fc.weight", w + 0.001 * step)
+
+    trial = make_run(tmp_path, eval_too, 0, name="modes", modes=[(smd.modes.TRAIN, 3), (smd.modes.EVAL, 3)])
+    assert fired(WeightUpdateRatio(trial)) == []  # EVAL steps (no training) are not compared
+
+
+# --- PoorWeightInitialization ----------------------------------------------------------------------
+def test_poor_weight_initialization(tmp_path):
+    def good(hook, step, mode):
+        hook.save_tensor("layer1_relu_input", rng.standard_normal((32, 16)), "activations")
+        hook.save_tensor("layer2_relu_input", rng.standard_normal((32, 16)) * 1.5, "activations")
+        hook.record("gradient/fc.weight", rng.standard_normal(100) * 0.01)
+        hook.save_scalar("loss", 1.0 / (step + 1))
+
+    trial = make_run(tmp_path, good, 12)
+    assert fired(PoorWeightInitialization(trial)) == []
+
+    def bad_variance(hook, step, mode):
+        good(hook, step, mode)
+        hook.save_tensor("layer3_relu_input", rng.standard_normal((32, 16)) * 100, "activations")
+
+    trial = make_run(tmp_path, bad_variance, 12, name="variance")
+    assert fired(PoorWeightInitialization(trial)) == list(range(10))  # only the first `steps` steps
+
+    def flat_gradients(hook, step, mode):
+        good(hook, step, mode)
+        hook.record("gradient/fc.weight", np.full(100, 1e-3))
+
+    trial = make_run(tmp_path, flat_gradients, 3, name="flat")
+    report = invoke_rule(PoorWeightInitialization(trial), report_path=None)
+    assert report.violation_steps == [0, 1, 2] and "concentrated" in report.to_dict()["violations"][0]["message"]
+
+    def stuck_loss(hook, step, mode):
+        good(hook, step, mode)
+        hook.save_scalar("loss", 1.0)
+
+    trial = make_run(tmp_path, stuck_loss, 12, name="stuck")
+    assert fired(PoorWeightInitialization(trial)) == [5, 6, 7, 8, 9]
+    assert fired(PoorWeightInitialization(trial, patience=8, steps=8)) == []
+
+
+# --- DeadRelu / SaturatedActivation ----------------------------------------------------------------
+def test_dead_relu(tmp_path):
+    def record(hook, step, mode):
+        x = np.maximum(rng.standard_normal((64, 20)), 0)
+        if step >= 1:
+            x[:, :15] = 0  # 75% of the units never fire
+        hook.save_tensor("block1.relu_output", x, "activations")
+
+    trial = make_run(tmp_path, record, 3)
+    assert fired(DeadRelu(trial)) == [1, 2]
+    assert fired(DeadRelu(trial, threshold_layer=80)) == []
+    assert fired(DeadRelu(trial, tensor_regex="nothing_matches")) == []
+
+
+def test_saturated_activation(tmp_path):
+    def record(hook, step, mode):
+        hook.save_tensor("layer_tanh_input", rng.standard_normal((32, 10)) + (30 if step == 1 else 0), "acts")
+        hook.save_tensor("out_sigmoid_input", rng.standard_normal((32, 10)) - (40 if step == 2 else 0), "acts")
+        hook.save_tensor("other_input", rng.standard_normal((32, 10)) * 100, "acts")  # neither tanh nor sigmoid
+
+    trial = make_run(tmp_path, record, 3)
+    report = invoke_rule(SaturatedActivation(trial), report_path=None)
+    assert report.violation_steps == [1, 2]
+    assert "layer_tanh_input" in report.to_dict()["violations"][0]["message"]
+    assert fired(SaturatedActivation(trial, threshold_tanh="(-100, 100)", threshold_sigmoid=(-100, 100))) == []
+    with pytest.raises(ConfigError, match="threshold_tanh"):
+        SaturatedActivation(threshold_tanh=(5, -5))
+
+
+# --- ClassImbalance --------------------------------------------------------------------------------
+def test_class_imbalance(tmp_path):
+    def imbalanced(hook, step, mode):
+        labels = np.where(rng.random(100) < 0.05, 1, 0)
+        hook.save_tensor("labels", labels, "labels")
+        hook.save_tensor("predictions", labels, "predictions")
+
+    trial = make_run(tmp_path, imbalanced, 7)
+    assert fired(ClassImbalance(trial)) == [4, 5, 6]  # from 500 samples on
+
+    def balanced(hook, step, mode, wrong=False):
+        labels = np.arange(100) % 2
+        probabilities = np.eye(2)[np.zeros(100, int) if wrong else labels] * 0.9 + 0.05
+        hook.save_tensor("labels", labels, "labels")
+        hook.save_tensor("predictions", probabilities, "predictions")
+
+    trial = make_run(tmp_path, balanced, 7, name="balanced")
+    assert fired(ClassImbalance(trial, argmax=True)) == []
+    trial = make_run(tmp_path, lambda h, s, m: balanced(h, s, m, wrong=True), 7, name="wrong")
+    report = invoke_rule(ClassImbalance(trial, argmax=True, samples=200), report_path=None)
+    assert report.violation_steps == [1, 2, 3, 4, 5, 6]
+    assert "class 1: 100%" in report.to_dict()["violations"][0]["message"]
+
+
+# --- SimilarAcrossRuns ----------------------------------------------------------------------------
+def test_similar_across_runs(tmp_path):
+    def record(hook, step, mode, diverge_at=None):
+        value = np.arange(12.0) * (step + 1)
+        hook.record("gradient/fc.weight", value / 10)
+        hook.record("fc.weight", value + 1e-3 if step == diverge_at else value)
+
+    base = make_run(tmp_path, record, 4, name="base")
+    same = make_run(tmp_path, record, 4, name="same")
+    other = make_run(tmp_path, lambda h, s, m: record(h, s, m, diverge_at=2), 4, name="other")
+    assert fired(SimilarAcrossRuns(base, same)) == []
+    assert fired(SimilarAcrossRuns(base, str(tmp_path / "other"))) == [2]
+    assert fired(SimilarAcrossRuns(base, other, tensor_regex="^gradient")) == []
+    short = make_run(tmp_path, record, 2, name="short")
+    report = invoke_rule(SimilarAcrossRuns(base, short), report_path=None)
+    assert report.triggered == 0 and report.to_dict()["steps_without_data"] == 2  # steps 2, 3 not in short
+    with pytest.raises(ConfigError, match="other_trial"):
+        SimilarAcrossRuns(base)
+
+
+# --- XGBoost rules on crafted tensors (real XGBoost runs: tests/xgboost/test_rules_xgboost.py) ---
+def _tree_table(depths):
+    """trees/* columns of chain-shaped trees of the given depths (node ids as XGBoost numbers them)."""
+    tree, node, ids, yes, no = [], [], [], [], []
+    for t, depth in enumerate(depths):
+        next_id = 1
+        current = 0
+        for level in range(depth + 1):
+            leaf = level == depth
+            left, right = (next_id, next_id + 1) if not leaf else (None, None)
+            for n, is_leaf in ((current, leaf), (None, True)) if level else ((current, leaf),):
+                if n is None:
+                    continue
+                tree.append(t), node.append(n), ids.append(f"{t}-{n}")
+                yes.append("" if is_leaf else f"{t}-{left}"), no.append("" if is_leaf else f"{t}-{right}")
+            if not leaf:
+                tree.append(t), node.append(right), ids.append(f"{t}-{right}"), yes.append(""), no.append("")
+                current, next_id = left, next_id + 2
+    return {"Tree": np.array(tree), "Node": np.array(node), "ID": np.array(ids), "Yes": np.array(yes),
+            "No": np.array(no)}
+
+
+def test_tree_depth_on_crafted_tree_tensors(tmp_path):
+    def record(hook, step, mode):
+        for column, values in _tree_table([2, 3] if step == 0 else [2, 6]).items():
+            hook.save_tensor(f"trees/{column}", values, "trees")
+
+    trial = make_run(tmp_path, record, 2)
+    report = invoke_rule(TreeDepth(trial), report_path=None)
+    assert report.violation_steps == [1]
+    assert report.to_dict()["violations"][0]["details"]["max_depth"] == 6
+    assert fired(TreeDepth(trial, depth=6)) == []
+
+
+def test_feature_importance_overweight_on_crafted_tensors(tmp_path):
+    def record(hook, step, mode):
+        weights = [50, 30, 15, 3, 1, 1] if step == 1 else [10, 9, 8, 8, 7, 7]
+        for i, w in enumerate(weights):
+            hook.save_tensor(f"feature_importance/weight/f{i}", np.array([float(w)]), "feature_importance")
+        hook.save_tensor("feature_importance/gain/f0", np.array([1000.0]), "feature_importance")
+
+    trial = make_run(tmp_path, record, 3)
+    assert fired(FeatureImportanceOverweight(trial)) == [1]
+    assert fired(FeatureImportanceOverweight(trial, threshold=0.99)) == []
+    assert fired(FeatureImportanceOverweight(trial, nfeatures=6)) == []  # 6 features: nothing to compare
