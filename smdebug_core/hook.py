@@ -214,6 +214,10 @@ class Hook:
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
 
+        self._checkpoint_dir = cfg.checkpoint_dir()
+        if self._checkpoint_dir:
+            self._resume_step_counters()
+
         self.writer = None
         if self.writes_files:
             self._prepare_out_dir(overwrite)
@@ -253,6 +257,46 @@ class Hook:
                 pass
         except OSError as exc:
             raise OutDirError(f"out_dir {self.out_dir} is not writable: {exc.strerror or exc}") from None
+
+    # --- step counters kept across restarts (spot training), FORMAT.md 1.3 metadata.json ---
+    def _state_file(self) -> str:
+        return os.path.join(self._checkpoint_dir, "metadata.json")
+
+    def _resume_step_counters(self) -> None:
+        """Continue the step numbering of a previous run of this job, if it left its state."""
+        try:
+            with open(self._state_file()) as fh:
+                records = json.load(fh)
+            last = records[-1] if isinstance(records, list) and records else None
+            if not isinstance(last, dict):
+                return
+            seen = int(last["latest-global-step-seen"])
+            mode_steps = {ModeKeys.parse(k): int(v) for k, v in (last.get("latest-mode-step") or {}).items()}
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("smdebug: ignoring unreadable step state %s: %s", self._state_file(), exc)
+            return
+        self.global_step = seen
+        self.mode_steps.update(mode_steps)
+        self.mode_steps[ModeKeys.GLOBAL] = seen
+        logger.info("smdebug: resuming after global step %d (state in %s)", seen, self._checkpoint_dir)
+
+    def _save_step_counters(self) -> None:
+        record = {
+            "training-run": self.out_dir,
+            "latest-global-step-saved": self.global_step,
+            "latest-global-step-seen": self.global_step,
+            "latest-mode-step": {m.name: s for m, s in self.mode_steps.items() if s >= 0},
+        }
+        try:
+            os.makedirs(self._checkpoint_dir, exist_ok=True)
+            tmp = self._state_file() + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump([record], fh)
+            os.replace(tmp, self._state_file())
+        except OSError as exc:
+            logger.warning("smdebug: could not save step state to %s: %s", self._checkpoint_dir, exc)
 
     def _include(self, name: str) -> None:
         self.collection_manager.get(name)
@@ -637,6 +681,8 @@ class Hook:
                 logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
         if self._metrics_file is not None:
             self._metrics_file.close()
+        if self._checkpoint_dir and self.global_step >= 0:
+            self._save_step_counters()
         _unregister_hook(self)
 
     def __enter__(self):

@@ -270,3 +270,19 @@ def test_plan_is_cached_per_name(tmp_path):
     hook.begin_step()
     assert hook.plan_for("fc.weight") is first
     assert hook.plan_for("fc.bias") is None
+
+
+def test_step_numbering_resumes_from_checkpoint_state(tmp_path, monkeypatch):
+    ckpt_config = tmp_path / "checkpointconfig.json"
+    ckpt_config.write_text(json.dumps({"LocalPath": str(tmp_path / "ckpt")}))
+    monkeypatch.setenv("CHECKPOINT_CONFIG_FILE_PATH", str(ckpt_config))
+    first = smd.Hook(out_dir=tmp_path / "run1", save_config=smd.SaveConfig(save_interval=1))
+    first.set_mode(smd.modes.TRAIN)
+    for _ in range(3):
+        first.begin_step()
+    first.close()
+    second = smd.Hook(out_dir=tmp_path / "run2", save_config=smd.SaveConfig(save_interval=1))
+    second.set_mode(smd.modes.TRAIN)
+    second.begin_step()
+    assert (second.global_step, second.mode_step) == (3, 3)
+    second.close()
