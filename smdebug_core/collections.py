@@ -106,6 +106,7 @@ FRAMEWORK_PROFILES: Dict[str, FrameworkProfile] = {
             # The [a-zA-z] ranges are the original's and are kept for identical matching.
             K.HYPERPARAMETERS: (r"^hyperparameters/.*$",),
             K.METRICS: (r"^[a-zA-z]+-[a-zA-z0-9]+$",),
+            K.LOSSES: (r"^[a-zA-z]+-.+(?<!(auc|map))$",),
             K.PREDICTIONS: (r"^predictions$",),
             K.LABELS: (r"^labels$",),
             K.FEATURE_IMPORTANCE: (r"^feature_importance/.*",),

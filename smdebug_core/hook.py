@@ -372,7 +372,10 @@ class Hook:
             if (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS)
             and p.save_config.should_save_step(mode, step)
         )
-        self.saving_step = bool(self._saving_colls)
+        # A worker that writes nothing (include_workers="one", not the chief) touches no
+        # tensor, unless a dry run or a live rule wants the values.
+        consumes = self.writes_files or self.dry_run or bool(self._step_listeners)
+        self.saving_step = bool(self._saving_colls) and consumes
 
     def _prepare_if_changed(self) -> None:
         key = (self.collection_manager.version, tuple(self.include_collections))

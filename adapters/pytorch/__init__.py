@@ -14,9 +14,9 @@ from smdebug.reduction_config import ReductionConfig
 from smdebug.save_config import SaveConfig, SaveConfigMode
 
 from .backend import TorchBackend
-from .hook import Hook, get_hook
+from .hook import Hook, TrainingStopRequested, get_hook
 
 __all__ = [
     "Collection", "CollectionKeys", "Hook", "ModeKeys", "ReductionConfig", "SaveConfig", "SaveConfigMode",
-    "TorchBackend", "create_trial", "get_hook", "modes",
+    "TorchBackend", "TrainingStopRequested", "create_trial", "get_hook", "modes",
 ]

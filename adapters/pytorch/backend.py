@@ -55,6 +55,9 @@ for _torch_name, _ml_name in (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2"
     if hasattr(torch, _torch_name) and hasattr(ml_dtypes, _ml_name):
         _NUMPY_VIEW_DTYPES[getattr(torch, _torch_name)] = (torch.uint8, np.dtype(getattr(ml_dtypes, _ml_name)))
 
+# Dtypes whose strided tensors need no conversion (complex ones may carry a conj bit).
+_PLAIN_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                           torch.int16, torch.int8, torch.uint8, torch.bool})
 _FLOAT64_SOURCES = frozenset({torch.float64, torch.int64, torch.int32, torch.complex128}
                              | {getattr(torch, n) for n in ("uint32", "uint64") if hasattr(torch, n)})
 
@@ -85,6 +88,8 @@ class TorchSnapshot:
 def plain_tensor(value: torch.Tensor) -> torch.Tensor:
     """``value`` detached, as a dense strided tensor of a dtype we can reduce and save."""
     t = value.detach()
+    if t.dtype in _PLAIN_DTYPES and t.layout is torch.strided and not t.is_neg():
+        return t  # the common case, decided in three checks
     if t.is_quantized:
         t = t.dequantize()
     if t.layout != torch.strided:

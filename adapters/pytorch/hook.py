@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from smdebug.exceptions import ConfigError
+from smdebug.exceptions import ConfigError, SMDebugError
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import get_hook as _core_get_hook
 from smdebug.hook import never_raises
@@ -106,6 +106,16 @@ def _weak_method(method):
     return call
 
 
+class TrainingStopRequested(SMDebugError):
+    """Raised by the registered model's forward call once a rule asked to stop training.
+
+    A live rule's ``StopTraining`` action calls ``hook.request_stop(reason)``; PyTorch has
+    no callback that can end a user's loop, so the next step refuses to start: the forward
+    pre-hook writes the step that just ended and raises this. Catch it to end training
+    your own way; ``hook.stop_reason`` holds the reason.
+    """
+
+
 class Hook(CoreHook):
     """Saves tensors of a PyTorch model during training.
 
@@ -163,12 +173,6 @@ class Hook(CoreHook):
     def _make_backend(self) -> TorchBackend:
         return TorchBackend()
 
-    def _update_saving(self) -> None:
-        super()._update_saving()
-        # A worker that writes nothing (include_workers="one", not the chief) touches no tensor.
-        if not self.writes_files and not self.dry_run:
-            self.saving_step = False
-
     def set_mode(self, mode) -> None:
         """Set TRAIN, EVAL, PREDICT or GLOBAL; from now on it overrides ``module.training``."""
         super().set_mode(mode)
@@ -217,8 +221,7 @@ class Hook(CoreHook):
                 self._param_ids.add(id(param))
                 self._params.append((f"{root_name}_{pname}", param))
         self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
-        self._handles.append(module.register_forward_hook(
-            functools.partial(_weak_method(self._on_module_forward), root_name)))
+        self._handles.append(module.register_forward_hook(self._forward_hook(root_name)))
         self._install_optimizer_hooks()
         self._resolve_layer_requests()
         self._sync_capture_hooks()
@@ -238,8 +241,7 @@ class Hook(CoreHook):
         name = type(loss_module).__name__
         self._losses.append(loss_module)
         self._module_names.setdefault(id(loss_module), (loss_module, name))
-        self._handles.append(loss_module.register_forward_hook(
-            functools.partial(_weak_method(self._on_module_forward), self._module_names[id(loss_module)][1])))
+        self._handles.append(loss_module.register_forward_hook(self._forward_hook(self._module_names[id(loss_module)][1])))
 
     def register_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Count TRAIN steps by this optimizer's steps from now on (gradient accumulation).
@@ -318,13 +320,15 @@ class Hook(CoreHook):
         for module_id, (module, name) in self._module_names.items():
             if module_id in permanent:
                 continue
-            if self.plan_for(f"{name}_input_0") is None and self.plan_for(f"{name}_output_0") is None:
+            want_inputs = self.plan_for(f"{name}_input_0") is not None
+            want_outputs = self.plan_for(f"{name}_output_0") is not None
+            if not (want_inputs or want_outputs):
                 continue
             if module_id in self._compiled_module_ids:
                 skipped.append(name)
                 continue
             self._capture_handles.append(module.register_forward_hook(
-                functools.partial(_weak_method(self._on_module_forward), name)))
+                self._forward_hook(name, want_inputs, want_outputs)))
         if skipped and not self._warned_compiled:
             self._warned_compiled = True
             logger.warning(
@@ -346,6 +350,10 @@ class Hook(CoreHook):
             self._remove_handles(self._capture_handles)
             self._remove_handles(self._handles)
             return
+        if self.stop_reason is not None:
+            if self._step_open:
+                self.end_step()
+            raise TrainingStopRequested(f"smdebug stopped training: {self.stop_reason}")
         self._root_forward_pre(module)
 
     @never_raises("forward pre-hook")
@@ -391,27 +399,32 @@ class Hook(CoreHook):
         self._optimizers[optimizer] = (len(groups), ours)
         return ours
 
-    def _on_module_forward(self, name: str, module, inputs, outputs) -> None:
-        if self.saving_step and self.enabled:
-            self._module_forward(name, inputs, outputs)
+    def _forward_hook(self, name: str, inputs: Optional[bool] = None, outputs: Optional[bool] = None):
+        """A forward hook recording ``name``'s inputs/outputs (None: whatever the plan asks for)."""
+        return functools.partial(_weak_method(self._on_module_forward), name, inputs, outputs)
 
     @never_raises("module forward hook")
-    def _module_forward(self, name: str, inputs, outputs) -> None:
-        self._offer(name, False, inputs)
-        self._offer(name, True, outputs)
+    def _on_module_forward(self, name: str, want_inputs, want_outputs, module, inputs, outputs) -> None:
+        if not self.saving_step:
+            return
+        if want_inputs or (want_inputs is None and self.plan_for(f"{name}_input_0") is not None):
+            self._offer(name, False, inputs)
+        if want_outputs or (want_outputs is None and self.plan_for(f"{name}_output_0") is not None):
+            self._offer(name, True, outputs)
 
     def _offer(self, name: str, is_output: bool, value) -> None:
-        tensors = _tensor_leaves(value, [])
+        tensors = (value,) if isinstance(value, torch.Tensor) else _tensor_leaves(value, [])
         if not tensors:
             return
         key = (name, is_output)
         first = self._tensor_counts.get(key, 0)
         self._tensor_counts[key] = first + len(tensors)
-        kind = "output" if is_output else "input"
+        kind = "_output_" if is_output else "_input_"
         for i, tensor in enumerate(tensors, first):
-            tname = f"{name}_{kind}_{i}"
-            if self.plan_for(tname) is not None and self._usable(tname, tensor):
-                self.record(tname, tensor, self.backend)
+            tname = f"{name}{kind}{i}"
+            if (tensor.is_meta or tensor.is_nested) and not self._usable(tname, tensor):
+                continue
+            self.record(tname, tensor, self.backend)
 
     def _on_grad_accumulated(self, name: str, param) -> None:
         if self.saving_step and self.enabled and param.grad is not None:
@@ -419,7 +432,7 @@ class Hook(CoreHook):
 
     def _usable(self, name: str, tensor: torch.Tensor) -> bool:
         """False (with one warning per name) for tensors that hold no data to save."""
-        if tensor.device.type != "meta" and not tensor.is_nested:
+        if not (tensor.is_meta or tensor.is_nested):
             return True
         if name not in self._warned_bad_tensor:
             self._warned_bad_tensor.add(name)
@@ -472,4 +485,4 @@ def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool 
     return _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
 
 
-__all__ = ["Hook", "get_hook", "TorchSnapshot"]
+__all__ = ["Hook", "TrainingStopRequested", "get_hook"]

@@ -74,9 +74,9 @@ def uninstrument() -> None:
 
 
 def _keras_is_being_imported() -> bool:
+    """Keras' module exists but has not defined ``Model`` yet (its import is under way)."""
     module = sys.modules.get("keras")
-    spec = getattr(module, "__spec__", None)
-    return module is not None and bool(getattr(spec, "_initializing", False))
+    return module is not None and getattr(module, "Model", None) is None
 
 
 def _defer_to_keras_import() -> None:

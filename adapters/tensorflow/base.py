@@ -97,6 +97,12 @@ class TFHookBase(Hook):
             self.writer.worker = identity.name  # only names the collections file, not yet written
 
     # --- steps -----------------------------------------------------------------------
+    def set_mode(self, mode) -> None:
+        """Switch mode; a step still open (its tensors captured by a graph) is finished first."""
+        if self._step_active and self.enabled:
+            self.end_step()
+        super().set_mode(mode)
+
     def begin_step(self, step: Optional[int] = None) -> bool:
         saving = super().begin_step(step)
         self._step_active = self.enabled

@@ -244,6 +244,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         return True
 
     def _offer_gradients(self, optimizer, grads, trainable_variables) -> None:
+        self._scan_optimizer(optimizer)  # slots appear when the optimizer is built, possibly just now
         variables = list(trainable_variables) if trainable_variables is not None else \
             list(getattr(optimizer, "_trainable_variables", []) or [])
         grads = list(grads)

@@ -115,8 +115,9 @@ class Hook(CoreHook, TrainingCallback):
         self.hyperparameters = dict(hyperparameters) if hyperparameters is not None else None
         self._train_data = train_data
         self._validation_data = validation_data
-        # Data adopted from an instrumented ``xgb.train`` call is replaced at the next call.
-        self._data_from_train_call = False
+        # Which of "train"/"validation" came from an instrumented ``xgb.train`` call (and are
+        # replaced at the next call) rather than from the user.
+        self._adopted: set = set()
         self._dmatrices: Dict[str, xgb.DMatrix] = {}
         self._labels: Optional[np.ndarray] = None
         self._step_offset = 0
@@ -135,7 +136,7 @@ class Hook(CoreHook, TrainingCallback):
         _check_data(value, "train_data", labels_required=False)
         self._train_data = value
         self._dmatrices.pop("train", None)
-        self._data_from_train_call = False
+        self._adopted.discard("train")
 
     @property
     def validation_data(self):
@@ -148,7 +149,7 @@ class Hook(CoreHook, TrainingCallback):
         self._validation_data = value
         self._dmatrices.pop("validation", None)
         self._labels = None
-        self._data_from_train_call = False
+        self._adopted.discard("validation")
 
     def _adopt_training_data(self, dtrain, evals) -> None:
         """Zero-code-change: use the data of an ``xgb.train`` call where none was given.
@@ -156,16 +157,15 @@ class Hook(CoreHook, TrainingCallback):
         SHAP values are computed on ``dtrain``; predictions on the last evaluation set
         that is not ``dtrain`` (the one early stopping watches).
         """
-        if self._train_data is not None and not self._data_from_train_call:
-            return
-        if self._validation_data is not None and not self._data_from_train_call:
-            validation = self._validation_data
-        else:
-            validation = next((d for d, _ in reversed(list(evals or ())) if d is not dtrain), None)
-        self._train_data, self._validation_data = dtrain, validation
-        self._dmatrices.clear()
-        self._labels = None
-        self._data_from_train_call = True
+        if self._train_data is None or "train" in self._adopted:
+            self._train_data = dtrain
+            self._dmatrices.pop("train", None)
+            self._adopted.add("train")
+        if self._validation_data is None or "validation" in self._adopted:
+            self._validation_data = next((d for d, _ in reversed(list(evals or ())) if d is not dtrain), None)
+            self._dmatrices.pop("validation", None)
+            self._labels = None
+            self._adopted.add("validation")
 
     def _dmatrix(self, which: str, booster) -> Optional[xgb.DMatrix]:
         if which in self._dmatrices:
@@ -223,13 +223,8 @@ class Hook(CoreHook, TrainingCallback):
         action asked for it (:meth:`request_stop`)."""
         if self.enabled:
             try:
-                previous_saved = self.saving_step
-                if self.begin_step(epoch + self._step_offset) and self._records_anything():
+                if self.begin_step(epoch + self._step_offset):
                     self._record_round(model, evals_log)
-                if previous_saved and self.writer is not None:
-                    # begin_step() has just ended the previous saved round: make it readable
-                    # now rather than when the next saved round arrives (maybe many rounds later).
-                    self.writer.publish()
             except Exception as exc:  # noqa: BLE001 - the contract is to never break training
                 self.disable(f"after_iteration: {type(exc).__name__}: {exc}")
         return self.stop_requested
@@ -246,12 +241,6 @@ class Hook(CoreHook, TrainingCallback):
         return model
 
     # --- one saved round --------------------------------------------------------------
-    def _records_anything(self) -> bool:
-        # With include_workers="one", the other workers write nothing: computing SHAP values
-        # or tree tables there would only slow them down (unless a dry run or a live rule
-        # looks at the values).
-        return self.writes_files or self.dry_run or bool(self._step_listeners)
-
     def _record_round(self, model, evals_log) -> None:
         self._record_metrics(evals_log)
         if not isinstance(model, xgb.Booster):

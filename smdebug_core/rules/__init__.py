@@ -6,39 +6,42 @@
 
 Every rule writes a JSON report (:mod:`smdebug.rules.report`); actions
 (:mod:`smdebug.rules.actions`) run when it fires.
-"""
-from ..exceptions import RuleEvaluationConditionMet
-from .actions import Action, Callback, LogMessage, RuleEvent, StopTraining
-from .builtin import (
-    BUILTIN_RULES,
-    AllZero,
-    ClassImbalance,
-    DeadRelu,
-    ExplodingTensor,
-    FeatureImportanceOverweight,
-    LossNotDecreasing,
-    Overfit,
-    Overtraining,
-    PoorWeightInitialization,
-    SaturatedActivation,
-    SimilarAcrossRuns,
-    StalledTrainingRule,
-    TensorVariance,
-    TreeDepth,
-    UnchangedTensor,
-    VanishingGradient,
-    WeightUpdateRatio,
-)
-from .report import RuleReport
-from .rule import Rule, invoke_rule, run_rules
-from .stop_protocol import StopRequestPoller, read_stop_request, write_stop_request
-from .views import Required, StepView
 
-__all__ = [
-    "Action", "AllZero", "BUILTIN_RULES", "Callback", "ClassImbalance", "DeadRelu", "ExplodingTensor",
-    "FeatureImportanceOverweight", "LogMessage", "LossNotDecreasing", "Overfit", "Overtraining",
-    "PoorWeightInitialization", "Required", "Rule", "RuleEvaluationConditionMet", "RuleEvent", "RuleReport",
-    "SaturatedActivation", "SimilarAcrossRuns", "StalledTrainingRule", "StepView", "StopRequestPoller",
-    "StopTraining", "TensorVariance", "TreeDepth", "UnchangedTensor", "VanishingGradient", "WeightUpdateRatio",
-    "invoke_rule", "read_stop_request", "run_rules", "write_stop_request",
-]
+Names are loaded on first use, so that the hook can import ``smdebug.rules.stop_protocol``
+without loading the rules.
+"""
+import importlib
+
+from ..exceptions import RuleEvaluationConditionMet
+
+_BUILTIN = ("AllZero", "ClassImbalance", "DeadRelu", "ExplodingTensor", "FeatureImportanceOverweight",
+            "LossNotDecreasing", "Overfit", "Overtraining", "PoorWeightInitialization", "SaturatedActivation",
+            "SimilarAcrossRuns", "StalledTrainingRule", "TensorVariance", "TreeDepth", "UnchangedTensor",
+            "VanishingGradient", "WeightUpdateRatio")
+_LAZY = {
+    **{name: "builtin" for name in _BUILTIN},
+    "BUILTIN_RULES": "builtin",
+    "Action": "actions", "Callback": "actions", "LogMessage": "actions", "RuleEvent": "actions",
+    "StopTraining": "actions",
+    "RuleReport": "report",
+    "Rule": "rule", "invoke_rule": "rule", "run_rules": "rule",
+    "StopRequestPoller": "stop_protocol", "read_stop_request": "stop_protocol", "write_stop_request": "stop_protocol",
+    "Required": "views", "StepView": "views",
+    "attach_rule": "live", "LiveRule": "live",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["RuleEvaluationConditionMet", *sorted(_LAZY)]

@@ -89,9 +89,10 @@ class FeatureImportanceOverweight(Rule):
     total importance.
 
     Reads the tensors matching ``tensor_regex`` (default ``.*feature_importance/weight``, one
-    per feature). Steps with ``nfeatures`` or fewer features with an importance are skipped
-    (the share would be 1 by construction). Parameters: ``threshold`` (0.8), ``nfeatures``
-    (3), ``tensor_regex``.
+    per feature). XGBoost reports only the features used in some split, so a model that uses
+    ``nfeatures`` features or fewer holds all of its importance in them and fires (early
+    rounds, with few trees, may do so). Parameters: ``threshold`` (0.8), ``nfeatures`` (3),
+    ``tensor_regex``.
     """
 
     def __init__(self, base_trial=None, threshold=0.8, nfeatures=3, tensor_regex=".*feature_importance/weight",
@@ -118,7 +119,7 @@ class FeatureImportanceOverweight(Rule):
                 continue
             if np.isfinite(value) and value > 0:
                 importance[name] = value
-        if len(importance) <= self.nfeatures:
+        if not importance:
             return False
         ranked = sorted(importance.items(), key=lambda kv: kv[1], reverse=True)
         top = ranked[: self.nfeatures]

@@ -113,8 +113,7 @@ class _LiveRunner:
         self._thread = threading.Thread(target=self._run, name="smdebug-live-rules", daemon=True)
         self._thread.start()
         hook.add_step_listener(self)
-        self_ref = weakref.ref(self)
-        atexit.register(lambda: self_ref() is not None and self_ref().close(timeout=10))
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # --- configuration ---------------------------------------------------------------------
     def add(self, live_rule: LiveRule) -> None:
@@ -262,6 +261,20 @@ class _LiveRunner:
         logger.warning("smdebug: live rule %s failed%s and was detached (training continues): %s",
                        live_rule.rule.rule_name, where, live_rule.error)
         live_rule.rule.report.error(f"failed{where}: {live_rule.error}")
+
+
+def _close_at_exit(runner_ref) -> None:
+    """At interpreter exit: close the hook first (its last step reaches the rules), then the rules."""
+    runner = runner_ref()
+    if runner is None or runner._closed:
+        return
+    hook = runner._hook_ref()
+    if hook is not None:
+        try:
+            hook.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+    runner.close(timeout=10)
 
 
 def attach_rule(hook, rule: Rule, actions=None, *, max_lag_steps="auto", report_path: Optional[str] = "",

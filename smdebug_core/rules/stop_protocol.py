@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import tempfile
 import time
 from typing import Optional
 
@@ -60,6 +58,9 @@ def write_stop_request(out_dir, reason: str, rule: Optional[str] = None, step: O
     Atomic: the file appears complete or not at all. Writing it again replaces the reason.
     Raises OSError if the directory cannot be written.
     """
+    import socket
+    import tempfile
+
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError(f"a stop request needs a non-empty reason string, got {reason!r}")
     out_dir = os.fspath(out_dir)

@@ -114,7 +114,8 @@ def test_pytorch_profile_regexes_match_original_names():
 def test_xgboost_profile_regexes():
     mgr = CollectionManager(FRAMEWORK_PROFILES["xgboost"])
     names = lambda t: sorted(c.name for c in mgr.collections_for(t))  # noqa: E731
-    assert names("train-logloss") == ["metrics"]
+    assert names("train-logloss") == ["losses", "metrics"]
+    assert names("valid-auc") == ["metrics"]  # an AUC is not a loss
     assert names("average_shap/f3") == ["average_shap"]
     assert names("average_shap/bias") == []
     assert names("hyperparameters/max_depth") == ["hyperparameters"]

@@ -408,3 +408,22 @@ def test_bad_arguments_fail_fast(run_dir):
     with pytest.raises(ConfigError, match="Optimizer"):
         hook.register_optimizer(Net())
     hook.close()
+
+
+def test_request_stop_ends_training_at_the_next_step(run_dir):
+    model, loss_fn = make_model(), torch.nn.CrossEntropyLoss()
+    hook = every_step(out_dir=run_dir)
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    ran = []
+
+    def after_step(i):
+        ran.append(i)
+        if i == 1:
+            hook.request_stop("a rule fired")
+
+    with pytest.raises(smd.TrainingStopRequested, match="a rule fired"):
+        train(model, loss_fn, batches(5), after_step=after_step)
+    assert ran == [0, 1]
+    hook.close()
+    assert create_trial(run_dir).steps() == [0, 1]

@@ -3,7 +3,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -80,13 +79,22 @@ def test_no_config_means_no_hook(tmp_path):
 
 
 def test_bootstrap_instruments_xgboost_on_import(tmp_path):
-    bootstrap = pytest.importorskip("smdebug.zero_code_change")
+    pytest.importorskip("smdebug.zero_code_change")
     config, out = write_config(tmp_path)
-    # The bootstrap is loaded before the user's code (as a sitecustomize would).
-    prelude = "import smdebug.zero_code_change\n"
-    assert bootstrap is not None
-    run_script(tmp_path, prelude, {"SMDEBUG_CONFIG_FILE_PATH": config})
+    # The bootstrap starts from a sitecustomize, as a launcher would set it up: the training
+    # script itself is untouched.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import smdebug.zero_code_change\n")
+    env = {"SMDEBUG_CONFIG_FILE_PATH": config, "PYTHONPATH": str(site)}
+    run_script(tmp_path, "", env)
     assert create_trial(out).tensor("train-rmse").steps() == [0, 2, 4]
+
+    # USE_SMDEBUG=0 turns the bootstrap off.
+    (tmp_path / "off").mkdir()
+    config_off, out_off = write_config(tmp_path / "off")
+    run_script(tmp_path, "", {**env, "SMDEBUG_CONFIG_FILE_PATH": config_off, "USE_SMDEBUG": "0"})
+    assert not os.path.exists(out_off)
 
 
 @pytest.fixture
@@ -134,3 +142,30 @@ def test_example_script_runs(tmp_path):
     assert "saved steps: [0, 5]" in done.stdout
     assert "top features at round 5" in done.stdout
     assert create_trial(str(out)).tensor("valid-auc").steps() == [0, 5]
+
+
+def test_a_broken_config_fails_the_training_call_at_once(instrumented, tmp_path, monkeypatch, train):
+    from smdebug.exceptions import ConfigError
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"LocalPath": str(tmp_path / "run"), "HookParameters": {"save_interval": "often"}}))
+    monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", str(config))
+    with pytest.raises(ConfigError, match="save_interval"):
+        train(None, rounds=1)
+    assert not (tmp_path / "run").exists()
+
+
+def test_attached_hook_keeps_user_data_and_adopts_the_rest(instrumented, run_dir, data):
+    X, y, Xv, yv = data
+    # Made by hand but not passed to xgb.train: get_hook() returns it and the wrapper attaches it.
+    hook = smd.Hook(run_dir, include_collections=["predictions", "full_shap"],
+                    save_config=smd.SaveConfig(save_interval=2), validation_data=(Xv[:7], yv[:7]))
+    for rows in (100, 120):  # a second call replaces the adopted training data, not the user's
+        dtrain = xgb.DMatrix(X[:rows], y[:rows])
+        xgb.train({"objective": "binary:logistic", "nthread": 2}, dtrain, 2,
+                  evals=[(dtrain, "train"), (xgb.DMatrix(Xv, yv), "valid")], verbose_eval=False)
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.tensor("predictions").steps() == [0, 2]
+    assert [trial.tensor("predictions").value(s).shape for s in (0, 2)] == [(7,), (7,)]
+    assert [trial.tensor("full_shap/f0").value(s).shape for s in (0, 2)] == [(100,), (120,)]
