@@ -68,8 +68,10 @@ SCENARIOS = {
 }
 
 
-def make_hook(smd, out_dir, config, original):
+def make_hook(smd, out_dir, config, dry_run=False):
     kwargs = {"out_dir": out_dir}
+    if dry_run:
+        kwargs["dry_run"] = True
     if "interval" in config:
         kwargs["save_config"] = smd.SaveConfig(save_interval=config["interval"])
     if "collections" in config:
@@ -107,13 +109,13 @@ def run_loop(factory, shape, steps, hook_setup=None):
     return time.perf_counter() - start
 
 
-def bench(name, smd, original, steps, reps, work_dir):
+def bench(name, smd, dry_run, steps, reps, work_dir):
     factory, shape, config = SCENARIOS[name]
     counter = [0]
 
     def setup(model, loss_fn):
         counter[0] += 1
-        hook = make_hook(smd, f"{work_dir}/{name}_{counter[0]}", config, original)
+        hook = make_hook(smd, f"{work_dir}/{name}_{counter[0]}", config, dry_run)
         hook.register_module(model)
         hook.register_loss(loss_fn)
         return hook
@@ -140,6 +142,9 @@ def main():
     parser.add_argument("--steps", type=int, default=40, help="training steps per timed run")
     parser.add_argument("--reps", type=int, default=7, help="timed baseline/hooked pairs per scenario")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="hooks capture and reduce but write nothing (separates the adapter's cost from the "
+                             "writer's)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     if args.threads:
@@ -148,10 +153,11 @@ def main():
     import smdebug.pytorch as smd  # ours, or the original in its own environment
 
     version = getattr(__import__("smdebug"), "__version__", "?")
-    label = f"smdebug {version}" + (" (original)" if args.smdebug_original else "")
+    label = f"smdebug {version}" + (" (original)" if args.smdebug_original else "") + \
+        (", dry run" if args.dry_run else "")
     work_dir = tempfile.mkdtemp(prefix="bench_pytorch_")
     try:
-        results = [bench(name, smd, args.smdebug_original, args.steps, args.reps, work_dir)
+        results = [bench(name, smd, args.dry_run, args.steps, args.reps, work_dir)
                    for name in args.scenarios]
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)

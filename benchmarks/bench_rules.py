@@ -19,7 +19,7 @@ Workloads: ``numpy`` (a 4-layer MLP forward/backward in numpy, recorded with the
 Hook) and ``torch`` (the same MLP in PyTorch with ``smdebug.pytorch.Hook``; skipped if torch
 or the adapter is missing).
 
-    python benchmarks/bench_rules.py                        # both workloads, 15 rounds of 40 steps
+    python benchmarks/bench_rules.py                        # both workloads, 30 rounds of 10 steps
     python benchmarks/bench_rules.py --workload numpy --rounds 30 --steps 60
 """
 from __future__ import annotations
@@ -161,8 +161,8 @@ def run_workload(name: str, rounds: int, steps: int) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=("numpy", "torch", "all"), default="all")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args(argv)
     names = ["numpy", "torch"] if args.workload == "all" else [args.workload]
     for name in names:

@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError, SMDebugError
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import get_hook as _core_get_hook
@@ -145,7 +146,6 @@ class Hook(CoreHook):
         self._module_names: Dict[int, Tuple[torch.nn.Module, str]] = {}  # id -> (module, tensor-name prefix)
         self._compiled_module_ids: set = set()  # submodules of compiled roots: their hooks are unreliable
         self._losses: List[torch.nn.Module] = []
-        self._extra_modules: List[torch.nn.Module] = []  # from add_module_tensors, outside every root
         self._handles: list = []  # permanent: root pre-hooks, root/loss forward hooks, optimizer hooks
         self._capture_handles: list = []  # installed while steps save
         self._capture_key = None
@@ -233,15 +233,21 @@ class Hook(CoreHook):
         return any(outer is module for outer, _, _ in self._roots) or any(m is module for m in self._losses)
 
     def register_loss(self, loss_module: torch.nn.Module) -> None:
-        """Capture a loss module's output as ``<LossClass>_output_0`` (the ``losses`` collection)."""
+        """Capture a loss module's output as ``<LossClass>_output_0`` (the ``losses`` collection).
+
+        Any module computing a loss will do; its class name names the tensor.
+        """
         if not isinstance(loss_module, torch.nn.Module):
             raise ConfigError(f"register_loss expects a torch.nn.Module, got {type(loss_module).__name__}")
         if any(m is loss_module for m in self._losses):
             return
         name = type(loss_module).__name__
         self._losses.append(loss_module)
-        self._module_names.setdefault(id(loss_module), (loss_module, name))
-        self._handles.append(loss_module.register_forward_hook(self._forward_hook(self._module_names[id(loss_module)][1])))
+        self._module_names[id(loss_module)] = (loss_module, name)
+        losses = self.get_collection(CollectionKeys.LOSSES)
+        if not losses.matches(f"{name}_output_0"):  # a custom loss class without "Loss" in its name
+            losses.include(rf"^{re.escape(name)}_output_\d+$")
+        self._handles.append(loss_module.register_forward_hook(self._forward_hook(name)))
 
     def register_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Count TRAIN steps by this optimizer's steps from now on (gradient accumulation).
@@ -275,7 +281,6 @@ class Hook(CoreHook):
             return known[1]
         name = type(module).__name__
         self._module_names[id(module)] = (module, name)
-        self._extra_modules.append(module)
         return name
 
     def _resolve_layer_requests(self) -> None:

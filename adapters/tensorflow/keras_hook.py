@@ -587,6 +587,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                     if self.wants(name):
                         self.record(name, self._host_or_tensor(value))
             self.end_step()
+            self._stop_if_requested()
 
         self._guarded("on_predict_batch_end", body)
 
@@ -597,6 +598,19 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._record_logs(logs)
         if end:
             self.end_step()
+        self._stop_if_requested()
+
+    def _stop_if_requested(self) -> None:
+        """A live rule's StopTraining (``request_stop``): Keras ends the loop after this batch."""
+        model = self.model if self.stop_requested else None
+        if model is None:
+            return
+        flag = {ModeKeys.TRAIN: "stop_training", ModeKeys.EVAL: "stop_evaluating",
+                ModeKeys.PREDICT: "stop_predicting"}.get(self.mode)
+        if flag is not None:
+            setattr(model, flag, True)
+        if self.mode == ModeKeys.EVAL and self._in_fit:
+            model.stop_training = True
 
     def _finish(self) -> None:
         if self._step_active:

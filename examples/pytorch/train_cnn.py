@@ -73,13 +73,13 @@ def train(out_dir, steps, interval):
                     save_config=smd.SaveConfig(mode_save_configs={
                         smd.modes.TRAIN: smd.SaveConfigMode(save_interval=interval),
                         smd.modes.EVAL: smd.SaveConfigMode(save_interval=1)}),
-                    include_collections=["weights", "biases", "gradients", "losses"])
+                    include_collections=["weights", "biases", "gradients", "losses", "gradient_norms"])
     hook.get_collection("losses").save_config = smd.SaveConfig(save_interval=1)
     norms = hook.get_collection("gradient_norms")
     norms.include("^gradient/")
     norms.save_config = smd.SaveConfig(save_interval=1)
     norms.reduction_config = smd.ReductionConfig(reductions=["min", "max", "mean"], norms=["l2"])
-    hook.get_collection("gradient_norms").save_histogram = False
+    norms.save_histogram = False
     hook.register_module(model)
     hook.register_loss(loss_fn)
 
@@ -110,17 +110,18 @@ def analyse(out_dir):
     print("loss (TRAIN step: value):", ", ".join(f"{s}: {v:.3f}" for s, v in list(curve.items())[::50]))
 
     grads = sorted(trial.tensor_names(collection="gradient_norms"))
-    print("\ngradient L2 norms      " + "".join(f"{s:>9}" for s in train_steps[::60]))
+    print(f"\n{'gradient L2 norm at TRAIN step':<30}" + "".join(f"{s:>9}" for s in train_steps[::60]))
     norm_curves = {}
     for name in grads:
         tensor = trial.tensor(name)
         norm_curves[name] = [float(tensor.reduction_value(s, "l2", mode=smd.modes.TRAIN)) for s in train_steps]
-        print(f"{name:<23}" + "".join(f"{v:9.4f}" for v in norm_curves[name][::60]))
+        print(f"{name:<30}" + "".join(f"{v:9.4f}" for v in norm_curves[name][::60]))
 
     weight = trial.tensor("BarNet_fc.weight")
-    first, last = weight.steps()[0], weight.steps()[-1]
-    drift = float(((weight.value(last) - weight.value(first)) ** 2).sum() ** 0.5)
-    print(f"\nBarNet_fc.weight moved by {drift:.3f} (L2) between steps {first} and {last}")
+    saved = weight.steps(mode=smd.modes.TRAIN)
+    first, last = (weight.value(s, mode=smd.modes.TRAIN) for s in (saved[0], saved[-1]))
+    drift = float(((last - first) ** 2).sum() ** 0.5)
+    print(f"\nBarNet_fc.weight moved by {drift:.3f} (L2) between TRAIN steps {saved[0]} and {saved[-1]}")
 
     try:
         import matplotlib

@@ -137,8 +137,9 @@ class LogMessage(Action):
 class Callback(Action):
     """Call ``fn(event)`` with the :class:`RuleEvent`.
 
-    For a live rule it runs on the rule's evaluation thread, not the training thread;
-    an exception it raises is logged and recorded in the report, never propagated.
+    For a live rule it runs where the rule is evaluated: the hook's rule thread, or the
+    training thread itself with ``max_lag_steps=0``; an exception it raises is logged and
+    recorded in the report, never propagated.
     """
 
     def __init__(self, fn: Callable[[RuleEvent], Any]):

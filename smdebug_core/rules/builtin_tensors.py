@@ -229,7 +229,8 @@ class AllZero(_SelectionRule):
             if percent >= self.threshold:
                 zero[name] = percent
         if zero:
-            self.note(f"at least {self.threshold:g}% zeros in {_count(len(zero), 'tensor')}: {_listing(zero, '{:.1f}%')}",
+            self.note(f"at least {self.threshold:g}% zeros in {_count(len(zero), 'tensor')}: "
+                      f"{_listing(zero, '{:.1f}%')}",
                       percent_zero=_details(zero))
         return bool(zero)
 
@@ -598,7 +599,8 @@ class SaturatedActivation(_ActivityRule):
                 saturated[name] = percent
         if saturated:
             self.note(f"more than {self.threshold_layer:g}% saturated units in "
-                      f"{_count(len(saturated), 'activation layer')}: {_listing(saturated, '{:.1f}%')}", percent_saturated=_details(saturated))
+                      f"{_count(len(saturated), 'activation layer')}: {_listing(saturated, '{:.1f}%')}",
+                      percent_saturated=_details(saturated))
         return bool(saturated)
 
 
@@ -666,6 +668,7 @@ class SimilarAcrossRuns(_SelectionRule):
             if finding:
                 differ[name] = finding
         if differ:
-            self.note(f"values differ from {self.other_trial.path} in {_count(len(differ), 'tensor')}: {_listing(differ)}",
+            self.note(f"values differ from {self.other_trial.path} in {_count(len(differ), 'tensor')}: "
+                      f"{_listing(differ)}",
                       tensors=_details(differ))
         return bool(differ)

@@ -8,7 +8,7 @@ They read what ``smdebug.xgboost.Hook`` saves: the ``trees`` collection (``trees
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict
 
 import numpy as np
 

@@ -31,7 +31,7 @@ import ast
 import json
 import os
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from ..exceptions import ConfigError, SMDebugError
 from .actions import StopTraining

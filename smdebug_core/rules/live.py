@@ -10,7 +10,9 @@ How far evaluation may fall behind training is ``max_lag_steps`` (saved steps):
 
 * ``0``: the listener waits until the step it just handed over has been evaluated, so a
   StopTraining action is seen by the adapter at the very next step boundary (the triggering
-  step is the last one that completes). The default when an action stops training.
+  step is the last one that completes). The default when an action stops training. Since
+  the training thread waits anyway, a step is evaluated on the training thread itself when
+  nothing is queued (sparing two thread switches, about 0.1 ms).
 * ``1`` (default otherwise): evaluation of step N overlaps step N+1; the listener waits
   only when the previous step is still being evaluated. A stop then lands one step later.
 * ``None``: never wait (steps queue up; memory grows if rules are slower than training).
@@ -110,6 +112,9 @@ class _LiveRunner:
         self._last_values = None
         self._last_step_time = time.monotonic()
         self._warned_lag = False
+        # Rules are evaluated one step at a time, on the evaluation thread or (lag 0) inline.
+        self._eval_lock = threading.Lock()
+        self._waiters = 0
         self._thread = threading.Thread(target=self._run, name="smdebug-live-rules", daemon=True)
         self._thread.start()
         hook.add_step_listener(self)
@@ -150,10 +155,25 @@ class _LiveRunner:
                 self._collections = dict(manager.collections)
                 self._collections_version = manager.version
                 self._membership = {}
-            self._queue.append((values, self._collections, self._membership))
-            self._submitted += 1
-            self._cond.notify_all()
             lag = self._lag()
+            item = (values, self._collections, self._membership)
+            # With lag 0 the training thread waits for the result anyway: when nothing is queued
+            # and the thread is idle, evaluate right here and spare two thread switches.
+            inline = lag == 0 and not self._queue and self._done == self._submitted
+            self._submitted += 1
+            if not inline:
+                self._queue.append(item)
+                self._cond.notify_all()
+        if inline:
+            try:
+                self._evaluate(*item)
+            finally:
+                with self._cond:
+                    self._done += 1
+                    if self._waiters:  # only wake someone blocked in wait(); the rule thread need not run
+                        self._cond.notify_all()
+            return
+        with self._cond:
             if lag is None:
                 return
             target = self._submitted - lag
@@ -173,12 +193,16 @@ class _LiveRunner:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._submitted
-            while self._done < target and self._thread.is_alive():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-            return self._done >= target
+            self._waiters += 1
+            try:
+                while self._done < target and self._thread.is_alive():
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
+                return self._done >= target
+            finally:
+                self._waiters -= 1
 
     def close(self, timeout: Optional[float] = DEFAULT_WAIT_TIMEOUT_S) -> None:
         """Finish queued steps, stop the thread, finish every report. Idempotent."""
@@ -223,6 +247,10 @@ class _LiveRunner:
                     self._cond.notify_all()
 
     def _evaluate(self, values, collections, membership) -> None:
+        with self._eval_lock:
+            self._evaluate_locked(values, collections, membership)
+
+    def _evaluate_locked(self, values, collections, membership) -> None:
         self._last_values = values
         self._last_step_time = time.monotonic()
         view = LiveStepView(values, collections, membership, self.source)
@@ -246,11 +274,12 @@ class _LiveRunner:
             if not live_rule.active or type(rule).check_idle is Rule.check_idle:
                 continue
             try:
-                if rule.check_idle(idle):
-                    step = values.global_step if values is not None else -1
-                    mode = values.mode if values is not None else ModeKeys.GLOBAL
-                    mode_step = values.mode_step if values is not None else -1
-                    rule._fire(step, mode, mode_step, self.source, live_rule.actions, hook)
+                with self._eval_lock:
+                    if rule.check_idle(idle):
+                        step = values.global_step if values is not None else -1
+                        mode = values.mode if values is not None else ModeKeys.GLOBAL
+                        mode_step = values.mode_step if values is not None else -1
+                        rule._fire(step, mode, mode_step, self.source, live_rule.actions, hook)
             except Exception as exc:  # noqa: BLE001
                 self._fail(live_rule, exc, None)
 

@@ -32,6 +32,7 @@ in order, exactly once each.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import inspect
 import os
 import time
@@ -254,20 +255,40 @@ class Rule:
         if self.report is None:
             self._start_report(self.base_trial.path, default_report_path(self.base_trial.path, self.rule_name))
         self.base_trial.wait_for_steps([step])
-        view = TrialStepView(self.base_trial, step)
         others = [_other_view(t, step, follow=True, timeout=None) for t in self.other_trials]
-        self.view, self.other_views = view, others
-        _prefetch(view, others, self.required_tensors(step))
-        if self._evaluate(view, others):
+        with _no_refresh(self.trials):
+            view = TrialStepView(self.base_trial, step)
+            self.view, self.other_views = view, others
+            _prefetch(view, others, self.required_tensors(step))
+            fired = self._evaluate(view, others)
+        if fired:
             raise RuleEvaluationConditionMet(self.rule_name, step)
 
 
 def _prefetch(view: StepView, others: Sequence[Optional[StepView]], requirements) -> None:
     requirements = list(requirements or ())
-    view.prefetch(requirements)
-    for other in others:
-        if other is not None:
-            other.prefetch(requirements)
+    for target in [view, *others]:
+        if target is None:
+            continue
+        try:
+            target.prefetch(requirements)
+        except DATA_MISSING:
+            pass  # a record the index names is missing: the rule meets it when it reads, and skips
+
+
+@contextlib.contextmanager
+def _no_refresh(trials):
+    """Keep the trials' view fixed while a step is evaluated: every rule sees the same data,
+    and reads do not list the run directory again (the Trial's ``dynamic_refresh``)."""
+    trials = [t for t in trials if t is not None and hasattr(t, "dynamic_refresh")]
+    saved = [t.dynamic_refresh for t in trials]
+    for t in trials:
+        t.dynamic_refresh = False
+    try:
+        yield
+    finally:
+        for t, value in zip(trials, saved):
+            t.dynamic_refresh = value
 
 
 def _other_view(trial, step: int, follow: bool, timeout: Optional[float]) -> Optional[TrialStepView]:
@@ -386,30 +407,32 @@ def run_rules(
 
 
 def _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire) -> StepView:
-    view = TrialStepView(trial, step)
-    requirements = []
-    others_by_rule = {}
-    for rule in rules:
-        rule.view = view
-        others = [_other_view(t, step, follow, idle_timeout) for t in rule.other_trials]
-        others_by_rule[id(rule)] = others
-        rule.other_views = others
-        try:
-            wanted = list(rule.required_tensors(step) or ())
-        except DATA_MISSING:
-            wanted = []
-        requirements.extend(wanted)
-        for other in others:
-            if other is not None:
-                other.prefetch(wanted)
-    view.prefetch(requirements)
-    for rule in rules:
-        fired = rule._evaluate(view, others_by_rule[id(rule)], extra)
-        if fired:
-            if on_fire is not None:
-                on_fire(rule, step, rule.last_violation.get("message", ""))
-            if raise_eval_cond:
-                raise RuleEvaluationConditionMet(rule.rule_name, step)
+    others_by_rule = {id(rule): [_other_view(t, step, follow, idle_timeout) for t in rule.other_trials]
+                      for rule in rules}
+    all_trials = {id(t): t for rule in rules for t in rule.trials}
+    fired_rules = []
+    with _no_refresh(all_trials.values()):
+        view = TrialStepView(trial, step)
+        requirements = []
+        for rule in rules:
+            others = others_by_rule[id(rule)]
+            rule.view, rule.other_views = view, others
+            try:
+                wanted = list(rule.required_tensors(step) or ())
+            except DATA_MISSING:
+                wanted = []
+            requirements.extend(wanted)
+            _prefetch(None, others, wanted)
+        _prefetch(view, (), requirements)  # one batch for all rules of the step
+        for rule in rules:
+            if rule._evaluate(view, others_by_rule[id(rule)], extra):
+                fired_rules.append(rule)
+                if on_fire is not None:
+                    on_fire(rule, step, rule.last_violation.get("message", ""))
+                if raise_eval_cond:
+                    break
+    if raise_eval_cond and fired_rules:
+        raise RuleEvaluationConditionMet(fired_rules[0].rule_name, step)
     return view
 
 

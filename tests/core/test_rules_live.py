@@ -136,6 +136,24 @@ def test_attach_rule_checks_its_arguments(tmp_path):
     hook.close()
 
 
+def test_the_hook_polls_the_stop_request_file_at_step_boundaries(tmp_path, monkeypatch):
+    from smdebug.rules import write_stop_request
+
+    monkeypatch.setenv("SMDEBUG_STOP_CHECK_INTERVAL_S", "0")
+    write_stop_request(str(tmp_path), "left over from an earlier run")  # must not stop the new run
+    hook = make_hook(tmp_path)
+    hook.begin_step()
+    assert not hook.stop_requested
+    write_stop_request(hook.out_dir, "stop from outside")
+    hook.begin_step()
+    if not hook.stop_requested:
+        hook.close()
+        pytest.xfail("Hook.begin_step does not poll the stop-request file yet (StopRequestPoller.check, "
+                     "see smdebug.rules.stop_protocol)")
+    assert hook.stop_reason == "stop from outside"
+    hook.close()
+
+
 # --- another process -----------------------------------------------------------------------------------
 TRAINER = textwrap.dedent(
     """

@@ -167,3 +167,46 @@ def test_empty_tensor_has_shape_but_no_reductions():
     (result,) = backend.materialize([Request("e", backend.snapshot(torch.zeros(0, 3), True), raw=True, shape=True,
                                              reductions=(("mean", False),))])
     assert result.shape == (0, 3) and result.reductions == {} and result.raw.shape == (0, 3)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+def test_cuda_reductions_equal_numpy_with_one_transfer(monkeypatch):
+    # The last one is above BATCH_MAX_NUMEL["cuda"]: reduced in place.
+    tensors = [t for t in sample_tensors() if t.dtype != torch.complex64] + [torch.randn(5_000_000)]
+    on_device = [t.cuda() for t in tensors]
+    backend = TorchBackend()
+    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=True, shape=True, reductions=ALL_KEYS)
+                for i, t in enumerate(on_device)]
+    calls = {"cpu": 0}
+    real_cpu = torch.Tensor.cpu
+
+    def counting_cpu(self, *args, **kwargs):
+        calls["cpu"] += 1
+        return real_cpu(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", counting_cpu)
+    results = backend.materialize(requests)
+    assert calls["cpu"] == 1  # every reduction of every tensor crosses in one copy
+    monkeypatch.undo()
+    for tensor, result in zip(tensors, results):
+        assert_matches(result, tensor)
+        if tensor.dtype == torch.bfloat16:
+            assert result.raw.view(np.int16).tobytes() == tensor.view(torch.int16).numpy().tobytes()
+        else:
+            np.testing.assert_array_equal(result.raw, tensor.numpy())
+
+
+@cuda
+def test_cuda_capture_copies_raw_values_before_the_update():
+    weight = torch.nn.Parameter(torch.randn(64, 64, device="cuda"))
+    expected = weight.detach().cpu().numpy().copy()
+    backend = TorchBackend()
+    (snap,) = backend.capture([(weight, True, (("l2", False),))])
+    with torch.no_grad():
+        weight.mul_(3)  # queued after the copy on the same stream
+    (result,) = backend.materialize([Request("w", snap, raw=True, shape=False, reductions=(("l2", False),))])
+    np.testing.assert_array_equal(result.raw, expected)
+    np.testing.assert_allclose(result.reductions[("l2", False)], np.linalg.norm(expected.ravel()), rtol=1e-5)

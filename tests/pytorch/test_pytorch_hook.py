@@ -427,3 +427,39 @@ def test_request_stop_ends_training_at_the_next_step(run_dir):
     assert ran == [0, 1]
     hook.close()
     assert create_trial(run_dir).steps() == [0, 1]
+
+
+class Criterion(torch.nn.Module):
+    """A loss module whose class name does not say "loss"."""
+
+    def forward(self, out, y):
+        return torch.nn.functional.cross_entropy(out, y)
+
+
+def test_any_registered_loss_module_is_in_losses(run_dir):
+    model, loss_fn = make_model(), Criterion()
+    hook = smd.Hook(out_dir=run_dir)  # default configuration: losses only
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    train(model, loss_fn, batches(1))
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.tensor_names(collection="losses") == ["Criterion_output_0"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_model(run_dir):
+    model, loss_fn = make_model().cuda(), torch.nn.CrossEntropyLoss()
+    hook = every_step(out_dir=run_dir, include_collections=["weights", "gradients", "losses"],
+                      reduction_config=smd.ReductionConfig(reductions=["mean"], norms=["l2"], save_raw_tensor=True))
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    expected = train_recording(model, loss_fn, [(x.cuda(), y.cuda()) for x, y in batches(3)])
+    hook.close()
+    trial = create_trial(run_dir)
+    for step, params in enumerate(expected):
+        value, grad = params["fc1.weight"]
+        np.testing.assert_array_equal(trial.tensor("Net_fc1.weight").value(step), value.cpu().numpy())
+        np.testing.assert_array_equal(trial.tensor("gradient/Net_fc1.weight").value(step), grad.cpu().numpy())
+        assert float(trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2")) == pytest.approx(
+            float(np.linalg.norm(grad.cpu().numpy().ravel())), rel=1e-5)

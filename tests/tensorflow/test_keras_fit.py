@@ -49,12 +49,13 @@ def full_run(tmp_path_factory, data):
     model = make_model()
     hook = smd.KerasHook(out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=ALL)
     recorder = make_recorder()
+    recorder.optimizer_name = model.optimizer.name  # "sgd", or "sgd_<n>" after other tests
     run_scenario(model, hook, x, y, recorder)
     return create_trial(out), recorder
 
 
 def test_fit_evaluate_predict_steps_and_modes(full_run):
-    trial, _ = full_run
+    trial, recorder = full_run
     assert trial.steps() == list(range(14))
     assert trial.steps(mode=smd.modes.TRAIN) == list(range(6))
     assert trial.steps(mode=smd.modes.EVAL) == list(range(6))
@@ -64,7 +65,7 @@ def test_fit_evaluate_predict_steps_and_modes(full_run):
         assert [trial.global_step(mode, s) for s in range(len(globals_))] == globals_
     # Gradients and optimizer state exist only in TRAIN steps; losses in TRAIN and EVAL.
     assert trial.tensor("gradients/d1/kernelGrad").steps() == TRAIN_STEPS
-    assert trial.tensor("sgd/iteration").steps() == TRAIN_STEPS
+    assert trial.tensor(f"{recorder.optimizer_name}/iteration").steps() == TRAIN_STEPS
     assert trial.tensor("loss").steps() == sorted(TRAIN_STEPS + EVAL_STEPS)
     # val_* logs of fit land in the last EVAL step of each validation run.
     assert trial.tensor("val_loss").steps() == [4, 9]
@@ -121,7 +122,7 @@ def test_gradients_equal_a_gradient_tape_on_the_same_batch(full_run, data):
 
 
 def test_layer_and_model_tensors(full_run, data):
-    trial, _ = full_run
+    trial, recorder = full_run
     x, y = data
     for step in range(14):
         xb, yb = batch_of(step, x, y)
@@ -138,7 +139,7 @@ def test_layer_and_model_tensors(full_run, data):
     assert set(trial.tensor_names(collection="layers")) == {"d1/inputs", "d1/outputs", "d2/inputs", "d2/outputs"}
     assert set(trial.tensor_names(collection="outputs")) == {"labels", "predictions"}
     assert trial.tensor_names(collection="inputs") == ["inputs"]
-    assert "sgd/learning_rate" in trial.tensor_names(collection="optimizer_variables")
+    assert f"{recorder.optimizer_name}/learning_rate" in trial.tensor_names(collection="optimizer_variables")
 
 
 def test_add_keras_layer_and_reductions_match_reference(tmp_path, data):

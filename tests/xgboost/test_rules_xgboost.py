@@ -53,7 +53,8 @@ def test_overfit_on_train_and_validation_metrics(tmp_path):
     rng = np.random.default_rng(1)
     X, Xv = rng.standard_normal((60, 5)), rng.standard_normal((200, 5))
     y, yv = rng.integers(0, 2, 60), rng.integers(0, 2, 200)  # pure noise: a deep model memorizes it
-    params = {"objective": "binary:logistic", "max_depth": 8, "eta": 1.0, "min_child_weight": 0, "eval_metric": "logloss"}
+    params = {"objective": "binary:logistic", "max_depth": 8, "eta": 1.0, "min_child_weight": 0,
+              "eval_metric": "logloss"}
     _, trial, _ = boost(tmp_path / "run", X, y, params, 8, ["metrics"], Xv, yv)
     assert set(trial.tensor_names()) == {"train-logloss", "validation-logloss"}
     report = invoke_rule(Overfit(trial), report_path=None)

@@ -1,0 +1,56 @@
+"""MirroredStrategy over two logical CPUs: one replica's values, named after its device."""
+import os
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import smdebug.tensorflow as smd  # noqa: E402
+from smdebug.trials import create_trial  # noqa: E402
+
+CHIEF = "_job-localhost_replica-0_task-0_device-CPU-0"
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("TensorFlow devices were initialised before two logical CPUs could be configured")
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def test_fit_saves_the_chief_replica_under_its_device_name(tmp_path, strategy):
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((16, 4)).astype("float32"), rng.standard_normal((16, 2)).astype("float32")
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d1")], name="mirrored")
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    out = tmp_path / "run"
+    hook = smd.KerasHook(out_dir=out, save_config=smd.SaveConfig(save_interval=1),
+                         include_collections=["weights", "biases", "gradients"])
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, callbacks=[hook], verbose=0)
+    hook.close()
+
+    # FORMAT 1.2: the worker is the serialized device; file names get a double underscore.
+    assert os.listdir(out / "collections" / "000000000") == [f"{CHIEF}_collections.json"]
+    assert sorted(os.listdir(out / "index" / "000000000")) == [f"{s:012d}_{CHIEF}.json" for s in (0, 1)]
+    trial = create_trial(str(out))
+    assert trial.steps() == [0, 1]
+    assert trial.workers() == ["/job:localhost/replica:0/task:0/device:CPU:0"]
+
+    reference = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="ref")])
+    for step in (0, 1):
+        kernel = trial.tensor("d1/weights/mirrored/d1/kernel").value(step)
+        bias = trial.tensor("d1/weights/mirrored/d1/bias").value(step)
+        reference.layers[0].set_weights([kernel, bias])
+        # The chief replica computes on the first half of the global batch; Keras scales each
+        # replica's loss by 1/num_replicas so that the all-reduced sum is the batch mean.
+        xb, yb = x[8 * step:8 * step + 4], y[8 * step:8 * step + 4]
+        with tf.GradientTape() as tape:
+            loss = keras.losses.MeanSquaredError()(yb, reference(xb)) / strategy.num_replicas_in_sync
+        want = tape.gradient(loss, reference.trainable_weights)[0].numpy()
+        np.testing.assert_allclose(trial.tensor("gradients/mirrored/d1/kernelGrad").value(step), want,
+                                   rtol=1e-5, atol=1e-6)

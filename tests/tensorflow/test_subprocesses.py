@@ -1,0 +1,136 @@
+"""Runs in fresh interpreters: KERAS_BACKEND=torch, and zero-code-change on unmodified scripts."""
+import json
+import os
+import textwrap
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+import numpy as np  # noqa: E402
+
+import smdebug.tensorflow as smd  # noqa: E402
+from smdebug.trials import create_trial  # noqa: E402
+
+from conftest import run_python  # noqa: E402
+
+# An unmodified training script: nothing in it knows about smdebug.
+SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d1")], name="plain")
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    x = np.linspace(-1, 1, 48, dtype="float32").reshape(12, 4)
+    y = np.linspace(0, 1, 24, dtype="float32").reshape(12, 2)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    model.evaluate(x, y, batch_size=6, verbose=0)
+""")
+
+
+def write_config(path, out_dir, collections=("weights", "gradients")):
+    path.write_text(json.dumps({
+        "LocalPath": str(out_dir),
+        "HookParameters": {"save_interval": "1"},
+        "CollectionConfigurations": [{"CollectionName": c} for c in collections],
+    }))
+    return str(path)
+
+
+def check_zcc_run(out_dir):
+    trial = create_trial(str(out_dir))
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 1, 2]
+    assert trial.steps(mode=smd.modes.EVAL) == [0, 1]
+    assert trial.tensor("gradients/plain/d1/kernelGrad").steps() == [0, 1, 2]
+    assert set(trial.tensor_names()) >= {"loss", "mae", "d1/weights/plain/d1/kernel"}
+    assert os.path.exists(os.path.join(out_dir, "training_job_end.ts"))
+
+
+def test_keras_hook_with_the_torch_backend(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    code = textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        import keras
+        import smdebug.tensorflow as smd
+
+        # (no keras.utils.set_random_seed: it imports TensorFlow to seed it)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d1")], name="net")
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        hook = smd.KerasHook(out_dir={str(out)!r}, save_config=smd.SaveConfig(save_interval=1),
+                             include_collections=["weights", "biases", "gradients", "outputs"])
+        weights = []
+        class Before(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                weights.append(self.model.layers[0].get_weights()[0].copy())
+        x = np.linspace(-1, 1, 32, dtype="float32").reshape(8, 4)
+        y = np.linspace(0, 1, 16, dtype="float32").reshape(8, 2)
+        model.fit(x, y, batch_size=4, epochs=1, shuffle=False, validation_data=(x, y), callbacks=[hook, Before()],
+                  verbose=0)
+        model.predict(x, batch_size=4, callbacks=[hook], verbose=0)
+        hook.close()
+        np.save({str(tmp_path / "weights.npy")!r}, np.stack(weights))
+        print("backend", keras.backend.backend(), "tensorflow imported", "tensorflow" in sys.modules)
+    """)
+    result = run_python(code, env={"KERAS_BACKEND": "torch"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "backend torch tensorflow imported False" in result.stdout
+    trial = create_trial(str(out))
+    assert trial.steps() == [0, 1, 2, 3, 4, 5]
+    assert [trial.mode_modestep(s)[0].name for s in trial.steps()] == ["TRAIN"] * 2 + ["EVAL"] * 2 + ["PREDICT"] * 2
+    weights = np.load(tmp_path / "weights.npy")
+    for step in (0, 1):
+        np.testing.assert_array_equal(trial.tensor("d1/weights/net/d1/kernel").value(step), weights[step])
+    assert trial.tensor("gradients/net/d1/kernelGrad").steps() == [0, 1]
+    assert trial.tensor("val_loss").steps() == [3]
+    assert trial.tensor("predictions").value(5).shape == (4, 2)
+
+
+def test_instrument_attaches_the_configured_hook_and_use_smdebug_0_turns_it_off(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    on, off = tmp_path / "on", tmp_path / "off"
+    config_on = write_config(tmp_path / "on.json", on)
+    config_off = write_config(tmp_path / "off.json", off)
+    code = textwrap.dedent(f"""
+        import os, runpy
+        from smdebug.tensorflow import _instrument
+        import smdebug.tensorflow as smd
+
+        _instrument.instrument()
+        _instrument.instrument()  # idempotent
+        runpy.run_path({str(script)!r}, run_name="__main__")
+        smd.get_hook().close()
+
+        os.environ["SMDEBUG_CONFIG_FILE_PATH"] = {config_off!r}
+        os.environ["USE_SMDEBUG"] = "0"
+        runpy.run_path({str(script)!r}, run_name="__main__")
+        _instrument.uninstrument()
+        import keras
+        assert not hasattr(keras.Model.fit, "_smdebug_original")
+        print("done")
+    """)
+    result = run_python(code, env={"SMDEBUG_CONFIG_FILE_PATH": config_on})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "done" in result.stdout
+    check_zcc_run(on)
+    assert not off.exists()
+
+
+def test_zero_code_change_bootstrap_instruments_an_unmodified_script(tmp_path):
+    try:
+        import smdebug.zero_code_change  # noqa: F401 - only checking that the bootstrap exists
+    except ImportError:
+        pytest.skip("the zero-code-change bootstrap is not available")
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    config = write_config(tmp_path / "config.json", out)
+    # What the .pth line does at interpreter start, then the script, unmodified.
+    code = f"import smdebug.zero_code_change, runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
+    result = run_python(code, env={"SMDEBUG_CONFIG_FILE_PATH": config})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "smdebug:" not in result.stderr, result.stderr[-2000:]  # no warning from the bootstrap or the hook
+    check_zcc_run(out)
