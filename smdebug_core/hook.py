@@ -40,11 +40,14 @@ from .format import layout
 from .logger import get_logger
 from .modes import ModeKeys
 from .reduction_config import ReductionConfig, reduction_tag
+from .rules.stop_protocol import STOP_REQUEST_FILE, StopRequestPoller
 from .save_config import SaveConfig
 
 logger = get_logger()
 
 _RUN_MARKERS = ("collections", "index", "events", layout.END_OF_JOB_FILE)
+# Left by rules in a run directory; removed with the run on overwrite.
+_RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE)
 _SM_METRIC_COLLECTIONS = frozenset({CollectionKeys.LOSSES, CollectionKeys.METRICS, CollectionKeys.SM_METRICS})
 
 
@@ -224,6 +227,8 @@ class Hook:
             from .writer import RunWriter  # the writer thread starts only for hooks that write
 
             self.writer = RunWriter(self.out_dir, self.worker_name, tensorboard_dir=self.tensorboard_dir)
+        # Another process (a rule) may ask this run to stop through a file in out_dir.
+        self._stop_poller = None if dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
         _register_hook(self)
         self_ref = weakref.ref(self)
         atexit.register(lambda: self_ref() is not None and self_ref().close())
@@ -248,7 +253,7 @@ class Hook:
                     f"out_dir {self.out_dir} already holds a run ({', '.join(existing)} exist); choose a new "
                     "directory, delete it, or pass overwrite=True to replace that run"
                 )
-            for marker in existing:
+            for marker in existing + [m for m in _RUN_SIDE_FILES if os.path.exists(os.path.join(self.out_dir, m))]:
                 path = os.path.join(self.out_dir, marker)
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         try:
@@ -360,6 +365,8 @@ class Hook:
             self._step_identity = (self.global_step, self.mode, self.mode_step)
             self._step_open = True
             self._update_saving()
+            if self._stop_poller is not None and self.stop_reason is None:
+                self._stop_poller.check(self)
         except Exception as exc:  # noqa: BLE001
             self.disable(f"begin_step: {type(exc).__name__}: {exc}")
         return self.saving_step
@@ -675,6 +682,13 @@ class Hook:
             self._closed = True
         if self.enabled and self._step_open or self._pending or self._pending_scalars:
             self.end_step()
+        for listener in list(self._step_listeners):  # live rules finish their reports
+            try:
+                close = getattr(listener, "close", None)
+                if callable(close):
+                    close()
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("smdebug: step listener %r failed to close: %s", listener, exc)
         if self.writer is not None:
             try:
                 self._write_collections()

@@ -6,8 +6,10 @@ torch``) adds two global module hooks with public torch APIs
 ``register_module_forward_hook``). They watch which module is called outside any other
 module:
 
-* the first such module that is not a loss becomes the registered model (wrappers such
-  as DistributedDataParallel are looked through for names);
+* the first such module that has parameters and is not a loss becomes the registered
+  model (wrappers such as DistributedDataParallel are looked through for names);
+  parameterless modules called on their own (torchvision v2 transforms, for example) are
+  passed over;
 * every ``torch.nn.modules.loss._Loss`` called that way becomes a registered loss.
 
 The hook is created at that first forward pass, from the JSON config
@@ -17,6 +19,8 @@ loss module of the first iteration has been seen and the global hooks are remove
 from then on only the registered model's and losses' own hooks run.
 
 Losses computed with functions (``F.cross_entropy``) rather than modules are not seen.
+Nothing is done inside DataLoader worker processes (they only prepare data), and a
+script that registered its model with a hook itself keeps that registration.
 """
 from __future__ import annotations
 
@@ -104,6 +108,10 @@ def _on_forward(module, args, output) -> None:
 
 
 def _on_top_level_forward(state: _State, module: torch.nn.Module, args) -> None:
+    if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker: no model here
+        state.gave_up = True
+        _remove_global_hooks(state)
+        return
     if state.hook is None:
         from .hook import get_hook
 
@@ -117,9 +125,12 @@ def _on_top_level_forward(state: _State, module: torch.nn.Module, args) -> None:
         hook.register_loss(module)
         return
     if state.model is None:
-        state.model = module
-        if hook.is_registered(module):  # the script registered it itself
+        if hook.registered_models:  # the script registered its model itself
+            state.model = hook.registered_models[0]
             return
+        if next(module.parameters(), None) is None:
+            return
+        state.model = module
         hook.register_module(module)
         # torch collected this call's pre-hooks before ours ran: start the step ourselves.
         hook._on_root_forward_pre(module, args)

@@ -228,6 +228,11 @@ class Hook(CoreHook):
 
     register_hook = register_module  # the original library's name
 
+    @property
+    def registered_models(self) -> Tuple[torch.nn.Module, ...]:
+        """The modules passed to ``register_module``, in order."""
+        return tuple(outer for outer, _, _ in self._roots)
+
     def is_registered(self, module: torch.nn.Module) -> bool:
         """Whether ``module`` was passed to ``register_module`` or ``register_loss``."""
         return any(outer is module for outer, _, _ in self._roots) or any(m is module for m in self._losses)

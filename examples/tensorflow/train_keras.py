@@ -36,11 +36,13 @@ def parse_args():
     return parser.parse_args()
 
 
+PLANES = np.random.default_rng(42).standard_normal((8, 2))
+
+
 def synthetic_data(n=2000, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, 8)).astype("float32")
-    planes = rng.standard_normal((8, 2))
-    y = ((x @ planes) > 0).astype("int64") @ np.array([1, 2])
+    """Points and their class: which side of each of the two PLANES they are on."""
+    x = np.random.default_rng(seed).standard_normal((n, 8)).astype("float32")
+    y = ((x @ PLANES) > 0).astype("int64") @ np.array([1, 2])
     return x, y
 
 

@@ -40,14 +40,26 @@ class Net(torch.nn.Module):
     def forward(self, x):
         return self.fc2(torch.relu(self.fc1(x)))
 
+class Scale(torch.nn.Module):  # a parameterless transform, called on its own
+    def forward(self, x):
+        return x * 0.5
+
+class Data(torch.utils.data.Dataset):  # applies the transform in a DataLoader worker process
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return Scale()(torch.randn(4, generator=g)), int(torch.randint(0, 3, (), generator=g))
+
 torch.manual_seed(0)
-model, criterion = Net(), torch.nn.CrossEntropyLoss()
+model, criterion, scale = Net(), torch.nn.CrossEntropyLoss(), Scale()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 losses = []
-for i in range(6):
-    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+loader = torch.utils.data.DataLoader(Data(), batch_size=5, num_workers=1)
+for x, y in loader:
     optimizer.zero_grad()
-    loss = criterion(model(x), y)
+    loss = criterion(model(scale(x)), y)
     loss.backward()
     optimizer.step()
     losses.append(loss.item())
