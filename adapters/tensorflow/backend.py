@@ -4,19 +4,23 @@ On a saved step the hook hands this backend every recorded tensor at once. All
 reductions of the step run on the tensors' device inside one compiled ``tf.function``
 (traced once per set of shapes, reused every saved step after that):
 
-* the reducible tensors are flattened and concatenated, and every reduction kind
-  (``min``, ``max``, ``sum``, ``prod``, ``mean``, ``variance``, ``std``, ``l1``, ``l2``
-  and their ``abs_`` forms) is one segment op over all of them;
-* ``median`` needs a sort and is computed per tensor, in the same function;
+* small tensors are flattened and concatenated, and each reduction kind (``min``,
+  ``max``, ``sum``, ``prod``, ``mean``, ``variance``, ``std``, ``l1``, ``l2`` and their
+  ``abs_`` forms) is one segment op over all of them;
+* big tensors (more than :data:`SEGMENT_MAX_NUMEL` elements) are reduced one by one with
+  TensorFlow's vectorized reductions, in the same function;
+* ``median`` needs a sort and is computed per tensor;
 * the results come back as one ``[reduction kinds, tensors]`` matrix: one transfer.
 
 Raw values: tensors on the CPU become numpy arrays without a copy (a snapshot is
 immutable: a variable read is copy-on-write in TensorFlow); tensors on an accelerator are
 concatenated per dtype on the device and copied to the host once per dtype.
 
-Precision: 16/32-bit inputs are reduced in float32, 64-bit ones in float64 (the
-reference, :mod:`smdebug.reductions`, uses float64). Definitions are the reference's:
-population ``std``/``variance`` (two-pass), norms of the flattened tensor, complex
+Precision: 64-bit inputs are reduced in float64; 16/32-bit ones in float32 with
+TensorFlow's tree reductions for big tensors and float64 accumulation for the small ones
+reduced together (the reference, :mod:`smdebug.reductions`, is float64: results agree to
+float32 rounding); min/max/median are exact. Definitions are the
+reference's: population ``std``/``variance``, norms of the flattened tensor, complex
 tensors reduced by magnitude, booleans and integers as numbers.
 """
 from __future__ import annotations
@@ -30,6 +34,9 @@ from smdebug.backend import Materialized, Request, TensorBackend
 
 ReductionKey = Tuple[str, bool]
 
+#: Tensors with at most this many elements are concatenated and reduced with segment ops;
+#: bigger ones are reduced one by one (see _build_reducer).
+SEGMENT_MAX_NUMEL = 8192
 _FLOAT64_SOURCES = frozenset({tf.float64, tf.int64, tf.int32, tf.uint32, tf.uint64, tf.complex128})
 
 
@@ -52,6 +59,23 @@ def is_tf_value(value) -> bool:
     if isinstance(value, (tf.Tensor, tf.Variable, tf.IndexedSlices, tf.SparseTensor)):
         return True
     return isinstance(getattr(value, "value", None), tf.Variable)
+
+
+def read_variables(variables: Sequence[object], _cache: Dict[tuple, object] = {}) -> List[object]:
+    """The current values of many variables, read with one call (eager tensors).
+
+    Each read is a copy-on-write snapshot: a later update of a variable does not change it.
+    """
+    handles = [v if isinstance(v, tf.Variable) else v.value for v in variables]
+    key = tuple(id(v) for v in handles)
+    reader = _cache.get(key)
+    if reader is None:
+        if len(_cache) > 64:
+            _cache.clear()
+        # The function holds the variables, so their ids stay valid while it is cached.
+        reader = _cache[key] = tf.function(lambda: [v.read_value() for v in handles],
+                                           autograph=False).get_concrete_function()
+    return reader()
 
 
 class TFBackend(TensorBackend):
@@ -99,7 +123,9 @@ class TFBackend(TensorBackend):
             if len(self._reducers) > 64:  # shapes keep changing (e.g. last batches): do not grow forever
                 self._reducers.clear()
             sizes = [_num_elements(t) for t in tensors]
-            reducer = self._reducers[signature] = _build_reducer(sizes, keys, compute)
+            # A concrete function skips tf.function's per-call signature matching.
+            reducer = self._reducers[signature] = _build_reducer(sizes, keys, compute).get_concrete_function(
+                [tf.TensorSpec(t.shape, t.dtype) for t in tensors])
         matrix = reducer(tensors).numpy()  # [len(keys), len(tensors)], the one transfer
         for column, i in enumerate(indices):
             wanted = requests[i].reductions
@@ -139,7 +165,7 @@ def _is_numeric(dtype) -> bool:
 
 
 def _num_elements(t) -> int:
-    return int(np.prod([int(d) for d in t.shape], dtype=np.int64))
+    return int(t.shape.num_elements())
 
 
 def _as_real(t, compute):
@@ -149,50 +175,115 @@ def _as_real(t, compute):
 
 
 def _build_reducer(sizes: List[int], keys: Tuple[ReductionKey, ...], compute):
-    """A tf.function computing every (reduction, abs) of ``keys`` for each input tensor."""
-    n = len(sizes)
-    want_abs = any(a for _, a in keys)
+    """A compiled function computing every (reduction, abs) of ``keys`` for each input tensor.
+
+    It returns a ``[len(keys), len(sizes)]`` float64 matrix. Small tensors (biases, norms:
+    often most of a model's tensors) are concatenated and reduced together with segment
+    ops, a handful of ops whatever their number; big ones are reduced one by one with
+    TensorFlow's vectorized, multithreaded reductions, which on a big tensor cost less than
+    the single-threaded segment kernels.
+    """
+    small = [i for i, size in enumerate(sizes) if size <= SEGMENT_MAX_NUMEL]
+    large = [i for i, size in enumerate(sizes) if size > SEGMENT_MAX_NUMEL]
+    order = small + large
+    inverse = np.argsort(order)
 
     @tf.function(autograph=False)
     def reduce_all(tensors):
-        flats = [tf.reshape(_as_real(t, compute), [-1]) for t in tensors]
-        data = tf.concat(flats, axis=0) if n > 1 else flats[0]
-        ids = tf.repeat(tf.range(n), sizes)
-        counts = tf.constant(sizes, dtype=compute)
-        columns: Dict[ReductionKey, tf.Tensor] = {}
-        sources = [(False, data)] + ([(True, tf.abs(data))] if want_abs else [])
-        for is_abs, x in sources:
-            needed = {op for op, a in keys if a == is_abs}
-            total = tf.math.segment_sum(x, ids) if needed & {"sum", "mean", "variance", "std"} else None
-            if "min" in needed:
-                columns[("min", is_abs)] = tf.math.segment_min(x, ids)
-            if "max" in needed:
-                columns[("max", is_abs)] = tf.math.segment_max(x, ids)
-            if "sum" in needed:
-                columns[("sum", is_abs)] = total
-            if "prod" in needed:
-                columns[("prod", is_abs)] = tf.math.segment_prod(x, ids)
-            if needed & {"mean", "variance", "std"}:
-                mean = total / counts
-                columns[("mean", is_abs)] = mean
-                if needed & {"variance", "std"}:
-                    centered = x - tf.gather(mean, ids)
-                    variance = tf.math.segment_sum(centered * centered, ids) / counts
-                    columns[("variance", is_abs)] = variance
-                    columns[("std", is_abs)] = tf.sqrt(variance)
-            if "l1" in needed:
-                columns[("l1", is_abs)] = tf.math.segment_sum(tf.abs(x), ids)
-            if "l2" in needed:
-                columns[("l2", is_abs)] = tf.sqrt(tf.math.segment_sum(x * x, ids))
-            if "median" in needed:
-                medians = []
-                offset = 0
-                for size in sizes:
-                    part = tf.sort(x[offset:offset + size])
-                    mid = size // 2
-                    medians.append(part[mid] if size % 2 else (part[mid - 1] + part[mid]) / 2)
-                    offset += size
-                columns[("median", is_abs)] = tf.stack(medians)
-        return tf.stack([columns[k] for k in keys], axis=0)
+        columns = []
+        if small:
+            columns.append(_segment_reductions([tensors[i] for i in small], [sizes[i] for i in small], keys,
+                                               compute))
+        for i in large:
+            x = tf.reshape(_as_real(tensors[i], compute), [-1])
+            columns.append(tf.reshape(_tensor_reductions(x, keys), [-1, 1]))
+        matrix = tf.concat(columns, axis=1) if len(columns) > 1 else columns[0]
+        return matrix if not large or not small else tf.gather(matrix, inverse, axis=1)
 
     return reduce_all
+
+
+def _tensor_reductions(x, keys):
+    """``keys`` of one flat tensor, stacked as float64 (Eigen's tree reductions keep float32
+    sums within float32 rounding of the float64 reference)."""
+    absolute = tf.abs(x)
+    cache = {}
+
+    def mean_of(values, is_abs):
+        if ("mean", is_abs) not in cache:
+            cache[("mean", is_abs)] = tf.reduce_mean(values)
+        return cache[("mean", is_abs)]
+
+    def variance_of(values, is_abs):
+        if ("variance", is_abs) not in cache:
+            cache[("variance", is_abs)] = tf.reduce_mean(tf.square(values - mean_of(values, is_abs)))
+        return cache[("variance", is_abs)]
+
+    out = []
+    for op, is_abs in keys:
+        values = absolute if is_abs else x
+        if op == "min":
+            out.append(tf.reduce_min(values))
+        elif op == "max":
+            out.append(tf.reduce_max(values))
+        elif op == "sum":
+            out.append(tf.reduce_sum(values))
+        elif op == "prod":
+            out.append(tf.reduce_prod(values))
+        elif op == "mean":
+            out.append(mean_of(values, is_abs))
+        elif op == "variance":
+            out.append(variance_of(values, is_abs))
+        elif op == "std":
+            out.append(tf.sqrt(variance_of(values, is_abs)))
+        elif op == "l1":
+            out.append(tf.reduce_sum(absolute))
+        elif op == "l2":
+            out.append(tf.sqrt(tf.reduce_sum(tf.square(x))))
+        elif op == "median":
+            out.append(_median(values))
+        else:  # pragma: no cover - ReductionConfig validates names
+            raise ValueError(f"unknown reduction {op!r}")
+    return tf.stack([tf.cast(v, tf.float64) for v in out])
+
+
+def _segment_reductions(tensors, sizes, keys, compute):
+    """``[len(keys), len(tensors)]``: segment sums of x, x*x and |x| give sum, mean, variance
+    (E[x^2] - E[x]^2, accumulated in float64), std, l1 and l2; segment min/max the extrema."""
+    n = len(sizes)
+    ops = {op for op, _ in keys}
+    counts = np.asarray(sizes, dtype=np.float64)
+    flats = [tf.reshape(_as_real(t, compute), [-1]) for t in tensors]
+    data = tf.concat(flats, axis=0) if n > 1 else flats[0]
+    ids = tf.repeat(tf.range(n), sizes)
+    absolute = tf.abs(data)
+    out: Dict[ReductionKey, tf.Tensor] = {}
+    if ops & {"sum", "mean", "variance", "std", "l1", "l2"}:
+        wide, wide_abs = tf.cast(data, tf.float64), tf.cast(absolute, tf.float64)
+        total = tf.math.segment_sum(wide, ids)
+        abs_total = tf.math.segment_sum(wide_abs, ids)
+        squares = tf.math.segment_sum(wide * wide, ids)
+        for is_abs, first in ((False, total), (True, abs_total)):
+            mean = first / counts
+            variance = tf.maximum(squares / counts - mean * mean, 0.0)
+            out.update({("sum", is_abs): first, ("mean", is_abs): mean, ("variance", is_abs): variance,
+                        ("std", is_abs): tf.sqrt(variance), ("l1", is_abs): abs_total,
+                        ("l2", is_abs): tf.sqrt(squares)})
+    for is_abs, x in ((False, data), (True, absolute)):
+        needed = {op for op, a in keys if a == is_abs}
+        if "min" in needed:
+            out[("min", is_abs)] = tf.math.segment_min(x, ids)
+        if "max" in needed:
+            out[("max", is_abs)] = tf.math.segment_max(x, ids)
+        if "prod" in needed:
+            out[("prod", is_abs)] = tf.math.segment_prod(tf.cast(x, tf.float64), ids)
+        if "median" in needed:
+            out[("median", is_abs)] = tf.stack([_median(part) for part in tf.split(x, sizes)])
+    return tf.stack([tf.cast(out[key], tf.float64) for key in keys], axis=0)
+
+
+def _median(values):
+    ordered = tf.sort(values)
+    size = int(values.shape[0])
+    mid = size // 2
+    return tf.cast(ordered[mid] if size % 2 else (ordered[mid - 1] + ordered[mid]) / 2, tf.float64)

@@ -57,9 +57,20 @@ class TFHookBase(Hook):
     def _distributed_info(self) -> Tuple[int, int]:
         identity = distributed.from_environment()
         if identity.world_size == 1 and tensorflow_loaded():
-            identity = self._identity_from_current_strategy() or identity
+            mirrored = self._identity_from_current_strategy()
+            if mirrored is not None:
+                self._one_writer_for_devices()
+                identity = mirrored
         self._identity = identity
         return identity.rank, identity.world_size
+
+    def _one_writer_for_devices(self) -> None:
+        # The hook writes one worker's files per process; the devices of a MirroredStrategy
+        # would each need their own (include_workers="all" is not supported there yet).
+        if self.include_workers == "all":
+            logger.warning("smdebug: include_workers='all' is not supported with MirroredStrategy; saving the "
+                           "first replica only (include_workers='one')")
+            self.include_workers = "one"
 
     def _identity_from_current_strategy(self):
         try:
@@ -90,6 +101,7 @@ class TFHookBase(Hook):
             logger.warning("smdebug: the model uses %s but the hook already wrote as %s; keeping that name",
                            type(strategy).__name__, self.worker_name)
             return
+        self._one_writer_for_devices()
         self._identity = identity
         self.rank, self.world_size, self.worker_name = identity.rank, identity.world_size, identity.name
         self.is_chief = True
@@ -126,9 +138,14 @@ class TFHookBase(Hook):
         super().end_step()
 
     def _record_tracked(self) -> None:
-        for name, var in list(self._tracked.items()):
-            if self.wants(name):
-                self.record(name, self._host_or_tensor(var))
+        wanted = [(name, var) for name, var in list(self._tracked.items()) if self.wants(name)]
+        if wanted:
+            for (name, _), value in zip(wanted, self._read_variables([var for _, var in wanted])):
+                self.record(name, value)
+
+    def _read_variables(self, variables):
+        """Snapshots of the variables' current values (subclasses read them in one call)."""
+        return [self._host_or_tensor(v) for v in variables]
 
     def _host_or_tensor(self, value):
         """The value as the backend takes it (subclasses convert non-TensorFlow tensors)."""
@@ -150,6 +167,14 @@ class TFHookBase(Hook):
                 self._capture.disarm_all()
             except Exception:  # noqa: BLE001
                 pass
+
+    def close(self) -> None:
+        """Finish the last step and the run; graphs that keep running capture nothing more."""
+        try:
+            super().close()
+        finally:
+            if self._capture is not None:
+                self._capture.disarm_all()
 
     def _is_included(self, name: str, home: Optional[str] = None) -> bool:
         """Whether tensor ``name`` would be saved in some mode (its home collection or a regex)."""

@@ -9,9 +9,10 @@ A *capture site* is a place in user or Keras code (an optimizer's ``apply``, a l
   site adds ``tf.cond(site flag, copy the tensors into stash variables, do nothing)``.
   The flag is a boolean variable the hook sets from Python when a step that saves one of
   the site's tensors begins; on every other step the graph pays one variable read and an
-  untaken branch. On a saved step the copy also writes the step's stamp next to the stash,
-  and at the end of the step the hook reads every stash whose stamp is current (a site
-  that did not run in that step is not mistaken for fresh data). Variable assignments
+  untaken branch. On a saved step the copy also counts itself in a counter next to the
+  stash, and at the end of the step the hook reads every stash whose counter moved since
+  the last time it looked (a site that did not run in that step is not mistaken for fresh
+  data). Variable assignments
   compile under XLA, so this works with ``jit_compile=True``; there, stash variables have
   static shapes (one stash per traced shape), and a tensor whose shape is only known at
   run time cannot be captured (a warning says so).
@@ -28,6 +29,8 @@ from typing import Dict, List, Sequence, Tuple
 import tensorflow as tf
 
 from smdebug.logger import get_logger
+
+from .backend import read_variables
 
 logger = get_logger("smdebug.tensorflow")
 
@@ -82,14 +85,16 @@ def in_xla_context() -> bool:
 
 
 class _Variant:
-    """The stash of one traced version of a site (names, stash variables, stamp)."""
+    """The stash of one traced version of a site: names, stash variables, and a counter of
+    the copies made (``seen``: its value when last read)."""
 
-    __slots__ = ("names", "stash", "stamp")
+    __slots__ = ("names", "stash", "copies", "seen")
 
-    def __init__(self, names, stash, stamp):
+    def __init__(self, names, stash, copies):
         self.names = names
         self.stash = stash
-        self.stamp = stamp
+        self.copies = copies
+        self.seen = 0
 
 
 class _Site:
@@ -109,8 +114,6 @@ class GraphCapture:
     def __init__(self, hook):
         self._hook = weakref.proxy(hook)
         self._sites: Dict[object, _Site] = {}
-        self._stamp = 0
-        self._stamp_var = None
         self._step_tokens: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._lock = threading.RLock()
         self._warned: set = set()
@@ -122,7 +125,7 @@ class GraphCapture:
         if not named or not hook.enabled:
             return
         if not in_graph():
-            if hook.saving_step:
+            if hook.saving_step and hook._step_active:
                 for name, value in named:
                     if value is not None and hook.wants(name):
                         hook.record(name, value)
@@ -158,17 +161,15 @@ class GraphCapture:
             variant = site.variants.get(signature)
             if variant is None:
                 variant = site.variants[signature] = self._new_variant(usable)
-            stamp_var = self._stamp_variable()
         token = self._token_for_current_graph()
         with tf.control_dependencies([token] if token is not None else []):
             armed = site.flag.read_value()
 
         def copy():
             # Densifying (IndexedSlices, variable reads) happens here: only on saved steps.
-            current = stamp_var.read_value()
             for var, (_, value, _, _) in zip(variant.stash, usable):
                 var.assign(_dense(value))
-            variant.stamp.assign(current)
+            variant.copies.assign_add(1)
             return tf.constant(True)
 
         done = tf.cond(armed, copy, lambda: tf.constant(False))
@@ -182,13 +183,8 @@ class GraphCapture:
                 stash.append(_plain_variable(lambda: tf.zeros(shape, dtype)))
             else:
                 stash.append(_plain_variable(lambda: tf.zeros([0], dtype), shape=tf.TensorShape(None)))
-        stamp = _plain_variable(lambda: tf.constant(0, tf.int64))
-        return _Variant(tuple(name for name, _, _, _ in usable), stash, stamp)
-
-    def _stamp_variable(self):
-        if self._stamp_var is None:
-            self._stamp_var = _plain_variable(lambda: tf.constant(0, tf.int64))
-        return self._stamp_var
+        copies = _plain_variable(lambda: tf.constant(0, tf.int64))
+        return _Variant(tuple(name for name, _, _, _ in usable), stash, copies)
 
     # --- steps begun from inside a graph -----------------------------------------------
     def begin_step_in_graph(self, begin_fn) -> bool:
@@ -234,9 +230,6 @@ class GraphCapture:
         """At the start of a step: raise the flags of sites holding a tensor saved at this step."""
         hook = self._hook
         saving = hook.saving_step and hook.enabled
-        if saving:
-            self._stamp += 1
-            self._stamp_variable().assign(self._stamp)
         with self._lock:
             sites = list(self._sites.values())
         for site in sites:
@@ -260,13 +253,16 @@ class GraphCapture:
             sites = [s for s in self._sites.values() if s.armed]
         if not sites or not hook.saving_step:
             return
-        for site in sites:
-            for variant in list(site.variants.values()):
-                if int(variant.stamp.numpy()) != self._stamp:
-                    continue  # this version of the site did not run in this step
-                for name, var in zip(variant.names, variant.stash):
-                    if hook.wants(name):
-                        hook.record(name, var)
+        variants = [v for site in sites for v in list(site.variants.values())]
+        # One call reads every counter and stash (reads are copy-on-write snapshots, not copies).
+        values = read_variables([v.copies for v in variants] + [var for v in variants for var in v.stash])
+        counts, stashed = values[:len(variants)], iter(values[len(variants):])
+        for variant, count in zip(variants, counts):
+            count = int(count)
+            fresh, variant.seen = count != variant.seen, count  # else it did not run in this step
+            for name, value in zip(variant.names, stashed):
+                if fresh and hook.wants(name):
+                    hook.record(name, value)
 
     def disarm_all(self) -> None:
         with self._lock:

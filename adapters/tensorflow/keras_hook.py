@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import weakref
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -135,7 +136,6 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._weight_names: Dict[int, str] = {}  # id(variable) -> saved name
         self._log_keys: Dict[str, str] = {}  # Keras log key -> collection
         self._in_fit = False
-        self._wrapped_optimizers: List[object] = []
         self._models: List[object] = []
         self._tape_source_ids: set = set()
 
@@ -239,8 +239,6 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             return original(grads, trainable_variables)
 
         self._patches.set(optimizer, "apply", apply)
-        if not any(o is optimizer for o in self._wrapped_optimizers):
-            self._wrapped_optimizers.append(optimizer)
         return True
 
     def _offer_gradients(self, optimizer, grads, trainable_variables) -> None:
@@ -386,10 +384,12 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             named += list(zip(names, tensors))
         self._capture.offer(("layer", id(layer)), named)
 
+    def _model_io_included(self, base: str) -> bool:
+        home = dict(_MODEL_IO)[base]
+        return self._is_included(base, home) or self._is_included(base + "_0", home)
+
     def _patch_model_io(self, model) -> bool:
-        wanted = {base: self._is_included(base, home) or self._is_included(base + "_0", home)
-                  for base, home in _MODEL_IO}
-        if not any(wanted.values()):
+        if not any(self._model_io_included(base) for base, _ in _MODEL_IO):
             return False
         changed = False
         hook_ref = weakref.ref(self)
@@ -433,7 +433,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         named = []
         homes = dict(_MODEL_IO)
         for base, value in values.items():
-            if value is None:
+            if value is None or not self._model_io_included(base):
                 continue
             tensors = [t for t in keras.tree.flatten(value) if self._is_tensor(t)]
             names = naming.numbered(base, len(tensors))
@@ -463,6 +463,13 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             return False
         device = getattr(value, "device", None)
         return getattr(device, "type", None) != "meta"  # torch's shape-only tensors (symbolic build)
+
+    def _read_variables(self, variables):
+        if self._tf:
+            from .backend import read_variables
+
+            return read_variables(variables)
+        return [self._host_or_tensor(v) for v in variables]
 
     def _host_or_tensor(self, value):
         if self._tf or isinstance(value, (np.ndarray, np.generic, int, float)):
@@ -649,11 +656,8 @@ def in_xla_context() -> bool:
 def _looks_like_variable(obj) -> bool:
     if isinstance(obj, keras.Variable):
         return True
-    try:
-        import tensorflow as tf
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(obj, tf.Variable)
+    tf = sys.modules.get("tensorflow")  # a tf.Variable implies TensorFlow is imported
+    return tf is not None and isinstance(obj, tf.Variable)
 
 
 _TAPE_CLASSES: Dict[type, type] = {}

@@ -18,6 +18,9 @@ def sample_values():
     return {
         "float32 matrix": rng.standard_normal((3, 4)).astype("float32"),
         "float32 4-d": rng.standard_normal((2, 3, 2, 2)).astype("float32"),
+        # Bigger than SEGMENT_MAX_NUMEL: reduced on its own, between tensors reduced together.
+        "float32 big": (rng.standard_normal((120, 90)) + 3.0).astype("float32"),
+        "float64 big": rng.standard_normal(9000),
         "float64 vector": rng.standard_normal(9),
         "float16": rng.standard_normal(6).astype("float16"),
         "int32": np.arange(-3, 4, dtype="int32"),

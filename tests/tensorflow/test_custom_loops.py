@@ -168,5 +168,5 @@ def test_nothing_saved_means_nothing_runs(tmp_path, xy):
     # The stash still holds step 2's gradient: steps 3 and 4 did not copy anything.
     np.testing.assert_array_equal(stash["gradients/seq/d1/kernelGrad"].numpy(), record[2][2][0])
     assert not np.array_equal(record[2][2][0], record[4][2][0])
-    assert int(variant.stamp.numpy()) == 1 and not flag_after
+    assert int(variant.copies.numpy()) == 1 and not flag_after  # copied in step 2 only
     assert create_trial(str(tmp_path / "run")).steps() == [2]

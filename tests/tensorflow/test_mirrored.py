@@ -1,4 +1,5 @@
 """MirroredStrategy over two logical CPUs: one replica's values, named after its device."""
+import json
 import os
 
 import pytest
@@ -54,3 +55,14 @@ def test_fit_saves_the_chief_replica_under_its_device_name(tmp_path, strategy):
         want = tape.gradient(loss, reference.trainable_weights)[0].numpy()
         np.testing.assert_allclose(trial.tensor("gradients/mirrored/d1/kernelGrad").value(step), want,
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_hook_made_in_the_strategy_scope_takes_the_device_name(tmp_path, strategy, caplog):
+    with strategy.scope():
+        with caplog.at_level("WARNING", logger="smdebug"):
+            hook = smd.KerasHook(out_dir=tmp_path / "run", include_workers="all")
+    assert hook.worker_name == CHIEF
+    # One writer per process: "all" would announce two workers and leave the reader waiting.
+    assert hook.include_workers == "one" and "not supported with MirroredStrategy" in caplog.text
+    assert json.loads(hook.collections_json())["_meta"] == {"num_workers": 1}
+    hook.close()
