@@ -373,7 +373,7 @@ class Hook:
 
     def _update_saving(self) -> None:
         self._prepare_if_changed()
-        mode, step = self.mode, self.mode_step
+        _, mode, step = self._step_identity  # the open step's mode, even after set_mode()
         self._saving_colls = frozenset(
             p.collection.name for p in self._prepared
             if (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS)

@@ -41,7 +41,8 @@ logger = get_logger("smdebug.zero_code_change")
 INSTRUMENTORS: Dict[str, str] = {
     "torch": "smdebug.pytorch._instrument",
     "tensorflow": "smdebug.tensorflow._instrument",
-    "keras": "smdebug.tensorflow._instrument",
+    # `import keras` imports TensorFlow first, before keras.Model exists: its own entry point.
+    "keras": "smdebug.tensorflow._instrument_keras",
     "xgboost": "smdebug.xgboost._instrument",
     "mxnet": "smdebug.mxnet._instrument",
 }

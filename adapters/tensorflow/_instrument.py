@@ -43,8 +43,8 @@ def instrument() -> None:
             return
         if _keras_is_being_imported():
             # ``import keras`` imports TensorFlow first, whose import triggered this call:
-            # Keras has no Model yet. Finish when Keras itself is imported.
-            _defer_to_keras_import()
+            # Keras has no Model yet. The bootstrap's "keras" entry (_instrument_keras)
+            # instruments once Keras itself has finished importing.
             return
         import keras
 
@@ -77,20 +77,6 @@ def _keras_is_being_imported() -> bool:
     """Keras' module exists but has not defined ``Model`` yet (its import is under way)."""
     module = sys.modules.get("keras")
     return module is not None and getattr(module, "Model", None) is None
-
-
-def _defer_to_keras_import() -> None:
-    """Have the zero-code-change bootstrap call :func:`instrument` again once Keras is imported.
-
-    The bootstrap runs each instrumentor module once; Keras gets its own (a thin alias).
-    """
-    try:
-        from smdebug import zero_code_change
-
-        zero_code_change.INSTRUMENTORS["keras"] = f"{__package__}._instrument_keras"
-    except Exception as exc:  # noqa: BLE001
-        logger.warning("smdebug: cannot wait for Keras to finish importing; keras.Model is not instrumented: %s",
-                       exc)
 
 
 def _wrap(original):

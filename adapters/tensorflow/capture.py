@@ -12,10 +12,11 @@ A *capture site* is a place in user or Keras code (an optimizer's ``apply``, a l
   untaken branch. On a saved step the copy also counts itself in a counter next to the
   stash, and at the end of the step the hook reads every stash whose counter moved since
   the last time it looked (a site that did not run in that step is not mistaken for fresh
-  data). Variable assignments
-  compile under XLA, so this works with ``jit_compile=True``; there, stash variables have
-  static shapes (one stash per traced shape), and a tensor whose shape is only known at
-  run time cannot be captured (a warning says so).
+  data). Variable assignments compile under XLA, so this works with ``jit_compile=True``;
+  there, stash variables have static shapes (one stash per traced shape), and a tensor
+  whose shape is only known at run time cannot be captured (a warning says so).
+* **Distributed** (MirroredStrategy): only the chief replica's graph gets sites; stash
+  variables are plain local variables, never mirrored.
 
 Steps driven from inside a graph (a wrapped tape entered in a ``tf.function``) begin
 through ``tf.py_function``; every site later in the same graph reads its flag after it.
@@ -24,13 +25,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import tensorflow as tf
 
 from smdebug.logger import get_logger
 
-from .backend import read_variables
+from .backend import read_variables, to_tensor
 
 logger = get_logger("smdebug.tensorflow")
 
@@ -275,11 +276,6 @@ class GraphCapture:
                     pass
                 site.armed = False
 
-    @property
-    def site_keys(self) -> List[object]:
-        with self._lock:
-            return list(self._sites)
-
     def _warn_once(self, key, message, *args) -> None:
         if key not in self._warned:
             self._warned.add(key)
@@ -287,14 +283,7 @@ class GraphCapture:
 
 
 def _dense(value):
-    if isinstance(value, tf.IndexedSlices):
-        return tf.convert_to_tensor(value)
-    if isinstance(value, tf.Variable):
-        return value.read_value()
-    inner = getattr(value, "value", None)
-    if isinstance(inner, tf.Variable):
-        return inner.read_value()
-    return tf.convert_to_tensor(value)
+    return tf.convert_to_tensor(to_tensor(value))
 
 
 def _static_shape_and_dtype(value):

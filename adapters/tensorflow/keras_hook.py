@@ -24,10 +24,26 @@ its ``gradient`` saves the gradients, the target as ``loss`` and, on the first u
 sources as weights) and ``hook.wrap_optimizer(optimizer)``; both work eagerly and inside
 ``tf.function``. Use ``hook.set_mode`` to switch modes between steps.
 
+Limits worth knowing:
+
+* ``steps_per_execution=k``: Keras calls batch callbacks once per k batches, so one step
+  covers k batches; captured tensors are those of the last batch of the k.
+* ``jit_compile=True`` (Keras' default on GPUs): captured tensors need shapes known when
+  the step is compiled; a tensor with a dynamic dimension is skipped with a warning.
+* A model whose custom ``train_step`` does not call ``compute_loss`` has no
+  ``inputs``/``labels``/``predictions`` in fit; one that does not use its optimizer's
+  ``apply``/``apply_gradients`` has no ``gradients``.
+* ``tf.distribute.MirroredStrategy``: the hook saves once per replica set, the chief
+  replica's values (the lexically first device, which names the worker: FORMAT 1.2). Its
+  gradients are that replica's local gradients, before the all-reduce (Keras scales each
+  replica's loss by 1/replicas). ``include_workers="all"`` falls back to ``"one"``.
+* A custom loop whose wrapped tape is entered inside a ``jit_compile`` function cannot
+  begin steps there: call ``hook.begin_step()`` before each call.
+
 Other Keras backends (``KERAS_BACKEND=torch``/``jax``): the callback part works the same
 (steps, modes, logs, weights, optimizer variables); the optimizer and layer wrappers work
 wherever Keras runs them eagerly (torch), values are copied to numpy and reduced there.
-``wrap_tape`` is TensorFlow-only.
+``wrap_tape`` is TensorFlow-only. TensorFlow is not imported.
 """
 from __future__ import annotations
 

@@ -75,6 +75,20 @@ def test_session_hook_gradient_is_the_one_applied(tmp_path):
         np.testing.assert_allclose(trial.tensor("gradients/dense/kernelGrad").value(step), grad, rtol=1e-6)
 
 
+def test_session_hook_saves_graph_tensors_matching_include_regex(tmp_path):
+    with tf.Graph().as_default():
+        x, y, kernel, loss, grads, train = build_graph()
+        hook = smd.SessionHook(out_dir=tmp_path / "run", include_regex=["^MatMul:0$"])
+        feed = {x: np.ones((2, 3), np.float32), y: np.zeros((2, 1), np.float32)}
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train, feed)
+        hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    np.testing.assert_allclose(trial.tensor("MatMul:0").value(0), np.full((2, 1), 1.5))
+    # The profile's own regexes ("^gradient") do not pull in TensorFlow's gradient ops.
+    assert sorted(trial.tensor_names()) == ["MatMul:0", "mean_squared_error/value:0"]
+
+
 def test_estimator_hook_raises_and_names_the_replacements(tmp_path):
     with pytest.raises(ConfigError, match="tf.estimator no longer exists.*KerasHook.*wrap_tape"):
         smd.EstimatorHook(out_dir=tmp_path / "run")
