@@ -9,14 +9,13 @@ value; unknown keys are reported in one warning instead of being silently ignore
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .exceptions import ConfigError
 from .logger import get_logger
-from .modes import ALL_MODES, ModeKeys
+from .modes import ALL_MODES
 from .reduction_config import ReductionConfig
 from .save_config import SaveConfig, SaveConfigMode
 

@@ -18,32 +18,28 @@ functions are idempotent.
 from __future__ import annotations
 
 import functools
-import threading
 import weakref
-from typing import Dict, Tuple
 
-from smdebug.exceptions import SMDebugError
+from smdebug.instrumentation import Patches, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.mxnet")
 
-_originals: Dict[Tuple[type, str], object] = {}
-_lock = threading.Lock()
+_patches = Patches()
 _candidates: "weakref.WeakSet" = weakref.WeakSet()
-_warned = False
 
 
 def is_instrumented() -> bool:
     """Whether :func:`instrument` is in effect."""
-    return bool(_originals)
+    return bool(_patches)
 
 
 def instrument() -> None:
     """Wrap Gluon's construction methods so that the configured hook attaches itself."""
     from mxnet import gluon
 
-    with _lock:
-        if _originals:
+    with _patches.lock:
+        if _patches:
             return
         targets = (
             (gluon.Block, "initialize", _wrap_remember_block),
@@ -52,20 +48,15 @@ def instrument() -> None:
             (gluon.loss.Loss, "__init__", _wrap_loss_init),
         )
         for owner, attr, wrap in targets:
-            original = owner.__dict__.get(attr)
-            if original is None:
-                continue
-            _originals[(owner, attr)] = original
-            setattr(owner, attr, wrap(original))
-        logger.debug("smdebug: instrumented %s", ", ".join(f"{o.__name__}.{a}" for o, a in _originals))
+            if attr in vars(owner):
+                _patches.replace(owner, attr, wrap)
+        logger.debug("smdebug: instrumented %s", ", ".join(_patches.names()))
 
 
 def uninstrument() -> None:
     """Put back the methods :func:`instrument` replaced (hooks already attached stay)."""
-    with _lock:
-        for (owner, attr), original in _originals.items():
-            setattr(owner, attr, original)
-        _originals.clear()
+    with _patches.lock:
+        _patches.restore()
         _candidates.clear()
 
 
@@ -130,17 +121,7 @@ def _owner_of(params):
 
 
 def _current_hook():
-    """The hook to attach, or None. Configuration mistakes raise; anything else only warns."""
-    global _warned
+    """The hook to attach, or None (see smdebug.instrumentation.configured_hook)."""
     from .hook import get_hook
 
-    try:
-        return get_hook(create_if_not_exists=True)
-    except SMDebugError:
-        raise  # a bad config or out_dir: the user asked for debugging and should know now
-    except Exception as exc:  # noqa: BLE001
-        if not _warned:
-            _warned = True
-            logger.warning("smdebug: could not create the MXNet hook (%s: %s); training runs without it",
-                           type(exc).__name__, exc)
-        return None
+    return configured_hook(get_hook, "MXNet")

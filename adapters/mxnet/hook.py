@@ -39,7 +39,6 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import mxnet as mx
 from mxnet import gluon
 
-from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import get_hook as core_get_hook

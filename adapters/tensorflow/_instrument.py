@@ -17,29 +17,25 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import threading
-from typing import Dict, Tuple
 
+from smdebug.instrumentation import Patches, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.tensorflow")
 
 _METHODS = ("fit", "evaluate", "predict")
-# method name -> (original attribute, whether keras.Model defined it itself)
-_originals: Dict[str, Tuple[object, bool]] = {}
-_lock = threading.RLock()
-_warned = False
+_patches = Patches()
 
 
 def is_instrumented() -> bool:
     """Whether :func:`instrument` is in effect."""
-    return bool(_originals)
+    return bool(_patches)
 
 
 def instrument() -> None:
     """Wrap ``keras.Model.fit/evaluate/predict`` so that the configured hook is attached."""
-    with _lock:
-        if _originals:
+    with _patches.lock:
+        if _patches:
             return
         if _keras_is_being_imported():
             # ``import keras`` imports TensorFlow first, whose import triggered this call:
@@ -48,29 +44,17 @@ def instrument() -> None:
             return
         import keras
 
-        if _originals:  # importing Keras just now may have instrumented already
+        if _patches:  # importing Keras just now may have instrumented already
             return
-        model_cls = keras.Model
         for name in _METHODS:
-            original = getattr(model_cls, name)
-            _originals[name] = (model_cls.__dict__.get(name), name in model_cls.__dict__)
-            setattr(model_cls, name, _wrap(original))
-        logger.debug("smdebug: instrumented keras.Model.%s", "/".join(_METHODS))
+            _patches.replace(keras.Model, name, _wrap)
+        logger.debug("smdebug: instrumented %s", ", ".join(_patches.names()))
 
 
 def uninstrument() -> None:
     """Restore the original ``keras.Model`` methods."""
-    with _lock:
-        if not _originals:
-            return
-        import keras
-
-        for name, (original, owned) in _originals.items():
-            if owned:
-                setattr(keras.Model, name, original)
-            elif name in keras.Model.__dict__:
-                delattr(keras.Model, name)
-        _originals.clear()
+    with _patches.lock:
+        _patches.restore()
 
 
 def _keras_is_being_imported() -> bool:
@@ -100,17 +84,9 @@ def _wrap(original):
 
 
 def _current_hook():
-    global _warned
-    try:
-        from . import get_hook
+    from . import get_hook
 
-        return get_hook(hook_type="keras", create_if_not_exists=True)
-    except Exception as exc:  # noqa: BLE001 - a bad config must not stop training
-        if not _warned:
-            _warned = True
-            logger.warning("smdebug: zero-code-change hook not created; training goes on without smdebug: %s: %s",
-                           type(exc).__name__, exc)
-        return None
+    return configured_hook(get_hook, "Keras", hook_type="keras")
 
 
 def _with_hook(callbacks, hook, model):

@@ -16,55 +16,41 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import threading
-from typing import Dict, Tuple
 
-from smdebug.exceptions import SMDebugError
+from smdebug.instrumentation import Patches, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.xgboost")
 
-#: (module name, attribute) of each function wrapped; the same function object may sit
-#: under several names, and each keeps its own original.
+#: (module name, attribute) of each function wrapped.
 _TARGETS = (("xgboost", "train"), ("xgboost.training", "train"), ("xgboost.sklearn", "train"))
-_originals: Dict[Tuple[str, str], object] = {}
-_lock = threading.Lock()
-_warned = False
+_patches = Patches()
 
 
 def is_instrumented() -> bool:
     """Whether :func:`instrument` is in effect."""
-    return bool(_originals)
+    return bool(_patches)
 
 
 def instrument() -> None:
     """Wrap XGBoost's training entry points so that the configured hook is attached."""
-    with _lock:
-        if _originals:
+    with _patches.lock:
+        if _patches:
             return
-        wrappers: Dict[int, object] = {}  # one wrapper per distinct original function
         for module_name, attr in _TARGETS:
             try:
                 module = importlib.import_module(module_name)
             except ImportError:
                 continue
-            original = getattr(module, attr, None)
-            if original is None or not callable(original):
-                continue
-            wrapper = wrappers.get(id(original))
-            if wrapper is None:
-                wrapper = wrappers[id(original)] = _wrap_train(original)
-            _originals[(module_name, attr)] = original
-            setattr(module, attr, wrapper)
-        logger.debug("smdebug: instrumented %s", ", ".join(f"{m}.{a}" for m, a in _originals))
+            if callable(getattr(module, attr, None)):
+                _patches.replace(module, attr, _wrap_train)
+        logger.debug("smdebug: instrumented %s", ", ".join(_patches.names()))
 
 
 def uninstrument() -> None:
     """Restore the functions :func:`instrument` replaced."""
-    with _lock:
-        for (module_name, attr), original in _originals.items():
-            setattr(importlib.import_module(module_name), attr, original)
-        _originals.clear()
+    with _patches.lock:
+        _patches.restore()
 
 
 def _wrap_train(original):
@@ -72,7 +58,9 @@ def _wrap_train(original):
 
     @functools.wraps(original)
     def train(*args, **kwargs):
-        hook = _hook_for_call()
+        from .hook import get_hook
+
+        hook = configured_hook(get_hook, "XGBoost")
         if hook is None:
             return original(*args, **kwargs)
         try:
@@ -88,20 +76,3 @@ def _wrap_train(original):
 
     train._smdebug_original = original
     return train
-
-
-def _hook_for_call():
-    """The hook to attach, or None. Configuration mistakes raise; anything else only warns."""
-    global _warned
-    from .hook import get_hook
-
-    try:
-        return get_hook(create_if_not_exists=True)
-    except SMDebugError:
-        raise  # a bad config or out_dir: the user asked for debugging and should know now
-    except Exception as exc:  # noqa: BLE001 - never stop training for the debugger's sake
-        if not _warned:
-            _warned = True
-            logger.warning("smdebug: could not create the XGBoost hook (%s: %s); training runs without it",
-                           type(exc).__name__, exc)
-        return None
