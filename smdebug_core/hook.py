@@ -680,7 +680,7 @@ class Hook:
             if self._closed:
                 return
             self._closed = True
-        if self.enabled and self._step_open or self._pending or self._pending_scalars:
+        if (self.enabled and self._step_open) or self._pending or self._pending_scalars:
             self.end_step()
         for listener in list(self._step_listeners):  # live rules finish their reports
             try:

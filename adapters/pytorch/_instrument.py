@@ -112,6 +112,9 @@ def _on_top_level_forward(state: _State, module: torch.nn.Module, args) -> None:
         state.gave_up = True
         _remove_global_hooks(state)
         return
+    is_loss = isinstance(module, _Loss)
+    if state.model is None and not is_loss and next(module.parameters(), None) is None:
+        return  # a parameterless module called on its own (a transform): not the model
     if state.hook is None:
         from .hook import get_hook
 
@@ -121,14 +124,12 @@ def _on_top_level_forward(state: _State, module: torch.nn.Module, args) -> None:
             _remove_global_hooks(state)
             return
     hook = state.hook
-    if isinstance(module, _Loss):
+    if is_loss:
         hook.register_loss(module)
         return
     if state.model is None:
         if hook.registered_models:  # the script registered its model itself
             state.model = hook.registered_models[0]
-            return
-        if next(module.parameters(), None) is None:
             return
         state.model = module
         hook.register_module(module)

@@ -153,7 +153,7 @@ class TorchBackend(TensorBackend):
                 snaps.append(TorchSnapshot(t.clone(), owned=True))
             else:
                 snaps.append(TorchSnapshot(t, owned=False, host=self._start_host_copy(t)))
-        jobs = [(t, keys) for t, (_, _, keys) in zip(tensors, items)]
+        jobs = [(t, self._reducible(keys, t)) for t, (_, _, keys) in zip(tensors, items)]
         for snap, reduced in zip(snaps, self._reduce_all(jobs)):
             snap.reduced = reduced
         return snaps
@@ -252,9 +252,8 @@ class TorchBackend(TensorBackend):
                 n = jobs[i][0].numel() if i is not None else 0
                 if chunk and (i is None or size + n > CHUNK_MAX_NUMEL):
                     values = self._reduce_segments([jobs[j][0] for j in chunk], keys, device)  # [keys, tensors]
-                    for col, j in enumerate(chunk):
+                    for j, vector in zip(chunk, values.t().unbind(0)):
                         t, all_keys = jobs[j]
-                        vector = values[:, col]
                         if "median" in (k[0] for k in all_keys):
                             # The rare sort-based reduction is added per tensor.
                             extra = tuple(k for k in all_keys if k[0] == "median")
@@ -347,34 +346,48 @@ class TorchBackend(TensorBackend):
 
 
 def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor:
-    """``keys`` of one tensor with fused single-pass kernels, as a float64 vector on its device."""
+    """``keys`` of one tensor with a few whole-tensor kernels, as a float64 vector on its device.
+
+    Measured on CPU (100K float32): ``aminmax``, ``sum``, ``linalg.vector_norm`` and
+    ``abs().sum()`` take 10-20 us each; ``var_mean`` (Welford) and ``vector_norm(ord=1)``
+    5-40x longer, so variance is two-pass (``||x - mean||^2 / n``) and l1 is ``|x|.sum()``.
+    """
     x = _as_real(t, _compute_dtype(t.dtype))
     n = x.numel()
     cache: Dict[str, torch.Tensor] = {}
 
-    def minmax() -> Tuple[torch.Tensor, torch.Tensor]:
-        if "minmax" not in cache:
-            cache["minmax"] = torch.aminmax(x)
-        return cache["minmax"]
+    def source(abs_: bool) -> torch.Tensor:
+        if not abs_:
+            return x
+        if "abs" not in cache:
+            cache["abs"] = x.abs()
+        return cache["abs"]
+
+    def minmax(abs_: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        key = f"minmax{abs_}"
+        if key not in cache:
+            cache[key] = torch.aminmax(source(abs_))
+        return cache[key]
 
     def total(abs_: bool) -> torch.Tensor:
         key = f"sum{abs_}"
         if key not in cache:
-            cache[key] = torch.linalg.vector_norm(x, 1) if abs_ else x.sum()
+            cache[key] = source(abs_).sum()
         return cache[key]
 
     def variance(abs_: bool) -> torch.Tensor:
         key = f"var{abs_}"
         if key not in cache:
-            cache[key] = torch.var_mean(x.abs() if abs_ else x, correction=0)[0]
+            src = source(abs_)
+            cache[key] = torch.linalg.vector_norm(src - total(abs_) / n).square() / n
         return cache[key]
 
     values = []
     for op, is_abs in keys:
         if op == "min":
-            values.append(torch.linalg.vector_norm(x, -math.inf) if is_abs else minmax()[0])
+            values.append(minmax(is_abs)[0])
         elif op == "max":
-            values.append(torch.linalg.vector_norm(x, math.inf) if is_abs else minmax()[1])
+            values.append(minmax(is_abs)[1])
         elif op == "sum":
             values.append(total(is_abs))
         elif op == "mean":
@@ -391,10 +404,10 @@ def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor
         elif op == "l2":
             values.append(torch.linalg.vector_norm(x, 2))
         elif op == "median":
-            values.append(_median(x.abs() if is_abs else x))
+            values.append(_median(source(is_abs)))
         else:
             raise ValueError(f"unknown reduction {op!r}")
-    return torch.stack([v.to(torch.float64) for v in values])
+    return torch.stack(values).to(torch.float64)  # stack promotes mixed float32/float64
 
 
 def _median(x: torch.Tensor) -> torch.Tensor:

@@ -102,6 +102,7 @@ class _OpenStep:
 
 # events/ files carry smdebug's constant footer (FORMAT 2.1); integrity is in the index's crc32c.
 _EVENT_FOOTER = record_footer(SMDEBUG_PAYLOAD_FOOTER)
+_EVENT_FILE_BUFFER_BYTES = 1 << 20
 
 # Queue item kinds.
 _STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE = range(6)
@@ -406,7 +407,9 @@ class RunWriter:
             return
         if open_step.handle is None:
             self._ensure_parent(open_step.event_relpath)
-            open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb")
+            # A large buffer: a step's many small records then cost memory copies, not syscalls.
+            open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb",
+                                    buffering=_EVENT_FILE_BUFFER_BYTES)
         if len(parts) == 1:  # small record: one write call
             payload = parts[0]
             length = len(payload)

@@ -164,6 +164,9 @@ def test_capture_reduces_now_and_copies_only_raw_values():
 
 def test_empty_tensor_has_shape_but_no_reductions():
     backend = TorchBackend()
+    (snap,) = backend.capture([(torch.zeros(0, 2), True, (("max", False),))])
+    (captured,) = backend.materialize([Request("c", snap, raw=True, shape=False, reductions=(("max", False),))])
+    assert captured.reductions == {} and captured.raw.shape == (0, 2)
     (result,) = backend.materialize([Request("e", backend.snapshot(torch.zeros(0, 3), True), raw=True, shape=True,
                                              reductions=(("mean", False),))])
     assert result.shape == (0, 3) and result.reductions == {} and result.raw.shape == (0, 3)
