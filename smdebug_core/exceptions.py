@@ -62,6 +62,15 @@ class NoMoreData(SMDebugError):
     """Raised while waiting for steps when training ended before they appeared."""
 
 
+class TrainingStopRequested(SMDebugError):
+    """Raised at a step boundary once a rule (or a stop-request file) asked to stop training.
+
+    For frameworks with no callback that can end the user's loop (PyTorch): the next step
+    refuses to start, after the step that just ended is written. Catch it to end training
+    your own way; ``hook.stop_reason`` holds the reason.
+    """
+
+
 class RuleEvaluationConditionMet(SMDebugError):
     """A rule's condition held at a step."""
 

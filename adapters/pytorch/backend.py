@@ -29,7 +29,6 @@ as ``ml_dtypes`` arrays.
 """
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import ml_dtypes

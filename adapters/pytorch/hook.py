@@ -35,7 +35,6 @@ are installed only while steps save and removed when a step saves nothing.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import re
 import weakref
@@ -46,14 +45,14 @@ import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from smdebug.collections import CollectionKeys
-from smdebug.exceptions import ConfigError, SMDebugError
+from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import get_hook as _core_get_hook
 from smdebug.hook import never_raises
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
-from .backend import TorchBackend, TorchSnapshot
+from .backend import TorchBackend
 
 logger = get_logger("smdebug.pytorch")
 
@@ -105,16 +104,6 @@ def _weak_method(method):
         return None if bound is None else bound(*args, **kwargs)
 
     return call
-
-
-class TrainingStopRequested(SMDebugError):
-    """Raised by the registered model's forward call once a rule asked to stop training.
-
-    A live rule's ``StopTraining`` action calls ``hook.request_stop(reason)``; PyTorch has
-    no callback that can end a user's loop, so the next step refuses to start: the forward
-    pre-hook writes the step that just ended and raises this. Catch it to end training
-    your own way; ``hook.stop_reason`` holds the reason.
-    """
 
 
 class Hook(CoreHook):
