@@ -183,7 +183,10 @@ _VALUE_TAG, _VALUE_TENSOR, _VALUE_METADATA = 1, 8, 9
 _TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_CONTENT = 1, 2, 4
 _SHAPE_DIM, _DIM_SIZE, _DIM_NAME = 2, 1, 2
 
-# From this size on, content is returned as a separate memoryview instead of being copied.
+_KEY_EVENT_SUMMARY = _key(_EVENT_SUMMARY, 2)
+_KEY_SUMMARY_VALUE = _key(_SUMMARY_VALUE, 2)  # one byte (field 1, wire type 2)
+
+# From this size on, content is returned as a separate memoryview instead of being joined.
 _SPLICE_MIN_BYTES = 64 * 1024
 
 
@@ -212,6 +215,7 @@ def _shape_field(tag, shape):
     return _length_delimited(_TENSOR_SHAPE, b"".join(dims))
 
 
+@functools.lru_cache(maxsize=16)  # every record of a step shares it
 def _event_head(wall_time, global_step):
     head = b""
     packed = _DOUBLE.pack(wall_time)
@@ -327,37 +331,47 @@ def encode_tensor_event_parts(tag, array, *, global_step, mode, mode_step, wall_
     n = len(content)
     metadata, metadata_field = _cached_metadata(mode, mode_step, marker)
 
-    if n < _SPLICE_MIN_BYTES:
+    if n == 0:
+        # protobuf omits an empty tensor_content; let it build the (rare) empty record.
         event = proto.Event(wall_time=wall_time, step=global_step)
         value = event.summary.value.add(tag=tag)
-        tensor = value.tensor
-        tensor.dtype = wire
-        dims = tensor.tensor_shape.dim
+        value.tensor.dtype = wire
         for size in shape:
-            dims.add(size=size, name=f"{tag}_{size}")
-        tensor.tensor_shape.SetInParent()
-        tensor.tensor_content = content.tobytes()
+            value.tensor.tensor_shape.dim.add(size=size, name=f"{tag}_{size}")
+        value.tensor.tensor_shape.SetInParent()
         value.metadata.CopyFrom(metadata)
         return [event.SerializeToString()]
 
-    tensor_prefix = b"".join((
-        _key(_TENSOR_DTYPE, 0), _varint(wire), _shape_field(tag, shape), _key(_TENSOR_CONTENT, 2), _varint(n)
-    ))
+    # Hand-assembled, byte for byte what protobuf would write (tests compare): the fields
+    # that depend only on (tag, dtype, shape) are cached, which makes the many small
+    # records of a step (reductions, scalars) cheap to encode.
+    tag_field, dtype_shape_content_key = _static_fields(tag, wire, shape)
+    tensor_prefix = dtype_shape_content_key + _varint(n)
     tensor_len = len(tensor_prefix) + n
-    value_head = _length_delimited(_VALUE_TAG, tag.encode("utf-8")) + _key(_VALUE_TENSOR, 2) + _varint(tensor_len)
-    value_tail = metadata_field
-    value_len = len(value_head) + tensor_len + len(value_tail)
-    summary_head = _key(_SUMMARY_VALUE, 2) + _varint(value_len)
-    summary_len = len(summary_head) + value_len
+    value_head = tag_field + _varint(tensor_len)
+    value_len = len(value_head) + tensor_len + len(metadata_field)
+    summary_len_bytes = _varint(value_len)
+    summary_len = 1 + len(summary_len_bytes) + value_len  # 1: the Summary.value key
     prefix = b"".join((
         _event_head(wall_time, global_step),
-        _key(_EVENT_SUMMARY, 2),
+        _KEY_EVENT_SUMMARY,
         _varint(summary_len),
-        summary_head,
+        _KEY_SUMMARY_VALUE,
+        summary_len_bytes,
         value_head,
         tensor_prefix,
     ))
-    return [prefix, content, value_tail]
+    if n < _SPLICE_MIN_BYTES:
+        return [b"".join((prefix, content, metadata_field))]
+    return [prefix, content, metadata_field]
+
+
+@functools.lru_cache(maxsize=8192)
+def _static_fields(tag, wire, shape):
+    """What depends only on (tag, dtype, shape), the same at every step:
+    (Value.tag field + Value.tensor key, TensorProto dtype + shape fields + content key)."""
+    return (_length_delimited(_VALUE_TAG, tag.encode("utf-8")) + _key(_VALUE_TENSOR, 2),
+            _key(_TENSOR_DTYPE, 0) + _varint(wire) + _shape_field(tag, shape) + _key(_TENSOR_CONTENT, 2))
 
 
 def encode_tensor_event(tag, array, *, global_step, mode, mode_step, wall_time=None):

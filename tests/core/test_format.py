@@ -532,3 +532,26 @@ def _index_with(meta=None, tensors=None, shapes=None, drop=()):
 def test_malicious_or_broken_index_files_are_rejected(data):
     with pytest.raises(IndexReaderException, match=r"^bad/index\.json: "):
         index.parse_index_json(data, "bad/index.json")
+
+
+@pytest.mark.parametrize("tag", ["x", "smdebug/reductions/l2/a.b:0", "t" * 200])
+@pytest.mark.parametrize("shape_dtype", [((), "float64"), ((7,), "int64"), ((3, 4), "float16"), ((2, 2), "bfloat16"),
+                                         ((300, 300), "float32"), ((2,), "bool"), ((2,), "int8")])
+def test_hand_assembled_records_equal_protobufs_encoding(tag, shape_dtype):
+    """Every numeric record is assembled by hand (with cached per-tag fields) for speed; it
+    must be byte for byte what protobuf writes for the same message."""
+    shape, dtype = shape_dtype
+    array = np.ones(shape, dtype=ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    for global_step, mode_step, wall_time in [(0, 0, 0.0), (5, 3, 1.25), (10**9, 7, 1e9)]:
+        wire, marker, widened = codec._numeric_content(tag, array)
+        expected = proto.Event(wall_time=wall_time, step=global_step)
+        value = expected.summary.value.add(tag=tag)
+        value.tensor.dtype = wire
+        for size in widened.shape:
+            value.tensor.tensor_shape.dim.add(size=size, name=f"{tag}_{size}")
+        value.tensor.tensor_shape.SetInParent()
+        value.tensor.tensor_content = widened.tobytes()
+        value.metadata.CopyFrom(codec._metadata_message(ModeKeys.EVAL, mode_step, marker))
+        got = codec.encode_tensor_event(tag, array, global_step=global_step, mode=ModeKeys.EVAL,
+                                        mode_step=mode_step, wall_time=wall_time)
+        assert got == expected.SerializeToString()
