@@ -3,11 +3,13 @@
 An instrumentor replaces a few framework attributes (``xgboost.train``,
 ``keras.Model.fit``, ``gluon.Trainer.__init__``, ...) with wrappers that attach the hook
 configured by ``SMDEBUG_CONFIG_FILE_PATH``. :class:`Patches` remembers what was replaced so
-``uninstrument()`` restores it exactly; :func:`configured_hook` gets that hook.
+``uninstrument()`` restores it exactly (adapters use it too, for the per-object wrappers a
+hook installs); :func:`configured_hook` gets that hook.
 """
 from __future__ import annotations
 
 import threading
+import types
 from typing import Callable, Dict, List, Tuple
 
 from .exceptions import SMDebugError
@@ -20,42 +22,72 @@ _warned: set = set()
 
 
 class Patches:
-    """Attributes replaced by wrappers, and how to put each one back."""
+    """Attributes replaced by wrappers, and how to put each one back.
+
+    Owners may be modules, classes or instances. On instances the attribute is set with
+    ``object.__setattr__``, bypassing a framework's own ``__setattr__`` (Keras tracks what
+    is assigned to a layer); restoring deletes an attribute the owner only inherited.
+    """
 
     def __init__(self):
         self.lock = threading.RLock()
-        self._saved: Dict[Tuple[object, str], object] = {}
+        # (id(owner), name) -> (owner, name, own value or _INHERITED); ids: owners may be unhashable
+        self._saved: Dict[Tuple[int, str], Tuple[object, str, object]] = {}
         self._wrappers: Dict[int, object] = {}
 
     def __bool__(self) -> bool:
         return bool(self._saved)
 
+    def has(self, owner, name: str) -> bool:
+        return (id(owner), name) in self._saved
+
+    def set(self, owner, name: str, value) -> None:
+        """Set ``owner.name`` to ``value``, remembering what to restore."""
+        own = getattr(owner, "__dict__", {}).get(name, _INHERITED)
+        self._saved.setdefault((id(owner), name), (owner, name, own))
+        _setter(owner)(owner, name, value)
+
     def replace(self, owner, name: str, wrap: Callable) -> None:
         """Set ``owner.name`` to ``wrap(current value)``; one wrapper per distinct original.
 
         The same function often sits under several names (``xgboost.train`` and
-        ``xgboost.training.train``): each name is restored on its own, all share a wrapper.
+        ``xgboost.training.train``): each name is restored on its own, all share a wrapper
+        (which keeps the original alive, so its id stays unique).
         """
         current = getattr(owner, name)
-        self._saved[(owner, name)] = vars(owner).get(name, _INHERITED)
         wrapper = self._wrappers.get(id(current))
         if wrapper is None:
             wrapper = self._wrappers[id(current)] = wrap(current)
-        setattr(owner, name, wrapper)
+        self.set(owner, name, wrapper)
 
     def restore(self) -> None:
-        """Put every replaced attribute back (an inherited one is deleted again)."""
-        for (owner, name), original in self._saved.items():
-            if original is _INHERITED:
-                if name in vars(owner):
-                    delattr(owner, name)
-            else:
-                setattr(owner, name, original)
+        """Put every replaced attribute back, newest first; a failure is logged, not raised."""
+        for owner, name, original in reversed(list(self._saved.values())):
+            try:
+                if original is _INHERITED:
+                    if name in getattr(owner, "__dict__", {}):
+                        _deleter(owner)(owner, name)
+                else:
+                    _setter(owner)(owner, name, original)
+            except Exception as exc:  # noqa: BLE001 - best effort, often at shutdown
+                logger.warning("smdebug: could not restore %s.%s: %s", type(owner).__name__, name, exc)
         self._saved.clear()
         self._wrappers.clear()
 
     def names(self) -> List[str]:
-        return [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in self._saved]
+        return [f"{getattr(owner, '__name__', type(owner).__name__)}.{name}" for owner, name, _ in self._saved.values()]
+
+
+def _is_namespace(owner) -> bool:
+    return isinstance(owner, (type, types.ModuleType))
+
+
+def _setter(owner):
+    return setattr if _is_namespace(owner) else object.__setattr__
+
+
+def _deleter(owner):
+    return delattr if _is_namespace(owner) else object.__delattr__
 
 
 def configured_hook(get_hook: Callable, framework: str, **kwargs):

@@ -59,6 +59,7 @@ import keras
 
 from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
+from smdebug.instrumentation import Patches
 from smdebug.modes import ModeKeys
 
 from . import naming
@@ -96,32 +97,6 @@ class _EagerCapture:
         pass
 
 
-class _Patches:
-    """Instance attributes the hook set on Keras objects, to undo them on close."""
-
-    def __init__(self):
-        self._items: Dict[Tuple[int, str], Tuple[object, str, object, bool]] = {}
-
-    def has(self, obj, attr) -> bool:
-        return (id(obj), attr) in self._items
-
-    def set(self, obj, attr, wrapper) -> None:
-        had_own = attr in getattr(obj, "__dict__", {})
-        self._items[(id(obj), attr)] = (obj, attr, obj.__dict__.get(attr) if had_own else None, had_own)
-        object.__setattr__(obj, attr, wrapper)
-
-    def undo_all(self) -> None:
-        for obj, attr, original, had_own in reversed(list(self._items.values())):
-            try:
-                if had_own:
-                    object.__setattr__(obj, attr, original)
-                else:
-                    object.__delattr__(obj, attr)
-            except Exception:  # noqa: BLE001 - best effort at shutdown
-                pass
-        self._items.clear()
-
-
 class KerasHook(TFHookBase, keras.callbacks.Callback):
     """Saves tensors of a Keras 3 model; pass it in ``callbacks=`` of fit/evaluate/predict.
 
@@ -148,7 +123,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             self._capture = GraphCapture(self)
         else:
             self._capture = _EagerCapture(self)
-        self._patches = _Patches()
+        self._patches = Patches()
         self._weight_names: Dict[int, str] = {}  # id(variable) -> saved name
         self._log_keys: Dict[str, str] = {}  # Keras log key -> collection
         self._in_fit = False
@@ -646,7 +621,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         try:
             super().close()
         finally:
-            self._patches.undo_all()
+            self._patches.restore()
             for model in self._models:
                 for attr in ("train_function", "test_function", "predict_function"):
                     if getattr(model, attr, None) is not None:
