@@ -505,6 +505,25 @@ class _ActivityRule(Rule):
             activity = 100.0 * active.astype(np.float64).ravel()
         return 100.0 * float(np.mean(activity < self.threshold_inactivity))
 
+    def _inactive_layers(self, names, active) -> Dict[str, float]:
+        """``{name: percent of inactive units}`` of the layers above ``threshold_layer``.
+
+        ``active(name, array)`` gives the boolean mask of active entries.
+        """
+        found = {}
+        for name in names:
+            try:
+                array = _numeric(self.view.value(name))
+            except DATA_MISSING:
+                self.unavailable()
+                continue
+            if array is None or array.size == 0:
+                continue
+            percent = self._inactive_percent(active(name, array))
+            if percent > self.threshold_layer:
+                found[name] = percent
+        return found
+
 
 class DeadRelu(_ActivityRule):
     """Fires when more than ``threshold_layer`` percent of a ReLU layer's units are dead.
@@ -529,21 +548,10 @@ class DeadRelu(_ActivityRule):
         return [Required(regex=self.tensor_regex, value=True)]
 
     def invoke_at_step(self, step):
-        dead = {}
         names = self.view.tensor_names(regex=self.tensor_regex)
         if not names:
             self.no_data("step %d has no tensor matching %s", step, list(self.tensor_regex))
-        for name in names:
-            try:
-                array = _numeric(self.view.value(name))
-            except DATA_MISSING:
-                self.unavailable()
-                continue
-            if array is None or array.size == 0:
-                continue
-            percent = self._inactive_percent(array > 0)
-            if percent > self.threshold_layer:
-                dead[name] = percent
+        dead = self._inactive_layers(names, lambda name, array: array > 0)
         if dead:
             self.note(f"more than {self.threshold_layer:g}% dead units in {_count(len(dead), 'ReLU layer')}: "
                       f"{_listing(dead, '{:.1f}%')}", percent_dead=_details(dead))
@@ -576,32 +584,30 @@ class SaturatedActivation(_ActivityRule):
         return [Required(collections=self.collection_names, regex=self.tensor_regex, value=True)]
 
     def invoke_at_step(self, step):
-        saturated = {}
         names = self.view.tensor_names(self.collection_names, self.tensor_regex)
         if not names:
             self.no_data("step %d has no tensor matching collection_names=%s tensor_regex=%s", step,
                          list(self.collection_names), list(self.tensor_regex))
-        for name in names:
-            lowered = name.lower()
-            bounds = self.threshold_tanh if "tanh" in lowered else self.threshold_sigmoid if "sigmoid" in lowered \
-                else None
-            if bounds is None:
-                continue
-            try:
-                array = _numeric(self.view.value(name))
-            except DATA_MISSING:
-                self.unavailable()
-                continue
-            if array is None or array.size == 0:
-                continue
-            percent = self._inactive_percent((array > bounds[0]) & (array < bounds[1]))
-            if percent > self.threshold_layer:
-                saturated[name] = percent
+        # Only tanh and sigmoid layers have known saturation bounds; other tensors are not read.
+        bounds = {name: self._bounds(name) for name in names}
+        saturated = self._inactive_layers(
+            [name for name in names if bounds[name] is not None],
+            lambda name, array: (array > bounds[name][0]) & (array < bounds[name][1]),
+        )
         if saturated:
             self.note(f"more than {self.threshold_layer:g}% saturated units in "
                       f"{_count(len(saturated), 'activation layer')}: {_listing(saturated, '{:.1f}%')}",
                       percent_saturated=_details(saturated))
         return bool(saturated)
+
+
+    def _bounds(self, name: str):
+        lowered = name.lower()
+        if "tanh" in lowered:
+            return self.threshold_tanh
+        if "sigmoid" in lowered:
+            return self.threshold_sigmoid
+        return None
 
 
 class SimilarAcrossRuns(_SelectionRule):
