@@ -600,7 +600,6 @@ class SaturatedActivation(_ActivityRule):
                       percent_saturated=_details(saturated))
         return bool(saturated)
 
-
     def _bounds(self, name: str):
         lowered = name.lower()
         if "tanh" in lowered:
