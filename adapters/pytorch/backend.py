@@ -157,6 +157,28 @@ class TorchBackend(TensorBackend):
             snap.reduced = reduced
         return snaps
 
+    def copy_batch(self, tensors: Sequence[torch.Tensor]) -> List[TorchSnapshot]:
+        """Private copies of many tensors, on their devices.
+
+        CPU tensors are cloned one by one (a clone costs less than the views a shared
+        buffer would need); tensors on an accelerator are gathered with one concatenation
+        per (device, dtype), one kernel instead of one per tensor.
+        """
+        plain = [plain_tensor(t) for t in tensors]
+        out: List[Optional[TorchSnapshot]] = [None] * len(plain)
+        groups: Dict[Tuple[torch.device, torch.dtype], List[int]] = {}
+        for i, t in enumerate(plain):
+            if t.device.type == "cpu":
+                out[i] = TorchSnapshot(t.clone(), owned=True)
+            else:
+                groups.setdefault((t.device, t.dtype), []).append(i)
+        for indices in groups.values():
+            members = [plain[i] for i in indices]
+            flat = torch.cat([t.reshape(-1) for t in members])
+            for i, t, part in zip(indices, members, flat.split([t.numel() for t in members])):
+                out[i] = TorchSnapshot(part.view(t.shape), owned=True)
+        return out
+
     # --- materialize -------------------------------------------------------------------
     def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
         snaps = [self.snapshot(req.value, False) for req in requests]

@@ -144,7 +144,13 @@ class Hook(CoreHook):
         self.step_by_optimizer = False
         self._params_captured = False
         self._optimizer_stepped = False
-        self._tensor_counts: Dict[Tuple[str, bool], int] = {}
+        self._tensor_counts: Dict[str, int] = {}  # '<module>_output_' -> tensors recorded this step
+        # Module tensors whose copy waits for the end of the root forward (see _offer):
+        # (name, tensor, its version counter when the module returned it).
+        self._deferred: List[Tuple[str, torch.Tensor, int]] = []
+        self._observed: List[Tuple[str, torch.Tensor, int]] = []  # copied at once, watched for in-place changes
+        self._deferrable: Dict[str, bool] = {}  # name -> unchanged until the forward's end when last observed
+        self._warned_changed: set = set()
         self._warned_compiled = False
         self._warned_bad_tensor: set = set()
         self._optimizer_hooks_installed = False
@@ -166,6 +172,15 @@ class Hook(CoreHook):
         """Set TRAIN, EVAL, PREDICT or GLOBAL; from now on it overrides ``module.training``."""
         super().set_mode(mode)
         self._user_mode = self.mode
+
+    def end_step(self) -> None:
+        if self._deferred or self._observed:  # module calls outside a registered model's forward
+            self._copy_deferred_guarded()
+        super().end_step()
+
+    @never_raises("copying module tensors")
+    def _copy_deferred_guarded(self) -> None:
+        self._copy_deferred()
 
     def begin_step(self, step: Optional[int] = None) -> bool:
         saving = super().begin_step(step)
@@ -210,7 +225,7 @@ class Hook(CoreHook):
                 self._param_ids.add(id(param))
                 self._params.append((f"{root_name}_{pname}", param))
         self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
-        self._handles.append(module.register_forward_hook(self._forward_hook(root_name)))
+        self._handles.append(module.register_forward_hook(self._forward_hook(root_name, flush=True)))
         self._install_optimizer_hooks()
         self._resolve_layer_requests()
         self._sync_capture_hooks()
@@ -398,32 +413,87 @@ class Hook(CoreHook):
         self._optimizers[optimizer] = (len(groups), ours)
         return ours
 
-    def _forward_hook(self, name: str, inputs: Optional[bool] = None, outputs: Optional[bool] = None):
-        """A forward hook recording ``name``'s inputs/outputs (None: whatever the plan asks for)."""
-        return functools.partial(_weak_method(self._on_module_forward), name, inputs, outputs)
+    def _forward_hook(self, name: str, inputs: Optional[bool] = None, outputs: Optional[bool] = None,
+                      flush: bool = False):
+        """A forward hook recording ``name``'s inputs/outputs (None: whatever the plan asks for).
+
+        ``flush``: the root module's hook, which ends the forward pass and copies the
+        tensors its submodules produced (see :meth:`_offer`). The hook holds ``self``
+        weakly (torch keeps it as long as the module lives) and runs eagerly, with a graph
+        break, inside a torch.compile'd region. It is on the path of every captured module
+        call, so it does the least it can.
+        """
+        hook_ref = weakref.ref(self)
+
+        @_compiler_disable
+        def on_forward(module, args, output):
+            hook = hook_ref()
+            if hook is not None and hook.saving_step:
+                hook._on_module_forward(name, inputs, outputs, args, output, flush)
+
+        return on_forward
 
     @never_raises("module forward hook")
-    def _on_module_forward(self, name: str, want_inputs, want_outputs, module, inputs, outputs) -> None:
-        if not self.saving_step:
-            return
+    def _on_module_forward(self, name: str, want_inputs, want_outputs, inputs, outputs, flush: bool) -> None:
         if want_inputs or (want_inputs is None and self.plan_for(f"{name}_input_0") is not None):
-            self._offer(name, False, inputs)
+            self._offer(name, "_input_", inputs, defer=not flush)
         if want_outputs or (want_outputs is None and self.plan_for(f"{name}_output_0") is not None):
-            self._offer(name, True, outputs)
+            self._offer(name, "_output_", outputs, defer=not flush)
+        if flush:
+            self._copy_deferred()
 
-    def _offer(self, name: str, is_output: bool, value) -> None:
+    def _offer(self, name: str, kind: str, value, defer: bool = False) -> None:
+        """Record the tensors of one module call, numbered on from the module's earlier calls this step.
+
+        With ``defer``, a tensor that was left unchanged until the end of the forward pass
+        the last time it was seen is only noted here and copied together with the others
+        when the root module returns (one copy kernel instead of one per module call).
+        Any other tensor is copied at once and watched: if something changes it in place
+        before the forward ends (``nn.ReLU(inplace=True)`` after a Linear does), it will
+        always be copied at once.
+        """
         tensors = (value,) if isinstance(value, torch.Tensor) else _tensor_leaves(value, [])
         if not tensors:
             return
-        key = (name, is_output)
+        key = name + kind
         first = self._tensor_counts.get(key, 0)
         self._tensor_counts[key] = first + len(tensors)
-        kind = "_output_" if is_output else "_input_"
         for i, tensor in enumerate(tensors, first):
-            tname = f"{name}{kind}{i}"
+            tname = f"{key}{i}"
             if (tensor.is_meta or tensor.is_nested) and not self._usable(tname, tensor):
                 continue
-            self.record(tname, tensor, self.backend)
+            if not defer:
+                self.record(tname, tensor, self.backend)
+                continue
+            deferrable = self._deferrable.get(tname)
+            if deferrable:
+                self._deferred.append((tname, tensor, tensor._version))
+            elif self.record(tname, tensor, self.backend) and deferrable is None:
+                self._observed.append((tname, tensor, tensor._version))
+
+    def _copy_deferred(self) -> None:
+        """The end of a forward pass: copy the noted module tensors in one batch."""
+        for tname, tensor, version in self._observed:
+            self._deferrable[tname] = tensor._version == version
+        self._observed.clear()
+        if not self._deferred:
+            return
+        deferred, self._deferred = self._deferred, []
+        names, tensors = [], []
+        for tname, tensor, version in deferred:
+            if tensor._version != version:
+                # Its value at the module's return is gone: say so, and copy it at once from now on.
+                self._deferrable[tname] = False
+                if tname not in self._warned_changed:
+                    self._warned_changed.add(tname)
+                    logger.warning("smdebug: %s was changed in place after its module returned it, so it is not "
+                                   "saved at step %d; it is copied as soon as it is produced from now on",
+                                   tname, self.global_step)
+                continue
+            names.append(tname)
+            tensors.append(tensor)
+        for tname, snap in zip(names, self.backend.copy_batch(tensors)):
+            self.record(tname, snap, self.backend)
 
     def _on_grad_accumulated(self, name: str, param) -> None:
         if self.saving_step and self.enabled and param.grad is not None:

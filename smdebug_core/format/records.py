@@ -6,6 +6,7 @@ original smdebug reader insists on it); TensorBoard files carry the real masked 
 the payload (TensorBoard insists on that). Payload integrity of ``events/`` records is
 checked through the ``crc32c`` key of their index entries instead (see ``index.py``).
 """
+import functools
 import struct
 
 import google_crc32c
@@ -61,6 +62,7 @@ def masked_crc32c(data):
 SMDEBUG_PAYLOAD_FOOTER = 0x062DC0B3
 
 
+@functools.lru_cache(maxsize=4096)  # a run's records come in few distinct lengths
 def record_header(payload_length):
     """The 12 bytes before a payload of ``payload_length`` bytes."""
     length_bytes = _LENGTH.pack(payload_length)

@@ -27,7 +27,7 @@ from typing import List, Tuple
 import numpy as np
 
 from ..format import layout
-from ..format.codec import encode_tensor_event_parts
+from ..format.codec import StepEncoder
 from ..format.index import IndexEntry, build_index_json
 from ..format.records import (
     RECORD_OVERHEAD,
@@ -385,42 +385,42 @@ class RunWriter:
                     "step %d of %s was opened as %s step %d; data submitted as %s step %d is filed under the former",
                     step.global_step, step.worker, open_step.mode.name, open_step.mode_step, mode.name, step.mode_step,
                 )
+            encoder = StepEncoder(global_step=open_step.global_step, mode=open_step.mode,
+                                  mode_step=open_step.mode_step, wall_time=step.wall_time)
             for tag, value in step.tensors:
-                self._write_record(open_step, tag, value, step.wall_time)
+                self._write_record(open_step, encoder, tag, value)
             for shape_item in step.shapes:
                 name, *original, shape = shape_item
                 open_step.shapes.append((name, original[0] if original else name, tuple(int(s) for s in shape)))
         if self._tensorboard is not None and (step.tb_scalars or step.tb_histograms):
             self._write_tensorboard(mode, step)
 
-    def _write_record(self, open_step, tag, value, wall_time):
+    def _write_record(self, open_step, encoder, tag, value):
         try:
-            parts = encode_tensor_event_parts(
-                tag, value, global_step=open_step.global_step, mode=open_step.mode,
-                mode_step=open_step.mode_step, wall_time=wall_time,
-            )
+            parts = encoder.encode(tag, value)
         except (TypeError, ValueError) as exc:
             # A bad value is the caller's problem for that one tensor, not the run's.
             if tag not in self._warned_encode:
                 self._warned_encode.add(tag)
                 logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
             return
-        if open_step.handle is None:
+        handle = open_step.handle
+        if handle is None:
             self._ensure_parent(open_step.event_relpath)
             # A large buffer: a step's many small records then cost memory copies, not syscalls.
-            open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb",
-                                    buffering=_EVENT_FILE_BUFFER_BYTES)
+            handle = open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb",
+                                             buffering=_EVENT_FILE_BUFFER_BYTES)
         if len(parts) == 1:  # small record: one write call
             payload = parts[0]
             length = len(payload)
-            open_step.handle.write(b"".join((record_header(length), payload, _EVENT_FOOTER)))
+            handle.write(b"".join((record_header(length), payload, _EVENT_FOOTER)))
             crc = crc32c(payload)
         else:  # large tensor: its bytes go to the file straight from the array
             length = sum(len(part) for part in parts)
-            open_step.handle.write(record_header(length))
+            handle.write(record_header(length))
             for part in parts:
-                open_step.handle.write(part)
-            open_step.handle.write(_EVENT_FOOTER)
+                handle.write(part)
+            handle.write(_EVENT_FOOTER)
             crc = crc32c_of_parts(parts)
         open_step.entries.append(IndexEntry(tag, open_step.offset, length + RECORD_OVERHEAD, crc))
         open_step.offset += length + RECORD_OVERHEAD

@@ -157,6 +157,55 @@ def test_module_inputs_outputs_named_per_call_and_per_element(run_dir):
     assert trial.mode(0) == TRAIN  # model.training is True; no_grad() does not make it EVAL
 
 
+class InPlaceNet(torch.nn.Module):
+    """A Linear whose output a later in-place ReLU overwrites; from step ``late`` on, also the second one's."""
+
+    def __init__(self, late):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 4)
+        self.act = torch.nn.ReLU(inplace=True)
+        self.fc2 = torch.nn.Linear(4, 4)
+        self.late = late
+        self.calls = 0
+
+    def forward(self, x):
+        h = self.fc2(self.act(self.fc1(x)))
+        if self.calls >= self.late:
+            h.mul_(2)  # changes fc2's output after fc2 returned it
+        self.calls += 1
+        return h
+
+
+def test_module_outputs_are_the_values_the_module_returned_despite_later_in_place_changes(run_dir, caplog):
+    torch.manual_seed(0)
+    model = InPlaceNet(late=3)
+    hook = every_step(out_dir=run_dir, include_regex=[r"fc\d_output_0"])
+    hook.register_module(model)
+    xs = [torch.randn(2, 4) for _ in range(5)]
+    with caplog.at_level("WARNING", logger="smdebug"):
+        with torch.no_grad():
+            for x in xs:
+                model(x)
+    hook.close()
+
+    trial = create_trial(run_dir)
+    assert trial.steps() == [0, 1, 2, 3, 4]
+    with torch.no_grad():
+        for step, x in enumerate(xs):
+            before_relu = model.fc1(x)
+            # fc1's output is changed by the in-place ReLU inside the same forward, at every step.
+            np.testing.assert_allclose(trial.tensor("fc1_output_0").value(step), before_relu.numpy(), rtol=1e-6)
+            if step != 3:
+                np.testing.assert_allclose(trial.tensor("fc2_output_0").value(step),
+                                           model.fc2(torch.relu(before_relu)).numpy(), rtol=1e-6)
+    # fc2's output was copied late (it had never changed before) at the step where it first
+    # changed: that value is gone, and is not saved rather than saved wrong; from then on it
+    # is copied at once.
+    assert 3 not in trial.tensor("fc2_output_0").steps()
+    warnings = [r.getMessage() for r in caplog.records if "changed in place" in r.getMessage()]
+    assert len(warnings) == 1 and "fc2_output_0" in warnings[0] and "step 3" in warnings[0]
+
+
 def test_mode_follows_module_training_unless_set_mode(run_dir):
     model, loss_fn = make_model(), torch.nn.CrossEntropyLoss()
     hook = every_step(out_dir=run_dir)
