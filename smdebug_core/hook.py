@@ -459,6 +459,27 @@ class Hook:
             self._pending[name] = (plan, snap, backend)
         return True
 
+    @never_raises("record")
+    def record_many(self, items, backend: TensorBackend) -> int:
+        """Offer several ``(name, value)`` of one backend at once; returns how many will be saved.
+
+        The same as :meth:`record` for each, with one lock for all: adapters use it for
+        tensors they gathered (parameters before an optimizer step, a forward's outputs).
+        """
+        if not self.saving_step:
+            return 0
+        held = []
+        for name, value in items:
+            plan = self.plan_for(name)
+            if plan is not None:
+                needs_copy = plan.raw or bool(plan.reductions) or plan.histogram_tag is not None
+                held.append((name, plan, backend.snapshot(value, needs_copy)))
+        with self._lock:
+            pending = self._pending
+            for name, plan, snap in held:
+                pending[name] = (plan, snap, backend)
+        return len(held)
+
     def _backend_for(self, value) -> TensorBackend:
         return self.backend if self.backend.accepts(value) else self._numpy_backend
 

@@ -181,36 +181,43 @@ class TorchBackend(TensorBackend):
 
     # --- materialize -------------------------------------------------------------------
     def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
-        snaps = [self.snapshot(req.value, False) for req in requests]
-        # 1. Start every device-to-host copy of raw values (asynchronous on CUDA).
+        snaps: List[TorchSnapshot] = []
         hosts: List[Optional[torch.Tensor]] = []
-        for req, snap in zip(requests, snaps):
-            if not req.raw:
-                hosts.append(None)
-            elif snap.host is not None:
-                hosts.append(snap.host)
-            elif snap.tensor.device.type == "cpu":
-                hosts.append(snap.tensor if snap.owned else snap.tensor.clone())
-            else:
-                hosts.append(self._start_host_copy(snap.tensor))
-        # 2. Reductions not computed at capture, batched per device.
+        reduced: List[Optional[Tuple[Tuple[ReductionKey, ...], torch.Tensor]]] = []
         jobs, job_index = [], []
-        for i, (req, snap) in enumerate(zip(requests, snaps)):
-            keys = self._reducible(req.reductions, snap.tensor)
-            if keys and not (snap.reduced is not None and set(keys) <= set(snap.reduced[0])):
-                jobs.append((snap.tensor, keys))
+        cuda_devices = set()
+        # One pass over the requests (a step may hold hundreds of small tensors):
+        for i, req in enumerate(requests):
+            snap = req.value if type(req.value) is TorchSnapshot else self.snapshot(req.value, False)
+            snaps.append(snap)
+            t = snap.tensor
+            # 1. start every device-to-host copy of raw values (asynchronous on CUDA);
+            host = None
+            if req.raw:
+                host = snap.host
+                if host is None:
+                    host = (t if snap.owned else t.clone()) if t.is_cpu else self._start_host_copy(t)
+                if t.is_cuda:
+                    cuda_devices.add(t.device)
+            hosts.append(host)
+            # 2. note the reductions not computed at capture (an empty tensor has none, as in numpy).
+            red = snap.reduced
+            if req.reductions and t.numel() and (red is None or not set(req.reductions) <= set(red[0])):
+                jobs.append((t, tuple(req.reductions)))
                 job_index.append(i)
-        reduced: List[Optional[Tuple[Tuple[ReductionKey, ...], torch.Tensor]]] = [s.reduced for s in snaps]
+            reduced.append(red)
         for i, result in zip(job_index, self._reduce_all(jobs)):
             reduced[i] = result
         # 3. One transfer of all reduction results per device (this also waits for the
         #    copies started in step 1 on that device's stream).
-        host_results = self._results_to_host([r[1] if r is not None else None for r in reduced])
-        self._synchronize({s.tensor.device for s, h in zip(snaps, hosts)
-                           if h is not None and s.tensor.device.type == "cuda"})
+        if any(r is not None for r in reduced):
+            host_results = self._results_to_host([r[1] if r is not None else None for r in reduced])
+        else:
+            host_results = [None] * len(reduced)
+        self._synchronize(cuda_devices)
         out = []
         for req, snap, host, red, values in zip(requests, snaps, hosts, reduced, host_results):
-            result = Materialized(raw=_to_numpy(host) if host is not None else None,
+            result = Materialized(raw=None if host is None else _to_numpy(host),
                                   shape=tuple(snap.tensor.shape) if req.shape else None)
             if red is not None and values is not None:
                 by_key = dict(zip(red[0], values))

@@ -144,12 +144,13 @@ class Hook(CoreHook):
         self.step_by_optimizer = False
         self._params_captured = False
         self._optimizer_stepped = False
-        self._tensor_counts: Dict[str, int] = {}  # '<module>_output_' -> tensors recorded this step
-        # Module tensors whose copy waits for the end of the root forward (see _offer):
-        # (name, tensor, its version counter when the module returned it).
+        self._tensor_counts: Dict[str, int] = {}  # '<module>_output_' -> tensors named this step
+        # Module tensors whose copy waits for the end of the root forward (see _offer), as
+        # ('<module>_output_', tensor, its version counter when the module returned it).
         self._deferred: List[Tuple[str, torch.Tensor, int]] = []
         self._observed: List[Tuple[str, torch.Tensor, int]] = []  # copied at once, watched for in-place changes
-        self._deferrable: Dict[str, bool] = {}  # name -> unchanged until the forward's end when last observed
+        # '<module>_output_' -> its tensors were unchanged at the end of the forward when observed.
+        self._deferrable: Dict[str, bool] = {}
         self._warned_changed: set = set()
         self._warned_compiled = False
         self._warned_bad_tensor: set = set()
@@ -421,14 +422,21 @@ class Hook(CoreHook):
         tensors its submodules produced (see :meth:`_offer`). The hook holds ``self``
         weakly (torch keeps it as long as the module lives) and runs eagerly, with a graph
         break, inside a torch.compile'd region. It is on the path of every captured module
-        call, so it does the least it can.
+        call: for the common case (one output tensor, known to stay unchanged until the
+        forward ends) it only notes the tensor.
         """
         hook_ref = weakref.ref(self)
+        key = f"{name}_output_"
+        outputs_only = inputs is False and outputs is True and not flush
 
         @_compiler_disable
         def on_forward(module, args, output):
             hook = hook_ref()
-            if hook is not None and hook.saving_step:
+            if hook is None or not hook.saving_step:
+                return
+            if outputs_only and type(output) is torch.Tensor and hook._deferrable.get(key):
+                hook._deferred.append((key, output, output._version))
+            else:
                 hook._on_module_forward(name, inputs, outputs, args, output, flush)
 
         return on_forward
@@ -436,64 +444,68 @@ class Hook(CoreHook):
     @never_raises("module forward hook")
     def _on_module_forward(self, name: str, want_inputs, want_outputs, inputs, outputs, flush: bool) -> None:
         if want_inputs or (want_inputs is None and self.plan_for(f"{name}_input_0") is not None):
-            self._offer(name, "_input_", inputs, defer=not flush)
+            self._offer(name + "_input_", inputs, defer=not flush)
         if want_outputs or (want_outputs is None and self.plan_for(f"{name}_output_0") is not None):
-            self._offer(name, "_output_", outputs, defer=not flush)
+            self._offer(name + "_output_", outputs, defer=not flush)
         if flush:
             self._copy_deferred()
 
-    def _offer(self, name: str, kind: str, value, defer: bool = False) -> None:
-        """Record the tensors of one module call, numbered on from the module's earlier calls this step.
+    def _offer(self, key: str, value, defer: bool = False) -> None:
+        """Record the tensors of one module call (``key``: '<module>_output_' or '_input_').
 
-        With ``defer``, a tensor that was left unchanged until the end of the forward pass
-        the last time it was seen is only noted here and copied together with the others
-        when the root module returns (one copy kernel instead of one per module call).
-        Any other tensor is copied at once and watched: if something changes it in place
-        before the forward ends (``nn.ReLU(inplace=True)`` after a Linear does), it will
-        always be copied at once.
+        They are numbered on from the module's earlier calls in the step. With ``defer``,
+        the tensors of a module whose tensors were left unchanged until the end of the
+        forward pass when last observed are only noted, and copied together when the root
+        module returns. Others are copied at once and, the first time, observed: if
+        something changes them in place before the forward ends (``nn.ReLU(inplace=True)``
+        after a Linear does), that module's tensors are always copied at once.
         """
         tensors = (value,) if isinstance(value, torch.Tensor) else _tensor_leaves(value, [])
         if not tensors:
             return
-        key = name + kind
+        deferrable = self._deferrable.get(key) if defer else False
+        if deferrable:
+            self._deferred.extend((key, tensor, tensor._version) for tensor in tensors)
+            return
         first = self._tensor_counts.get(key, 0)
         self._tensor_counts[key] = first + len(tensors)
         for i, tensor in enumerate(tensors, first):
             tname = f"{key}{i}"
             if (tensor.is_meta or tensor.is_nested) and not self._usable(tname, tensor):
                 continue
-            if not defer:
-                self.record(tname, tensor, self.backend)
-                continue
-            deferrable = self._deferrable.get(tname)
-            if deferrable:
-                self._deferred.append((tname, tensor, tensor._version))
-            elif self.record(tname, tensor, self.backend) and deferrable is None:
-                self._observed.append((tname, tensor, tensor._version))
+            if self.record(tname, tensor, self.backend) and deferrable is None:
+                self._observed.append((key, tensor, tensor._version))
 
     def _copy_deferred(self) -> None:
-        """The end of a forward pass: copy the noted module tensors in one batch."""
-        for tname, tensor, version in self._observed:
-            self._deferrable[tname] = tensor._version == version
-        self._observed.clear()
+        """The end of a forward pass: name the noted module tensors and copy them in one batch."""
+        if self._observed:
+            changed = {key for key, tensor, version in self._observed if tensor._version != version}
+            for key, _, _ in self._observed:
+                self._deferrable[key] = key not in changed
+            self._observed.clear()
         if not self._deferred:
             return
         deferred, self._deferred = self._deferred, []
+        counts = self._tensor_counts
         names, tensors = [], []
-        for tname, tensor, version in deferred:
+        for key, tensor, version in deferred:
+            i = counts.get(key, 0)
+            counts[key] = i + 1
+            tname = f"{key}{i}"
             if tensor._version != version:
                 # Its value at the module's return is gone: say so, and copy it at once from now on.
-                self._deferrable[tname] = False
+                self._deferrable[key] = False
                 if tname not in self._warned_changed:
                     self._warned_changed.add(tname)
                     logger.warning("smdebug: %s was changed in place after its module returned it, so it is not "
                                    "saved at step %d; it is copied as soon as it is produced from now on",
                                    tname, self.global_step)
                 continue
+            if (tensor.is_meta or tensor.is_nested) and not self._usable(tname, tensor):
+                continue
             names.append(tname)
             tensors.append(tensor)
-        for tname, snap in zip(names, self.backend.copy_batch(tensors)):
-            self.record(tname, snap, self.backend)
+        self.record_many(zip(names, self.backend.copy_batch(tensors)), self.backend)
 
     def _on_grad_accumulated(self, name: str, param) -> None:
         if self.saving_step and self.enabled and param.grad is not None:
@@ -536,8 +548,7 @@ class Hook(CoreHook):
         except Exception as exc:  # noqa: BLE001 - never break training
             self.disable(f"capturing parameters: {type(exc).__name__}: {exc}")
             return
-        for name, snap in zip(names, snaps):
-            self.record(name, snap, self.backend)
+        self.record_many(zip(names, snaps), self.backend)
 
     @staticmethod
     def _needs_host_copy(plan) -> bool:
