@@ -62,6 +62,10 @@ class TensorPlan:
     histogram_tag: Optional[str]
     tb_scalar: bool
     sm_metric: bool
+    #: The value must be kept until the end of the step (copied if it may change before).
+    needs_value: bool = False
+    #: The whole value is needed on the host (saved raw, or a TensorBoard scalar/histogram).
+    needs_host: bool = False
 
 
 @dataclass
@@ -207,6 +211,7 @@ class Hook:
         self._prepared: List[_Prepared] = []
         self._saving_colls: frozenset = frozenset()
         self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
+        self._selection_caches: Dict[frozenset, Dict[tuple, List[Tuple[int, TensorPlan]]]] = {}
         self._pending: Dict[str, Tuple[TensorPlan, object, TensorBackend]] = {}
         self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
         self._collections_written = False
@@ -401,6 +406,7 @@ class Hook:
         self._prepared = prepared
         self._by_name = {p.collection.name: p for p in prepared}
         self._plan_caches.clear()
+        self._selection_caches.clear()
         self._prepared_key = key
 
     def plan_for(self, name: str) -> Optional[TensorPlan]:
@@ -431,11 +437,28 @@ class Hook:
                 histogram_tag=f"{hist}/{name}" if hist else None,
                 tb_scalar=any(p.collection.name in SCALAR_COLLECTIONS for p in members),
                 sm_metric=any(p.collection.name in _SM_METRIC_COLLECTIONS for p in members),
+                needs_value=raw or bool(reductions) or hist is not None,
+                needs_host=raw or hist is not None or any(p.collection.name in SCALAR_COLLECTIONS for p in members),
             )
             if not (plan.raw or plan.shape or plan.reductions or plan.histogram_tag):
                 plan = None
         cache[name] = plan
         return plan
+
+    def select(self, names: tuple) -> List[Tuple[int, TensorPlan]]:
+        """``(index, plan)`` of the ``names`` saved at this step, remembered per tuple of names.
+
+        For adapters that offer the same long list of tensors at every step (a model's
+        parameters): one lookup instead of one per name.
+        """
+        if self._prepared_key != (self.collection_manager.version, tuple(self.include_collections)):
+            self._update_saving()
+        cache = self._selection_caches.setdefault(self._saving_colls, {})
+        selected = cache.get(names)
+        if selected is None:
+            selected = cache[names] = [(i, plan) for i, plan in enumerate(map(self.plan_for, names))
+                                       if plan is not None]
+        return selected
 
     def wants(self, name: str) -> bool:
         """Whether tensor ``name`` is saved at this step (adapters call this before copying)."""
@@ -451,8 +474,7 @@ class Hook:
         if plan is None:
             return False
         backend = backend or self._backend_for(value)
-        needs_copy = plan.raw or bool(plan.reductions) or plan.histogram_tag is not None
-        snap = backend.snapshot(value, needs_copy)
+        snap = backend.snapshot(value, plan.needs_value)
         with self._lock:
             if name in self._pending:
                 logger.debug("tensor %s recorded twice in step %d; keeping the last value", name, self.global_step)
@@ -472,8 +494,7 @@ class Hook:
         for name, value in items:
             plan = self.plan_for(name)
             if plan is not None:
-                needs_copy = plan.raw or bool(plan.reductions) or plan.histogram_tag is not None
-                held.append((name, plan, backend.snapshot(value, needs_copy)))
+                held.append((name, plan, backend.snapshot(value, plan.needs_value)))
         with self._lock:
             pending = self._pending
             for name, plan, snap in held:
@@ -518,26 +539,30 @@ class Hook:
         step, mode, mode_step = self._step_identity
         tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
 
-        by_backend: Dict[int, Tuple[TensorBackend, List[Request], List[TensorPlan]]] = {}
+        groups: Dict[TensorBackend, Tuple[List[Request], List[TensorPlan]]] = {}
         for plan, snap, backend in pending.values():
-            group = by_backend.setdefault(id(backend), (backend, [], []))
-            group[1].append(Request(plan.name, snap, raw=plan.raw or plan.tb_scalar or bool(plan.histogram_tag),
-                                    shape=plan.shape, reductions=plan.reductions))
-            group[2].append(plan)
+            group = groups.get(backend)
+            if group is None:
+                group = groups[backend] = ([], [])
+            group[0].append(Request(plan.name, snap, plan.needs_host, plan.shape, plan.reductions))
+            group[1].append(plan)
         strip = self.strip_output_index_in_reduction_tags
-        seen = StepValues(step, mode, mode_step, self.worker_name, {}, {})
-        for backend, requests, plans in by_backend.values():
+        seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) if self._step_listeners else None
+        for backend, (requests, plans) in groups.items():
             for plan, result in zip(plans, backend.materialize(requests)):
                 self._emit(plan, result, strip, tensors, shapes, tb_scalars, tb_hists, metrics)
-                if result.raw is not None:
-                    seen.tensors[plan.name] = result.raw
-                if result.reductions:
-                    seen.reductions[plan.name] = result.reductions
+                if seen is not None:
+                    if result.raw is not None:
+                        seen.tensors[plan.name] = result.raw
+                    if result.reductions:
+                        seen.reductions[plan.name] = result.reductions
 
         for name, value, sm_metric, timestamp in scalars:
             array = np.asarray(self._numpy_scalar(value))
             tag = f"scalar/{name}"
             tensors.append((tag, array))
+            if seen is not None:
+                seen.tensors[tag] = array
             if array.size == 1:
                 tb_scalars.append((tag, float(array.reshape(-1)[0])))
                 if sm_metric:
@@ -545,10 +570,8 @@ class Hook:
 
         if metrics:
             self._write_sm_metrics(metrics, step)
-        for name, array in tensors:
-            if name.startswith("scalar/"):
-                seen.tensors[name] = array
-        self._notify_listeners(seen)
+        if seen is not None:
+            self._notify_listeners(seen)
         if self.writer is None:
             if self.dry_run:
                 logger.info("dry run: step %d (%s %d) would save %d records", step, mode.name, mode_step,

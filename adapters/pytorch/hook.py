@@ -131,6 +131,8 @@ class Hook(CoreHook):
         # Registered models: (the module the user passed, the unwrapped model, its name).
         self._roots: List[Tuple[torch.nn.Module, torch.nn.Module, str]] = []
         self._params: List[Tuple[str, torch.nn.Parameter]] = []
+        self._param_names: Tuple[str, ...] = ()  # of _params, and their gradients': looked up as one
+        self._grad_names: Tuple[str, ...] = ()
         self._param_ids: set = set()
         self._module_names: Dict[int, Tuple[torch.nn.Module, str]] = {}  # id -> (module, tensor-name prefix)
         self._compiled_module_ids: set = set()  # submodules of compiled roots: their hooks are unreliable
@@ -225,6 +227,8 @@ class Hook(CoreHook):
             if id(param) not in self._param_ids:
                 self._param_ids.add(id(param))
                 self._params.append((f"{root_name}_{pname}", param))
+        self._param_names = tuple(name for name, _ in self._params)
+        self._grad_names = tuple(f"gradient/{name}" for name in self._param_names)
         self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
         self._handles.append(module.register_forward_hook(self._forward_hook(root_name, flush=True)))
         self._install_optimizer_hooks()
@@ -526,21 +530,17 @@ class Hook(CoreHook):
         names, items = [], []
         if not self._params_captured:
             self._params_captured = True
-            for name, param in self._params:
-                plan = self.plan_for(name)
-                if plan is not None and self._usable(name, param):
+            for i, plan in self.select(self._param_names):
+                name, param = self._params[i]
+                if self._usable(name, param):
                     names.append(name)
-                    items.append((param, self._needs_host_copy(plan), plan.reductions))
+                    items.append((param, plan.needs_host, plan.reductions))
         if with_gradients:
-            for name, param in self._params:
-                grad = param.grad
-                if grad is None:
-                    continue
-                gname = f"gradient/{name}"
-                plan = self.plan_for(gname)
-                if plan is not None and self._usable(gname, grad):
-                    names.append(gname)
-                    items.append((grad, self._needs_host_copy(plan), plan.reductions))
+            for i, plan in self.select(self._grad_names):
+                grad = self._params[i][1].grad
+                if grad is not None and self._usable(plan.name, grad):
+                    names.append(plan.name)
+                    items.append((grad, plan.needs_host, plan.reductions))
         if not items:
             return
         try:
@@ -549,11 +549,6 @@ class Hook(CoreHook):
             self.disable(f"capturing parameters: {type(exc).__name__}: {exc}")
             return
         self.record_many(zip(names, snaps), self.backend)
-
-    @staticmethod
-    def _needs_host_copy(plan) -> bool:
-        # Mirrors what the core asks of a Request: the value itself is needed for these.
-        return plan.raw or plan.tb_scalar or plan.histogram_tag is not None
 
 
 def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool = False) -> Optional[Hook]:
