@@ -12,6 +12,9 @@ reductions of the step run on the tensors' device inside one compiled ``tf.funct
 * ``median`` needs a sort and is computed per tensor;
 * the results come back as one ``[reduction kinds, tensors]`` matrix: one transfer.
 
+Values the capture already reduced (:class:`ReducedValue`, see :meth:`.capture.GraphCapture.collect`)
+pass through with their reductions as they are.
+
 Raw values: tensors on the CPU become numpy arrays without a copy (a snapshot is
 immutable: a variable read is copy-on-write in TensorFlow); tensors on an accelerator are
 concatenated per dtype on the device and copied to the host once per dtype.
@@ -35,7 +38,7 @@ from smdebug.backend import Materialized, Request, TensorBackend
 ReductionKey = Tuple[str, bool]
 
 #: Tensors with at most this many elements are concatenated and reduced with segment ops;
-#: bigger ones are reduced one by one (see _build_reducer).
+#: bigger ones are reduced one by one (see reduction_matrix).
 SEGMENT_MAX_NUMEL = 8192
 _FLOAT64_SOURCES = frozenset({tf.float64, tf.int64, tf.int32, tf.uint32, tf.uint64, tf.complex128})
 
@@ -61,6 +64,17 @@ def is_tf_value(value) -> bool:
     return isinstance(getattr(value, "value", None), tf.Variable)
 
 
+def flat_caller(concrete):
+    """A callable ``f(list of tensors)`` running a concrete function traced with one list
+    argument (or none), without ``ConcreteFunction.__call__``'s binding of structured
+    arguments, which costs ~15 us per tensor on a small CPU (more than most ops)."""
+    call_flat = getattr(concrete, "_call_flat", None)  # private: fall back to the public call
+    if call_flat is None or not hasattr(concrete, "captured_inputs"):  # pragma: no cover
+        return lambda tensors: concrete(list(tensors)) if tensors else concrete()
+    # captured_inputs is read at each call: a distributed variable resolves it per context.
+    return lambda tensors: call_flat(list(tensors), concrete.captured_inputs)
+
+
 def read_variables(variables: Sequence[object], _cache: Dict[tuple, object] = {}) -> List[object]:
     """The current values of many variables, read with one call (eager tensors).
 
@@ -73,9 +87,40 @@ def read_variables(variables: Sequence[object], _cache: Dict[tuple, object] = {}
         if len(_cache) > 64:
             _cache.clear()
         # The function holds the variables, so their ids stay valid while it is cached.
-        reader = _cache[key] = tf.function(lambda: [v.read_value() for v in handles],
-                                           autograph=False).get_concrete_function()
-    return reader()
+        reader = _cache[key] = flat_caller(tf.function(lambda: [v.read_value() for v in handles],
+                                                       autograph=False).get_concrete_function())
+    return reader(())
+
+
+class ReducedValue:
+    """A recorded tensor whose reductions were computed already (by the end-of-step call of
+    :class:`.capture.GraphCapture`): ``reductions`` maps ``(op, abs)`` to a float64 value;
+    ``tensor`` is the eager value when the step also needs it on the host, else None."""
+
+    __slots__ = ("tensor", "shape", "reductions")
+
+    def __init__(self, tensor, shape: Tuple[int, ...], reductions: Dict[ReductionKey, object]):
+        self.tensor = tensor
+        self.shape = shape
+        self.reductions = reductions
+
+
+def reducible(shape, dtype) -> bool:
+    """Whether a tensor of this static shape (None: unknown) and dtype gets reductions."""
+    return shape is not None and int(np.prod(shape, dtype=np.int64)) > 0 and _is_numeric(dtype)
+
+
+def union_keys(key_lists) -> Tuple[ReductionKey, ...]:
+    """The reduction keys of several requests, each once, in first-seen order."""
+    keys: List[ReductionKey] = []
+    for wanted in key_lists:
+        keys += [k for k in wanted if k not in keys]
+    return tuple(keys)
+
+
+def compute_dtype(dtypes):
+    """float64 when any input is 64-bit (or a 32-bit integer), else float32."""
+    return tf.float64 if any(d in _FLOAT64_SOURCES for d in dtypes) else tf.float32
 
 
 class TFBackend(TensorBackend):
@@ -88,9 +133,11 @@ class TFBackend(TensorBackend):
         self._reducers: Dict[tuple, object] = {}
 
     def accepts(self, value) -> bool:
-        return is_tf_value(value)
+        return isinstance(value, ReducedValue) or is_tf_value(value)
 
     def snapshot(self, value, needs_copy: bool):
+        if isinstance(value, ReducedValue):
+            return value  # its tensor (if any) is an eager read: immutable
         tensor = to_tensor(value)
         if not isinstance(tensor, tf.Tensor) or not hasattr(tensor, "numpy"):
             raise TypeError(f"smdebug can only save eager tensors, got a symbolic {type(tensor).__name__} "
@@ -99,24 +146,31 @@ class TFBackend(TensorBackend):
 
     # --- end of step ----------------------------------------------------------------
     def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
-        results = [Materialized(raw=None, shape=tuple(int(d) for d in r.value.shape) if r.shape else None)
-                   for r in requests]
-        reducible = [i for i, r in enumerate(requests)
-                     if r.reductions and _num_elements(r.value) > 0 and _is_numeric(r.value.dtype)]
-        if reducible:
-            self._reduce(requests, reducible, results)
-        raw_indices = [i for i, r in enumerate(requests) if r.raw]
-        for i, array in zip(raw_indices, self._to_host([requests[i].value for i in raw_indices])):
+        results, to_reduce, raw_indices, raw_tensors = [], [], [], []
+        for i, r in enumerate(requests):
+            value = r.value
+            if isinstance(value, ReducedValue):
+                have = value.reductions
+                results.append(Materialized(raw=None, shape=value.shape if r.shape else None,
+                                            reductions={k: have[k] for k in r.reductions if k in have}))
+                value = value.tensor
+            else:
+                results.append(Materialized(raw=None, shape=tuple(int(d) for d in value.shape) if r.shape else None))
+                if r.reductions and _num_elements(value) > 0 and _is_numeric(value.dtype):
+                    to_reduce.append(i)
+            if r.raw and value is not None:
+                raw_indices.append(i)
+                raw_tensors.append(value)
+        if to_reduce:
+            self._reduce(requests, to_reduce, results)
+        for i, array in zip(raw_indices, self._to_host(raw_tensors)):
             results[i].raw = array
         return results
 
     def _reduce(self, requests, indices, results) -> None:
-        keys: List[ReductionKey] = []
-        for i in indices:
-            keys += [k for k in requests[i].reductions if k not in keys]
-        keys = tuple(keys)
+        keys = union_keys(requests[i].reductions for i in indices)
         tensors = [requests[i].value for i in indices]
-        compute = tf.float64 if any(t.dtype in _FLOAT64_SOURCES for t in tensors) else tf.float32
+        compute = compute_dtype(t.dtype for t in tensors)
         signature = (tuple((tuple(t.shape), t.dtype) for t in tensors), keys, compute, tensors[0].device)
         reducer = self._reducers.get(signature)
         if reducer is None:
@@ -124,8 +178,9 @@ class TFBackend(TensorBackend):
                 self._reducers.clear()
             sizes = [_num_elements(t) for t in tensors]
             # A concrete function skips tf.function's per-call signature matching.
-            reducer = self._reducers[signature] = _build_reducer(sizes, keys, compute).get_concrete_function(
+            traced = _build_reducer(sizes, keys, compute).get_concrete_function(
                 [tf.TensorSpec(t.shape, t.dtype) for t in tensors])
+            reducer = self._reducers[signature] = flat_caller(traced)
         matrix = reducer(tensors).numpy()  # [len(keys), len(tensors)], the one transfer
         for column, i in enumerate(indices):
             wanted = requests[i].reductions
@@ -175,9 +230,20 @@ def _as_real(t, compute):
 
 
 def _build_reducer(sizes: List[int], keys: Tuple[ReductionKey, ...], compute):
-    """A compiled function computing every (reduction, abs) of ``keys`` for each input tensor.
+    """A tf.function computing :func:`reduction_matrix` of its list of input tensors."""
 
-    It returns a ``[len(keys), len(sizes)]`` float64 matrix. Small tensors (biases, norms:
+    @tf.function(autograph=False)
+    def reduce_all(tensors):
+        return reduction_matrix(tensors, sizes, keys, compute)
+
+    return reduce_all
+
+
+def reduction_matrix(tensors, sizes: List[int], keys: Tuple[ReductionKey, ...], compute):
+    """Graph ops computing every (reduction, abs) of ``keys`` for each of ``tensors`` (of
+    ``sizes`` elements, all > 0): a ``[len(keys), len(tensors)]`` float64 matrix.
+
+    Small tensors (biases, norms:
     often most of a model's tensors) are concatenated and reduced together with segment
     ops, a handful of ops whatever their number; big ones are reduced one by one with
     TensorFlow's vectorized, multithreaded reductions, which on a big tensor cost less than
@@ -185,66 +251,84 @@ def _build_reducer(sizes: List[int], keys: Tuple[ReductionKey, ...], compute):
     """
     small = [i for i, size in enumerate(sizes) if size <= SEGMENT_MAX_NUMEL]
     large = [i for i, size in enumerate(sizes) if size > SEGMENT_MAX_NUMEL]
-    order = small + large
-    inverse = np.argsort(order)
-
-    @tf.function(autograph=False)
-    def reduce_all(tensors):
-        columns = []
-        if small:
-            columns.append(_segment_reductions([tensors[i] for i in small], [sizes[i] for i in small], keys,
-                                               compute))
-        for i in large:
-            x = tf.reshape(_as_real(tensors[i], compute), [-1])
-            columns.append(tf.reshape(_tensor_reductions(x, keys), [-1, 1]))
-        matrix = tf.concat(columns, axis=1) if len(columns) > 1 else columns[0]
-        return matrix if not large or not small else tf.gather(matrix, inverse, axis=1)
-
-    return reduce_all
+    columns = []
+    if small:
+        columns.append(_segment_reductions([tensors[i] for i in small], [sizes[i] for i in small], keys, compute))
+    if large:
+        columns.append(_large_reductions([tensors[i] for i in large], [sizes[i] for i in large], keys, compute))
+    if len(columns) == 1:
+        return columns[0]
+    return tf.gather(tf.concat(columns, axis=1), np.argsort(small + large), axis=1)
 
 
-def _tensor_reductions(x, keys):
-    """``keys`` of one flat tensor, stacked as float64 (Eigen's tree reductions keep float32
-    sums within float32 rounding of the float64 reference)."""
-    absolute = tf.abs(x)
-    cache = {}
+def _large_reductions(tensors, sizes, keys, compute):
+    """``[len(keys), len(tensors)]`` for big tensors, with as few passes over each as the keys
+    allow: min, max, mean and two-pass variance of x and/or |x| (plus prod and median when
+    asked); sum, l1 and l2 follow from them in float64 (l2^2 = n (var + mean^2), no
+    cancellation). Every tensor's statistics are stacked and widened together, so the
+    ops after the reductions do not grow with the number of tensors."""
+    stats: List[Tuple[str, bool]] = []  # statistics reduced per tensor, in this order
 
-    def mean_of(values, is_abs):
-        if ("mean", is_abs) not in cache:
-            cache[("mean", is_abs)] = tf.reduce_mean(values)
-        return cache[("mean", is_abs)]
+    def stat(name, is_abs):
+        if (name, is_abs) not in stats:
+            stats.append((name, is_abs))
+        return (name, is_abs)
 
-    def variance_of(values, is_abs):
-        if ("variance", is_abs) not in cache:
-            cache[("variance", is_abs)] = tf.reduce_mean(tf.square(values - mean_of(values, is_abs)))
-        return cache[("variance", is_abs)]
-
-    out = []
+    derive = []  # per key: how its row follows from the statistic rows
     for op, is_abs in keys:
-        values = absolute if is_abs else x
-        if op == "min":
-            out.append(tf.reduce_min(values))
-        elif op == "max":
-            out.append(tf.reduce_max(values))
+        if op in ("min", "max", "prod", "median", "mean"):
+            derive.append(("stat", stat(op, is_abs)))
+        elif op in ("variance", "std"):
+            stat("mean", is_abs)
+            derive.append((op, stat("variance", is_abs)))
         elif op == "sum":
-            out.append(tf.reduce_sum(values))
-        elif op == "prod":
-            out.append(tf.reduce_prod(values))
-        elif op == "mean":
-            out.append(mean_of(values, is_abs))
-        elif op == "variance":
-            out.append(variance_of(values, is_abs))
-        elif op == "std":
-            out.append(tf.sqrt(variance_of(values, is_abs)))
+            derive.append(("times_n", stat("mean", is_abs)))
         elif op == "l1":
-            out.append(tf.reduce_sum(absolute))
+            derive.append(("times_n", stat("mean", True)))
         elif op == "l2":
-            out.append(tf.sqrt(tf.reduce_sum(tf.square(x))))
-        elif op == "median":
-            out.append(_median(values))
+            derive.append(("l2", (stat("mean", False), stat("variance", False))))
         else:  # pragma: no cover - ReductionConfig validates names
             raise ValueError(f"unknown reduction {op!r}")
-    return tf.stack([tf.cast(v, tf.float64) for v in out])
+    stats.sort(key=lambda s: s[0] == "variance")  # a variance needs its mean first
+    per_tensor = []
+    for t in tensors:
+        x = _as_real(t, compute)
+        values = {False: x}
+        if any(a for _, a in stats):
+            values[True] = tf.abs(x)
+        got = {}
+        for name, is_abs in stats:
+            v = values[is_abs]
+            if name == "min":
+                got[(name, is_abs)] = tf.reduce_min(v)
+            elif name == "max":
+                got[(name, is_abs)] = tf.reduce_max(v)
+            elif name == "mean":
+                got[(name, is_abs)] = tf.reduce_mean(v)
+            elif name == "variance":
+                got[(name, is_abs)] = tf.reduce_mean(tf.math.squared_difference(v, got[("mean", is_abs)]))
+            elif name == "prod":
+                got[(name, is_abs)] = tf.reduce_prod(v)
+            else:
+                got[(name, is_abs)] = _median(tf.reshape(v, [-1]))
+        per_tensor.append(tf.stack([got[s] for s in stats]))
+    table = tf.cast(tf.stack(per_tensor, axis=1), tf.float64)  # [len(stats), len(tensors)]
+    rows = {s: table[i] for i, s in enumerate(stats)}
+    counts = np.asarray(sizes, dtype=np.float64)
+    out = []
+    for kind, source in derive:
+        if kind == "stat":
+            out.append(rows[source])
+        elif kind == "variance":
+            out.append(rows[source])
+        elif kind == "std":
+            out.append(tf.sqrt(rows[source]))
+        elif kind == "times_n":
+            out.append(rows[source] * counts)
+        else:
+            mean, variance = rows[source[0]], rows[source[1]]
+            out.append(tf.sqrt(counts * (variance + mean * mean)))
+    return tf.stack(out, axis=0)
 
 
 def _segment_reductions(tensors, sizes, keys, compute):
@@ -255,11 +339,12 @@ def _segment_reductions(tensors, sizes, keys, compute):
     counts = np.asarray(sizes, dtype=np.float64)
     flats = [tf.reshape(_as_real(t, compute), [-1]) for t in tensors]
     data = tf.concat(flats, axis=0) if n > 1 else flats[0]
-    ids = tf.repeat(tf.range(n), sizes)
+    ids = tf.constant(np.repeat(np.arange(n, dtype=np.int32), sizes))  # not rebuilt at each call
     absolute = tf.abs(data)
     out: Dict[ReductionKey, tf.Tensor] = {}
     if ops & {"sum", "mean", "variance", "std", "l1", "l2"}:
-        wide, wide_abs = tf.cast(data, tf.float64), tf.cast(absolute, tf.float64)
+        wide = tf.cast(data, tf.float64)
+        wide_abs = tf.abs(wide)
         total = tf.math.segment_sum(wide, ids)
         abs_total = tf.math.segment_sum(wide_abs, ids)
         squares = tf.math.segment_sum(wide * wide, ids)

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from smdebug.backend import NumpyBackend, TensorBackend
 from smdebug.collections import CollectionKeys
@@ -46,6 +46,10 @@ class TFHookBase(Hook):
         self._graph_driven = False
         # name -> variable, recorded at the start of a step that saves them.
         self._tracked: Dict[str, object] = {}
+        self._tracked_names: Optional[tuple] = None  # tuple(self._tracked), kept for the core's select()
+        # (name, value) of tracked variables read when this step began, recorded when it ends
+        # with the captured tensors: their reductions then take the same single call.
+        self._step_reads: List[Tuple[str, object]] = []
         super().__init__(*args, **kwargs)
         # FORMAT 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
         # also catch optimizer slots such as "adam/dense_bias_momentum".
@@ -129,19 +133,27 @@ class TFHookBase(Hook):
         return self.saving_step
 
     def end_step(self) -> None:
+        reads, self._step_reads = self._step_reads, []
         if self.enabled and self._capture is not None and self._step_active:
             try:
-                self._capture.collect()
+                self._capture.collect(reads)
             except Exception as exc:  # noqa: BLE001
                 self.disable(f"reading captured tensors: {type(exc).__name__}: {exc}")
         self._step_active = False
         super().end_step()
 
     def _record_tracked(self) -> None:
-        wanted = [(name, var) for name, var in list(self._tracked.items()) if self.wants(name)]
+        names = self._tracked_names
+        if names is None:
+            names = self._tracked_names = tuple(self._tracked)
+        wanted = [(names[i], self._tracked[names[i]]) for i, _ in self.select(names)]
         if wanted:
-            for (name, _), value in zip(wanted, self._read_variables([var for _, var in wanted])):
-                self.record(name, value)
+            values = self._read_variables([var for _, var in wanted])
+            if self._capture is not None:
+                self._step_reads = [(name, value) for (name, _), value in zip(wanted, values)]
+            else:
+                for (name, _), value in zip(wanted, values):
+                    self.record(name, value)
 
     def _read_variables(self, variables):
         """Snapshots of the variables' current values (subclasses read them in one call)."""
@@ -157,11 +169,14 @@ class TFHookBase(Hook):
             coll = self.collection_manager.get(collection)
             if name not in coll.tensor_names:
                 coll.add_tensor_name(name)
-        self._tracked[name] = var
+        if self._tracked.get(name) is not var:
+            self._tracked[name] = var
+            self._tracked_names = None
 
     def disable(self, reason: str, already_reported: bool = False) -> None:
         super().disable(reason, already_reported)
         self._step_active = False
+        self._step_reads = []
         if self._capture is not None:
             try:
                 self._capture.disarm_all()

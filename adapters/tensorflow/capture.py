@@ -27,11 +27,13 @@ import threading
 import weakref
 from typing import Dict, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from smdebug.logger import get_logger
 
-from .backend import read_variables, to_tensor
+from .backend import (ReducedValue, compute_dtype, flat_caller, reducible, reduction_matrix, to_tensor,
+                      union_keys)
 
 logger = get_logger("smdebug.tensorflow")
 
@@ -118,6 +120,7 @@ class GraphCapture:
         self._step_tokens: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._lock = threading.RLock()
         self._warned: set = set()
+        self._readers: Dict[tuple, tuple] = {}  # -> (the core's selection, _StepReader)
 
     # --- called where tensors are available ------------------------------------------
     def offer(self, key, named: Sequence[Tuple[str, object]]) -> None:
@@ -247,23 +250,45 @@ class GraphCapture:
                 site.flag.assign(True)
             site.armed = True
 
-    def collect(self) -> None:
-        """At the end of a step: record what armed sites copied in this step."""
+    def collect(self, extra: Sequence[Tuple[str, object]] = ()) -> None:
+        """At the end of a step: record what armed sites copied in this step, and ``extra``
+        ``(name, eager tensor)`` pairs read earlier in the step (the tracked variables).
+
+        One call of a cached :class:`_StepReader` reads every stash and counter and computes
+        the reductions of all of them and of ``extra``; its reductions and counters come to
+        the host in one transfer. Only tensors the step needs whole stay tensors.
+        """
         hook = self._hook
         with self._lock:
             sites = [s for s in self._sites.values() if s.armed]
-        if not sites or not hook.saving_step:
+        if not hook.saving_step or not (sites or extra):
             return
-        variants = [v for site in sites for v in list(site.variants.values())]
-        # One call reads every counter and stash (reads are copy-on-write snapshots, not copies).
-        values = read_variables([v.copies for v in variants] + [var for v in variants for var in v.stash])
-        counts, stashed = values[:len(variants)], iter(values[len(variants):])
+        variants = tuple(v for site in sites for v in list(site.variants.values()))
+        names = tuple(name for name, _ in extra) + tuple(name for v in variants for name in v.names)
+        selected = hook.select(names)  # [(index, plan)] of the names saved now, cached by the core
+        key = (tuple(map(id, variants)), names, tuple((tuple(t.shape), t.dtype) for _, t in extra))
+        entry = self._readers.get(key)
+        if entry is None or entry[0] is not selected:
+            # What each tensor needs decides the reader: (reductions, whole tensor), None if unwanted.
+            needs = [None] * len(names)
+            for index, plan in selected:
+                needs[index] = (plan.reductions, plan.needs_host)
+            reader = entry[1] if entry is not None and entry[1].needs == needs else None
+            if reader is None:
+                if len(self._readers) > 32:  # configurations keep changing: do not grow forever
+                    self._readers.clear()
+                reader = _StepReader(variants, [t for _, t in extra], needs)
+            # The entry holds ``selected``: its identity says the plans did not change.
+            entry = self._readers[key] = (selected, reader)
+        reader = entry[1]
+        counts, values = reader([t for _, t in extra])
+        fresh = [True] * len(extra)
         for variant, count in zip(variants, counts):
-            count = int(count)
-            fresh, variant.seen = count != variant.seen, count  # else it did not run in this step
-            for name, value in zip(variant.names, stashed):
-                if fresh and hook.wants(name):
-                    hook.record(name, value)
+            # A counter that did not move: that site did not run in this step, its stash is stale.
+            is_fresh, variant.seen = count != variant.seen, count
+            fresh += [is_fresh] * len(variant.names)
+        hook.record_many([(name, value) for name, value, ok in zip(names, values, fresh)
+                          if ok and value is not None], hook.backend)
 
     def disarm_all(self) -> None:
         with self._lock:
@@ -280,6 +305,99 @@ class GraphCapture:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message, *args)
+
+
+class _StepReader:
+    """The end-of-step reads of one configuration (armed stashes, tracked tensors, plans).
+
+    A concrete function takes the ``extra`` tensors, reads every counter and stash
+    variable, and returns the counters and the reductions packed in one float64 vector,
+    and the tensors the step needs whole (raw values; a tensor whose shape is only known
+    at run time, reduced later by the backend). Calling it returns ``(counts, values)``:
+    per variant its counter; per tensor (``extra`` then stashes) a ReducedValue, an eager
+    tensor, or None when it is not saved.
+    """
+
+    def __init__(self, variants, extra, needs):
+        self.needs = list(needs)
+        specs = [(t.shape, t.dtype) for t in extra]
+        for v in variants:
+            specs += [(var.shape, var.dtype) for var in v.stash]
+        self._n_counts = len(variants)
+        # Per tensor: (reduction keys or None, whether the tensor is returned).
+        self._layout = []
+        reduced = []
+        for index, (need, (shape, dtype)) in enumerate(zip(needs, specs)):
+            if need is None:
+                self._layout.append(None)
+                continue
+            keys, whole = need
+            static = tuple(int(d) for d in shape) if shape.is_fully_defined() else None
+            if keys and reducible(static, dtype):
+                reduced.append(index)
+                self._layout.append((keys, whole, static))
+            else:  # the backend reduces it (if it can), as any recorded tensor
+                self._layout.append((None, True, static))
+        self._keys = union_keys(self._layout[i][0] for i in reduced)
+        self._columns = {index: column for column, index in enumerate(reduced)}
+        self._rows = {keys: [self._keys.index(k) for k in keys] for keys, _, _ in
+                      (self._layout[i] for i in reduced)}
+        returned = [i for i, entry in enumerate(self._layout) if entry is not None and entry[1]]
+        self._returned = {index: position for position, index in enumerate(returned)}
+        stash = [var for v in variants for var in v.stash]
+        copies = [v.copies for v in variants]
+        n_extra, keys = len(extra), self._keys
+        sizes = [int(np.prod(specs[i][0], dtype=np.int64)) for i in reduced]
+        compute = compute_dtype(specs[i][1] for i in reduced)
+
+        def read(tensors):
+            values = list(tensors) + [var.read_value() for var in stash]
+            packed = []
+            if reduced:
+                matrix = reduction_matrix([values[i] for i in reduced], sizes, keys, compute)
+                packed.append(tf.reshape(matrix, [-1]))
+            if copies:
+                packed.append(tf.cast(tf.stack([c.read_value() for c in copies]), tf.float64))
+            vector = tf.concat(packed, 0) if len(packed) > 1 else packed[0] if packed else tf.zeros([0], tf.float64)
+            return [vector] + [values[i] for i in returned]
+
+        # Per tensor, what __call__ does with the outputs: (output position or 0, column in
+        # the reductions or None, rows of its keys or None for all of them, keys, shape).
+        self._plan = []
+        for index, entry in enumerate(self._layout):
+            if entry is None:
+                self._plan.append(None)
+                continue
+            keys, whole, static = entry
+            position = 1 + self._returned[index] if whole else 0
+            if keys is None:
+                self._plan.append((position, None, None, None, static))
+            else:
+                rows = self._rows[keys]
+                rows = None if rows == list(range(len(self._keys))) else np.asarray(rows)
+                self._plan.append((position, self._columns[index], rows, keys, static))
+        signature = [tf.TensorSpec(shape, dtype) for shape, dtype in specs[:n_extra]]
+        self._call = flat_caller(tf.function(read, autograph=False).get_concrete_function(signature))
+
+    def __call__(self, extra):
+        outputs = self._call(extra)
+        vector = outputs[0].numpy()  # the one transfer of the step's reductions and counters
+        n_keys, n_reduced = len(self._keys), len(self._columns)
+        columns = vector[:n_keys * n_reduced].reshape(n_keys, n_reduced).T  # one row per reduced tensor
+        counts = vector[n_keys * n_reduced:].astype(np.int64).tolist()
+        values = []
+        for entry in self._plan:
+            if entry is None:
+                values.append(None)
+                continue
+            position, column, rows, keys, static = entry
+            tensor = outputs[position] if position else None
+            if column is None:
+                values.append(tensor)
+            else:
+                got = columns[column] if rows is None else columns[column][rows]
+                values.append(ReducedValue(tensor, static, dict(zip(keys, got))))
+        return counts, values
 
 
 def _dense(value):

@@ -90,8 +90,10 @@ class _EagerCapture:
     def arm(self) -> None:
         pass
 
-    def collect(self) -> None:
-        pass
+    def collect(self, extra=()) -> None:
+        hook = self._hook
+        for name, value in extra:  # tracked variables read when the step began
+            hook.record(name, value)
 
     def disarm_all(self) -> None:
         pass

@@ -83,3 +83,18 @@ def test_symbolic_tensors_are_refused_with_a_clear_message():
         return x
 
     f(tf.constant(1.0))
+
+
+def test_reduced_values_pass_through_with_their_tensor():
+    from smdebug.tensorflow.backend import ReducedValue
+
+    backend = TFBackend()
+    done = ReducedValue(tf.constant([[1.0, 2.0]]), (1, 2), {("max", False): np.float64(2.0), ("min", False): 1.0})
+    shape_only = ReducedValue(None, (3,), {("max", False): np.float64(5.0)})
+    requests = [Request("a", backend.snapshot(done, False), raw=True, shape=False, reductions=(("max", False),)),
+                Request("b", backend.snapshot(shape_only, False), raw=False, shape=True, reductions=(("max", False),)),
+                Request("c", tf.constant([4.0, -1.0]), raw=False, shape=False, reductions=(("min", False),))]
+    a, b, c = backend.materialize(requests)
+    assert a.reductions == {("max", False): 2.0} and a.raw.tolist() == [[1.0, 2.0]] and a.shape is None
+    assert b.reductions == {("max", False): 5.0} and b.raw is None and b.shape == (3,)
+    assert c.reductions == {("min", False): -1.0}

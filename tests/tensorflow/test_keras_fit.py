@@ -170,6 +170,47 @@ def test_add_keras_layer_and_reductions_match_reference(tmp_path, data):
     assert trial.tensor("d1/weights/d1/kernel").reduction_value(0, "l2") > 0
 
 
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "jit_compile"])
+def test_reductions_only_of_weights_and_gradients_match_reference(tmp_path, data, jit_compile):
+    """Without raw tensors, weights (read when a batch begins) and gradients (captured in the
+    train step) are reduced together at the end of the step; a kernel bigger than
+    SEGMENT_MAX_NUMEL takes the other reduction path. Values: a raw run of the same model."""
+    from smdebug.tensorflow.backend import SEGMENT_MAX_NUMEL
+
+    x = np.random.default_rng(1).standard_normal((10, 4)).astype("float32")
+    y = np.random.default_rng(2).standard_normal((10, 2)).astype("float32")
+
+    def model_and_run(path, raw):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((4,), name="x")
+        wide = keras.layers.Dense(SEGMENT_MAX_NUMEL // 4 + 8, activation="relu", name="wide")(inputs)
+        outputs = keras.layers.Dense(2, name="out")(wide)
+        model = keras.Model(inputs, outputs, name="wide_net")
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", jit_compile=jit_compile)
+        config = smd.ReductionConfig(reductions=["min", "max", "mean", "std", "sum"], abs_reductions=["mean"],
+                                     norms=["l1", "l2"], save_raw_tensor=raw)
+        hook = smd.KerasHook(out_dir=path, save_config=smd.SaveConfig(save_interval=2),
+                             include_collections=["weights", "biases", "gradients"], reduction_config=config)
+        model.fit(x, y, batch_size=5, epochs=2, shuffle=False, callbacks=[hook], verbose=0)
+        hook.close()
+        return create_trial(str(path))
+
+    reduced = model_and_run(tmp_path / "reduced", raw=False)
+    raw = model_and_run(tmp_path / "raw", raw=True)
+    names = ["wide/weights/wide/kernel", "out/weights/out/bias", "gradients/wide/kernelGrad",
+             "gradients/out/biasGrad"]
+    keys = [(r, False) for r in ("min", "max", "mean", "std", "sum", "l1", "l2")] + [("mean", True)]
+    assert reduced.steps() == [0, 2]
+    for name in names:
+        assert name in reduced.tensor_names()
+        for step in (0, 2):
+            value = raw.tensor(name).value(step)
+            saved = reduced.tensor(name).reduction_values(step)
+            for key in keys:
+                want = float(reference.reduce(value, key[0], key[1]))
+                assert saved[key] == pytest.approx(want, rel=2e-5, abs=1e-6), (name, step, key)
+
+
 @pytest.mark.parametrize("compile_kwargs", [{"jit_compile": True}, {"run_eagerly": True}],
                          ids=["jit_compile", "run_eagerly"])
 def test_gradients_under_xla_and_eager_execution(tmp_path, data, compile_kwargs):
