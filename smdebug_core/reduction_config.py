@@ -9,6 +9,8 @@ are norms of the flattened tensor.
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from typing import Iterable, List, Optional, Tuple
 
@@ -167,6 +169,7 @@ class ReductionConfig:
         )
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the same few tags at every saved step
 def reduction_tag(tensor_name: str, reduction: str, is_abs: bool, strip_output_index: bool = True) -> str:
     """The record name of a reduction, e.g. ``smdebug/reductions/abs_l2/fc.weight``.
 
