@@ -462,6 +462,19 @@ def test_build_index_matches_format_3_1():
     assert parsed.shapes == [("gradient/Net_fc1.weight", (3, 4))]
 
 
+def test_index_bytes_equal_json_dumps_of_the_document_for_awkward_names():
+    entries = [index.IndexEntry('we"ird\\näme/ü', 0, 20, 7), index.IndexEntry("plain", 20, 30, None)]
+    data = index.build_index_json(ModeKeys.EVAL, 2, _EVENT, entries, [])
+    expected = {"meta": {"mode": "EVAL", "mode_step": 2, "event_file_name": _EVENT},
+                "tensor_payload": [{"tensorname": 'we"ird\\näme/ü', "start_idx": 0, "length": 20, "crc32c": 7},
+                                   {"tensorname": "plain", "start_idx": 20, "length": 30}],
+                "shape_payload": []}
+    assert data == json.dumps(expected).encode()
+    assert index.build_index_json(ModeKeys.GLOBAL, 0, None, [], [("s", (1,))]) == json.dumps(
+        {"meta": {"mode": "GLOBAL", "mode_step": 0}, "tensor_payload": [],
+         "shape_payload": [{"tensorname": "s", "originalname": "s", "shape": [1]}]}).encode()
+
+
 def test_shapes_only_index_has_no_event_file():
     data = index.build_index_json(ModeKeys.GLOBAL, 9, None, [], [("a", "orig_a", (2,))])
     parsed = index.parse_index_json(data, "idx.json")
