@@ -164,13 +164,16 @@ class TorchBackend(TensorBackend):
         buffer would need); tensors on an accelerator are gathered with one concatenation
         per (device, dtype), one kernel instead of one per tensor.
         """
-        plain = [plain_tensor(t) for t in tensors]
-        out: List[Optional[TorchSnapshot]] = [None] * len(plain)
+        out: List[Optional[TorchSnapshot]] = []
+        plain: List[torch.Tensor] = []
         groups: Dict[Tuple[torch.device, torch.dtype], List[int]] = {}
-        for i, t in enumerate(plain):
-            if t.device.type == "cpu":
-                out[i] = TorchSnapshot(t.clone(), owned=True)
+        for i, value in enumerate(tensors):
+            t = plain_tensor(value)
+            plain.append(t)
+            if t.is_cpu:
+                out.append(TorchSnapshot(t.clone(), owned=True))
             else:
+                out.append(None)
                 groups.setdefault((t.device, t.dtype), []).append(i)
         for indices in groups.values():
             members = [plain[i] for i in indices]

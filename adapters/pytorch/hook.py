@@ -25,7 +25,10 @@ What is recorded, and when
     * Module inputs/outputs ``<module path>_input_<i>`` / ``<module path>_output_<i>``
       (root module: its class name; loss modules: their class name). ``i`` counts the
       tensors a module produced in the step: a module called twice with one output gives
-      ``_output_0`` and ``_output_1``; a tuple output gives one index per element.
+      ``_output_0`` and ``_output_1``; a tuple output gives one index per element. The
+      values are those the module returned: they are copied when the registered model's
+      forward returns (all at once), or at the module's return for a module whose tensors
+      something changed in place later in the forward (``nn.ReLU(inplace=True)``).
 
 Cost on steps that save nothing: one forward pre-hook on the root module that counts the
 step, a forward hook on each registered loss that returns at once, and one check per
