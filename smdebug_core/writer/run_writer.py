@@ -387,43 +387,50 @@ class RunWriter:
                 )
             encoder = StepEncoder(global_step=open_step.global_step, mode=open_step.mode,
                                   mode_step=open_step.mode_step, wall_time=step.wall_time)
-            for tag, value in step.tensors:
-                self._write_record(open_step, encoder, tag, value)
+            self._write_records(open_step, encoder, step.tensors)
             for shape_item in step.shapes:
                 name, *original, shape = shape_item
                 open_step.shapes.append((name, original[0] if original else name, tuple(int(s) for s in shape)))
         if self._tensorboard is not None and (step.tb_scalars or step.tb_histograms):
             self._write_tensorboard(mode, step)
 
-    def _write_record(self, open_step, encoder, tag, value):
+    def _write_records(self, open_step, encoder, tensors):
+        """Append records to the step's event file. One loop with everything at hand: a step
+        may hold hundreds of small records, and this thread holds the GIL while it runs."""
+        handle, entries, offset = open_step.handle, open_step.entries, open_step.offset
+        write = handle.write if handle is not None else None
         try:
-            parts = encoder.encode(tag, value)
-        except (TypeError, ValueError) as exc:
-            # A bad value is the caller's problem for that one tensor, not the run's.
-            if tag not in self._warned_encode:
-                self._warned_encode.add(tag)
-                logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
-            return
-        handle = open_step.handle
-        if handle is None:
-            self._ensure_parent(open_step.event_relpath)
-            # A large buffer: a step's many small records then cost memory copies, not syscalls.
-            handle = open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb",
-                                             buffering=_EVENT_FILE_BUFFER_BYTES)
-        if len(parts) == 1:  # small record: one write call
-            payload = parts[0]
-            length = len(payload)
-            handle.write(b"".join((record_header(length), payload, _EVENT_FOOTER)))
-            crc = crc32c(payload)
-        else:  # large tensor: its bytes go to the file straight from the array
-            length = sum(len(part) for part in parts)
-            handle.write(record_header(length))
-            for part in parts:
-                handle.write(part)
-            handle.write(_EVENT_FOOTER)
-            crc = crc32c_of_parts(parts)
-        open_step.entries.append(IndexEntry(tag, open_step.offset, length + RECORD_OVERHEAD, crc))
-        open_step.offset += length + RECORD_OVERHEAD
+            for tag, value in tensors:
+                try:
+                    parts = encoder.encode(tag, value)
+                except (TypeError, ValueError) as exc:
+                    # A bad value is the caller's problem for that one tensor, not the run's.
+                    if tag not in self._warned_encode:
+                        self._warned_encode.add(tag)
+                        logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
+                    continue
+                if write is None:
+                    self._ensure_parent(open_step.event_relpath)
+                    # A large buffer: many small records cost memory copies, not syscalls.
+                    handle = open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX,
+                                                     "wb", buffering=_EVENT_FILE_BUFFER_BYTES)
+                    write = handle.write
+                if len(parts) == 1:  # small record: one write call
+                    payload = parts[0]
+                    length = len(payload)
+                    write(b"".join((record_header(length), payload, _EVENT_FOOTER)))
+                    crc = crc32c(payload)
+                else:  # large tensor: its bytes go to the file straight from the array
+                    length = sum(len(part) for part in parts)
+                    write(record_header(length))
+                    for part in parts:
+                        write(part)
+                    write(_EVENT_FOOTER)
+                    crc = crc32c_of_parts(parts)
+                entries.append(IndexEntry(tag, offset, length + RECORD_OVERHEAD, crc))
+                offset += length + RECORD_OVERHEAD
+        finally:
+            open_step.offset = offset
 
     def _publish(self, open_step):
         """Event file into place first, then its index (FORMAT 1.4)."""
