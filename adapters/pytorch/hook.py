@@ -61,6 +61,7 @@ logger = get_logger("smdebug.pytorch")
 
 _TRAINING_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
 _compiler_disable = getattr(getattr(torch, "compiler", None), "disable", lambda fn: fn)
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
@@ -436,8 +437,7 @@ class Hook(CoreHook):
         key = f"{name}_output_"
         outputs_only = inputs is False and outputs is True and not flush
 
-        @_compiler_disable
-        def on_forward(module, args, output):
+        def capture(module, args, output):
             hook = hook_ref()
             if hook is None or not hook.saving_step:
                 return
@@ -445,6 +445,16 @@ class Hook(CoreHook):
                 hook._deferred.append((key, output, output._version))
             else:
                 hook._on_module_forward(name, inputs, outputs, args, output, flush)
+
+        captured_eagerly = _compiler_disable(capture)
+
+        def on_forward(module, args, output):
+            # Being traced by torch.compile (a model compiled after it was registered):
+            # run eagerly, behind a graph break. Otherwise skip the compiler.disable
+            # wrapper, which costs more than the capture itself.
+            if _is_compiling():
+                return captured_eagerly(module, args, output)
+            return capture(module, args, output)
 
         return on_forward
 

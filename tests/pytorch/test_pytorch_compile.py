@@ -52,3 +52,24 @@ def test_compiled_model_saves_what_eager_saves(tmp_path, caplog, compile_how):
                                        rtol=1e-5, atol=1e-6, err_msg=f"{name} step {step}")
     warnings = [r.getMessage() for r in caplog.records if "torch.compile" in r.getMessage()]
     assert len(warnings) == 1 and "fc1" in warnings[0]
+
+
+def test_model_compiled_after_registration_still_saves_submodule_outputs(tmp_path):
+    """Hooks registered before torch.compile are traced by it: they run eagerly behind a graph break."""
+    def run_late(out_dir, compile_it):
+        torch._dynamo.reset()
+        model, loss_fn = make_model(seed=3), torch.nn.CrossEntropyLoss()
+        hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"])
+        hook.get_collection("fc1").add_module_tensors(model.fc1)
+        hook.register_module(model)
+        hook.register_loss(loss_fn)
+        runnable = torch.compile(model, backend=BACKEND) if compile_it else model
+        train(runnable, loss_fn, batches(3))
+        hook.close()
+        return create_trial(out_dir)
+
+    eager, late = run_late(str(tmp_path / "eager"), False), run_late(str(tmp_path / "late"), True)
+    assert late.tensor("fc1_output_0").steps() == eager.tensor("fc1_output_0").steps() == [0, 1, 2]
+    for step in (0, 1, 2):
+        np.testing.assert_allclose(late.tensor("fc1_output_0").value(step), eager.tensor("fc1_output_0").value(step),
+                                   rtol=1e-5, atol=1e-6)
