@@ -441,7 +441,8 @@ class Hook(CoreHook):
             hook = hook_ref()
             if hook is None or not hook.saving_step:
                 return
-            if outputs_only and type(output) is torch.Tensor and hook._deferrable.get(key):
+            if outputs_only and type(output) is torch.Tensor and hook._deferrable.get(key) \
+                    and not output.is_inference():  # inference tensors have no version counter
                 hook._deferred.append((key, output, output._version))
             else:
                 hook._on_module_forward(name, inputs, outputs, args, output, flush)
@@ -480,8 +481,9 @@ class Hook(CoreHook):
         tensors = (value,) if isinstance(value, torch.Tensor) else _tensor_leaves(value, [])
         if not tensors:
             return
-        deferrable = self._deferrable.get(key) if defer else False
-        if deferrable:
+        # Inference-mode tensors have no version counter to watch: they are copied at once.
+        deferrable = self._deferrable.get(key) if defer and not tensors[0].is_inference() else False
+        if deferrable and not any(t.is_inference() for t in tensors):
             self._deferred.extend((key, tensor, tensor._version) for tensor in tensors)
             return
         first = self._tensor_counts.get(key, 0)
@@ -490,7 +492,7 @@ class Hook(CoreHook):
             tname = f"{key}{i}"
             if (tensor.is_meta or tensor.is_nested) and not self._usable(tname, tensor):
                 continue
-            if self.record(tname, tensor, self.backend) and deferrable is None:
+            if self.record(tname, tensor, self.backend) and deferrable is None and not tensor.is_inference():
                 self._observed.append((key, tensor, tensor._version))
 
     def _copy_deferred(self) -> None:

@@ -206,6 +206,29 @@ def test_module_outputs_are_the_values_the_module_returned_despite_later_in_plac
     assert len(warnings) == 1 and "fc2_output_0" in warnings[0] and "step 3" in warnings[0]
 
 
+def test_module_outputs_under_inference_mode(run_dir, caplog):
+    """Inference tensors have no version counter: their outputs are copied at once, never deferred."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    hook = every_step(out_dir=run_dir, include_regex=[r"^\d_output_0$"])
+    hook.register_module(model)
+    xs = [torch.randn(3, 4) for _ in range(4)]
+    with caplog.at_level("WARNING", logger="smdebug"):
+        model(xs[0])  # training-mode forwards first: the outputs become known as deferrable
+        model(xs[1])
+        model.eval()
+        with torch.inference_mode():
+            model(xs[2])
+            model(xs[3])
+    hook.close()
+    assert hook.enabled and not [r for r in caplog.records if r.levelno >= 30]
+    trial = create_trial(run_dir)
+    with torch.no_grad():
+        for step, x in enumerate(xs):
+            np.testing.assert_allclose(trial.tensor("0_output_0").value(step), model[0](x).numpy(), rtol=1e-6)
+            np.testing.assert_allclose(trial.tensor("2_output_0").value(step), model(x).numpy(), rtol=1e-6)
+
+
 def test_mode_follows_module_training_unless_set_mode(run_dir):
     model, loss_fn = make_model(), torch.nn.CrossEntropyLoss()
     hook = every_step(out_dir=run_dir)
