@@ -10,7 +10,8 @@
 * optional graph capture (:mod:`.capture`): sites are armed when a step begins and read
   when it ends;
 * ``tracked`` variables (model weights, optimizer state), read at the start of a step
-  that saves them, that is before that step's update.
+  that saves them, that is before that step's update, unless a capture site copies them
+  inside the step before the update (:meth:`TFHookBase._delivered_by_sites`).
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from smdebug.logger import get_logger
 from . import distributed
 
 logger = get_logger("smdebug.tensorflow")
+
+
+_NONE: frozenset = frozenset()
 
 
 def tensorflow_loaded() -> bool:
@@ -50,6 +54,7 @@ class TFHookBase(Hook):
         # (name, value) of tracked variables read when this step began, recorded when it ends
         # with the captured tensors: their reductions then take the same single call.
         self._step_reads: List[Tuple[str, object]] = []
+        self._unread_names: Optional[tuple] = None  # (delivered names, tracked names, the rest)
         super().__init__(*args, **kwargs)
         # FORMAT 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
         # also catch optimizer slots such as "adam/dense_bias_momentum".
@@ -146,6 +151,14 @@ class TFHookBase(Hook):
         names = self._tracked_names
         if names is None:
             names = self._tracked_names = tuple(self._tracked)
+        delivered = self._delivered_by_sites()
+        if delivered:
+            # The same frozenset object at every step: the filtered tuple (and the core's
+            # selection cached for it) is reused.
+            cached = self._unread_names
+            if cached is None or cached[0] is not delivered or cached[1] is not names:
+                cached = self._unread_names = (delivered, names, tuple(n for n in names if n not in delivered))
+            names = cached[2]
         wanted = [(names[i], self._tracked[names[i]]) for i, _ in self.select(names)]
         if wanted:
             values = self._read_variables([var for _, var in wanted])
@@ -154,6 +167,11 @@ class TFHookBase(Hook):
             else:
                 for (name, _), value in zip(wanted, values):
                     self.record(name, value)
+
+    def _delivered_by_sites(self) -> frozenset:
+        """Tracked names that a capture site will copy in this step before it changes them
+        (not read when the step begins); subclasses decide, the default is none."""
+        return _NONE
 
     def _read_variables(self, variables):
         """Snapshots of the variables' current values (subclasses read them in one call)."""

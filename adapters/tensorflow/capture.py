@@ -101,7 +101,7 @@ class _Variant:
 
 
 class _Site:
-    __slots__ = ("key", "flag", "armed", "names", "variants")
+    __slots__ = ("key", "flag", "armed", "names", "variants", "fresh")
 
     def __init__(self, key):
         self.key = key
@@ -109,6 +109,7 @@ class _Site:
         self.armed = False
         self.names: set = set()
         self.variants: Dict[tuple, _Variant] = {}
+        self.fresh: tuple = ()  # the variants that copied in the step last collected with the site armed
 
 
 class GraphCapture:
@@ -242,6 +243,10 @@ class GraphCapture:
                 site.flag.assign(want)
                 site.armed = want
 
+    def site(self, key):
+        """The site of ``key`` (None before a graph offered tensors there)."""
+        return self._sites.get(key)
+
     def _arm_site_if_wanted(self, site) -> None:
         hook = self._hook
         if hook.saving_step and hook.enabled and hook._step_active and \
@@ -256,7 +261,9 @@ class GraphCapture:
 
         One call of a cached :class:`_StepReader` reads every stash and counter and computes
         the reductions of all of them and of ``extra``; its reductions and counters come to
-        the host in one transfer. Only tensors the step needs whole stay tensors.
+        the host in one transfer. Only tensors the step needs whole stay tensors. A name in
+        ``extra`` is taken from there, not from a stash that also holds it (a site may copy a
+        weight that was read when the step began: the read is the step's first value).
         """
         hook = self._hook
         with self._lock:
@@ -271,8 +278,11 @@ class GraphCapture:
         if entry is None or entry[0] is not selected:
             # What each tensor needs decides the reader: (reductions, whole tensor), None if unwanted.
             needs = [None] * len(names)
+            n_extra = len(extra)
+            from_extra = set(names[:n_extra])
             for index, plan in selected:
-                needs[index] = (plan.reductions, plan.needs_host)
+                if index < n_extra or names[index] not in from_extra:
+                    needs[index] = (plan.reductions, plan.needs_host)
             reader = entry[1] if entry is not None and entry[1].needs == needs else None
             if reader is None:
                 if len(self._readers) > 32:  # configurations keep changing: do not grow forever
@@ -283,10 +293,15 @@ class GraphCapture:
         reader = entry[1]
         counts, values = reader([t for _, t in extra])
         fresh = [True] * len(extra)
+        moved = set()
         for variant, count in zip(variants, counts):
             # A counter that did not move: that site did not run in this step, its stash is stale.
             is_fresh, variant.seen = count != variant.seen, count
             fresh += [is_fresh] * len(variant.names)
+            if is_fresh:
+                moved.add(id(variant))
+        for site in sites:
+            site.fresh = tuple(v for v in site.variants.values() if id(v) in moved)
         hook.record_many([(name, value) for name, value, ok in zip(names, values, fresh)
                           if ok and value is not None], hook.backend)
 

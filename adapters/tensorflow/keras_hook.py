@@ -9,8 +9,11 @@ As a ``keras.callbacks.Callback``:
   losses; the rest metrics). Keras reports the running mean over the epoch so far, which
   is what is saved. ``val_*`` values of ``fit`` are saved in the last EVAL step of that
   validation run;
-* ``weights``, ``biases`` and ``optimizer_variables`` are read at the start of a saved
-  step: the values the batch's forward and backward passes used;
+* ``weights``, ``biases`` and ``optimizer_variables`` are saved with the values the
+  batch's forward and backward passes used: read when a saved step begins, except the
+  trainable weights in TRAIN steps of a compiled fit, which the optimizer's ``apply``
+  wrapper copies inside the train step before the update (once that train function has
+  shown it does so; no read from Python at step begin);
 * ``gradients`` (when included) are captured inside the compiled train step by wrapping
   the model optimizer's ``apply`` (public API; no user code); ``outputs`` / ``inputs``
   (``predictions``, ``labels``, ``inputs``) through the model's ``compute_loss`` and
@@ -27,7 +30,8 @@ sources as weights) and ``hook.wrap_optimizer(optimizer)``; both work eagerly an
 Limits worth knowing:
 
 * ``steps_per_execution=k``: Keras calls batch callbacks once per k batches, so one step
-  covers k batches; captured tensors are those of the last batch of the k.
+  covers k batches; captured tensors are those of the last batch of the k (weights are
+  read when the step begins: those of its first batch).
 * ``jit_compile=True`` (Keras' default on GPUs): captured tensors need shapes known when
   the step is compiled; a tensor with a dynamic dimension is skipped with a warning.
 * A model whose custom ``train_step`` does not call ``compute_loss`` has no
@@ -66,6 +70,7 @@ from . import naming
 from .base import TFHookBase, logger
 
 K = CollectionKeys
+_NO_NAMES: frozenset = frozenset()
 _MODEL_IO = (("inputs", K.INPUTS), ("labels", K.OUTPUTS), ("predictions", K.OUTPUTS))
 
 
@@ -131,6 +136,9 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._in_fit = False
         self._models: List[object] = []
         self._tape_source_ids: set = set()
+        # (model, its train_function, weight names): the optimizer site of that compiled train
+        # function copied these trainable weights in a saved TRAIN step of fit; see _delivered_by_sites.
+        self._site_weights: Optional[tuple] = None
 
     # ====================================================================== registration
     def set_model(self, model):
@@ -152,7 +160,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._scan_variables(model)
         changed = False
         optimizer = getattr(model, "optimizer", None)
-        if optimizer is not None and self._wants_gradients(model):
+        if optimizer is not None and self._wants_optimizer_site(model):
             changed |= self._patch_optimizer(optimizer)
         changed |= self._patch_layers(model)
         changed |= self._patch_model_io(model)
@@ -197,8 +205,12 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             self._track(name, var, K.BIASES if naming.is_bias(var) else K.WEIGHTS)
         return name
 
-    def _wants_gradients(self, model) -> bool:
-        return any(self._is_included(naming.gradient_name(v), K.GRADIENTS) for v in model.trainable_weights)
+    def _wants_optimizer_site(self, model) -> bool:
+        """Whether the optimizer's ``apply`` is wrapped: for gradients, and for trainable
+        weights, which the wrapper copies in the compiled train step before the update."""
+        return any(self._is_included(naming.gradient_name(v), K.GRADIENTS) or
+                   self._is_included(self._weight_names.get(id(v), ""))
+                   for v in model.trainable_weights)
 
     # ====================================================================== wrappers
     def wrap_optimizer(self, optimizer):
@@ -242,6 +254,13 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if len(variables) != len(grads):
             return
         named = [(naming.gradient_name(v), g) for v, g in zip(variables, grads) if g is not None]
+        if self._tf and not _executing_eagerly():
+            # Inside the train step the variables still hold the values of this step's
+            # forward pass: copying them here spares fit the read when a step begins.
+            for var in variables:
+                name = self._weight_names.get(id(var))
+                if name is not None and self._tracked.get(name) is var and self._is_included(name):
+                    named.append((name, var))
         self._capture.offer(("optimizer", id(optimizer)), named)
 
     def wrap_tape(self, tape):
@@ -505,6 +524,54 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if not self._tf and value is not None and not isinstance(value, (int, float, np.ndarray, np.generic)):
             value = self._host_or_tensor(value)
         super().save_scalar(name, value, sm_metric=sm_metric, timestamp=timestamp)
+
+    # ====================================================================== weights from the train step
+    def _delivered_by_sites(self) -> frozenset:
+        """Trainable weights the optimizer site copies in this step, not read when it begins.
+
+        Only in a TRAIN step of fit whose compiled train function is the one in which the
+        site already copied them (confirmed at the end of an earlier saved step), one batch
+        per step. Everything else (EVAL/PREDICT steps, a new or eager train function,
+        ``steps_per_execution > 1``, custom loops) reads them when the step begins.
+        """
+        confirmed = self._site_weights
+        if confirmed is None or self.mode != ModeKeys.TRAIN or not self._in_fit or self._graph_driven:
+            return _NO_NAMES
+        model, function, names = confirmed
+        current = self.model
+        if current is not model or getattr(current, "train_function", None) is not function or \
+                getattr(current, "steps_per_execution", 1) != 1:
+            return _NO_NAMES
+        return names
+
+    def _confirm_site_weights(self) -> None:
+        """After a saved TRAIN step of fit: which trainable weights the optimizer site copied."""
+        model = self.model
+        optimizer = getattr(model, "optimizer", None)
+        site = self._capture.site(("optimizer", id(optimizer))) if optimizer is not None else None
+        if site is None or not site.armed:
+            return  # the site did not try to copy in this step: nothing learned
+        tracked = self._tracked
+        names = frozenset(name for variant in site.fresh for name in variant.names if name in tracked)
+        if not names:
+            self._site_weights = None  # armed but did not run: back to reading at step begin
+            return
+        function = getattr(model, "train_function", None)
+        previous = self._site_weights
+        if previous is not None and previous[0] is model and previous[1] is function and previous[2] == names:
+            return  # unchanged: keep the same objects (their identity keys caches)
+        self._site_weights = (model, function, names)
+
+    def end_step(self) -> None:
+        confirm = self._tf and self._in_fit and self._step_active and self.enabled and self.saving_step and \
+            self.mode == ModeKeys.TRAIN and self.model is not None
+        super().end_step()
+        if confirm and self.enabled:
+            try:
+                self._confirm_site_weights()
+            except Exception as exc:  # noqa: BLE001 - the hook never stops training
+                self._site_weights = None
+                self.disable(f"end of step: {type(exc).__name__}: {exc}")
 
     # ====================================================================== callbacks
     def _start_step(self, mode: ModeKeys) -> None:

@@ -66,3 +66,37 @@ def test_hook_made_in_the_strategy_scope_takes_the_device_name(tmp_path, strateg
     assert hook.include_workers == "one" and "not supported with MirroredStrategy" in caplog.text
     assert json.loads(hook.collections_json())["_meta"] == {"num_workers": 1}
     hook.close()
+
+
+def test_fit_weights_from_the_chief_replica_train_step_equal_get_weights(tmp_path, strategy):
+    # After the first step the trainable weights come from the optimizer's site in the
+    # chief replica's graph (no read at step begin); they must still be the batch's weights.
+    from conftest import make_recorder
+
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal((32, 4)).astype("float32"), rng.standard_normal((32, 2)).astype("float32")
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d1")], name="mirrored")
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    hook = smd.KerasHook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=1),
+                         include_collections=["weights", "biases"],
+                         reduction_config=smd.ReductionConfig(save_raw_tensor=True))
+    reads = {}
+    read = hook._read_variables
+
+    def counting(variables):
+        reads[hook.global_step] = len(variables)
+        return read(variables)
+
+    hook._read_variables = counting
+    recorder = make_recorder()
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, callbacks=[hook, recorder], verbose=0)
+    hook.close()
+    assert sorted(reads) == [0]
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps() == [0, 1, 2, 3]
+    for step in range(4):
+        kernel, bias = recorder.weights[step]["d1"]
+        assert np.array_equal(trial.tensor("d1/weights/mirrored/d1/kernel").value(step), kernel), step
+        assert np.array_equal(trial.tensor("d1/weights/mirrored/d1/bias").value(step), bias), step
