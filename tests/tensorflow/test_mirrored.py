@@ -22,13 +22,18 @@ def strategy():
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-def test_fit_saves_the_chief_replica_under_its_device_name(tmp_path, strategy):
-    rng = np.random.default_rng(5)
-    x, y = rng.standard_normal((16, 4)).astype("float32"), rng.standard_normal((16, 2)).astype("float32")
+def mirrored_model(strategy):
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d1")], name="mirrored")
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    return model
+
+
+def test_fit_saves_the_chief_replica_under_its_device_name(tmp_path, strategy):
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((16, 4)).astype("float32"), rng.standard_normal((16, 2)).astype("float32")
+    model = mirrored_model(strategy)
     out = tmp_path / "run"
     hook = smd.KerasHook(out_dir=out, save_config=smd.SaveConfig(save_interval=1),
                          include_collections=["weights", "biases", "gradients"])
@@ -75,10 +80,7 @@ def test_fit_weights_from_the_chief_replica_train_step_equal_get_weights(tmp_pat
 
     rng = np.random.default_rng(6)
     x, y = rng.standard_normal((32, 4)).astype("float32"), rng.standard_normal((32, 2)).astype("float32")
-    with strategy.scope():
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d1")], name="mirrored")
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model = mirrored_model(strategy)
     hook = smd.KerasHook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=1),
                          include_collections=["weights", "biases"],
                          reduction_config=smd.ReductionConfig(save_raw_tensor=True))
