@@ -51,6 +51,19 @@ def _numeric(array: np.ndarray) -> Optional[np.ndarray]:
         return None
 
 
+def _numeric_values(rule, names):
+    """``(name, array)`` of the names whose value at the rule's step is a non-empty numeric
+    array; a value the step cannot supply is counted as unavailable in the rule's report."""
+    for name in names:
+        try:
+            array = _numeric(rule.view.value(name))
+        except DATA_MISSING:
+            rule.unavailable()
+            continue
+        if array is not None and array.size:
+            yield name, array
+
+
 class _SelectionRule(Rule):
     """A rule over ``collection_names`` and/or ``tensor_regex`` (their union)."""
 
@@ -374,14 +387,7 @@ class WeightUpdateRatio(Rule):
         if not names:
             self.no_data("step %d has no tensors in the 'weights' collection (is it saved?)", step)
         out = {}
-        for name in names:
-            try:
-                array = _numeric(self.view.value(name))
-            except DATA_MISSING:
-                self.unavailable()
-                continue
-            if array is None or array.size == 0:
-                continue
+        for name, array in _numeric_values(self, names):
             current = array.astype(np.float64)
             previous = self._previous.get(name)
             self._previous[name] = (step, current)
@@ -511,14 +517,7 @@ class _ActivityRule(Rule):
         ``active(name, array)`` gives the boolean mask of active entries.
         """
         found = {}
-        for name in names:
-            try:
-                array = _numeric(self.view.value(name))
-            except DATA_MISSING:
-                self.unavailable()
-                continue
-            if array is None or array.size == 0:
-                continue
+        for name, array in _numeric_values(self, names):
             percent = self._inactive_percent(active(name, array))
             if percent > self.threshold_layer:
                 found[name] = percent
