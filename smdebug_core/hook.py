@@ -409,10 +409,14 @@ class Hook:
         self._selection_caches.clear()
         self._prepared_key = key
 
-    def plan_for(self, name: str) -> Optional[TensorPlan]:
-        """What to save of tensor ``name`` at this step, or None. Cached per name."""
+    def _refresh_if_configs_changed(self) -> None:
+        """Collections may change between steps (and inside one): plans follow them."""
         if self._prepared_key != (self.collection_manager.version, tuple(self.include_collections)):
             self._update_saving()
+
+    def plan_for(self, name: str) -> Optional[TensorPlan]:
+        """What to save of tensor ``name`` at this step, or None. Cached per name."""
+        self._refresh_if_configs_changed()
         cache = self._plan_caches.setdefault(self._saving_colls, {})
         try:
             return cache[name]
@@ -451,8 +455,7 @@ class Hook:
         For adapters that offer the same long list of tensors at every step (a model's
         parameters): one lookup instead of one per name.
         """
-        if self._prepared_key != (self.collection_manager.version, tuple(self.include_collections)):
-            self._update_saving()
+        self._refresh_if_configs_changed()
         cache = self._selection_caches.setdefault(self._saving_colls, {})
         selected = cache.get(names)
         if selected is None:
@@ -470,16 +473,7 @@ class Hook:
         """Offer a tensor for the current step; returns whether it will be saved."""
         if not self.saving_step:
             return False
-        plan = self.plan_for(name)
-        if plan is None:
-            return False
-        backend = backend or self._backend_for(value)
-        snap = backend.snapshot(value, plan.needs_value)
-        with self._lock:
-            if name in self._pending:
-                logger.debug("tensor %s recorded twice in step %d; keeping the last value", name, self.global_step)
-            self._pending[name] = (plan, snap, backend)
-        return True
+        return self._hold(((name, value),), backend or self._backend_for(value)) == 1
 
     @never_raises("record")
     def record_many(self, items, backend: TensorBackend) -> int:
@@ -490,6 +484,10 @@ class Hook:
         """
         if not self.saving_step:
             return 0
+        return self._hold(items, backend)
+
+    def _hold(self, items, backend: TensorBackend) -> int:
+        """Snapshot the wanted ``(name, value)`` items and keep them for the end of the step."""
         held = []
         for name, value in items:
             plan = self.plan_for(name)
@@ -498,6 +496,9 @@ class Hook:
         with self._lock:
             pending = self._pending
             for name, plan, snap in held:
+                if name in pending:
+                    logger.debug("tensor %s recorded twice in step %d; keeping the last value", name,
+                                 self.global_step)
                 pending[name] = (plan, snap, backend)
         return len(held)
 

@@ -28,7 +28,8 @@ from . import distributed
 logger = get_logger("smdebug.tensorflow")
 
 
-_NONE: frozenset = frozenset()
+#: No names: returned by _delivered_by_sites when every tracked variable is read at step begin.
+NO_NAMES: frozenset = frozenset()
 
 
 def tensorflow_loaded() -> bool:
@@ -171,7 +172,7 @@ class TFHookBase(Hook):
     def _delivered_by_sites(self) -> frozenset:
         """Tracked names that a capture site will copy in this step before it changes them
         (not read when the step begins); subclasses decide, the default is none."""
-        return _NONE
+        return NO_NAMES
 
     def _read_variables(self, variables):
         """Snapshots of the variables' current values (subclasses read them in one call)."""

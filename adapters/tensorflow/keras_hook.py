@@ -67,10 +67,9 @@ from smdebug.instrumentation import Patches
 from smdebug.modes import ModeKeys
 
 from . import naming
-from .base import TFHookBase, logger
+from .base import NO_NAMES, TFHookBase, logger
 
 K = CollectionKeys
-_NO_NAMES: frozenset = frozenset()
 _MODEL_IO = (("inputs", K.INPUTS), ("labels", K.OUTPUTS), ("predictions", K.OUTPUTS))
 
 
@@ -536,12 +535,12 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         """
         confirmed = self._site_weights
         if confirmed is None or self.mode != ModeKeys.TRAIN or not self._in_fit or self._graph_driven:
-            return _NO_NAMES
+            return NO_NAMES
         model, function, names = confirmed
         current = self.model
         if current is not model or getattr(current, "train_function", None) is not function or \
                 getattr(current, "steps_per_execution", 1) != 1:
-            return _NO_NAMES
+            return NO_NAMES
         return names
 
     def _confirm_site_weights(self) -> None:
