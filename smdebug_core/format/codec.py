@@ -409,14 +409,28 @@ class StepEncoder:
         self._metadata_field = _cached_metadata(self.mode, self.mode_step, None)[1]
         self._summary_heads = {}  # Value body length -> Event.summary key/length + Summary.value key/length
 
-    def encode(self, tag, array):
-        arr = array if type(array) is np.ndarray else to_numpy(array)
+    @property
+    def head(self):
+        """The first bytes of every small record of this step (``Event.wall_time`` and ``step``)."""
+        return self._head
+
+    @property
+    def metadata_field(self):
+        """The last bytes of every small record of this step (mode and mode step)."""
+        return self._metadata_field
+
+    def middle(self, tag, arr):
+        """The bytes between :attr:`head` and the array's own bytes in the record of a
+        small plain array (``arr`` a C-contiguous ndarray of a verbatim dtype, 1 byte to
+        64 KiB): the record is ``head + middle + arr bytes + metadata_field``. None for
+        anything else (those records are built by :func:`encode_tensor_event_parts`).
+        ``middle`` depends only on (tag, dtype, shape) and the lengths of head and metadata.
+        """
         wire = _VERBATIM_WIRE.get(arr.dtype)
         n = arr.nbytes
         if wire is None or not 0 < n < _SPLICE_MIN_BYTES or not arr.flags.c_contiguous or type(tag) is not str \
                 or not tag:
-            return encode_tensor_event_parts(tag, arr, global_step=self.global_step, mode=self.mode,
-                                             mode_step=self.mode_step, wall_time=self.wall_time)
+            return None
         body = _value_body(tag, wire, arr.shape, n)
         value_len = len(body) + n + len(self._metadata_field)
         summary_head = self._summary_heads.get(value_len)
@@ -425,7 +439,15 @@ class StepEncoder:
             summary_head = self._summary_heads[value_len] = b"".join((
                 _KEY_EVENT_SUMMARY, _varint(1 + len(value_len_bytes) + value_len), _KEY_SUMMARY_VALUE,
                 value_len_bytes))
-        return [b"".join((self._head, summary_head, body, arr, self._metadata_field))]
+        return summary_head + body
+
+    def encode(self, tag, array):
+        arr = array if type(array) is np.ndarray else to_numpy(array)
+        middle = self.middle(tag, arr)
+        if middle is None:
+            return encode_tensor_event_parts(tag, arr, global_step=self.global_step, mode=self.mode,
+                                             mode_step=self.mode_step, wall_time=self.wall_time)
+        return [b"".join((self._head, middle, arr, self._metadata_field))]
 
 
 def encode_tensor_event(tag, array, *, global_step, mode, mode_step, wall_time=None):

@@ -48,24 +48,36 @@ class ParsedIndex:
 def build_index_json(mode, mode_step, event_file_relpath, entries, shapes):
     """The bytes of one index file.
 
-    ``event_file_relpath`` may be None when there are no ``entries`` (a shapes-only step).
-    ``shapes`` items are ``(name, shape)`` or ``(name, original_name, shape)``.
+    ``entries`` are :class:`IndexEntry`; ``event_file_relpath`` may be None when there are
+    none (a shapes-only step). ``shapes`` items are ``(name, shape)`` or
+    ``(name, original_name, shape)``.
     """
+    return index_json_from_items(mode, mode_step, event_file_relpath,
+                                 [entry_json(*entry) for entry in entries], shapes)
+
+
+def entry_json(name, start_idx, length, crc=None):
+    """One ``tensor_payload`` item, formatted as ``json.dumps`` formats it."""
+    if crc is None:
+        return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}}}'
+    return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": {int(crc)}}}'
+
+
+def entry_json_heads(names, starts, lengths):
+    """Per entry, its ``tensor_payload`` item up to its CRC: append ``f"{crc}}}"`` to finish
+    it. A writer that repeats a step's layout formats these once."""
+    return [f'{_entry_head(name)}{int(start)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": '
+            for name, start, length in zip(names, starts, lengths)]
+
+
+def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shapes):
+    """:func:`build_index_json` from entries already formatted by :func:`entry_json`."""
     mode = ModeKeys.parse(mode)
     meta = {"mode": mode.name, "mode_step": validate_step(mode_step, "mode_step")}
     if event_file_relpath is not None:
         meta["event_file_name"] = event_file_relpath
-    elif entries:
+    elif entry_items:
         raise ValueError("an index with tensor entries needs the event file's relative path")
-    # Entries are formatted from a cached JSON string per name: a step may have hundreds.
-    tensor_items = []
-    for entry in entries:
-        head = _entry_head(entry.name)
-        if entry.crc32c is None:
-            tensor_items.append(f'{head}{int(entry.start_idx)}, "length": {int(entry.length)}}}')
-        else:
-            tensor_items.append(f'{head}{int(entry.start_idx)}, "length": {int(entry.length)}, '
-                                f'"{PAYLOAD_CRC_KEY}": {int(entry.crc32c)}}}')
     shape_payload = []
     for shape_item in shapes:
         if len(shape_item) == 3:
@@ -76,7 +88,7 @@ def build_index_json(mode, mode_step, event_file_relpath, entries, shapes):
         shape_payload.append({"tensorname": name, "originalname": original, "shape": [int(s) for s in shape]})
     # The original writes with json's default separators; keep that for byte-level familiarity
     # (what json.dumps of the same document gives, byte for byte: a test compares).
-    return (f'{{"meta": {json.dumps(meta)}, "tensor_payload": [{", ".join(tensor_items)}], '
+    return (f'{{"meta": {json.dumps(meta)}, "tensor_payload": [{", ".join(entry_items)}], '
             f'"shape_payload": {json.dumps(shape_payload)}}}').encode("utf-8")
 
 

@@ -48,6 +48,13 @@ def crc32c_of_parts(parts):
     return crc
 
 
+def crc32c_of_spans(data, spans):
+    """CRC32C of each ``(start, length)`` slice of the bytes ``data``."""
+    value = google_crc32c.value
+    # Copying a small slice of bytes costs less than making a numpy view of it.
+    return [value(data[start:start + length]) for start, length in spans]
+
+
 def mask_crc(crc):
     """TFRecord masking: rotate right by 15 bits and add a constant, mod 2**32."""
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _U32

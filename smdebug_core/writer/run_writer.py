@@ -28,12 +28,14 @@ import numpy as np
 
 from ..format import layout
 from ..format.codec import StepEncoder
-from ..format.index import IndexEntry, build_index_json
+from ..format.index import entry_json, entry_json_heads, index_json_from_items
 from ..format.records import (
+    HEADER_SIZE,
     RECORD_OVERHEAD,
     SMDEBUG_PAYLOAD_FOOTER,
     crc32c,
     crc32c_of_parts,
+    crc32c_of_spans,
     record_footer,
     record_header,
 )
@@ -95,7 +97,8 @@ class _OpenStep:
         self.index_relpath = layout.index_file_relpath(global_step, worker)
         self.handle = None
         self.offset = 0
-        self.entries = []
+        self.names = []  # of the records written, in order
+        self.index_items = []  # their index entries, formatted (format.index.entry_json)
         self.shapes = []
         self.warned_mode_mismatch = False
 
@@ -103,6 +106,73 @@ class _OpenStep:
 # events/ files carry smdebug's constant footer (FORMAT 2.1); integrity is in the index's crc32c.
 _EVENT_FOOTER = record_footer(SMDEBUG_PAYLOAD_FOOTER)
 _EVENT_FILE_BUFFER_BYTES = 1 << 20
+
+# Steps with fewer records are written one record at a time.
+_LAYOUT_MIN_RECORDS = 8
+_MAX_LAYOUTS = 64
+
+
+class _SmallRecordsLayout:
+    """The event-file bytes of a list of small records, as a template for later steps.
+
+    Steps of a run usually repeat: the same reductions and scalars, the same tags, dtypes
+    and shapes, in the same order. Their records then differ only in the values and in
+    the step's head and metadata bytes (:class:`StepEncoder`), and lie at the same offsets
+    with the same lengths: the template fills those in and joins the whole list in one
+    call, instead of assembling every record in Python.
+    """
+
+    __slots__ = ("tags", "specs", "parts", "starts", "lengths", "payloads", "_index_heads")
+
+    def __init__(self, tags, specs, parts, starts, lengths, payloads):
+        self.tags = tags
+        self.specs = specs  # [(dtype, shape)] the template was made for
+        self.parts = parts  # per record: header, (head), middle, (array), (metadata + footer)
+        self.starts = starts  # record offsets in the joined bytes
+        self.lengths = lengths  # record lengths with framing
+        self.payloads = payloads  # [(payload offset, payload length)], for the CRCs
+        self._index_heads = {}  # file offset of the first record -> format.index.entry_json_heads
+
+    def index_heads(self, base):
+        """The records' index entries up to their CRCs, when the first lies at ``base``."""
+        heads = self._index_heads.get(base)
+        if heads is None:
+            if len(self._index_heads) > 4:  # usually one base (0): a step's only list of records
+                self._index_heads.clear()
+            heads = self._index_heads[base] = entry_json_heads(
+                self.tags, [base + start for start in self.starts], self.lengths)
+        return heads
+
+    @classmethod
+    def build(cls, encoder, tags, arrays):
+        """The layout of these records, or None when one of them is not a small plain array."""
+        fixed = len(encoder.head) + len(encoder.metadata_field)
+        specs, parts, starts, lengths, payloads = [], [], [], [], []
+        offset = 0
+        for tag, arr in zip(tags, arrays):
+            if type(arr) is not np.ndarray:
+                return None
+            middle = encoder.middle(tag, arr)
+            if middle is None:
+                return None
+            length = fixed + len(middle) + arr.nbytes
+            specs.append((arr.dtype, arr.shape))
+            parts += (record_header(length), None, middle, None, None)
+            starts.append(offset)
+            lengths.append(length + RECORD_OVERHEAD)
+            payloads.append((offset + HEADER_SIZE, length))
+            offset += length + RECORD_OVERHEAD
+        return cls(tags, specs, parts, starts, lengths, payloads)
+
+    def join(self, encoder, arrays):
+        """The records of ``arrays`` at ``encoder``'s step, as one bytes object."""
+        parts = self.parts[:]
+        count = len(arrays)
+        parts[1::5] = [encoder.head] * count
+        parts[3::5] = arrays  # raises BufferError/ValueError for a non-contiguous array
+        parts[4::5] = [encoder.metadata_field + _EVENT_FOOTER] * count
+        return b"".join(parts)
+
 
 # Queue item kinds.
 _STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE = range(6)
@@ -136,6 +206,7 @@ class RunWriter:
         # Writer-thread state.
         self._open_steps = {}  # worker -> _OpenStep
         self._known_dirs = set()
+        self._layouts = {}  # -> _SmallRecordsLayout of recent steps
         self._tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
         self._warned_encode = set()
         self._warned_late = set()
@@ -394,10 +465,22 @@ class RunWriter:
         if self._tensorboard is not None and (step.tb_scalars or step.tb_histograms):
             self._write_tensorboard(mode, step)
 
+    def _event_file(self, open_step):
+        """The step's ``<event file>.tmp``, opened at its first record."""
+        if open_step.handle is None:
+            self._ensure_parent(open_step.event_relpath)
+            # A large buffer: many small records cost memory copies, not syscalls.
+            open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb",
+                                    buffering=_EVENT_FILE_BUFFER_BYTES)
+        return open_step.handle
+
     def _write_records(self, open_step, encoder, tensors):
-        """Append records to the step's event file. One loop with everything at hand: a step
-        may hold hundreds of small records, and this thread holds the GIL while it runs."""
-        handle, entries, offset = open_step.handle, open_step.entries, open_step.offset
+        """Append records to the step's event file. This thread holds the GIL while it
+        encodes, and a step may hold hundreds of small records: see :class:`_SmallRecordsLayout`
+        for the usual case, a step like the previous one."""
+        if len(tensors) >= _LAYOUT_MIN_RECORDS and self._write_like_before(open_step, encoder, tensors):
+            return
+        handle, names, items, offset = open_step.handle, open_step.names, open_step.index_items, open_step.offset
         write = handle.write if handle is not None else None
         try:
             for tag, value in tensors:
@@ -410,11 +493,7 @@ class RunWriter:
                         logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
                     continue
                 if write is None:
-                    self._ensure_parent(open_step.event_relpath)
-                    # A large buffer: many small records cost memory copies, not syscalls.
-                    handle = open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX,
-                                                     "wb", buffering=_EVENT_FILE_BUFFER_BYTES)
-                    write = handle.write
+                    write = self._event_file(open_step).write
                 if len(parts) == 1:  # small record: one write call
                     payload = parts[0]
                     length = len(payload)
@@ -427,10 +506,36 @@ class RunWriter:
                         write(part)
                     write(_EVENT_FOOTER)
                     crc = crc32c_of_parts(parts)
-                entries.append(IndexEntry(tag, offset, length + RECORD_OVERHEAD, crc))
+                names.append(tag)
+                items.append(entry_json(tag, offset, length + RECORD_OVERHEAD, crc))
                 offset += length + RECORD_OVERHEAD
         finally:
             open_step.offset = offset
+
+    def _write_like_before(self, open_step, encoder, tensors):
+        """Write ``tensors`` through a cached :class:`_SmallRecordsLayout`; False (nothing
+        written) when they are not all small plain arrays."""
+        tags = tuple([tag for tag, _ in tensors])
+        arrays = [value for _, value in tensors]
+        key = (tags, len(encoder.head), len(encoder.metadata_field))
+        layout_ = self._layouts.get(key)
+        try:
+            if layout_ is None or layout_.specs != [(a.dtype, a.shape) for a in arrays]:
+                layout_ = _SmallRecordsLayout.build(encoder, tags, arrays)
+                if layout_ is None:
+                    return False
+                if len(self._layouts) >= _MAX_LAYOUTS:  # steps keep changing: do not grow forever
+                    self._layouts.clear()
+                self._layouts[key] = layout_
+            data = layout_.join(encoder, arrays)
+        except (AttributeError, BufferError, ValueError, TypeError):  # not arrays, not contiguous: one by one
+            return False
+        self._event_file(open_step).write(data)
+        open_step.names += tags
+        open_step.index_items += [f"{head}{crc}}}" for head, crc in
+                                  zip(layout_.index_heads(open_step.offset), crc32c_of_spans(data, layout_.payloads))]
+        open_step.offset += len(data)
+        return True
 
     def _publish(self, open_step):
         """Event file into place first, then its index (FORMAT 1.4)."""
@@ -442,11 +547,12 @@ class RunWriter:
             os.replace(final + layout.TMP_SUFFIX, final)
             event_relpath = open_step.event_relpath
         # A shape entry would hide the raw value of the same name from the original reader (FORMAT 3.2).
-        written = {entry.name for entry in open_step.entries}
+        written = set(open_step.names)
         shapes = [item for item in open_step.shapes if item[0] not in written]
-        if not open_step.entries and not shapes:
+        if not open_step.index_items and not shapes:
             return
-        index = build_index_json(open_step.mode, open_step.mode_step, event_relpath, open_step.entries, shapes)
+        index = index_json_from_items(open_step.mode, open_step.mode_step, event_relpath, open_step.index_items,
+                                      shapes)
         self._write_atomically(open_step.index_relpath, index)
 
     def _publish_all(self):

@@ -16,6 +16,7 @@ import pytest
 from smdebug.format import codec, index, layout, records
 from smdebug.modes import ModeKeys
 from smdebug.writer import RunWriter, StepData
+from smdebug.writer import run_writer as run_writer_module
 
 WRITER_LOGGER = "smdebug.writer.run_writer"
 COLLECTIONS = b'{"collections": {}, "_meta": {"num_workers": 1}}'
@@ -110,6 +111,53 @@ def test_pieces_of_one_step_share_one_index(tmp_path):
     assert parsed.shapes == [("only_shape", (4, 5)), ("renamed", (2,))]
     assert parsed.shape_original_names == ["only_shape", "tf/native:0"]
     assert not (tmp_path / layout.event_file_relpath(5, "worker_0")).exists()
+
+
+def _write_run(out, steps, one_record_at_a_time, monkeypatch):
+    """Write ``steps`` [(global step, mode, mode step, [tensor lists submitted for it])]."""
+    if one_record_at_a_time:
+        monkeypatch.setattr(run_writer_module, "_LAYOUT_MIN_RECORDS", 10**9)
+    writer = RunWriter(out, "worker_0")
+    for global_step, mode, mode_step, pieces in steps:
+        for tensors in pieces:
+            writer.submit(_step(global_step, mode, mode_step, tensors=tensors, wall_time=1.5 + global_step))
+    assert writer.close(timeout=30) and writer.failed is None
+    monkeypatch.undo()
+    return {rel: (out / rel).read_bytes() for rel in _files(out)}, len(writer._layouts)
+
+
+def test_steps_like_the_previous_one_are_written_from_a_template_byte_for_byte(tmp_path, monkeypatch):
+    """Steps repeating the tags, dtypes and shapes of an earlier one are joined from a cached
+    layout: the files must be exactly those the one-record-at-a-time path writes."""
+    reductions = [f"smdebug/reductions/{op}/layer{i}.weight" for i in range(4) for op in ("min", "max", "l2")]
+
+    def small(step, dtype=np.float64):
+        return [(tag, np.asarray(step * 10 + k, dtype=dtype)) for k, tag in enumerate(reductions)]
+
+    strided = np.arange(20, dtype=np.float32)[::2]  # not contiguous: that list goes one record at a time
+    steps = []
+    for global_step in [0, 1, 2, 127, 128, 129, 20000]:  # step and mode-step varints change length
+        mode = ModeKeys.EVAL if global_step == 2 else ModeKeys.TRAIN
+        steps.append((global_step, mode, global_step, [small(global_step)]))
+    steps += [
+        (20001, ModeKeys.TRAIN, 20001, [small(1, np.float32)]),  # same tags, other dtype
+        (20002, ModeKeys.TRAIN, 20002, [small(2), small(3)[:9]]),  # a second list in the step: other offsets
+        (20003, ModeKeys.TRAIN, 20003, [small(4)[:5] + [("strided", strided)] + small(4)[5:]]),
+        (20004, ModeKeys.TRAIN, 20004, [small(5)[:3] + [("big", np.ones(70000, np.uint8))] + small(5)[3:]]),
+        (20005, ModeKeys.TRAIN, 20005, [small(6)[:-1] + [("a_float", 2.5)]]),  # not an ndarray
+        (20006, ModeKeys.TRAIN, 20006, [small(7)]),
+    ]
+    templated, layouts = _write_run(tmp_path / "templated", steps, False, monkeypatch)
+    one_by_one, no_layouts = _write_run(tmp_path / "one_by_one", steps, True, monkeypatch)
+    assert templated == one_by_one
+    # One layout per length of the step head and metadata (steps 0; 1-9; 127; 128-129; 20000-20006), one
+    # for the 9-record list; the others were not all small contiguous arrays.
+    assert (layouts, no_layouts) == (6, 0)
+    published = read_published_steps(tmp_path / "templated")  # framing, offsets and CRCs check out
+    _, tensors = published[layout.index_file_relpath(20006, "worker_0")]
+    assert [t.tag for t in tensors] == reductions and [float(t.value) for t in tensors] == list(range(70, 82))
+    _, tensors = published[layout.index_file_relpath(20002, "worker_0")]
+    assert [float(t.value) for t in tensors] == list(range(20, 32)) + list(range(30, 39))
 
 
 def test_publish_makes_a_step_visible_at_once(tmp_path):
@@ -266,6 +314,7 @@ def test_metric_lines(tmp_path):
 _CHILD_PREAMBLE = """
 import atexit, os, sys, numpy as np
 from smdebug.writer import RunWriter, StepData
+from smdebug.writer import run_writer as run_writer_module
 from smdebug.modes import ModeKeys
 writer = RunWriter(sys.argv[1], "worker_0")
 writer.write_collections(b'{"collections": {}, "_meta": {"num_workers": 1}}')
