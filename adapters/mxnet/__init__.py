@@ -11,9 +11,9 @@ from smdebug.reduction_config import ReductionConfig
 from smdebug.save_config import SaveConfig, SaveConfigMode
 
 from .backend import MXNetBackend
-from .hook import Hook, get_hook
+from .hook import Hook, TrainingStopRequested, get_hook
 
 __all__ = [
     "Collection", "CollectionKeys", "Hook", "MXNetBackend", "ModeKeys", "ReductionConfig", "SaveConfig",
-    "SaveConfigMode", "create_trial", "get_hook", "modes",
+    "SaveConfigMode", "TrainingStopRequested", "create_trial", "get_hook", "modes",
 ]

@@ -17,6 +17,9 @@ What is captured, and when (FORMAT.md 8.1 and 8.4):
   not ``trainer.step`` ran (the update reads gradients, it does not change them).
   Caveat: with ``grad_req='add'``, zero the gradients after the forward pass of the next
   iteration, not before it, or the saved gradients are zeros.
+* **Stopping.** After a live rule's ``StopTraining`` (:meth:`Hook.request_stop`), the next
+  forward call of the registered block saves the closing step and raises
+  :class:`~smdebug.exceptions.TrainingStopRequested` (as the PyTorch hook does).
 * **Block tensors** are ``<block.name>_input_<i>`` / ``<block.name>_output_<i>``, where
   ``i`` counts the tensors the block received (or produced) in this step: 0 for a block
   with one input called once, 0 and 1 for a block called twice or given two tensors.
@@ -39,7 +42,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import mxnet as mx
 from mxnet import gluon
 
-from smdebug.exceptions import ConfigError
+from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import get_hook as core_get_hook
 from smdebug.hook import never_raises
@@ -133,7 +136,7 @@ class Hook(CoreHook):
             handle.detach()
         self.model = block
         self._model_handles = [
-            block.register_forward_pre_hook(self._on_model_forward_begin),
+            block.register_forward_pre_hook(self._on_model_forward_pre),
             block.register_forward_hook(self._on_model_forward_end),
         ]
         self._synced_key = None
@@ -236,6 +239,20 @@ class Hook(CoreHook):
                 len(blind), names)
 
     # --- the framework's callbacks ---------------------------------------------------
+    def _on_model_forward_pre(self, block, inputs) -> None:
+        # A live rule's StopTraining (request_stop): the next forward of the model raises,
+        # once the step before it is closed (outside never_raises, which would swallow it).
+        if self.stop_reason is not None and block is self.model:
+            self._close_step_before_stopping()
+            raise TrainingStopRequested(f"smdebug stopped training: {self.stop_reason}")
+        self._on_model_forward_begin(block, inputs)
+
+    @never_raises("stopping")
+    def _close_step_before_stopping(self) -> None:
+        if self._step_open:
+            self._record_gradients()
+            self.end_step()
+
     @never_raises("forward pre-hook")
     def _on_model_forward_begin(self, block, inputs) -> None:
         if block is not self.model:

@@ -101,3 +101,27 @@ def test_failure_inside_a_forward_hook_never_reaches_training(run_dir, make_net,
     assert len(seen) == 3
     records = warnings_of()
     assert len(records) == 1 and "cannot read parameters" in records[0].getMessage()
+
+
+def test_request_stop_ends_training_at_the_next_forward(run_dir, make_net, data):
+    from mxnet import autograd
+
+    net, loss_fn, trainer = make_net()
+    hook = smd.Hook(run_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"])
+    hook.register_block(net)
+    x, y = data
+    done = []
+    with pytest.raises(smd.TrainingStopRequested, match="a rule fired"):
+        for step in range(5):
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.backward()
+            trainer.step(x.shape[0])
+            done.append(step)
+            if step == 1:
+                hook.request_stop("a rule fired")
+    assert done == [0, 1]
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.steps() == [0, 1]
+    assert trial.tensor("gradient/dense1_weight").steps() == [0, 1]  # the last step's gradients are kept
