@@ -239,9 +239,10 @@ def _build_reducer(sizes: List[int], keys: Tuple[ReductionKey, ...], compute):
     return reduce_all
 
 
-def reduction_matrix(tensors, sizes: List[int], keys: Tuple[ReductionKey, ...], compute):
+def reduction_matrix(tensors, sizes: List[int], keys: Tuple[ReductionKey, ...], compute, xla: bool = False):
     """Graph ops computing every (reduction, abs) of ``keys`` for each of ``tensors`` (of
     ``sizes`` elements, all > 0): a ``[len(keys), len(tensors)]`` float64 matrix.
+    ``xla``: the ops are compiled by XLA (which has no sorted segment kernels).
 
     Small tensors (biases, norms:
     often most of a model's tensors) are concatenated and reduced together with segment
@@ -253,7 +254,8 @@ def reduction_matrix(tensors, sizes: List[int], keys: Tuple[ReductionKey, ...], 
     large = [i for i, size in enumerate(sizes) if size > SEGMENT_MAX_NUMEL]
     columns = []
     if small:
-        columns.append(_segment_reductions([tensors[i] for i in small], [sizes[i] for i in small], keys, compute))
+        columns.append(_segment_reductions([tensors[i] for i in small], [sizes[i] for i in small], keys, compute,
+                                           xla))
     if large:
         columns.append(_large_reductions([tensors[i] for i in large], [sizes[i] for i in large], keys, compute))
     if len(columns) == 1:
@@ -310,7 +312,8 @@ def _large_reductions(tensors, sizes, keys, compute):
             elif name == "prod":
                 got[(name, is_abs)] = tf.reduce_prod(v)
             else:
-                got[(name, is_abs)] = _median(tf.reshape(v, [-1]))
+                # Exact in the compute dtype (an element or the mean of two): stacked with the rest.
+                got[(name, is_abs)] = tf.cast(_median(tf.reshape(v, [-1])), compute)
         per_tensor.append(tf.stack([got[s] for s in stats]))
     table = tf.cast(tf.stack(per_tensor, axis=1), tf.float64)  # [len(stats), len(tensors)]
     rows = {s: table[i] for i, s in enumerate(stats)}
@@ -331,10 +334,21 @@ def _large_reductions(tensors, sizes, keys, compute):
     return tf.stack(out, axis=0)
 
 
-def _segment_reductions(tensors, sizes, keys, compute):
+def _segment_reductions(tensors, sizes, keys, compute, xla=False):
     """``[len(keys), len(tensors)]``: segment sums of x, x*x and |x| give sum, mean, variance
-    (E[x^2] - E[x]^2, accumulated in float64), std, l1 and l2; segment min/max the extrema."""
+    (E[x^2] - E[x]^2, accumulated in float64), std, l1 and l2; segment min/max the extrema.
+    Under XLA the unsorted segment ops (same results) replace the sorted ones, which it lacks."""
     n = len(sizes)
+    if xla:
+        def unsorted(op):
+            return lambda data, ids: op(data, ids, n)
+
+        segment_sum, segment_min, segment_max, segment_prod = map(unsorted, (
+            tf.math.unsorted_segment_sum, tf.math.unsorted_segment_min, tf.math.unsorted_segment_max,
+            tf.math.unsorted_segment_prod))
+    else:
+        segment_sum, segment_min, segment_max, segment_prod = (
+            tf.math.segment_sum, tf.math.segment_min, tf.math.segment_max, tf.math.segment_prod)
     ops = {op for op, _ in keys}
     counts = np.asarray(sizes, dtype=np.float64)
     flats = [tf.reshape(_as_real(t, compute), [-1]) for t in tensors]
@@ -345,9 +359,9 @@ def _segment_reductions(tensors, sizes, keys, compute):
     if ops & {"sum", "mean", "variance", "std", "l1", "l2"}:
         wide = tf.cast(data, tf.float64)
         wide_abs = tf.abs(wide)
-        total = tf.math.segment_sum(wide, ids)
-        abs_total = tf.math.segment_sum(wide_abs, ids)
-        squares = tf.math.segment_sum(wide * wide, ids)
+        total = segment_sum(wide, ids)
+        abs_total = segment_sum(wide_abs, ids)
+        squares = segment_sum(wide * wide, ids)
         for is_abs, first in ((False, total), (True, abs_total)):
             mean = first / counts
             variance = tf.maximum(squares / counts - mean * mean, 0.0)
@@ -357,11 +371,11 @@ def _segment_reductions(tensors, sizes, keys, compute):
     for is_abs, x in ((False, data), (True, absolute)):
         needed = {op for op, a in keys if a == is_abs}
         if "min" in needed:
-            out[("min", is_abs)] = tf.math.segment_min(x, ids)
+            out[("min", is_abs)] = segment_min(x, ids)
         if "max" in needed:
-            out[("max", is_abs)] = tf.math.segment_max(x, ids)
+            out[("max", is_abs)] = segment_max(x, ids)
         if "prod" in needed:
-            out[("prod", is_abs)] = tf.math.segment_prod(tf.cast(x, tf.float64), ids)
+            out[("prod", is_abs)] = segment_prod(tf.cast(x, tf.float64), ids)
         if "median" in needed:
             out[("median", is_abs)] = tf.stack([_median(part) for part in tf.split(x, sizes)])
     return tf.stack([tf.cast(out[key], tf.float64) for key in keys], axis=0)

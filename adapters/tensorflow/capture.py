@@ -5,16 +5,34 @@ A *capture site* is a place in user or Keras code (an optimizer's ``apply``, a l
 
 * **Eager** (and every non-TensorFlow Keras backend): the tensors are recorded at once
   when the hook saves them at this step.
-* **Inside a graph** (``tf.function``, Keras' compiled train step, ``jit_compile``): the
-  site adds ``tf.cond(site flag, copy the tensors into stash variables, do nothing)``.
-  The flag is a boolean variable the hook sets from Python when a step that saves one of
-  the site's tensors begins; on every other step the graph pays one variable read and an
-  untaken branch. On a saved step the copy also counts itself in a counter next to the
-  stash, and at the end of the step the hook reads every stash whose counter moved since
-  the last time it looked (a site that did not run in that step is not mistaken for fresh
-  data). Variable assignments compile under XLA, so this works with ``jit_compile=True``;
-  there, stash variables have static shapes (one stash per traced shape), and a tensor
-  whose shape is only known at run time cannot be captured (a warning says so).
+* **Inside a graph** (``tf.function``, Keras' compiled train step, ``jit_compile``): each
+  traced version of a site (a *variant*: its names, static shapes and dtypes) gets an
+  int flag variable the hook sets from Python when a step begins, and the site adds
+  ``tf.switch_case(flag, [nothing, REDUCE, COPY])``. On steps that save none of its
+  tensors the flag is OFF: the graph pays one variable read and an untaken branch.
+
+  - REDUCE (the usual saved step): when the variant is traced, the plans of that step
+    fix its *layout*: tensors that need only reductions are reduced right there, in the
+    graph (:func:`.backend.reduction_matrix`), and their ``[keys, tensors]`` matrix is
+    written with the variant's copy counter into one small float64 vector; tensors needed
+    whole (raw, histograms) or not reducible are copied into stash variables. At the end
+    of the step the hook reads the vector with one eager read, and the stashes (if any)
+    as COPY does. The hook arms REDUCE only when the layout delivers everything the plans
+    of this step ask for (checked once per configuration): a tensor the layout skipped or
+    reduced with other keys, or one now needed whole, makes it arm COPY instead, so a
+    configuration changed after tracing gives the same values, through the slower path.
+  - COPY: every tensor is copied whole into its stash variable, and one call of a cached
+    concrete function (:class:`_StepReader`) reads the stashes and counters and computes
+    all reductions (with those of tracked variables read in Python, ``extra``).
+
+  Either way the copy bumps the variant's counter; the hook keeps the count it last saw
+  and records a variant only when its counter passed it (a site that did not run in this
+  step is not mistaken for fresh data, even after steps of the other mode). Variable
+  assignments and the reductions compile under XLA (unsorted segment ops there), so this
+  works with ``jit_compile=True``; there, stash variables have static shapes (one stash
+  per traced shape), and a tensor whose shape is only known at run time cannot be
+  captured (a warning says so). A variant traced in a step that saves none of its
+  tensors has an empty layout: it always copies (COPY).
 * **Distributed** (MirroredStrategy): only the chief replica's graph gets sites; stash
   variables are plain local variables, never mirrored.
 
@@ -87,28 +105,100 @@ def in_xla_context() -> bool:
         return False
 
 
+#: A variant's mode (the value of its flag): copy nothing; reduce in the graph what its
+#: layout reduces and copy the rest of its layout whole; copy every tensor whole.
+OFF, REDUCE, COPY = 0, 1, 2
+#: Layout entry of a tensor copied whole in REDUCE mode (it is needed whole, or not reducible).
+WHOLE = "whole"
+
+
 class _Variant:
-    """The stash of one traced version of a site: names, stash variables, and a counter of
-    the copies made (``seen``: its value when last read)."""
+    """One traced version of a site: its names, shapes and dtypes, and its *layout*, what
+    REDUCE mode does with each tensor, fixed when it was traced from the plans of that
+    step: a tuple of reduction keys (reduced in the graph into ``vector``), :data:`WHOLE`
+    (copied into its stash variable), or None (skipped: not saved when it was traced).
 
-    __slots__ = ("names", "stash", "copies", "seen")
+    ``flag`` holds the mode, ``copies`` counts the steps in which the variant ran (either
+    mode); ``vector`` (float64) holds the packed ``[keys, reduced tensors]`` reductions of
+    the last REDUCE copy followed by the value of ``copies`` after it; ``seen`` is the
+    count when last read."""
 
-    def __init__(self, names, stash, copies):
+    __slots__ = ("names", "shapes", "layout", "stash", "copies", "flag", "mode", "seen", "reduced", "keys",
+                 "whole", "vector", "_mode_cache", "_unpack_cache")
+
+    def __init__(self, names, shapes, layout, stash):
         self.names = names
+        self.shapes = shapes
+        self.layout = layout
         self.stash = stash
-        self.copies = copies
+        self.copies = _plain_variable(lambda: tf.constant(0, tf.int64))
+        self.flag = _plain_variable(lambda: tf.constant(OFF, tf.int32))
+        self.mode = OFF
         self.seen = 0
+        self.reduced = tuple(i for i, entry in enumerate(layout) if entry is not None and entry is not WHOLE)
+        self.keys = union_keys(layout[i] for i in self.reduced)
+        self.whole = tuple(i for i, entry in enumerate(layout) if entry is WHOLE)
+        size = len(self.keys) * len(self.reduced) + 1
+        self.vector = _plain_variable(lambda: tf.zeros([size], tf.float64)) if self.reduced else None
+        self._mode_cache = None  # (the core's selection, mode)
+        self._unpack_cache = None  # (the core's selection, names taken from elsewhere, unpacking plan)
+
+    def mode_for(self, selected) -> int:
+        """The mode for a step whose saved names of this variant are ``selected`` (the core's
+        ``[(index, plan)]``): REDUCE when the traced layout delivers everything each plan
+        asks for, COPY when not (the configuration changed since the trace)."""
+        cached = self._mode_cache
+        if cached is not None and cached[0] is selected:
+            return cached[1]
+        if not selected:
+            mode = OFF
+        elif all(_layout_fits(self.layout[i], plan) for i, plan in selected):
+            mode = REDUCE
+        else:
+            mode = COPY
+        self._mode_cache = (selected, mode)  # holds ``selected``: its id is not reused meanwhile
+        return mode
+
+    def read_reduced(self, selected, skip):
+        """After a REDUCE step: ``(count, [(name, ReducedValue)])`` from one read of
+        ``vector``, the reductions of the selected names not in ``skip``. A plan's key the
+        layout lacks (configuration changed within the step) is left out, never made up."""
+        vector = self.vector.value().numpy()  # one eager read (value(): half the cost of numpy())
+        count = int(vector[-1])
+        cached = self._unpack_cache
+        if cached is None or cached[0] is not selected or cached[1] != skip:
+            # Where each wanted reduction is in the vector ([keys, reduced tensors], row-major).
+            positions, entries = [], []
+            for i, tensor_plan in selected:
+                entry = self.layout[i]
+                if entry is None or entry is WHOLE or self.names[i] in skip:
+                    continue
+                keys = tuple(k for k in tensor_plan.reductions if k in entry)
+                column = self.reduced.index(i)
+                entries.append((self.names[i], len(positions), len(positions) + len(keys), keys, self.shapes[i]))
+                positions += [self.keys.index(k) * len(self.reduced) + column for k in keys]
+            cached = self._unpack_cache = (selected, skip, np.asarray(positions, dtype=np.int64), entries)
+        picked = list(vector[cached[2]])  # float64 scalars, as the reader gives
+        return count, [(name, ReducedValue(None, shape, dict(zip(keys, picked[start:stop]))))
+                       for name, start, stop, keys, shape in cached[3]]
+
+
+def _layout_fits(entry, plan) -> bool:
+    if entry is WHOLE:
+        return True
+    if entry is None:
+        return False
+    return not plan.needs_host and all(key in entry for key in plan.reductions)
 
 
 class _Site:
-    __slots__ = ("key", "flag", "armed", "names", "variants", "fresh")
+    __slots__ = ("key", "armed", "variants", "stashes", "fresh")
 
     def __init__(self, key):
         self.key = key
-        self.flag = _plain_variable(lambda: tf.constant(False))
-        self.armed = False
-        self.names: set = set()
-        self.variants: Dict[tuple, _Variant] = {}
+        self.armed = False  # whether a variant's flag is up
+        self.variants: Dict[tuple, _Variant] = {}  # (signature, layout) -> variant
+        self.stashes: Dict[tuple, list] = {}  # signature -> stash variables, shared by its variants
         self.fresh: tuple = ()  # the variants that copied in the step last collected with the site armed
 
 
@@ -154,42 +244,64 @@ class GraphCapture:
             usable.append((name, value, shape, dtype))
         if not usable:
             return
+        signature = tuple((name, shape, dtype.name) for name, _, shape, dtype in usable)
+        layout = self._layout(usable)
         with self._lock:
             site = self._sites.get(key)
             if site is None:
                 site = self._sites[key] = _Site(key)
-            new_names = {name for name, _, _, _ in usable} - site.names
-            site.names.update(new_names)
-            if new_names and not site.armed:
-                self._arm_site_if_wanted(site)  # traced during a step that saves it (e.g. the first)
-            signature = tuple((name, shape, dtype.name) for name, _, shape, dtype in usable)
-            variant = site.variants.get(signature)
+            variant = site.variants.get((signature, layout))
             if variant is None:
-                variant = site.variants[signature] = self._new_variant(usable)
+                stash = site.stashes.get(signature)
+                if stash is None:
+                    stash = site.stashes[signature] = _new_stash(usable)
+                variant = site.variants[(signature, layout)] = _Variant(
+                    tuple(name for name, _, _, _ in usable), tuple(shape for _, _, shape, _ in usable), layout, stash)
+                self._arm_variant_if_wanted(site, variant)  # traced during a step that saves it (e.g. the first)
         token = self._token_for_current_graph()
         with tf.control_dependencies([token] if token is not None else []):
-            armed = site.flag.read_value()
+            mode = variant.flag.read_value()
+        values = [value for _, value, _, _ in usable]
 
-        def copy():
+        def copy_all():
             # Densifying (IndexedSlices, variable reads) happens here: only on saved steps.
-            for var, (_, value, _, _) in zip(variant.stash, usable):
+            for var, value in zip(variant.stash, values):
                 var.assign(_dense(value))
             variant.copies.assign_add(1)
             return tf.constant(True)
 
-        done = tf.cond(armed, copy, lambda: tf.constant(False))
+        def reduce():
+            for i in variant.whole:
+                variant.stash[i].assign(_dense(values[i]))
+            count = variant.copies.assign_add(1)
+            if variant.reduced:
+                # The whole tensors stay in the graph: one small vector leaves it.
+                tensors = [_dense(values[i]) for i in variant.reduced]
+                sizes = [int(np.prod(variant.shapes[i], dtype=np.int64)) for i in variant.reduced]
+                matrix = reduction_matrix(tensors, sizes, variant.keys, compute_dtype(t.dtype for t in tensors),
+                                          xla=xla)
+                variant.vector.assign(tf.concat([tf.reshape(matrix, [-1]),
+                                                 tf.cast(tf.reshape(count, [1]), tf.float64)], 0))
+            return tf.constant(True)
+
+        done = tf.switch_case(mode, [lambda: tf.constant(False), reduce, copy_all])
         # A step begun later in the same graph must wait for this copy.
         self._note_site_output(done)
 
-    def _new_variant(self, usable) -> _Variant:
-        stash = []
-        for _, _, shape, dtype in usable:
-            if shape is not None:
-                stash.append(_plain_variable(lambda: tf.zeros(shape, dtype)))
+    def _layout(self, usable) -> tuple:
+        """What REDUCE mode does with each tensor, from the plans of the step being traced."""
+        hook = self._hook
+        saving = hook.saving_step and hook.enabled
+        layout = []
+        for name, _, shape, dtype in usable:
+            plan = hook.plan_for(name) if saving else None
+            if plan is None:
+                layout.append(None)
+            elif plan.needs_host or not plan.reductions or not reducible(shape, dtype):
+                layout.append(WHOLE)
             else:
-                stash.append(_plain_variable(lambda: tf.zeros([0], dtype), shape=tf.TensorShape(None)))
-        copies = _plain_variable(lambda: tf.constant(0, tf.int64))
-        return _Variant(tuple(name for name, _, _, _ in usable), stash, copies)
+                layout.append(plan.reductions)
+        return tuple(layout)
 
     # --- steps begun from inside a graph -----------------------------------------------
     def begin_step_in_graph(self, begin_fn) -> bool:
@@ -232,56 +344,101 @@ class GraphCapture:
 
     # --- called by the hook from Python ---------------------------------------------------
     def arm(self) -> None:
-        """At the start of a step: raise the flags of sites holding a tensor saved at this step."""
+        """At the start of a step: set the mode of every variant (OFF when it holds no tensor
+        saved at this step)."""
         hook = self._hook
         saving = hook.saving_step and hook.enabled
         with self._lock:
             sites = list(self._sites.values())
         for site in sites:
-            want = saving and any(hook.wants(name) for name in site.names)
-            if want != site.armed:
-                site.flag.assign(want)
-                site.armed = want
+            armed = False
+            for variant in list(site.variants.values()):
+                mode = variant.mode_for(hook.select(variant.names)) if saving else OFF
+                if mode != variant.mode:
+                    variant.flag.assign(mode)
+                    variant.mode = mode
+                armed = armed or mode != OFF
+            site.armed = armed
 
     def site(self, key):
         """The site of ``key`` (None before a graph offered tensors there)."""
         return self._sites.get(key)
 
-    def _arm_site_if_wanted(self, site) -> None:
+    def _arm_variant_if_wanted(self, site, variant) -> None:
         hook = self._hook
-        if hook.saving_step and hook.enabled and hook._step_active and \
-                any(hook.wants(name) for name in site.names):
-            with tf.init_scope():
-                site.flag.assign(True)
-            site.armed = True
+        if hook.saving_step and hook.enabled and hook._step_active:
+            mode = variant.mode_for(hook.select(variant.names))
+            if mode != OFF:
+                with tf.init_scope():
+                    variant.flag.assign(mode)
+                variant.mode = mode
+                site.armed = True
 
     def collect(self, extra: Sequence[Tuple[str, object]] = ()) -> None:
-        """At the end of a step: record what armed sites copied in this step, and ``extra``
-        ``(name, eager tensor)`` pairs read earlier in the step (the tracked variables).
+        """At the end of a step: record what armed variants copied in this step, and
+        ``extra`` ``(name, eager tensor)`` pairs read earlier in the step (the tracked variables).
 
-        One call of a cached :class:`_StepReader` reads every stash and counter and computes
-        the reductions of all of them and of ``extra``; its reductions and counters come to
-        the host in one transfer. Only tensors the step needs whole stay tensors. A name in
-        ``extra`` is taken from there, not from a stash that also holds it (a site may copy a
-        weight that was read when the step began: the read is the step's first value).
+        A REDUCE variant's reductions come from one eager read of its vector. Everything
+        else (``extra``, COPY variants, the WHOLE tensors of REDUCE variants) is read by one
+        call of a cached :class:`_StepReader`, which reads those stashes and counters and
+        computes their reductions; its reductions and counters come to the host in one
+        transfer. Only tensors the step needs whole stay tensors. A name in ``extra`` is
+        taken from there, not from a variant that also holds it (a site may copy a weight
+        that was read when the step began: the read is the step's first value). A variant
+        whose counter did not pass the count last seen did not run in this step: nothing
+        of it is recorded.
         """
         hook = self._hook
         with self._lock:
             sites = [s for s in self._sites.values() if s.armed]
         if not hook.saving_step or not (sites or extra):
             return
-        variants = tuple(v for site in sites for v in list(site.variants.values()))
-        names = tuple(name for name, _ in extra) + tuple(name for v in variants for name in v.names)
+        variants = [v for site in sites for v in list(site.variants.values()) if v.mode != OFF]
+        extra_names = tuple(name for name, _ in extra)
+        items, counts = [], {}
+        for variant in variants:
+            if variant.mode == REDUCE and variant.vector is not None:
+                count, reduced = variant.read_reduced(hook.select(variant.names), extra_names)
+                if count > variant.seen:
+                    items += reduced
+                    counts[id(variant)] = count
+        in_reader = tuple(v for v in variants if v.mode == COPY or v.whole)
+        if in_reader or extra:
+            from_extra, per_variant = self._read_stashes(in_reader, extra, extra_names)
+            items += from_extra
+            for variant, count, values in per_variant:
+                if count > variant.seen:
+                    items += values
+                    counts[id(variant)] = max(count, counts.get(id(variant), 0))
+        for variant in variants:
+            variant.seen = max(variant.seen, counts.get(id(variant), 0))
+        for site in sites:
+            site.fresh = tuple(v for v in site.variants.values() if id(v) in counts)
+        if items:
+            hook.record_many(items, hook.backend)
+
+    def _read_stashes(self, variants, extra, extra_names):
+        """The reader's part of :meth:`collect`: the ``extra`` items, and per variant
+        ``(variant, count, [(name, value)])`` of what the step needs from it."""
+        hook = self._hook
+        names = extra_names + tuple(name for v in variants for name in v.names)
         selected = hook.select(names)  # [(index, plan)] of the names saved now, cached by the core
-        key = (tuple(map(id, variants)), names, tuple((tuple(t.shape), t.dtype) for _, t in extra))
+        modes = tuple(v.mode for v in variants)
+        key = (tuple(map(id, variants)), modes, names, tuple((tuple(t.shape), t.dtype) for _, t in extra))
         entry = self._readers.get(key)
         if entry is None or entry[0] is not selected:
             # What each tensor needs decides the reader: (reductions, whole tensor), None if unwanted.
             needs = [None] * len(names)
             n_extra = len(extra)
-            from_extra = set(names[:n_extra])
+            from_extra = set(extra_names)
+            # A REDUCE variant's stash holds its WHOLE tensors only (the rest is in its vector).
+            skipped, index = set(), n_extra
+            for v in variants:
+                if v.mode == REDUCE:
+                    skipped.update(index + i for i, entry in enumerate(v.layout) if entry is not WHOLE)
+                index += len(v.names)
             for index, plan in selected:
-                if index < n_extra or names[index] not in from_extra:
+                if index < n_extra or (names[index] not in from_extra and index not in skipped):
                     needs[index] = (plan.reductions, plan.needs_host)
             reader = entry[1] if entry is not None and entry[1].needs == needs else None
             if reader is None:
@@ -290,31 +447,29 @@ class GraphCapture:
                 reader = _StepReader(variants, [t for _, t in extra], needs)
             # The entry holds ``selected``: its identity says the plans did not change.
             entry = self._readers[key] = (selected, reader)
-        reader = entry[1]
-        counts, values = reader([t for _, t in extra])
-        fresh = [True] * len(extra)
-        moved = set()
+        counts, values = entry[1]([t for _, t in extra])
+        n_extra = len(extra)
+        from_extra = [(name, value) for name, value in zip(extra_names, values) if value is not None]
+        out, start = [], n_extra
         for variant, count in zip(variants, counts):
-            # A counter that did not move: that site did not run in this step, its stash is stale.
-            is_fresh, variant.seen = count != variant.seen, count
-            fresh += [is_fresh] * len(variant.names)
-            if is_fresh:
-                moved.add(id(variant))
-        for site in sites:
-            site.fresh = tuple(v for v in site.variants.values() if id(v) in moved)
-        hook.record_many([(name, value) for name, value, ok in zip(names, values, fresh)
-                          if ok and value is not None], hook.backend)
+            stop = start + len(variant.names)
+            out.append((variant, count, [(name, value) for name, value in zip(variant.names, values[start:stop])
+                                         if value is not None]))
+            start = stop
+        return from_extra, out
 
     def disarm_all(self) -> None:
         with self._lock:
             sites = list(self._sites.values())
         for site in sites:
-            if site.armed:
-                try:
-                    site.flag.assign(False)
-                except Exception:  # noqa: BLE001 - best effort while disabling
-                    pass
-                site.armed = False
+            for variant in list(site.variants.values()):
+                if variant.mode != OFF:
+                    try:
+                        variant.flag.assign(OFF)
+                    except Exception:  # noqa: BLE001 - best effort while disabling
+                        pass
+                    variant.mode = OFF
+            site.armed = False
 
     def _warn_once(self, key, message, *args) -> None:
         if key not in self._warned:
@@ -413,6 +568,17 @@ class _StepReader:
                 got = columns[column] if rows is None else columns[column][rows]
                 values.append(ReducedValue(tensor, static, dict(zip(keys, got))))
         return counts, values
+
+
+def _new_stash(usable) -> list:
+    """A variable per tensor for its whole value (the shape it was traced with, or any)."""
+    stash = []
+    for _, _, shape, dtype in usable:
+        if shape is not None:
+            stash.append(_plain_variable(lambda: tf.zeros(shape, dtype)))
+        else:
+            stash.append(_plain_variable(lambda: tf.zeros([0], dtype), shape=tf.TensorShape(None)))
+    return stash
 
 
 def _dense(value):
