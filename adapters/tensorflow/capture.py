@@ -21,6 +21,8 @@ A *capture site* is a place in user or Keras code (an optimizer's ``apply``, a l
     of this step ask for (checked once per configuration): a tensor the layout skipped or
     reduced with other keys, or one now needed whole, makes it arm COPY instead, so a
     configuration changed after tracing gives the same values, through the slower path.
+    (A change made while a step is still open, after its graph ran, applies to REDUCE
+    variants from the next step: keys their layout lacks are missing from the open step.)
   - COPY: every tensor is copied whole into its stash variable, and one call of a cached
     concrete function (:class:`_StepReader`) reads the stashes and counters and computes
     all reductions (with those of tracked variables read in Python, ``extra``).
