@@ -73,9 +73,11 @@ def test_hook_made_in_the_strategy_scope_takes_the_device_name(tmp_path, strateg
     hook.close()
 
 
-def test_fit_weights_from_the_chief_replica_train_step_equal_get_weights(tmp_path, strategy):
+@pytest.mark.parametrize("raw", [True, False], ids=["raw", "reduced_in_graph"])
+def test_fit_weights_from_the_chief_replica_train_step_equal_get_weights(tmp_path, strategy, raw):
     # After the first step the trainable weights come from the optimizer's site in the
     # chief replica's graph (no read at step begin); they must still be the batch's weights.
+    # Reductions only: computed in the chief replica's train step (capture REDUCE mode).
     from conftest import make_recorder
 
     rng = np.random.default_rng(6)
@@ -83,7 +85,8 @@ def test_fit_weights_from_the_chief_replica_train_step_equal_get_weights(tmp_pat
     model = mirrored_model(strategy)
     hook = smd.KerasHook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=1),
                          include_collections=["weights", "biases"],
-                         reduction_config=smd.ReductionConfig(save_raw_tensor=True))
+                         reduction_config=smd.ReductionConfig(save_raw_tensor=True) if raw else
+                         smd.ReductionConfig(reductions=["max"], norms=["l2"]))
     reads = {}
     read = hook._read_variables
 
@@ -100,5 +103,10 @@ def test_fit_weights_from_the_chief_replica_train_step_equal_get_weights(tmp_pat
     assert trial.steps() == [0, 1, 2, 3]
     for step in range(4):
         kernel, bias = recorder.weights[step]["d1"]
-        assert np.array_equal(trial.tensor("d1/weights/mirrored/d1/kernel").value(step), kernel), step
-        assert np.array_equal(trial.tensor("d1/weights/mirrored/d1/bias").value(step), bias), step
+        for name, value in (("d1/weights/mirrored/d1/kernel", kernel), ("d1/weights/mirrored/d1/bias", bias)):
+            if raw:
+                assert np.array_equal(trial.tensor(name).value(step), value), step
+            else:
+                assert trial.tensor(name).reduction_value(step, "max") == float(value.max()), step
+                assert trial.tensor(name).reduction_value(step, "l2") == \
+                    pytest.approx(float(np.linalg.norm(value)), rel=1e-6), step
