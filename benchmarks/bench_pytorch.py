@@ -23,7 +23,10 @@ the median and range of the per-pair ratios, and the fastest step times.
 The hooked time includes ``hook.close()`` (the writer finishing the run's files). Targets
 on CPU: b <= 1.10, c <= 1.02, d <= 2.0. ``--threads 1`` gives steadier figures on small
 machines (torch's intra-op threads and the writer thread otherwise share the cores);
-``--dry-run`` measures the hook without the writer.
+``--dry-run`` measures the hook without the writer. ``--alternate 4`` trains the baseline
+and the hooked model in the same loop, 4 steps of one then 4 of the other: on a machine
+whose speed changes within a second (as the shared CI machine's does) whole runs one after
+the other are compared at different speeds, blocks of a few steps at the same speed.
 
 ``--smdebug-original`` drives the same scenarios through smdebug 1.0.34's
 ``smdebug.pytorch.Hook``. That package is also imported as ``smdebug``, so it runs in a
@@ -115,7 +118,45 @@ def run_loop(factory, shape, steps, hook_setup=None):
     return time.perf_counter() - start
 
 
-def bench(name, smd, dry_run, steps, reps, work_dir):
+def run_alternating(factory, shape, steps, hook_setup, block):
+    """(baseline seconds, hooked seconds) of ``steps`` steps each, two models trained in one
+    loop: ``block`` baseline steps, then ``block`` hooked steps, and so on (the order of
+    each pair of blocks alternates, so the writer's work after a hooked block falls as
+    often on a hooked block as on a baseline one). The hooked total includes ``close()``.
+
+    On a shared machine whose speed changes within a second, whole runs measured one after
+    the other see different speeds; blocks of a few steps see the same.
+    """
+    torch.manual_seed(0)
+    models = [factory(), factory()]
+    loss_fns = [torch.nn.CrossEntropyLoss(), torch.nn.CrossEntropyLoss()]
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.01) for m in models]
+    gen = torch.Generator().manual_seed(0)
+    data = [(torch.randn(*shape, generator=gen), torch.randint(0, 10, (shape[0],), generator=gen))
+            for _ in range(4)]
+    hook = hook_setup(models[1], loss_fns[1])
+    totals = [0.0, 0.0]
+    done = [0, 0]
+    pair = 0
+    while min(done) < steps:
+        for which in ((0, 1) if pair % 2 == 0 else (1, 0)):
+            model, loss_fn, optimizer = models[which], loss_fns[which], optimizers[which]
+            start = time.perf_counter()
+            for _ in range(min(block, steps - done[which])):
+                x, y = data[done[which] % len(data)]
+                optimizer.zero_grad()
+                loss_fn(model(x), y).backward()
+                optimizer.step()
+                done[which] += 1
+            totals[which] += time.perf_counter() - start
+        pair += 1
+    start = time.perf_counter()
+    close_hook(hook)
+    totals[1] += time.perf_counter() - start
+    return totals[0], totals[1]
+
+
+def bench(name, smd, dry_run, steps, reps, work_dir, block=0):
     factory, shape, config = SCENARIOS[name]
     counter = [0]
 
@@ -130,8 +171,11 @@ def bench(name, smd, dry_run, steps, reps, work_dir):
         steps *= 4  # short steps: the hook's fixed start/close cost would otherwise weigh more than in real runs
     ratios, base_times, hooked_times = [], [], []
     for rep in range(reps + 1):
-        base = run_loop(factory, shape, steps)
-        hooked = run_loop(factory, shape, steps, setup)
+        if block:
+            base, hooked = run_alternating(factory, shape, steps, setup, block)
+        else:
+            base = run_loop(factory, shape, steps)
+            hooked = run_loop(factory, shape, steps, setup)
         shutil.rmtree(f"{work_dir}/{name}_{counter[0]}", ignore_errors=True)
         if rep == 0:
             continue  # warm-up pair
@@ -154,6 +198,9 @@ def main():
     parser.add_argument("--dry-run", action="store_true",
                         help="hooks capture and reduce but write nothing (separates the adapter's cost from the "
                              "writer's)")
+    parser.add_argument("--alternate", type=int, default=0, metavar="BLOCK",
+                        help="train the baseline and the hooked model in one loop, alternating blocks of BLOCK "
+                             "steps (steadier on a machine whose speed changes within seconds)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     if args.threads:
@@ -163,10 +210,10 @@ def main():
 
     version = getattr(__import__("smdebug"), "__version__", "?")
     label = f"smdebug {version}" + (" (original)" if args.smdebug_original else "") + \
-        (", dry run" if args.dry_run else "")
+        (", dry run" if args.dry_run else "") + (f", alternating blocks of {args.alternate} steps" if args.alternate else "")
     work_dir = tempfile.mkdtemp(prefix="bench_pytorch_")
     try:
-        results = [bench(name, smd, args.dry_run, args.steps, args.reps, work_dir)
+        results = [bench(name, smd, args.dry_run, args.steps, args.reps, work_dir, args.alternate)
                    for name in args.scenarios]
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)

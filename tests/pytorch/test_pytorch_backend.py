@@ -59,6 +59,15 @@ def requests_for(tensors, raw=False):
                      for i, t in enumerate(tensors)]
 
 
+@pytest.fixture(params=["numpy", "torch"], autouse=True)
+def segment_ops(request, monkeypatch):
+    """Every test runs with both implementations of the batched (segment) reductions: numpy's
+    on the CPU, and torch's, which accelerators use, here run on CPU tensors."""
+    if request.param == "torch":
+        monkeypatch.setattr(torch_backend, "NUMPY_SEGMENT_DEVICES", frozenset())
+    return request.param
+
+
 def test_every_reduction_of_every_dtype_equals_numpy():
     tensors = sample_tensors()
     backend, requests = requests_for(tensors)
@@ -90,15 +99,15 @@ def test_small_chunks_still_match(monkeypatch):
         assert_matches(result, tensor)
 
 
-def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch):
+def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch, segment_ops):
     gen = torch.Generator().manual_seed(0)
     tensors = [torch.randn(5, 7, generator=gen) for _ in range(40)]
     backend, requests = requests_for(tensors)
     for r in requests:
         r.reductions = (("min", False), ("max", False), ("l2", False), ("mean", True))
 
-    calls = {"cpu": 0, "segment_reduce": 0}
-    real_cpu, real_segment = torch.Tensor.cpu, torch.segment_reduce
+    calls = {"cpu": 0, "segment_reduce": 0, "reduce_segments": 0}
+    real_cpu, real_segment, real_numpy = torch.Tensor.cpu, torch.segment_reduce, torch_backend.reduce_segments
 
     def counting_cpu(self, *args, **kwargs):
         calls["cpu"] += 1
@@ -109,11 +118,19 @@ def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch):
         return real_segment(*args, **kwargs)
 
     monkeypatch.setattr(torch.Tensor, "cpu", counting_cpu)
+    def counting_numpy(*args, **kwargs):
+        calls["reduce_segments"] += 1
+        return real_numpy(*args, **kwargs)
+
     monkeypatch.setattr(torch, "segment_reduce", counting_segment)
+    monkeypatch.setattr(torch_backend, "reduce_segments", counting_numpy)
     results = backend.materialize(requests)
     assert calls["cpu"] == 1
-    # min, max, sum of squares (l2) and sum of |x| (abs mean): 4 kernels for 40 tensors.
-    assert calls["segment_reduce"] == 4
+    if segment_ops == "torch":
+        # min, max, sum of squares (l2) and sum of |x| (abs mean): 4 kernels for 40 tensors.
+        assert (calls["segment_reduce"], calls["reduce_segments"]) == (4, 0)
+    else:  # the same four reductions, as numpy reduceat calls over one buffer
+        assert (calls["segment_reduce"], calls["reduce_segments"]) == (0, 1)
     for tensor, result in zip(tensors, results):
         np.testing.assert_allclose(result.reductions[("l2", False)], np.linalg.norm(tensor.numpy().ravel()),
                                    rtol=1e-6)
