@@ -432,6 +432,7 @@ class Hook:
                 if p.collection.name not in RAW_ONLY_COLLECTIONS:
                     reductions += [r for r in p.reduction_config.all_reductions() if r not in reductions]
             hist = next((p.collection.name for p in members if p.histogram), None)
+            tb_scalar = any(p.collection.name in SCALAR_COLLECTIONS for p in members)
             plan = TensorPlan(
                 name=name,
                 raw=raw,
@@ -439,10 +440,10 @@ class Hook:
                 shape=not raw and any(p.reduction_config.save_shape for p in members),
                 reductions=tuple(reductions),
                 histogram_tag=f"{hist}/{name}" if hist else None,
-                tb_scalar=any(p.collection.name in SCALAR_COLLECTIONS for p in members),
+                tb_scalar=tb_scalar,
                 sm_metric=any(p.collection.name in _SM_METRIC_COLLECTIONS for p in members),
                 needs_value=raw or bool(reductions) or hist is not None,
-                needs_host=raw or hist is not None or any(p.collection.name in SCALAR_COLLECTIONS for p in members),
+                needs_host=raw or hist is not None or tb_scalar,
             )
             if not (plan.raw or plan.shape or plan.reductions or plan.histogram_tag):
                 plan = None

@@ -490,7 +490,7 @@ class Hook(CoreHook):
         self._tensor_counts[key] = first + len(tensors)
         for i, tensor in enumerate(tensors, first):
             tname = f"{key}{i}"
-            if (tensor.is_meta or tensor.is_nested) and not self._usable(tname, tensor):
+            if not self._usable(tname, tensor):
                 continue
             if self.record(tname, tensor, self.backend) and deferrable is None and not tensor.is_inference():
                 self._observed.append((key, tensor, tensor._version))
@@ -520,7 +520,7 @@ class Hook(CoreHook):
                                    "saved at step %d; it is copied as soon as it is produced from now on",
                                    tname, self.global_step)
                 continue
-            if (tensor.is_meta or tensor.is_nested) and not self._usable(tname, tensor):
+            if not self._usable(tname, tensor):
                 continue
             names.append(tname)
             tensors.append(tensor)

@@ -282,7 +282,7 @@ def _large_reductions(tensors, sizes, keys, compute):
             derive.append(("stat", stat(op, is_abs)))
         elif op in ("variance", "std"):
             stat("mean", is_abs)
-            derive.append((op, stat("variance", is_abs)))
+            derive.append(("stat" if op == "variance" else "std", stat("variance", is_abs)))
         elif op == "sum":
             derive.append(("times_n", stat("mean", is_abs)))
         elif op == "l1":
@@ -321,8 +321,6 @@ def _large_reductions(tensors, sizes, keys, compute):
     out = []
     for kind, source in derive:
         if kind == "stat":
-            out.append(rows[source])
-        elif kind == "variance":
             out.append(rows[source])
         elif kind == "std":
             out.append(tf.sqrt(rows[source]))

@@ -60,14 +60,17 @@ def entry_json(name, start_idx, length, crc=None):
     """One ``tensor_payload`` item, formatted as ``json.dumps`` formats it."""
     if crc is None:
         return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}}}'
-    return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": {int(crc)}}}'
+    return f"{_entry_json_head(name, start_idx, length)}{int(crc)}}}"
 
 
 def entry_json_heads(names, starts, lengths):
     """Per entry, its ``tensor_payload`` item up to its CRC: append ``f"{crc}}}"`` to finish
     it. A writer that repeats a step's layout formats these once."""
-    return [f'{_entry_head(name)}{int(start)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": '
-            for name, start, length in zip(names, starts, lengths)]
+    return [_entry_json_head(name, start, length) for name, start, length in zip(names, starts, lengths)]
+
+
+def _entry_json_head(name, start_idx, length):
+    return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": '
 
 
 def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shapes):
