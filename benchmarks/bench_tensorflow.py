@@ -20,6 +20,20 @@ fit saved. The table shows ``min ratio``, the fastest hooked fit over the fastes
 baseline fit (on a shared machine fit times jump between levels: the minimum is the
 stable figure), the median of the per-pair ratios, and the fastest step times.
 Targets on CPU: a <= 1.15, c <= 1.02.
+
+``--alternate 8`` is for a machine whose speed changes within seconds (a shared 2-vCPU VM
+runs the same baseline block of 16 steps anywhere between 10.6 and 14.4 ms a step):
+whole fits measured one after the other then see different speeds. Instead both models
+train on the same data in fits of 8 batches taken in turn (which model goes first
+swaps every block), ``--reps`` passes over ``--steps`` batches. Timing callbacks, first
+and last in the list, time each fit from its first batch's begin to its last batch's end:
+every train step and every callback count; Keras' per-fit setup and end of epoch (the
+same for both models, and tens of milliseconds) do not. The writer flush that ends each
+pass counts against the hook. The table shows the pooled ratio (all hooked time / all
+baseline time) with a bootstrap 95% interval over the blocks (it does not see drifts
+slower than a block: rerun to see those), and the median of the per-block ratios.
+Scenario ``control`` attaches no hook to the second model: its ratio is the
+measurement's own error (ideally 1.0).
 """
 from __future__ import annotations
 
@@ -78,6 +92,66 @@ def timed_fit(model, x, y, batch, callbacks=(), hook=None):
     return time.perf_counter() - start
 
 
+class BlockTimer:
+    """Times the batches of one fit: from the first ``on_train_batch_begin`` (``first``, put
+    first in the callback list) to the last ``on_train_batch_end`` (``last``, put last), so
+    every train step and every callback of every batch count, and neither Keras' per-fit
+    setup nor the end of its epoch (tens of milliseconds, the same for both models) does."""
+
+    def __init__(self, batches):
+        self.start = self.stop = None
+        timer = self
+
+        class First(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                if batch == 0:
+                    timer.start = time.perf_counter()
+
+        class Last(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if batch == batches - 1:
+                    timer.stop = time.perf_counter()
+
+        self.first, self.last = First(), Last()
+
+    @property
+    def seconds(self):
+        return self.stop - self.start
+
+
+def alternating_blocks(models, hook, x, y, batch, block):
+    """Both models train on all of ``x`` in fits of ``block`` batches taken in turn.
+
+    Returns ``[(baseline seconds, hooked seconds), ...]``, one pair per block of data, and the
+    seconds of the writer flush that ends the pass (counted against the hook).
+    """
+    pairs = []
+    size = block * batch
+    for index, first in enumerate(range(0, len(x), size)):
+        seconds = [0.0, 0.0]
+        for which in ((0, 1) if index % 2 == 0 else (1, 0)):  # neither model always goes first
+            timer = BlockTimer(block)
+            hooks = [hook] if which == 1 and hook is not None else []
+            models[which].fit(x[first:first + size], y[first:first + size], batch_size=batch, epochs=1,
+                              shuffle=False, callbacks=[timer.first, *hooks, timer.last], verbose=0)
+            seconds[which] = timer.seconds
+        pairs.append(tuple(seconds))
+    start = time.perf_counter()
+    if hook is not None and hook.writer is not None:
+        hook.writer.flush()
+    return pairs, time.perf_counter() - start
+
+
+def pooled_ratio(pairs, extra_hooked_seconds, resamples=2000):
+    """Total hooked time / total baseline time, with a bootstrap 95% interval over the block pairs."""
+    pairs = np.asarray(pairs)
+    ratio = (pairs[:, 1].sum() + extra_hooked_seconds) / pairs[:, 0].sum()
+    picks = np.random.default_rng(0).integers(0, len(pairs), (resamples, len(pairs)))
+    sums = pairs[picks].sum(axis=1)
+    boot = (sums[:, 1] + extra_hooked_seconds) / sums[:, 0]
+    return ratio, np.percentile(boot, 2.5), np.percentile(boot, 97.5)
+
+
 def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False):
     out_dir = os.path.join(tmp, scenario)
     baseline, hooked = build_model(), build_model()
@@ -96,6 +170,27 @@ def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False):
     return min(hook_times) / min(base_times), statistics.median(ratios), min(base_times), min(hook_times)
 
 
+def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block):
+    baseline, hooked = build_model(), build_model()
+    hook = None if scenario == "control" else make_hook(scenario, os.path.join(tmp, scenario), dry_run)
+    for _ in range(2):  # warm-up: traces the compiled steps and the block-sized data pipelines
+        alternating_blocks([baseline, hooked], hook, x, y, batch, block)
+    pairs, flush_seconds = [], 0.0
+    for _ in range(reps):
+        new_pairs, seconds = alternating_blocks([baseline, hooked], hook, x, y, batch, block)
+        pairs += new_pairs
+        flush_seconds += seconds
+    if hook is not None:
+        hook.close()
+        assert hook.enabled, "the hook switched itself off during the benchmark"
+    ratio, low, high = pooled_ratio(pairs, flush_seconds)
+    steps = len(pairs) * block
+    return {"ratio": ratio, "low": low, "high": high,
+            "median_block_ratio": statistics.median(h / b for b, h in pairs),
+            "base_ms": 1e3 * sum(b for b, _ in pairs) / steps,
+            "hooked_ms": 1e3 * (sum(h for _, h in pairs) + flush_seconds) / steps}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=9, help="baseline/hooked pairs per scenario")
@@ -104,6 +199,8 @@ def main():
     parser.add_argument("--scenarios", nargs="+", default=["reductions", "full", "default"])
     parser.add_argument("--dry-run", action="store_true",
                         help="hooks capture and reduce but write nothing: the writer's share is the difference")
+    parser.add_argument("--alternate", type=int, default=0, metavar="BLOCK",
+                        help="alternate fits of BLOCK batches of the two models (steadier on a noisy machine)")
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -112,6 +209,14 @@ def main():
     y = rng.integers(0, 10, n)
     tmp = tempfile.mkdtemp(prefix="bench_tensorflow_")
     try:
+        if args.alternate:
+            print(f"{'scenario':<12} {'ratio':>7} {'95% interval':>14} {'median block':>13} "
+                  f"{'base ms/step':>13} {'hooked ms/step':>15}")
+            for scenario in args.scenarios:
+                r = run_alternating(scenario, x, y, args.batch, args.reps, tmp, args.dry_run, args.alternate)
+                print(f"{scenario:<12} {r['ratio']:7.3f} {r['low']:7.3f}-{r['high']:.3f} "
+                      f"{r['median_block_ratio']:13.3f} {r['base_ms']:13.2f} {r['hooked_ms']:15.2f}", flush=True)
+            return
         print(f"{'scenario':<12} {'min ratio':>9} {'median ratio':>13} {'base ms/step':>13} {'hooked ms/step':>15}")
         for scenario in args.scenarios:
             ratio, median, base, hooked = run_scenario(scenario, x, y, args.batch, args.reps, tmp, args.dry_run)

@@ -36,6 +36,8 @@ class Materialized:
 
     raw: Optional[np.ndarray]
     shape: Optional[Tuple[int, ...]]
+    #: Some or all of the request's reductions, in the request's order (the hook names the
+    #: values by position when all are there).
     reductions: Dict[ReductionKey, np.ndarray] = field(default_factory=dict)
 
 

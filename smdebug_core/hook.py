@@ -38,10 +38,10 @@ from .collections import (
 from .exceptions import ConfigError, OutDirError
 from .format import layout
 from .logger import get_logger
-from .modes import ModeKeys
+from .modes import ALL_MODES, ModeKeys
 from .reduction_config import ReductionConfig, reduction_tag
 from .rules.stop_protocol import STOP_REQUEST_FILE, StopRequestPoller
-from .save_config import SaveConfig
+from .save_config import SaveConfig, SaveConfigMode
 
 logger = get_logger()
 
@@ -66,6 +66,8 @@ class TensorPlan:
     needs_value: bool = False
     #: The whole value is needed on the host (saved raw, or a TensorBoard scalar/histogram).
     needs_host: bool = False
+    #: The record name of each of ``reductions``, in the same order (made once per plan).
+    reduction_tags: Tuple[str, ...] = ()
 
 
 @dataclass
@@ -88,6 +90,8 @@ class _Prepared:
     save_config: SaveConfig
     reduction_config: ReductionConfig
     histogram: bool
+    #: ``save_config`` of each mode, looked up once: checked for every collection at every step.
+    by_mode: Dict[ModeKeys, SaveConfigMode]
 
 
 def never_raises(where: str):
@@ -382,7 +386,7 @@ class Hook:
         self._saving_colls = frozenset(
             p.collection.name for p in self._prepared
             if (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS)
-            and p.save_config.should_save_step(mode, step)
+            and p.by_mode[mode].should_save_step(step)
         )
         # A worker that writes nothing (include_workers="one", not the chief) touches no
         # tensor, unless a dry run or a live rule wants the values.
@@ -402,7 +406,8 @@ class Hook:
             else:
                 reduction_config = coll.reduction_config or self.reduction_config
             histogram = bool(self.tensorboard_dir) and coll.save_histogram and name not in RAW_ONLY_COLLECTIONS
-            prepared.append(_Prepared(coll, save_config, reduction_config, histogram))
+            by_mode = {mode: save_config.get_save_config(mode) for mode in ALL_MODES}
+            prepared.append(_Prepared(coll, save_config, reduction_config, histogram, by_mode))
         self._prepared = prepared
         self._by_name = {p.collection.name: p for p in prepared}
         self._plan_caches.clear()
@@ -433,6 +438,7 @@ class Hook:
                     reductions += [r for r in p.reduction_config.all_reductions() if r not in reductions]
             hist = next((p.collection.name for p in members if p.histogram), None)
             tb_scalar = any(p.collection.name in SCALAR_COLLECTIONS for p in members)
+            strip = self.strip_output_index_in_reduction_tags
             plan = TensorPlan(
                 name=name,
                 raw=raw,
@@ -444,6 +450,7 @@ class Hook:
                 sm_metric=any(p.collection.name in _SM_METRIC_COLLECTIONS for p in members),
                 needs_value=raw or bool(reductions) or hist is not None,
                 needs_host=raw or hist is not None or tb_scalar,
+                reduction_tags=tuple(reduction_tag(name, op, is_abs, strip) for op, is_abs in reductions),
             )
             if not (plan.raw or plan.shape or plan.reductions or plan.histogram_tag):
                 plan = None
@@ -602,8 +609,13 @@ class Hook:
         raw = result.raw
         if plan.shape and result.shape is not None:
             shapes.append((plan.name, tuple(result.shape)))
-        for (op, is_abs), value in result.reductions.items():
-            tensors.append((reduction_tag(plan.name, op, is_abs, strip), np.asarray(value)))
+        reductions = result.reductions
+        if reductions:
+            if len(reductions) == len(plan.reductions):  # all of them, in the plan's order
+                tensors += zip(plan.reduction_tags, map(np.asarray, reductions.values()))
+            else:
+                for (op, is_abs), value in reductions.items():
+                    tensors.append((reduction_tag(plan.name, op, is_abs, strip), np.asarray(value)))
         if raw is None:
             return
         if plan.histogram_tag and raw.size and raw.dtype.kind in "iuf":

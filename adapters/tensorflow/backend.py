@@ -150,9 +150,10 @@ class TFBackend(TensorBackend):
         for i, r in enumerate(requests):
             value = r.value
             if isinstance(value, ReducedValue):
-                have = value.reductions
-                results.append(Materialized(raw=None, shape=value.shape if r.shape else None,
-                                            reductions={k: have[k] for k in r.reductions if k in have}))
+                have = value.reductions  # some or all of the plan's, in its order
+                if len(have) != len(r.reductions):
+                    have = {k: have[k] for k in r.reductions if k in have}
+                results.append(Materialized(raw=None, shape=value.shape if r.shape else None, reductions=have))
                 value = value.tensor
             else:
                 results.append(Materialized(raw=None, shape=tuple(int(d) for d in value.shape) if r.shape else None))
