@@ -13,6 +13,18 @@ a. ``reductions``: min, max, mean, std, l1 and l2 norms of weights, biases and g
 b. ``full``: whole weights, biases and gradients at every step;
 c. ``default``: the default configuration (losses and metrics every 500 steps).
 
+With ``--alternate``, scenarios that add one part of (a) at a time show where its
+overhead goes:
+
+- ``control``: no hook at all (the measurement's own error: ideally 1.0);
+- ``idle``: the hook of (a) attached, saving nothing (``save_interval`` past the run):
+  its capture sites in the train step and its callbacks on steps that save nothing;
+- ``reductions --dry-run``: (a) without the writer;
+- ``writer``: no hook; a callback hands a RunWriter a step of as many reduction records
+  as (a) saves, every batch (the writer alone);
+- ``files``: no hook; a thread makes the directory and creates and renames the two
+  files that each saved step needs (FORMAT 1.2 and 1.4), nothing else.
+
 For each scenario a baseline model and a hooked model (same architecture, both traced by
 a warm-up fit) alternate ``--reps`` times in one process; each hooked fit is followed by
 a flush of the writer inside the timing, so the time includes writing everything that
@@ -39,9 +51,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -81,7 +95,78 @@ def make_hook(scenario, out_dir, dry_run=False):
         return smd.KerasHook(out_dir=out_dir, save_config=every_step, include_collections=PARAMS, dry_run=dry_run)
     if scenario == "default":
         return smd.KerasHook(out_dir=out_dir, dry_run=dry_run)
+    if scenario == "idle":
+        return smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(start_step=10 ** 9),
+                             include_collections=PARAMS, dry_run=dry_run,
+                             reduction_config=smd.ReductionConfig(reductions=["min", "max", "mean", "std"],
+                                                                  norms=["l1", "l2"]))
+    if scenario == "writer":
+        return WriterAlone(out_dir)
+    if scenario == "files":
+        return FilesAlone(out_dir)
     raise ValueError(f"unknown scenario {scenario!r}")
+
+
+class WriterAlone(keras.callbacks.Callback):
+    """No hook: hands a RunWriter a step of 16 x 6 float64 reduction records every batch."""
+
+    def __init__(self, out_dir):
+        super().__init__()
+        from smdebug.writer import RunWriter, StepData
+
+        self._step_data = StepData
+        self.writer = RunWriter(out_dir, "worker_0")
+        self.enabled = True
+        self._step = 0
+        self._records = [(f"smdebug/reductions/{op}/tensor_{i}", np.asarray(float(i)))
+                         for i in range(16) for op in ("min", "max", "mean", "std", "l1", "l2")]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.writer.submit(self._step_data(global_step=self._step, mode="TRAIN", mode_step=self._step,
+                                           worker="worker_0", tensors=self._records, shapes=[], tb_scalars=[],
+                                           tb_histograms=[], wall_time=time.time()), publish=True)
+        self._step += 1
+
+    def close(self):
+        self.writer.close()
+
+
+class FilesAlone(keras.callbacks.Callback):
+    """No hook: a thread makes each batch's step directory and writes, then renames, its two files."""
+
+    def __init__(self, out_dir):
+        super().__init__()
+        self.enabled = True
+        self._dir = out_dir
+        self._queue = queue.Queue()
+        self._step = 0
+        self.writer = self  # flush(): wait for the thread, like a RunWriter's
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        blob = bytes(9000)  # about a step of (a): its event file and its index are ~9 kB each
+        while True:
+            step = self._queue.get()
+            events = os.path.join(self._dir, "events", f"{step:012d}")
+            index = os.path.join(self._dir, "index", f"{step // 1000:09d}")
+            os.makedirs(events)
+            os.makedirs(index, exist_ok=True)  # a stat after the first step of each thousand
+            for path in (os.path.join(events, f"{step:012d}_worker_0.tfevents"),
+                         os.path.join(index, f"{step:012d}_worker_0.json")):
+                with open(path + ".tmp", "wb") as handle:
+                    handle.write(blob)
+                os.replace(path + ".tmp", path)
+            self._queue.task_done()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._queue.put(self._step)
+        self._step += 1
+
+    def flush(self):
+        self._queue.join()
+
+    def close(self):
+        self.flush()
 
 
 def timed_fit(model, x, y, batch, callbacks=(), hook=None):
