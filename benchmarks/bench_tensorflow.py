@@ -287,6 +287,8 @@ def main():
     parser.add_argument("--alternate", type=int, default=0, metavar="BLOCK",
                         help="alternate fits of BLOCK batches of the two models (steadier on a noisy machine)")
     args = parser.parse_args()
+    if "control" in args.scenarios and not args.alternate:
+        parser.error("scenario 'control' compares two models without a hook: it needs --alternate BLOCK")
 
     rng = np.random.default_rng(0)
     n = args.steps * args.batch
