@@ -430,6 +430,7 @@ class GraphCapture:
         """The reader's part of :meth:`collect`: the ``extra`` items, and per variant
         ``(variant, count, [(name, value)])`` of what the step needs from it."""
         hook = self._hook
+        n_extra = len(extra)
         names = extra_names + tuple(name for v in variants for name in v.names)
         selected = hook.select(names)  # [(index, plan)] of the names saved now, cached by the core
         modes = tuple(v.mode for v in variants)
@@ -438,8 +439,7 @@ class GraphCapture:
         if entry is None or entry[0] is not selected:
             # What each tensor needs decides the reader: (reductions, whole tensor), None if unwanted.
             needs = [None] * len(names)
-            n_extra = len(extra)
-            from_extra = set(extra_names)
+            in_extra = set(extra_names)
             # A REDUCE variant's stash holds its WHOLE tensors only (the rest is in its vector).
             skipped, index = set(), n_extra
             for v in variants:
@@ -447,7 +447,7 @@ class GraphCapture:
                     skipped.update(index + i for i, entry in enumerate(v.layout) if entry is not WHOLE)
                 index += len(v.names)
             for index, plan in selected:
-                if index < n_extra or (names[index] not in from_extra and index not in skipped):
+                if index < n_extra or (names[index] not in in_extra and index not in skipped):
                     needs[index] = (plan.reductions, plan.needs_host)
             reader = entry[1] if entry is not None and entry[1].needs == needs else None
             if reader is None:
@@ -457,7 +457,6 @@ class GraphCapture:
             # The entry holds ``selected``: its identity says the plans did not change.
             entry = self._readers[key] = (selected, reader)
         counts, values = entry[1]([t for _, t in extra])
-        n_extra = len(extra)
         from_extra = [(name, value) for name, value in zip(extra_names, values) if value is not None]
         out, start = [], n_extra
         for variant, count in zip(variants, counts):

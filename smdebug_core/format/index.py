@@ -60,13 +60,18 @@ def entry_json(name, start_idx, length, crc=None):
     """One ``tensor_payload`` item, formatted as ``json.dumps`` formats it."""
     if crc is None:
         return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}}}'
-    return f"{_entry_json_head(name, start_idx, length)}{int(crc)}}}"
+    return entries_json_from_heads([_entry_json_head(name, start_idx, length)], [crc])[0]
 
 
 def entry_json_heads(names, starts, lengths):
-    """Per entry, its ``tensor_payload`` item up to its CRC: append ``f"{crc}}}"`` to finish
-    it. A writer that repeats a step's layout formats these once."""
+    """Per entry, its ``tensor_payload`` item up to its CRC (finished by
+    :func:`entries_json_from_heads`). A writer that repeats a step's layout formats these once."""
     return [_entry_json_head(name, start, length) for name, start, length in zip(names, starts, lengths)]
+
+
+def entries_json_from_heads(heads, crcs):
+    """The ``tensor_payload`` items of :func:`entry_json_heads` completed with their CRCs."""
+    return [f"{head}{int(crc)}}}" for head, crc in zip(heads, crcs)]
 
 
 def _entry_json_head(name, start_idx, length):

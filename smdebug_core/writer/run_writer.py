@@ -28,7 +28,7 @@ import numpy as np
 
 from ..format import layout
 from ..format.codec import StepEncoder
-from ..format.index import entry_json, entry_json_heads, index_json_from_items
+from ..format.index import entries_json_from_heads, entry_json, entry_json_heads, index_json_from_items
 from ..format.records import (
     HEADER_SIZE,
     RECORD_OVERHEAD,
@@ -532,8 +532,8 @@ class RunWriter:
             return False
         self._event_file(open_step).write(data)
         open_step.names += tags
-        open_step.index_items += [f"{head}{crc}}}" for head, crc in
-                                  zip(layout_.index_heads(open_step.offset), crc32c_of_spans(data, layout_.payloads))]
+        open_step.index_items += entries_json_from_heads(layout_.index_heads(open_step.offset),
+                                                         crc32c_of_spans(data, layout_.payloads))
         open_step.offset += len(data)
         return True
 
