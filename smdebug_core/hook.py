@@ -510,6 +510,24 @@ class Hook:
                 pending[name] = (plan, snap, backend)
         return len(held)
 
+    @never_raises("record")
+    def record_reduced(self, items) -> int:
+        """Offer tensors whose reductions the adapter computed already, as
+        ``(plan, shape, values)``: ``plan`` is this step's plan of the tensor (from
+        :meth:`select` or :meth:`plan_for`), asking for reductions only; ``values`` are
+        all of its reductions in the plan's order, as numpy float64 scalars (written as
+        they are); ``shape`` is the tensor's shape (for a shape record). Returns how many
+        were taken. Skips the per-tensor backend round trip: an adapter that reduces in
+        its own graph hands over a step's values at the cost of one dict entry each.
+        """
+        if not self.saving_step:
+            return 0
+        with self._lock:
+            pending = self._pending
+            for plan, shape, values in items:
+                pending[plan.name] = (plan, (shape, values), None)
+        return len(items)
+
     def _backend_for(self, value) -> TensorBackend:
         return self.backend if self.backend.accepts(value) else self._numpy_backend
 
@@ -548,15 +566,23 @@ class Hook:
         step, mode, mode_step = self._step_identity
         tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
 
+        strip = self.strip_output_index_in_reduction_tags
+        seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) if self._step_listeners else None
         groups: Dict[TensorBackend, Tuple[List[Request], List[TensorPlan]]] = {}
         for plan, snap, backend in pending.values():
+            if backend is None:  # reduced by the adapter (record_reduced): (shape, values in plan order)
+                shape, values = snap
+                if plan.shape and shape is not None:
+                    shapes.append((plan.name, tuple(shape)))
+                tensors += zip(plan.reduction_tags, values)
+                if seen is not None:
+                    seen.reductions[plan.name] = dict(zip(plan.reductions, values))
+                continue
             group = groups.get(backend)
             if group is None:
                 group = groups[backend] = ([], [])
             group[0].append(Request(plan.name, snap, plan.needs_host, plan.shape, plan.reductions))
             group[1].append(plan)
-        strip = self.strip_output_index_in_reduction_tags
-        seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) if self._step_listeners else None
         for backend, (requests, plans) in groups.items():
             for plan, result in zip(plans, backend.materialize(requests)):
                 self._emit(plan, result, strip, tensors, shapes, tb_scalars, tb_hists, metrics)

@@ -168,9 +168,11 @@ class _Variant:
         return mode
 
     def read_reduced(self, selected, skip):
-        """After a REDUCE step: ``(count, [(name, ReducedValue)])`` from one read of
-        ``vector``, the reductions of the selected names not in ``skip``. A plan's key the
-        layout lacks (configuration changed within the step) is left out, never made up."""
+        """After a REDUCE step: ``(count, complete, partial)`` from one read of ``vector``,
+        the reductions of the selected names not in ``skip``. ``complete`` holds
+        ``(plan, shape, values)`` for :meth:`Hook.record_reduced` (every reduction of the
+        plan); ``partial`` holds ``(name, ReducedValue)`` for a plan with keys the layout
+        lacks (configuration changed within the step): those are left out, never made up."""
         # One eager read, the cheapest there is (Variable.numpy() costs three times as much).
         vector = _read_variable_op(self.vector.handle, tf.float64).numpy()
         count = int(vector[-1])
@@ -184,12 +186,19 @@ class _Variant:
                     continue
                 keys = tuple(k for k in tensor_plan.reductions if k in entry)
                 column = self.reduced.index(i)
-                entries.append((self.names[i], len(positions), len(positions) + len(keys), keys, self.shapes[i]))
+                complete = tensor_plan if keys == tensor_plan.reductions else None
+                entries.append((self.names[i], complete, len(positions), len(positions) + len(keys), keys,
+                                self.shapes[i]))
                 positions += [self.keys.index(k) * len(self.reduced) + column for k in keys]
             cached = self._unpack_cache = (selected, skip, np.asarray(positions, dtype=np.int64), entries)
-        picked = vector[cached[2]].tolist()
-        return count, [(name, ReducedValue(None, shape, dict(zip(keys, picked[start:stop]))))
-                       for name, start, stop, keys, shape in cached[3]]
+        picked = list(vector[cached[2]])  # numpy float64 scalars: records as the writer takes them
+        complete, partial = [], []
+        for name, plan, start, stop, keys, shape in cached[3]:
+            if plan is not None:
+                complete.append((plan, shape, picked[start:stop]))
+            else:
+                partial.append((name, ReducedValue(None, shape, dict(zip(keys, picked[start:stop])))))
+        return count, complete, partial
 
 
 def _layout_fits(entry, plan) -> bool:
@@ -387,7 +396,8 @@ class GraphCapture:
         """At the end of a step: record what armed variants copied in this step, and
         ``extra`` ``(name, eager tensor)`` pairs read earlier in the step (the tracked variables).
 
-        A REDUCE variant's reductions come from one eager read of its vector. Everything
+        A REDUCE variant's reductions come from one eager read of its vector, and go to the
+        hook as they are (:meth:`Hook.record_reduced`). Everything
         else (``extra``, COPY variants, the WHOLE tensors of REDUCE variants) is read by one
         call of a cached :class:`_StepReader`, which reads those stashes and counters and
         computes their reductions; its reductions and counters come to the host in one
@@ -404,12 +414,13 @@ class GraphCapture:
             return
         variants = [v for site in sites for v in list(site.variants.values()) if v.mode != OFF]
         extra_names = tuple(name for name, _ in extra)
-        items, counts = [], {}
+        items, reduced, counts = [], [], {}
         for variant in variants:
             if variant.mode == REDUCE and variant.vector is not None:
-                count, reduced = variant.read_reduced(hook.select(variant.names), extra_names)
+                count, complete, partial = variant.read_reduced(hook.select(variant.names), extra_names)
                 if count > variant.seen:
-                    items += reduced
+                    reduced += complete
+                    items += partial
                     counts[id(variant)] = count
         in_reader = tuple(v for v in variants if v.mode == COPY or v.whole)
         if in_reader or extra:
@@ -423,6 +434,8 @@ class GraphCapture:
             variant.seen = max(variant.seen, counts.get(id(variant), 0))
         for site in sites:
             site.fresh = tuple(v for v in site.variants.values() if id(v) in counts)
+        if reduced:
+            hook.record_reduced(reduced)
         if items:
             hook.record_many(items, hook.backend)
 

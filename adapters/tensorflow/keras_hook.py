@@ -583,17 +583,18 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     def _record_logs(self, logs, only=None) -> None:
         if not logs or not self.saving_step or not self._step_active:
             return
+        items = []
         for key, value in logs.items():
             if only is not None and not only(key):
                 continue
             if not isinstance(value, (int, float, np.floating, np.integer)) or isinstance(value, bool):
                 continue
-            coll = self._log_keys.get(key)
-            if coll is None:
+            if key not in self._log_keys:
                 coll = self._log_keys[key] = K.LOSSES if naming.is_loss_log(key) else K.METRICS
                 self._register_names([key], [coll])
-            if self.wants(key):
-                self.record(key, np.asarray(float(value)))
+            items.append((key, np.asarray(float(value))))
+        if items:
+            self.record_many(items, self._numpy_backend)  # keeps the names saved at this step
 
     def _guarded(self, where, fn, *args):
         if not self.enabled:

@@ -53,7 +53,7 @@ _ITEM_OVERHEAD_BYTES = 256
 class StepData:
     """Everything one (global step, worker) contributes, handed from the hook to the writer.
 
-    ``tensors`` are ``(final tag, array)`` in write order (tags already include
+    ``tensors`` are ``(final tag, array or numpy scalar)`` in write order (tags already include
     ``smdebug/reductions/...`` prefixes). ``shapes`` are ``(name, shape)`` or
     ``(name, original_name, shape)`` for tensors saved as shape only (a shape whose name
     is also written as a tensor in the same step is left out of the index, FORMAT 3.2). ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
@@ -76,13 +76,11 @@ class StepData:
 
     def nbytes(self):
         """Approximate memory held by this item (array bytes plus a small per-item cost)."""
-        total = _ITEM_OVERHEAD_BYTES
-        for _, value in self.tensors:
-            total += getattr(value, "nbytes", 0) + _ITEM_OVERHEAD_BYTES
-        for _, value in self.tb_histograms:
-            total += getattr(value, "nbytes", 0) + _ITEM_OVERHEAD_BYTES
-        total += _ITEM_OVERHEAD_BYTES * (len(self.shapes) + len(self.tb_scalars))
-        return total
+        # Only arrays count their bytes: a scalar's few bytes are within the per-item cost.
+        arrays = sum([value.nbytes for _, value in self.tensors if isinstance(value, np.ndarray)])
+        arrays += sum([value.nbytes for _, value in self.tb_histograms if isinstance(value, np.ndarray)])
+        items = 1 + len(self.tensors) + len(self.tb_histograms) + len(self.shapes) + len(self.tb_scalars)
+        return arrays + _ITEM_OVERHEAD_BYTES * items
 
 
 class _OpenStep:
@@ -150,7 +148,7 @@ class _SmallRecordsLayout:
         specs, parts, starts, lengths, payloads = [], [], [], [], []
         offset = 0
         for tag, arr in zip(tags, arrays):
-            if type(arr) is not np.ndarray:
+            if not isinstance(arr, (np.ndarray, np.generic)):  # numpy scalars: reductions as a hook hands them
                 return None
             middle = encoder.middle(tag, arr)
             if middle is None:

@@ -104,6 +104,29 @@ def test_reductions_match_numpy_and_are_read_back(tmp_path):
         t.value(0)  # only reductions were saved
 
 
+def test_reductions_computed_by_the_adapter_are_written_as_handed_over(tmp_path):
+    """record_reduced: values an adapter reduced itself reach the file and live listeners
+    unchanged, with the shape record the plan asks for; a later record() of the name wins."""
+    rc = smd.ReductionConfig(reductions=["min", "max"], norms=["l2"], save_shape=True)
+    hook = smd.Hook(out_dir=tmp_path / "run", reduction_config=rc, include_collections=["weights"],
+                    save_config=smd.SaveConfig(save_interval=1))
+    seen = []
+    hook.add_step_listener(seen.append)
+    hook.begin_step()
+    plan = hook.plan_for("net.weight")
+    assert plan.reductions == (("min", False), ("max", False), ("l2", False))
+    assert hook.record_reduced([(plan, (3, 4), [np.float64(-1.5), np.float64(2.0), np.float64(7.25)])]) == 1
+    hook.begin_step()
+    hook.record_reduced([(hook.plan_for("net.weight"), (3, 4), [np.float64(0.0)] * 3)])
+    hook.record("net.weight", np.full((3, 4), 5.0))  # the same name again in the step: the last value is kept
+    hook.close()
+    t = create_trial(str(tmp_path / "run")).tensor("net.weight")
+    assert t.reduction_values(0) == {("min", False): -1.5, ("max", False): 2.0, ("l2", False): 7.25}
+    assert t.shape(0) == (3, 4)
+    assert t.reduction_value(1, "l2") == pytest.approx(np.sqrt(12 * 25.0))
+    assert seen[0].reductions["net.weight"] == {("min", False): -1.5, ("max", False): 2.0, ("l2", False): 7.25}
+
+
 def test_shape_only_and_collection_overrides(tmp_path):
     hook = smd.Hook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=1))
     shapes = hook.get_collection("shapes")
