@@ -8,6 +8,9 @@ for its tensor type, and calls three things from the framework's own hooks:
   adapters check :attr:`Hook.saving_step` first so that no tensor is touched at all);
 * :meth:`Hook.end_step` (optional: the next ``begin_step`` or ``close`` does it).
 
+An adapter that reduces tensors inside the framework's own compiled step (TensorFlow)
+hands the values over with :meth:`Hook.record_reduced` instead of :meth:`Hook.record`.
+
 At the end of a saved step the backend computes all reductions of all recorded tensors
 in one batch and copies them to the host once; the writer thread encodes and writes.
 A failure inside the hook never propagates into training: it logs one warning and
