@@ -148,7 +148,7 @@ class _SmallRecordsLayout:
         specs, parts, starts, lengths, payloads = [], [], [], [], []
         offset = 0
         for tag, arr in zip(tags, arrays):
-            if not isinstance(arr, (np.ndarray, np.generic)):  # numpy scalars: reductions as a hook hands them
+            if type(arr) is not np.ndarray and not isinstance(arr, np.generic):  # scalars: reductions as handed over
                 return None
             middle = encoder.middle(tag, arr)
             if middle is None:
