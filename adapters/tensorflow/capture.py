@@ -186,7 +186,8 @@ class _Variant:
                     continue
                 keys = tuple(k for k in tensor_plan.reductions if k in entry)
                 column = self.reduced.index(i)
-                complete = tensor_plan if keys == tensor_plan.reductions else None
+                # What record_reduced takes: every reduction of a plan that asks for nothing else.
+                complete = tensor_plan if _layout_fits(entry, tensor_plan) else None
                 entries.append((self.names[i], complete, len(positions), len(positions) + len(keys), keys,
                                 self.shapes[i]))
                 positions += [self.keys.index(k) * len(self.reduced) + column for k in keys]
