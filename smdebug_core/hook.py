@@ -396,6 +396,15 @@ class Hook:
         consumes = self.writes_files or self.dry_run or bool(self._step_listeners)
         self.saving_step = bool(self._saving_colls) and consumes
 
+    @property
+    def saving_collections(self) -> frozenset:
+        """Names of the collections saved at this step; empty when the step saves nothing.
+
+        Adapters that prepare per-step work (a compiled function per kind of saved step)
+        key it by this set: two steps with the same set and configuration save the same way.
+        """
+        return self._saving_colls if self.saving_step else frozenset()
+
     def _prepare_if_changed(self) -> None:
         key = (self.collection_manager.version, tuple(self.include_collections))
         if key == self._prepared_key:

@@ -130,6 +130,7 @@ class TFHookBase(Hook):
         self._step_active = self.enabled
         if self._capture is not None and self.enabled:
             try:
+                self._choose_graphs()
                 self._capture.arm()
             except Exception as exc:  # noqa: BLE001
                 self.disable(f"arming capture sites: {type(exc).__name__}: {exc}")
@@ -168,6 +169,10 @@ class TFHookBase(Hook):
             else:
                 for (name, _), value in zip(wanted, values):
                     self.record(name, value)
+
+    def _choose_graphs(self) -> None:
+        """Once the core decided what this step saves, before the sites are armed: choose
+        the compiled functions the step runs (the KerasHook's specialized step functions)."""
 
     def _delivered_by_sites(self) -> frozenset:
         """Tracked names that a capture site will copy in this step before it changes them

@@ -132,15 +132,17 @@ class _Variant:
     count when last read."""
 
     __slots__ = ("names", "shapes", "layout", "stash", "copies", "flag", "mode", "seen", "reduced", "keys",
-                 "whole", "vector", "_mode_cache", "_unpack_cache")
+                 "whole", "vector", "owner", "_mode_cache", "_unpack_cache")
 
-    def __init__(self, names, shapes, layout, stash):
+    def __init__(self, names, shapes, layout, stash, owner=None):
         self.names = names
         self.shapes = shapes
         self.layout = layout
         self.stash = stash
         self.copies = _plain_variable(lambda: tf.constant(0, tf.int64))
-        self.flag = _plain_variable(lambda: tf.constant(OFF, tf.int32))
+        # A variant of a specialized step function (``owner``) has no flag: it always runs REDUCE.
+        self.owner = owner
+        self.flag = _plain_variable(lambda: tf.constant(OFF, tf.int32)) if owner is None else None
         self.mode = OFF
         self.seen = 0
         self.reduced = tuple(i for i, entry in enumerate(layout) if entry is not None and entry is not WHOLE)
@@ -202,6 +204,10 @@ class _Variant:
         return count, complete, partial
 
 
+def _does_work(variant) -> bool:
+    return bool(variant.reduced or variant.whole)
+
+
 def _layout_fits(entry, plan) -> bool:
     if entry is WHOLE:
         return True
@@ -231,6 +237,10 @@ class GraphCapture:
         self._lock = threading.RLock()
         self._warned: set = set()
         self._readers: Dict[tuple, tuple] = {}  # -> (the core's selection, _StepReader)
+        #: The specialized step function being called (so being traced, if it traces) right now.
+        self.tracing_for: "SpecializedFunction | None" = None
+        #: The specialized step function chosen for the current step (its variants are armed).
+        self.running: "SpecializedFunction | None" = None
 
     # --- called where tensors are available ------------------------------------------
     def offer(self, key, named: Sequence[Tuple[str, object]]) -> None:
@@ -247,6 +257,9 @@ class GraphCapture:
         self._add_graph_capture(key, named)
 
     def _add_graph_capture(self, key, named) -> None:
+        owner = self.tracing_for
+        if owner is not None and owner.saves is None:
+            return  # a step function for steps that save nothing: no site at all
         if not chief_replica_or_no_strategy():
             return  # one replica's values per replica set: the chief's
         xla = in_xla_context()
@@ -269,17 +282,17 @@ class GraphCapture:
             site = self._sites.get(key)
             if site is None:
                 site = self._sites[key] = _Site(key)
-            variant = site.variants.get((signature, layout))
+            variant = site.variants.get((signature, layout, owner))
             if variant is None:
                 stash = site.stashes.get(signature)
                 if stash is None:
                     stash = site.stashes[signature] = _new_stash(usable)
-                variant = site.variants[(signature, layout)] = _Variant(
-                    tuple(name for name, _, _, _ in usable), tuple(shape for _, _, shape, _ in usable), layout, stash)
+                variant = site.variants[(signature, layout, owner)] = _Variant(
+                    tuple(name for name, _, _, _ in usable), tuple(shape for _, _, shape, _ in usable), layout, stash,
+                    owner)
+                if owner is not None:
+                    owner.variants.append(variant)
                 self._arm_variant_if_wanted(site, variant)  # traced during a step that saves it (e.g. the first)
-        token = self._token_for_current_graph()
-        with tf.control_dependencies([token] if token is not None else []):
-            mode = variant.flag.read_value()
         values = [value for _, value, _, _ in usable]
 
         def copy_all():
@@ -303,7 +316,15 @@ class GraphCapture:
                                                  tf.cast(tf.reshape(count, [1]), tf.float64)], 0))
             return tf.constant(True)
 
-        done = tf.switch_case(mode, [lambda: tf.constant(False), reduce, copy_all])
+        if variant.owner is not None:
+            if not (variant.reduced or variant.whole):
+                return  # the steps of this function save none of these tensors
+            done = reduce()  # unconditionally: the function runs only in steps that save them
+        else:
+            token = self._token_for_current_graph()
+            with tf.control_dependencies([token] if token is not None else []):
+                mode = variant.flag.read_value()
+            done = tf.switch_case(mode, [lambda: tf.constant(False), reduce, copy_all])
         # A step begun later in the same graph must wait for this copy.
         self._note_site_output(done)
 
@@ -367,11 +388,16 @@ class GraphCapture:
         saved at this step)."""
         hook = self._hook
         saving = hook.saving_step and hook.enabled
+        running = self.running
         with self._lock:
             sites = list(self._sites.values())
         for site in sites:
             armed = False
             for variant in list(site.variants.values()):
+                if variant.owner is not None:  # runs, and copies, whenever its function runs
+                    variant.mode = REDUCE if saving and variant.owner is running and _does_work(variant) else OFF
+                    armed = armed or variant.mode != OFF
+                    continue
                 mode = variant.mode_for(hook.select(variant.names)) if saving else OFF
                 if mode != variant.mode:
                     variant.flag.assign(mode)
@@ -383,9 +409,31 @@ class GraphCapture:
         """The site of ``key`` (None before a graph offered tensors there)."""
         return self._sites.get(key)
 
+    # --- specialized step functions ----------------------------------------------------------
+    def fits(self, function: "SpecializedFunction") -> bool:
+        """Whether the sites traced into ``function`` deliver everything the plans of this
+        step ask for of their tensors (False: the configuration changed since it was traced)."""
+        hook = self._hook
+        return all(v.mode_for(hook.select(v.names)) != COPY for v in function.variants)
+
+    def forget(self, function: "SpecializedFunction") -> None:
+        """Drop the sites' variants traced into ``function`` (it will not run again)."""
+        with self._lock:
+            for site in self._sites.values():
+                for key in [k for k, v in site.variants.items() if v.owner is function]:
+                    del site.variants[key]
+        function.variants = []
+        if self.running is function:
+            self.running = None
+
     def _arm_variant_if_wanted(self, site, variant) -> None:
         hook = self._hook
         if hook.saving_step and hook.enabled and hook._step_active:
+            if variant.owner is not None:
+                if variant.owner is self.running and _does_work(variant):
+                    variant.mode = REDUCE
+                    site.armed = True
+                return
             mode = variant.mode_for(hook.select(variant.names))
             if mode != OFF:
                 with tf.init_scope():
@@ -486,17 +534,46 @@ class GraphCapture:
         for site in sites:
             for variant in list(site.variants.values()):
                 if variant.mode != OFF:
-                    try:
-                        variant.flag.assign(OFF)
-                    except Exception:  # noqa: BLE001 - best effort while disabling
-                        pass
+                    if variant.flag is not None:
+                        try:
+                            variant.flag.assign(OFF)
+                        except Exception:  # noqa: BLE001 - best effort while disabling
+                            pass
                     variant.mode = OFF
             site.armed = False
+        self.running = None
 
     def _warn_once(self, key, message, *args) -> None:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message, *args)
+
+
+class SpecializedFunction:
+    """A compiled step function traced for one kind of step (see :mod:`.keras_functions`).
+
+    ``saves`` is None for steps that save nothing: the sites add nothing to its graph.
+    Otherwise (the names of the collections its steps save) its sites reduce and copy,
+    with no flag, what the plans of the step it was traced in asked for (REDUCE, always).
+    Calling it calls ``function`` with the capture knowing which function that is, so a
+    trace (the first call, or a retrace for new input shapes) builds the right sites.
+    """
+
+    __slots__ = ("function", "saves", "variants", "_capture", "__weakref__")
+
+    def __init__(self, capture: GraphCapture, function, saves):
+        self.function = function
+        self.saves = saves
+        self.variants: list = []  # the variants traced into this function
+        self._capture = capture
+
+    def __call__(self, *args, **kwargs):
+        capture = self._capture
+        previous, capture.tracing_for = capture.tracing_for, self
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            capture.tracing_for = previous
 
 
 class _StepReader:

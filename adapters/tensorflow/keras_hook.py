@@ -70,6 +70,9 @@ from . import naming
 from .base import NO_NAMES, TFHookBase, logger
 
 K = CollectionKeys
+#: The compiled function Keras' loop calls at each batch of a mode (looked up per batch).
+_LOOP_FUNCTIONS = {ModeKeys.TRAIN: "train_function", ModeKeys.EVAL: "test_function",
+                   ModeKeys.PREDICT: "predict_function"}
 _MODEL_IO = (("inputs", K.INPUTS), ("labels", K.OUTPUTS), ("predictions", K.OUTPUTS))
 
 
@@ -123,12 +126,18 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         )
         keras.callbacks.Callback.__init__(self)
         self._tf = _keras_backend() == "tensorflow"
+        self._step_functions = None
         if self._tf:
             from .capture import GraphCapture
+            from .keras_functions import StepFunctions
 
             self._capture = GraphCapture(self)
+            self._step_functions = StepFunctions(self._capture)
         else:
             self._capture = _EagerCapture(self)
+        # The model attribute of the compiled function the batch beginning now runs (None
+        # when a step begins outside Keras' loops: a custom loop).
+        self._batch_function: Optional[str] = None
         self._patches = Patches()
         self._weight_names: Dict[int, str] = {}  # id(variable) -> saved name
         self._log_keys: Dict[str, str] = {}  # Keras log key -> collection
@@ -551,7 +560,9 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if site is None or not site.armed:
             return  # the site did not try to copy in this step: nothing learned
         tracked = self._tracked
-        names = frozenset(name for variant in site.fresh for name in variant.names if name in tracked)
+        # A variant of a specialized function copies only what its layout holds.
+        names = frozenset(name for variant in site.fresh for name, entry in zip(variant.names, variant.layout)
+                          if name in tracked and (variant.owner is None or entry is not None))
         if not names:
             self._site_weights = None  # armed but did not run: back to reading at step begin
             return
@@ -578,7 +589,20 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             self.end_step()
         if self.mode != mode:
             self.set_mode(mode)
-        self.begin_step()
+        self._batch_function = _LOOP_FUNCTIONS[mode]
+        try:
+            self.begin_step()
+        finally:
+            self._batch_function = None
+
+    def _choose_graphs(self) -> None:
+        functions = self._step_functions
+        if functions is None:
+            return
+        if self._batch_function is None or self.model is None or self._graph_driven:
+            self._capture.running = None  # a custom loop's step: no specialized function runs
+            return
+        functions.install(self.model, self._batch_function, self.saving_collections)
 
     def _record_logs(self, logs, only=None) -> None:
         if not logs or not self.saving_step or not self._step_active:
@@ -685,11 +709,19 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._publish()
 
     # ====================================================================== lifecycle
+    def disable(self, reason: str, already_reported: bool = False) -> None:
+        super().disable(reason, already_reported)
+        functions = getattr(self, "_step_functions", None)  # None while constructing
+        if functions is not None:
+            functions.restore()  # Keras' own functions, even in the middle of a fit  # Keras' own functions, even in the middle of a fit
+
     def close(self):
         """Finish the last step, write everything, and remove the wrappers from the model."""
         try:
             super().close()
         finally:
+            if self._step_functions is not None:
+                self._step_functions.restore()
             self._patches.restore()
             for model in self._models:
                 for attr in ("train_function", "test_function", "predict_function"):

@@ -75,7 +75,9 @@ def test_reductions_computed_in_the_train_step_equal_the_reference(tmp_path, jit
     check_against_raw(trial, raw, range(STEPS))
 
 
-def test_configuration_changed_after_tracing_falls_back_to_copies(tmp_path):
+def test_configuration_changed_after_tracing_gives_the_new_reductions(tmp_path):
+    """In fit, a step whose plans the traced train function cannot deliver runs a new one
+    (custom loops fall back to whole copies instead: see the next test)."""
     raw, _ = fit(tmp_path, "raw", False)
     original = CONFIG
     fewer = smd.ReductionConfig(reductions=["max"], norms=["l2"])
@@ -92,8 +94,8 @@ def test_configuration_changed_after_tracing_falls_back_to_copies(tmp_path):
         return Changer()
 
     trial, modes = fit(tmp_path, "changed", False, callbacks=[changer], reduction_config=CONFIG)
-    # Step 2 asks for keys the traced layout has: REDUCE; step 3 for others: COPY.
-    assert modes == [[capture.REDUCE]] * 3 + [[capture.COPY]] + [[capture.REDUCE]] * 2
+    # Step 2 asks for keys the traced layout has; steps 3 and 4 for others: traced again.
+    assert modes == [[capture.REDUCE]] * STEPS
     keys = {2: [("max", False), ("l2", False)], 3: [("min", False), ("mean", True)]}
     check_against_raw(trial, raw, range(STEPS), keys_at=lambda step: keys.get(step, KEYS))
 
