@@ -69,16 +69,17 @@ import smdebug.tensorflow as smd  # noqa: E402
 PARAMS = ["weights", "biases", "gradients"]
 
 
-def build_model():
+def build_model(width=1):
+    """The CNN; ``width`` multiplies its filters and units (the same tensors, more work per step)."""
     keras.utils.set_random_seed(0)
     model = keras.Sequential([
         keras.Input((28, 28, 1)),
-        keras.layers.Conv2D(16, 3, activation="relu", name="conv1"),
+        keras.layers.Conv2D(16 * width, 3, activation="relu", name="conv1"),
         keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(32, 3, activation="relu", name="conv2"),
+        keras.layers.Conv2D(32 * width, 3, activation="relu", name="conv2"),
         keras.layers.MaxPooling2D(),
         keras.layers.Flatten(),
-        keras.layers.Dense(128, activation="relu", name="fc1"),
+        keras.layers.Dense(128 * width, activation="relu", name="fc1"),
         keras.layers.Dense(10, name="fc2"),
     ], name="cnn")
     model.compile(optimizer=keras.optimizers.SGD(0.01),
@@ -240,9 +241,9 @@ def pooled_ratio(pairs, resamples=2000):
     return ratio, np.percentile(boot, 2.5), np.percentile(boot, 97.5)
 
 
-def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False):
+def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False, width=1):
     out_dir = os.path.join(tmp, scenario)
-    baseline, hooked = build_model(), build_model()
+    baseline, hooked = build_model(width), build_model(width)
     hook = make_hook(scenario, out_dir, dry_run)
     timed_fit(baseline, x, y, batch)  # warm-up: traces the compiled steps
     timed_fit(hooked, x, y, batch, [hook], hook)
@@ -258,8 +259,8 @@ def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False):
     return min(hook_times) / min(base_times), statistics.median(ratios), min(base_times), min(hook_times)
 
 
-def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block):
-    baseline, hooked = build_model(), build_model()
+def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block, width=1):
+    baseline, hooked = build_model(width), build_model(width)
     hook = None if scenario == "control" else make_hook(scenario, os.path.join(tmp, scenario), dry_run)
     for _ in range(2):  # warm-up: traces the compiled steps and the block-sized data pipelines
         alternating_blocks([baseline, hooked], hook, x, y, batch, block)
@@ -287,6 +288,8 @@ def main():
                         help="hooks capture and reduce but write nothing: the writer's share is the difference")
     parser.add_argument("--alternate", type=int, default=0, metavar="BLOCK",
                         help="alternate fits of BLOCK batches of the two models (steadier on a noisy machine)")
+    parser.add_argument("--width", type=int, default=1,
+                        help="multiply the CNN's filters and units (same tensors saved, longer steps)")
     args = parser.parse_args()
     if "control" in args.scenarios and not args.alternate:
         parser.error("scenario 'control' compares two models without a hook: it needs --alternate BLOCK")
@@ -299,15 +302,18 @@ def main():
     try:
         if args.alternate:
             print(f"{'scenario':<12} {'ratio':>7} {'95% interval':>14} {'median block':>13} "
-                  f"{'base ms/step':>13} {'hooked ms/step':>15}")
+                  f"{'base ms/step':>13} {'hooked ms/step':>15} {'added ms/step':>14}")
             for scenario in args.scenarios:
-                r = run_alternating(scenario, x, y, args.batch, args.reps, tmp, args.dry_run, args.alternate)
+                r = run_alternating(scenario, x, y, args.batch, args.reps, tmp, args.dry_run, args.alternate,
+                                    args.width)
                 print(f"{scenario:<12} {r['ratio']:7.3f} {r['low']:7.3f}-{r['high']:.3f} "
-                      f"{r['median_block_ratio']:13.3f} {r['base_ms']:13.2f} {r['hooked_ms']:15.2f}", flush=True)
+                      f"{r['median_block_ratio']:13.3f} {r['base_ms']:13.2f} {r['hooked_ms']:15.2f} "
+                      f"{r['hooked_ms'] - r['base_ms']:14.2f}", flush=True)
             return
         print(f"{'scenario':<12} {'min ratio':>9} {'median ratio':>13} {'base ms/step':>13} {'hooked ms/step':>15}")
         for scenario in args.scenarios:
-            ratio, median, base, hooked = run_scenario(scenario, x, y, args.batch, args.reps, tmp, args.dry_run)
+            ratio, median, base, hooked = run_scenario(scenario, x, y, args.batch, args.reps, tmp, args.dry_run,
+                                                       args.width)
             print(f"{scenario:<12} {ratio:9.3f} {median:13.3f} {1e3 * base / args.steps:13.2f} "
                   f"{1e3 * hooked / args.steps:15.2f}", flush=True)
     finally:
