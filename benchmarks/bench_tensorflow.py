@@ -5,6 +5,7 @@ Run::
     .venv/bin/python benchmarks/bench_tensorflow.py               # all scenarios
     .venv/bin/python benchmarks/bench_tensorflow.py --reps 9 --steps 128 --scenarios default
     .venv/bin/python benchmarks/bench_tensorflow.py --dry-run     # everything but the writer
+    .venv/bin/python benchmarks/bench_tensorflow.py --width 2     # the same tensors, longer steps
 
 Scenarios (a small CNN on 28x28 inputs, batch 32, TensorFlow on the CPU):
 
@@ -12,6 +13,10 @@ a. ``reductions``: min, max, mean, std, l1 and l2 norms of weights, biases and g
    at every step (no whole tensors);
 b. ``full``: whole weights, biases and gradients at every step;
 c. ``default``: the default configuration (losses and metrics every 500 steps).
+
+``--width k`` multiplies the CNN's filters and units by k: the same 16 tensors are saved,
+each step does more work (the ratio of a fixed cost per saved step falls; the column
+``added ms/step`` shows the hook's cost in time).
 
 With ``--alternate``, scenarios that add one part of (a) at a time show where its
 overhead goes:

@@ -35,6 +35,11 @@ A *capture site* is a place in user or Keras code (an optimizer's ``apply``, a l
   per traced shape), and a tensor whose shape is only known at run time cannot be
   captured (a warning says so). A variant traced in a step that saves none of its
   tensors has an empty layout: it always copies (COPY).
+* **Specialized step functions** (Keras' loops, :mod:`.keras_functions`): a function
+  traced for steps that save nothing gets no sites at all; one traced for a kind of saved
+  step gets variants with no flag (``owner``): they run REDUCE whenever that function
+  runs, with the layout of the step they were traced in, and are armed only in steps that
+  run their function. The flagged variants above serve every other graph.
 * **Distributed** (MirroredStrategy): only the chief replica's graph gets sites; stash
   variables are plain local variables, never mirrored.
 
@@ -126,7 +131,8 @@ class _Variant:
     step: a tuple of reduction keys (reduced in the graph into ``vector``), :data:`WHOLE`
     (copied into its stash variable), or None (skipped: not saved when it was traced).
 
-    ``flag`` holds the mode, ``copies`` counts the steps in which the variant ran (either
+    ``flag`` holds the mode (no flag: a variant of a specialized step function, ``owner``,
+    which runs REDUCE whenever its function runs), ``copies`` counts the steps in which the variant ran (either
     mode); ``vector`` (float64) holds the packed ``[keys, reduced tensors]`` reductions of
     the last REDUCE copy followed by the value of ``copies`` after it; ``seen`` is the
     count when last read."""
@@ -258,8 +264,10 @@ class GraphCapture:
 
     def _add_graph_capture(self, key, named) -> None:
         owner = self.tracing_for
-        if owner is not None and owner.saves is None:
-            return  # a step function for steps that save nothing: no site at all
+        if owner is not None:
+            owner.offered = True
+            if owner.saves is None:
+                return  # a step function for steps that save nothing: no site at all
         if not chief_replica_or_no_strategy():
             return  # one replica's values per replica set: the chief's
         xla = in_xla_context()
@@ -317,7 +325,7 @@ class GraphCapture:
             return tf.constant(True)
 
         if variant.owner is not None:
-            if not (variant.reduced or variant.whole):
+            if not _does_work(variant):
                 return  # the steps of this function save none of these tensors
             done = reduce()  # unconditionally: the function runs only in steps that save them
         else:
@@ -557,14 +565,17 @@ class SpecializedFunction:
     with no flag, what the plans of the step it was traced in asked for (REDUCE, always).
     Calling it calls ``function`` with the capture knowing which function that is, so a
     trace (the first call, or a retrace for new input shapes) builds the right sites.
+    ``called`` and ``offered`` (a site offered tensors while it traced) tell whether the
+    graph has sites at all.
     """
 
-    __slots__ = ("function", "saves", "variants", "_capture", "__weakref__")
+    __slots__ = ("function", "saves", "variants", "called", "offered", "_capture", "__weakref__")
 
     def __init__(self, capture: GraphCapture, function, saves):
         self.function = function
         self.saves = saves
         self.variants: list = []  # the variants traced into this function
+        self.called = self.offered = False
         self._capture = capture
 
     def __call__(self, *args, **kwargs):
@@ -574,6 +585,7 @@ class SpecializedFunction:
             return self.function(*args, **kwargs)
         finally:
             capture.tracing_for = previous
+            self.called = True
 
 
 class _StepReader:

@@ -12,8 +12,11 @@ batch begins, the KerasHook installs the function made for what that step saves:
 
 Keras makes each function (``make_train_function(force=True)`` and its siblings, public
 API); it is traced on its first call, so a configuration with k kinds of saved steps
-traces k + 1 functions, once each. A function whose sites no longer deliver what the
-plans of a step ask for (the configuration changed since it was traced) is made again.
+traces k + 1 functions, once each, unless the first one traced has no capture site
+(nothing the configuration saves is inside the compiled step, as with the default
+configuration): then it serves every step, and no other is made. A function whose sites
+no longer deliver what the plans of a step ask for (the configuration changed since it
+was traced) is made again.
 Beyond :data:`MAX_FUNCTIONS` kinds per model and loop, and for a model that runs
 eagerly, Keras' own function runs, with flagged sites. If Keras cannot make a function,
 one warning says so and that loop keeps Keras' own function.
@@ -40,7 +43,7 @@ _MAKERS = {"train_function": "make_train_function", "test_function": "make_test_
 class _Loop:
     """The functions of one model for one loop (``train_function``, ...)."""
 
-    __slots__ = ("model", "attr", "generic", "installed", "functions")
+    __slots__ = ("model", "attr", "generic", "installed", "functions", "sole", "has_sites")
 
     def __init__(self, model, attr, generic):
         self.model = weakref.ref(model)
@@ -49,6 +52,8 @@ class _Loop:
         self.installed = generic  # what this module last set (anything else: Keras or the user replaced it)
         # saved collections (empty: nothing saved) -> function; None after Keras failed to make one
         self.functions: Optional[Dict[frozenset, SpecializedFunction]] = {}
+        self.sole: Optional[SpecializedFunction] = None  # the one function of a graph without sites
+        self.has_sites = False
 
 
 class StepFunctions:
@@ -83,6 +88,15 @@ class StepFunctions:
         functions = loop.functions
         if functions is None:
             return None
+        if loop.sole is not None:
+            return loop.sole
+        if not loop.has_sites:  # until a first trace told whether the graph has sites
+            if any(function.offered for function in functions.values()):
+                loop.has_sites = True
+            else:
+                loop.sole = next((function for function in functions.values() if function.called), None)
+                if loop.sole is not None:
+                    return loop.sole
         function = functions.get(saves)
         if function is not None and saves and not self._capture.fits(function):
             self._capture.forget(function)  # traced for another configuration: make it again
@@ -128,3 +142,4 @@ class StepFunctions:
         for function in (loop.functions or {}).values():
             self._capture.forget(function)
         loop.functions = {}
+        loop.sole = None

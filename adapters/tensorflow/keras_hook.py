@@ -20,7 +20,11 @@ As a ``keras.callbacks.Callback``:
   ``predict_step``; layer tensors (``coll.add_keras_layer``, the ``layers`` collection)
   through the layers' ``call``. Only what the configuration can save is wrapped, so the
   default configuration changes nothing in the compiled step. See :mod:`.capture` for how
-  values leave ``tf.function``/XLA only on steps that save them.
+  values leave ``tf.function``/XLA only on steps that save them;
+* each kind of step runs its own compiled function (:mod:`.keras_functions`): steps that
+  save nothing run the graph Keras would run without the hook, saved steps one that copies
+  and reduces their tensors with no conditional around the work. A configuration with k
+  kinds of saved steps traces k + 1 train functions, each once.
 
 Custom loops: ``hook.wrap_tape(tf.GradientTape())`` (each entry of the tape begins a step;
 its ``gradient`` saves the gradients, the target as ``loss`` and, on the first use, the
@@ -713,7 +717,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         super().disable(reason, already_reported)
         functions = getattr(self, "_step_functions", None)  # None while constructing
         if functions is not None:
-            functions.restore()  # Keras' own functions, even in the middle of a fit  # Keras' own functions, even in the middle of a fit
+            functions.restore()  # Keras' own functions, even in the middle of a fit
 
     def close(self):
         """Finish the last step, write everything, and remove the wrappers from the model."""

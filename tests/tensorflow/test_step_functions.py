@@ -110,3 +110,18 @@ def test_keras_failing_to_make_a_function_keeps_its_own(tmp_path, data, every_st
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("smdebug")]
     assert len(warnings) == 1 and "no new functions today" in warnings[0]
     assert_same_values(create_trial(str(tmp_path / "run")), every_step, lambda name: STEPS)
+
+
+def test_a_graph_without_capture_sites_is_traced_once(tmp_path, data):
+    """The default configuration saves nothing from inside the compiled step: the first
+    function Keras traces serves every kind of step (no second trace at fit start)."""
+    x, y = data
+    model = make_model()
+    hook = smd.KerasHook(out_dir=tmp_path / "run")
+    model.fit(x, y, batch_size=2, epochs=2, validation_data=(x[:4], y[:4]), callbacks=[hook], verbose=0)
+    for attr in ("train_function", "test_function"):
+        loop = hook._step_functions._loops[(id(model), attr)]
+        assert list(loop.functions.values()) == [loop.sole] and not loop.sole.offered, attr
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.tensor("loss").steps() == [0, 5]  # step 0 of TRAIN and of EVAL
