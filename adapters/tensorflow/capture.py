@@ -396,14 +396,13 @@ class GraphCapture:
         saved at this step)."""
         hook = self._hook
         saving = hook.saving_step and hook.enabled
-        running = self.running
         with self._lock:
             sites = list(self._sites.values())
         for site in sites:
             armed = False
             for variant in list(site.variants.values()):
                 if variant.owner is not None:  # runs, and copies, whenever its function runs
-                    variant.mode = REDUCE if saving and variant.owner is running and _does_work(variant) else OFF
+                    variant.mode = self._owned_mode(variant) if saving else OFF
                     armed = armed or variant.mode != OFF
                     continue
                 mode = variant.mode_for(hook.select(variant.names)) if saving else OFF
@@ -418,6 +417,11 @@ class GraphCapture:
         return self._sites.get(key)
 
     # --- specialized step functions ----------------------------------------------------------
+    def _owned_mode(self, variant) -> int:
+        """The mode of a variant of a specialized function in a saving step: REDUCE when its
+        function is the one this step runs and it reduces or copies anything."""
+        return REDUCE if variant.owner is self.running and _does_work(variant) else OFF
+
     def fits(self, function: "SpecializedFunction") -> bool:
         """Whether the sites traced into ``function`` deliver everything the plans of this
         step ask for of their tensors (False: the configuration changed since it was traced)."""
@@ -438,9 +442,8 @@ class GraphCapture:
         hook = self._hook
         if hook.saving_step and hook.enabled and hook._step_active:
             if variant.owner is not None:
-                if variant.owner is self.running and _does_work(variant):
-                    variant.mode = REDUCE
-                    site.armed = True
+                variant.mode = self._owned_mode(variant)
+                site.armed = site.armed or variant.mode != OFF
                 return
             mode = variant.mode_for(hook.select(variant.names))
             if mode != OFF:

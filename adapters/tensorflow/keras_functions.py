@@ -139,7 +139,6 @@ class StepFunctions:
         self._loops.clear()
 
     def _forget(self, loop: _Loop) -> None:
+        """Drop the variants of a loop's functions (the loop itself is being discarded)."""
         for function in (loop.functions or {}).values():
             self._capture.forget(function)
-        loop.functions = {}
-        loop.sole = None

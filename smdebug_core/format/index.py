@@ -60,7 +60,7 @@ def entry_json(name, start_idx, length, crc=None):
     """One ``tensor_payload`` item, formatted as ``json.dumps`` formats it."""
     if crc is None:
         return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}}}'
-    return entries_json_from_heads([_entry_json_head(name, start_idx, length)], [crc])[0]
+    return _finished(_entry_json_head(name, start_idx, length), crc)
 
 
 def entry_json_heads(names, starts, lengths):
@@ -71,11 +71,15 @@ def entry_json_heads(names, starts, lengths):
 
 def entries_json_from_heads(heads, crcs):
     """The ``tensor_payload`` items of :func:`entry_json_heads` completed with their CRCs."""
-    return [f"{head}{int(crc)}}}" for head, crc in zip(heads, crcs)]
+    return [_finished(head, crc) for head, crc in zip(heads, crcs)]
 
 
 def _entry_json_head(name, start_idx, length):
     return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": '
+
+
+def _finished(head, crc):
+    return f"{head}{int(crc)}}}"
 
 
 def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shapes):
