@@ -60,30 +60,24 @@ def entry_json(name, start_idx, length, crc=None):
     """One ``tensor_payload`` item, formatted as ``json.dumps`` formats it."""
     if crc is None:
         return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}}}'
-    return _finished(_entry_json_head(name, start_idx, length), crc)
+    return f"{_entry_json_head(name, start_idx, length)}{int(crc)}}}"
 
 
-def entry_json_heads(names, starts, lengths):
-    """Per entry, its ``tensor_payload`` item up to its CRC (finished by
-    :func:`entries_json_from_heads`). A writer that repeats a step's layout formats these once."""
-    return [_entry_json_head(name, start, length) for name, start, length in zip(names, starts, lengths)]
-
-
-def entries_json_from_heads(heads, crcs):
-    """The ``tensor_payload`` items of :func:`entry_json_heads` completed with their CRCs."""
-    return [_finished(head, crc) for head, crc in zip(heads, crcs)]
+def entries_json_template(names, starts, lengths):
+    """The ``tensor_payload`` items of several records, joined by ``", "``, as a ``%``-template
+    with one ``%d`` per record for its CRC: ``template % tuple(crcs)``. A writer that repeats a
+    step's layout makes this once and completes it with one formatting call per step."""
+    return ", ".join([_entry_json_head(name, start, length).replace("%", "%%") + "%d}"
+                      for name, start, length in zip(names, starts, lengths)])
 
 
 def _entry_json_head(name, start_idx, length):
     return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": '
 
 
-def _finished(head, crc):
-    return f"{head}{int(crc)}}}"
-
-
 def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shapes):
-    """:func:`build_index_json` from entries already formatted by :func:`entry_json`."""
+    """:func:`build_index_json` from entries already formatted: each item of ``entry_items``
+    is one :func:`entry_json` or several joined by ``", "`` (:func:`entries_json_template`)."""
     mode = ModeKeys.parse(mode)
     meta = {"mode": mode.name, "mode_step": validate_step(mode_step, "mode_step")}
     if event_file_relpath is not None:

@@ -18,6 +18,7 @@ marks itself failed (:attr:`RunWriter.failed`) and discards everything after it.
 """
 import collections
 import logging
+import operator
 import os
 import threading
 import time
@@ -28,14 +29,14 @@ import numpy as np
 
 from ..format import layout
 from ..format.codec import StepEncoder
-from ..format.index import entries_json_from_heads, entry_json, entry_json_heads, index_json_from_items
+from ..format.index import entries_json_template, entry_json, index_json_from_items
 from ..format.records import (
     HEADER_SIZE,
     RECORD_OVERHEAD,
     SMDEBUG_PAYLOAD_FOOTER,
     crc32c,
     crc32c_of_parts,
-    crc32c_of_spans,
+    crc32c_of_slices,
     record_footer,
     record_header,
 )
@@ -96,7 +97,7 @@ class _OpenStep:
         self.handle = None
         self.offset = 0
         self.names = []  # of the records written, in order
-        self.index_items = []  # their index entries, formatted (format.index.entry_json)
+        self.index_items = []  # their index entries, formatted: one each, or runs of them (format.index)
         self.shapes = []
         self.warned_mode_mismatch = False
 
@@ -120,7 +121,7 @@ class _SmallRecordsLayout:
     call, instead of assembling every record in Python.
     """
 
-    __slots__ = ("tags", "specs", "parts", "starts", "lengths", "payloads", "_index_heads")
+    __slots__ = ("tags", "specs", "parts", "starts", "lengths", "payloads", "_index_templates")
 
     def __init__(self, tags, specs, parts, starts, lengths, payloads):
         self.tags = tags
@@ -128,18 +129,19 @@ class _SmallRecordsLayout:
         self.parts = parts  # per record: header, (head), middle, (array), (metadata + footer)
         self.starts = starts  # record offsets in the joined bytes
         self.lengths = lengths  # record lengths with framing
-        self.payloads = payloads  # [(payload offset, payload length)], for the CRCs
-        self._index_heads = {}  # file offset of the first record -> format.index.entry_json_heads
+        self.payloads = payloads  # per record, the slice of the joined bytes its CRC covers
+        self._index_templates = {}  # file offset of the first record -> format.index.entries_json_template
 
-    def index_heads(self, base):
-        """The records' index entries up to their CRCs, when the first lies at ``base``."""
-        heads = self._index_heads.get(base)
-        if heads is None:
-            if len(self._index_heads) > 4:  # usually one base (0): a step's only list of records
-                self._index_heads.clear()
-            heads = self._index_heads[base] = entry_json_heads(
+    def index_template(self, base):
+        """The records' index entries, a template to complete with their CRCs, when the
+        first record lies at ``base``."""
+        template = self._index_templates.get(base)
+        if template is None:
+            if len(self._index_templates) > 4:  # usually one base (0): a step's only list of records
+                self._index_templates.clear()
+            template = self._index_templates[base] = entries_json_template(
                 self.tags, [base + start for start in self.starts], self.lengths)
-        return heads
+        return template
 
     @classmethod
     def build(cls, encoder, tags, arrays):
@@ -158,7 +160,7 @@ class _SmallRecordsLayout:
             parts += (record_header(length), None, middle, None, None)
             starts.append(offset)
             lengths.append(length + RECORD_OVERHEAD)
-            payloads.append((offset + HEADER_SIZE, length))
+            payloads.append(slice(offset + HEADER_SIZE, offset + HEADER_SIZE + length))
             offset += length + RECORD_OVERHEAD
         return cls(tags, specs, parts, starts, lengths, payloads)
 
@@ -171,6 +173,12 @@ class _SmallRecordsLayout:
         parts[4::5] = [encoder.metadata_field + _EVENT_FOOTER] * count
         return b"".join(parts)
 
+
+_MAX_KNOWN_DIRS = 4096
+_DTYPE_AND_SHAPE = operator.attrgetter("dtype", "shape")
+# out_dir is absolute (os.path.abspath): joining with "/" gives a valid path on POSIX, even for out_dir "/".
+_POSIX_PATHS = os.sep == "/"
+_O_CLOEXEC_BINARY = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 # Queue item kinds.
 _STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE = range(6)
@@ -408,28 +416,39 @@ class RunWriter:
     # -- files
 
     def _path(self, relpath):
+        if _POSIX_PATHS:  # a few string operations less for each of a step's files
+            return f"{self.out_dir}/{relpath}"
         return layout.join_under(self.out_dir, relpath)
 
     def _ensure_parent(self, relpath):
+        self._ensure_dir(relpath.rpartition("/")[0])
+
+    def _ensure_dir(self, rel_dir):
         # mkdir one level at a time below out_dir: if out_dir itself was deleted, this fails
         # instead of silently recreating it.
-        parts = relpath.split("/")[:-1]
-        for depth in range(1, len(parts) + 1):
-            rel_dir = "/".join(parts[:depth])
-            if rel_dir in self._known_dirs:
-                continue
-            try:
-                os.mkdir(self._path(rel_dir))
-            except FileExistsError:
-                pass
-            self._known_dirs.add(rel_dir)
+        if not rel_dir or rel_dir in self._known_dirs:
+            return
+        self._ensure_dir(rel_dir.rpartition("/")[0])
+        try:
+            os.mkdir(self._path(rel_dir))
+        except FileExistsError:
+            pass
+        if len(self._known_dirs) >= _MAX_KNOWN_DIRS:  # every saved step has its own events/ directory
+            self._known_dirs.clear()
+        self._known_dirs.add(rel_dir)
 
     def _write_atomically(self, relpath, data):
         self._ensure_parent(relpath)
         final = self._path(relpath)
         tmp = final + layout.TMP_SUFFIX
-        with open(tmp, "wb") as handle:
-            handle.write(data)
+        # One write of bytes in hand: os.open spares the file object's fstat, ioctl and lseek.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC_BINARY, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
         os.replace(tmp, final)
 
     # -- steps
@@ -513,12 +532,11 @@ class RunWriter:
     def _write_like_before(self, open_step, encoder, tensors):
         """Write ``tensors`` through a cached :class:`_SmallRecordsLayout`; False (nothing
         written) when they are not all small plain arrays."""
-        tags = tuple([tag for tag, _ in tensors])
-        arrays = [value for _, value in tensors]
+        tags, arrays = zip(*tensors)
         key = (tags, len(encoder.head), len(encoder.metadata_field))
         layout_ = self._layouts.get(key)
         try:
-            if layout_ is None or layout_.specs != [(a.dtype, a.shape) for a in arrays]:
+            if layout_ is None or layout_.specs != list(map(_DTYPE_AND_SHAPE, arrays)):
                 layout_ = _SmallRecordsLayout.build(encoder, tags, arrays)
                 if layout_ is None:
                     return False
@@ -530,8 +548,8 @@ class RunWriter:
             return False
         self._event_file(open_step).write(data)
         open_step.names += tags
-        open_step.index_items += entries_json_from_heads(layout_.index_heads(open_step.offset),
-                                                         crc32c_of_spans(data, layout_.payloads))
+        open_step.index_items.append(layout_.index_template(open_step.offset)
+                                     % tuple(crc32c_of_slices(data, layout_.payloads)))
         open_step.offset += len(data)
         return True
 
@@ -544,9 +562,10 @@ class RunWriter:
             final = self._path(open_step.event_relpath)
             os.replace(final + layout.TMP_SUFFIX, final)
             event_relpath = open_step.event_relpath
-        # A shape entry would hide the raw value of the same name from the original reader (FORMAT 3.2).
-        written = set(open_step.names)
-        shapes = [item for item in open_step.shapes if item[0] not in written]
+        shapes = open_step.shapes
+        if shapes:  # a shape entry would hide the raw value of the same name from the original reader (FORMAT 3.2)
+            written = set(open_step.names)
+            shapes = [item for item in shapes if item[0] not in written]
         if not open_step.index_items and not shapes:
             return
         index = index_json_from_items(open_step.mode, open_step.mode_step, event_relpath, open_step.index_items,
