@@ -185,6 +185,39 @@ def test_several_workers_in_one_process(tmp_path):
     assert all(tensors[0].value[0] == layout.parse_step_and_worker(rel)[0] for rel, (_, tensors) in steps.items())
 
 
+def _wait_for(path, seconds=30):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not path.exists():
+        time.sleep(0.01)
+    return path.exists()
+
+
+def test_writer_wakes_for_a_batch_or_after_max_delay(tmp_path):
+    # With a delay longer than the test, only a full batch wakes the writer.
+    writer = RunWriter(tmp_path / "batched", "worker_0", max_delay=3000)
+    first = tmp_path / "batched" / layout.index_file_relpath(0, "worker_0")
+    writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("a", np.ones(2))]), publish=True)
+    time.sleep(0.3)
+    assert not first.exists(), "one queued step should not wake the writer"
+    for step in range(1, run_writer_module.WAKE_AFTER_ITEMS):
+        writer.submit(_step(step, ModeKeys.TRAIN, step, tensors=[("a", np.ones(2))]), publish=True)
+    assert _wait_for(first)  # no flush, no close
+    assert writer.close(timeout=30)
+    assert len(read_published_steps(tmp_path / "batched")) == run_writer_module.WAKE_AFTER_ITEMS
+
+    # A lone step is written once max_delay has passed.
+    writer = RunWriter(tmp_path / "lone", "worker_0", max_delay=0.05)
+    writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("a", np.ones(2))]), publish=True)
+    assert _wait_for(tmp_path / "lone" / layout.index_file_relpath(0, "worker_0"))
+    assert writer.close(timeout=30)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1e9, "1", True, None])
+def test_bad_max_delay_is_rejected(tmp_path, bad):
+    with pytest.raises(ValueError, match="max_delay"):
+        RunWriter(tmp_path, "worker_0", max_delay=bad)
+
+
 def test_late_data_for_a_published_step_is_dropped_loudly(tmp_path, caplog):
     writer = RunWriter(tmp_path, "worker_0")
     writer.submit(_step(1, ModeKeys.TRAIN, 1, tensors=[("a", np.ones(1))]))
