@@ -792,6 +792,9 @@ class Hook:
                 self.writer.close(write_end_marker=marker)
             except Exception as exc:  # noqa: BLE001
                 logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
+            # The writer works in batches: a disk error may surface only now (it logged it).
+            if self.writer is not None and self.writer.failed is not None:
+                self.disable(f"writer failed: {self.writer.failed}", already_reported=True)
         if self._metrics_file is not None:
             self._metrics_file.close()
         if self._checkpoint_dir and self.global_step >= 0:
