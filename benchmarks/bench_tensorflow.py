@@ -6,6 +6,8 @@ Run::
     .venv/bin/python benchmarks/bench_tensorflow.py --reps 9 --steps 128 --scenarios default
     .venv/bin/python benchmarks/bench_tensorflow.py --dry-run     # everything but the writer
     .venv/bin/python benchmarks/bench_tensorflow.py --width 2     # the same tensors, longer steps
+    .venv/bin/python benchmarks/bench_tensorflow.py --alternate 64 --steps 256 --reps 4 \
+        --scenarios control reductions full default idle             # steadiest on a noisy machine
 
 Scenarios (a small CNN on 28x28 inputs, batch 32, TensorFlow on the CPU):
 
@@ -52,6 +54,12 @@ baseline time) with a bootstrap 95% interval over the blocks (it does not see dr
 slower than a block: rerun to see those), and the median of the per-block ratios.
 Scenario ``control`` attaches no hook to the second model: its ratio is the
 measurement's own error (ideally 1.0).
+
+The writer wakes for batches of ``WAKE_AFTER_ITEMS`` (16) steps (``smdebug.writer.run_writer``).
+With blocks shorter than that, every block's writing happens in its closing flush, while
+training waits, which is cheaper than writing beside training and flatters the hook: use
+blocks of 64 or more (``--alternate 64 --steps 256``), where most of the writing overlaps
+training as in a long fit.
 """
 from __future__ import annotations
 
