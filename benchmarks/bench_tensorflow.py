@@ -51,7 +51,8 @@ same for both models, and tens of milliseconds) do not. Each hooked block ends w
 of the writer, counted against the hook: the writer's work never spills into the baseline's
 next block. The table shows the pooled ratio (all hooked time / all
 baseline time) with a bootstrap 95% interval over the blocks (it does not see drifts
-slower than a block: rerun to see those), and the median of the per-block ratios.
+slower than a block: rerun to see those), the median of the per-block ratios, and the
+time spent in the hook's own batch begin and end callbacks per step (:class:`CallbackClock`).
 Scenario ``control`` attaches no hook to the second model: its ratio is the
 measurement's own error (ideally 1.0).
 
@@ -272,11 +273,37 @@ def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False, width=1):
     return min(hook_times) / min(base_times), statistics.median(ratios), min(base_times), min(hook_times)
 
 
+class CallbackClock:
+    """Times the hook's own ``on_train_batch_begin`` / ``on_train_batch_end`` inside ``fit``
+    (instance attributes wrap the bound methods Keras calls). Steadier than the ratio: the
+    time spent in the hook's Python does not depend on the machine's speed between blocks."""
+
+    def __init__(self, hook):
+        self.seconds = {"begin": 0.0, "end": 0.0}
+        self.calls = 0
+        for which, name in (("begin", "on_train_batch_begin"), ("end", "on_train_batch_end")):
+            setattr(hook, name, self._timed(which, getattr(hook, name)))
+
+    def _timed(self, which, method):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds[which] += time.perf_counter() - start
+                self.calls += which == "end"
+        return timed
+
+    def per_step_us(self, which):
+        return 1e6 * self.seconds[which] / self.calls if self.calls else float("nan")
+
+
 def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block, width=1):
     baseline, hooked = build_model(width), build_model(width)
     hook = None if scenario == "control" else make_hook(scenario, os.path.join(tmp, scenario), dry_run)
     for _ in range(2):  # warm-up: traces the compiled steps and the block-sized data pipelines
         alternating_blocks([baseline, hooked], hook, x, y, batch, block)
+    clock = CallbackClock(hook) if hook is not None else None
     pairs = []
     for _ in range(reps):
         pairs += alternating_blocks([baseline, hooked], hook, x, y, batch, block)
@@ -288,7 +315,9 @@ def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block, width=1):
     return {"ratio": ratio, "low": low, "high": high,
             "median_block_ratio": statistics.median(h / b for b, h in pairs),
             "base_ms": 1e3 * sum(b for b, _ in pairs) / steps,
-            "hooked_ms": 1e3 * sum(h for _, h in pairs) / steps}
+            "hooked_ms": 1e3 * sum(h for _, h in pairs) / steps,
+            "begin_us": clock.per_step_us("begin") if clock else float("nan"),
+            "end_us": clock.per_step_us("end") if clock else float("nan")}
 
 
 def main():
@@ -315,13 +344,14 @@ def main():
     try:
         if args.alternate:
             print(f"{'scenario':<12} {'ratio':>7} {'95% interval':>14} {'median block':>13} "
-                  f"{'base ms/step':>13} {'hooked ms/step':>15} {'added ms/step':>14}")
+                  f"{'base ms/step':>13} {'hooked ms/step':>15} {'added ms/step':>14} "
+                  f"{'hook begin us':>14} {'hook end us':>12}")
             for scenario in args.scenarios:
                 r = run_alternating(scenario, x, y, args.batch, args.reps, tmp, args.dry_run, args.alternate,
                                     args.width)
                 print(f"{scenario:<12} {r['ratio']:7.3f} {r['low']:7.3f}-{r['high']:.3f} "
                       f"{r['median_block_ratio']:13.3f} {r['base_ms']:13.2f} {r['hooked_ms']:15.2f} "
-                      f"{r['hooked_ms'] - r['base_ms']:14.2f}", flush=True)
+                      f"{r['hooked_ms'] - r['base_ms']:14.2f} {r['begin_us']:14.0f} {r['end_us']:12.0f}", flush=True)
             return
         print(f"{'scenario':<12} {'min ratio':>9} {'median ratio':>13} {'base ms/step':>13} {'hooked ms/step':>15}")
         for scenario in args.scenarios:
