@@ -5,9 +5,9 @@ The writer thread works in batches: it wakes when ``WAKE_AFTER_ITEMS`` items are
 when their bytes pass a bound, on :meth:`~RunWriter.flush` / :meth:`~RunWriter.close`, or
 at the latest ``max_delay`` seconds after it last looked, and then empties the queue. A
 thread woken at every step preempts the framework's compute threads at every step, and on
-a small machine that costs far more than the writing itself (``benchmarks/bench_tensorflow.py``
-scenario ``writer``: 0.8 ms a step woken per step, 0.2 ms woken every 16 steps, for ~0.1 ms
-of file work).
+a small machine that costs far more than the writing itself (Keras on two cores: the same
+~0.1 ms of file work per step cost 0.8 ms a step woken per step, 0.2 ms woken every 16
+steps). A writer that found nothing to do for a while sleeps until the next item comes.
 
 The writer thread streams each step's records into ``<event file>.tmp``, and publishes
 the step when data for a different step of the same worker arrives, or on
@@ -60,6 +60,9 @@ WAKE_AFTER_ITEMS = 16
 DEFAULT_MAX_DELAY = 0.25
 # ... or when queued items hold this many bytes (large tensors: copying dominates, not waking).
 _WAKE_AT_BYTES = 64 * 1024 * 1024
+# After this many looks at an empty queue the writer sleeps until an item comes (an idle
+# hook, between rare saves, costs no periodic wake-ups).
+_IDLE_LOOKS = 8
 # Rough cost of a queued item that is not array data (names, small python objects).
 _ITEM_OVERHEAD_BYTES = 256
 
@@ -224,6 +227,7 @@ class RunWriter:
         self._queue = collections.deque()
         self._cond = threading.Condition()
         self._draining = False  # the writer empties the queue before it waits again
+        self._sleeping = False  # the writer waits with no time limit: the next item wakes it
         self._pending_bytes = 0
         self._failed = None
         self._closed = False
@@ -284,7 +288,7 @@ class RunWriter:
             self._queue.append((kind, payload, nbytes))
             if kind == _FLUSH:
                 self._draining = True
-            if self._draining or self._batch_ready():
+            if self._draining or self._sleeping or self._batch_ready():
                 self._cond.notify_all()
         return True
 
@@ -390,10 +394,18 @@ class RunWriter:
 
     def _next_item(self):
         """The next queued item, once there is a batch to write (called with the lock held)."""
+        empty_looks = 0
         while not (self._queue and (self._draining or self._batch_ready())):
             self._draining = False
-            if not self._cond.wait(self.max_delay) and self._queue:
-                break  # items waited long enough
+            if not self._queue and empty_looks >= _IDLE_LOOKS:
+                self._sleeping = True
+                self._cond.wait()
+                self._sleeping = False
+                empty_looks = 0
+            elif not self._cond.wait(self.max_delay):
+                if self._queue:
+                    break  # items waited long enough
+                empty_looks += 1
         self._draining = True
         return self._queue.popleft()
 

@@ -205,10 +205,17 @@ def test_writer_wakes_for_a_batch_or_after_max_delay(tmp_path):
     assert writer.close(timeout=30)
     assert len(read_published_steps(tmp_path / "batched")) == run_writer_module.WAKE_AFTER_ITEMS
 
-    # A lone step is written once max_delay has passed.
+    # A lone step is written once max_delay has passed, also by a writer idle long
+    # enough to sleep until the next item.
     writer = RunWriter(tmp_path / "lone", "worker_0", max_delay=0.05)
     writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("a", np.ones(2))]), publish=True)
     assert _wait_for(tmp_path / "lone" / layout.index_file_relpath(0, "worker_0"))
+    deadline = time.monotonic() + 30
+    while not writer._sleeping and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writer._sleeping, "an idle writer should stop looking at its empty queue"
+    writer.submit(_step(1, ModeKeys.TRAIN, 1, tensors=[("a", np.ones(2))]), publish=True)
+    assert _wait_for(tmp_path / "lone" / layout.index_file_relpath(1, "worker_0"))
     assert writer.close(timeout=30)
 
 
