@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -216,6 +217,7 @@ class Hook:
         self._step_identity = (0, ModeKeys.GLOBAL, 0)
         self._prepared_key = None
         self._prepared: List[_Prepared] = []
+        self._quiet: Dict[ModeKeys, Tuple[int, float]] = {}
         self._saving_colls: frozenset = frozenset()
         self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
         self._selection_caches: Dict[frozenset, Dict[tuple, List[Tuple[int, TensorPlan]]]] = {}
@@ -386,11 +388,17 @@ class Hook:
     def _update_saving(self) -> None:
         self._prepare_if_changed()
         _, mode, step = self._step_identity  # the open step's mode, even after set_mode()
-        self._saving_colls = frozenset(
-            p.collection.name for p in self._prepared
-            if (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS)
-            and p.by_mode[mode].should_save_step(step)
-        )
+        quiet = self._quiet.get(mode)
+        if quiet is not None and quiet[0] <= step < quiet[1]:  # between two saves: one comparison
+            self._saving_colls = frozenset()
+            self.saving_step = False
+            return
+        relevant = [p for p in self._prepared
+                    if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
+        self._saving_colls = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
+        if not self._saving_colls:
+            upcoming = [n for n in (p.by_mode[mode].next_save_step(step) for p in relevant) if n is not None]
+            self._quiet[mode] = (step, min(upcoming, default=math.inf))
         # A worker that writes nothing (include_workers="one", not the chief) touches no
         # tensor, unless a dry run or a live rule wants the values.
         consumes = self.writes_files or self.dry_run or bool(self._step_listeners)
@@ -424,6 +432,7 @@ class Hook:
         self._by_name = {p.collection.name: p for p in prepared}
         self._plan_caches.clear()
         self._selection_caches.clear()
+        self._quiet = {}  # mode -> (from, until): mode steps in [from, until) save nothing
         self._prepared_key = key
 
     def _refresh_if_configs_changed(self) -> None:

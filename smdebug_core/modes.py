@@ -15,6 +15,10 @@ class ModeKeys(enum.Enum):
     PREDICT = 3
     GLOBAL = 4
 
+    # Members are singletons compared by identity: hash them by identity too, in C
+    # (Enum's own __hash__ is Python code, and per-mode dicts are looked up at every step).
+    __hash__ = object.__hash__
+
     @classmethod
     def parse(cls, value):
         """Accept a ModeKeys, its name in any case ("train"), or its number."""

@@ -13,6 +13,7 @@ Semantics (the original library's, see FORMAT.md 8.2):
 """
 from __future__ import annotations
 
+import bisect
 from typing import Dict, Iterable, List, Optional
 
 from .exceptions import ConfigError
@@ -134,6 +135,19 @@ class SaveConfigMode:
         if step < start or (end is not None and step >= end):
             return False
         return step % (self._save_interval or DEFAULT_SAVE_INTERVAL) == 0
+
+    def next_save_step(self, step: int) -> Optional[int]:
+        """The first mode step from ``step`` on that :meth:`should_save_step` saves, or None
+        when there is none (a hook skips the steps in between with one comparison each)."""
+        explicit = self._save_steps or ()
+        upcoming = explicit[bisect.bisect_left(explicit, step)] if explicit and step <= explicit[-1] else None
+        interval = self._save_interval or DEFAULT_SAVE_INTERVAL
+        first = max(step, self._start_step or 0)
+        by_interval = -(-first // interval) * interval  # the first multiple of interval >= first
+        if self._end_step is not None and by_interval >= self._end_step:
+            by_interval = None
+        found = [s for s in (upcoming, by_interval) if s is not None]
+        return min(found) if found else None
 
     def to_json_dict(self) -> dict:
         return {

@@ -111,3 +111,35 @@ def test_bad_values_fail_fast_with_the_value_named(kwargs, fragment):
 def test_bad_mode_names_the_allowed_ones():
     with pytest.raises(ValueError, match="unknown mode 'training'; allowed: TRAIN, EVAL, PREDICT, GLOBAL"):
         SaveConfig(mode_save_configs={"training": SaveConfigMode()})
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"save_interval": 1},
+    {"save_interval": 7},
+    {"save_interval": 5, "start_step": 3, "end_step": 40},
+    {"save_interval": 10, "start_step": 25},
+    {"save_interval": 4, "end_step": 0},
+    {"save_steps": [2, 9, 33], "save_interval": 20, "end_step": 10},
+    {"save_steps": [0, 77], "save_interval": 30, "start_step": 100, "end_step": 100},
+])
+def test_next_save_step_agrees_with_should_save_step(kwargs):
+    config = SaveConfigMode(**kwargs).filled_from(SaveConfigMode(save_interval=500, start_step=0))
+    saved = [step for step in range(200) if config.should_save_step(step)]
+    for step in range(120):
+        expected = next((s for s in saved if s >= step), None)
+        got = config.next_save_step(step)
+        assert got == expected or (expected is None and (got is None or got >= 200)), (step, got, expected)
+
+
+def test_hook_skips_steps_between_saves_and_follows_config_changes(tmp_path):
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=5),
+                    include_collections=["losses"])
+    hook.set_mode(smd.modes.TRAIN)
+    saved = [step for step in range(12) if hook.begin_step()]
+    assert saved == [0, 5, 10]
+    hook.get_collection("losses").save_config = smd.SaveConfig(save_interval=3)  # in the quiet stretch 11..14
+    saved = [hook.mode_step for _ in range(12, 24) if hook.begin_step()]
+    assert saved == [12, 15, 18, 21]
+    hook.set_mode(smd.modes.EVAL)  # each mode has its own schedule
+    assert hook.begin_step() and not hook.begin_step()
+    hook.close()
