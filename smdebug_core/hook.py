@@ -217,6 +217,7 @@ class Hook:
         self._step_identity = (0, ModeKeys.GLOBAL, 0)
         self._prepared_key = None
         self._prepared: List[_Prepared] = []
+        # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
         self._quiet: Dict[ModeKeys, Tuple[int, float]] = {}
         self._saving_colls: frozenset = frozenset()
         self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
@@ -432,7 +433,7 @@ class Hook:
         self._by_name = {p.collection.name: p for p in prepared}
         self._plan_caches.clear()
         self._selection_caches.clear()
-        self._quiet = {}  # mode -> (from, until): mode steps in [from, until) save nothing
+        self._quiet.clear()
         self._prepared_key = key
 
     def _refresh_if_configs_changed(self) -> None:
@@ -633,8 +634,7 @@ class Hook:
                 logger.info("dry run: step %d (%s %d) would save %d records", step, mode.name, mode_step,
                             len(tensors) + len(shapes))
             return
-        if self.writer.failed is not None:
-            self.disable(f"writer failed: {self.writer.failed}", already_reported=True)
+        if self._writer_failed():
             return
         from .writer import StepData
 
@@ -763,6 +763,14 @@ class Hook:
         return self.stop_reason is not None
 
     # --- lifecycle -------------------------------------------------------------------
+    def _writer_failed(self) -> bool:
+        """Whether the writer has failed; if so the hook is disabled (the writer logged why)."""
+        writer = self.writer
+        if writer is None or writer.failed is None:
+            return False
+        self.disable(f"writer failed: {writer.failed}", already_reported=True)
+        return True
+
     def disable(self, reason: str, already_reported: bool = False) -> None:
         """Stop capturing for the rest of the run (training goes on). Logs once."""
         if not self.enabled:
@@ -801,9 +809,7 @@ class Hook:
                 self.writer.close(write_end_marker=marker)
             except Exception as exc:  # noqa: BLE001
                 logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
-            # The writer works in batches: a disk error may surface only now (it logged it).
-            if self.writer is not None and self.writer.failed is not None:
-                self.disable(f"writer failed: {self.writer.failed}", already_reported=True)
+            self._writer_failed()  # the writer works in batches: a disk error may surface only now
         if self._metrics_file is not None:
             self._metrics_file.close()
         if self._checkpoint_dir and self.global_step >= 0:
