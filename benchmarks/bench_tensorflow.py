@@ -8,6 +8,8 @@ Run::
     .venv/bin/python benchmarks/bench_tensorflow.py --width 2     # the same tensors, longer steps
     .venv/bin/python benchmarks/bench_tensorflow.py --alternate 64 --steps 256 --reps 4 \
         --scenarios control reductions full default idle             # steadiest on a noisy machine
+    .venv/bin/python benchmarks/bench_tensorflow.py --alternate 64 --steps 256 --reps 3 --batch 128 \
+        --scenarios control reductions                               # longer steps (8-10 ms here)
 
 Scenarios (a small CNN on 28x28 inputs, batch 32, TensorFlow on the CPU):
 
