@@ -151,6 +151,9 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         # (model, its train_function, weight names): the optimizer site of that compiled train
         # function copied these trainable weights in a saved TRAIN step of fit; see _delivered_by_sites.
         self._site_weights: Optional[tuple] = None
+        # (site.fresh, len(self._tracked), names) of the last check: the same variants ran
+        # again, and no variable was tracked since, so the same names (see _confirm_site_weights).
+        self._fresh_names: Optional[tuple] = None
 
     # ====================================================================== registration
     def set_model(self, model):
@@ -563,10 +566,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         site = self._capture.site(("optimizer", id(optimizer))) if optimizer is not None else None
         if site is None or not site.armed:
             return  # the site did not try to copy in this step: nothing learned
-        tracked = self._tracked
-        # A variant of a specialized function copies only what its layout holds.
-        names = frozenset(name for variant in site.fresh for name, entry in zip(variant.names, variant.layout)
-                          if name in tracked and (variant.owner is None or entry is not None))
+        tracked, fresh, cached = self._tracked, site.fresh, self._fresh_names
+        if cached is not None and cached[0] == fresh and cached[1] == len(tracked):  # names are only ever added
+            names = cached[2]
+        else:
+            # A variant of a specialized function copies only what its layout holds.
+            names = frozenset(name for variant in fresh for name, entry in zip(variant.names, variant.layout)
+                              if name in tracked and (variant.owner is None or entry is not None))
+            self._fresh_names = (fresh, len(tracked), names)
         if not names:
             self._site_weights = None  # armed but did not run: back to reading at step begin
             return
