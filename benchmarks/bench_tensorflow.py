@@ -6,6 +6,8 @@ Run::
     .venv/bin/python benchmarks/bench_tensorflow.py --reps 9 --steps 128 --scenarios default
     .venv/bin/python benchmarks/bench_tensorflow.py --dry-run     # everything but the writer
     .venv/bin/python benchmarks/bench_tensorflow.py --width 2     # the same tensors, longer steps
+    .venv/bin/python benchmarks/bench_tensorflow.py --alternate 64 --steps 256 --reps 3 --depth 36 \
+        --scenarios control reductions                               # 160 tensors saved
     .venv/bin/python benchmarks/bench_tensorflow.py --alternate 64 --steps 256 --reps 4 \
         --scenarios control reductions full default idle             # steadiest on a noisy machine
     .venv/bin/python benchmarks/bench_tensorflow.py --alternate 64 --steps 256 --reps 3 --batch 128 \
@@ -18,6 +20,8 @@ a. ``reductions``: min, max, mean, std, l1 and l2 norms of weights, biases and g
 b. ``full``: whole weights, biases and gradients at every step;
 c. ``default``: the default configuration (losses and metrics every 500 steps).
 
+``--depth k`` inserts k more Dense(128) layers after ``fc1``: 4k more tensors saved (weights,
+biases and their gradients), for the hook's cost per tensor (its callbacks' columns).
 ``--width k`` multiplies the CNN's filters and units by k: the same 16 tensors are saved,
 each step does more work (the ratio of a fixed cost per saved step falls; the column
 ``added ms/step`` shows the hook's cost in time).
@@ -85,8 +89,9 @@ import smdebug.tensorflow as smd  # noqa: E402
 PARAMS = ["weights", "biases", "gradients"]
 
 
-def build_model(width=1):
-    """The CNN; ``width`` multiplies its filters and units (the same tensors, more work per step)."""
+def build_model(width=1, depth=0):
+    """The CNN; ``width`` multiplies its filters and units (the same tensors, more work per
+    step); ``depth`` adds Dense(128) layers after ``fc1`` (more tensors)."""
     keras.utils.set_random_seed(0)
     model = keras.Sequential([
         keras.Input((28, 28, 1)),
@@ -96,6 +101,7 @@ def build_model(width=1):
         keras.layers.MaxPooling2D(),
         keras.layers.Flatten(),
         keras.layers.Dense(128 * width, activation="relu", name="fc1"),
+        *[keras.layers.Dense(128, activation="relu", name=f"deep{i}") for i in range(depth)],
         keras.layers.Dense(10, name="fc2"),
     ], name="cnn")
     model.compile(optimizer=keras.optimizers.SGD(0.01),
@@ -257,9 +263,9 @@ def pooled_ratio(pairs, resamples=2000):
     return ratio, np.percentile(boot, 2.5), np.percentile(boot, 97.5)
 
 
-def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False, width=1):
+def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False, shape=None):
     out_dir = os.path.join(tmp, scenario)
-    baseline, hooked = build_model(width), build_model(width)
+    baseline, hooked = build_model(**(shape or {})), build_model(**(shape or {}))
     hook = make_hook(scenario, out_dir, dry_run)
     timed_fit(baseline, x, y, batch)  # warm-up: traces the compiled steps
     timed_fit(hooked, x, y, batch, [hook], hook)
@@ -300,8 +306,8 @@ class CallbackClock:
         return 1e6 * self.seconds[which] / self.calls if self.calls else float("nan")
 
 
-def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block, width=1):
-    baseline, hooked = build_model(width), build_model(width)
+def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block, shape=None):
+    baseline, hooked = build_model(**(shape or {})), build_model(**(shape or {}))
     hook = None if scenario == "control" else make_hook(scenario, os.path.join(tmp, scenario), dry_run)
     for _ in range(2):  # warm-up: traces the compiled steps and the block-sized data pipelines
         alternating_blocks([baseline, hooked], hook, x, y, batch, block)
@@ -332,12 +338,15 @@ def main():
                         help="hooks capture and reduce but write nothing: the writer's share is the difference")
     parser.add_argument("--alternate", type=int, default=0, metavar="BLOCK",
                         help="alternate fits of BLOCK batches of the two models (steadier on a noisy machine)")
+    parser.add_argument("--depth", type=int, default=0,
+                        help="add Dense(128) layers after fc1 (4 more tensors saved each)")
     parser.add_argument("--width", type=int, default=1,
                         help="multiply the CNN's filters and units (same tensors saved, longer steps)")
     args = parser.parse_args()
     if "control" in args.scenarios and not args.alternate:
         parser.error("scenario 'control' compares two models without a hook: it needs --alternate BLOCK")
 
+    shape = {"width": args.width, "depth": args.depth}
     rng = np.random.default_rng(0)
     n = args.steps * args.batch
     x = rng.standard_normal((n, 28, 28, 1)).astype("float32")
@@ -350,7 +359,7 @@ def main():
                   f"{'hook begin us':>14} {'hook end us':>12}")
             for scenario in args.scenarios:
                 r = run_alternating(scenario, x, y, args.batch, args.reps, tmp, args.dry_run, args.alternate,
-                                    args.width)
+                                    shape)
                 print(f"{scenario:<12} {r['ratio']:7.3f} {r['low']:7.3f}-{r['high']:.3f} "
                       f"{r['median_block_ratio']:13.3f} {r['base_ms']:13.2f} {r['hooked_ms']:15.2f} "
                       f"{r['hooked_ms'] - r['base_ms']:14.2f} {r['begin_us']:14.0f} {r['end_us']:12.0f}", flush=True)
@@ -358,7 +367,7 @@ def main():
         print(f"{'scenario':<12} {'min ratio':>9} {'median ratio':>13} {'base ms/step':>13} {'hooked ms/step':>15}")
         for scenario in args.scenarios:
             ratio, median, base, hooked = run_scenario(scenario, x, y, args.batch, args.reps, tmp, args.dry_run,
-                                                       args.width)
+                                                       shape)
             print(f"{scenario:<12} {ratio:9.3f} {median:13.3f} {1e3 * base / args.steps:13.2f} "
                   f"{1e3 * hooked / args.steps:15.2f}", flush=True)
     finally:

@@ -9,7 +9,8 @@ for its tensor type, and calls three things from the framework's own hooks:
 * :meth:`Hook.end_step` (optional: the next ``begin_step`` or ``close`` does it).
 
 An adapter that reduces tensors inside the framework's own compiled step (TensorFlow)
-hands the values over with :meth:`Hook.record_reduced` instead of :meth:`Hook.record`.
+lays them out once with :meth:`Hook.reduced_block` and hands each step's values over
+with :meth:`Hook.record_reduced` instead of :meth:`Hook.record`.
 
 At the end of a saved step the backend computes all reductions of all recorded tensors
 in one batch and copies them to the host once; the writer thread encodes and writes.
@@ -72,6 +73,37 @@ class TensorPlan:
     needs_host: bool = False
     #: The record name of each of ``reductions``, in the same order (made once per plan).
     reduction_tags: Tuple[str, ...] = ()
+
+
+class ReducedBlock:
+    """Tensors whose reductions an adapter computes itself, laid out once by
+    :meth:`Hook.reduced_block` so that :meth:`Hook.record_reduced` files a step of them
+    without per-tensor Python (a step may hold hundreds of such tensors).
+
+    ``entries`` are ``(plan, shape)``; the values of a step are every reduction of every
+    entry, entry after entry, each in its plan's order: ``len(block.tags)`` of them.
+    """
+
+    __slots__ = ("entries", "names", "tags", "shapes")
+
+    def __init__(self, entries: Sequence[Tuple[TensorPlan, Optional[tuple]]]):
+        self.entries = tuple((plan, None if shape is None else tuple(shape)) for plan, shape in entries)
+        self.names = frozenset(plan.name for plan, _ in self.entries)
+        if len(self.names) != len(self.entries):
+            raise ValueError("a ReducedBlock names each tensor once")
+        #: the record name of every value, in order
+        self.tags = tuple(tag for plan, _ in self.entries for tag in plan.reduction_tags)
+        #: the shape records the plans ask for
+        self.shapes = tuple((plan.name, shape) for plan, shape in self.entries if plan.shape and shape is not None)
+
+    def split(self, values) -> List[Tuple[TensorPlan, Optional[tuple], Sequence]]:
+        """``(plan, shape, its values)`` per entry."""
+        out, start = [], 0
+        for plan, shape in self.entries:
+            stop = start + len(plan.reduction_tags)
+            out.append((plan, shape, values[start:stop]))
+            start = stop
+        return out
 
 
 @dataclass
@@ -222,7 +254,11 @@ class Hook:
         self._saving_colls: frozenset = frozenset()
         self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
         self._selection_caches: Dict[frozenset, Dict[tuple, List[Tuple[int, TensorPlan]]]] = {}
-        self._pending: Dict[str, Tuple[TensorPlan, object, TensorBackend]] = {}
+        # name -> (plan, snapshot, backend); (plan, (shape, values), None) for reductions the
+        # adapter computed; ReducedBlock -> (None, (block, values), None). Insertion order is
+        # recording order (a name recorded again moves to the end): the last record wins.
+        self._pending: Dict[object, Tuple[Optional[TensorPlan], object, Optional[TensorBackend]]] = {}
+        self._blocks_pending = False  # whether _pending holds a ReducedBlock
         self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
         self._collections_written = False
         self._closed = False
@@ -526,29 +562,68 @@ class Hook:
         with self._lock:
             pending = self._pending
             for name, plan, snap in held:
-                if name in pending:
+                if pending.pop(name, None) is not None:
                     logger.debug("tensor %s recorded twice in step %d; keeping the last value", name,
                                  self.global_step)
                 pending[name] = (plan, snap, backend)
         return len(held)
 
+    def reduced_block(self, entries: Sequence[Tuple[TensorPlan, Optional[tuple]]]) -> ReducedBlock:
+        """Lay out tensors whose reductions the adapter computes itself, for
+        :meth:`record_reduced`: ``entries`` are ``(plan, shape)``, ``plan`` this step's plan of
+        the tensor (from :meth:`select` or :meth:`plan_for`) asking for reductions only,
+        ``shape`` the tensor's shape (for a shape record) or None. Build it once and keep it
+        while :meth:`select` returns the same plans."""
+        return ReducedBlock(entries)
+
     @never_raises("record")
-    def record_reduced(self, items) -> int:
-        """Offer tensors whose reductions the adapter computed already, as
-        ``(plan, shape, values)``: ``plan`` is this step's plan of the tensor (from
-        :meth:`select` or :meth:`plan_for`), asking for reductions only; ``values`` are
-        all of its reductions in the plan's order, as numpy float64 scalars (written as
-        they are); ``shape`` is the tensor's shape (for a shape record). Returns how many
-        were taken. Skips the per-tensor backend round trip: an adapter that reduces in
-        its own graph hands over a step's values at the cost of one dict entry each.
+    def record_reduced(self, block: ReducedBlock, values: Sequence) -> int:
+        """Offer this step's reductions of the tensors of ``block`` (:meth:`reduced_block`):
+        every reduction of every tensor, tensor after tensor, each in its plan's order, as
+        numpy float64 scalars (written as they are). Returns how many tensors were taken.
+        Skips the per-tensor backend round trip and per-tensor Python: an adapter that
+        reduces in its own graph hands a step over at the cost of one call.
         """
         if not self.saving_step:
             return 0
+        if len(values) != len(block.tags):
+            raise ValueError(f"record_reduced: {len(values)} values for a block of {len(block.tags)} reductions")
         with self._lock:
             pending = self._pending
-            for plan, shape, values in items:
-                pending[plan.name] = (plan, (shape, values), None)
-        return len(items)
+            pending.pop(block, None)
+            pending[block] = (None, (block, values), None)
+            self._blocks_pending = True
+        return len(block.entries)
+
+    @staticmethod
+    def _resolve_blocks(pending: dict) -> dict:
+        """``pending`` as it is, unless a tensor of a ReducedBlock was also recorded in the
+        step by another call (rare): then every block is split into its tensors and, for
+        each name, the last record wins, as for tensors recorded one by one."""
+        names: set = set()
+        for key, (plan, snap, _) in pending.items():
+            if plan is None:
+                block = snap[0]
+                if not block.names.isdisjoint(names):
+                    break
+                names |= block.names
+            elif key in names:
+                break
+            else:
+                names.add(key)
+        else:
+            return pending  # no name recorded twice
+        resolved: dict = {}
+        for key, entry in pending.items():
+            if entry[0] is None:
+                block, values = entry[1]
+                for plan, shape, values_of_one in block.split(values):
+                    resolved.pop(plan.name, None)
+                    resolved[plan.name] = (plan, (shape, values_of_one), None)
+            else:
+                resolved.pop(key, None)
+                resolved[key] = entry
+        return resolved
 
     def _backend_for(self, value) -> TensorBackend:
         return self.backend if self.backend.accepts(value) else self._numpy_backend
@@ -582,6 +657,7 @@ class Hook:
         self._step_open = False
         with self._lock:
             pending, self._pending = self._pending, {}
+            has_blocks, self._blocks_pending = self._blocks_pending, False
             scalars, self._pending_scalars = self._pending_scalars, []
         if not pending and not scalars:
             return
@@ -591,8 +667,18 @@ class Hook:
         strip = self.strip_output_index_in_reduction_tags
         seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) if self._step_listeners else None
         groups: Dict[TensorBackend, Tuple[List[Request], List[TensorPlan]]] = {}
+        if has_blocks:
+            pending = self._resolve_blocks(pending)
         for plan, snap, backend in pending.values():
-            if backend is None:  # reduced by the adapter (record_reduced): (shape, values in plan order)
+            if plan is None:  # a ReducedBlock (record_reduced): one extend for all its tensors
+                block, values = snap
+                shapes += block.shapes
+                tensors += zip(block.tags, values)
+                if seen is not None:
+                    for one, _, values_of_one in block.split(values):
+                        seen.reductions[one.name] = dict(zip(one.reductions, values_of_one))
+                continue
+            if backend is None:  # one tensor of a split block: (shape, values in plan order)
                 shape, values = snap
                 if plan.shape and shape is not None:
                     shapes.append((plan.name, tuple(shape)))

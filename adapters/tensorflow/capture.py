@@ -175,37 +175,45 @@ class _Variant:
         self._mode_cache = (selected, mode)  # holds ``selected``: its id is not reused meanwhile
         return mode
 
-    def read_reduced(self, selected, skip):
+    def read_reduced(self, selected, skip, hook):
         """After a REDUCE step: ``(count, complete, partial)`` from one read of ``vector``,
-        the reductions of the selected names not in ``skip``. ``complete`` holds
-        ``(plan, shape, values)`` for :meth:`Hook.record_reduced` (every reduction of the
-        plan); ``partial`` holds ``(name, ReducedValue)`` for a plan with keys the layout
-        lacks (configuration changed within the step): those are left out, never made up."""
+        the reductions of the selected names not in ``skip``. ``complete`` is ``(block,
+        values)`` for :meth:`Hook.record_reduced` (the tensors whose plans get every
+        reduction they ask for; the block is laid out once per selection), or None;
+        ``partial`` holds ``(name, ReducedValue)`` for a plan with keys the layout lacks
+        (configuration changed within the step): those are left out, never made up."""
         # One eager read, the cheapest there is (Variable.numpy() costs three times as much).
         vector = _read_variable_op(self.vector.handle, tf.float64).numpy()
         count = int(vector[-1])
         cached = self._unpack_cache
         if cached is None or cached[0] is not selected or cached[1] != skip:
-            # Where each wanted reduction is in the vector ([keys, reduced tensors], row-major).
-            positions, entries = [], []
+            # Where each wanted reduction is in the vector ([keys, reduced tensors], row-major):
+            # the complete plans' first, in one run for the block, then the partial ones'.
+            complete_positions, block_entries, partial_positions, partial_entries = [], [], [], []
             for i, tensor_plan in selected:
                 entry = self.layout[i]
                 if entry is None or entry is WHOLE or self.names[i] in skip:
                     continue
                 keys = tuple(k for k in tensor_plan.reductions if k in entry)
                 column = self.reduced.index(i)
-                # What record_reduced takes: every reduction of a plan that asks for nothing else.
-                complete = tensor_plan if _layout_fits(entry, tensor_plan) else None
-                entries.append((self.names[i], complete, len(positions), len(positions) + len(keys), keys,
-                                self.shapes[i]))
-                positions += [self.keys.index(k) * len(self.reduced) + column for k in keys]
-            cached = self._unpack_cache = (selected, skip, np.asarray(positions, dtype=np.int64), entries)
-        picked = list(vector[cached[2]])  # numpy float64 scalars: records as the writer takes them
-        complete, partial = [], []
-        for name, plan, start, stop, keys, shape in cached[3]:
-            if plan is not None:
-                complete.append((plan, shape, picked[start:stop]))
-            else:
+                where = [self.keys.index(k) * len(self.reduced) + column for k in keys]
+                if _layout_fits(entry, tensor_plan):  # every reduction of a plan that asks for nothing else
+                    block_entries.append((tensor_plan, self.shapes[i]))
+                    complete_positions += where
+                else:
+                    partial_entries.append((self.names[i], len(partial_positions),
+                                            len(partial_positions) + len(keys), keys, self.shapes[i]))
+                    partial_positions += where
+            block = hook.reduced_block(block_entries) if block_entries else None
+            cached = self._unpack_cache = (selected, skip, block, np.asarray(complete_positions, dtype=np.int64),
+                                           np.asarray(partial_positions, dtype=np.int64), partial_entries)
+        _, _, block, complete_positions, partial_positions, partial_entries = cached
+        # numpy float64 scalars: records as the writer takes them
+        complete = (block, list(vector[complete_positions])) if block is not None else None
+        partial = []
+        if partial_entries:
+            picked = list(vector[partial_positions])
+            for name, start, stop, keys, shape in partial_entries:
                 partial.append((name, ReducedValue(None, shape, dict(zip(keys, picked[start:stop])))))
         return count, complete, partial
 
@@ -477,9 +485,10 @@ class GraphCapture:
         items, reduced, counts = [], [], {}
         for variant in variants:
             if variant.mode == REDUCE and variant.vector is not None:
-                count, complete, partial = variant.read_reduced(hook.select(variant.names), extra_names)
+                count, complete, partial = variant.read_reduced(hook.select(variant.names), extra_names, hook)
                 if count > variant.seen:
-                    reduced += complete
+                    if complete is not None:
+                        reduced.append(complete)
                     items += partial
                     counts[id(variant)] = count
         in_reader = tuple(v for v in variants if v.mode == COPY or v.whole)
@@ -494,8 +503,8 @@ class GraphCapture:
             variant.seen = max(variant.seen, counts.get(id(variant), 0))
         for site in sites:
             site.fresh = tuple(v for v in site.variants.values() if id(v) in counts)
-        if reduced:
-            hook.record_reduced(reduced)
+        for block, values in reduced:
+            hook.record_reduced(block, values)
         if items:
             hook.record_many(items, hook.backend)
 

@@ -115,9 +115,11 @@ def test_reductions_computed_by_the_adapter_are_written_as_handed_over(tmp_path)
     hook.begin_step()
     plan = hook.plan_for("net.weight")
     assert plan.reductions == (("min", False), ("max", False), ("l2", False))
-    assert hook.record_reduced([(plan, (3, 4), [np.float64(-1.5), np.float64(2.0), np.float64(7.25)])]) == 1
+    block = hook.reduced_block([(plan, (3, 4))])
+    assert block.tags == plan.reduction_tags
+    assert hook.record_reduced(block, [np.float64(-1.5), np.float64(2.0), np.float64(7.25)]) == 1
     hook.begin_step()
-    hook.record_reduced([(hook.plan_for("net.weight"), (3, 4), [np.float64(0.0)] * 3)])
+    hook.record_reduced(hook.reduced_block([(hook.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
     hook.record("net.weight", np.full((3, 4), 5.0))  # the same name again in the step: the last value is kept
     hook.close()
     t = create_trial(str(tmp_path / "run")).tensor("net.weight")
@@ -125,6 +127,61 @@ def test_reductions_computed_by_the_adapter_are_written_as_handed_over(tmp_path)
     assert t.shape(0) == (3, 4)
     assert t.reduction_value(1, "l2") == pytest.approx(np.sqrt(12 * 25.0))
     assert seen[0].reductions["net.weight"] == {("min", False): -1.5, ("max", False): 2.0, ("l2", False): 7.25}
+
+
+def test_a_reduced_block_files_many_tensors_and_the_last_record_of_a_name_wins(tmp_path):
+    """A ReducedBlock carries several tensors' reductions at once. A name also recorded
+    another way in the same step keeps its last record, whichever way it came: a block
+    after a record(), a record() after a block, and a second block over the first."""
+    rc = smd.ReductionConfig(reductions=["min", "max"])
+    hook = smd.Hook(out_dir=tmp_path / "run", reduction_config=rc, include_collections=["weights"],
+                    save_config=smd.SaveConfig(save_interval=1))
+    names = ["a.weight", "b.weight", "c.weight"]
+
+    def block_of(*chosen):
+        return hook.reduced_block([(hook.plan_for(name), (2,)) for name in chosen])
+
+    def values(*pairs):
+        return [np.float64(v) for pair in pairs for v in pair]
+
+    hook.begin_step()  # step 0: one block, nothing else
+    hook.record_reduced(block_of(*names), values((0, 1), (2, 3), (4, 5)))
+    hook.begin_step()  # step 1: a.weight recorded, then the block (the block's value wins)
+    hook.record("a.weight", np.array([-9.0, 9.0]))
+    hook.record_reduced(block_of(*names), values((10, 11), (12, 13), (14, 15)))
+    hook.begin_step()  # step 2: the block, then b.weight recorded (the record wins)
+    hook.record_reduced(block_of(*names), values((20, 21), (22, 23), (24, 25)))
+    hook.record("b.weight", np.array([-7.0, 7.0]))
+    hook.begin_step()  # step 3: two blocks overlapping on c.weight (the second wins)
+    hook.record_reduced(block_of("a.weight", "c.weight"), values((30, 31), (32, 33)))
+    hook.record_reduced(block_of("c.weight"), values((34, 35)))
+    hook.close()
+    assert hook.enabled
+
+    trial = create_trial(str(tmp_path / "run"))
+
+    def minmax(name, step):
+        tensor = trial.tensor(name)
+        return tensor.reduction_value(step, "min"), tensor.reduction_value(step, "max")
+
+    assert [minmax(name, 0) for name in names] == [(0, 1), (2, 3), (4, 5)]
+    assert [minmax(name, 1) for name in names] == [(10, 11), (12, 13), (14, 15)]
+    assert [minmax(name, 2) for name in names] == [(20, 21), (-7, 7), (24, 25)]
+    assert minmax("a.weight", 3) == (30, 31) and minmax("c.weight", 3) == (34, 35)
+    assert 3 not in trial.tensor("b.weight").steps()
+
+
+def test_record_reduced_with_the_wrong_number_of_values_disables_the_hook(tmp_path, caplog):
+    """An adapter's bug, not the user's: one warning, the hook switches off, training goes on."""
+    hook = smd.Hook(out_dir=tmp_path / "run", reduction_config=smd.ReductionConfig(reductions=["min", "max"]),
+                    include_collections=["weights"], save_config=smd.SaveConfig(save_interval=1))
+    hook.begin_step()
+    block = hook.reduced_block([(hook.plan_for("net.weight"), None)])
+    with caplog.at_level("WARNING"):
+        assert hook.record_reduced(block, [np.float64(1.0)]) is None
+    assert not hook.enabled
+    assert "1 values for a block of 2 reductions" in caplog.text
+    hook.close()
 
 
 def test_shape_only_and_collection_overrides(tmp_path):
