@@ -134,6 +134,9 @@ def test_steps_like_the_previous_one_are_written_from_a_template_byte_for_byte(t
     def small(step, dtype=np.float64):
         return [(tag, np.asarray(step * 10 + k, dtype=dtype)) for k, tag in enumerate(reductions)]
 
+    def scalars(step, dtype=np.float64):  # numpy scalars, as reductions computed in a graph come
+        return [(tag, dtype(step * 10 + k)) for k, tag in enumerate(reductions)]
+
     strided = np.arange(20, dtype=np.float32)[::2]  # not contiguous: that list goes one record at a time
     steps = []
     for global_step in [0, 1, 2, 127, 128, 129, 20000]:  # step and mode-step varints change length
@@ -146,16 +149,23 @@ def test_steps_like_the_previous_one_are_written_from_a_template_byte_for_byte(t
         (20004, ModeKeys.TRAIN, 20004, [small(5)[:3] + [("big", np.ones(70000, np.uint8))] + small(5)[3:]]),
         (20005, ModeKeys.TRAIN, 20005, [small(6)[:-1] + [("a_float", 2.5)]]),  # not an ndarray
         (20006, ModeKeys.TRAIN, 20006, [small(7)]),
+        (20007, ModeKeys.TRAIN, 20007, [scalars(8)]),
+        (20008, ModeKeys.TRAIN, 20008, [scalars(9, np.float32)]),  # same tags, scalars of another type
+        (20009, ModeKeys.TRAIN, 20009, [scalars(10)]),
+        (20010, ModeKeys.TRAIN, 20010, [small(11)]),  # 0-d arrays again
     ]
     templated, layouts = _write_run(tmp_path / "templated", steps, False, monkeypatch)
     one_by_one, no_layouts = _write_run(tmp_path / "one_by_one", steps, True, monkeypatch)
     assert templated == one_by_one
-    # One layout per length of the step head and metadata (steps 0; 1-9; 127; 128-129; 20000-20006), one
+    # One layout per length of the step head and metadata (steps 0; 1-9; 127; 128-129; 20000-20010), one
     # for the 9-record list; the others were not all small contiguous arrays.
     assert (layouts, no_layouts) == (6, 0)
     published = read_published_steps(tmp_path / "templated")  # framing, offsets and CRCs check out
     _, tensors = published[layout.index_file_relpath(20006, "worker_0")]
     assert [t.tag for t in tensors] == reductions and [float(t.value) for t in tensors] == list(range(70, 82))
+    _, tensors = published[layout.index_file_relpath(20008, "worker_0")]
+    assert [t.value.dtype for t in tensors] == [np.float32] * 12 and [float(t.value) for t in tensors] == \
+        list(range(90, 102))
     _, tensors = published[layout.index_file_relpath(20002, "worker_0")]
     assert [float(t.value) for t in tensors] == list(range(20, 32)) + list(range(30, 39))
 
