@@ -153,7 +153,7 @@ class _SmallRecordsLayout:
 
     def __init__(self, tags, types, specs, parts, starts, lengths, payloads):
         self.tags = tags
-        # The values' types the template was made for; a numpy scalar's type fixes its dtype
+        # The values' types the template was made for; a numeric numpy scalar's type fixes its dtype
         # and shape, so [(dtype, shape)] is only kept (and checked) when arrays are among them.
         self.types = types
         self.specs = specs if np.ndarray in types else None
