@@ -56,3 +56,26 @@ def test_live_stop_training_ends_fit_within_one_batch(tmp_path):
         pytest.xfail(f"the Keras adapter does not set model.stop_training after hook.request_stop(): fit ran "
                      f"{last_step + 1} batches although the rule fired at step {trigger}")
     assert last_step <= trigger + 1
+
+
+def test_live_listeners_see_the_reductions_reduced_in_the_train_step(tmp_path):
+    """Reductions computed inside the compiled train step reach step listeners (live rules)
+    with the values written to disk, for every tensor of every saved step."""
+    x, y = data()
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=2),
+                         include_collections=["gradients", "weights", "biases"],
+                         reduction_config=smd.ReductionConfig(reductions=["max"], abs_reductions=["mean"]))
+    seen = {}
+    hook.add_step_listener(lambda values: seen.setdefault(values.global_step, values.reductions))
+    model_of(3, "relu", 0.01).fit(x, y, batch_size=32, epochs=1, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert sorted(seen) == trial.steps() == [0, 2, 4, 6]
+    names = [name for coll in ("gradients", "weights", "biases") for name in trial.tensor_names(collection=coll)]
+    assert len(names) == 16  # 4 Dense layers: kernel and bias, and their gradients
+    for step, reductions in seen.items():
+        assert set(reductions) == set(names)
+        for name in names:
+            tensor = trial.tensor(name)
+            assert reductions[name] == {("max", False): tensor.reduction_value(step, "max"),
+                                        ("mean", True): tensor.reduction_value(step, "mean", abs=True)}
