@@ -293,13 +293,14 @@ def _large_reductions(tensors, sizes, keys, compute):
         else:  # pragma: no cover - ReductionConfig validates names
             raise ValueError(f"unknown reduction {op!r}")
     stats.sort(key=lambda s: s[0] == "variance")  # a variance needs its mean first
-    per_tensor = []
+    per_tensor = []  # per tensor: {stat: scalar}
     for t in tensors:
         x = _as_real(t, compute)
         values = {False: x}
         if any(a for _, a in stats):
             values[True] = tf.abs(x)
         got = {}
+        per_tensor.append(got)
         for name, is_abs in stats:
             v = values[is_abs]
             if name == "min":
@@ -315,8 +316,12 @@ def _large_reductions(tensors, sizes, keys, compute):
             else:
                 # Exact in the compute dtype (an element or the mean of two): stacked with the rest.
                 got[(name, is_abs)] = tf.cast(_median(tf.reshape(v, [-1])), compute)
-        per_tensor.append(tf.stack([got[s] for s in stats]))
-    table = tf.cast(tf.stack(per_tensor, axis=1), tf.float64)  # [len(stats), len(tensors)]
+    # [len(stats), len(tensors)], packed along the shorter side: fewer ops for many tensors.
+    if len(tensors) > len(stats):
+        table = tf.stack([tf.stack([got[s] for got in per_tensor]) for s in stats])
+    else:
+        table = tf.stack([tf.stack([got[s] for s in stats]) for got in per_tensor], axis=1)
+    table = tf.cast(table, tf.float64)
     rows = {s: table[i] for i, s in enumerate(stats)}
     counts = np.asarray(sizes, dtype=np.float64)
     out = []
