@@ -263,9 +263,9 @@ def pooled_ratio(pairs, resamples=2000):
     return ratio, np.percentile(boot, 2.5), np.percentile(boot, 97.5)
 
 
-def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False, shape=None):
+def run_scenario(scenario, x, y, batch, reps, tmp, dry_run=False, model_args=None):
     out_dir = os.path.join(tmp, scenario)
-    baseline, hooked = build_model(**(shape or {})), build_model(**(shape or {}))
+    baseline, hooked = build_model(**(model_args or {})), build_model(**(model_args or {}))
     hook = make_hook(scenario, out_dir, dry_run)
     timed_fit(baseline, x, y, batch)  # warm-up: traces the compiled steps
     timed_fit(hooked, x, y, batch, [hook], hook)
@@ -306,8 +306,8 @@ class CallbackClock:
         return 1e6 * self.seconds[which] / self.calls if self.calls else float("nan")
 
 
-def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block, shape=None):
-    baseline, hooked = build_model(**(shape or {})), build_model(**(shape or {}))
+def run_alternating(scenario, x, y, batch, reps, tmp, dry_run, block, model_args=None):
+    baseline, hooked = build_model(**(model_args or {})), build_model(**(model_args or {}))
     hook = None if scenario == "control" else make_hook(scenario, os.path.join(tmp, scenario), dry_run)
     for _ in range(2):  # warm-up: traces the compiled steps and the block-sized data pipelines
         alternating_blocks([baseline, hooked], hook, x, y, batch, block)
@@ -346,7 +346,7 @@ def main():
     if "control" in args.scenarios and not args.alternate:
         parser.error("scenario 'control' compares two models without a hook: it needs --alternate BLOCK")
 
-    shape = {"width": args.width, "depth": args.depth}
+    model_args = {"width": args.width, "depth": args.depth}
     rng = np.random.default_rng(0)
     n = args.steps * args.batch
     x = rng.standard_normal((n, 28, 28, 1)).astype("float32")
@@ -359,7 +359,7 @@ def main():
                   f"{'hook begin us':>14} {'hook end us':>12}")
             for scenario in args.scenarios:
                 r = run_alternating(scenario, x, y, args.batch, args.reps, tmp, args.dry_run, args.alternate,
-                                    shape)
+                                    model_args)
                 print(f"{scenario:<12} {r['ratio']:7.3f} {r['low']:7.3f}-{r['high']:.3f} "
                       f"{r['median_block_ratio']:13.3f} {r['base_ms']:13.2f} {r['hooked_ms']:15.2f} "
                       f"{r['hooked_ms'] - r['base_ms']:14.2f} {r['begin_us']:14.0f} {r['end_us']:12.0f}", flush=True)
@@ -367,7 +367,7 @@ def main():
         print(f"{'scenario':<12} {'min ratio':>9} {'median ratio':>13} {'base ms/step':>13} {'hooked ms/step':>15}")
         for scenario in args.scenarios:
             ratio, median, base, hooked = run_scenario(scenario, x, y, args.batch, args.reps, tmp, args.dry_run,
-                                                       shape)
+                                                       model_args)
             print(f"{scenario:<12} {ratio:9.3f} {median:13.3f} {1e3 * base / args.steps:13.2f} "
                   f"{1e3 * hooked / args.steps:15.2f}", flush=True)
     finally:

@@ -254,9 +254,9 @@ class Hook:
         self._saving_colls: frozenset = frozenset()
         self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
         self._selection_caches: Dict[frozenset, Dict[tuple, List[Tuple[int, TensorPlan]]]] = {}
-        # name -> (plan, snapshot, backend); (plan, (shape, values), None) for reductions the
-        # adapter computed; ReducedBlock -> (None, (block, values), None). Insertion order is
-        # recording order (a name recorded again moves to the end): the last record wins.
+        # name -> (plan, snapshot, backend); ReducedBlock -> (None, (block, values), None) for
+        # reductions the adapter computed. Insertion order is recording order (a name recorded
+        # again moves to the end): the last record wins.
         self._pending: Dict[object, Tuple[Optional[TensorPlan], object, Optional[TensorBackend]]] = {}
         self._blocks_pending = False  # whether _pending holds a ReducedBlock
         self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
@@ -598,8 +598,9 @@ class Hook:
     @staticmethod
     def _resolve_blocks(pending: dict) -> dict:
         """``pending`` as it is, unless a tensor of a ReducedBlock was also recorded in the
-        step by another call (rare): then every block is split into its tensors and, for
-        each name, the last record wins, as for tensors recorded one by one."""
+        step by another call (rare): then every block is split into blocks of one tensor,
+        keyed by its name, and for each name the last record wins, as for tensors recorded
+        one by one."""
         names: set = set()
         for key, (plan, snap, _) in pending.items():
             if plan is None:
@@ -619,7 +620,7 @@ class Hook:
                 block, values = entry[1]
                 for plan, shape, values_of_one in block.split(values):
                     resolved.pop(plan.name, None)
-                    resolved[plan.name] = (plan, (shape, values_of_one), None)
+                    resolved[plan.name] = (None, (ReducedBlock([(plan, shape)]), values_of_one), None)
             else:
                 resolved.pop(key, None)
                 resolved[key] = entry
@@ -677,14 +678,6 @@ class Hook:
                 if seen is not None:
                     for one, _, values_of_one in block.split(values):
                         seen.reductions[one.name] = dict(zip(one.reductions, values_of_one))
-                continue
-            if backend is None:  # one tensor of a split block: (shape, values in plan order)
-                shape, values = snap
-                if plan.shape and shape is not None:
-                    shapes.append((plan.name, tuple(shape)))
-                tensors += zip(plan.reduction_tags, values)
-                if seen is not None:
-                    seen.reductions[plan.name] = dict(zip(plan.reductions, values))
                 continue
             group = groups.get(backend)
             if group is None:

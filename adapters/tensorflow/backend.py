@@ -316,12 +316,8 @@ def _large_reductions(tensors, sizes, keys, compute):
             else:
                 # Exact in the compute dtype (an element or the mean of two): stacked with the rest.
                 got[(name, is_abs)] = tf.cast(_median(tf.reshape(v, [-1])), compute)
-    # [len(stats), len(tensors)], packed along the shorter side: fewer ops for many tensors.
-    if len(tensors) > len(stats):
-        table = tf.stack([tf.stack([got[s] for got in per_tensor]) for s in stats])
-    else:
-        table = tf.stack([tf.stack([got[s] for s in stats]) for got in per_tensor], axis=1)
-    table = tf.cast(table, tf.float64)
+    # [len(stats), len(tensors)], one pack per statistic: the op count does not grow with the tensors.
+    table = tf.cast(tf.stack([tf.stack([got[s] for got in per_tensor]) for s in stats]), tf.float64)
     rows = {s: table[i] for i, s in enumerate(stats)}
     counts = np.asarray(sizes, dtype=np.float64)
     out = []
