@@ -1,0 +1,210 @@
+"""How the PyTorch hook's cost grows with the number of saved tensors and their size.
+
+Run (torch at one intra-op thread, as the figures in docs/performance.md)::
+
+    .venv/bin/python benchmarks/bench_scaling.py
+    .venv/bin/python benchmarks/bench_scaling.py --axis count --configs reductions
+    # the same scenarios through smdebug 1.0.34, in its own environment, merged into the table:
+    .venv/bin/python benchmarks/bench_scaling.py --original-python "$(bash benchmarks/original_env.sh | tail -1)"
+
+Two axes, each with three hook configurations:
+
+* ``count``: 25, 100, 400 saved tensors. A stack of small blocks (``Linear(64, 64)`` and
+  ``ReLU``): each block's weight, bias, their gradients and both modules' outputs, six
+  tensors of at most 4,096 elements.
+* ``size``: a 6-layer MLP ``width`` wide (weights of 4k, 65k, 262k, 1M elements): its 24
+  weights, biases and gradients.
+* configurations: ``reductions`` (min, max, mean, std, l2 of every tensor, every step),
+  ``full`` (whole tensors, every step) and ``default`` (the hook's defaults: losses every
+  500 steps).
+
+Method, as a user feels it: the baseline model and the hooked model (same architecture,
+same data) are trained in one process, one step of each in turn, so both see the machine
+at the same speed; each step is timed on its own (a whole iteration: zero_grad, forward,
+backward, optimizer step; the hook's end of step happens inside the next one). The
+figures are the **median of per-step times** of each, their ratio, the added time per
+step and the added time per saved tensor. The hook's ``close()`` (the writer finishing
+the run's files) is timed apart. Batches of 64 rows; full-tensor runs are shortened so a
+run writes at most ``--max-mb`` megabytes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+COUNTS = (25, 100, 400)
+SIZES = {4096: 64, 65536: 256, 262144: 512, 1048576: 1024}  # elements of a weight -> MLP width
+CONFIGS = ("reductions", "full", "default")
+BATCH = 64
+
+
+def count_model(tensors: int) -> torch.nn.Module:
+    blocks = max(1, round(tensors / 6))
+    layers = []
+    for _ in range(blocks):
+        layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers)
+
+
+def size_model(width: int) -> torch.nn.Module:
+    layers = []
+    for i in range(6):
+        layers.append(torch.nn.Linear(width, width))
+        if i < 5:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def scenario_list(axes, configs):
+    """(label, axis, model factory, input width, saved tensors per step, bytes per step, config)."""
+    out = []
+    for axis in axes:
+        if axis == "count":
+            for n in COUNTS:
+                blocks = max(1, round(n / 6))
+                saved = 6 * blocks
+                nbytes = 4 * blocks * (2 * (64 * 64 + 64) + 2 * BATCH * 64)
+                for config in configs:
+                    out.append((f"count {saved}", axis, (count_model, n), 64, saved, nbytes, config))
+        else:
+            for numel, width in SIZES.items():
+                saved = 24
+                nbytes = 4 * 6 * 2 * (width * width + width)
+                for config in configs:
+                    out.append((f"size {numel // 1024}k", axis, (size_model, width), width, saved, nbytes, config))
+    return out
+
+
+def make_hook(smd, out_dir, axis, config):
+    if config == "default":
+        return smd.Hook(out_dir=out_dir)
+    kwargs = dict(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
+                  include_collections=["weights", "biases", "gradients"])
+    if axis == "count":
+        kwargs["include_regex"] = [r"^\d+_output_0$"]
+    if config == "reductions":
+        kwargs["reduction_config"] = smd.ReductionConfig(reductions=["min", "max", "mean", "std"], norms=["l2"])
+    return smd.Hook(**kwargs)
+
+
+def run(smd, scenario, steps, warmup, work_dir):
+    """Per-step times (seconds) of the baseline and of the hooked model, and close() time."""
+    label, axis, (factory, arg), width, saved, nbytes, config = scenario
+    torch.manual_seed(0)
+    models = [factory(arg), factory(arg)]
+    models[1].load_state_dict(models[0].state_dict())
+    loss_fn = torch.nn.MSELoss()
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in models]
+    gen = torch.Generator().manual_seed(0)
+    data = [(torch.randn(BATCH, width, generator=gen), torch.randn(BATCH, width, generator=gen)) for _ in range(4)]
+    out_dir = os.path.join(work_dir, f"{label.replace(' ', '_')}_{config}")
+    hook = make_hook(smd, out_dir, axis, config)
+    hook.register_module(models[1])
+    hook.register_loss(loss_fn)
+    times = ([], [])
+    clock = time.perf_counter
+    for i in range(warmup + steps):
+        x, y = data[i % len(data)]
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            model, optimizer = models[which], optimizers[which]
+            start = clock()
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+            elapsed = clock() - start
+            if i >= warmup:
+                times[which].append(elapsed)
+    start = clock()
+    (getattr(hook, "close", None) or hook._cleanup)()
+    close_s = clock() - start
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return times, close_s
+
+
+def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
+    work_dir = tempfile.mkdtemp(prefix="bench_scaling_")
+    results = []
+    try:
+        for scenario in scenarios:
+            label, axis, _, _, saved, nbytes, config = scenario
+            n = steps
+            if config == "full":
+                n = max(20, min(steps, int(max_mb * 2 ** 20 // max(nbytes, 1))))
+            (base, hooked), close_s = run(smd, scenario, n, warmup, work_dir)
+            base_ms, hooked_ms = 1e3 * statistics.median(base), 1e3 * statistics.median(hooked)
+            added_us = 1e3 * (hooked_ms - base_ms)
+            row = dict(scenario=label, axis=axis, config=config, steps=n, saved=saved if config != "default" else 0,
+                       base_ms=base_ms, hooked_ms=hooked_ms, ratio=hooked_ms / base_ms, added_us=added_us,
+                       us_per_tensor=added_us / saved if config != "default" else None, close_ms=1e3 * close_s)
+            results.append(row)
+            if not quiet:
+                print_row(row, "", file=sys.stderr)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return results
+
+
+HEADER = (f"{'scenario':<11}{'config':<11}{'library':<10}{'steps':>6}{'base ms':>9}{'hooked ms':>10}{'ratio':>7}"
+          f"{'added us':>10}{'us/tensor':>10}{'close ms':>9}")
+
+
+def print_row(r, library, file=sys.stdout):
+    per = f"{r['us_per_tensor']:.1f}" if r.get("us_per_tensor") is not None else "-"
+    print(f"{r['scenario']:<11}{r['config']:<11}{library:<10}{r['steps']:>6}{r['base_ms']:>9.2f}"
+          f"{r['hooked_ms']:>10.2f}{r['ratio']:>7.2f}{r['added_us']:>10.0f}{per:>10}{r['close_ms']:>9.0f}", file=file)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--axis", nargs="+", choices=("count", "size"), default=["count", "size"])
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--steps", type=int, default=200, help="timed steps of each model per scenario")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--max-mb", type=float, default=1500, help="bytes a full-tensor run may write")
+    parser.add_argument("--original-python", help="also run the scenarios through smdebug 1.0.34 with this "
+                                                  "interpreter (benchmarks/original_env.sh)")
+    parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    import smdebug
+    import smdebug.pytorch as smd
+
+    scenarios = scenario_list(args.axis, args.configs)
+    library = "original" if getattr(smdebug, "__version__", "") == "1.0.34" else "ours"
+    rows = [dict(r, library=library) for r in measure(smd, scenarios, args.steps, args.warmup, args.max_mb,
+                                                       args.quiet)]
+    if args.original_python:
+        cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
+               "--axis", *args.axis, "--configs", *args.configs, "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"the original's run failed:\n{proc.stderr[-3000:]}")
+        rows += json.loads(proc.stdout.strip().splitlines()[-1])
+    if args.json:
+        with open(args.json, "w") as handle:
+            handle.write(json.dumps(rows) + "\n")
+        if args.json == "/dev/stdout":
+            return
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s), batch {BATCH}, "
+          f"median of per-step times, baseline and hooked steps interleaved")
+    print(HEADER)
+    order = {(s[0], s[6]): i for i, s in enumerate(scenarios)}
+    for r in sorted(rows, key=lambda r: (order.get((r["scenario"], r["config"]), 0), r["library"] != "ours")):
+        print_row(r, r["library"])
+
+
+if __name__ == "__main__":
+    main()

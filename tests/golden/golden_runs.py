@@ -1,0 +1,168 @@
+"""Fixed-seed runs whose files must not change when the capture path is restructured.
+
+``digest(out_dir)`` describes a run directory's files independently of when they were
+written: every file's relative path; for event files, each record's tag and a SHA-256 of
+its payload with the Event's ``wall_time`` zeroed (reduction records: their value, which
+is compared with a relative tolerance, see :func:`compare`); index files with their
+``crc32c`` keys dropped (they hash payloads that hold wall times); collections files as
+they are. Record order and byte offsets are part of the digest.
+
+Regenerate a golden file (only when a change of the files is intended, and say why in the
+commit)::
+
+    python tests/golden/golden_runs.py pytorch > tests/golden/pytorch.json
+    python tests/golden/golden_runs.py numpy > tests/golden/numpy.json
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+REDUCTION_PREFIX = "smdebug/reductions/"
+#: Reductions may be computed by another algorithm (float64 instead of float32 sums):
+#: their values are compared to this relative tolerance, everything else bit for bit.
+REDUCTION_RTOL = 1e-6
+
+
+def _normalized_payload(payload: bytes) -> bytes:
+    # An Event starts with field 1 (wall_time, a double: key byte 0x09 and 8 bytes) when set.
+    if payload[:1] == b"\x09":
+        return payload[:1] + bytes(8) + payload[9:]
+    return payload
+
+
+def digest(out_dir: str) -> dict:
+    from smdebug.format.codec import decode_tensor_event
+    from smdebug.format.records import iter_records
+
+    files = {}
+    for root, dirs, names in os.walk(out_dir):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, out_dir)
+            if rel.split(os.sep)[0] == "tensorboard":
+                continue
+            with open(path, "rb") as handle:
+                data = handle.read()
+            if rel.endswith(".tfevents"):
+                records = []
+                for payload in iter_records(data):
+                    payload = bytes(payload)
+                    decoded = decode_tensor_event(payload)
+                    tag, value = decoded.tag, decoded.value
+                    if tag.startswith(REDUCTION_PREFIX):
+                        records.append([tag, float(np.asarray(value, dtype=np.float64).reshape(-1)[0])])
+                    else:
+                        records.append([tag, hashlib.sha256(_normalized_payload(payload)).hexdigest()])
+                files[rel] = records
+            elif rel.startswith("index" + os.sep):
+                doc = json.loads(data)
+                for entry in doc.get("tensor_payload", []):
+                    entry.pop("crc32c", None)
+                files[rel] = doc
+            else:
+                files[rel] = hashlib.sha256(data).hexdigest()
+    return files
+
+
+def compare(expected: dict, actual: dict) -> list:
+    """Differences between two digests, as readable lines (empty: the same files)."""
+    problems = []
+    if sorted(expected) != sorted(actual):
+        problems.append(f"file sets differ: only expected {sorted(set(expected) - set(actual))[:5]}, "
+                        f"only actual {sorted(set(actual) - set(expected))[:5]}")
+    for rel in sorted(set(expected) & set(actual)):
+        want, got = expected[rel], actual[rel]
+        if rel.endswith(".tfevents"):
+            if [t for t, _ in want] != [t for t, _ in got]:
+                problems.append(f"{rel}: record tags/order differ: {[t for t, _ in want][:6]} vs "
+                                f"{[t for t, _ in got][:6]}")
+                continue
+            for (tag, a), (_, b) in zip(want, got):
+                if isinstance(a, float):
+                    if not (math.isclose(a, b, rel_tol=REDUCTION_RTOL, abs_tol=1e-12)
+                            or (math.isnan(a) and math.isnan(b))):
+                        problems.append(f"{rel}: {tag} = {b!r}, expected {a!r}")
+                elif a != b:
+                    problems.append(f"{rel}: record {tag} differs")
+        elif want != got:
+            problems.append(f"{rel} differs")
+    return problems
+
+
+# --- the runs ---------------------------------------------------------------------------------
+def run_pytorch(out_dir: str) -> None:
+    import torch
+
+    import smdebug.pytorch as smd
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["weights", "biases", "gradients", "losses", "outputs_red"])
+    hook.get_collection("gradients").reduction_config = smd.ReductionConfig(
+        reductions=["min", "max", "mean", "std", "variance", "sum"], abs_reductions=["max"], norms=["l1", "l2"])
+    outputs = hook.get_collection("outputs_red")
+    outputs.include(r"^\d+_output_0$")
+    outputs.reduction_config = smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"], save_shape=True)
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    gen = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 1, 8, 8, generator=gen), torch.randint(0, 3, (8,), generator=gen)) for _ in range(3)]
+    for step in range(5):
+        x, y = data[step % 3]
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        hook.save_scalar("lr", 0.1)
+    model.eval()
+    with torch.no_grad():
+        for x, y in data[:2]:
+            loss_fn(model(x), y)
+    hook.close()
+
+
+def run_numpy(out_dir: str) -> None:
+    import smdebug as smd
+
+    rng = np.random.default_rng(0)
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=2),
+                    reduction_config=smd.ReductionConfig(reductions=["min", "mean"], norms=["l2"],
+                                                         save_raw_tensor=True))
+    weights = rng.standard_normal((6, 5)).astype(np.float32)
+    for step in range(6):
+        hook.begin_step()
+        hook.save_tensor("w", weights, "weights")
+        hook.save_tensor("counts", np.arange(step, step + 4, dtype=np.int64), "custom")
+        hook.save_scalar("loss", float(np.sum(weights ** 2)))
+        weights -= 0.01 * weights
+    hook.close()
+
+
+RUNS = {"pytorch": run_pytorch, "numpy": run_numpy}
+
+
+def main(argv):
+    import tempfile
+
+    (name,) = argv
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = os.path.join(tmp, "run")
+        RUNS[name](out_dir)
+        json.dump(digest(out_dir), sys.stdout, indent=0, sort_keys=True)
+        sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
