@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import config as cfg
-from .backend import Materialized, NumpyBackend, Request, TensorBackend
+from .backend import BatchResult, Materialized, NumpyBackend, Request, TensorBackend
 from .collections import (
     FRAMEWORK_PROFILES, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
     Collection, CollectionKeys, CollectionManager,
@@ -44,6 +44,7 @@ from .exceptions import ConfigError, OutDirError
 from .format import layout
 from .logger import get_logger
 from .modes import ALL_MODES, ModeKeys
+from .pipeline import StepPipeline, Ticket
 from .reduction_config import ReductionConfig, reduction_tag
 from .rules.stop_protocol import STOP_REQUEST_FILE, StopRequestPoller
 from .save_config import SaveConfig, SaveConfigMode
@@ -53,6 +54,8 @@ logger = get_logger()
 _RUN_MARKERS = ("collections", "index", "events", layout.END_OF_JOB_FILE)
 # Left by rules in a run directory; removed with the run on overwrite.
 _RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE)
+#: Longest close() waits for the step pipeline to finish the last steps (seconds).
+CLOSE_TIMEOUT_S = 300.0
 _SM_METRIC_COLLECTIONS = frozenset({CollectionKeys.LOSSES, CollectionKeys.METRICS, CollectionKeys.SM_METRICS})
 
 
@@ -104,6 +107,54 @@ class ReducedBlock:
             out.append((plan, shape, values[start:stop]))
             start = stop
         return out
+
+
+class Selection:
+    """The tensors of a fixed list of names that this step saves, prepared once for batches.
+
+    Made by :meth:`Hook.selection` and cached while the plans stay the same: ``indices``
+    into the names, their ``plans``, and how they split into groups of one signature (same
+    reductions, raw or not, shape or not), each finished by one backend call.
+    """
+
+    __slots__ = ("indices", "plans", "groups", "fast_tags")
+
+    def __init__(self, indices: Sequence[int], plans: Sequence[TensorPlan]):
+        self.indices = tuple(indices)
+        self.plans = tuple(plans)
+        by_signature: Dict[tuple, List[int]] = {}
+        for pos, plan in enumerate(self.plans):
+            by_signature.setdefault((plan.reductions, plan.needs_host, plan.shape), []).append(pos)
+        #: ``(positions, reduction keys, raw wanted, shape wanted)`` per signature
+        self.groups = tuple((tuple(positions), keys, raw, shape)
+                            for (keys, raw, shape), positions in by_signature.items())
+        #: The records of a step of this selection, when they can be written without per-tensor
+        #: Python: one group, reductions only, no TensorBoard or SageMaker side outputs.
+        simple = len(self.groups) == 1 and all(
+            not (p.raw or p.histogram_tag or p.tb_scalar or p.sm_metric or p.needs_host) for p in self.plans)
+        self.fast_tags = tuple(tag for p in self.plans for tag in p.reduction_tags) if simple else None
+
+
+class TensorBatch:
+    """Tensors handed over together (:meth:`Hook.start_batch`): one carrier for a batch of
+    tensors from reference to records. Its backend work runs on the step pipeline; ``wait``
+    is the adapter's fence before the tensors may change."""
+
+    __slots__ = ("selection", "tickets")
+
+    def __init__(self, selection: Selection, tickets: List[Ticket]):
+        self.selection = selection
+        self.tickets = tickets
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Return once the batch's tensors were read (they may change from now on)."""
+        for ticket in self.tickets:
+            ticket.wait(timeout)
+
+    def results(self) -> Optional[List[BatchResult]]:
+        """One result per group of the selection; None if the backend failed on the batch."""
+        out = [ticket.wait() for ticket in self.tickets]
+        return None if any(r is None for r in out) else out
 
 
 @dataclass
@@ -265,6 +316,12 @@ class Hook:
         self._lock = threading.RLock()
         self._metrics_file = None
         self._step_listeners: List = []
+        # Saved steps are finished (reductions, host copies, records) on this worker thread.
+        self._pipeline = StepPipeline(on_error=self._on_pipeline_error)
+        self._pipeline_failure: Optional[Tuple[str, bool]] = None  # (reason, already reported)
+        self._selections: Dict[frozenset, Dict[tuple, Selection]] = {}
+        self._metrics_failed = False
+        self._warned_lost: set = set()
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
 
@@ -402,6 +459,8 @@ class Hook:
             return False
         if self._step_open:
             self.end_step()
+        if self._pipeline_failure is not None and not self._disable_after_pipeline_failure():
+            return False
         try:
             if step is None:
                 self.global_step += 1
@@ -469,6 +528,7 @@ class Hook:
         self._by_name = {p.collection.name: p for p in prepared}
         self._plan_caches.clear()
         self._selection_caches.clear()
+        self._selections.clear()
         self._quiet.clear()
         self._prepared_key = key
 
@@ -528,6 +588,41 @@ class Hook:
             selected = cache[names] = [(i, plan) for i, plan in enumerate(map(self.plan_for, names))
                                        if plan is not None]
         return selected
+
+    def selection(self, names: tuple) -> Selection:
+        """The :class:`Selection` of ``names`` (a tuple the adapter reuses) saved at this
+        step, for :meth:`start_batch`; cached per tuple of names while the plans stay."""
+        self._refresh_if_configs_changed()
+        cache = self._selections.setdefault(self._saving_colls, {})
+        selection = cache.get(names)
+        if selection is None:
+            chosen = self.select(names)
+            selection = cache[names] = Selection([i for i, _ in chosen], [plan for _, plan in chosen])
+        return selection
+
+    def start_batch(self, selection: Selection, tensors: Sequence, backend: TensorBackend) -> Optional[TensorBatch]:
+        """Hand over ``tensors`` (one per ``selection.plans``, in order) without waiting:
+        ``backend.start_batch`` runs now, ``backend.finish_batch`` on the step pipeline's
+        worker. The tensors must not change until ``batch.wait()`` returns (the adapter's
+        fence). File the batch into the step with :meth:`record_batch` (where it is filed
+        decides its records' place in the step's files). None when nothing is saved.
+        """
+        if not (self.saving_step and self.enabled and selection.plans):
+            return None
+        tickets = []
+        for positions, keys, raw, _ in selection.groups:
+            members = tensors if len(selection.groups) == 1 else [tensors[p] for p in positions]
+            started = backend.start_batch(members, keys, raw)
+            tickets.append(self._pipeline.submit("reducing tensors", backend.finish_batch, started))
+        return TensorBatch(selection, tickets)
+
+    def record_batch(self, batch: Optional[TensorBatch]) -> None:
+        """File a :class:`TensorBatch` into the current step (the last record of a name wins)."""
+        if batch is None or not self.saving_step:
+            return
+        with self._lock:
+            self._pending[batch] = (None, batch, None)
+            self._blocks_pending = True
 
     def wants(self, name: str) -> bool:
         """Whether tensor ``name`` is saved at this step (adapters call this before copying)."""
@@ -595,37 +690,6 @@ class Hook:
             self._blocks_pending = True
         return len(block.entries)
 
-    @staticmethod
-    def _resolve_blocks(pending: dict) -> dict:
-        """``pending`` as it is, unless a tensor of a ReducedBlock was also recorded in the
-        step by another call (rare): then every block is split into blocks of one tensor,
-        keyed by its name, and for each name the last record wins, as for tensors recorded
-        one by one."""
-        names: set = set()
-        for key, (plan, snap, _) in pending.items():
-            if plan is None:
-                block = snap[0]
-                if not block.names.isdisjoint(names):
-                    break
-                names |= block.names
-            elif key in names:
-                break
-            else:
-                names.add(key)
-        else:
-            return pending  # no name recorded twice
-        resolved: dict = {}
-        for key, entry in pending.items():
-            if entry[0] is None:
-                block, values = entry[1]
-                for plan, shape, values_of_one in block.split(values):
-                    resolved.pop(plan.name, None)
-                    resolved[plan.name] = (None, (ReducedBlock([(plan, shape)]), values_of_one), None)
-            else:
-                resolved.pop(key, None)
-                resolved[key] = entry
-        return resolved
-
     def _backend_for(self, value) -> TensorBackend:
         return self.backend if self.backend.accepts(value) else self._numpy_backend
 
@@ -651,10 +715,13 @@ class Hook:
             return
         self._pending_scalars.append((name, value, bool(sm_metric), timestamp))
 
-    # --- end of step: batch materialization, hand-off to the writer -----------------------
+    # --- end of step: hand-off to the step pipeline, then to the writer ----------------------
     @never_raises("end_step")
     def end_step(self) -> None:
-        """Finish the current step: compute reductions (batched) and hand the step to the writer."""
+        """Finish the current step: its reductions, host copies and records are made on the
+        step pipeline's worker thread, then handed to the writer. Training does not wait,
+        except for live rules (a stop they request lands at the next step boundary) and
+        dry runs (their log lines come in step order)."""
         self._step_open = False
         with self._lock:
             pending, self._pending = self._pending, {}
@@ -662,36 +729,52 @@ class Hook:
             scalars, self._pending_scalars = self._pending_scalars, []
         if not pending and not scalars:
             return
-        step, mode, mode_step = self._step_identity
-        tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
+        collections = None
+        if not self._collections_written and self.writer is not None:
+            collections = self.collections_json()  # here: the training thread changes collections
+            self._collections_written = True
+        ticket = self._pipeline.submit("finishing a step", self._finish_step, pending, has_blocks, scalars,
+                                       self._step_identity, collections)
+        if self._step_listeners or self.writer is None:
+            ticket.wait()
+        if self._pipeline_failure is not None:
+            self._disable_after_pipeline_failure()
 
+    def _finish_step(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple,
+                     collections: Optional[bytes]) -> None:
+        """On the pipeline's worker: the step's records, in recording order, to the writer."""
+        step, mode, mode_step = identity
+        tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
+        out = (tensors, shapes, tb_scalars, tb_hists, metrics)
         strip = self.strip_output_index_in_reduction_tags
         seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) if self._step_listeners else None
-        groups: Dict[TensorBackend, Tuple[List[Request], List[TensorPlan]]] = {}
         if has_blocks:
-            pending = self._resolve_blocks(pending)
-        for plan, snap, backend in pending.values():
-            if plan is None:  # a ReducedBlock (record_reduced): one extend for all its tensors
-                block, values = snap
+            pending = self._resolve_duplicates(pending)
+        # Tensors recorded one by one are materialized together, one backend call each.
+        groups: Dict[TensorBackend, Tuple[List[Request], List[int]]] = {}
+        entries = list(pending.values())
+        for i, (plan, payload, backend) in enumerate(entries):
+            if plan is None and isinstance(payload, tuple):  # a ReducedBlock: one extend for all its tensors
+                block, values = payload
                 shapes += block.shapes
                 tensors += zip(block.tags, values)
                 if seen is not None:
                     for one, _, values_of_one in block.split(values):
                         seen.reductions[one.name] = dict(zip(one.reductions, values_of_one))
-                continue
-            group = groups.get(backend)
-            if group is None:
-                group = groups[backend] = ([], [])
-            group[0].append(Request(plan.name, snap, plan.needs_host, plan.shape, plan.reductions))
-            group[1].append(plan)
-        for backend, (requests, plans) in groups.items():
-            for plan, result in zip(plans, backend.materialize(requests)):
-                self._emit(plan, result, strip, tensors, shapes, tb_scalars, tb_hists, metrics)
-                if seen is not None:
-                    if result.raw is not None:
-                        seen.tensors[plan.name] = result.raw
-                    if result.reductions:
-                        seen.reductions[plan.name] = result.reductions
+            elif plan is not None and backend is not None:
+                group = groups.get(backend)
+                if group is None:
+                    group = groups[backend] = ([], [])
+                group[0].append(Request(plan.name, payload, plan.needs_host, plan.shape, plan.reductions))
+                group[1].append(i)
+        materialized: Dict[int, Materialized] = {}
+        for backend, (requests, positions) in groups.items():
+            materialized.update(zip(positions, backend.materialize(requests)))
+        for i, (plan, payload, backend) in enumerate(entries):
+            if isinstance(payload, TensorBatch):
+                self._emit_batch(payload, identity, strip, out, seen)
+            elif plan is not None:
+                self._emit_one(plan, payload if backend is None else materialized[i], strip, out, seen)
 
         for name, value, sm_metric, timestamp in scalars:
             array = np.asarray(self._numpy_scalar(value))
@@ -708,21 +791,133 @@ class Hook:
             self._write_sm_metrics(metrics, step)
         if seen is not None:
             self._notify_listeners(seen)
-        if self.writer is None:
+        writer = self.writer
+        if writer is None:
             if self.dry_run:
                 logger.info("dry run: step %d (%s %d) would save %d records", step, mode.name, mode_step,
                             len(tensors) + len(shapes))
             return
-        if self._writer_failed():
+        if writer.failed is not None:
+            self._pipeline_failure = self._pipeline_failure or (f"writer failed: {writer.failed}", True)
             return
         from .writer import StepData
 
-        self.writer.submit(StepData(
+        writer.submit(StepData(
             global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
             shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
         ), publish=True)  # the step is complete: readers may see it as soon as it is on disk
-        if not self._collections_written:
-            self._write_collections()
+        if collections is not None:
+            writer.write_collections(collections)
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every step ended so far is finished and on disk (its files published).
+
+        Steps are finished on the step pipeline's thread and written by the writer thread in
+        batches; call this before reading a run that is still training. Returns False if
+        ``timeout`` (seconds) passed first or the hook failed.
+        """
+        done = self._pipeline.drain(timeout)
+        if self._pipeline_failure is not None and self.enabled:
+            self._disable_after_pipeline_failure()
+        writer = self.writer
+        if done and writer is not None:
+            done = bool(writer.flush(timeout))
+        return done and self.enabled
+
+    def _emit_one(self, plan: TensorPlan, result: Materialized, strip: bool, out, seen) -> None:
+        self._emit(plan, result, strip, *out)
+        if seen is not None:
+            if result.raw is not None:
+                seen.tensors[plan.name] = result.raw
+            if result.reductions:
+                seen.reductions[plan.name] = result.reductions
+
+    def _emit_batch(self, batch: TensorBatch, identity: tuple, strip: bool, out, seen) -> None:
+        """A batch's records: one ``extend`` for a batch of reductions (the common case), else
+        tensor by tensor in the batch's order."""
+        results = batch.results()
+        if results is None:
+            return  # the backend failed on it; the pipeline reported why
+        selection = batch.selection
+        tensors, shapes = out[0], out[1]
+        if selection.fast_tags is not None and not (results[0].lost or results[0].unreduced):
+            result = results[0]
+            tensors += zip(selection.fast_tags, result.reductions.ravel())
+            if selection.plans[0].shape:
+                shapes += zip([p.name for p in selection.plans], result.shapes)
+            if seen is not None:
+                for plan, row in zip(selection.plans, result.reductions):
+                    seen.reductions[plan.name] = dict(zip(plan.reductions, row))
+            return
+        for plan, result in self._batch_items(batch, results, identity[0]):
+            self._emit_one(plan, result, strip, out, seen)
+
+    def _batch_items(self, batch: TensorBatch, results: List[BatchResult], step: int):
+        """``(plan, Materialized)`` of each saved tensor of a batch, in the batch's order."""
+        selection = batch.selection
+        items: List[Optional[Tuple[TensorPlan, Materialized]]] = [None] * len(selection.plans)
+        for (positions, keys, raw, _), result in zip(selection.groups, results):
+            for j, pos in enumerate(positions):
+                plan = selection.plans[pos]
+                reason = result.lost.get(j)
+                if reason is not None:
+                    self._warn_lost(plan.name, step, reason)
+                    continue
+                reductions = {}
+                if keys and j not in result.unreduced:
+                    reductions = dict(zip(keys, result.reductions[j]))
+                items[pos] = (plan, Materialized(raw=result.raw[j] if raw else None,
+                                                 shape=result.shapes[j], reductions=reductions))
+        return [item for item in items if item is not None]
+
+    def _warn_lost(self, name: str, step: int, reason: str) -> None:
+        if name not in self._warned_lost:
+            self._warned_lost.add(name)
+            logger.warning("smdebug: %s is not saved at step %d: %s (warned once per tensor)", name, step, reason)
+
+    def _resolve_duplicates(self, pending: dict) -> dict:
+        """``pending`` as it is, unless a name was recorded twice in the step by different
+        calls (rare): then blocks and batches are split into their tensors and, for each
+        name, the last record wins, as for tensors recorded one by one."""
+        names: set = set()
+        for key, (plan, payload, _) in pending.items():
+            if plan is not None:
+                covered = (key,)
+            elif isinstance(payload, TensorBatch):
+                covered = [p.name for p in payload.selection.plans]
+            else:
+                covered = payload[0].names
+            if not names.isdisjoint(covered):
+                break
+            names.update(covered)
+        else:
+            return pending
+        resolved: dict = {}
+        for key, entry in pending.items():
+            plan, payload, _ = entry
+            if plan is not None:
+                resolved.pop(key, None)
+                resolved[key] = entry
+            elif isinstance(payload, TensorBatch):
+                results = payload.results()
+                for one, result in (self._batch_items(payload, results, self.global_step) if results else []):
+                    resolved.pop(one.name, None)
+                    resolved[one.name] = (one, result, None)  # backend None: already materialized
+            else:
+                block, values = payload
+                for one, shape, values_of_one in block.split(values):
+                    resolved.pop(one.name, None)
+                    resolved[one.name] = (None, (ReducedBlock([(one, shape)]), values_of_one), None)
+        return resolved
+
+    def _on_pipeline_error(self, what: str, exc: BaseException) -> None:
+        if self._pipeline_failure is None:
+            self._pipeline_failure = (f"{what}: {type(exc).__name__}: {exc}", False)
+
+    def _disable_after_pipeline_failure(self) -> bool:
+        reason, reported = self._pipeline_failure
+        self.disable(reason, already_reported=reported)
+        return False
 
     def _numpy_scalar(self, value):
         backend = self._backend_for(value)
@@ -758,17 +953,24 @@ class Hook:
                 metrics.append((f"{plan.name}_{self._step_identity[1].name}", value, None))
 
     def _write_sm_metrics(self, metrics, step) -> None:
+        """SageMaker Metrics lines, on the pipeline's worker. A directory that cannot be
+        written costs the metric lines (one warning), not the hook."""
         directory = os.environ.get(cfg.METRICS_DIR_ENV)
-        if not directory:
+        if not directory or self._metrics_failed:
             return
-        if self._metrics_file is None:
-            os.makedirs(directory, exist_ok=True)
-            self._metrics_file = open(os.path.join(directory, f"smdebug_{os.getpid()}.json"), "a")
-        for name, value, timestamp in metrics:
-            line = {"MetricName": name, "Value": value, "Timestamp": timestamp or time.time(),
-                    "IterationNumber": step}
-            self._metrics_file.write(json.dumps(line) + "\n")
-        self._metrics_file.flush()
+        try:
+            if self._metrics_file is None:
+                os.makedirs(directory, exist_ok=True)
+                self._metrics_file = open(os.path.join(directory, f"smdebug_{os.getpid()}.json"), "a")
+            for name, value, timestamp in metrics:
+                line = {"MetricName": name, "Value": value, "Timestamp": timestamp or time.time(),
+                        "IterationNumber": step}
+                self._metrics_file.write(json.dumps(line) + "\n")
+            self._metrics_file.flush()
+        except OSError as exc:
+            self._metrics_failed = True
+            logger.warning("smdebug: cannot write SageMaker metric lines to %s=%s (%s); tensors are still saved, "
+                           "metric lines are not", cfg.METRICS_DIR_ENV, directory, exc.strerror or exc)
 
     def collections_json(self) -> bytes:
         """The collections file: every collection with its resolved configs (FORMAT.md 4.3)."""
@@ -859,6 +1061,8 @@ class Hook:
         if not already_reported:
             logger.warning("smdebug: hook disabled after an internal error (%s); training continues without "
                            "tensor capture. Steps written before this are intact.", reason)
+        if not self._pipeline.on_worker_thread:
+            self._pipeline.close(timeout=10)  # steps finished before the failure still reach the writer
         writer, self.writer = self.writer, None
         if writer is not None:
             try:
@@ -874,6 +1078,11 @@ class Hook:
             self._closed = True
         if (self.enabled and self._step_open) or self._pending or self._pending_scalars:
             self.end_step()
+        if not self._pipeline.close(timeout=CLOSE_TIMEOUT_S):
+            logger.warning("smdebug: steps still being reduced after %.0f s at close; the run may miss its last "
+                           "steps", CLOSE_TIMEOUT_S)
+        if self._pipeline_failure is not None and self.enabled:
+            self._disable_after_pipeline_failure()
         for listener in list(self._step_listeners):  # live rules finish their reports
             try:
                 close = getattr(listener, "close", None)

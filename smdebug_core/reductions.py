@@ -123,3 +123,76 @@ def reduce_segments(flat: np.ndarray, sizes: Sequence[int], specs: Iterable[Tupl
                 raise ValueError(f"reduce_segments cannot compute {name!r}; allowed: "
                                  f"{', '.join(op for op in _OPS if op != 'median')}")
     return np.stack(rows) if rows else np.zeros((0, len(sizes)))
+
+
+def reduce_rows(rows: np.ndarray, specs: Sequence[Tuple[str, bool]]) -> np.ndarray:
+    """Reductions of every row of a 2-D array (each row one tensor's values, flattened):
+    a ``[len(rows), len(specs)]`` float64 array, with a few whole-array numpy calls.
+
+    The batched form of :func:`reduce_many` for tensors of equal size (stacked) or one
+    tensor (a ``[1, n]`` view, no copy). min/max run in the input's dtype (exact); sums,
+    means, variances and norms in float64; variance is two-pass, as ``np.var``. numpy
+    releases the GIL inside each call, so a worker thread running this leaves the training
+    thread free. ``median`` needs a sort and is computed row by row.
+    """
+    x = rows
+    if np.iscomplexobj(x):
+        x = np.abs(x)
+    if x.dtype.kind not in "fiu" or x.dtype.itemsize < 4 and x.dtype.kind == "f":
+        x = x.astype(np.float64)  # bool, and float16/bfloat16 (ml_dtypes) with no fast loops
+    n = x.shape[1]
+    cache: Dict[object, np.ndarray] = {}
+
+    def source(is_abs: bool, wide: bool) -> np.ndarray:
+        """The values (or their magnitudes) in float64 (``wide``) or as they are: float
+        min/max are exact in their own dtype; integers always go through float64, as in
+        :func:`as_float_array` (and ``abs`` of the most negative integer cannot overflow)."""
+        wide = wide or x.dtype.kind != "f"
+        key = (is_abs, wide)
+        if key not in cache:
+            base = x
+            if wide and x.dtype != np.float64:
+                base = cache.get((False, True))
+                if base is None:
+                    base = cache[(False, True)] = x.astype(np.float64)
+            cache[key] = np.abs(base) if is_abs else base
+        return cache[key]
+
+    def total(is_abs: bool) -> np.ndarray:
+        if ("sum", is_abs) not in cache:
+            cache[("sum", is_abs)] = source(is_abs, True).sum(axis=1)
+        return cache[("sum", is_abs)]
+
+    def variance(is_abs: bool) -> np.ndarray:
+        if ("var", is_abs) not in cache:
+            centered = source(is_abs, True) - (total(is_abs) / n)[:, None]
+            cache[("var", is_abs)] = np.einsum("ij,ij->i", centered, centered) / n
+        return cache[("var", is_abs)]
+
+    out = np.empty((x.shape[0], len(specs)), dtype=np.float64)
+    with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as reduce()
+        for j, (name, is_abs) in enumerate(specs):
+            if name == "min":
+                out[:, j] = source(is_abs, False).min(axis=1)
+            elif name == "max":
+                out[:, j] = source(is_abs, False).max(axis=1)
+            elif name == "sum":
+                out[:, j] = total(is_abs)
+            elif name == "mean":
+                out[:, j] = total(is_abs) / n
+            elif name == "variance":
+                out[:, j] = variance(is_abs)
+            elif name == "std":
+                out[:, j] = np.sqrt(variance(is_abs))
+            elif name == "l1":
+                out[:, j] = total(True)
+            elif name == "l2":
+                wide = source(False, True)
+                out[:, j] = np.sqrt(np.einsum("ij,ij->i", wide, wide))
+            elif name == "prod":
+                out[:, j] = source(is_abs, True).prod(axis=1)
+            elif name == "median":
+                out[:, j] = np.median(source(is_abs, True), axis=1)
+            else:
+                raise ValueError(f"unknown reduction {name!r}; allowed: {', '.join(_OPS)}")
+    return out

@@ -38,8 +38,8 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from smdebug.backend import Materialized, Request, TensorBackend
-from smdebug.reductions import reduce_segments
+from smdebug.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
+from smdebug.reductions import reduce_rows, reduce_segments
 
 ReductionKey = Tuple[str, bool]
 
@@ -53,6 +53,12 @@ _DEFAULT_BATCH_MAX_NUMEL = 8192
 NUMPY_SEGMENT_DEVICES = frozenset({"cpu"})
 #: Upper bound on one concatenation buffer (float64 elements): bounds temporary memory.
 CHUNK_MAX_NUMEL = 1 << 24
+#: Batches finished on the worker thread (CPU): tensors of one dtype and size up to this many
+#: elements are stacked into one ``[n, size]`` array and reduced with one numpy call per
+#: reduction; bigger ones are reduced alone, through a ``[1, size]`` view (no copy).
+STACK_MAX_NUMEL = 1 << 16
+#: ... and one stack holds at most this many elements (bounds the worker's temporary memory).
+STACK_MAX_TOTAL = 1 << 22
 
 _NUMPY_VIEW_DTYPES = {torch.bfloat16: (torch.int16, np.dtype(ml_dtypes.bfloat16))}
 for _torch_name, _ml_name in (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2", "float8_e5m2"),
@@ -188,6 +194,26 @@ class TorchBackend(TensorBackend):
             for i, t, part in zip(indices, members, flat.split([t.numel() for t in members])):
                 out[i] = TorchSnapshot(part.view(t.shape), owned=True)
         return out
+
+    # --- batches (the hot path): references now, work on the step pipeline's worker ---------
+    def start_batch(self, tensors: Sequence[torch.Tensor], keys: Tuple[ReductionKey, ...], raw: bool):
+        """Training thread. CPU tensors: only references and version counters (the worker
+        reads them before the adapter's fence). Accelerator tensors: their reductions and
+        host copies are launched now, in stream order, before anything can change them;
+        the worker only waits for the results."""
+        plain = [plain_tensor(t) for t in tensors]
+        if all(t.is_cpu for t in plain):
+            return _CpuBatch(plain, [t._version for t in plain], keys, raw)
+        snaps = self.capture([(t, raw, keys) for t in plain])
+        return _DeviceBatch(snaps, keys, raw)
+
+    def finish_batch(self, started) -> BatchResult:
+        """Worker thread: a batch's results (see :meth:`start_batch`)."""
+        if isinstance(started, _DeviceBatch):
+            results = self.materialize([Request("", snap, started.raw, True, started.keys)
+                                        for snap in started.snaps])
+            return pack_results(results, started.keys, started.raw)
+        return _finish_cpu_batch(started)
 
     # --- materialize -------------------------------------------------------------------
     def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
@@ -473,3 +499,85 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
         int_dtype, np_dtype = view
         return t.view(int_dtype).numpy().view(np_dtype)
     return t.numpy()
+
+
+class _CpuBatch:
+    """CPU tensors handed over by reference, with their version counters at hand-over."""
+
+    __slots__ = ("tensors", "versions", "keys", "raw")
+
+    def __init__(self, tensors, versions, keys, raw):
+        self.tensors, self.versions, self.keys, self.raw = tensors, versions, keys, raw
+
+
+class _DeviceBatch:
+    __slots__ = ("snaps", "keys", "raw")
+
+    def __init__(self, snaps, keys, raw):
+        self.snaps, self.keys, self.raw = snaps, keys, raw
+
+
+def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
+    """Reduce and copy a batch of CPU tensors on the worker thread.
+
+    Tensors of one dtype and size are stacked and reduced together (:func:`reduce_rows`: a
+    few numpy calls whatever their number; numpy releases the GIL inside them). A tensor the
+    batch cannot handle (meta, nested, a dtype numpy has no view of) is lost with its
+    reason, alone. Version counters are compared last: a tensor changed in place since the
+    hand-over may have been read half-updated, so it is not saved.
+    """
+    tensors, keys = batch.tensors, batch.keys
+    n = len(tensors)
+    table = np.full((n, len(keys)), np.nan) if keys else None
+    raws: Optional[List[Optional[np.ndarray]]] = [None] * n if batch.raw else None
+    shapes = [tuple(t.shape) for t in tensors]
+    lost: Dict[int, str] = {}
+    unreduced = []
+    if keys:
+        groups: Dict[tuple, List[int]] = {}
+        for i, t in enumerate(tensors):
+            numel = t.numel()
+            if numel == 0:
+                unreduced.append(i)
+            elif numel <= STACK_MAX_NUMEL:
+                groups.setdefault((t.dtype, numel), []).append(i)
+            else:
+                groups[(i,)] = [i]
+        for members in groups.values():
+            per_stack = max(1, STACK_MAX_TOTAL // tensors[members[0]].numel())
+            for start in range(0, len(members), per_stack):
+                chunk = members[start:start + per_stack]
+                try:
+                    table[chunk] = reduce_rows(_rows_as_numpy([tensors[i] for i in chunk]), keys)
+                except Exception as exc:  # noqa: BLE001 - retried alone below: one bad tensor, one loss
+                    if len(chunk) == 1:
+                        lost[chunk[0]] = f"cannot reduce it ({type(exc).__name__}: {exc})"
+                        continue
+                    for i in chunk:
+                        try:
+                            table[i] = reduce_rows(_rows_as_numpy([tensors[i]]), keys)[0]
+                        except Exception as one_exc:  # noqa: BLE001
+                            lost[i] = f"cannot reduce it ({type(one_exc).__name__}: {one_exc})"
+    if raws is not None:
+        for i, t in enumerate(tensors):
+            if i in lost:
+                continue
+            try:
+                raws[i] = _to_numpy(t.clone())
+            except Exception as exc:  # noqa: BLE001
+                lost[i] = f"cannot copy it to the host ({type(exc).__name__}: {exc})"
+    for i, (t, version) in enumerate(zip(tensors, batch.versions)):
+        if t._version != version and i not in lost:
+            lost[i] = "it was changed in place between the hand-over and its reading"
+    return BatchResult(reductions=table, raw=raws, shapes=shapes, unreduced=tuple(unreduced), lost=lost)
+
+
+def _rows_as_numpy(tensors: List[torch.Tensor]) -> np.ndarray:
+    """Tensors of one dtype and size as a ``[n, size]`` numpy array (a view for one tensor)."""
+    if len(tensors) == 1:
+        rows = tensors[0].reshape(1, -1)
+    else:
+        rows = torch.stack([t.reshape(-1) for t in tensors])
+    if rows.dtype in (torch.float16, torch.bfloat16) or rows.dtype not in _PLAIN_DTYPES and not rows.is_complex():
+        rows = rows.to(torch.float64 if rows.dtype in _FLOAT64_SOURCES else torch.float32)
+    return _to_numpy(rows)

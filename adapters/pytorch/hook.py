@@ -149,6 +149,16 @@ class Hook(CoreHook):
         self._optimizers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # optimizer -> (n groups, ours)
         self.step_by_optimizer = False
         self._params_captured = False
+        # Batches handed to the step pipeline whose tensors may not change until waited for:
+        # the weights of the open step (fenced before optimizer.step()), and the last saved
+        # gradients with their parameters (fenced before anything can write into them).
+        self._weights_batch = None
+        self._grads_batch = None
+        self._grads_held: Tuple[list, list] = ([], [])
+        self._zero_grad_fences: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        # '<module>_output_' keys of a forward's noted tensors -> their names, when no module
+        # tensor was numbered before in the step (the usual case): named once, not per step.
+        self._deferred_names: Dict[tuple, tuple] = {}
         self._optimizer_stepped = False
         self._tensor_counts: Dict[str, int] = {}  # '<module>_output_' -> tensors named this step
         # Module tensors whose copy waits for the end of the root forward (see _offer), as
@@ -204,6 +214,10 @@ class Hook(CoreHook):
             self._remove_handles(self._capture_handles)
             self._remove_handles(self._handles)
             self._capture_key = None
+            for owner, fence in list(self._zero_grad_fences.items()):
+                if owner.__dict__.get("zero_grad") is fence:
+                    del owner.zero_grad  # the class's own zero_grad again
+            self._zero_grad_fences = weakref.WeakKeyDictionary()
 
     # --- registration ----------------------------------------------------------------------
     def register_module(self, module: torch.nn.Module) -> None:
@@ -233,6 +247,7 @@ class Hook(CoreHook):
                 self._params.append((f"{root_name}_{pname}", param))
         self._param_names = tuple(name for name, _ in self._params)
         self._grad_names = tuple(f"gradient/{name}" for name in self._param_names)
+        self._install_zero_grad_fence(module)
         self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
         self._handles.append(module.register_forward_hook(self._forward_hook(root_name, flush=True)))
         self._install_optimizer_hooks()
@@ -279,6 +294,7 @@ class Hook(CoreHook):
         self._optimizers[optimizer] = (len(optimizer.param_groups), True)
         self.step_by_optimizer = True
         self._install_optimizer_hooks()
+        self._install_zero_grad_fence(optimizer)
 
     def _install_optimizer_hooks(self) -> None:
         if self._optimizer_hooks_installed:
@@ -387,11 +403,14 @@ class Hook(CoreHook):
         elif self.step_by_optimizer and mode in _TRAINING_MODES and self._step_open and not self._optimizer_stepped:
             return  # the same optimizer step goes on (gradient accumulation, several forwards)
         self._optimizer_stepped = False
+        self._fence_gradients(before_backward=True)
         self.begin_step()
         if self.saving_step or self._capture_handles:
             self._sync_capture_hooks()
-            if self.saving_step and not (self.step_by_optimizer and self.mode in _TRAINING_MODES):
-                self._capture_parameters(with_gradients=False)
+            if self.saving_step:
+                # Weights are read on the pipeline's worker during this forward and backward;
+                # in an optimizer step they are filed (and fenced) before optimizer.step().
+                self._start_weights(file_now=not (self.step_by_optimizer and self.mode in _TRAINING_MODES))
 
     @never_raises("optimizer pre-step hook")
     def _on_optimizer_pre_step(self, optimizer, args, kwargs) -> None:
@@ -404,6 +423,8 @@ class Hook(CoreHook):
             self._sync_capture_hooks()  # gradients are read here from now on
         if self.saving_step and self._step_open and self.mode in _TRAINING_MODES and not self._optimizer_stepped:
             self._capture_parameters(with_gradients=True)
+        else:
+            self._fence_weights()
 
     @never_raises("optimizer post-step hook")
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
@@ -420,6 +441,8 @@ class Hook(CoreHook):
             return known[1]
         ours = any(id(p) in self._param_ids for group in groups for p in group["params"])
         self._optimizers[optimizer] = (len(groups), ours)
+        if ours:
+            self._install_zero_grad_fence(optimizer)
         return ours
 
     def _forward_hook(self, name: str, inputs: Optional[bool] = None, outputs: Optional[bool] = None,
@@ -467,6 +490,8 @@ class Hook(CoreHook):
             self._offer(name + "_output_", outputs, defer=not flush)
         if flush:
             self._copy_deferred()
+            if self._weights_batch is not None and self._weights_batch[3]:
+                self._fence_weights()  # no optimizer step to wait for: whatever updates them comes next
 
     def _offer(self, key: str, value, defer: bool = False) -> None:
         """Record the tensors of one module call (``key``: '<module>_output_' or '_input_').
@@ -506,6 +531,22 @@ class Hook(CoreHook):
             return
         deferred, self._deferred = self._deferred, []
         counts = self._tensor_counts
+        keys = tuple([key for key, _, _ in deferred])
+        names = self._deferred_names.get(keys) if not counts else None
+        if names is not None and [t._version for _, t, _ in deferred] == [v for _, _, v in deferred]:
+            tensors = [t for _, t, _ in deferred]
+            for key in keys:
+                counts[key] = counts.get(key, 0) + 1
+        else:
+            names, tensors = self._name_deferred(deferred, keys)
+        selection = self.selection(names)
+        self.record_batch(self.start_batch(selection, [tensors[i] for i in selection.indices], self.backend))
+
+    def _name_deferred(self, deferred, keys: tuple) -> Tuple[tuple, list]:
+        """Name the noted tensors of a forward, dropping those changed in place since their
+        module returned them (with one warning each; that module is copied at once from now on)."""
+        counts = self._tensor_counts
+        cacheable = not counts
         names, tensors = [], []
         for key, tensor, version in deferred:
             i = counts.get(key, 0)
@@ -513,6 +554,7 @@ class Hook(CoreHook):
             tname = f"{key}{i}"
             if tensor._version != version:
                 # Its value at the module's return is gone: say so, and copy it at once from now on.
+                cacheable = False
                 self._deferrable[key] = False
                 if tname not in self._warned_changed:
                     self._warned_changed.add(tname)
@@ -520,11 +562,14 @@ class Hook(CoreHook):
                                    "saved at step %d; it is copied as soon as it is produced from now on",
                                    tname, self.global_step)
                 continue
-            if not self._usable(tname, tensor):
-                continue
             names.append(tname)
             tensors.append(tensor)
-        self.record_many(zip(names, self.backend.copy_batch(tensors)), self.backend)
+        names = tuple(names)
+        if cacheable:
+            if len(self._deferred_names) > 64:
+                self._deferred_names.clear()
+            self._deferred_names[keys] = names
+        return names, tensors
 
     def _on_grad_accumulated(self, name: str, param) -> None:
         if self.saving_step and self.enabled and param.grad is not None:
@@ -540,30 +585,106 @@ class Hook(CoreHook):
                            "meta" if tensor.device.type == "meta" else "nested")
         return False
 
+    def _start_weights(self, file_now: bool) -> None:
+        """Hand this step's wanted parameters to the step pipeline (by reference).
+
+        ``file_now``: file them into the step at once and fence them at the end of the
+        forward pass (no known optimizer: whatever updates them comes after the forward).
+        Otherwise they are fenced and filed before ``optimizer.step()``.
+        """
+        if self._params_captured:
+            return
+        self._params_captured = True
+        selection = self.selection(self._param_names)
+        params = self._params
+        tensors = [params[i][1] for i in selection.indices]
+        batch = self.start_batch(selection, tensors, self.backend)
+        if batch is None:
+            return
+        self._weights_batch = (batch, tensors, [t._version for t in tensors], file_now)
+        if file_now:
+            self.record_batch(batch)
+
+    def _fence_weights(self) -> None:
+        """The weights handed over at the step's start are read; file them if not yet filed.
+
+        Weights changed in place since then (by something other than the optimizer, which
+        comes after this fence) are handed over again now, so the step keeps the values
+        they have just before ``optimizer.step()``.
+        """
+        if self._weights_batch is None:
+            return
+        (batch, tensors, versions, filed), self._weights_batch = self._weights_batch, None
+        batch.wait()
+        if filed:
+            return
+        if [t._version for t in tensors] != versions:
+            batch = self.start_batch(batch.selection, tensors, self.backend)
+            batch.wait()
+        self.record_batch(batch)
+
     def _capture_parameters(self, with_gradients: bool) -> None:
-        """Record every wanted parameter (and gradient) in one batched capture."""
-        names, items = [], []
+        """Before ``optimizer.step()``: fence and file the weights, hand over the gradients."""
         if not self._params_captured:
-            self._params_captured = True
-            for i, plan in self.select(self._param_names):
-                name, param = self._params[i]
-                if self._usable(name, param):
-                    names.append(name)
-                    items.append((param, plan.needs_host, plan.reductions))
-        if with_gradients:
-            for i, plan in self.select(self._grad_names):
-                grad = self._params[i][1].grad
-                if grad is not None and self._usable(plan.name, grad):
-                    names.append(plan.name)
-                    items.append((grad, plan.needs_host, plan.reductions))
-        if not items:
+            self._start_weights(file_now=False)
+        self._fence_weights()  # the optimizer changes them next
+        if not with_gradients:
             return
-        try:
-            snaps = self.backend.capture(items)
-        except Exception as exc:  # noqa: BLE001 - never break training
-            self.disable(f"capturing parameters: {type(exc).__name__}: {exc}")
+        params = self._params
+        if all(param.grad is not None for _, param in params):
+            names = self._grad_names
+        else:
+            names = tuple(name for name, (_, param) in zip(self._grad_names, params) if param.grad is not None)
+            index = {name: i for i, name in enumerate(self._grad_names)}
+        selection = self.selection(names)
+        if not selection.plans:
             return
-        self.record_many(zip(names, snaps), self.backend)
+        if names is self._grad_names:
+            held = [params[i][1] for i in selection.indices]
+        else:
+            held = [params[index[names[i]]][1] for i in selection.indices]
+        grads = [param.grad for param in held]
+        self._grads_batch = self.start_batch(selection, grads, self.backend)
+        self._grads_held = (held, grads)
+        self.record_batch(self._grads_batch)
+
+    def _fence_gradients(self, before_backward: bool = False) -> None:
+        """Wait until the last handed-over gradients were read, if they can change now.
+
+        ``before_backward``: the next backward writes into a ``.grad`` that is still the
+        tensor handed over (its gradients were not set to None), so wait; gradients set to
+        None by ``zero_grad()`` are never written again and the worker may go on reading them
+        while training goes on.
+        """
+        batch = self._grads_batch
+        if batch is None:
+            return
+        if before_backward:
+            held, grads = self._grads_held
+            if not any(param.grad is grad for param, grad in zip(held, grads)):
+                return
+        self._grads_batch, self._grads_held = None, ([], [])
+        batch.wait()
+
+    def _install_zero_grad_fence(self, owner) -> None:
+        """Make ``owner.zero_grad(set_to_none=False)`` (an optimizer's or a registered model's)
+        wait for the handed-over gradients first: it zeroes them in place. The default,
+        ``set_to_none=True``, only drops them and needs no wait. Undone at close."""
+        if owner in self._zero_grad_fences or not callable(getattr(owner, "zero_grad", None)):
+            return
+        original = owner.zero_grad
+        hook_ref = weakref.ref(self)
+
+        @functools.wraps(original)
+        def zero_grad(*args, **kwargs):
+            hook = hook_ref()
+            set_to_none = kwargs.get("set_to_none", args[0] if args else True)
+            if hook is not None and not set_to_none:
+                hook._fence_gradients()
+            return original(*args, **kwargs)
+
+        owner.zero_grad = zero_grad
+        self._zero_grad_fences[owner] = zero_grad
 
 
 def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool = False) -> Optional[Hook]:

@@ -233,11 +233,10 @@ class Hook(CoreHook, TrainingCallback):
         """End the last step and hand everything to the writer; the hook stays open."""
         if self.enabled:
             self.end_step()
-            if self.writer is not None:
-                try:
-                    self.writer.flush(timeout=60)
-                except Exception as exc:  # noqa: BLE001 - the contract is to never break training
-                    self.disable(f"after_training: {type(exc).__name__}: {exc}")
+            try:
+                self.flush(timeout=60)
+            except Exception as exc:  # noqa: BLE001 - the contract is to never break training
+                self.disable(f"after_training: {type(exc).__name__}: {exc}")
         return model
 
     # --- one saved round --------------------------------------------------------------

@@ -101,7 +101,7 @@ def test_start_and_end_step_bound_the_evaluated_steps(run):
 
 def test_follow_false_returns_at_once_on_a_run_still_training(tmp_path):
     hook = write_run(tmp_path / "run", 4, vanishing_from(10), close=False)
-    hook.writer.flush(timeout=30)
+    hook.flush(timeout=30)
     trial = create_trial(str(tmp_path / "run"))
     assert not trial.training_ended()
     rule = CountingRule(trial)
@@ -255,7 +255,7 @@ def test_poller_touches_the_disk_at_most_once_per_interval_and_stops_a_hook(tmp_
 # --- time-based rule -----------------------------------------------------------------------------
 def test_stalled_training_fires_while_following_a_silent_run(tmp_path):
     hook = write_run(tmp_path / "run", 2, vanishing_from(10), close=False)
-    hook.writer.flush(timeout=30)
+    hook.flush(timeout=30)
     rule = StalledTrainingRule(create_trial(str(tmp_path / "run")), threshold=0.3)
     report = invoke_rule(rule, poll_interval=0.05, idle_timeout=1.0, report_path=None)
     doc = report.to_dict()
@@ -312,7 +312,7 @@ def test_cli_exit_codes_and_combined_report(run, tmp_path, capsys):
 
 def test_cli_follow_waits_for_the_end_or_the_idle_timeout(tmp_path, capsys):
     hook = write_run(tmp_path / "run", 5, vanishing_from(2), close=False)
-    hook.writer.flush(timeout=30)
+    hook.flush(timeout=30)
     run = str(tmp_path / "run")
     assert cli_main([run, "--rules", "VanishingGradient", "--follow", "--idle-timeout", "0.3",
                      "--poll-interval", "0.05", "--no-progress"]) == 1

@@ -55,7 +55,7 @@ def worker(rank, dir_one, dir_all, port):
             for x, _ in batches(2, seed=9):
                 ddp(x)
         hook.end_step()
-        hook.writer.flush()
+        hook.flush()  # the step pipeline and the writer finish on their own threads
         dist.destroy_process_group()
         os._exit(0)  # no close(): no training_job_end.ts
     hook.close()

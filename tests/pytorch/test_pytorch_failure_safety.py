@@ -30,7 +30,7 @@ def test_out_dir_removed_mid_run(run_dir, caplog):
         def after_step(i):
             completed.append(i)
             if i == 1:
-                hook.writer.flush()
+                hook.flush()
                 shutil.rmtree(run_dir)
 
         train(model, loss_fn, batches(6), after_step=after_step)
@@ -53,13 +53,14 @@ def test_write_error_injected(run_dir, caplog):
     assert not os.path.exists(os.path.join(run_dir, "training_job_end.ts"))
 
 
-def test_error_inside_the_hook_disables_it_and_training_goes_on(run_dir, caplog, monkeypatch):
+@pytest.mark.parametrize("where", ["start_batch", "finish_batch"])  # training thread / pipeline worker
+def test_error_inside_the_hook_disables_it_and_training_goes_on(run_dir, caplog, monkeypatch, where):
     hook, model, loss_fn = start(run_dir)
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(hook.backend, "capture", broken)
+    monkeypatch.setattr(hook.backend, where, broken)
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         train(model, loss_fn, batches(3))
         hook.close()

@@ -435,11 +435,12 @@ def test_steps_that_save_nothing_touch_no_tensor(run_dir, monkeypatch):
     assert hook.global_step == 0
     assert model.fc1._forward_hooks  # installed for the saved step 0
     hook.end_step()  # write step 0 now (else the next step's start does it)
+    hook.flush()  # ... and wait for it: the step pipeline finishes steps on its own thread
 
     def touched(*args, **kwargs):
         raise AssertionError("a tensor was touched on a step that saves nothing")
 
-    for method in ("snapshot", "capture", "materialize"):
+    for method in ("snapshot", "capture", "materialize", "start_batch", "finish_batch"):
         monkeypatch.setattr(hook.backend, method, touched)
     train(model, loss_fn, batches(3))
     assert hook.global_step == 3 and hook.enabled

@@ -33,7 +33,7 @@ def test_out_dir_deleted_mid_fit(tmp_path, data, caplog):
     class DeleteOutDir(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if batch == 1 and out.exists():
-                hook.writer.flush(timeout=10)
+                hook.flush(timeout=10)
                 shutil.rmtree(out)
 
     with caplog.at_level(logging.WARNING, logger="smdebug"):
