@@ -89,6 +89,12 @@ class TensorBackend:
         since the batch is finished later on another thread)."""
         return [self.snapshot(t, True) for t in tensors], keys, raw
 
+    def finish_here(self, started) -> bool:
+        """Whether a started batch is cheaper to finish on the training thread right away
+        than on the worker: a hand-off costs GIL hand-overs (thread wake-ups) that only
+        large batches repay. Default: yes (copies are already made; the rest is small)."""
+        return True
+
     def finish_batch(self, started) -> BatchResult:
         """Worker thread: the :class:`BatchResult` of a batch begun by :meth:`start_batch`."""
         snaps, keys, raw = started

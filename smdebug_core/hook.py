@@ -613,7 +613,8 @@ class Hook:
         for positions, keys, raw, _ in selection.groups:
             members = tensors if len(selection.groups) == 1 else [tensors[p] for p in positions]
             started = backend.start_batch(members, keys, raw)
-            tickets.append(self._pipeline.submit("reducing tensors", backend.finish_batch, started))
+            run = self._pipeline.run_here if backend.finish_here(started) else self._pipeline.submit
+            tickets.append(run("reducing tensors", backend.finish_batch, started))
         return TensorBatch(selection, tickets)
 
     def record_batch(self, batch: Optional[TensorBatch]) -> None:
@@ -733,10 +734,15 @@ class Hook:
         if not self._collections_written and self.writer is not None:
             collections = self.collections_json()  # here: the training thread changes collections
             self._collections_written = True
-        ticket = self._pipeline.submit("finishing a step", self._finish_step, pending, has_blocks, scalars,
-                                       self._step_identity, collections)
-        if self._step_listeners or self.writer is None:
-            ticket.wait()
+        # On the worker while it still reduces this step's batches (steps stay in order);
+        # else here: making the records costs less than waking the worker for them.
+        # Live rules and dry runs see each step finished before the next begins.
+        args = (pending, has_blocks, scalars, self._step_identity, collections)
+        if self._pipeline.idle or self._step_listeners or self.writer is None:
+            self._pipeline.drain()
+            self._pipeline.run_here("finishing a step", self._finish_step, *args)
+        else:
+            self._pipeline.submit("finishing a step", self._finish_step, *args)
         if self._pipeline_failure is not None:
             self._disable_after_pipeline_failure()
 

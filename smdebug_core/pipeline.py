@@ -81,6 +81,19 @@ class StepPipeline:
             self._cond.notify_all()
         return ticket
 
+    def run_here(self, what: str, fn: Callable, *args) -> Ticket:
+        """Run ``fn(*args)`` now, on the calling thread, with a job's error handling: for
+        work smaller than what handing it to the worker costs (each GIL hand-off between
+        two threads that both run Python costs the training thread a thread wake-up)."""
+        ticket = Ticket()
+        self._execute(ticket, what, fn, args)
+        return ticket
+
+    @property
+    def idle(self) -> bool:
+        """Whether no job is queued or running (work run here keeps the order of steps)."""
+        return not (self._jobs or self._running)
+
     def drain(self, timeout: Optional[float] = None) -> bool:
         """Wait until every job submitted so far ran; False if ``timeout`` passed first."""
         with self._cond:
@@ -119,15 +132,19 @@ class StepPipeline:
                 self._running = True
                 self._cond.notify_all()  # room for a waiting submitter
             try:
-                ticket._finish(fn(*args))
-            except Exception as exc:  # noqa: BLE001 - reported, never raised into training
-                ticket._finish(error=exc)
-                if self._on_error is not None:
-                    try:
-                        self._on_error(what, exc)
-                    except Exception:  # noqa: BLE001
-                        pass
+                self._execute(ticket, what, fn, args)
             finally:
                 with self._cond:
                     self._running = False
                     self._cond.notify_all()
+
+    def _execute(self, ticket: Ticket, what: str, fn: Callable, args: tuple) -> None:
+        try:
+            ticket._finish(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - reported, never raised into training
+            ticket._finish(error=exc)
+            if self._on_error is not None:
+                try:
+                    self._on_error(what, exc)
+                except Exception:  # noqa: BLE001
+                    pass

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from smdebug.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
-from smdebug.reductions import reduce_rows, reduce_segments
+from smdebug.reductions import reduce_segments
 
 ReductionKey = Tuple[str, bool]
 
@@ -53,6 +53,13 @@ _DEFAULT_BATCH_MAX_NUMEL = 8192
 NUMPY_SEGMENT_DEVICES = frozenset({"cpu"})
 #: Upper bound on one concatenation buffer (float64 elements): bounds temporary memory.
 CHUNK_MAX_NUMEL = 1 << 24
+#: CPU batches of fewer elements are reduced on the training thread when handed over, bigger
+#: ones on the step pipeline's worker. Each call the worker makes into torch or numpy hands
+#: the GIL back and forth with a training thread that runs Python, and each hand-over costs
+#: the training thread a thread wake-up (100-300 us on the 2-core VM the benchmarks ran on):
+#: only batches whose kernels take longer than that gain from running beside training
+#: (docs/performance.md, bench_scaling.py).
+WORKER_MIN_NUMEL = 1 << 20
 #: Batches finished on the worker thread (CPU): tensors of one dtype and size up to this many
 #: elements are stacked into one ``[n, size]`` array and reduced with one numpy call per
 #: reduction; bigger ones are reduced alone, through a ``[1, size]`` view (no copy).
@@ -201,11 +208,18 @@ class TorchBackend(TensorBackend):
         reads them before the adapter's fence). Accelerator tensors: their reductions and
         host copies are launched now, in stream order, before anything can change them;
         the worker only waits for the results."""
-        plain = [plain_tensor(t) for t in tensors]
-        if all(t.is_cpu for t in plain):
-            return _CpuBatch(plain, [t._version for t in plain], keys, raw)
-        snaps = self.capture([(t, raw, keys) for t in plain])
+        if all(t.is_cpu for t in tensors):  # the common case: two C-level passes, no per-tensor Python
+            return _CpuBatch(tensors, [t._version for t in tensors], keys, raw)
+        snaps = self.capture([(t, raw, keys) for t in tensors])
         return _DeviceBatch(snaps, keys, raw)
+
+    def finish_here(self, started) -> bool:
+        """Small CPU batches are finished on the training thread at once (see
+        :data:`WORKER_MIN_NUMEL`); device batches always on the worker, which waits for the
+        device so that the training thread never does."""
+        if isinstance(started, _DeviceBatch):
+            return False
+        return sum([t.numel() for t in started.tensors]) < WORKER_MIN_NUMEL
 
     def finish_batch(self, started) -> BatchResult:
         """Worker thread: a batch's results (see :meth:`start_batch`)."""
@@ -520,13 +534,18 @@ class _DeviceBatch:
 def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
     """Reduce and copy a batch of CPU tensors on the worker thread.
 
-    Tensors of one dtype and size are stacked and reduced together (:func:`reduce_rows`: a
+    Tensors of one dtype and shape are stacked and reduced together (:func:`_reduce_rows`: a
     few numpy calls whatever their number; numpy releases the GIL inside them). A tensor the
     batch cannot handle (meta, nested, a dtype numpy has no view of) is lost with its
     reason, alone. Version counters are compared last: a tensor changed in place since the
     hand-over may have been read half-updated, so it is not saved.
     """
-    tensors, keys = batch.tensors, batch.keys
+    with torch.no_grad():  # stacks and copies of parameters record no autograd graph: no detach needed
+        return _finish_cpu_batch_no_grad(batch)
+
+
+def _finish_cpu_batch_no_grad(batch: _CpuBatch) -> BatchResult:
+    keys, tensors = batch.keys, batch.tensors
     n = len(tensors)
     table = np.full((n, len(keys)), np.nan) if keys else None
     raws: Optional[List[Optional[np.ndarray]]] = [None] * n if batch.raw else None
@@ -535,12 +554,12 @@ def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
     unreduced = []
     if keys:
         groups: Dict[tuple, List[int]] = {}
-        for i, t in enumerate(tensors):
+        for i, (t, shape) in enumerate(zip(tensors, shapes)):
             numel = t.numel()
             if numel == 0:
                 unreduced.append(i)
             elif numel <= STACK_MAX_NUMEL:
-                groups.setdefault((t.dtype, numel), []).append(i)
+                groups.setdefault((t.dtype, shape), []).append(i)
             else:
                 groups[(i,)] = [i]
         for members in groups.values():
@@ -548,14 +567,11 @@ def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
             for start in range(0, len(members), per_stack):
                 chunk = members[start:start + per_stack]
                 try:
-                    table[chunk] = reduce_rows(_rows_as_numpy([tensors[i] for i in chunk]), keys)
-                except Exception as exc:  # noqa: BLE001 - retried alone below: one bad tensor, one loss
-                    if len(chunk) == 1:
-                        lost[chunk[0]] = f"cannot reduce it ({type(exc).__name__}: {exc})"
-                        continue
+                    table[chunk] = _reduce_rows(_stacked([tensors[i] for i in chunk]), keys)
+                except Exception:  # noqa: BLE001 - retried one by one below: one bad tensor, one loss
                     for i in chunk:
                         try:
-                            table[i] = reduce_rows(_rows_as_numpy([tensors[i]]), keys)[0]
+                            table[i] = _reduce_rows(_stacked([plain_tensor(tensors[i])]), keys)[0]
                         except Exception as one_exc:  # noqa: BLE001
                             lost[i] = f"cannot reduce it ({type(one_exc).__name__}: {one_exc})"
     if raws is not None:
@@ -563,7 +579,7 @@ def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
             if i in lost:
                 continue
             try:
-                raws[i] = _to_numpy(t.clone())
+                raws[i] = _to_numpy(plain_tensor(t).clone())
             except Exception as exc:  # noqa: BLE001
                 lost[i] = f"cannot copy it to the host ({type(exc).__name__}: {exc})"
     for i, (t, version) in enumerate(zip(tensors, batch.versions)):
@@ -572,12 +588,97 @@ def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
     return BatchResult(reductions=table, raw=raws, shapes=shapes, unreduced=tuple(unreduced), lost=lost)
 
 
-def _rows_as_numpy(tensors: List[torch.Tensor]) -> np.ndarray:
-    """Tensors of one dtype and size as a ``[n, size]`` numpy array (a view for one tensor)."""
+def _stacked(tensors: List[torch.Tensor]) -> torch.Tensor:
+    """Tensors of one dtype and shape as one ``[n, size]`` tensor (a view for one tensor),
+    real, in a dtype with fast CPU kernels."""
     if len(tensors) == 1:
         rows = tensors[0].reshape(1, -1)
-    else:
-        rows = torch.stack([t.reshape(-1) for t in tensors])
-    if rows.dtype in (torch.float16, torch.bfloat16) or rows.dtype not in _PLAIN_DTYPES and not rows.is_complex():
+    else:  # one stack, then one view
+        rows = torch.stack(tensors).reshape(len(tensors), -1)
+    if rows.is_complex():
+        rows = rows.abs()
+    if rows.dtype not in (torch.float32, torch.float64):  # exact: integers and halves widen losslessly
         rows = rows.to(torch.float64 if rows.dtype in _FLOAT64_SOURCES else torch.float32)
-    return _to_numpy(rows)
+    return rows
+
+
+#: One-pass variances (E[x^2] - mean^2, float64) are kept where variance > this * mean^2,
+#: i.e. where cancellation leaves a relative error well below 1e-9; other rows take two passes.
+CANCELLATION_LIMIT = 1e-6
+
+
+def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> np.ndarray:
+    """``keys`` of every row of a ``[n, size]`` CPU tensor: a ``[n, len(keys)]`` float64 array.
+
+    Runs on the step pipeline's worker, so every pass is a call that releases the GIL (the
+    training thread runs Python meanwhile): torch's float64-accumulating sums and norms,
+    numpy's min/max. numpy's casting reductions and einsum hold the GIL; they are avoided.
+    Sums, means, norms and variances are accumulated in float64 (variance from the sums
+    mean and l2 need anyway, or in two passes where that would cancel); min/max are exact
+    in the tensor's own dtype. Definitions are those of :mod:`smdebug.reductions`.
+    """
+    n = rows.shape[1]
+    cache: Dict[object, object] = {}
+
+    def get(key, compute):
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
+
+    def source(is_abs: bool) -> torch.Tensor:
+        if not is_abs:
+            return rows
+        return get("abs", rows.abs)
+
+    def as_numpy(is_abs: bool) -> np.ndarray:
+        return get(("np", is_abs), lambda: source(is_abs).numpy())
+
+    def total(is_abs: bool) -> torch.Tensor:
+        return get(("sum", is_abs), lambda: source(is_abs).sum(dim=1, dtype=torch.float64))
+
+    def sum_of_squares() -> torch.Tensor:
+        return get("sumsq", lambda: torch.linalg.vector_norm(rows, dim=1, dtype=torch.float64).square())
+
+    def variance(is_abs: bool) -> torch.Tensor:
+        def compute():
+            mean = total(is_abs) / n
+            if is_abs:  # |x| has no sum of squares at hand (rare): two passes
+                return _two_pass_variance(source(True), mean)
+            var = sum_of_squares() / n - mean * mean
+            redo = ~(var > CANCELLATION_LIMIT * mean * mean)  # cancels, or not finite
+            if bool(redo.any()):
+                var[redo] = _two_pass_variance(rows[redo], mean[redo])
+            return var
+        return get(("var", is_abs), compute)
+
+    out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
+    with np.errstate(all="ignore"):
+        for j, (op, is_abs) in enumerate(keys):
+            if op == "min":
+                out[:, j] = as_numpy(is_abs).min(axis=1)
+            elif op == "max":
+                out[:, j] = as_numpy(is_abs).max(axis=1)
+            elif op == "sum":
+                out[:, j] = total(is_abs).numpy()
+            elif op == "mean":
+                out[:, j] = (total(is_abs) / n).numpy()
+            elif op == "variance":
+                out[:, j] = variance(is_abs).numpy()
+            elif op == "std":
+                out[:, j] = variance(is_abs).sqrt().numpy()
+            elif op == "l1":
+                out[:, j] = total(True).numpy()
+            elif op == "l2":
+                out[:, j] = sum_of_squares().sqrt().numpy()
+            elif op == "prod":
+                out[:, j] = source(is_abs).to(torch.float64).prod(dim=1).numpy()
+            elif op == "median":
+                out[:, j] = np.median(source(is_abs).to(torch.float64).numpy(), axis=1)
+            else:
+                raise ValueError(f"unknown reduction {op!r}")
+    return out
+
+
+def _two_pass_variance(rows: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    centered = rows.to(torch.float64) - mean[:, None]
+    return centered.square_().sum(dim=1) / rows.shape[1]
