@@ -600,6 +600,7 @@ class Hook:
             selection = cache[names] = Selection([i for i, _ in chosen], [plan for _, plan in chosen])
         return selection
 
+    @never_raises("handing over tensors")
     def start_batch(self, selection: Selection, tensors: Sequence, backend: TensorBackend) -> Optional[TensorBatch]:
         """Hand over ``tensors`` (one per ``selection.plans``, in order) without waiting:
         ``backend.start_batch`` runs now, ``backend.finish_batch`` on the step pipeline's
