@@ -207,6 +207,32 @@ class SaveConfig:
                     raise ConfigError(f"save config for mode {mode.name} must be a SaveConfigMode, got {cfg!r}")
                 self.mode_save_configs[mode] = cfg
 
+    @classmethod
+    def coerce(cls, value, what: str = "save_config") -> Optional["SaveConfig"]:
+        """A SaveConfig from what a user may pass: None, a SaveConfig, or a dict of modes.
+
+        A dict of SaveConfig fields (``{"save_interval": 10}``) is the usual slip: the
+        message says what to write instead.
+        """
+        if value is None or isinstance(value, cls):
+            return value
+        if isinstance(value, SaveConfigMode):
+            return cls(**value.fields())
+        if not isinstance(value, dict):
+            raise ConfigError(f"{what} must be a SaveConfig or a dict of modes (e.g. {{smd.modes.TRAIN: "
+                              f"smd.SaveConfigMode(save_interval=10)}}), got {value!r}")
+        fields = [k for k in value if isinstance(k, str) and k in _FIELDS]
+        if fields:
+            args = ", ".join(f"{k}={v!r}" for k, v in value.items())
+            raise ConfigError(
+                f"{what}={value!r}: a SaveConfig or a dict of modes is expected, and {', '.join(map(repr, fields))} "
+                f"is a SaveConfig field, not a mode; write {what.split(' ')[0]}=SaveConfig({args})")
+        try:
+            return cls(mode_save_configs=value)
+        except ValueError as exc:
+            raise ConfigError(f"{what}={value!r}: a SaveConfig or a dict of modes (TRAIN, EVAL, PREDICT, GLOBAL) "
+                              f"to SaveConfigMode is expected: {exc}") from None
+
     # Base fields as attributes: ``coll.save_config.end_step = 0`` disables a collection.
     save_interval = property(lambda self: self.base.save_interval,
                              lambda self, v: setattr(self.base, "save_interval", v))
