@@ -503,11 +503,13 @@ class InclusionCheck:
             if coll is None or any(coll.matches(t) for t in self.seen):
                 continue
             self.warned.add(name)
-            first = list(self.seen)[:8]
-            shown = ", ".join(map(repr, first)) + (", ..." if len(self.seen) > len(first) else "")
+            seen = list(self.seen)
+            # A sample spread over the list: adapters offer one kind of name after another.
+            sample = [seen[i * len(seen) // 8] for i in range(8)] if len(seen) > 8 else seen
+            shown = ", ".join(map(repr, dict.fromkeys(sample))) + (", ..." if len(seen) > len(sample) else "")
             logger.warning(
                 "smdebug: included collection %r matched none of the %d tensor names the hook saw by step %d "
-                "(%s), so it saved nothing; %s lists them all. Its regexes: %s. Add one that matches: "
+                "(e.g. %s), so it saved nothing; %s lists them all. Its regexes: %s. Add one that matches: "
                 "hook.get_collection(%r).include('<regex>')",
                 name, len(self.seen), step, shown or "none", names_method,
                 list(coll.include_regex) or "none", name)

@@ -113,7 +113,7 @@ def test_an_included_collection_that_matched_nothing_warns_after_its_first_saved
     assert len(warnings) == 1, warnings
     message = warnings[0]
     assert "'outputs_of_fc' matched none of the 2 tensor names the hook saw by step 0" in message
-    assert "'fc.weight', 'fc.bias'" in message and "hook.seen_tensor_names()" in message
+    assert "(e.g. 'fc.weight', 'fc.bias')" in message and "hook.seen_tensor_names()" in message
     assert "^Sequential_2\\\\.weight$" in message
     assert hook.seen_tensor_names() == ["fc.weight", "fc.bias"]
 
