@@ -156,7 +156,7 @@ class Tensor:
                 from .trial import StepState  # the trial module imports this one
 
                 if trial._step_state(step, mode) is StepState.AVAILABLE:
-                    raise TensorUnavailableForStep(self.name, step, mode)
+                    raise TensorUnavailableForStep(self.name, step, mode, hint=trial._step_hint(step, mode, self))
                 trial._raise_step_missing(step, mode)
         return g, mode, step
 

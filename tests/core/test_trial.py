@@ -362,7 +362,7 @@ def test_empty_directory_wait_is_bounded(tmp_path):
 
 
 def test_missing_directory_and_end_marker_without_collections(tmp_path):
-    with pytest.raises(MissingCollectionFiles, match="directory exists: NO"):
+    with pytest.raises(MissingCollectionFiles, match="nowhere does not exist"):  # RunNotFound is one
         create_trial(str(tmp_path / "nowhere"), wait_timeout=0)
     touch(str(tmp_path), END_OF_JOB_FILE)
     started = time.monotonic()
