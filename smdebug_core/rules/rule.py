@@ -90,10 +90,10 @@ class _NoTrial:
 
 
 class _Note:
-    __slots__ = ("message", "details")
+    __slots__ = ("message", "details", "measure")
 
-    def __init__(self, message: str, details: dict):
-        self.message, self.details = message, details
+    def __init__(self, message: str, details: dict, measure: Optional[float] = None):
+        self.message, self.details, self.measure = message, details, measure
 
 
 class Rule:
@@ -113,6 +113,10 @@ class Rule:
     """
 
     _NOT_PARAMETERS = frozenset({"self", "base_trial", "other_trials", "other_trial", "actions", "name"})
+    #: Which ``measure`` of a firing (see :meth:`note`) is the worst: "max" or "min".
+    worst = "max"
+    #: What ``measure`` is, for summaries ("" when the rule gives none).
+    measure_name = ""
 
     def __init__(self, base_trial=None, other_trials=None, actions=None, name: Optional[str] = None):
         self.base_trial = as_trial(base_trial)
@@ -135,6 +139,7 @@ class Rule:
         self.live = False
         self._notes: List[_Note] = []
         self._warned: set = set()
+        self._step_without_data = False
 
     def __repr__(self):
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())
@@ -158,9 +163,13 @@ class Rule:
         return False
 
     # --- helpers for subclasses ---------------------------------------------------------------
-    def note(self, message: str, **details) -> None:
-        """Explain a firing: the message and details go into the report and to actions."""
-        self._notes.append(_Note(str(message), details))
+    def note(self, message: str, measure: Optional[float] = None, **details) -> None:
+        """Explain a firing: the message and details go into the report and to actions.
+
+        ``measure``: one number saying how bad it is (see ``worst`` and ``measure_name``),
+        which summaries use to name the worst firing.
+        """
+        self._notes.append(_Note(str(message), details, None if measure is None else float(measure)))
 
     def unavailable(self, count: int = 1) -> None:
         """Count tensors the rule wanted but the step could not supply (shown in the report)."""
@@ -176,7 +185,11 @@ class Rule:
                 self.report.notice(message % args if args else message)
 
     def no_data(self, message: str, *args) -> None:
-        """Note (once, at info level, and in the report) that the run lacks what the rule reads."""
+        """Note (once, at info level, and in the report) that the run lacks what the rule reads.
+
+        The current step then counts as a step without data, not as an evaluated one.
+        """
+        self._step_without_data = True
         if "no-data" not in self._warned:
             self._warned.add("no-data")
             self.logger.info("smdebug rule %s: " + message, self.rule_name, *args)
@@ -210,15 +223,19 @@ class Rule:
         """Run invoke_at_step on ``view``; record the outcome and run actions. Returns fired."""
         self.view, self.other_views = view, list(other_views)
         self._notes = []
+        self._step_without_data = False
         try:
             fired = bool(self.invoke_at_step(view.step))
         except DATA_MISSING as exc:
             self.logger.debug("rule %s skipped step %d: %s", self.rule_name, view.step, exc)
             if self.report is not None:
-                self.report.no_data()
+                self.report.no_data(view.mode)
             return False
         if self.report is not None:
-            self.report.datapoint(view.step)
+            if self._step_without_data and not fired:
+                self.report.no_data(view.mode)
+            else:
+                self.report.datapoint(view.step)
         if fired:
             self._fire(view.step, view.mode, view.mode_step, view.source, extra_actions, hook)
         return fired
@@ -230,9 +247,11 @@ class Rule:
         details: dict = {}
         for n in notes:
             details.update(n.details)
+        measures = [n.measure for n in notes if n.measure is not None]
+        measure = (min if self.worst == "min" else max)(measures) if measures else None
         entry = {"step": step, "mode": mode.name, "mode_step": mode_step, "message": message, "details": details}
         if self.report is not None:
-            entry = self.report.violation(step, mode, mode_step, message, details)
+            entry = self.report.violation(step, mode, mode_step, message, details, measure, self.worst)
         self.last_violation = entry
         event = RuleEvent(self.rule_name, step, mode, mode_step, message, run_dir, details, hook)
         for action in list(self.actions) + list(extra_actions):
