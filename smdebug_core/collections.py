@@ -478,6 +478,12 @@ class InclusionCheck:
         if name not in (CollectionKeys.ALL,) and name not in self.warned:
             self.pending[name] = None
 
+    def not_applicable(self, name: str, reason: str, logger) -> None:
+        """The adapter knows ``name`` cannot hold tensors in this training: say so once at
+        info level instead of warning about a regex that matched nothing."""
+        if self.pending.pop(name, False) is None:
+            logger.info("smdebug: included collection %r saves nothing: %s", name, reason)
+
     def check_configured(self, manager: "CollectionManager", logger) -> None:
         """Warn about included collections that are neither built in nor configured."""
         for name in list(self.pending):

@@ -369,6 +369,10 @@ class Hook:
         if CollectionKeys.ALL in self.include_collections:
             self._include(collection.name)
 
+    def _nothing_to_save(self, collection: str, reason: str) -> None:
+        """For adapters: ``collection`` cannot hold tensors in this training (no warning)."""
+        self._inclusion.not_applicable(collection, reason, logger)
+
     def seen_tensor_names(self) -> List[str]:
         """Every tensor name this hook was offered so far (saved or not), in order of first
         sight: the names to match when a collection's regex saves nothing."""
