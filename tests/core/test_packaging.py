@@ -41,3 +41,11 @@ def test_license_and_type_marker_are_shipped():
     assert os.path.isfile(os.path.join(REPO, "smdebug_core", "py.typed"))
     cfg = open(os.path.join(REPO, "setup.cfg")).read()
     assert "smdebug = py.typed" in cfg and "license_files = LICENSE" in cfg and "examples = scikit-learn" in cfg
+
+
+def test_version_sorts_after_the_original_it_succeeds():
+    """Code that checks ``smdebug.__version__`` (``>= 1.0``) must see a successor of 1.0.34."""
+    import smdebug
+
+    ours = tuple(int(p) for p in smdebug.__version__.split(".")[:3])
+    assert ours > (1, 0, 34) and smdebug.__version__ > "1.0.34"
