@@ -321,7 +321,7 @@ class Collection:
         """Whether ``tensor_name`` belongs to this collection."""
         return tensor_name in self._tensor_names or any(p.search(tensor_name) for p in self._patterns)
 
-    # --- serialization (the collections file, FORMAT.md 4.2) ----------------------------
+    # --- serialization (the collections file, docs/format.md 4.2) ----------------------------
     def to_json_dict(self) -> dict:
         return {
             "name": self.name,

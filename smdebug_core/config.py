@@ -1,7 +1,7 @@
 """Configuration from the environment and from the JSON hook config file.
 
 The JSON file (``SMDEBUG_CONFIG_FILE_PATH``, else SageMaker's default path) holds
-``LocalPath``, ``HookParameters`` and ``CollectionConfigurations`` (FORMAT.md 7).
+``LocalPath``, ``HookParameters`` and ``CollectionConfigurations`` (docs/format.md 7).
 Parsing turns it into keyword arguments for a Hook plus per-collection settings, with
 every value checked: a malformed file fails at once with a message naming the key and
 value; unknown keys are reported in one warning instead of being silently ignored.
@@ -304,7 +304,7 @@ def _local_path_from(env_name: str, default_file: str) -> Optional[str]:
 
 
 def resolve_tensorboard_dir(out_dir: str, tensorboard_dir: Optional[str], export_tensorboard: bool) -> Optional[str]:
-    """Where TensorBoard files go, or None (FORMAT.md 6)."""
+    """Where TensorBoard files go, or None (docs/format.md 6)."""
     if on_sagemaker():
         return _local_path_from(TENSORBOARD_CONFIG_ENV, DEFAULT_TENSORBOARD_CONFIG_FILE)
     if tensorboard_dir:

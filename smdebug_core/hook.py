@@ -240,7 +240,7 @@ class Hook:
         self.backend: TensorBackend = self._make_backend()
         self._numpy_backend = NumpyBackend()
 
-        # Step state (FORMAT.md 8.1): global step and one counter per mode.
+        # Step state (docs/format.md 8.1): global step and one counter per mode.
         self.mode = ModeKeys.GLOBAL
         self.global_step = -1
         self.mode_steps: Dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
@@ -316,7 +316,7 @@ class Hook:
         except OSError as exc:
             raise OutDirError(f"out_dir {self.out_dir} is not writable: {exc.strerror or exc}") from None
 
-    # --- step counters kept across restarts (spot training), FORMAT.md 1.3 metadata.json ---
+    # --- step counters kept across restarts (spot training), docs/format.md 1.3 metadata.json ---
     def _state_file(self) -> str:
         return os.path.join(self._checkpoint_dir, "metadata.json")
 
@@ -813,7 +813,7 @@ class Hook:
         self._metrics_file.flush()
 
     def collections_json(self) -> bytes:
-        """The collections file: every collection with its resolved configs (FORMAT.md 4.3)."""
+        """The collections file: every collection with its resolved configs (docs/format.md 4.3)."""
         self._prepare_if_changed()
         doc = {}
         for name, coll in sorted(self.collection_manager.collections.items()):

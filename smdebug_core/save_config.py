@@ -1,6 +1,6 @@
 """When to save: SaveConfig and its per-mode part, SaveConfigMode.
 
-Semantics (the original library's, see FORMAT.md 8.2):
+Semantics (the original library's, see docs/format.md 8.2):
 
 * decisions are taken on the *mode step* of the current mode;
 * a step is saved if it is in ``save_steps`` **or** if

@@ -1,6 +1,6 @@
 """The MXNet Gluon hook: steps from the registered block's forward pre-hook.
 
-What is captured, and when (FORMAT.md 8.1 and 8.4):
+What is captured, and when (docs/format.md 8.1 and 8.4):
 
 * **Step boundary.** A step is one call of the registered top-level block: its forward
   pre-hook closes the previous step and begins the next (``init_step`` -1, so the first

@@ -57,7 +57,7 @@ class TFHookBase(Hook):
         self._step_reads: List[Tuple[str, object]] = []
         self._unread_names: Optional[tuple] = None  # (delivered names, tracked names, the rest)
         super().__init__(*args, **kwargs)
-        # FORMAT 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
+        # docs/format.md 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
         # also catch optimizer slots such as "adam/dense_bias_momentum".
         biases = self.collection_manager.get(CollectionKeys.BIASES)
         if biases.include_regex == tuple(self.profile.regexes.get(CollectionKeys.BIASES, ())):

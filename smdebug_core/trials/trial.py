@@ -1,4 +1,4 @@
-"""The Trial: a read-only view of one run directory (FORMAT.md section 5).
+"""The Trial: a read-only view of one run directory (docs/format.md section 5).
 
 A trial discovers data only through the collections files and the index files; it opens
 an event file only when a value is asked for. Index files are read incrementally: each
@@ -49,7 +49,7 @@ logger = logging.getLogger("smdebug.trials")
 
 GLOBAL = ModeKeys.GLOBAL
 _RECORD_CHECKS = ("minimal", "full", "none")
-#: Index buckets hold the files of 1000 consecutive steps (FORMAT 1.2).
+#: Index buckets hold the files of 1000 consecutive steps (docs/format.md 1.2).
 _BUCKET_SPAN = 1000
 #: A bucket whose directory changed less than this long ago is listed again even if its
 #: mtime did not move: directory mtimes are coarse, a file renamed into the bucket in the
@@ -168,7 +168,7 @@ def _validate_range_steps(range_steps):
 
 def _worker_from_name(raw: str) -> str:
     # TensorFlow MirroredStrategy workers are serialized device names, which always
-    # start with "/" and so are stored starting with "_" (FORMAT 1.2). Only those are
+    # start with "/" and so are stored starting with "_" (docs/format.md 1.2). Only those are
     # deserialized; the original's "'__' anywhere in the path" test is a known bug.
     return deserialize_worker_name(raw) if raw.startswith("_") else raw
 
@@ -233,7 +233,7 @@ class Trial:
         self._incomplete_step_window = max(1, window)
         # The original always slept 1 s after seeing the end marker, "to let the last files
         # land". We check the marker *before* listing, and writers create it only after
-        # every other file (FORMAT 5.4), so that listing is already complete: no delay
+        # every other file (docs/format.md 5.4), so that listing is already complete: no delay
         # unless one is asked for.
         self._training_end_delay = _env_number(
             ("SMDEBUG_TRAINING_END_DELAY_REFRESH", "TRAINING_END_DELAY_REFRESH"), 0.0, float
@@ -532,7 +532,7 @@ class Trial:
             if mode is GLOBAL and mode_step != step:
                 logger.warning(
                     "%s: step %d is in GLOBAL mode with mode_step %d; GLOBAL-mode data must have "
-                    "mode_step == global step (FORMAT 1.5)", self.path, step, mode_step,
+                    "mode_step == global step (docs/format.md 1.5)", self.path, step, mode_step,
                 )
         if mode is not GLOBAL:
             self._mode_to_global.setdefault(mode, {}).setdefault(mode_step, step)
@@ -587,7 +587,7 @@ class Trial:
         logger.debug("%s: training has ended; %d steps loaded", self.path, len(self._global_to_mode))
 
     def _apply_incomplete_step_window(self) -> None:
-        """Stop waiting for the oldest stragglers once too many steps are incomplete (FORMAT 5.3).
+        """Stop waiting for the oldest stragglers once too many steps are incomplete (docs/format.md 5.3).
 
         While more than the window's number of steps wait, the oldest half-window of them
         is treated as complete. The original compared ``len(steps) - (last_complete_step + 1)``

@@ -49,3 +49,27 @@ def test_version_sorts_after_the_original_it_succeeds():
 
     ours = tuple(int(p) for p in smdebug.__version__.split(".")[:3])
     assert ours > (1, 0, 34) and smdebug.__version__ > "1.0.34"
+
+
+def test_every_format_citation_names_a_section_of_docs_format():
+    """Comments cite docs/format.md by section: each cited section must exist (and nothing
+    may cite a file outside the repository instead)."""
+    import re
+
+    doc = open(os.path.join(REPO, "docs", "format.md")).read()
+    sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", doc, flags=re.M))
+    cited, outside = set(), []
+    for folder in ("smdebug_core", "adapters", "tests", "benchmarks", "docs", "README.md", "tox.ini"):
+        path = os.path.join(REPO, folder)
+        files = [path] if os.path.isfile(path) else [
+            os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith((".py", ".md", ".ini"))]
+        for name in files:
+            if os.path.basename(name) == "test_packaging.py":
+                continue  # this test names what it looks for
+            text = open(name, encoding="utf-8").read()
+            for match in re.finditer(r"docs/format\.md (?:section )?(\d+(?:\.\d+)?)(?:[-–](\d+(?:\.\d+)?))?", text):
+                cited.update(g for g in match.groups() if g)
+            if "../shared/" in text or re.search(r"\bFORMAT(\.md)? \d", text):
+                outside.append(name)
+    assert cited and not (cited - sections), sorted(cited - sections)
+    assert outside == [], outside
