@@ -51,16 +51,23 @@ class RunContents:
     hold saved tensors, its modes and its tensor names."""
 
     _XGBOOST_COLLECTIONS = {"hyperparameters", "trees", "feature_importance", "full_shap", "average_shap"}
+    #: PyTorch parameter names: <RootClass>_<dotted path>.weight/.bias
+    _PYTORCH_PARAMETER = re.compile(r"^(gradient/)?[A-Za-z]\w*_[\w.]*\.(weight|bias)$")
 
     def __init__(self, trial):
         self.names: List[str] = trial.tensor_names()
         collections = trial.collections()
+        inputs = collections.get("inputs")
         if self._XGBOOST_COLLECTIONS & set(collections) or any(n.startswith("trees/") for n in self.names):
             self.framework = "XGBoost"
         elif "optimizer_variables" in collections:
             self.framework = "TensorFlow"
-        else:
-            self.framework = "PyTorch/MXNet"
+        elif inputs is not None and any("_input_" in r for r in inputs.include_regex):
+            self.framework = "MXNet"
+        elif any(self._PYTORCH_PARAMETER.match(n) for n in self.names):
+            self.framework = "PyTorch"
+        else:  # the numpy hook, or a run whose names do not tell
+            self.framework = "deep-learning"
         self.saved: Dict[str, List[str]] = {}
         for cname, coll in collections.items():
             members = [n for n in self.names if coll.matches(n)]

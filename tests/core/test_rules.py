@@ -384,12 +384,12 @@ def test_cli_list_is_not_cut(capsys):
 def test_cli_default_rules_follow_what_the_run_contains(run, tmp_path, capsys):
     assert cli_main([run, "--no-progress"]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("PyTorch/MXNet run, collections with saved tensors: gradients, losses; running 4 of the "
+    assert out.startswith("deep-learning run, collections with saved tensors: gradients, losses; running 4 of the "
                           "default rules, skipping 8:")
-    assert "  skipped TreeDepth: reads XGBoost trees/feature importance; this is a PyTorch/MXNet run" in out
+    assert "  skipped TreeDepth: reads XGBoost trees/feature importance; this is a deep-learning run" in out
     assert "  skipped Overfit: no validation loss" in out
     assert "  skipped WeightUpdateRatio: the 'weights' collection was not saved" in out
-    ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "PyTorch"))]
+    ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "deep-learning"))]
     assert ran == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "Overtraining"]
 
 

@@ -123,8 +123,8 @@ def test_cli_default_rules_for_a_pytorch_run(tmp_path, capsys):
     hook.close()
     assert cli_main([str(tmp_path / "run"), "--no-progress"]) in (0, 1)
     out = capsys.readouterr().out
-    assert out.startswith("PyTorch/MXNet run, collections with saved tensors: ")
-    assert "  skipped TreeDepth: reads XGBoost trees/feature importance; this is a PyTorch/MXNet run" in out
+    assert out.startswith("PyTorch run, collections with saved tensors: ")
+    assert "  skipped TreeDepth: reads XGBoost trees/feature importance; this is a PyTorch run" in out
     assert "  skipped ClassImbalance: no labels tensor saved" in out
     ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "PyTorch"))]
     assert ran[:3] == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing"]
