@@ -141,6 +141,16 @@ def as_name_list(value, what: str) -> List[str]:
     return items
 
 
+def describe_object(obj) -> str:
+    """A one-line description of ``obj`` for messages: its type and shape, or a short repr."""
+    shape = getattr(obj, "shape", None)
+    if shape is not None:
+        return f"a {type(obj).__name__} of shape {tuple(shape)}"
+    text = repr(obj)
+    text = text if len(text) <= 60 and "\n" not in text else text.splitlines()[0][:57] + "..."
+    return f"{type(obj).__name__} {text}"
+
+
 def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> List[str]:
     """Up to ``n`` of ``candidates`` that look like ``name`` (typos), best first."""
     return difflib.get_close_matches(name, list(candidates), n=n, cutoff=0.6)
@@ -472,6 +482,8 @@ class InclusionCheck:
         self.warned: set = set()
         #: Every tensor name the hook was offered, in order of first sight.
         self.seen: Dict[str, None] = {}
+        #: Names refused (reserved for reductions), warned about once each.
+        self.refused: set = set()
 
     def expect(self, name: str) -> None:
         """``name`` was included by the user: check it."""

@@ -38,7 +38,7 @@ from . import config as cfg
 from .backend import Materialized, NumpyBackend, Request, TensorBackend
 from .collections import (
     FRAMEWORK_PROFILES, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
-    Collection, CollectionKeys, CollectionManager, InclusionCheck, as_name_list,
+    Collection, CollectionKeys, CollectionManager, InclusionCheck, as_name_list, describe_object,
 )
 from .exceptions import ConfigError, OutDirError
 from .format import layout
@@ -219,6 +219,7 @@ class Hook:
         self.save_all = save_all
         self.collection_manager = CollectionManager(self.profile)
         self.collection_manager.on_new_collection = self._on_new_collection
+        self.collection_manager.object_handler = self._collection_object
         self.include_collections: List[str] = list(self.profile.default_included)
         self._inclusion = InclusionCheck(self.profile.collection_names(), self.framework)
         for name in include_collections:
@@ -369,6 +370,14 @@ class Hook:
         if CollectionKeys.ALL in self.include_collections:
             self._include(collection.name)
 
+    def _collection_object(self, collection: Collection, obj) -> None:
+        """``coll.add(obj)`` with something other than a tensor name. Adapters that can name
+        their framework's objects override this; here it is a clear error, not a no-op."""
+        raise ConfigError(
+            f"cannot add {describe_object(obj)} to collection {collection.name!r}: this hook takes "
+            "tensor names and regexes (strings); to save a value you computed, call "
+            f"hook.save_tensor('<name>', value, {collection.name!r}) at each step")
+
     def _nothing_to_save(self, collection: str, reason: str) -> None:
         """For adapters: ``collection`` cannot hold tensors in this training (no warning)."""
         self._inclusion.not_applicable(collection, reason, logger)
@@ -518,8 +527,10 @@ class Hook:
         self._inclusion.seen[name] = None
         if REDUCTION_TAG_PREFIX in name:
             # The reader would take it for a reduction of another tensor.
-            logger.warning("smdebug: not saving tensor %r: names containing %r are reserved for reductions; "
-                           "rename it", name, REDUCTION_TAG_PREFIX)
+            if name not in self._inclusion.refused:
+                self._inclusion.refused.add(name)
+                logger.warning("smdebug: not saving tensor %r: names containing %r are reserved for reductions; "
+                               "rename it", name, REDUCTION_TAG_PREFIX)
             cache[name] = None
             return None
         members = [self._by_name[c.name] for c in self.collection_manager.collections_for(name)

@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from smdebug.collections import CollectionKeys
+from smdebug.collections import CollectionKeys, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import get_hook as _core_get_hook
@@ -162,7 +162,6 @@ class Hook(CoreHook):
         self._warned_bad_tensor: set = set()
         self._optimizer_hooks_installed = False
         self._pending_params: List[Tuple[str, torch.nn.Parameter]] = []  # added before their model
-        self.collection_manager.object_handler = self._collection_object
 
     # --- core overrides ------------------------------------------------------------------
     def _distributed_info(self) -> Tuple[int, int]:
@@ -324,7 +323,7 @@ class Hook(CoreHook):
                 "(its outputs are saved) or a registered model's nn.Parameter")
         else:
             raise ConfigError(
-                f"cannot add {type(obj).__name__} {obj!r:.80} to collection {coll.name!r}: add tensor names or "
+                f"cannot add {describe_object(obj)} to collection {coll.name!r}: add tensor names or "
                 "regexes (strings), a torch.nn.Module (its outputs; coll.add_module_tensors(module, inputs=True) "
                 "for inputs too) or a registered model's nn.Parameter")
 

@@ -215,6 +215,10 @@ class TFHookBase(Hook):
             if self._capture is not None:
                 self._capture.disarm_all()
 
+    def _collection_object(self, collection, obj) -> None:
+        """``coll.add(variable or tensor)``: kept until the model or graph is known, then named."""
+        collection.framework_objects.append(obj)
+
     def _is_included(self, name: str, home: Optional[str] = None) -> bool:
         """Whether tensor ``name`` would be saved in some mode (its home collection or a regex)."""
         if self.save_all:

@@ -204,6 +204,9 @@ def test_reserved_reduction_prefix_is_refused_at_save(tmp_path, caplog):
         hook.record("fc.weight", np.zeros(3))
         hook.begin_step()
         hook.record("smdebug/reductions/max/fc.weight", np.ones(3))
+        hook.set_mode(smd.modes.EVAL)  # another set of saved collections: still one warning
+        hook.begin_step()
+        hook.record("smdebug/reductions/max/fc.weight", np.ones(3))
         hook.close()
     refused = [w for w in smdebug_warnings(caplog) if "reserved for reductions" in w]
     assert len(refused) == 1 and "'smdebug/reductions/max/fc.weight'" in refused[0]
@@ -212,3 +215,15 @@ def test_reserved_reduction_prefix_is_refused_at_save(tmp_path, caplog):
     assert trial.tensor("fc.weight").reduction_values(0) == {}
     with pytest.raises(ConfigError, match="reserved for reductions"):
         smd.Hook(out_dir=tmp_path / "r2").save_scalar("smdebug/reductions/max/x", 1.0)
+
+
+def test_adding_an_object_the_hook_cannot_name_raises_a_clear_error(tmp_path):
+    hook = smd.Hook(out_dir=tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"cannot add a ndarray of shape \(3,\) to collection 'custom'.*"
+                                          r"hook.save_tensor\('<name>', value, 'custom'\)"):
+        hook.get_collection("custom").add(np.ones(3))
+    with pytest.raises(ConfigError, match="cannot add int 3 to collection 'x'"):
+        hook.add_to_collection("x", 3)
+    hook.add_to_collection("x", ["fc.weight"])  # names still work
+    assert hook.get_collection("x").tensor_names == frozenset({"fc.weight"})
+    hook.close()
