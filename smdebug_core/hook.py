@@ -707,6 +707,7 @@ class Hook:
         """Finish the current step: compute reductions (batched) and hand the step to the writer."""
         self._step_open = False
         if self._inclusion.pending and self.saving_step:
+            self._inclusion.check_configured(self.collection_manager, logger)  # if not done at the first step
             self._inclusion.check_matches(self.collection_manager, self._saving_colls, self._step_identity[0],
                                           logger)
         with self._lock:

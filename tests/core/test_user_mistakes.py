@@ -227,3 +227,23 @@ def test_adding_an_object_the_hook_cannot_name_raises_a_clear_error(tmp_path):
     hook.add_to_collection("x", ["fc.weight"])  # names still work
     assert hook.get_collection("x").tensor_names == frozenset({"fc.weight"})
     hook.close()
+
+
+def test_typo_is_reported_even_when_plans_were_made_before_the_first_step(tmp_path, caplog):
+    hook = smd.Hook(out_dir=tmp_path / "run", include_collections="wieghts",
+                    save_config=smd.SaveConfig(save_interval=1))
+    hook.collections_json()  # prepares the plans before any step (as some adapters do)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        train(hook)
+    assert len([w for w in smdebug_warnings(caplog) if "did you mean 'weights'" in w]) == 1
+
+
+def test_typo_in_a_json_collection_name_warns(tmp_path, caplog):
+    path = tmp_path / "hook.json"
+    path.write_text(json.dumps({"LocalPath": str(tmp_path / "run"), "HookParameters": {"save_interval": "1"},
+                                "CollectionConfigurations": [{"CollectionName": "gradeints"}]}))
+    hook = smd.Hook.create_from_json_file(str(path))
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        train(hook)
+    warnings = [w for w in smdebug_warnings(caplog) if "'gradeints'" in w]
+    assert len(warnings) == 1 and "did you mean 'gradients'" in warnings[0]
