@@ -35,6 +35,7 @@ import bisect
 import contextlib
 import inspect
 import os
+import re
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -57,6 +58,7 @@ logger = get_logger("smdebug.rules")
 #: Exceptions meaning "the data this step needs is not there": the step is skipped, not an error.
 DATA_MISSING = (TensorUnavailable, TensorUnavailableForStep, StepUnavailable, StepNotYetAvailable, NoMoreData)
 DEFAULT_POLL_INTERVAL_S = 0.5
+_STEP_IN_TEXT = re.compile(r"^step \d+ has |,? at step \d+")
 
 
 def as_trial(trial):
@@ -194,7 +196,9 @@ class Rule:
             self._warned.add("no-data")
             self.logger.info("smdebug rule %s: " + message, self.rule_name, *args)
             if self.report is not None:
-                self.report.notice(message % args if args else message)
+                # The report counts such steps; its notice says what is missing, not where first.
+                text = message % args if args else message
+                self.report.notice(_STEP_IN_TEXT.sub("", text))
 
     def parameters(self) -> Dict[str, object]:
         """The constructor parameters and their values (for reports)."""
