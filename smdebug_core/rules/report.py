@@ -1,8 +1,10 @@
 """The JSON report every rule evaluation keeps, and where it is written.
 
-Default location: ``<run directory>/rule_reports/<rule name>.json`` (the trial's directory for
-:func:`~smdebug.rules.invoke_rule`, the hook's ``out_dir`` for live rules; a worker other
-than ``worker_0`` appends ``_<worker>``). Pass ``report_path=`` to put it elsewhere. The file is
+Where it goes: :func:`~smdebug.rules.invoke_rule` and the ``smdebug-rules`` command write
+a file only when asked (``report_path=``, ``--report DIR``): reading a run writes nothing into
+it. Live rules (``hook.add_rule``), part of the training run, write to the hook's ``out_dir``:
+``<out_dir>/rule_reports/<rule name>.json`` (:func:`default_report_path`; a worker other than
+``worker_0`` appends ``_<worker>``) unless given another ``report_path``. The file is
 rewritten atomically while the rule runs (at most once a second, and at once after a
 violation) and a last time when evaluation ends.
 

@@ -50,7 +50,7 @@ from ..exceptions import (
 from ..logger import get_logger
 from ..modes import ModeKeys
 from .actions import Action, RuleEvent, as_actions
-from .report import RuleReport, default_report_path, to_jsonable
+from .report import RuleReport, to_jsonable
 from .views import Required, StepView, TrialStepView
 
 logger = get_logger("smdebug.rules")
@@ -276,7 +276,7 @@ class Rule:
         if not self.base_trial:
             raise ValueError(f"rule {self.rule_name} has no base_trial to read step {step} from")
         if self.report is None:
-            self._start_report(self.base_trial.path, default_report_path(self.base_trial.path, self.rule_name))
+            self._start_report(self.base_trial.path, None)  # in memory: nothing is written into the run
         self.base_trial.wait_for_steps([step])
         others = [_other_view(t, step, follow=True, timeout=None) for t in self.other_trials]
         with _no_refresh(self.trials):
@@ -352,7 +352,7 @@ def run_rules(
     """Evaluate several rules sharing one base trial, reading each step once for all of them.
 
     See :func:`invoke_rule` for the arguments; ``report_paths`` maps ``id(rule)`` to a report
-    path (missing: the default location; None inside the dict: no file), ``on_step(step)``
+    path (missing or None: in memory only), ``on_step(step)``
     is called after each step, ``on_fire(rule, step, message)`` after each firing.
     """
     if not rules:
@@ -379,9 +379,9 @@ def run_rules(
     if idle_timeout is not None and not float(idle_timeout) >= 0:
         raise ValueError(f"idle_timeout must be >= 0 seconds or None, got {idle_timeout!r}")
     extra = as_actions(actions)
-    report_paths = report_paths or {}
+    report_paths = report_paths or {}  # a rule not in it keeps its report in memory only
     for rule in rules:
-        path = report_paths.get(id(rule), default_report_path(trial.path, rule.rule_name))
+        path = report_paths.get(id(rule))
         rule._start_report(trial.path, path)
 
     bar = _progress_bar(progress)
@@ -487,7 +487,7 @@ def invoke_rule(
     raise_eval_cond: bool = False,
     *,
     actions=None,
-    report_path: Optional[str] = "",
+    report_path: Optional[str] = None,
     follow: bool = True,
     poll_interval: Optional[float] = None,
     idle_timeout: Optional[float] = None,
@@ -504,7 +504,8 @@ def invoke_rule(
             every firing is recorded and evaluation goes on.
         actions: actions run when the rule fires, in addition to the rule's own.
         report_path: where to write the JSON report (see :mod:`smdebug.rules.report`);
-            default ``<run>/rule_reports/<rule name>.json``; None: keep it in memory only.
+            None (the default): keep it in memory only (``rule.report``), so that reading a
+            run writes nothing into it; ``default_report_path(run, name)`` is the usual place.
         follow: while training is still running, wait for new steps (polling every
             ``poll_interval`` seconds, default 0.5) until the end-of-training marker appears;
             False evaluates the steps present now and returns.
@@ -514,7 +515,7 @@ def invoke_rule(
 
     Returns the rule's :class:`RuleReport` (also ``rule.report``).
     """
-    paths = {} if report_path == "" else {id(rule): report_path}
+    paths = {id(rule): report_path}
     run_rules([rule], start_step, end_step, raise_eval_cond, actions=actions, report_paths=paths, follow=follow,
               poll_interval=poll_interval, idle_timeout=idle_timeout, progress=progress)
     return rule.report

@@ -69,10 +69,12 @@ class CountingRule(Rule):
 
 
 # --- invoke_rule -------------------------------------------------------------------------------
-def test_invoke_rule_writes_the_report_with_violations_and_parameters(run):
+def test_invoke_rule_writes_the_report_with_violations_and_parameters(run, tmp_path):
     report = invoke_rule(VanishingGradient(create_trial(run)))
     assert report.violation_steps == [3, 4, 5]
-    path = os.path.join(run, "rule_reports", "VanishingGradient.json")
+    assert not os.path.exists(os.path.join(run, "rule_reports"))  # nothing written unless asked
+    path = str(tmp_path / "reports" / "VanishingGradient.json")
+    invoke_rule(VanishingGradient(create_trial(run)), report_path=path)
     doc = json.load(open(path))
     assert doc["rule"] == "VanishingGradient" and doc["status"] == "finished"
     assert doc["parameters"] == {"threshold": 1e-07}
