@@ -60,8 +60,9 @@ _PROGRESS_MIN_INDEX_FILES = 5000
 DEFAULT_WAIT_TIMEOUT_S = 30.0
 DEFAULT_POLL_INTERVAL_S = 0.5
 DEFAULT_INCOMPLETE_STEP_WAIT_WINDOW = 1000
-#: How deep and how many run directories are looked for below a folder to name them.
+#: How deep, and through how many directories, runs are looked for below a folder to name them.
 _RUN_SEARCH_DEPTH = 3
+_RUN_SEARCH_MAX_DIRS = 2000
 _RUN_SEARCH_SHOWN = 10
 
 
@@ -73,9 +74,13 @@ def runs_below(folder: str, depth: int = _RUN_SEARCH_DEPTH, limit: int = 50) -> 
     """Run directories (with ``collections/`` or ``index/``) below ``folder``, sorted, bounded."""
     found: List[str] = []
     level = [folder]
+    scanned = 0
     for _ in range(depth):
         deeper = []
         for parent in level:
+            scanned += 1
+            if scanned > _RUN_SEARCH_MAX_DIRS:  # a home directory, not a folder of runs
+                return sorted(found)
             try:
                 with os.scandir(parent) as entries:
                     subdirs = sorted(e.path for e in entries if e.is_dir() and not e.name.startswith("."))
@@ -99,6 +104,10 @@ def _runs_hint(folder: str) -> str:
     shown = ", ".join(os.path.relpath(r, folder) for r in runs[:_RUN_SEARCH_SHOWN])
     more = f" and {len(runs) - _RUN_SEARCH_SHOWN} more" if len(runs) > _RUN_SEARCH_SHOWN else ""
     return f"; runs found below {folder}: {shown}{more}"
+
+
+def _waiting_time(seconds: float) -> str:
+    return "with no time limit" if seconds == float("inf") else f"up to {seconds:g} s"
 
 
 def _steps_text(steps: List[int]) -> str:
@@ -321,14 +330,14 @@ class Trial:
                     raise RunNotFound(f"{path} is not a run directory (no {COLLECTIONS_DIR}/ or {INDEX_DIR}/ in "
                                       f"it){hint}. Open one of them")
                 if self.wait_timeout > 0:
-                    logger.warning("%s holds no run yet: waiting up to %g s for a training job to write its "
-                                   "collections file (wait_timeout)", path, self.wait_timeout)
+                    logger.warning("%s holds no run yet: waiting %s for a training job to write its collections "
+                                   "file (wait_timeout)", path, _waiting_time(self.wait_timeout))
             return
         if os.path.exists(path):
             raise RunNotFound(f"trial path {path} is a file, not a run directory")
         if wait_for_directory and self.wait_timeout > 0:
-            logger.warning("%s does not exist yet: waiting up to %g s for a training job to create it",
-                           path, self.wait_timeout)
+            logger.warning("%s does not exist yet: waiting %s for a training job to create it", path,
+                           _waiting_time(self.wait_timeout))
             return
         ancestor = os.path.dirname(path)
         while ancestor and not os.path.isdir(ancestor) and os.path.dirname(ancestor) != ancestor:
