@@ -36,7 +36,7 @@ overhead goes:
 - ``writer``: no hook; a callback hands a RunWriter a step of as many reduction records
   as (a) saves, every batch (the writer alone);
 - ``files``: no hook; a thread makes the directory and creates and renames the two
-  files that each saved step needs (FORMAT 1.2 and 1.4), nothing else.
+  files that each saved step needs (docs/format.md 1.2 and 1.4), nothing else.
 
 For each scenario a baseline model and a hooked model (same architecture, both traced by
 a warm-up fit) alternate ``--reps`` times in one process; each hooked fit is followed by

@@ -6,7 +6,7 @@
 #   python benchmarks/bench_trial.py --smdebug-python "$(bash benchmarks/original_env.sh | tail -1)"
 #   SMDEBUG_ORIGINAL_PYTHON=.tox-original-dev/bin/python python -m pytest tests/compat
 #
-# The pins are what it needs to work at all (FORMAT.md 9.1-9.3) and match tox.ini's
+# The pins are what it needs to work at all (docs/format.md 9.1-9.3) and match tox.ini's
 # [testenv:original]; torch is the CPU wheel, pinned (an unpinned torch pulls CUDA builds).
 set -euo pipefail
 dir="${1:-.tox-original-dev}"

@@ -4,13 +4,44 @@
 the numpy ``Hook`` for custom loops, ``create_trial``); ``import smdebug.pytorch as smd``
 (or ``tensorflow``, ``mxnet``, ``xgboost``) gives the same plus that framework's hook.
 """
-from . import modes
-from ._version import __version__
-from .collections import Collection, CollectionKeys
-from .hook import Hook, get_hook
-from .modes import ModeKeys
-from .reduction_config import ReductionConfig
-from .save_config import SaveConfig, SaveConfigMode
+import os as _os
+
+
+def _refuse_mixed_install() -> None:
+    """Fail with what to do when the original smdebug's files share our ``smdebug`` folder.
+
+    Both distributions install the import package ``smdebug``: installed side by side their
+    files are mixed, and uninstalling one removes files of the other. ``core/`` and
+    ``profiler/`` exist only in the original; its ``smdebug-<version>.dist-info`` sits next
+    to the folder.
+    """
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    found = [_os.path.join(here, d) for d in ("core", "profiler") if _os.path.isdir(_os.path.join(here, d))]
+    if not found:
+        return
+    parent = _os.path.dirname(here)
+    try:
+        found += [_os.path.join(parent, n) for n in _os.listdir(parent)
+                  if n.startswith("smdebug-") and n.endswith(".dist-info")]
+    except OSError:
+        pass
+    raise ImportError(
+        f"the original SageMaker Debugger package 'smdebug' is installed in the same place as smdebug-core "
+        f"(found {', '.join(found)}). Both install the import package 'smdebug', so their files are mixed in "
+        f"{here}. Uninstall both, then reinstall smdebug-core: "
+        "pip uninstall -y smdebug smdebug-core && pip install smdebug-core (or from where you installed it)"
+    )
+
+
+_refuse_mixed_install()
+
+from . import modes  # noqa: E402
+from ._version import __version__  # noqa: E402
+from .collections import Collection, CollectionKeys  # noqa: E402
+from .hook import Hook, get_hook  # noqa: E402
+from .modes import ModeKeys  # noqa: E402
+from .reduction_config import ReductionConfig  # noqa: E402
+from .save_config import SaveConfig, SaveConfigMode  # noqa: E402
 
 
 def create_trial(path=None, *args, **kwargs):

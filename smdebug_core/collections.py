@@ -10,6 +10,7 @@ data, in :data:`FRAMEWORK_PROFILES`; the logic is the same for every framework.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -120,6 +121,49 @@ FRAMEWORK_PROFILES: Dict[str, FrameworkProfile] = {
 }
 
 
+def as_name_list(value, what: str) -> List[str]:
+    """``value`` as a list of strings: one string is a one-item list, not its letters.
+
+    Every argument that takes names or regexes (``include_collections``, ``include_regex``,
+    ``tensor_names``, ``collections_to_write``, ...) goes through here, so that
+    ``include_collections="weights"`` means ``["weights"]`` everywhere. None is an empty list.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (bytes, dict)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{what} must be a string or a list of strings, got {value!r}")
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"{what} must hold strings, got {item!r} in {value!r}")
+    return items
+
+
+def describe_object(obj) -> str:
+    """A one-line description of ``obj`` for messages: its type and shape, or a short repr."""
+    shape = getattr(obj, "shape", None)
+    if shape is not None:
+        return f"a {type(obj).__name__} of shape {tuple(shape)}"
+    text = repr(obj)
+    text = text if len(text) <= 60 and "\n" not in text else text.splitlines()[0][:57] + "..."
+    return f"{type(obj).__name__} {text}"
+
+
+def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> List[str]:
+    """Up to ``n`` of ``candidates`` that look like ``name`` (typos), best first."""
+    return difflib.get_close_matches(name, list(candidates), n=n, cutoff=0.6)
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """``" (did you mean 'a' or 'b'?)"`` for close matches of ``name``, else ``""``."""
+    matches = close_matches(name, candidates)
+    if not matches:
+        return ""
+    return " (did you mean " + " or ".join(repr(m) for m in matches) + "?)"
+
+
 def _compile(regex: str) -> "re.Pattern":
     if not isinstance(regex, str):
         raise ConfigError(f"include_regex entries must be strings, got {regex!r}")
@@ -160,8 +204,9 @@ class Collection:
         # Framework objects (modules, layers, blocks, tf.Variables) an adapter resolves to names.
         self.layer_requests: List[Tuple[object, bool, bool]] = []
         self.framework_objects: List[object] = []
+        self._on_object: Optional[Callable[["Collection", object], None]] = None
         self.include(include_regex or [])
-        for t in tensor_names or []:
+        for t in as_name_list(tensor_names, "tensor_names"):
             self.add_tensor_name(t)
         self.reduction_config = reduction_config
         self.save_config = save_config
@@ -186,7 +231,7 @@ class Collection:
     @tensor_names.setter
     def tensor_names(self, names):
         self._tensor_names = set()
-        for n in names or []:
+        for n in as_name_list(names, "tensor_names"):
             self.add_tensor_name(n)
         self._on_change()
 
@@ -214,11 +259,7 @@ class Collection:
 
     @save_config.setter
     def save_config(self, value):
-        if isinstance(value, dict):
-            value = SaveConfig(mode_save_configs=value)
-        if value is not None and not isinstance(value, SaveConfig):
-            raise ConfigError(f"save_config must be a SaveConfig, a dict of modes, or None, got {value!r}")
-        self._save_config = value
+        self._save_config = SaveConfig.coerce(value, f"save_config of collection {self.name!r}")
         self._on_change()
 
     @property
@@ -235,8 +276,7 @@ class Collection:
     # --- membership ----------------------------------------------------------------
     def include(self, regex) -> None:
         """Add a regex or a list of regexes; matching tensors join this collection."""
-        regexes = [regex] if isinstance(regex, str) else list(regex)
-        for r in regexes:
+        for r in as_name_list(regex, "include_regex"):
             pattern = _compile(r)
             if r not in self._regexes:
                 self._regexes.append(r)
@@ -252,14 +292,18 @@ class Collection:
             self._on_change()
 
     def add(self, arg) -> None:
-        """Add tensor names (strings) or framework tensor objects (e.g. tf.Variable).
+        """Add tensor names (strings) or framework objects (a tf.Variable, a torch module...).
 
-        Framework objects are kept for the adapter to resolve to names.
+        Framework objects go to the adapter of the hook that owns this collection, which
+        resolves them to names or raises ConfigError saying what to use instead; without
+        one (a collection made on its own) they are kept in ``framework_objects``.
         """
         items = arg if isinstance(arg, (list, tuple, set, frozenset)) else [arg]
         for item in items:
             if isinstance(item, str):
                 self.add_tensor_name(item)
+            elif self._on_object is not None:
+                self._on_object(self, item)
             else:
                 self.framework_objects.append(item)
         self._on_change()
@@ -287,7 +331,7 @@ class Collection:
         """Whether ``tensor_name`` belongs to this collection."""
         return tensor_name in self._tensor_names or any(p.search(tensor_name) for p in self._patterns)
 
-    # --- serialization (the collections file, FORMAT.md 4.2) ----------------------------
+    # --- serialization (the collections file, docs/format.md 4.2) ----------------------------
     def to_json_dict(self) -> dict:
         return {
             "name": self.name,
@@ -328,6 +372,11 @@ class CollectionManager:
         self.collections: Dict[str, Collection] = {}
         self.version = 0
         self._membership: Dict[str, Tuple[Collection, ...]] = {}
+        #: Called with each collection added after construction (a hook that includes
+        #: ``all`` includes it too).
+        self.on_new_collection: Optional[Callable[[Collection], None]] = None
+        #: ``(collection, obj)`` for framework objects given to ``Collection.add`` (set by adapters).
+        self.object_handler: Optional[Callable[[Collection, object], None]] = None
         if profile is not None:
             for name in profile.collection_names():
                 self.add(Collection(name, include_regex=profile.regexes.get(name, ())))
@@ -338,9 +387,19 @@ class CollectionManager:
 
     def add(self, collection: Collection) -> Collection:
         collection._on_change = self._changed
+        collection._on_object = self._object
+        new = collection.name not in self.collections
         self.collections[collection.name] = collection
         self._changed()
+        if new and self.on_new_collection is not None:
+            self.on_new_collection(collection)
         return collection
+
+    def _object(self, collection: Collection, obj) -> None:
+        if self.object_handler is not None:
+            self.object_handler(collection, obj)
+        else:
+            collection.framework_objects.append(obj)
 
     def get(self, name: str, create: bool = True) -> Optional[Collection]:
         """The named collection, created empty on first use (unless ``create=False``)."""
@@ -381,6 +440,8 @@ class CollectionManager:
         """Parse a collections file; returns ``(manager, num_workers)``. Input is untrusted."""
         try:
             doc = json.loads(data)
+        except RecursionError:
+            raise ConfigError("collections file is nested too deeply to be valid") from None
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"collections file is not valid JSON: {exc}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("collections", {}), dict):
@@ -398,3 +459,75 @@ class CollectionManager:
                 entry = {"name": name, **entry}
             manager.add(Collection.from_json_dict(entry))
         return manager, num_workers
+
+
+class InclusionCheck:
+    """Warnings for included collections that would silently save nothing.
+
+    A hook keeps one. Two mistakes are reported, each once per collection, for the
+    collections the user asked for (not the framework's defaults):
+
+    * at the first step, a collection that is neither built in nor configured (no regex,
+      no tensor names, no layers or framework objects): usually a typo of a built-in name;
+    * at the end of the first step that saves it, a collection none of whose tensor names
+      the hook had seen. The hook records every name it was offered (``seen``) so that the
+      message can show the names to match.
+    """
+
+    def __init__(self, builtin: Iterable[str], framework: str):
+        self.builtin = tuple(builtin)
+        self.framework = framework
+        #: Collections the user included, still to be checked for matches.
+        self.pending: Dict[str, None] = {}
+        self.warned: set = set()
+        #: Every tensor name the hook was offered, in order of first sight.
+        self.seen: Dict[str, None] = {}
+        #: Names refused (reserved for reductions), warned about once each.
+        self.refused: set = set()
+
+    def expect(self, name: str) -> None:
+        """``name`` was included by the user: check it."""
+        if name not in (CollectionKeys.ALL,) and name not in self.warned:
+            self.pending[name] = None
+
+    def not_applicable(self, name: str, reason: str, logger) -> None:
+        """The adapter knows ``name`` cannot hold tensors in this training: say so once at
+        info level instead of warning about a regex that matched nothing."""
+        if self.pending.pop(name, False) is None:
+            logger.info("smdebug: included collection %r saves nothing: %s", name, reason)
+
+    def check_configured(self, manager: "CollectionManager", logger) -> None:
+        """Warn about included collections that are neither built in nor configured."""
+        for name in list(self.pending):
+            coll = manager.get(name, create=False)
+            if name in self.builtin or coll is None or coll.has_regex_or_names():
+                continue
+            del self.pending[name]
+            self.warned.add(name)
+            known = [n for n in manager.collections if n != name and
+                     (n in self.builtin or manager.collections[n].has_regex_or_names())]
+            logger.warning(
+                "smdebug: included collection %r is not a built-in %s collection and has no regex, tensor "
+                "names or layers, so it saves nothing%s. Built-in collections: %s. To define it: "
+                "hook.get_collection(%r).include('<regex of tensor names>')",
+                name, self.framework, did_you_mean(name, known), ", ".join(self.builtin), name)
+
+    def check_matches(self, manager: "CollectionManager", saved: Iterable[str], step: int, logger,
+                      names_method: str = "hook.seen_tensor_names()") -> None:
+        """Warn about collections saved at this step that matched none of the names seen."""
+        for name in [n for n in self.pending if n in saved]:
+            del self.pending[name]
+            coll = manager.get(name, create=False)
+            if coll is None or any(coll.matches(t) for t in self.seen):
+                continue
+            self.warned.add(name)
+            seen = list(self.seen)
+            # A sample spread over the list: adapters offer one kind of name after another.
+            sample = [seen[i * len(seen) // 8] for i in range(8)] if len(seen) > 8 else seen
+            shown = ", ".join(map(repr, dict.fromkeys(sample))) + (", ..." if len(seen) > len(sample) else "")
+            logger.warning(
+                "smdebug: included collection %r matched none of the %d tensor names the hook saw by step %d "
+                "(e.g. %s), so it saved nothing; %s lists them all. Its regexes: %s. Add one that matches: "
+                "hook.get_collection(%r).include('<regex>')",
+                name, len(self.seen), step, shown or "none", names_method,
+                list(coll.include_regex) or "none", name)

@@ -1,7 +1,7 @@
 """Configuration from the environment and from the JSON hook config file.
 
 The JSON file (``SMDEBUG_CONFIG_FILE_PATH``, else SageMaker's default path) holds
-``LocalPath``, ``HookParameters`` and ``CollectionConfigurations`` (FORMAT.md 7).
+``LocalPath``, ``HookParameters`` and ``CollectionConfigurations`` (docs/format.md 7).
 Parsing turns it into keyword arguments for a Hook plus per-collection settings, with
 every value checked: a malformed file fails at once with a message naming the key and
 value; unknown keys are reported in one warning instead of being silently ignored.
@@ -37,7 +37,7 @@ _SAVE_KEYS = ("save_interval", "start_step", "end_step", "save_steps")
 _MODE_PREFIXES = {m.name.lower(): m for m in ALL_MODES}
 _HOOK_KEYS = {
     *_SAVE_KEYS, "reductions", "save_raw_tensor", "save_shape", "save_all", "include_regex",
-    "include_workers", "export_tensorboard", "tensorboard_dir", "dry_run", "save_histogram",
+    "include_workers", "export_tensorboard", "tensorboard_dir", "dry_run", "save_histogram", "overwrite",
 }
 _COLLECTION_KEYS = {*_SAVE_KEYS, "include_regex", "save_histogram", "reductions", "save_raw_tensor", "save_shape"}
 _TOP_KEYS = {"LocalPath", "S3OutputPath", "S3Path", "HookParameters", "CollectionConfigurations",
@@ -187,19 +187,36 @@ def config_file_path(explicit: Optional[str] = None) -> str:
     return explicit or os.environ.get(CONFIG_FILE_ENV) or DEFAULT_CONFIG_FILE
 
 
+def load_json(raw, what: str):
+    """``json.loads`` for untrusted input: any failure, deep nesting included, is a ConfigError."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ConfigError(f"{what} is nested too deeply to be a valid file") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{what} is not valid JSON: {exc}") from None
+
+
 def load_hook_settings(path: Optional[str] = None) -> HookSettings:
     """Read and validate a JSON hook config (``SMDEBUG_CONFIG_FILE_PATH`` by default).
 
     Raises FileNotFoundError when the file does not exist and ConfigError when it is
     malformed (the message names the key and the offending value).
     """
+    explicit = path
     path = config_file_path(path)
-    with open(path, "rb") as fh:
-        raw = fh.read()
     try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise ConfigError(f"hook config {path} is not valid JSON: {exc}") from None
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        if explicit is None and not os.environ.get(CONFIG_FILE_ENV):
+            raise FileNotFoundError(
+                f"no hook config: {CONFIG_FILE_ENV} is not set and SageMaker's default {path} does not exist; "
+                f"set {CONFIG_FILE_ENV}=/path/to/config.json or pass the path to create_from_json_file()"
+            ) from None
+        where = "given" if explicit is not None else f"named by {CONFIG_FILE_ENV}"
+        raise FileNotFoundError(f"the hook config file {where}, {path}, does not exist") from None
+    doc = load_json(raw, f"hook config {path}")
     if not isinstance(doc, dict):
         raise ConfigError(f"hook config {path} must be a JSON object, got {type(doc).__name__}")
     unknown_top = [k for k in doc if k not in _TOP_KEYS]
@@ -223,7 +240,7 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
     reduction_config = _reduction_config_from(params, where)
     if reduction_config is not None:
         kwargs["reduction_config"] = reduction_config
-    for key in ("save_all", "export_tensorboard", "dry_run"):
+    for key in ("save_all", "export_tensorboard", "dry_run", "overwrite"):
         if key in params:
             kwargs[key] = parse_bool(params[key], f"{where}.{key}")
     if "include_regex" in params:
@@ -276,9 +293,10 @@ def _local_path_from(env_name: str, default_file: str) -> Optional[str]:
         return None
     try:
         with open(path, "rb") as fh:
-            doc = json.loads(fh.read())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{env_name} file {path} is not valid JSON: {exc}") from None
+            raw = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{env_name} file {path} cannot be read: {exc}") from None
+    doc = load_json(raw, f"{env_name} file {path}")
     local = doc.get("LocalPath") if isinstance(doc, dict) else None
     if not isinstance(local, str) or not local:
         raise ConfigError(f"{env_name} file {path} needs a string LocalPath, got {doc!r}")
@@ -286,7 +304,7 @@ def _local_path_from(env_name: str, default_file: str) -> Optional[str]:
 
 
 def resolve_tensorboard_dir(out_dir: str, tensorboard_dir: Optional[str], export_tensorboard: bool) -> Optional[str]:
-    """Where TensorBoard files go, or None (FORMAT.md 6)."""
+    """Where TensorBoard files go, or None (docs/format.md 6)."""
     if on_sagemaker():
         return _local_path_from(TENSORBOARD_CONFIG_ENV, DEFAULT_TENSORBOARD_CONFIG_FILE)
     if tensorboard_dir:

@@ -20,14 +20,14 @@ class TensorUnavailable(SMDebugError):
 class TensorUnavailableForStep(SMDebugError):
     """The tensor exists but was not saved (raw) at that step."""
 
-    def __init__(self, tname, step, mode=None, has_reductions=False):
+    def __init__(self, tname, step, mode=None, has_reductions=False, hint=""):
         self.tname, self.step, self.mode = tname, step, mode
         msg = f"value of tensor {tname!r} is not available for step {step}"
         if mode is not None:
             msg += f" (mode {getattr(mode, 'name', mode)})"
         if has_reductions:
             msg += "; only reductions were saved for this step: use reduction_value()"
-        super().__init__(msg)
+        super().__init__(msg + hint)
 
 
 class ShapeUnavailableForStep(SMDebugError):
@@ -48,6 +48,10 @@ class StepNotYetAvailable(SMDebugError):
 
 class MissingCollectionFiles(SMDebugError):
     """The trial directory has no collections file (and the wait for one ran out)."""
+
+
+class RunNotFound(MissingCollectionFiles, FileNotFoundError):
+    """The trial path does not exist, or holds runs in subdirectories rather than being one."""
 
 
 class IndexReaderException(SMDebugError):

@@ -38,14 +38,14 @@ from . import config as cfg
 from .backend import BatchResult, Materialized, NumpyBackend, Request, TensorBackend
 from .collections import (
     FRAMEWORK_PROFILES, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
-    Collection, CollectionKeys, CollectionManager,
+    Collection, CollectionKeys, CollectionManager, InclusionCheck, as_name_list, describe_object,
 )
 from .exceptions import ConfigError, OutDirError
 from .format import layout
 from .logger import get_logger
 from .modes import ALL_MODES, ModeKeys
 from .pipeline import StepPipeline, Ticket
-from .reduction_config import ReductionConfig, reduction_tag
+from .reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig, reduction_tag
 from .rules.stop_protocol import STOP_REQUEST_FILE, StopRequestPoller
 from .save_config import SaveConfig, SaveConfigMode
 
@@ -215,7 +215,8 @@ class Hook:
         save_config: default SaveConfig, or a dict of mode -> SaveConfigMode (None: every 500 steps).
         include_regex: regexes of tensor names to save (they go to the ``default`` collection).
         include_collections: names of collections to save, in addition to the framework's
-            default-saved ones.
+            default-saved ones (one name may be given as a string). ``"all"`` saves every
+            collection, as in the original library.
         save_all: save every tensor the adapter sees (the ``all`` collection).
         include_workers: ``"one"`` (the chief only) or ``"all"`` workers write.
         overwrite: remove a previous run's smdebug files from ``out_dir`` instead of refusing it.
@@ -257,10 +258,9 @@ class Hook:
             raise ConfigError(f"include_workers must be 'one' or 'all', got {include_workers!r}")
         if reduction_config is not None and not isinstance(reduction_config, ReductionConfig):
             raise ConfigError(f"reduction_config must be a ReductionConfig, got {reduction_config!r}")
-        if isinstance(save_config, dict):
-            save_config = SaveConfig(mode_save_configs=save_config)
-        if save_config is not None and not isinstance(save_config, SaveConfig):
-            raise ConfigError(f"save_config must be a SaveConfig or a dict of modes, got {save_config!r}")
+        save_config = SaveConfig.coerce(save_config)
+        include_collections = as_name_list(include_collections, "include_collections")
+        include_regex = as_name_list(include_regex, "include_regex")
 
         self.profile = FRAMEWORK_PROFILES[self.framework]
         self.dry_run = dry_run
@@ -269,14 +269,17 @@ class Hook:
         self.save_config = save_config or SaveConfig()
         self.save_all = save_all
         self.collection_manager = CollectionManager(self.profile)
+        self.collection_manager.on_new_collection = self._on_new_collection
+        self.collection_manager.object_handler = self._collection_object
         self.include_collections: List[str] = list(self.profile.default_included)
-        for name in include_collections or []:
-            if not isinstance(name, str):
-                raise ConfigError(f"include_collections must hold collection names, got {name!r}")
+        self._inclusion = InclusionCheck(self.profile.collection_names(), self.framework)
+        for name in include_collections:
             self._include(name)
+            self._inclusion.expect(name)
         if include_regex:
             self.collection_manager.get(CollectionKeys.DEFAULT).include(include_regex)
             self._include(CollectionKeys.DEFAULT)
+            self._inclusion.expect(CollectionKeys.DEFAULT)
         if save_all:
             self.collection_manager.get(CollectionKeys.ALL).include(".*")
             self._include(CollectionKeys.ALL)
@@ -289,7 +292,7 @@ class Hook:
         self.backend: TensorBackend = self._make_backend()
         self._numpy_backend = NumpyBackend()
 
-        # Step state (FORMAT.md 8.1): global step and one counter per mode.
+        # Step state (docs/format.md 8.1): global step and one counter per mode.
         self.mode = ModeKeys.GLOBAL
         self.global_step = -1
         self.mode_steps: Dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
@@ -371,7 +374,7 @@ class Hook:
         except OSError as exc:
             raise OutDirError(f"out_dir {self.out_dir} is not writable: {exc.strerror or exc}") from None
 
-    # --- step counters kept across restarts (spot training), FORMAT.md 1.3 metadata.json ---
+    # --- step counters kept across restarts (spot training), docs/format.md 1.3 metadata.json ---
     def _state_file(self) -> str:
         return os.path.join(self._checkpoint_dir, "metadata.json")
 
@@ -415,6 +418,31 @@ class Hook:
         self.collection_manager.get(name)
         if name not in self.include_collections:
             self.include_collections.append(name)
+        if name == CollectionKeys.ALL:  # as in the original: "all" includes every collection
+            for other in list(self.collection_manager.collections):
+                if other not in self.include_collections:
+                    self.include_collections.append(other)
+
+    def _on_new_collection(self, collection: Collection) -> None:
+        if CollectionKeys.ALL in self.include_collections:
+            self._include(collection.name)
+
+    def _collection_object(self, collection: Collection, obj) -> None:
+        """``coll.add(obj)`` with something other than a tensor name. Adapters that can name
+        their framework's objects override this; here it is a clear error, not a no-op."""
+        raise ConfigError(
+            f"cannot add {describe_object(obj)} to collection {collection.name!r}: this hook takes "
+            "tensor names and regexes (strings); to save a value you computed, call "
+            f"hook.save_tensor('<name>', value, {collection.name!r}) at each step")
+
+    def _nothing_to_save(self, collection: str, reason: str) -> None:
+        """For adapters: ``collection`` cannot hold tensors in this training (no warning)."""
+        self._inclusion.not_applicable(collection, reason, logger)
+
+    def seen_tensor_names(self) -> List[str]:
+        """Every tensor name this hook was offered so far (saved or not), in order of first
+        sight: the names to match when a collection's regex saves nothing."""
+        return list(self._inclusion.seen)
 
     # --- public configuration API -----------------------------------------------------
     def get_collection(self, name: str) -> Collection:
@@ -433,13 +461,22 @@ class Hook:
     def create_from_json_file(cls, json_file_path: Optional[str] = None, **overrides) -> "Hook":
         """A hook configured by a JSON file (``SMDEBUG_CONFIG_FILE_PATH`` when no path is given).
 
-        Keyword arguments override values from the file.
+        Keyword arguments override values from the file. ``HookParameters`` may hold
+        ``"overwrite": true`` to replace a previous run in ``LocalPath``.
         """
         settings = cfg.load_hook_settings(json_file_path)
         kwargs = {**settings.hook_kwargs, **overrides}
-        hook = cls(out_dir=kwargs.pop("out_dir", settings.out_dir), **kwargs)
+        try:
+            hook = cls(out_dir=kwargs.pop("out_dir", settings.out_dir), **kwargs)
+        except OutDirError as exc:
+            if "already holds a run" not in str(exc):
+                raise
+            raise OutDirError(f"{exc}. This hook is configured by {settings.source}: add \"overwrite\": true to "
+                              "its HookParameters to replace the previous run, or point LocalPath at a new "
+                              "directory") from None
         for name in settings.apply_collections(hook.collection_manager):
             hook._include(name)
+            hook._inclusion.expect(name)
         return hook
 
     # --- modes and steps --------------------------------------------------------------
@@ -531,6 +568,8 @@ class Hook:
         self._selections.clear()
         self._quiet.clear()
         self._prepared_key = key
+        if self._step_open and self._inclusion.pending:  # from the first step on: configs are set by then
+            self._inclusion.check_configured(self.collection_manager, logger)
 
     def _refresh_if_configs_changed(self) -> None:
         """Collections may change between steps (and inside one): plans follow them."""
@@ -545,6 +584,15 @@ class Hook:
             return cache[name]
         except KeyError:
             pass
+        self._inclusion.seen[name] = None
+        if REDUCTION_TAG_PREFIX in name:
+            # The reader would take it for a reduction of another tensor.
+            if name not in self._inclusion.refused:
+                self._inclusion.refused.add(name)
+                logger.warning("smdebug: not saving tensor %r: names containing %r are reserved for reductions; "
+                               "rename it", name, REDUCTION_TAG_PREFIX)
+            cache[name] = None
+            return None
         members = [self._by_name[c.name] for c in self.collection_manager.collections_for(name)
                    if c.name in self._saving_colls]
         plan = None
@@ -699,8 +747,7 @@ class Hook:
         """Save a tensor you computed yourself, in the given collection(s) (they become included)."""
         if not isinstance(tensor_name, str) or not tensor_name:
             raise ConfigError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
-        names = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
-        for coll_name in names:
+        for coll_name in as_name_list(collections_to_write, "collections_to_write"):
             self.collection_manager.get(coll_name).add_tensor_name(tensor_name)
             self._include(coll_name)
         self.record(tensor_name, tensor_value)
@@ -713,6 +760,9 @@ class Hook:
         """
         if not isinstance(name, str) or not name:
             raise ConfigError(f"scalar name must be a non-empty string, got {name!r}")
+        if REDUCTION_TAG_PREFIX in name:
+            raise ConfigError(f"scalar name {name!r}: names containing {REDUCTION_TAG_PREFIX!r} are reserved for "
+                              "reductions (the reader would take it for one); rename it")
         if not self.enabled:
             return
         self._pending_scalars.append((name, value, bool(sm_metric), timestamp))
@@ -725,6 +775,10 @@ class Hook:
         except for live rules (a stop they request lands at the next step boundary) and
         dry runs (their log lines come in step order)."""
         self._step_open = False
+        if self._inclusion.pending and self.saving_step:
+            self._inclusion.check_configured(self.collection_manager, logger)  # if not done at the first step
+            self._inclusion.check_matches(self.collection_manager, self._saving_colls, self._step_identity[0],
+                                          logger)
         with self._lock:
             pending, self._pending = self._pending, {}
             has_blocks, self._blocks_pending = self._blocks_pending, False
@@ -980,7 +1034,7 @@ class Hook:
                            "metric lines are not", cfg.METRICS_DIR_ENV, directory, exc.strerror or exc)
 
     def collections_json(self) -> bytes:
-        """The collections file: every collection with its resolved configs (FORMAT.md 4.3)."""
+        """The collections file: every collection with its resolved configs (docs/format.md 4.3)."""
         self._prepare_if_changed()
         doc = {}
         for name, coll in sorted(self.collection_manager.collections.items()):

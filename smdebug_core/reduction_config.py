@@ -108,8 +108,8 @@ class ReductionConfig:
                 continue
             is_abs = item.startswith("abs_")
             word = item[4:] if is_abs else item
-            if word.endswith("_norm"):
-                word = word[: -len("_norm")]
+            if word.endswith("_norm") and word[: -len("_norm")] in ALLOWED_NORMS:
+                word = word[: -len("_norm")]  # only l1_norm/l2_norm: "median_norm" is no "median"
             if word in ALLOWED_NORMS:
                 buckets["abs_norms" if is_abs else "norms"].append(word)
             elif word in ALLOWED_REDUCTIONS:

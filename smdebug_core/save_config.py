@@ -1,6 +1,6 @@
 """When to save: SaveConfig and its per-mode part, SaveConfigMode.
 
-Semantics (the original library's, see FORMAT.md 8.2):
+Semantics (the original library's, see docs/format.md 8.2):
 
 * decisions are taken on the *mode step* of the current mode;
 * a step is saved if it is in ``save_steps`` **or** if
@@ -206,6 +206,32 @@ class SaveConfig:
                 elif not isinstance(cfg, SaveConfigMode):
                     raise ConfigError(f"save config for mode {mode.name} must be a SaveConfigMode, got {cfg!r}")
                 self.mode_save_configs[mode] = cfg
+
+    @classmethod
+    def coerce(cls, value, what: str = "save_config") -> Optional["SaveConfig"]:
+        """A SaveConfig from what a user may pass: None, a SaveConfig, or a dict of modes.
+
+        A dict of SaveConfig fields (``{"save_interval": 10}``) is the usual slip: the
+        message says what to write instead.
+        """
+        if value is None or isinstance(value, cls):
+            return value
+        if isinstance(value, SaveConfigMode):
+            return cls(**value.fields())
+        if not isinstance(value, dict):
+            raise ConfigError(f"{what} must be a SaveConfig or a dict of modes (e.g. {{smd.modes.TRAIN: "
+                              f"smd.SaveConfigMode(save_interval=10)}}), got {value!r}")
+        fields = [k for k in value if isinstance(k, str) and k in _FIELDS]
+        if fields:
+            args = ", ".join(f"{k}={v!r}" for k, v in value.items())
+            raise ConfigError(
+                f"{what}={value!r}: a SaveConfig or a dict of modes is expected, and {', '.join(map(repr, fields))} "
+                f"is a SaveConfig field, not a mode; write {what.split(' ')[0]}=SaveConfig({args})")
+        try:
+            return cls(mode_save_configs=value)
+        except ValueError as exc:
+            raise ConfigError(f"{what}={value!r}: a SaveConfig or a dict of modes (TRAIN, EVAL, PREDICT, GLOBAL) "
+                              f"to SaveConfigMode is expected: {exc}") from None
 
     # Base fields as attributes: ``coll.save_config.end_step = 0`` disables a collection.
     save_interval = property(lambda self: self.base.save_interval,

@@ -1,6 +1,6 @@
 """The MXNet Gluon hook: steps from the registered block's forward pre-hook.
 
-What is captured, and when (FORMAT.md 8.1 and 8.4):
+What is captured, and when (docs/format.md 8.1 and 8.4):
 
 * **Step boundary.** A step is one call of the registered top-level block: its forward
   pre-hook closes the previous step and begins the next (``init_step`` -1, so the first
@@ -42,6 +42,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import mxnet as mx
 from mxnet import gluon
 
+from smdebug.collections import describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import get_hook as core_get_hook
@@ -166,6 +167,17 @@ class Hook(CoreHook):
             ordered.append(block)
             stack.extend(_children(block))
         return ordered
+
+    def _collection_object(self, collection, obj) -> None:
+        """``coll.add(block)``: the block's outputs join the collection, which becomes included."""
+        if not isinstance(obj, gluon.Block):
+            raise ConfigError(
+                f"cannot add {describe_object(obj)} to collection {collection.name!r}: add tensor names "
+                "or regexes (strings) or a mxnet.gluon.Block (its outputs; coll.add_block_tensors(block, "
+                "inputs=True) for inputs too); for a value you computed, hook.save_tensor('<name>', value, "
+                f"{collection.name!r})")
+        collection.add_block_tensors(obj)
+        self._include(collection.name)
 
     def _resolve_layer_requests(self) -> None:
         """Turn ``coll.add_block_tensors(block, ...)`` into name regexes on that collection."""

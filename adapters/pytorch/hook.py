@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from smdebug.collections import CollectionKeys
+from smdebug.collections import CollectionKeys, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import get_hook as _core_get_hook
@@ -171,6 +171,7 @@ class Hook(CoreHook):
         self._warned_compiled = False
         self._warned_bad_tensor: set = set()
         self._optimizer_hooks_installed = False
+        self._pending_params: List[Tuple[str, torch.nn.Parameter]] = []  # added before their model
 
     # --- core overrides ------------------------------------------------------------------
     def _distributed_info(self) -> Tuple[int, int]:
@@ -246,6 +247,10 @@ class Hook(CoreHook):
                 self._param_ids.add(id(param))
                 self._params.append((f"{root_name}_{pname}", param))
         self._param_names = tuple(name for name, _ in self._params)
+        if self._pending_params:
+            pending, self._pending_params = self._pending_params, []
+            for coll_name, param in pending:
+                self._collection_object(self.get_collection(coll_name), param)
         self._grad_names = tuple(f"gradient/{name}" for name in self._param_names)
         self._install_zero_grad_fence(module)
         self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
@@ -307,6 +312,36 @@ class Hook(CoreHook):
     def _remove_handles(handles: list) -> None:
         while handles:
             handles.pop().remove()
+
+    # --- torch objects in collections: coll.add(obj), hook.add_to_collection(name, obj) ------
+    def _collection_object(self, coll, obj) -> None:
+        """Resolve a torch object added to a collection, which then becomes included.
+
+        A module saves its outputs (``add_module_tensors``'s default); a parameter of a
+        registered model (or one registered later) saves under its parameter name. A plain
+        tensor has no name the hook could follow from step to step: ConfigError.
+        """
+        if isinstance(obj, torch.nn.Module):
+            coll.add_module_tensors(obj)
+            self._resolve_layer_requests()
+        elif isinstance(obj, torch.nn.Parameter):
+            name = next((n for n, p in self._params if p is obj), None)
+            if name is None:
+                self._pending_params.append((coll.name, obj))
+            else:
+                coll.add_tensor_name(name)
+            self._include(coll.name)
+        elif isinstance(obj, torch.Tensor):
+            raise ConfigError(
+                f"cannot add a tensor (shape {tuple(obj.shape)}) to collection {coll.name!r}: a plain tensor has "
+                "no name the hook can follow from step to step. Save it each step with "
+                f"hook.save_tensor('<name>', tensor, {coll.name!r}), or add the module that produces it "
+                "(its outputs are saved) or a registered model's nn.Parameter")
+        else:
+            raise ConfigError(
+                f"cannot add {describe_object(obj)} to collection {coll.name!r}: add tensor names or "
+                "regexes (strings), a torch.nn.Module (its outputs; coll.add_module_tensors(module, inputs=True) "
+                "for inputs too) or a registered model's nn.Parameter")
 
     # --- layer requests: coll.add_module_tensors(module, inputs, outputs) -------------------
     def _name_of(self, module: torch.nn.Module) -> str:

@@ -57,7 +57,7 @@ class TFHookBase(Hook):
         self._step_reads: List[Tuple[str, object]] = []
         self._unread_names: Optional[tuple] = None  # (delivered names, tracked names, the rest)
         super().__init__(*args, **kwargs)
-        # FORMAT 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
+        # docs/format.md 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
         # also catch optimizer slots such as "adam/dense_bias_momentum".
         biases = self.collection_manager.get(CollectionKeys.BIASES)
         if biases.include_regex == tuple(self.profile.regexes.get(CollectionKeys.BIASES, ())):
@@ -214,6 +214,10 @@ class TFHookBase(Hook):
         finally:
             if self._capture is not None:
                 self._capture.disarm_all()
+
+    def _collection_object(self, collection, obj) -> None:
+        """``coll.add(variable or tensor)``: kept until the model or graph is known, then named."""
+        collection.framework_objects.append(obj)
 
     def _is_included(self, name: str, home: Optional[str] = None) -> bool:
         """Whether tensor ``name`` would be saved in some mode (its home collection or a regex)."""

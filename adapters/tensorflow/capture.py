@@ -90,7 +90,7 @@ def _plain_variable(make_initial, shape=None):
 
 
 def chief_replica_or_no_strategy() -> bool:
-    """False in the replicas of a multi-device strategy other than the chief (FORMAT 1.2:
+    """False in the replicas of a multi-device strategy other than the chief (docs/format.md 1.2:
     the lexically first device); True everywhere else."""
     if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
         return True

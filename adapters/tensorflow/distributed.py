@@ -1,4 +1,4 @@
-"""Who this process is in a TensorFlow job: rank, world size and worker name (FORMAT 1.2).
+"""Who this process is in a TensorFlow job: rank, world size and worker name (docs/format.md 1.2).
 
 * Horovod (``horovod.tensorflow`` initialized): ``worker_<rank>``.
 * Parameter-server / multi-worker jobs described by ``TF_CONFIG``: ``<task type>_<index>``
@@ -93,7 +93,7 @@ def mirrored_devices(strategy) -> Optional[list]:
 
 
 def mirrored_identity(strategy) -> Optional[WorkerIdentity]:
-    """Identity for a MirroredStrategy: the lexically first device is the chief (FORMAT 1.2)."""
+    """Identity for a MirroredStrategy: the lexically first device is the chief (docs/format.md 1.2)."""
     devices = mirrored_devices(strategy)
     if not devices:
         return None

@@ -42,7 +42,7 @@ Limits worth knowing:
   ``inputs``/``labels``/``predictions`` in fit; one that does not use its optimizer's
   ``apply``/``apply_gradients`` has no ``gradients``.
 * ``tf.distribute.MirroredStrategy``: the hook saves once per replica set, the chief
-  replica's values (the lexically first device, which names the worker: FORMAT 1.2). Its
+  replica's values (the lexically first device, which names the worker: docs/format.md 1.2). Its
   gradients are that replica's local gradients, before the all-reduce (Keras scales each
   replica's loss by 1/replicas). ``include_workers="all"`` falls back to ``"one"``.
 * A custom loop whose wrapped tape is entered inside a ``jit_compile`` function cannot

@@ -1,4 +1,4 @@
-"""Tensor names the TensorFlow hooks write (FORMAT 8.4, adapted to Keras 3).
+"""Tensor names the TensorFlow hooks write (docs/format.md 8.4, adapted to Keras 3).
 
 =====================================  ===============================================
 What                                   Name
@@ -21,7 +21,7 @@ Keras logs                             the log key: ``loss``, ``val_loss``, ``ac
 Loss given to a wrapped tape           ``loss``
 =====================================  ===============================================
 
-Weights and biases are assigned by variable type (FORMAT 8.4): a trainable variable whose
+Weights and biases are assigned by variable type (docs/format.md 8.4): a trainable variable whose
 own name contains ``bias`` is a bias, every other model variable (non-trainable ones such
 as batch-norm statistics included) is a weight.
 """

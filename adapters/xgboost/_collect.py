@@ -1,6 +1,6 @@
 """What each XGBoost collection holds, computed from a Booster with xgboost's public API.
 
-Every function here returns ``{tensor name: numpy array}`` (names as in FORMAT.md 8.4)
+Every function here returns ``{tensor name: numpy array}`` (names as in docs/format.md 8.4)
 and touches only the values its caller asks for; the hook decides which collections are
 worth computing at a given round. Nothing here knows about steps, plans or files.
 """

@@ -293,6 +293,8 @@ class Hook(CoreHook, TrainingCallback):
         params = self.hyperparameters if self.hyperparameters is not None else settings
         # A linear booster has no trees and only the "weight" importance.
         linear = settings.get("booster") == "gblinear"
+        if linear:
+            self._nothing_to_save(K.TREES, "a gblinear booster has no trees")
         names = {
             "hyperparameters": [f"hyperparameters/{k}" for k in params],
             "validation": ["predictions", "labels"],

@@ -4,6 +4,7 @@ The hook saves the evaluation metrics, the feature importances and the mean abso
 SHAP value of each feature every ``--interval`` rounds; the Trial prints the metric
 curve and the features that matter most. Runs in a few seconds:
 
+    pip install ".[xgboost,examples]"    # xgboost and scikit-learn (its data)
     python examples/xgboost/train_classifier.py --out-dir /tmp/xgb_run
 """
 import argparse

@@ -1,4 +1,4 @@
-"""The on-disk format (FORMAT.md), shared by the writer and the reader.
+"""The on-disk format (docs/format.md), shared by the writer and the reader.
 
 * ``layout``  - file and directory names of a run, step/worker parsing and validation;
 * ``records`` - TFRecord framing and CRC32C (smdebug's constant footer vs. real CRCs);

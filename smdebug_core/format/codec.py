@@ -1,4 +1,4 @@
-"""Tensor <-> serialized ``Event`` (FORMAT 2.3).
+"""Tensor <-> serialized ``Event`` (docs/format.md 2.3).
 
 One tensor per ``Event``: ``step`` = global step, ``summary.value[0]`` = {tag, metadata,
 tensor}. The metadata holds ``("mode_step", "<n>")`` then ``("mode", "<enum number>")``
@@ -176,7 +176,7 @@ def _length_delimited(field_number, payload):
     return _key(field_number, 2) + _varint(len(payload)) + payload
 
 
-# Field numbers (FORMAT 2.2).
+# Field numbers (docs/format.md 2.2).
 _EVENT_WALL_TIME, _EVENT_STEP, _EVENT_SUMMARY = 1, 2, 5
 _SUMMARY_VALUE = 1
 _VALUE_TAG, _VALUE_TENSOR, _VALUE_METADATA = 1, 8, 9

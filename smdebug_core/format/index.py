@@ -1,4 +1,4 @@
-"""Index files: where each record of a step's event file lives (FORMAT 3.1).
+"""Index files: where each record of a step's event file lives (docs/format.md 3.1).
 
 Every ``tensor_payload`` entry we write carries an extra key, ``crc32c``: the unmasked
 CRC32C of the record's payload bytes. Event files must carry smdebug's constant footer
@@ -159,7 +159,7 @@ def _explain_bad_tensor_entry(source, i, item):
 def parse_index_json(data, source):
     """Parse and validate an index file's bytes; ``source`` (its path) prefixes every error.
 
-    Raises IndexReaderException for anything that does not follow FORMAT 3.1.
+    Raises IndexReaderException for anything that does not follow docs/format.md 3.1.
     """
     try:
         document = json.loads(data)

@@ -1,4 +1,4 @@
-"""Where every file of a run lives, relative to the run directory (FORMAT 1.1, 1.2).
+"""Where every file of a run lives, relative to the run directory (docs/format.md 1.1, 1.2).
 
 All returned paths use ``/`` as separator: they are written into index files as-is
 and joined onto a local directory with :func:`join_under`.
@@ -9,13 +9,13 @@ import re
 
 from ..modes import ModeKeys
 
-#: The empty marker that says "training finished" (FORMAT 1.3).
+#: The empty marker that says "training finished" (docs/format.md 1.3).
 END_OF_JOB_FILE = "training_job_end.ts"
 #: Suffix of a file that is still being written; readers never match it.
 TMP_SUFFIX = ".tmp"
 EVENTS_DIR = "events"
 INDEX_DIR = "index"
-#: The "collection step" directory is always 0 (FORMAT 1.2).
+#: The "collection step" directory is always 0 (docs/format.md 1.2).
 COLLECTIONS_DIR = "collections/000000000"
 COLLECTIONS_SUFFIX = "_collections.json"
 EVENT_FILE_SUFFIX = ".tfevents"

@@ -1,4 +1,4 @@
-"""The protobuf messages of the event files (FORMAT 2.2), built at import time.
+"""The protobuf messages of the event files (docs/format.md 2.2), built at import time.
 
 No protoc and no generated code: the file descriptor is assembled here from plain Python
 data, added to a private :class:`~google.protobuf.descriptor_pool.DescriptorPool` (so it
@@ -14,7 +14,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 _PACKAGE = "smdebug_core.tf"
 
-# TensorFlow's DataType numbers (FORMAT 2.2).
+# TensorFlow's DataType numbers (docs/format.md 2.2).
 DT_INVALID = 0
 DT_FLOAT = 1
 DT_DOUBLE = 2

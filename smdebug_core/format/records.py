@@ -1,4 +1,4 @@
-"""TFRecord framing with masked CRC32C (FORMAT 2.1).
+"""TFRecord framing with masked CRC32C (docs/format.md 2.1).
 
 A record is ``u64 length | u32 masked_crc32c(length bytes) | payload | u32 footer``.
 ``events/`` files carry the constant :data:`SMDEBUG_PAYLOAD_FOOTER` as footer (the

@@ -8,6 +8,7 @@ choose.
 """
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Dict, List, Optional, Tuple
 
@@ -99,6 +100,8 @@ class VanishingGradient(Rule):
     else the full gradient. Parameters: ``threshold`` (default 1e-7).
     """
 
+    worst, measure_name = "min", "mean |gradient|"
+
     def __init__(self, base_trial=None, threshold=0.0000001, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.threshold = P.number(self.rule_name, "threshold", threshold, minimum=0)
@@ -122,7 +125,7 @@ class VanishingGradient(Rule):
                 small[name] = value
         if small:
             self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g}: "
-                      f"{_listing(small)}", tensors=_details(small))
+                      f"{_listing(small)}", measure=min(small.values()), tensors=_details(small))
         return bool(small)
 
 
@@ -133,9 +136,16 @@ class ExplodingTensor(_SelectionRule):
     ``only_nan`` (default False). Uses the saved reductions when a tensor has some (NaN and
     infinities propagate into min/max, which are preferred when saved; an infinity mixed
     with its opposite shows as NaN in a mean), else the full tensor.
+
+    XGBoost's ``trees/<column>`` tensors (``Booster.trees_to_dataframe()``) hold NaN by
+    design: a leaf row has no split, so Split, Yes, No and Missing are NaN there. Only
+    infinities count in them.
     """
 
+    measure_name = "tensors with NaN/inf"
     _PREFERRED = (("min", False), ("max", False), ("max", True))
+    #: Tensors where NaN marks "not applicable" rather than a numerical failure.
+    _NAN_BY_DESIGN = re.compile(r"^trees/")
 
     def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, only_nan=False, actions=None,
                  name=None):
@@ -146,18 +156,20 @@ class ExplodingTensor(_SelectionRule):
     def required_tensors(self, step):
         return [self._required(first_of=(SAVED_REDUCTIONS, VALUE))]
 
-    def _check_values(self, values) -> Optional[str]:
+    def _check_values(self, values, nan_by_design: bool = False) -> Optional[str]:
         array = _numeric(values)
         if array is None or array.dtype.kind not in "fc":
             return None  # integers and booleans cannot be NaN or infinite
-        nan = int(np.count_nonzero(np.isnan(array)))
+        nan = 0 if nan_by_design else int(np.count_nonzero(np.isnan(array)))
         inf = 0 if self.only_nan else int(np.count_nonzero(np.isinf(array)))
         parts = ([f"{nan} NaN"] if nan else []) + ([f"{inf} infinite"] if inf else [])
         return ", ".join(parts) or None
 
-    def _check_reductions(self, saved) -> Optional[str]:
+    def _check_reductions(self, saved, nan_by_design: bool = False) -> Optional[str]:
         keys = [k for k in self._PREFERRED if k in saved] or list(saved)
         values = np.array([saved[k] for k in keys], dtype=np.float64)
+        if nan_by_design:
+            values = values[~np.isnan(values)]
         if np.isnan(values).any():
             return "NaN in its saved reductions"
         if not self.only_nan and np.isinf(values).any():
@@ -167,17 +179,22 @@ class ExplodingTensor(_SelectionRule):
     def invoke_at_step(self, step):
         bad = {}
         for name in self._selected():
+            nan_by_design = bool(self._NAN_BY_DESIGN.match(name))
+            if nan_by_design and self.only_nan:
+                continue
             try:
                 kind, data = self.view.first_of(name, (SAVED_REDUCTIONS, VALUE))
             except DATA_MISSING:
                 self.unavailable()
                 continue
-            finding = self._check_values(data) if kind == VALUE else self._check_reductions(data)
+            finding = self._check_values(data, nan_by_design) if kind == VALUE else \
+                self._check_reductions(data, nan_by_design)
             if finding:
                 bad[name] = finding
         if bad:
             what = "NaN" if self.only_nan else "NaN or infinite values"
-            self.note(f"{what} in {_count(len(bad), 'tensor')}: {_listing(bad)}", tensors=_details(bad))
+            self.note(f"{what} in {_count(len(bad), 'tensor')}: {_listing(bad)}", measure=len(bad),
+                      tensors=_details(bad))
         return bool(bad)
 
 

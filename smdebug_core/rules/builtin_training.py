@@ -89,15 +89,24 @@ class _LossRule(Rule):
 
 # ---------------------------------------------------------------------------------------------
 class LossNotDecreasing(_LossRule):
-    """Fires when a loss has not decreased enough over ``num_steps`` steps.
+    """Fires when a loss has not decreased enough over a window of ``num_steps`` steps.
 
-    Every ``num_steps`` steps (counted in the loss's mode) the loss is compared with its value
-    at the latest saved step at least ``num_steps`` earlier; the rule fires when it fell by
-    less than ``diff_percent`` percent of that value (``diff_percent=0``: when it did not fall).
+    As in the reference, the rule checks every ``num_steps`` steps (counted in the loss's
+    mode): at the first saved step at least ``num_steps`` after the previous check, it
+    compares the loss now with the loss ``num_steps`` earlier. Both sides are window means,
+    so that one noisy step cannot fire it: "now" is the mean of the values saved in the
+    last ``num_steps`` steps (``(check - num_steps, check]``), "earlier" the mean of the
+    window before it (``(check - 2 num_steps, check - num_steps]``), or, when saving is
+    sparser than that, the latest value at least ``num_steps`` back (the reference's
+    point-to-point comparison). The rule fires when the loss fell by less than
+    ``diff_percent`` percent of the earlier value (``diff_percent=0``: when it did not fall).
     Each mode's losses form their own series unless ``mode`` picks one.
-    Parameters: ``collection_names``, ``tensor_regex``, ``use_losses_collection`` (True),
-    ``num_steps`` (10), ``diff_percent`` (0.0), ``mode`` (None: every mode).
+    Parameters (the reference's): ``collection_names``, ``tensor_regex``,
+    ``use_losses_collection`` (True), ``num_steps`` (10), ``diff_percent`` (0.0), ``mode``
+    (None: every mode).
     """
+
+    worst, measure_name = "min", "decrease %"
 
     def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, use_losses_collection=True,
                  num_steps=10, diff_percent=0.0, mode=None, actions=None, name=None):
@@ -139,18 +148,24 @@ class LossNotDecreasing(_LossRule):
             earlier = [entry for entry in history if entry[0] <= cutoff]
             if not earlier:
                 continue
-            ref_step, ref = earlier[-1]
             self._last_check[key] = now
-            # Keep the newest entry that can still serve as a reference later.
-            self._history[key] = [entry for entry in history if entry[0] >= ref_step]
+            current = [v for s, v in history if s > cutoff]
+            reference = [v for s, v in earlier if s > cutoff - self.num_steps] or [earlier[-1][1]]
+            ref_steps = [s for s, _ in earlier if s > cutoff - self.num_steps] or [earlier[-1][0]]
+            # What the next check needs: this window (its reference) and the newest older value.
+            self._history[key] = [earlier[-1]] + [entry for entry in history if entry[0] > cutoff]
+            ref, value = float(np.mean(reference)), float(np.mean(current))
             decrease = ref - value
             required = self.diff_percent / 100.0 * abs(ref)
             if decrease <= 0 or decrease < required:
-                stuck[name] = (ref_step, ref, value)
-        for name, (ref_step, ref, value) in stuck.items():
-            self.note(f"loss {name} ({view.mode.name}) went from {ref:.6g} at step {ref_step} to {value:.6g} at "
-                      f"step {now}: less than the required {self.diff_percent:g}% decrease",
-                      **{name: {"from_step": ref_step, "from": ref, "to_step": now, "to": value}})
+                percent = 100.0 * decrease / abs(ref) if ref else 0.0
+                stuck[name] = (min(ref_steps), max(ref_steps), ref, value, percent)
+        for name, (first, last, ref, value, percent) in stuck.items():
+            window = f"steps {first}-{last}" if first != last else f"step {first}"
+            self.note(f"loss {name} ({view.mode.name}): mean {ref:.6g} over {window}, {value:.6g} over the "
+                      f"{self.num_steps} steps to {now} ({percent:+.3g}%): less than the required "
+                      f"{self.diff_percent:g}% decrease", measure=percent,
+                      **{name: {"from_steps": [first, last], "from": ref, "to_step": now, "to": value}})
         return bool(stuck)
 
 
@@ -199,6 +214,8 @@ class Overfit(_LossRule):
     (default: the losses), ``start_step`` (0), ``patience`` (1), ``ratio_threshold`` (0.1).
     """
 
+    measure_name = "validation/training ratio"
+
     def __init__(self, base_trial=None, tensor_regex=None, start_step=0, patience=1, ratio_threshold=0.1,
                  actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
@@ -230,7 +247,7 @@ class Overfit(_LossRule):
             if over >= self.patience:
                 fired = True
                 self.note(f"{key}: validation {val_mean:.6g} vs training {train_mean:.6g} "
-                          f"(ratio {ratio:.3g} > {self.ratio_threshold:g} for {over} steps)",
+                          f"(ratio {ratio:.3g} > {self.ratio_threshold:g} for {over} steps)", measure=ratio,
                           **{key: {"train_mean": train_mean, "validation_mean": val_mean, "ratio": ratio}})
         return fired
 
@@ -238,20 +255,29 @@ class Overfit(_LossRule):
 class Overtraining(_LossRule):
     """Fires when the training or the validation loss stops improving.
 
-    A value improves on the best so far when it is lower by more than ``delta`` (absolute);
-    the rule fires once the training loss has not improved for ``patience_train`` (5) of its
-    steps, or the validation loss for ``patience_validation`` (10) of its steps. Parameters:
-    ``patience_train``, ``patience_validation``, ``delta`` (0.1), ``tensor_regex`` (an
-    addition to the reference: default, the losses).
+    A value improves on the best so far when it is lower by more than the smaller of
+    ``delta`` (absolute) and ``delta_relative`` times the best value; the rule fires once
+    the training loss has not improved for ``patience_train`` of its steps, or the
+    validation loss for ``patience_validation`` of its steps.
+
+    From the SageMaker reference: ``patience_train`` (5), ``patience_validation`` (10),
+    ``delta`` (0.1). Ours: ``delta_relative`` (0.01: 1% of the best value; None for the
+    reference's absolute delta alone, which never sees a loss below about ``delta``
+    improve and so fires on every run whose loss gets small), ``tensor_regex`` (default:
+    the losses).
     """
 
+    measure_name = "steps without improvement"
+
     def __init__(self, base_trial=None, patience_train=5, patience_validation=10, delta=0.1, tensor_regex=None,
-                 actions=None, name=None):
+                 delta_relative=0.01, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.patience_train = P.number(self.rule_name, "patience_train", patience_train, minimum=1, integer=True)
         self.patience_validation = P.number(self.rule_name, "patience_validation", patience_validation, minimum=1,
                                             integer=True)
         self.delta = P.number(self.rule_name, "delta", delta, minimum=0)
+        self.delta_relative = None if delta_relative is None else \
+            P.number(self.rule_name, "delta_relative", delta_relative, minimum=0)
         self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
         self._best: Dict[Tuple[str, str], Tuple[float, int]] = {}
 
@@ -269,17 +295,22 @@ class Overtraining(_LossRule):
                     continue
                 value = float(np.mean(values))
                 best = self._best.get((key, kind))
-                if best is None or value < best[0] - self.delta:
+                if best is None or value < best[0] - self._min_improvement(best[0]):
                     self._best[(key, kind)] = (value, 0)
                     continue
                 waited = best[1] + 1
                 self._best[(key, kind)] = (best[0], waited)
                 if waited >= patience:
                     fired = True
-                    self.note(f"{kind} {key} has not improved by more than {self.delta:g} on its best "
-                              f"({best[0]:.6g}) for {waited} steps", **{f"{kind}:{key}": {"best": best[0],
-                                                                                          "steps": waited}})
+                    self.note(f"{kind} {key} has not improved by more than {self._min_improvement(best[0]):.3g} on "
+                              f"its best ({best[0]:.6g}) for {waited} steps", measure=waited,
+                              **{f"{kind}:{key}": {"best": best[0], "steps": waited}})
         return fired
+
+    def _min_improvement(self, best: float) -> float:
+        if self.delta_relative is None:
+            return self.delta
+        return min(self.delta, self.delta_relative * abs(best))
 
 
 class ClassImbalance(Rule):

@@ -3,20 +3,27 @@
 Usage::
 
     smdebug-rules RUN_DIR [--rules VanishingGradient,ExplodingTensor,...]
-                  [--param Rule.key=value ...] [--follow] [--report PATH]
+                  [--param Rule.key=value ...] [--follow] [--report DIR] [--verbose]
                   [--start-step N] [--end-step N] [--stop-training] [--idle-timeout S]
     smdebug-rules --list
     python -m smdebug.rules ...            # the same
 
-Without ``--rules`` every built-in rule that works with its default parameters runs (see
-``--list``). Each step is read once for all rules. Rules that fire are printed as they fire,
-with a summary at the end. ``--follow`` waits for new steps until the run's end marker
-appears (or ``--idle-timeout`` seconds pass without a new step); without it, the steps
-present now are evaluated. ``--stop-training`` asks the training process to stop when a rule
-fires (the stop-request file of ``smdebug.rules.stop_protocol``).
+Without ``--rules`` the rules are chosen from what the run contains: of the built-in rules
+that work with their default parameters (see ``--list``), those with something to read (no
+gradient rules for an XGBoost run, no tree rules for a PyTorch run, no loss rules without
+losses); the skipped ones are listed with the reason. Each step is read once for all rules.
 
-Reports: every rule's JSON report goes to ``RUN_DIR/rule_reports/<Rule>.json``; ``--report
-PATH`` also writes all of them in one file ``{"run": ..., "rules": {name: report}}``.
+Output: one line per rule at the end: how many of the evaluated steps it fired at, the
+first and last of them and the worst firing (by the rule's measure); for a rule that did
+not fire, how many steps were evaluated and why the others were not. ``--verbose`` prints
+every firing as it happens and the rules' notices. ``--follow`` waits for the run directory
+to appear and for new steps until the run's end marker appears (or ``--idle-timeout``
+seconds pass without a new step), printing each rule's first firing as it happens; without
+it, the steps present now are evaluated. ``--stop-training`` asks the training process to
+stop when a rule fires (the stop-request file of ``smdebug.rules.stop_protocol``).
+
+Reports: with ``--report DIR``, each rule's JSON report goes to ``DIR/<Rule>.json`` and all
+of them, with the skipped rules, to ``DIR/summary.json``; without it nothing is written.
 
 Parameter values are Python literals when they parse as one (``1e-5``, ``True``,
 ``(-9, 9)``, ``['a', 'b']``) and strings otherwise (``gradients,weights``, ``TRAIN``).
@@ -28,18 +35,21 @@ from __future__ import annotations
 
 import argparse
 import ast
+import inspect
 import json
 import os
 import sys
+import textwrap
 from typing import Dict, List, Optional
 
-from ..exceptions import ConfigError, SMDebugError
+from ..exceptions import ConfigError, RunNotFound, SMDebugError
 from .actions import StopTraining
-from .builtin import BUILTIN_RULES, NEEDS_PARAMETERS, default_rule_names, rule_parameters
-from .report import default_report_path
+from .builtin import BUILTIN_RULES, NEEDS_PARAMETERS, choose_rules, rule_parameters
 from .rule import run_rules
 
 EXIT_OK, EXIT_FIRED, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: A summary line quotes at most this much of a firing's message (the rest: --verbose, --report).
+_MESSAGE_CHARS = 160
 
 
 class _UsageError(Exception):
@@ -53,13 +63,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 nothing fired, 1 a rule fired, 2 usage error, 3 run unreadable.",
     )
     parser.add_argument("run_dir", nargs="?", help="the run directory (the hook's out_dir)")
-    parser.add_argument("--rules", help="comma-separated built-in rule names (default: every rule that needs no "
-                                        "parameters; see --list)")
+    parser.add_argument("--rules", help="comma-separated built-in rule names (default: the rules that work with "
+                                        "their defaults and have something to read in this run; see --list)")
     parser.add_argument("--param", action="append", default=[], metavar="RULE.KEY=VALUE",
                         help="a rule parameter, e.g. VanishingGradient.threshold=1e-5 (repeatable)")
     parser.add_argument("--follow", action="store_true",
-                        help="keep evaluating new steps until training ends")
-    parser.add_argument("--report", metavar="PATH", help="also write all reports into this one JSON file")
+                        help="wait for the run directory and keep evaluating new steps until training ends")
+    parser.add_argument("--report", metavar="DIR", help="write each rule's JSON report to DIR/<Rule>.json and "
+                                                        "all of them to DIR/summary.json (default: no files)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="print every firing as it happens and the rules' notices")
     parser.add_argument("--start-step", type=int, default=0, metavar="N", help="first global step (default 0)")
     parser.add_argument("--end-step", type=int, default=None, metavar="N", help="stop before this global step")
     parser.add_argument("--stop-training", action="store_true",
@@ -76,9 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _rule_names(spec: Optional[str]) -> List[str]:
-    if spec is None:
-        return default_rule_names()
+def _rule_names(spec: str) -> List[str]:
     by_lower = {name.lower(): name for name in BUILTIN_RULES}
     names = []
     for item in spec.split(","):
@@ -102,9 +113,11 @@ def _parse_value(text: str):
         return text
 
 
-def _params(specs: List[str], names: List[str]) -> Dict[str, Dict[str, object]]:
-    out: Dict[str, Dict[str, object]] = {name: {} for name in names}
-    by_lower = {name.lower(): name for name in names}
+def _params(specs: List[str], names: Optional[List[str]]) -> Dict[str, Dict[str, object]]:
+    """``--param`` values by rule; ``names`` None: any built-in rule (the set is chosen later)."""
+    allowed_rules = names if names is not None else list(BUILTIN_RULES)
+    out: Dict[str, Dict[str, object]] = {name: {} for name in allowed_rules}
+    by_lower = {name.lower(): name for name in allowed_rules}
     for spec in specs:
         key, eq, value = spec.partition("=")
         rule, dot, param = key.strip().partition(".")
@@ -112,8 +125,7 @@ def _params(specs: List[str], names: List[str]) -> Dict[str, Dict[str, object]]:
             raise _UsageError(f"--param {spec!r}: expected RULE.KEY=VALUE, e.g. VanishingGradient.threshold=1e-5")
         name = by_lower.get(rule.lower())
         if name is None:
-            hint = "" if rule not in BUILTIN_RULES and rule.lower() not in {n.lower() for n in BUILTIN_RULES} \
-                else " (add it to --rules)"
+            hint = "" if rule.lower() not in {n.lower() for n in BUILTIN_RULES} else " (add it to --rules)"
             raise _UsageError(f"--param {spec!r}: rule {rule!r} is not among the rules being run{hint}")
         allowed = rule_parameters(name)
         if param not in allowed:
@@ -124,19 +136,18 @@ def _params(specs: List[str], names: List[str]) -> Dict[str, Dict[str, object]]:
 
 
 def _list_rules() -> str:
-    lines = []
+    """Every built-in rule with its whole description and parameters (nothing cut)."""
+    blocks = []
     for name, cls in BUILTIN_RULES.items():
-        import inspect
-
         params = []
         for pname, p in inspect.signature(cls.__init__).parameters.items():
             if pname in ("self", "base_trial", "actions", "name"):
                 continue
             params.append(pname if p.default is inspect.Parameter.empty else f"{pname}={p.default!r}")
         marker = "  (needs parameters; not run by default)" if name in NEEDS_PARAMETERS else ""
-        summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        lines.append(f"{name}{marker}\n    {summary}\n    parameters: {', '.join(params) or '-'}")
-    return "\n".join(lines)
+        description = textwrap.indent(inspect.cleandoc(cls.__doc__ or ""), "    ")
+        blocks.append(f"{name}{marker}\n{description}\n    parameters: {', '.join(params) or '-'}")
+    return "\n\n".join(blocks)
 
 
 def _writer(progress_bar: bool):
@@ -148,6 +159,38 @@ def _writer(progress_bar: bool):
         except ImportError:  # pragma: no cover
             pass
     return lambda text: print(text, flush=True)
+
+
+def _shorten(text: str, limit: int = _MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def summary_line(rule, report: dict) -> str:
+    """One line saying what ``rule`` found: where it fired and the worst firing, or how much
+    of the run it could evaluate and why not the rest."""
+    evaluated, without = report["datapoints"], report["steps_without_data"]
+    total = evaluated + without
+    if report["triggered"]:
+        line = (f"FIRED at {report['triggered']} of {evaluated} evaluated steps (first {report['first_violation_step']}"
+                f", last {report['last_violation_step']})")
+        worst = report.get("worst")
+        if worst:
+            measure = worst.get("measure")
+            label = getattr(rule, "measure_name", "") or "measure"
+            what = f"{label} {measure:.4g} " if isinstance(measure, (int, float)) else ""
+            line += f"; worst {what}at step {worst['step']}: {_shorten(worst['message'])}"
+        return line
+    line = f"did not fire: {evaluated} of {total} steps evaluated"
+    if without:
+        modes = ", ".join(f"{n} {m}" for m, n in sorted(report.get("steps_without_data_by_mode", {}).items()))
+        line += f"; {without} steps had nothing to read" + (f" ({modes})" if modes else "")
+        if report["notices"]:
+            line += f": {_shorten(report['notices'][0], 100)}"
+    elif report["notices"]:
+        line += f" ({_shorten(report['notices'][0], 100)})"
+    if report["tensors_unavailable"]:
+        line += f"; {report['tensors_unavailable']} tensor reads found no data"
+    return line
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -164,8 +207,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.run_dir is None:
             raise _UsageError("give the run directory (or --list)")
         run_dir = os.path.abspath(os.path.expanduser(args.run_dir))
-        if not os.path.isdir(run_dir):
-            raise _UsageError(f"{args.run_dir}: no such directory")
         if args.start_step < 0 or (args.end_step is not None and args.end_step <= args.start_step):
             raise _UsageError(f"--start-step {args.start_step} / --end-step {args.end_step}: need "
                               "0 <= start < end")
@@ -173,7 +214,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise _UsageError("--idle-timeout must be >= 0")
         if not args.poll_interval > 0:
             raise _UsageError("--poll-interval must be > 0")
-        names = _rule_names(args.rules)
+        if args.report is not None and os.path.isfile(args.report):
+            raise _UsageError(f"--report {args.report}: is a file; give a directory for the reports")
+        names = _rule_names(args.rules) if args.rules is not None else None
         params = _params(args.param, names)
     except _UsageError as exc:
         parser.print_usage(sys.stderr)
@@ -183,16 +226,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ..trials import create_trial
 
     try:
-        # Not following: a directory without a collections file is an error at once.
+        # Following waits for the directory and its first files; otherwise what is not a run
+        # now is an error at once.
         wait = float("inf") if args.follow and args.idle_timeout is None else (
             args.idle_timeout if args.follow else 0.0)
         trial = create_trial(run_dir, wait_timeout=wait)
+    except RunNotFound as exc:
+        print(f"smdebug-rules: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except SMDebugError as exc:
         print(f"smdebug-rules: cannot read {run_dir}: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
 
+    skipped: Dict[str, str] = {}
+    if names is None:
+        names, skipped, contents = choose_rules(trial)
+        saved = ", ".join(sorted(contents.saved)) or "none"
+        print(f"{contents.framework} run, collections with saved tensors: {saved}; running {len(names)} of the "
+              f"default rules" + (f", skipping {len(skipped)}:" if skipped else ""))
+        for name, reason in skipped.items():
+            print(f"  skipped {name}: {reason}")
+        if not names:
+            print("smdebug-rules: no default rule has anything to read in this run; name rules with --rules",
+                  file=sys.stderr)
+            return EXIT_OK
     try:
-        rules = [BUILTIN_RULES[name](trial, **params[name]) for name in names]
+        rules = [BUILTIN_RULES[name](trial, **params.get(name, {})) for name in names]
     except (ConfigError, ValueError, TypeError) as exc:
         parser.print_usage(sys.stderr)
         print(f"smdebug-rules: error: {exc}", file=sys.stderr)
@@ -200,17 +259,25 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     show_progress = args.progress if args.progress is not None else sys.stderr.isatty()
     emit = _writer(show_progress)
+    announced: set = set()
 
     def on_fire(rule, step, message):
+        if not args.verbose:
+            if not args.follow or rule.rule_name in announced:
+                return  # the summary says it; following, the first firing is news
+            announced.add(rule.rule_name)
         mode, mode_step = trial.mode_modestep(step) if step >= 0 else (None, None)
         where = f"step {step}" + (f" ({mode.name} {mode_step})" if mode is not None else "")
-        emit(f"{where}: {rule.rule_name}: {message}")
+        more = "" if args.verbose else " (later firings: in the summary)"
+        emit(f"{where}: {rule.rule_name}: {message}{more}")
 
+    report_dir = os.path.abspath(args.report) if args.report else None
+    report_paths = {id(r): (os.path.join(report_dir, f"{r.rule_name}.json") if report_dir else None) for r in rules}
     status = EXIT_OK
     try:
         run_rules(rules, args.start_step, args.end_step, actions=[StopTraining()] if args.stop_training else None,
-                  follow=args.follow, poll_interval=args.poll_interval, idle_timeout=args.idle_timeout,
-                  on_fire=on_fire, progress=show_progress)
+                  report_paths=report_paths, follow=args.follow, poll_interval=args.poll_interval,
+                  idle_timeout=args.idle_timeout, on_fire=on_fire, progress=show_progress)
     except KeyboardInterrupt:
         status = EXIT_INTERRUPTED
     except (SMDebugError, OSError) as exc:
@@ -222,24 +289,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     for rule in rules:
         report = rule.report.to_dict()
         reports[rule.rule_name] = report
-        if report["triggered"]:
-            steps = [v["step"] for v in report["violations"]]
-            shown = ", ".join(map(str, steps[:10])) + (" ..." if len(steps) > 10 else "")
-            line = f"fired at {report['triggered']} step(s): {shown}"
-        else:
-            line = "did not fire" + (f" ({report['notices'][0]})" if report["notices"] else "")
-        print(f"{rule.rule_name:<{width}}  {line}  ({report['datapoints']} steps evaluated)")
-    if args.report:
+        print(f"{rule.rule_name:<{width}}  {summary_line(rule, report)}")
+        if args.verbose:
+            for text in report["notices"] + report["errors"]:
+                print(f"{'':<{width}}    {text}")
+    if report_dir:
         try:
-            directory = os.path.dirname(os.path.abspath(args.report))
-            os.makedirs(directory, exist_ok=True)
-            with open(args.report, "w") as fh:
-                json.dump({"run": run_dir, "rules": reports}, fh, indent=1)
+            os.makedirs(report_dir, exist_ok=True)
+            with open(os.path.join(report_dir, "summary.json"), "w") as fh:
+                json.dump({"run": run_dir, "rules": reports, "skipped": skipped}, fh, indent=1)
+            print(f"reports: {report_dir}")
         except OSError as exc:
             print(f"smdebug-rules: cannot write --report {args.report}: {exc.strerror or exc}", file=sys.stderr)
             status = status or EXIT_USAGE
-    print(f"reports: {os.path.dirname(default_report_path(run_dir, 'x'))}"
-          + (f", {args.report}" if args.report else ""))
     if status:
         return status
     return EXIT_FIRED if any(r["triggered"] for r in reports.values()) else EXIT_OK

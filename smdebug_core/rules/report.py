@@ -1,8 +1,10 @@
 """The JSON report every rule evaluation keeps, and where it is written.
 
-Default location: ``<run directory>/rule_reports/<rule name>.json`` (the trial's directory for
-:func:`~smdebug.rules.invoke_rule`, the hook's ``out_dir`` for live rules; a worker other
-than ``worker_0`` appends ``_<worker>``). Pass ``report_path=`` to put it elsewhere. The file is
+Where it goes: :func:`~smdebug.rules.invoke_rule` and the ``smdebug-rules`` command write
+a file only when asked (``report_path=``, ``--report DIR``): reading a run writes nothing into
+it. Live rules (``hook.add_rule``), part of the training run, write to the hook's ``out_dir``:
+``<out_dir>/rule_reports/<rule name>.json`` (:func:`default_report_path`; a worker other than
+``worker_0`` appends ``_<worker>``) unless given another ``report_path``. The file is
 rewritten atomically while the rule runs (at most once a second, and at once after a
 violation) and a last time when evaluation ends.
 
@@ -22,10 +24,13 @@ Schema (version 1)::
          "message": "...", "details": {...}}
       ],
       "violations_truncated": false,
+      "first_violation_step": 12, "last_violation_step": 30,
+      "worst": {"step": 14, "measure": 0.5, "message": "..."},   # by the rule's measure, or null
       "datapoints": 40,                       # steps evaluated
       "first_step": 0, "last_step": 39,       # global steps evaluated
       "tensors_unavailable": 0,               # tensor lookups that found no usable data
       "steps_without_data": 0,                # steps where the rule had nothing to read
+      "steps_without_data_by_mode": {"EVAL": 0},
       "actions": [{"step": 12, "action": "StopTraining", "result": "..."}],
       "errors": [],                           # messages of failures inside the rule
       "notices": [],                          # e.g. "no tensor in the 'gradients' collection"
@@ -94,8 +99,9 @@ class RuleReport:
         self._doc: Dict[str, Any] = {
             "schema": 1, "rule": rule_name, "rule_class": rule_class, "parameters": to_jsonable(parameters),
             "run": run, "live": live, "status": "running", "triggered": 0, "violations": [],
-            "violations_truncated": False, "datapoints": 0, "first_step": None, "last_step": None,
-            "tensors_unavailable": 0, "steps_without_data": 0, "actions": [], "errors": [], "notices": [],
+            "violations_truncated": False, "first_violation_step": None, "last_violation_step": None,
+            "worst": None, "datapoints": 0, "first_step": None, "last_step": None,
+            "tensors_unavailable": 0, "steps_without_data": 0, "steps_without_data_by_mode": {}, "actions": [], "errors": [], "notices": [],
             "started": time.time(), "updated": time.time(),
         }
 
@@ -109,12 +115,23 @@ class RuleReport:
             doc["last_step"] = step
         self.write()
 
-    def violation(self, step: int, mode, mode_step: Optional[int], message: str, details: Dict[str, Any]) -> dict:
+    def violation(self, step: int, mode, mode_step: Optional[int], message: str, details: Dict[str, Any],
+                  measure: Optional[float] = None, worst: str = "max") -> dict:
         entry = {"step": step, "mode": to_jsonable(mode), "mode_step": mode_step, "time": time.time(),
                  "message": message, "details": to_jsonable(details)}
+        if measure is not None:
+            entry["measure"] = to_jsonable(measure)
         with self._lock:
             doc = self._doc
             doc["triggered"] += 1
+            if doc["first_violation_step"] is None:
+                doc["first_violation_step"] = step
+            doc["last_violation_step"] = step
+            current = doc["worst"]
+            if current is None or (measure is not None and (
+                    current["measure"] is None or
+                    (measure < current["measure"] if worst == "min" else measure > current["measure"]))):
+                doc["worst"] = {"step": step, "measure": measure, "message": message}
             if len(doc["violations"]) < MAX_VIOLATIONS_KEPT:
                 doc["violations"].append(entry)
             else:
@@ -126,9 +143,13 @@ class RuleReport:
         with self._lock:
             self._doc["tensors_unavailable"] += count
 
-    def no_data(self) -> None:
+    def no_data(self, mode=None) -> None:
         with self._lock:
             self._doc["steps_without_data"] += 1
+            if mode is not None:
+                by_mode = self._doc["steps_without_data_by_mode"]
+                key = to_jsonable(mode)
+                by_mode[key] = by_mode.get(key, 0) + 1
 
     def action(self, step: int, action: str, result: str) -> None:
         with self._lock:

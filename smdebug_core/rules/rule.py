@@ -35,6 +35,7 @@ import bisect
 import contextlib
 import inspect
 import os
+import re
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -49,7 +50,7 @@ from ..exceptions import (
 from ..logger import get_logger
 from ..modes import ModeKeys
 from .actions import Action, RuleEvent, as_actions
-from .report import RuleReport, default_report_path, to_jsonable
+from .report import RuleReport, to_jsonable
 from .views import Required, StepView, TrialStepView
 
 logger = get_logger("smdebug.rules")
@@ -57,6 +58,7 @@ logger = get_logger("smdebug.rules")
 #: Exceptions meaning "the data this step needs is not there": the step is skipped, not an error.
 DATA_MISSING = (TensorUnavailable, TensorUnavailableForStep, StepUnavailable, StepNotYetAvailable, NoMoreData)
 DEFAULT_POLL_INTERVAL_S = 0.5
+_STEP_IN_TEXT = re.compile(r"^step \d+ has |,? at step \d+")
 
 
 def as_trial(trial):
@@ -90,10 +92,10 @@ class _NoTrial:
 
 
 class _Note:
-    __slots__ = ("message", "details")
+    __slots__ = ("message", "details", "measure")
 
-    def __init__(self, message: str, details: dict):
-        self.message, self.details = message, details
+    def __init__(self, message: str, details: dict, measure: Optional[float] = None):
+        self.message, self.details, self.measure = message, details, measure
 
 
 class Rule:
@@ -113,6 +115,10 @@ class Rule:
     """
 
     _NOT_PARAMETERS = frozenset({"self", "base_trial", "other_trials", "other_trial", "actions", "name"})
+    #: Which ``measure`` of a firing (see :meth:`note`) is the worst: "max" or "min".
+    worst = "max"
+    #: What ``measure`` is, for summaries ("" when the rule gives none).
+    measure_name = ""
 
     def __init__(self, base_trial=None, other_trials=None, actions=None, name: Optional[str] = None):
         self.base_trial = as_trial(base_trial)
@@ -135,6 +141,7 @@ class Rule:
         self.live = False
         self._notes: List[_Note] = []
         self._warned: set = set()
+        self._step_without_data = False
 
     def __repr__(self):
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())
@@ -158,9 +165,13 @@ class Rule:
         return False
 
     # --- helpers for subclasses ---------------------------------------------------------------
-    def note(self, message: str, **details) -> None:
-        """Explain a firing: the message and details go into the report and to actions."""
-        self._notes.append(_Note(str(message), details))
+    def note(self, message: str, measure: Optional[float] = None, **details) -> None:
+        """Explain a firing: the message and details go into the report and to actions.
+
+        ``measure``: one number saying how bad it is (see ``worst`` and ``measure_name``),
+        which summaries use to name the worst firing.
+        """
+        self._notes.append(_Note(str(message), details, None if measure is None else float(measure)))
 
     def unavailable(self, count: int = 1) -> None:
         """Count tensors the rule wanted but the step could not supply (shown in the report)."""
@@ -176,12 +187,18 @@ class Rule:
                 self.report.notice(message % args if args else message)
 
     def no_data(self, message: str, *args) -> None:
-        """Note (once, at info level, and in the report) that the run lacks what the rule reads."""
+        """Note (once, at info level, and in the report) that the run lacks what the rule reads.
+
+        The current step then counts as a step without data, not as an evaluated one.
+        """
+        self._step_without_data = True
         if "no-data" not in self._warned:
             self._warned.add("no-data")
             self.logger.info("smdebug rule %s: " + message, self.rule_name, *args)
             if self.report is not None:
-                self.report.notice(message % args if args else message)
+                # The report counts such steps; its notice says what is missing, not where first.
+                text = message % args if args else message
+                self.report.notice(_STEP_IN_TEXT.sub("", text))
 
     def parameters(self) -> Dict[str, object]:
         """The constructor parameters and their values (for reports)."""
@@ -210,15 +227,19 @@ class Rule:
         """Run invoke_at_step on ``view``; record the outcome and run actions. Returns fired."""
         self.view, self.other_views = view, list(other_views)
         self._notes = []
+        self._step_without_data = False
         try:
             fired = bool(self.invoke_at_step(view.step))
         except DATA_MISSING as exc:
             self.logger.debug("rule %s skipped step %d: %s", self.rule_name, view.step, exc)
             if self.report is not None:
-                self.report.no_data()
+                self.report.no_data(view.mode)
             return False
         if self.report is not None:
-            self.report.datapoint(view.step)
+            if self._step_without_data and not fired:
+                self.report.no_data(view.mode)
+            else:
+                self.report.datapoint(view.step)
         if fired:
             self._fire(view.step, view.mode, view.mode_step, view.source, extra_actions, hook)
         return fired
@@ -230,9 +251,11 @@ class Rule:
         details: dict = {}
         for n in notes:
             details.update(n.details)
+        measures = [n.measure for n in notes if n.measure is not None]
+        measure = (min if self.worst == "min" else max)(measures) if measures else None
         entry = {"step": step, "mode": mode.name, "mode_step": mode_step, "message": message, "details": details}
         if self.report is not None:
-            entry = self.report.violation(step, mode, mode_step, message, details)
+            entry = self.report.violation(step, mode, mode_step, message, details, measure, self.worst)
         self.last_violation = entry
         event = RuleEvent(self.rule_name, step, mode, mode_step, message, run_dir, details, hook)
         for action in list(self.actions) + list(extra_actions):
@@ -253,7 +276,7 @@ class Rule:
         if not self.base_trial:
             raise ValueError(f"rule {self.rule_name} has no base_trial to read step {step} from")
         if self.report is None:
-            self._start_report(self.base_trial.path, default_report_path(self.base_trial.path, self.rule_name))
+            self._start_report(self.base_trial.path, None)  # in memory: nothing is written into the run
         self.base_trial.wait_for_steps([step])
         others = [_other_view(t, step, follow=True, timeout=None) for t in self.other_trials]
         with _no_refresh(self.trials):
@@ -329,7 +352,7 @@ def run_rules(
     """Evaluate several rules sharing one base trial, reading each step once for all of them.
 
     See :func:`invoke_rule` for the arguments; ``report_paths`` maps ``id(rule)`` to a report
-    path (missing: the default location; None inside the dict: no file), ``on_step(step)``
+    path (missing or None: in memory only), ``on_step(step)``
     is called after each step, ``on_fire(rule, step, message)`` after each firing.
     """
     if not rules:
@@ -356,9 +379,9 @@ def run_rules(
     if idle_timeout is not None and not float(idle_timeout) >= 0:
         raise ValueError(f"idle_timeout must be >= 0 seconds or None, got {idle_timeout!r}")
     extra = as_actions(actions)
-    report_paths = report_paths or {}
+    report_paths = report_paths or {}  # a rule not in it keeps its report in memory only
     for rule in rules:
-        path = report_paths.get(id(rule), default_report_path(trial.path, rule.rule_name))
+        path = report_paths.get(id(rule))
         rule._start_report(trial.path, path)
 
     bar = _progress_bar(progress)
@@ -464,7 +487,7 @@ def invoke_rule(
     raise_eval_cond: bool = False,
     *,
     actions=None,
-    report_path: Optional[str] = "",
+    report_path: Optional[str] = None,
     follow: bool = True,
     poll_interval: Optional[float] = None,
     idle_timeout: Optional[float] = None,
@@ -481,7 +504,8 @@ def invoke_rule(
             every firing is recorded and evaluation goes on.
         actions: actions run when the rule fires, in addition to the rule's own.
         report_path: where to write the JSON report (see :mod:`smdebug.rules.report`);
-            default ``<run>/rule_reports/<rule name>.json``; None: keep it in memory only.
+            None (the default): keep it in memory only (``rule.report``), so that reading a
+            run writes nothing into it; ``default_report_path(run, name)`` is the usual place.
         follow: while training is still running, wait for new steps (polling every
             ``poll_interval`` seconds, default 0.5) until the end-of-training marker appears;
             False evaluates the steps present now and returns.
@@ -491,7 +515,7 @@ def invoke_rule(
 
     Returns the rule's :class:`RuleReport` (also ``rule.report``).
     """
-    paths = {} if report_path == "" else {id(rule): report_path}
+    paths = {id(rule): report_path}
     run_rules([rule], start_step, end_step, raise_eval_cond, actions=actions, report_paths=paths, follow=follow,
               poll_interval=poll_interval, idle_timeout=idle_timeout, progress=progress)
     return rule.report

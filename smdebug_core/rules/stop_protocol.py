@@ -105,7 +105,7 @@ def read_stop_request(out_dir) -> Optional[str]:
             doc = json.loads(data)
             if isinstance(doc, dict) and isinstance(doc.get("reason"), str) and doc["reason"].strip():
                 reason = doc["reason"][:_MAX_REASON_CHARS]
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             pass
     return reason if reason is not None else f"stop requested through {path} (no readable reason in the file)"
 

@@ -3,7 +3,7 @@
 Data is keyed by *global* step and worker. A step given in another mode's numbering is
 translated through the trial first. A tensor can have, per (step, worker), a raw value,
 saved reductions and a saved shape, independently: unlike the original reader, a shape
-entry never hides the raw value of the same step (FORMAT 3.2, bug 4).
+entry never hides the raw value of the same step (docs/format.md 3.2).
 """
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ class Tensor:
                 from .trial import StepState  # the trial module imports this one
 
                 if trial._step_state(step, mode) is StepState.AVAILABLE:
-                    raise TensorUnavailableForStep(self.name, step, mode)
+                    raise TensorUnavailableForStep(self.name, step, mode, hint=trial._step_hint(step, mode, self))
                 trial._raise_step_missing(step, mode)
         return g, mode, step
 
@@ -377,7 +377,7 @@ class Tensor:
                 pass
             except ValueError as exc:  # a path escaping the run directory
                 raise CorruptRecord(f"index entry of tensor {self.name!r} at step {request.step}: {exc}") from None
-            # Writers publish the event file before the index (FORMAT 1.4), so this is a
+            # Writers publish the event file before the index (docs/format.md 1.4), so this is a
             # non-conforming writer or a slow file system: wait a little, never forever.
             if deadline is None:
                 deadline = time.monotonic() + trial.wait_timeout

@@ -1,4 +1,4 @@
-"""The Trial: a read-only view of one run directory (FORMAT.md section 5).
+"""The Trial: a read-only view of one run directory (docs/format.md section 5).
 
 A trial discovers data only through the collections files and the index files; it opens
 an event file only when a value is asked for. Index files are read incrementally: each
@@ -23,6 +23,7 @@ from ..exceptions import (
     IndexReaderException,
     MissingCollectionFiles,
     NoMoreData,
+    RunNotFound,
     StepNotYetAvailable,
     StepUnavailable,
     TensorUnavailable,
@@ -48,7 +49,7 @@ logger = logging.getLogger("smdebug.trials")
 
 GLOBAL = ModeKeys.GLOBAL
 _RECORD_CHECKS = ("minimal", "full", "none")
-#: Index buckets hold the files of 1000 consecutive steps (FORMAT 1.2).
+#: Index buckets hold the files of 1000 consecutive steps (docs/format.md 1.2).
 _BUCKET_SPAN = 1000
 #: A bucket whose directory changed less than this long ago is listed again even if its
 #: mtime did not move: directory mtimes are coarse, a file renamed into the bucket in the
@@ -59,6 +60,62 @@ _PROGRESS_MIN_INDEX_FILES = 5000
 DEFAULT_WAIT_TIMEOUT_S = 30.0
 DEFAULT_POLL_INTERVAL_S = 0.5
 DEFAULT_INCOMPLETE_STEP_WAIT_WINDOW = 1000
+#: How deep, and through how many directories, runs are looked for below a folder to name them.
+_RUN_SEARCH_DEPTH = 3
+_RUN_SEARCH_MAX_DIRS = 2000
+_RUN_SEARCH_SHOWN = 10
+
+
+def _is_run_dir(path: str) -> bool:
+    return any(os.path.isdir(os.path.join(path, d)) for d in (COLLECTIONS_DIR, INDEX_DIR))
+
+
+def runs_below(folder: str, depth: int = _RUN_SEARCH_DEPTH, limit: int = 50) -> List[str]:
+    """Run directories (with ``collections/`` or ``index/``) below ``folder``, sorted, bounded."""
+    found: List[str] = []
+    level = [folder]
+    scanned = 0
+    for _ in range(depth):
+        deeper = []
+        for parent in level:
+            scanned += 1
+            if scanned > _RUN_SEARCH_MAX_DIRS:  # a home directory, not a folder of runs
+                return sorted(found)
+            try:
+                with os.scandir(parent) as entries:
+                    subdirs = sorted(e.path for e in entries if e.is_dir() and not e.name.startswith("."))
+            except OSError:
+                continue
+            for sub in subdirs:
+                if _is_run_dir(sub):
+                    found.append(sub)
+                elif os.path.basename(sub) not in (EVENTS_DIR, "tensorboard"):
+                    deeper.append(sub)
+            if len(found) >= limit:
+                return sorted(found)
+        level = deeper
+    return sorted(found)
+
+
+def _runs_hint(folder: str) -> str:
+    runs = runs_below(folder)
+    if not runs:
+        return ""
+    shown = ", ".join(os.path.relpath(r, folder) for r in runs[:_RUN_SEARCH_SHOWN])
+    more = f" and {len(runs) - _RUN_SEARCH_SHOWN} more" if len(runs) > _RUN_SEARCH_SHOWN else ""
+    return f"; runs found below {folder}: {shown}{more}"
+
+
+def _waiting_time(seconds: float) -> str:
+    return "with no time limit" if seconds == float("inf") else f"up to {seconds:g} s"
+
+
+def _steps_text(steps: List[int]) -> str:
+    if not steps:
+        return "none"
+    if len(steps) <= 8:
+        return ", ".join(map(str, steps))
+    return f"{', '.join(map(str, steps[:4]))}, ..., {', '.join(map(str, steps[-2:]))} ({len(steps)} steps)"
 
 
 class StepState(enum.Enum):
@@ -120,7 +177,7 @@ def _validate_range_steps(range_steps):
 
 def _worker_from_name(raw: str) -> str:
     # TensorFlow MirroredStrategy workers are serialized device names, which always
-    # start with "/" and so are stored starting with "_" (FORMAT 1.2). Only those are
+    # start with "/" and so are stored starting with "_" (docs/format.md 1.2). Only those are
     # deserialized; the original's "'__' anywhere in the path" test is a known bug.
     return deserialize_worker_name(raw) if raw.startswith("_") else raw
 
@@ -143,6 +200,7 @@ class Trial:
         cache: bool = False,
         wait_timeout: Optional[float] = None,
         progress: Optional[bool] = None,
+        wait_for_directory: bool = False,
     ):
         if not index_mode:
             raise NotImplementedError(
@@ -184,7 +242,7 @@ class Trial:
         self._incomplete_step_window = max(1, window)
         # The original always slept 1 s after seeing the end marker, "to let the last files
         # land". We check the marker *before* listing, and writers create it only after
-        # every other file (FORMAT 5.4), so that listing is already complete: no delay
+        # every other file (docs/format.md 5.4), so that listing is already complete: no delay
         # unless one is asked for.
         self._training_end_delay = _env_number(
             ("SMDEBUG_TRAINING_END_DELAY_REFRESH", "TRAINING_END_DELAY_REFRESH"), 0.0, float
@@ -211,6 +269,7 @@ class Trial:
         self.stats.update(index_files_parsed=0, refreshes=0)
 
         self._collection_manager: Optional[CollectionManager] = None
+        self._check_path(wait_for_directory)
         self._load_collections()
         self.refresh(progress=progress)
 
@@ -260,6 +319,32 @@ class Trial:
             f"{END_OF_JOB_FILE}: {'present' if self._storage.exists(END_OF_JOB_FILE) else 'absent'}",
         ]
         return "; ".join(parts)
+
+    def _check_path(self, wait_for_directory: bool) -> None:
+        """Fail at once on a path that is no run and cannot become one by waiting."""
+        path = self.path
+        if os.path.isdir(path):
+            if not _is_run_dir(path) and not os.path.exists(os.path.join(path, END_OF_JOB_FILE)):
+                hint = _runs_hint(path)
+                if hint:  # a folder of runs, not a run that is about to start
+                    raise RunNotFound(f"{path} is not a run directory (no {COLLECTIONS_DIR}/ or {INDEX_DIR}/ in "
+                                      f"it){hint}. Open one of them")
+                if self.wait_timeout > 0:
+                    logger.warning("%s holds no run yet: waiting %s for a training job to write its collections "
+                                   "file (wait_timeout)", path, _waiting_time(self.wait_timeout))
+            return
+        if os.path.exists(path):
+            raise RunNotFound(f"trial path {path} is a file, not a run directory")
+        if wait_for_directory and self.wait_timeout > 0:
+            logger.warning("%s does not exist yet: waiting %s for a training job to create it", path,
+                           _waiting_time(self.wait_timeout))
+            return
+        ancestor = os.path.dirname(path)
+        while ancestor and not os.path.isdir(ancestor) and os.path.dirname(ancestor) != ancestor:
+            ancestor = os.path.dirname(ancestor)
+        hint = _runs_hint(ancestor) if os.path.isdir(ancestor) and ancestor != os.path.dirname(ancestor) else ""
+        raise RunNotFound(f"trial path {path} does not exist{hint}. Check the path; to open a run before its "
+                          "job creates the directory, pass wait_timeout (seconds to wait for it)")
 
     def _load_collections(self) -> None:
         """Read the first collections file, then wait (bounded) for every worker's one."""
@@ -456,7 +541,7 @@ class Trial:
             if mode is GLOBAL and mode_step != step:
                 logger.warning(
                     "%s: step %d is in GLOBAL mode with mode_step %d; GLOBAL-mode data must have "
-                    "mode_step == global step (FORMAT 1.5)", self.path, step, mode_step,
+                    "mode_step == global step (docs/format.md 1.5)", self.path, step, mode_step,
                 )
         if mode is not GLOBAL:
             self._mode_to_global.setdefault(mode, {}).setdefault(mode_step, step)
@@ -511,7 +596,7 @@ class Trial:
         logger.debug("%s: training has ended; %d steps loaded", self.path, len(self._global_to_mode))
 
     def _apply_incomplete_step_window(self) -> None:
-        """Stop waiting for the oldest stragglers once too many steps are incomplete (FORMAT 5.3).
+        """Stop waiting for the oldest stragglers once too many steps are incomplete (docs/format.md 5.3).
 
         While more than the window's number of steps wait, the oldest half-window of them
         is treated as complete. The original compared ``len(steps) - (last_complete_step + 1)``
@@ -580,19 +665,40 @@ class Trial:
             return mode_step if mode_step in self._global_to_mode else None
         return self._mode_to_global.get(mode, {}).get(mode_step)
 
+    def _step_hint(self, step: int, mode: ModeKeys, tensor=None) -> str:
+        """Where ``step`` does exist (another mode, the global numbering) and which steps
+        ``mode`` has (of ``tensor`` if given), for error messages."""
+        parts = []
+        if tensor is not None:
+            parts.append(f"steps of {tensor.name!r} in mode {mode.name}: {_steps_text(tensor.steps(mode=mode))}")
+        else:
+            parts.append(f"saved steps of mode {mode.name}: {_steps_text(self._all_steps_sorted(mode))}")
+        elsewhere = []
+        for other, by_step in sorted(self._mode_to_global.items(), key=lambda kv: kv[0].value):
+            g = by_step.get(step)
+            if other is not mode and g is not None and (tensor is None or g in tensor._step_workers):
+                elsewhere.append(f"mode {other.name} has a step {step} (global step {g}): pass "
+                                 f"mode=smd.modes.{other.name}")
+        if mode is not GLOBAL and step in self._global_to_mode and (tensor is None or step in tensor._step_workers):
+            m, ms = self._global_to_mode[step]
+            elsewhere.append(f"global step {step} is step {ms} of mode {m.name}: pass mode=smd.modes.GLOBAL")
+        return "; " + "; ".join(parts + elsewhere)
+
     def _raise_step_missing(self, step: int, mode: ModeKeys):
         """Raise the exception that says why ``step`` of ``mode`` has no data."""
         state = self._step_state(step, mode)
         if state is StepState.NOT_YET_AVAILABLE:
-            raise StepNotYetAvailable(f"step {step} of mode {mode.name} is not available yet in trial {self.name!r}")
+            raise StepNotYetAvailable(f"step {step} of mode {mode.name} is not available yet in trial {self.name!r}"
+                                      + self._step_hint(step, mode))
         steps = self._all_steps_sorted(mode)
         if self.loaded_all_steps and (not steps or step > steps[-1]):
             last = steps[-1] if steps else None
             raise NoMoreData(
                 f"training has ended; step {step} of mode {mode.name} was never saved "
-                f"(last saved step of that mode: {last})"
+                f"(last saved step of that mode: {last})" + self._step_hint(step, mode)
             )
-        raise StepUnavailable(f"step {step} of mode {mode.name} was not saved in trial {self.name!r}")
+        raise StepUnavailable(f"step {step} of mode {mode.name} was not saved in trial {self.name!r}"
+                              + self._step_hint(step, mode))
 
     def _resolve(self, step, mode) -> Tuple[int, ModeKeys, int]:
         """``(global_step, mode, step)`` for a step given in ``mode``'s numbering.
@@ -711,10 +817,31 @@ class Trial:
         return name in self._tensors
 
     def tensor(self, name: str) -> Tensor:
-        """The :class:`Tensor` called ``name``; TensorUnavailable if nothing saved it."""
+        """The :class:`Tensor` called ``name``; TensorUnavailable, with close names, if nothing saved it."""
         if not self.has_tensor(name):
-            raise TensorUnavailable(f"tensor {name!r} was not saved in trial {self.name!r} (so far)")
+            raise TensorUnavailable(f"tensor {name!r} was not saved in trial {self.name!r} (so far)"
+                                    + self._name_hint(name))
         return self._tensors[name]
+
+    def _name_hint(self, name) -> str:
+        """What the user probably meant by an unknown tensor name."""
+        if not isinstance(name, str):
+            return f"; tensor names are strings, got {type(name).__name__}"
+        known = self._tensors
+        if f"scalar/{name}" in known:
+            return f"; save_scalar() names are prefixed: use trial.tensor('scalar/{name}')"
+        reduction = parse_reduction_tag(name)
+        if reduction is not None and reduction[2] in known:
+            op, is_abs, base = reduction
+            return (f"; reductions belong to their tensor: trial.tensor({base!r}).reduction_value(step, {op!r}"
+                    f"{', abs=True' if is_abs else ''})")
+        from ..collections import close_matches
+
+        matches = close_matches(name, known)
+        if matches:
+            return "; did you mean " + " or ".join(map(repr, matches)) + "?"
+        total = len(known)
+        return f"; it has {total} tensors: trial.tensor_names() lists them" if total else "; it has no tensors yet"
 
     def _collection_objects(self, collection) -> List[Collection]:
         items = collection if isinstance(collection, (list, tuple, set, frozenset)) else [collection]
@@ -816,6 +943,10 @@ def create_trial(
         wait_timeout: seconds to wait for the collections files of a run that is still
             starting (default: $SMDEBUG_TRIAL_WAIT_TIMEOUT or 30; ``math.inf`` waits
             as long as it takes). MissingCollectionFiles is raised when it runs out.
+            A path that does not exist fails at once (RunNotFound, naming the runs found
+            near it) unless ``wait_timeout`` is given: then the directory is waited for
+            too. A folder that holds runs in subdirectories, rather than being one, fails
+            at once and lists them.
         progress: show progress bars for long loads and reads (default: when stderr is a
             terminal).
     """
@@ -842,4 +973,6 @@ def create_trial(
         cache=cache,
         wait_timeout=wait_timeout,
         progress=progress,
+        # Asking to wait is the way to open a run before its job has created the directory.
+        wait_for_directory=wait_timeout is not None,
     )

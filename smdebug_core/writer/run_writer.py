@@ -74,7 +74,7 @@ class StepData:
     ``tensors`` are ``(final tag, array or numpy scalar)`` in write order (tags already include
     ``smdebug/reductions/...`` prefixes). ``shapes`` are ``(name, shape)`` or
     ``(name, original_name, shape)`` for tensors saved as shape only (a shape whose name
-    is also written as a tensor in the same step is left out of the index, FORMAT 3.2). ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
+    is also written as a tensor in the same step is left out of the index, docs/format.md 3.2). ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
     names (tags are cleaned by the writer).
 
     The arrays are read later, on the writer thread: they must be host copies that the
@@ -130,7 +130,7 @@ class _OpenStep:
         self.warned_mode_mismatch = False
 
 
-# events/ files carry smdebug's constant footer (FORMAT 2.1); integrity is in the index's crc32c.
+# events/ files carry smdebug's constant footer (docs/format.md 2.1); integrity is in the index's crc32c.
 _EVENT_FOOTER = record_footer(SMDEBUG_PAYLOAD_FOOTER)
 _EVENT_FILE_BUFFER_BYTES = 1 << 20
 
@@ -626,7 +626,7 @@ class RunWriter:
         return True
 
     def _publish(self, open_step):
-        """Event file into place first, then its index (FORMAT 1.4)."""
+        """Event file into place first, then its index (docs/format.md 1.4)."""
         del self._open_steps[open_step.worker]
         event_relpath = None
         if open_step.handle is not None:
@@ -635,7 +635,7 @@ class RunWriter:
             os.replace(final + layout.TMP_SUFFIX, final)
             event_relpath = open_step.event_relpath
         shapes = open_step.shapes
-        if shapes:  # a shape entry would hide the raw value of the same name from the original reader (FORMAT 3.2)
+        if shapes:  # a shape entry would hide the raw value of the same name from the original reader (docs/format.md 3.2)
             written = set(open_step.names)
             shapes = [item for item in shapes if item[0] not in written]
         if not open_step.index_items and not shapes:

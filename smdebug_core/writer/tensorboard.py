@@ -1,4 +1,4 @@
-"""TensorBoard event files: scalars and histograms, one subdirectory per mode (FORMAT 6).
+"""TensorBoard event files: scalars and histograms, one subdirectory per mode (docs/format.md 6).
 
 Files are standard TFRecord with real payload CRCs, start with a ``brain.Event:2``
 file-version event, and use the global step as ``Event.step``. One file per mode per
@@ -42,7 +42,7 @@ def _default_bucket_edges():
     return np.concatenate([-positive[::-1], [0.0], positive])
 
 
-#: 1,549 edges, as in FORMAT 6.
+#: 1,549 edges, as in docs/format.md 6.
 DEFAULT_BUCKET_EDGES = _default_bucket_edges()
 
 

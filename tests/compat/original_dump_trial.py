@@ -8,7 +8,7 @@ global step, the workers, the tensor names (all, per mode, per step, per collect
 the collections, and for every tensor, step and worker its value, shape and saved
 reductions. Errors the reader raises are recorded in place of the value. It also reads
 every event file with the original's low-level ``EventFileReader`` and its default
-"minimal" record check, which requires the magic payload footer (FORMAT 2.1).
+"minimal" record check, which requires the magic payload footer (docs/format.md 2.1).
 """
 import os
 import sys

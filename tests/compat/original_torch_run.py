@@ -5,7 +5,7 @@
 Trains a tiny torch model with the original ``smdebug.pytorch.Hook`` (TRAIN, then EVAL,
 then TRAIN again, save_interval 2) so that the run has raw tensors, reductions of every
 kind, shape-only entries, a shape next to a raw value (the original's own reader then
-loses that value: FORMAT 3.2), scalars, and tensors of several dtypes saved with
+loses that value: docs/format.md 3.2), scalars, and tensors of several dtypes saved with
 ``save_tensor``. Then writes what the original's own reader sees (original_dump_trial).
 """
 import sys
@@ -55,7 +55,7 @@ def main(argv):
     )
     # Shape and a reduction only, no raw value.
     hook.get_collection("biases").reduction_config = smd.ReductionConfig(reductions=["mean"], save_shape=True)
-    # Raw value *and* shape: the original's reader keeps only the shape (FORMAT 3.2).
+    # Raw value *and* shape: the original's reader keeps only the shape (docs/format.md 3.2).
     hook.get_collection("activations").include("fc1_output")
     hook.get_collection("activations").reduction_config = smd.ReductionConfig(save_raw_tensor=True, save_shape=True)
     # save_tensor's collection needs its config set up front, or the original's hook

@@ -1,13 +1,13 @@
 """The ORIGINAL smdebug 1.0.34 reads what our hook writes.
 
 We write a run with our numpy ``Hook``: two workers (two hooks, ``include_workers="all"``,
-world size 2), TRAIN/EVAL/TRAIN phases as in FORMAT 1.1, every dtype, reductions of every
+world size 2), TRAIN/EVAL/TRAIN phases as in docs/format.md 1.1, every dtype, reductions of every
 kind, shape-only entries, ``save_scalar``, a 0-d tensor and a 1-D string tensor. Then
 original_dump_trial.py, run by the original's interpreter, opens it with the original's
 ``create_trial`` and dumps everything it reads; we compare that with what we wrote.
 
 Dtypes the original cannot read natively (int8, int16, uint16, uint32, complex64, bfloat16)
-are written widened to one it can (FORMAT 2.3, codec.py), so the original must see the
+are written widened to one it can (docs/format.md 2.3, codec.py), so the original must see the
 same numbers in the wider dtype. uint64 values of 2**63 and above have no such dtype: the
 original cannot read those (a KeyError), which is the one documented exception.
 """
@@ -26,7 +26,7 @@ from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
 
 WORKERS = ("worker_0", "worker_1")
-PHASES = ((ModeKeys.TRAIN, 4), (ModeKeys.EVAL, 3), (ModeKeys.TRAIN, 2))  # FORMAT 1.1
+PHASES = ((ModeKeys.TRAIN, 4), (ModeKeys.EVAL, 3), (ModeKeys.TRAIN, 2))  # docs/format.md 1.1
 SAVE_INTERVAL = 2
 
 # dtype written -> dtype the original reads it back as (same numbers).
@@ -168,7 +168,7 @@ def test_steps_modes_workers(our_run):
     assert got["workers"] == list(WORKERS) and got["num_workers"] == 2
     assert got["loaded_all_steps"] is True
     saved = wrote["steps"]
-    assert sorted(saved) == [0, 2, 4, 6, 7]  # the FORMAT 1.1 example
+    assert sorted(saved) == [0, 2, 4, 6, 7]  # the docs/format.md 1.1 example
     assert got["steps"]["GLOBAL"] == sorted(saved)
     for mode in (ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT):
         want = sorted(s for m, s in saved.values() if m is mode)
@@ -345,7 +345,7 @@ def test_edge_predict_and_global_modes(edge_run):
     assert got["steps"]["PREDICT"] == [0, 1]
     assert got["steps"]["TRAIN"] == [0]
     assert got["modes"] == ["PREDICT", "TRAIN"]  # the original never lists GLOBAL
-    # GLOBAL-mode steps carry mode_step == global step (FORMAT 1.5).
+    # GLOBAL-mode steps carry mode_step == global step (docs/format.md 1.5).
     assert got["mode_modestep"] == {str(g): [m.name, s] for g, (m, s, _) in wrote.items()}
     assert got["mode_modestep"]["2"] == ["GLOBAL", 2] and got["mode_modestep"]["3"] == ["GLOBAL", 3]
 
@@ -376,7 +376,7 @@ def test_edge_float8_and_small_uint64_read_widened(edge_run):
 
 
 def test_edge_multidimensional_strings_readable_by_the_original(edge_run):
-    """The original reads only 1-D string tensors (FORMAT 2.3 and checklist item 8).
+    """The original reads only 1-D string tensors (docs/format.md 2.3).
 
     A 2-D str array must still reach it as the same strings: expected here in C order as
     a 1-D array (our reader can restore the shape from a marker, as it does for widened

@@ -7,7 +7,7 @@ names, collections, values (bit for bit, same dtype), shapes and saved reduction
 
 One deliberate difference: when the original hook writes a shape entry next to a raw
 value (a collection with save_raw_tensor and save_shape), the original's reader loses the
-value (FORMAT 3.2); ours returns it.
+value (docs/format.md 3.2); ours returns it.
 """
 import os
 
@@ -116,7 +116,7 @@ def test_collections(trial, original_run):
 
 
 def _raw_and_shape_collection(trial, tensor_name):
-    """Whether the tensor is in a collection saving both its value and its shape (FORMAT 3.2)."""
+    """Whether the tensor is in a collection saving both its value and its shape (docs/format.md 3.2)."""
     return any(
         c.matches(tensor_name) and c.reduction_config is not None
         and c.reduction_config.save_raw_tensor and c.reduction_config.save_shape
@@ -188,7 +188,7 @@ def test_scalar_flushed_after_set_mode(trial, original_run):
     Its hook writes a cached scalar when the step's writer closes, stamping it with the mode
     and mode step current *then*: here the TRAIN step 4 file (global 4) holds ``scalar/lr``
     records that say EVAL, -1, because set_mode(EVAL) came before the flush. The index's meta
-    (TRAIN, 4) is what counts (FORMAT 1.5); the original's Trial reads the value fine.
+    (TRAIN, 4) is what counts (docs/format.md 1.5); the original's Trial reads the value fine.
     """
     run_dir, want = original_run
     records = want["event_files"]["events/000000000004/000000000004_worker_0.tfevents"]["records"]

@@ -82,7 +82,7 @@ def test_crc32c_check_value_and_smdebug_footer():
 
 
 def test_length_crc_of_format_worked_example():
-    # FORMAT 2.1: N = 160 -> "a0 00 00 00 00 00 00 00 2a 55 72 25"
+    # docs/format.md 2.1: N = 160 -> "a0 00 00 00 00 00 00 00 2a 55 72 25"
     assert records.record_header(160) == bytes.fromhex("a000000000000000") + struct.pack("<I", 0x2572552A)
     record = records.frame_record(b"\x00" * 160, real_payload_crc=False)
     assert len(record) == 176 and record[-4:] == bytes.fromhex("b3c02d06")
@@ -241,7 +241,7 @@ def test_bfloat16_nan_payload_bits_survive():
     assert np.array_equal(_round_trip(array).value.view(np.uint16), bits)
 
 
-# What the original smdebug reader can read determines the DataType on the wire (FORMAT 2.3).
+# What the original smdebug reader can read determines the DataType on the wire (docs/format.md 2.3).
 @pytest.mark.parametrize(
     "dtype, wire, marker",
     [

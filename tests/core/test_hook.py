@@ -25,7 +25,7 @@ def run_phases(hook, phases, record):
 
 
 def test_format_example_steps_and_modes(tmp_path):
-    """FORMAT.md 1.1: TRAIN 4 steps, EVAL 3, TRAIN 2, save_interval 2."""
+    """docs/format.md 1.1: TRAIN 4 steps, EVAL 3, TRAIN 2, save_interval 2."""
     hook = smd.Hook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=2), save_all=True)
     run_phases(hook, [(smd.modes.TRAIN, 4), (smd.modes.EVAL, 3), (smd.modes.TRAIN, 2)],
                lambda h: h.record("fc.weight", np.full((3, 4), h.global_step, np.float32)))

@@ -1,4 +1,4 @@
-"""JSON hook configuration (FORMAT.md 7) and environment variables."""
+"""JSON hook configuration (docs/format.md 7) and environment variables."""
 import json
 import logging
 
@@ -61,7 +61,7 @@ def test_seed_sample_json_builds_a_hook(tmp_path, monkeypatch):
 
 
 def test_per_mode_keys_and_collection_precedence(tmp_path):
-    # FORMAT.md 7.2 verified example: collection save_steps "7" over hook train.save_interval 3, start_step 1
+    # docs/format.md 7.2 example: collection save_steps "7" over hook train.save_interval 3, start_step 1
     doc = {
         "LocalPath": str(tmp_path / "run"),
         "HookParameters": {"train.save_interval": 3, "start_step": 1, "eval.save_interval": "5"},

@@ -4,6 +4,8 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -67,10 +69,12 @@ class CountingRule(Rule):
 
 
 # --- invoke_rule -------------------------------------------------------------------------------
-def test_invoke_rule_writes_the_report_with_violations_and_parameters(run):
+def test_invoke_rule_writes_the_report_with_violations_and_parameters(run, tmp_path):
     report = invoke_rule(VanishingGradient(create_trial(run)))
     assert report.violation_steps == [3, 4, 5]
-    path = os.path.join(run, "rule_reports", "VanishingGradient.json")
+    assert not os.path.exists(os.path.join(run, "rule_reports"))  # nothing written unless asked
+    path = str(tmp_path / "reports" / "VanishingGradient.json")
+    invoke_rule(VanishingGradient(create_trial(run)), report_path=path)
     doc = json.load(open(path))
     assert doc["rule"] == "VanishingGradient" and doc["status"] == "finished"
     assert doc["parameters"] == {"threshold": 1e-07}
@@ -286,28 +290,59 @@ def test_string_parameters_as_sagemaker_passes_them():
 
 
 # --- CLI ---------------------------------------------------------------------------------------------
-def test_cli_exit_codes_and_combined_report(run, tmp_path, capsys):
+def test_cli_exit_codes_summary_lines_and_reports_only_when_asked(run, tmp_path, capsys):
     assert cli_main([run, "--rules", "VanishingGradient", "--no-progress"]) == 1
     out = capsys.readouterr().out
-    assert "step 3 (GLOBAL 3): VanishingGradient:" in out and "fired at 3 step(s): 3, 4, 5" in out
-    combined = tmp_path / "all.json"
+    assert out.count("\n") == 1  # one line per rule, no per-step lines
+    assert out.startswith("VanishingGradient  FIRED at 3 of 6 evaluated steps (first 3, last 5); worst mean "
+                          "|gradient| 1e-09 at step 3: 1 of 2 gradients")
+    assert not os.path.exists(os.path.join(run, "rule_reports"))  # nothing written unless asked
+    assert cli_main([run, "--rules", "VanishingGradient", "--verbose", "--no-progress"]) == 1
+    verbose = capsys.readouterr().out
+    assert "step 3 (GLOBAL 3): VanishingGradient:" in verbose and "step 5 (GLOBAL 5)" in verbose
+    reports = tmp_path / "reports"
     assert cli_main([run, "--rules", "vanishinggradient,ExplodingTensor", "--param",
-                     "VanishingGradient.threshold=1e-12", "--report", str(combined), "--no-progress"]) == 0
-    doc = json.load(open(combined))
+                     "VanishingGradient.threshold=1e-12", "--report", str(reports), "--no-progress"]) == 0
+    doc = json.load(open(reports / "summary.json"))
     assert set(doc["rules"]) == {"VanishingGradient", "ExplodingTensor"}
     assert doc["rules"]["VanishingGradient"]["parameters"]["threshold"] == 1e-12
-    assert os.path.exists(os.path.join(run, "rule_reports", "ExplodingTensor.json"))
-    capsys.readouterr()
+    assert json.load(open(reports / "ExplodingTensor.json"))["status"] == "finished"
+    assert not os.path.exists(os.path.join(run, "rule_reports"))
+    assert "did not fire: 6 of 6 steps evaluated" in capsys.readouterr().out
     assert cli_main([run, "--rules", "NoSuchRule"]) == 2
     assert "unknown rule 'NoSuchRule'" in capsys.readouterr().err
     assert cli_main([run, "--rules", "VanishingGradient", "--param", "VanishingGradient.thresh=1"]) == 2
     assert "has no parameter 'thresh'" in capsys.readouterr().err
     assert cli_main([run, "--rules", "AllZero"]) == 2  # needs a selection
     assert cli_main([str(tmp_path / "missing")]) == 2
+    assert "missing does not exist; runs found below" in capsys.readouterr().err
     assert cli_main([run, "--bogus-flag"]) == 2
     os.makedirs(tmp_path / "empty")
     assert cli_main([str(tmp_path / "empty")]) == 3
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_cli_persistent_nan_is_one_line_and_did_not_fire_counts_what_was_evaluated(tmp_path, capsys):
+    def record(hook, i):
+        if hook.mode is smd.modes.TRAIN:
+            hook.record("gradient/w", np.full(4, np.nan if i >= 2 else 0.5, np.float32))
+        hook.save_scalar("loss", 1.0)
+
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["gradients"])
+    for mode, n in ((smd.modes.TRAIN, 30), (smd.modes.EVAL, 20)):
+        hook.set_mode(mode)
+        for _ in range(n):
+            hook.begin_step()
+            record(hook, hook.global_step)
+    hook.close()
+    assert cli_main([str(tmp_path / "run"), "--rules", "ExplodingTensor,VanishingGradient", "--no-progress"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("ExplodingTensor    FIRED at 28 of 50 evaluated steps (first 2, last 29); worst "
+                               "tensors with NaN/inf 1 at step 2")
+    assert lines[1].startswith("VanishingGradient  did not fire: 30 of 50 steps evaluated; 20 steps had nothing to "
+                               "read (20 EVAL): no tensors in the 'gradients' collection (is it saved?)")
 
 
 def test_cli_follow_waits_for_the_end_or_the_idle_timeout(tmp_path, capsys):
@@ -316,10 +351,48 @@ def test_cli_follow_waits_for_the_end_or_the_idle_timeout(tmp_path, capsys):
     run = str(tmp_path / "run")
     assert cli_main([run, "--rules", "VanishingGradient", "--follow", "--idle-timeout", "0.3",
                      "--poll-interval", "0.05", "--no-progress"]) == 1
-    assert "fired at 2 step(s): 2, 3" in capsys.readouterr().out  # step 4 is still open
+    out = capsys.readouterr().out
+    assert out.count("step 2 (GLOBAL 2): VanishingGradient:") == 1  # following: the first firing, once
+    assert "FIRED at 2 of 4 evaluated steps (first 2, last 3)" in out  # step 4 is still open
     hook.close()
     assert cli_main([run, "--rules", "VanishingGradient", "--follow", "--no-progress"]) == 1
-    assert "fired at 3 step(s): 2, 3, 4" in capsys.readouterr().out
+    assert "FIRED at 3 of 5 evaluated steps (first 2, last 4)" in capsys.readouterr().out
+
+
+def test_cli_follow_waits_for_a_run_directory_that_does_not_exist_yet(tmp_path, capsys):
+    run = tmp_path / "later"
+
+    def train_later():
+        time.sleep(0.5)
+        write_run(run, 4, vanishing_from(1))
+
+    thread = threading.Thread(target=train_later)
+    thread.start()
+    try:
+        assert cli_main([str(run), "--rules", "VanishingGradient", "--follow", "--poll-interval", "0.05",
+                         "--no-progress"]) == 1
+    finally:
+        thread.join()
+    assert "FIRED at 3 of 4 evaluated steps (first 1, last 3)" in capsys.readouterr().out
+
+
+def test_cli_list_is_not_cut(capsys):
+    assert cli_main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "XGBoost's ``trees/<column>`` tensors" in out  # the end of ExplodingTensor's description
+    assert "delta_relative=0.01" in out and "reference's absolute delta" in out
+
+
+def test_cli_default_rules_follow_what_the_run_contains(run, tmp_path, capsys):
+    assert cli_main([run, "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("deep-learning run, collections with saved tensors: gradients, losses; running 4 of the "
+                          "default rules, skipping 8:")
+    assert "  skipped TreeDepth: reads XGBoost trees/feature importance; this is a deep-learning run" in out
+    assert "  skipped Overfit: no validation loss" in out
+    assert "  skipped WeightUpdateRatio: the 'weights' collection was not saved" in out
+    ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "deep-learning"))]
+    assert ran == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "Overtraining"]
 
 
 def test_cli_as_module_in_a_real_process(run):

@@ -111,6 +111,29 @@ def test_loss_not_decreasing_counts_in_the_modes_own_steps(tmp_path):
     assert fired(LossNotDecreasing(trial)) == [22]
 
 
+def test_loss_not_decreasing_is_not_fired_by_one_noisy_step(tmp_path):
+    def loss(step):
+        return 0.6 if step == 20 else 1.0 / (1 + 0.1 * step)  # falling, with one spike at a check step
+
+    assert loss(20) > loss(10)  # compared point to point, step 20 against step 10 would fire
+    noisy = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", loss(s)), 31, name="noisy")
+    assert fired(LossNotDecreasing(noisy)) == []
+    # A loss that really stops falling fires at the first check of its flat windows.
+    stalls = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", loss(min(s, 10)) + 0.01 * (s % 2)), 41,
+                      name="stalls")
+    report = invoke_rule(LossNotDecreasing(stalls), report_path=None)
+    assert report.violation_steps == [30, 40]
+    worst = report.to_dict()["worst"]
+    assert worst["step"] in (30, 40) and worst["measure"] <= 0 and "mean" in worst["message"]
+
+
+def test_loss_not_decreasing_with_sparse_saving_compares_points_as_the_reference(tmp_path):
+    """Loss saved every 3 steps, num_steps=10: checked at the first saved step at least 10 after
+    the previous check (12, 24, 36), as in the reference's example."""
+    trial = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 1.0) if s % 3 == 0 else None, 40)
+    assert fired(LossNotDecreasing(trial, num_steps=10)) == [12, 24, 36]
+
+
 # --- Overfit ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("val_loss, expected", [(2.0, [5, 6, 7, 13]), (1.05, [])])
 def test_overfit_same_loss_in_train_and_eval_modes(tmp_path, val_loss, expected):
@@ -146,6 +169,28 @@ def test_overtraining(tmp_path):
     improving = make_run(tmp_path, lambda h, s, m: (h.save_scalar("loss", 10.0 - s),
                                                     h.save_scalar("val_loss", 10.5 - s)), 14, name="ok")
     assert fired(Overtraining(improving)) == []
+
+
+def test_overtraining_relative_threshold_lets_small_losses_improve(tmp_path):
+    small = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 0.05 * 0.9 ** s), 20, name="small")
+    assert fired(Overtraining(small)) == []  # improves by 10% a step: far more than 1% of its best
+    assert fired(Overtraining(small, delta_relative=None)) == list(range(5, 20))  # the reference's absolute delta
+    flat = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 0.05 - 1e-6 * s), 12, name="flat")
+    report = invoke_rule(Overtraining(flat), report_path=None)
+    assert report.violation_steps == list(range(5, 12))
+    assert report.to_dict()["worst"]["measure"] == 11
+
+
+def test_rules_count_steps_without_data_per_mode(tmp_path):
+    def record(hook, step, mode):
+        if mode is smd.modes.TRAIN:
+            hook.record("gradient/w", np.full(4, 0.5, np.float32))
+        hook.save_scalar("loss", 1.0)
+
+    trial = make_run(tmp_path, record, 0, modes=[(smd.modes.TRAIN, 3), (smd.modes.EVAL, 2)])
+    report = invoke_rule(VanishingGradient(trial), report_path=None).to_dict()
+    assert report["datapoints"] == 3 and report["steps_without_data"] == 2
+    assert report["steps_without_data_by_mode"] == {"EVAL": 2}
 
 
 # --- AllZero ----------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""SaveConfig semantics: every example of the seed documents, plus FORMAT.md 8.2."""
+"""SaveConfig semantics: every example of the seed documents, plus docs/format.md 8.2."""
 import pytest
 
 import smdebug as smd
@@ -19,7 +19,7 @@ def saved(cfg: SaveConfig, mode=smd.modes.TRAIN, upto=1001):
         ({"save_interval": 100, "end_step": 200}, [0, 100]),
         ({"save_interval": 100, "end_step": 201}, [0, 100, 200]),
         ({"save_interval": 100, "start_step": 150}, [200, 300, 400, 500, 600, 700, 800, 900, 1000]),
-        # save_steps is a union with the interval (FORMAT.md 8.2 over the seed that says otherwise)
+        # save_steps is a union with the interval (docs/format.md 8.2 over the seed that says otherwise)
         ({"save_steps": [3, 7]}, [0, 3, 7, 500, 1000]),
         # the modulo is on the absolute step, not relative to start_step
         ({"start_step": 1, "save_interval": 5}, list(range(5, 1001, 5))),
@@ -65,7 +65,7 @@ def test_collection_config_inherits_hook_config_per_field():
     hook_cfg = SaveConfig(mode_save_configs={smd.modes.TRAIN: SaveConfigMode(save_interval=3)}, start_step=1)
     coll_cfg = SaveConfig(save_steps=[7])
     resolved = coll_cfg.resolved(parent=hook_cfg)
-    # FORMAT.md 7.2 verified example: TRAIN saves at 3, 6, 7, 9, 12 ...
+    # docs/format.md 7.2 example: TRAIN saves at 3, 6, 7, 9, 12 ...
     assert [s for s in range(13) if resolved.should_save_step(smd.modes.TRAIN, s)] == [3, 6, 7, 9, 12]
 
 

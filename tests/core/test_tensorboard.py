@@ -88,7 +88,7 @@ def test_tensorboard_files_are_valid_and_complete(run):
 
 
 def test_event_files_fail_tensorboards_crc_check_and_tb_files_pass(run):
-    # FORMAT 9.3: the footer oracle. events/ files carry smdebug's constant footer.
+    # docs/format.md 2.1: TensorBoard's reader is the footer oracle. events/ files carry smdebug's constant footer.
     out, tb_dir, _ = run
     with pytest.raises(errors.DataLossError, match="crc"):
         read_with_tensorboard(out / layout.event_file_relpath(0, "worker_0"))

@@ -93,7 +93,7 @@ def touch(run, relpath):
         pass
 
 
-# FORMAT 1.1: TRAIN 0-3, EVAL 4-6, TRAIN 7-8, saved when the mode step is a multiple of 2.
+# docs/format.md 1.1: TRAIN 0-3, EVAL 4-6, TRAIN 7-8, saved when the mode step is a multiple of 2.
 FORMAT_EXAMPLE = [
     (g, mode, mode_step)
     for g, (mode, mode_step) in enumerate(
@@ -218,7 +218,7 @@ def test_values_of_many_records_in_one_file_use_one_read(tmp_path):
 
 # ----------------------------------------------------------------------------- workers and completeness
 def test_two_workers_incomplete_steps_then_training_end(tmp_path):
-    """FORMAT 5.3: worker_1 stopped after step 2, no end marker yet."""
+    """docs/format.md 5.3: worker_1 stopped after step 2, no end marker yet."""
     run = tmp_path / "run"
     write_run(run, train_steps(range(5)), worker="worker_0", num_workers=2, end=False)
     write_run(run, train_steps(range(3)), worker="worker_1", num_workers=2, end=False)
@@ -362,7 +362,7 @@ def test_empty_directory_wait_is_bounded(tmp_path):
 
 
 def test_missing_directory_and_end_marker_without_collections(tmp_path):
-    with pytest.raises(MissingCollectionFiles, match="directory exists: NO"):
+    with pytest.raises(MissingCollectionFiles, match="nowhere does not exist"):  # RunNotFound is one
         create_trial(str(tmp_path / "nowhere"), wait_timeout=0)
     touch(str(tmp_path), END_OF_JOB_FILE)
     started = time.monotonic()

@@ -104,7 +104,7 @@ def test_pieces_of_one_step_share_one_index(tmp_path):
     steps = read_published_steps(tmp_path)
     parsed, tensors = steps[layout.index_file_relpath(3, "worker_0")]
     assert [t.tag for t in tensors] == ["w", "scalar/lr"]
-    # A shape entry would hide the raw value of "w" from the original reader (FORMAT 3.2).
+    # A shape entry would hide the raw value of "w" from the original reader (docs/format.md 3.2).
     assert parsed.shapes == [("gradient/w", (2,))]
     parsed, tensors = steps[layout.index_file_relpath(5, "worker_0")]
     assert parsed.event_file_name is None and tensors == []

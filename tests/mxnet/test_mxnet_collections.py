@@ -211,3 +211,38 @@ def test_register_block_rejects_non_blocks(run_dir):
     with pytest.raises(smdebug.exceptions.ConfigError, match="gluon loss Block"):
         hook.register_loss(lambda a, b: a)
     hook.close()
+
+
+def test_coll_add_with_a_block_saves_its_outputs_and_other_objects_raise(run_dir, make_net, train):
+    net, loss_fn, trainer = make_net()
+    hook = smd.Hook(run_dir, save_config=smd.SaveConfig(save_interval=1))
+    hook.register_block(net)
+    hook.register_loss(loss_fn)
+    hook.add_to_collection("second_layer", net[1])
+    assert "second_layer" in hook.include_collections
+    with pytest.raises(smdebug.exceptions.ConfigError, match=r"cannot add a NDArray of shape \(3,\) to collection 'x'.*"
+                                                             r"hook.save_tensor\('<name>', value, 'x'\)"):
+        hook.get_collection("x").add(mx.nd.ones(3))
+    train(net, loss_fn, trainer, 2)
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.tensor_names(collection="second_layer") == ["dense1_output_0"]
+    assert trial.tensor("dense1_output_0").value(1).shape == (16, 3)
+
+
+def test_cli_default_rules_for_a_gluon_run(run_dir, make_net, train, capsys):
+    from smdebug.rules.cli import main as cli_main
+
+    net, loss_fn, trainer = make_net()
+    hook = smd.Hook(run_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"])
+    hook.register_block(net)
+    hook.register_loss(loss_fn)
+    train(net, loss_fn, trainer, 3)
+    hook.close()
+    assert cli_main([run_dir, "--no-progress"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert out.startswith("MXNet run, collections with saved tensors: gradients, losses, outputs; running 4 of the "
+                          "default rules, skipping 8:")
+    assert "  skipped WeightUpdateRatio: the 'weights' collection was not saved" in out
+    ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "MXNet"))]
+    assert ran == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "Overtraining"]

@@ -135,6 +135,7 @@ def test_use_smdebug_0_turns_it_off(tmp_path, config):
     result = run_script(tmp_path, {"SMDEBUG_CONFIG_FILE_PATH": path, "USE_SMDEBUG": "0"})
     assert not os.path.exists(out)
     assert result["fc1_hooks"] == 0
+    assert not result["smdebug_imported"]  # checked before importing smdebug (and numpy through it)
 
 
 def test_without_the_variable_smdebug_is_not_even_imported(tmp_path):
@@ -156,7 +157,10 @@ def test_setup_py_puts_the_pth_at_the_site_packages_root(tmp_path, config):
              " if 'smdebug.zero_code_change' in sys.modules else None)")
     env = {k: v for k, v in os.environ.items() if k not in ("SMDEBUG_CONFIG_FILE_PATH", "USE_SMDEBUG")}
     for extra, expected in (({}, "False None"), ({"SMDEBUG_CONFIG_FILE_PATH": config[0]}, "True True"),
-                            ({"SMDEBUG_CONFIG_FILE_PATH": config[0], "USE_SMDEBUG": "0"}, "True False")):
+                            # USE_SMDEBUG is checked in the .pth line itself: nothing is imported.
+                            ({"SMDEBUG_CONFIG_FILE_PATH": config[0], "USE_SMDEBUG": "0"}, "False None"),
+                            ({"SMDEBUG_CONFIG_FILE_PATH": config[0], "USE_SMDEBUG": " False "}, "False None"),
+                            ({"SMDEBUG_CONFIG_FILE_PATH": config[0], "USE_SMDEBUG": "1"}, "True True")):
         done = subprocess.run([sys.executable, "-c", probe, str(build)], env={**env, **extra},
                               capture_output=True, text=True, timeout=60)
         assert done.stdout.strip() == expected, (extra, done.stdout, done.stderr[-2000:])
@@ -188,3 +192,25 @@ def test_instrument_and_uninstrument_in_process(tmp_path, monkeypatch, config):
     assert _instrument.current_hook() is None
     assert not model._forward_pre_hooks and not criterion._forward_hooks
     assert create_trial(out).steps() == [0, 2]
+
+
+def test_second_run_into_the_same_out_dir_says_what_to_do_and_overwrite_replaces_it(tmp_path, config):
+    path, out = config
+    run_script(tmp_path, {"SMDEBUG_CONFIG_FILE_PATH": path})
+    first = os.path.getmtime(os.path.join(out, "training_job_end.ts"))
+    script = tmp_path / "train.py"
+    env = {k: v for k, v in os.environ.items() if k != "USE_SMDEBUG"}
+    env["SMDEBUG_CONFIG_FILE_PATH"] = path
+    if installed_pth() is None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "boot")] + [p for p in [env.get("PYTHONPATH")] if p])
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]  # training itself goes on
+    assert "already holds a run" in done.stderr and '"overwrite": true' in done.stderr and path in done.stderr
+    doc = json.loads(open(path).read())
+    doc["HookParameters"]["overwrite"] = True
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+    run_script(tmp_path, {"SMDEBUG_CONFIG_FILE_PATH": path})
+    assert os.path.getmtime(os.path.join(out, "training_job_end.ts")) >= first
+    assert create_trial(out).steps() == [0, 2, 4, 6, 8]

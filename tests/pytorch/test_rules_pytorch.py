@@ -109,3 +109,23 @@ def test_live_stop_training_ends_pytorch_training_within_one_step(tmp_path):
     assert stopped_by is not None, f"all {len(done)} steps ran although the rule fired at step {trigger}"
     assert "ExplodingTensor fired at step" in str(stopped_by)
     assert trigger <= done[-1] <= trigger + 1  # the next forward after the rule fired raised
+
+
+def test_cli_default_rules_for_a_pytorch_run(tmp_path, capsys):
+    from smdebug.rules.cli import main as cli_main
+
+    model, loss_fn = mlp(2, torch.nn.ReLU), torch.nn.MSELoss()
+    hook = hooked(tmp_path / "run", model, loss_fn, include_collections=["weights", "gradients", "relu_outputs"])
+    for module in model:
+        if isinstance(module, torch.nn.ReLU):
+            hook.get_collection("relu_outputs").add(module)
+    train(model, loss_fn, 0.01, 4, hook)
+    hook.close()
+    assert cli_main([str(tmp_path / "run"), "--no-progress"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert out.startswith("PyTorch run, collections with saved tensors: ")
+    assert "  skipped TreeDepth: reads XGBoost trees/feature importance; this is a PyTorch run" in out
+    assert "  skipped ClassImbalance: no labels tensor saved" in out
+    ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "PyTorch"))]
+    assert ran[:3] == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing"]
+    assert "WeightUpdateRatio" in ran and "TreeDepth" not in ran

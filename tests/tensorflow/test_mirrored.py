@@ -40,7 +40,7 @@ def test_fit_saves_the_chief_replica_under_its_device_name(tmp_path, strategy):
     model.fit(x, y, batch_size=8, epochs=1, shuffle=False, callbacks=[hook], verbose=0)
     hook.close()
 
-    # FORMAT 1.2: the worker is the serialized device; file names get a double underscore.
+    # docs/format.md 1.2: the worker is the serialized device; file names get a double underscore.
     assert os.listdir(out / "collections" / "000000000") == [f"{CHIEF}_collections.json"]
     assert sorted(os.listdir(out / "index" / "000000000")) == [f"{s:012d}_{CHIEF}.json" for s in (0, 1)]
     trial = create_trial(str(out))

@@ -79,3 +79,20 @@ def test_live_listeners_see_the_reductions_reduced_in_the_train_step(tmp_path):
             tensor = trial.tensor(name)
             assert reductions[name] == {("max", False): tensor.reduction_value(step, "max"),
                                         ("mean", True): tensor.reduction_value(step, "mean", abs=True)}
+
+
+def test_cli_default_rules_for_a_keras_run(tmp_path, capsys):
+    from smdebug.rules.cli import main as cli_main
+
+    x, y = data()
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                         include_collections=["gradients", "weights"])
+    model_of(2, "relu", 0.01).fit(x, y, batch_size=64, epochs=1, validation_data=(x, y), callbacks=[hook], verbose=0)
+    hook.close()
+    assert cli_main([str(tmp_path / "run"), "--no-progress"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert out.startswith("TensorFlow run, collections with saved tensors: ")
+    assert "  skipped TreeDepth: reads XGBoost trees/feature importance; this is a TensorFlow run" in out
+    ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "TensorFlow"))]
+    assert ran[:3] == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing"]
+    assert "Overfit" in ran and "WeightUpdateRatio" in ran  # val_loss and the weights are there

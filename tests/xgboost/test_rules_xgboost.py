@@ -82,3 +82,25 @@ def test_live_stop_training_ends_xgb_train_after_the_next_round(tmp_path, data):
     assert 0 < trigger < 90
     assert booster.num_boosted_rounds() == trigger + 2  # the triggering round and the one during which it was evaluated
     assert trial.steps()[-1] == trigger + 1
+
+
+def test_exploding_tensor_does_not_fire_on_the_nan_cells_of_tree_tables(tmp_path, data, capsys):
+    """A healthy run saving trees: leaf rows of trees_to_dataframe have NaN Split/Yes/No/Missing."""
+    from smdebug.rules import ExplodingTensor
+    from smdebug.rules.cli import main as cli_main
+
+    X, y, Xv, yv = data
+    _, trial, _ = boost(tmp_path / "run", X, y, {"objective": "binary:logistic", "max_depth": 3}, 5,
+                        ["trees", "metrics", "feature_importance"], Xv, yv)
+    split = trial.tensor("trees/Split").value(4)
+    assert np.isnan(split).any()  # the NaN is there...
+    assert invoke_rule(ExplodingTensor(trial), report_path=None).triggered == 0  # ...and is no explosion
+    # The CLI's default set for an XGBoost run: no gradient or activation rules.
+    assert cli_main([str(tmp_path / "run"), "--no-progress"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert out.startswith("XGBoost run, collections with saved tensors: feature_importance, losses, metrics, trees")
+    assert "  skipped VanishingGradient: an XGBoost run has no gradients, weights or activations" in out
+    ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "XGBoost"))]
+    assert ran == ["ExplodingTensor", "LossNotDecreasing", "Overfit", "Overtraining", "TreeDepth",
+                   "FeatureImportanceOverweight"]
+    assert "ExplodingTensor              did not fire: 5 of 5 steps evaluated" in out
