@@ -20,6 +20,7 @@ from ..exceptions import (
     ReductionUnavailableForStep,
     ShapeUnavailableForStep,
     TensorUnavailableForStep,
+    UnsafeRunFile,
 )
 from ..format.codec import decode_tensor_event
 from ..format.layout import END_OF_JOB_FILE
@@ -375,7 +376,7 @@ class Tensor:
                 return storage.read_ranges(event_file, ranges)
             except FileNotFoundError:
                 pass
-            except ValueError as exc:  # a path escaping the run directory
+            except (ValueError, UnsafeRunFile) as exc:  # a path or link leaving the run, a FIFO
                 raise CorruptRecord(f"index entry of tensor {self.name!r} at step {request.step}: {exc}") from None
             # Writers publish the event file before the index (FORMAT 1.4), so this is a
             # non-conforming writer or a slow file system: wait a little, never forever.
@@ -405,7 +406,7 @@ class Tensor:
             payload, _ = read_record(data, 0, self._trial._record_check)
             if location.crc32c is not None:
                 verify_payload_crc(payload, location.crc32c, "payload")
-            decoded = decode_tensor_event(payload)
+            decoded = decode_tensor_event(payload, max_expanded_elements=self._trial.max_expanded_elements)
         except CorruptRecord as exc:
             # The message is built only on failure: this runs once per value read.
             raise CorruptRecord(f"{self._source(request)}: {exc}") from None
