@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import threading
 from collections import OrderedDict
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -33,6 +34,51 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 # file actually opened, so no link can be swapped between the check and the read.
 _PROC_FD = "/proc/self/fd/"
 _HAVE_PROC_FD = os.path.isdir(_PROC_FD)
+
+
+def _make_openat2():
+    """Linux's ``openat2(dir_fd, path, RESOLVE_BENEATH)`` as ``f(dir_fd, relpath) -> fd``, or None.
+
+    One system call that opens a file and refuses (EXDEV) any path, links included, that
+    resolves outside ``dir_fd``: the containment check costs nothing on the fast path.
+    None where the kernel (before 5.6), a sandbox or the platform lacks it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+    except (OSError, AttributeError):  # pragma: no cover - no C library to call
+        return None
+
+    class OpenHow(ctypes.Structure):
+        _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+    syscall.restype = ctypes.c_long
+    syscall.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+    # RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS; 437 is openat2 on every Linux architecture.
+    how = OpenHow(_O_READ, 0, 0x08 | 0x02)
+    how_ptr, how_size, get_errno = ctypes.addressof(how), ctypes.sizeof(how), ctypes.get_errno
+    encoding = sys.getfilesystemencoding()
+
+    def openat2(dir_fd: int, relpath: str) -> int:
+        fd = syscall(437, dir_fd, relpath.encode(encoding, "surrogateescape"), how_ptr, how_size)
+        if fd < 0:
+            err = get_errno()
+            raise OSError(err, os.strerror(err), relpath)  # FileNotFoundError for ENOENT
+        return fd
+
+    openat2.how = how  # keep the struct alive as long as the function
+    try:
+        os.close(openat2(-100, "."))  # AT_FDCWD: is the call there and allowed?
+    except OSError:
+        return None
+    return openat2
+
+
+_openat2 = _make_openat2()
 
 
 def _kind(mode: int) -> str:
@@ -66,6 +112,7 @@ class LocalStorage:
         self._max_open = max(1, int(max_open_files))
         self._open_fds: "OrderedDict[str, Tuple[int, int]]" = OrderedDict()  # relpath -> (fd, size)
         self._real_root: Optional[str] = None
+        self._root_fd: Optional[int] = None  # for openat2, opened once the directory exists
         self._lock = threading.Lock()
         self.stats: Dict[str, int] = {"small_files_read": 0, "event_file_opens": 0, "event_reads": 0}
 
@@ -183,20 +230,55 @@ class LocalStorage:
             if followed:
                 self._check_inside(fd, shown)
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise UnsafeRunFile(f"{shown} is {_kind(st.st_mode)}, not a regular file: "
-                                    "only regular files of a run directory are read")
-            if max_bytes is not None and st.st_size > max_bytes:
-                raise UnsafeRunFile(f"{shown} holds {st.st_size} bytes, more than the {max_bytes} "
-                                    "the format allows for this kind of file; it is not read")
+            if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes):
+                raise self._refusal(shown, st, max_bytes)
         except BaseException:
             os.close(fd)
             raise
         return fd, st.st_size
 
     @staticmethod
-    def _read_whole(fd: int, size: int, max_bytes: Optional[int], shown: str) -> bytes:
-        """The file's bytes: ``size`` (from fstat) and whatever it grew by since, up to ``max_bytes``."""
+    def _refusal(shown: str, st: os.stat_result, max_bytes: Optional[int]) -> UnsafeRunFile:
+        """Why a file with this fstat is not read (see ``_open_regular``)."""
+        if not stat.S_ISREG(st.st_mode):
+            return UnsafeRunFile(f"{shown} is {_kind(st.st_mode)}, not a regular file: "
+                                 "only regular files of a run directory are read")
+        return UnsafeRunFile(f"{shown} holds {st.st_size} bytes, more than the {max_bytes} "
+                             "the format allows for this kind of file; it is not read")
+
+    def _open_in_run(self, relpath: str, max_bytes: Optional[int] = None) -> Tuple[int, int]:
+        """``(fd, size)`` of the regular file ``relpath`` of the run (see ``_open_regular``).
+
+        Fast path: one ``openat2`` beneath the run directory and one ``fstat``. A link that
+        openat2 will not follow (an absolute one, one leaving the run, a loop) takes the
+        checked slow path, which follows links that stay inside and explains the others.
+        """
+        if _openat2 is not None:
+            root_fd = self._root_fd
+            if root_fd is None:
+                try:
+                    root_fd = self._root_fd = os.open(self.root, os.O_RDONLY | _O_DIRECTORY | os.O_CLOEXEC)
+                except OSError:
+                    root_fd = None
+            if root_fd is not None:
+                try:
+                    fd = _openat2(root_fd, relpath)
+                except OSError as exc:
+                    if exc.errno not in (errno.EXDEV, errno.ELOOP):
+                        raise
+                else:
+                    st = os.fstat(fd)
+                    if st.st_mode & 0o170000 == stat.S_IFREG and (max_bytes is None or st.st_size <= max_bytes):
+                        return fd, st.st_size
+                    os.close(fd)
+                    raise self._refusal(self.local_path(relpath), st, max_bytes)
+        path = self.local_path(relpath)
+        return self._open_regular(path, path, max_bytes=max_bytes)
+
+    @staticmethod
+    def _read_whole(fd: int, size: int, max_bytes: Optional[int], shown: str, name: str = "") -> bytes:
+        """The file's bytes: ``size`` (from fstat) and whatever it grew by since, up to
+        ``max_bytes``. ``shown`` (+ ``/name``) names the file in the error."""
         data = os.read(fd, size + 1)
         if len(data) <= size:  # a short read of a regular file: the end
             return data
@@ -204,7 +286,8 @@ class LocalStorage:
         total = len(data)
         while True:
             if max_bytes is not None and total > max_bytes:
-                raise UnsafeRunFile(f"{shown} grew past the {max_bytes} bytes the format allows; it is not read")
+                where = f"{shown}/{name}" if name else shown
+                raise UnsafeRunFile(f"{where} grew past the {max_bytes} bytes the format allows; it is not read")
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 return b"".join(chunks)
@@ -233,21 +316,33 @@ class LocalStorage:
         try:
             self._check_inside(dir_fd, dir_path)
             for name in names:
-                shown = f"{dir_path}/{name}"
+                # Inline on purpose (a run has one index file per step and worker): the
+                # bucket is checked, so O_NOFOLLOW and fstat are all a plain file needs.
                 try:
-                    fd, size = self._open_regular(name, shown, dir_fd, max_bytes)
+                    fd = os.open(name, _O_READ | _O_NOFOLLOW, dir_fd=dir_fd)
+                    st = os.fstat(fd)
                 except FileNotFoundError:
                     out.append(None)
                     continue
-                except UnsafeRunFile as exc:
-                    out.append(exc)
-                    continue
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:
+                        raise
+                    fd = None  # a link: the checked path below
                 try:
-                    out.append(self._read_whole(fd, size, max_bytes, shown))
+                    if fd is None:
+                        fd, size = self._open_regular(name, f"{dir_path}/{name}", dir_fd, max_bytes)
+                    elif st.st_mode & 0o170000 != stat.S_IFREG or (max_bytes is not None and st.st_size > max_bytes):
+                        raise self._refusal(f"{dir_path}/{name}", st, max_bytes)
+                    else:
+                        size = st.st_size
+                    out.append(self._read_whole(fd, size, max_bytes, dir_path, name))
+                except FileNotFoundError:
+                    out.append(None)
                 except UnsafeRunFile as exc:
                     out.append(exc)
                 finally:
-                    os.close(fd)
+                    if fd is not None:
+                        os.close(fd)
         finally:
             os.close(dir_fd)
         self.stats["small_files_read"] += len(names)
@@ -255,11 +350,10 @@ class LocalStorage:
 
     def read_file(self, relpath: str, max_bytes: Optional[int] = None) -> bytes:
         """Whole contents of one file (FileNotFoundError if absent, UnsafeRunFile if refused)."""
-        path = self.local_path(relpath)
-        fd, size = self._open_regular(path, path, max_bytes=max_bytes)
+        fd, size = self._open_in_run(relpath, max_bytes)
         try:
             self.stats["small_files_read"] += 1
-            return self._read_whole(fd, size, max_bytes, path)
+            return self._read_whole(fd, size, max_bytes, self.local_path(relpath))
         finally:
             os.close(fd)
 
@@ -280,7 +374,9 @@ class LocalStorage:
         """
         fd, size = self._fd(relpath)
         self.stats["event_reads"] += 1
-        return self._pread(fd, size, offset, length)
+        if offset + length > size:
+            return self._pread(fd, size, offset, length)
+        return os.pread(fd, length, offset)
 
     def read_ranges(self, relpath: str, ranges: Sequence[Tuple[int, int]]) -> List[bytes]:
         """Several ``(offset, length)`` byte ranges of one file (each fewer bytes if the file
@@ -296,8 +392,7 @@ class LocalStorage:
             fd, size = cached
             self.stats["event_reads"] += len(ranges)
             return [self._pread(fd, size, offset, length) for offset, length in ranges]
-        path = self.local_path(relpath)
-        fd, size = self._open_regular(path, path)
+        fd, size = self._open_in_run(relpath)
         self.stats["event_file_opens"] += 1
         self.stats["event_reads"] += len(ranges)
         try:
@@ -311,8 +406,7 @@ class LocalStorage:
             if cached is not None:
                 self._open_fds.move_to_end(relpath)
                 return cached
-        path = self.local_path(relpath)
-        opened = self._open_regular(path, path)
+        opened = self._open_in_run(relpath)
         with self._lock:
             self.stats["event_file_opens"] += 1
             self._open_fds[relpath] = opened
@@ -331,9 +425,12 @@ class LocalStorage:
     def close(self) -> None:
         """Close every cached file descriptor."""
         with self._lock:
-            fds = list(self._open_fds.values())
+            fds = [fd for fd, _ in self._open_fds.values()]
             self._open_fds.clear()
-        for fd, _ in fds:
+            if self._root_fd is not None:
+                fds.append(self._root_fd)
+                self._root_fd = None
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:
