@@ -265,6 +265,7 @@ class Hook:
         self._lock = threading.RLock()
         self._metrics_file = None
         self._step_listeners: List = []
+        self._warned_tensors: set = set()  # names of tensors skipped with a warning
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
 
@@ -558,7 +559,10 @@ class Hook:
         for name, value in items:
             plan = self.plan_for(name)
             if plan is not None:
-                held.append((name, plan, backend.snapshot(value, plan.needs_value)))
+                try:
+                    held.append((name, plan, backend.snapshot(value, plan.needs_value)))
+                except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor only
+                    self._skip_tensor(name, exc)
         with self._lock:
             pending = self._pending
             for name, plan, snap in held:
@@ -685,7 +689,7 @@ class Hook:
             group[0].append(Request(plan.name, snap, plan.needs_host, plan.shape, plan.reductions))
             group[1].append(plan)
         for backend, (requests, plans) in groups.items():
-            for plan, result in zip(plans, backend.materialize(requests)):
+            for plan, result in self._materialize(backend, requests, plans):
                 self._emit(plan, result, strip, tensors, shapes, tb_scalars, tb_hists, metrics)
                 if seen is not None:
                     if result.raw is not None:
@@ -723,6 +727,35 @@ class Hook:
         ), publish=True)  # the step is complete: readers may see it as soon as it is on disk
         if not self._collections_written:
             self._write_collections()
+
+    def _materialize(self, backend: TensorBackend, requests: List[Request], plans: List[TensorPlan]):
+        """``(plan, result)`` per request, in one batch. When the batch fails, each tensor is
+        tried alone: one the backend cannot handle is left out with one warning naming it
+        and the rest of the step is saved. If every one fails, the backend itself is
+        broken: the error goes up (and disables the hook)."""
+        try:
+            return list(zip(plans, backend.materialize(requests)))
+        except Exception as exc:  # noqa: BLE001 - find which tensor it was
+            if len(requests) == 1:
+                raise
+            batch_error = exc
+        out, failed = [], []
+        for request, plan in zip(requests, plans):
+            try:
+                out.append((plan, backend.materialize([request])[0]))
+            except Exception as exc:  # noqa: BLE001
+                failed.append((plan.name, exc))
+        if not out:
+            raise batch_error
+        for name, exc in failed:
+            self._skip_tensor(name, exc)
+        return out
+
+    def _skip_tensor(self, name: str, exc: Exception) -> None:
+        if name not in self._warned_tensors:
+            self._warned_tensors.add(name)
+            logger.warning("smdebug cannot save tensor %r (skipped; the rest of the step is saved): %s: %s",
+                           name, type(exc).__name__, exc)
 
     def _numpy_scalar(self, value):
         backend = self._backend_for(value)
