@@ -300,6 +300,12 @@ class Hook:
     def _prepare_out_dir(self, overwrite: bool) -> None:
         if self.is_chief and os.path.isdir(self.out_dir):
             existing = [m for m in _RUN_MARKERS if os.path.exists(os.path.join(self.out_dir, m))]
+            if existing and self.include_workers == "all" and self.world_size > 1:
+                from .writer.siblings import written_by_other_workers
+
+                siblings = [f"worker_{r}" for r in range(self.world_size) if r != self.rank]
+                if written_by_other_workers(self.out_dir, siblings, self.world_size):
+                    existing = []  # this job's other workers started first: keep their files
             if existing and not overwrite:
                 raise OutDirError(
                     f"out_dir {self.out_dir} already holds a run ({', '.join(existing)} exist); choose a new "
