@@ -264,7 +264,9 @@ class LocalStorage:
                 try:
                     fd = _openat2(root_fd, relpath)
                 except OSError as exc:
-                    if exc.errno not in (errno.EXDEV, errno.ELOOP):
+                    # EXDEV, ELOOP: a link to check or explain; ENOENT: maybe the directory
+                    # was replaced since root_fd was opened. Other errors are the caller's.
+                    if exc.errno not in (errno.EXDEV, errno.ELOOP, errno.ENOENT):
                         raise
                 else:
                     st = os.fstat(fd)

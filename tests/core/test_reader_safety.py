@@ -26,6 +26,18 @@ TRAIN = ModeKeys.TRAIN
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs and symbolic links")
 
 
+@pytest.fixture(autouse=True, params=["fast", "portable"])
+def open_path(request, monkeypatch):
+    """Every test runs twice: with Linux's openat2 and /proc/self/fd where the kernel has
+    them, and with the portable path (realpath) used elsewhere."""
+    from smdebug.trials import storage
+
+    if request.param == "portable":
+        monkeypatch.setattr(storage, "_openat2", None)
+        monkeypatch.setattr(storage, "_HAVE_PROC_FD", False)
+    return request.param
+
+
 def value_of(step):
     return np.arange(6, dtype=np.float32).reshape(2, 3) + step
 
