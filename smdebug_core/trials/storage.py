@@ -256,10 +256,7 @@ class LocalStorage:
         if _openat2 is not None:
             root_fd = self._root_fd
             if root_fd is None:
-                try:
-                    root_fd = self._root_fd = os.open(self.root, os.O_RDONLY | _O_DIRECTORY | os.O_CLOEXEC)
-                except OSError:
-                    root_fd = None
+                root_fd = self._open_root()
             if root_fd is not None:
                 try:
                     fd = _openat2(root_fd, relpath)
@@ -269,13 +266,27 @@ class LocalStorage:
                     if exc.errno not in (errno.EXDEV, errno.ELOOP, errno.ENOENT):
                         raise
                 else:
-                    st = os.fstat(fd)
+                    try:
+                        st = os.fstat(fd)
+                    except BaseException:
+                        os.close(fd)
+                        raise
                     if st.st_mode & 0o170000 == stat.S_IFREG and (max_bytes is None or st.st_size <= max_bytes):
                         return fd, st.st_size
                     os.close(fd)
                     raise self._refusal(self.local_path(relpath), st, max_bytes)
         path = self.local_path(relpath)
         return self._open_regular(path, path, max_bytes=max_bytes)
+
+    def _open_root(self) -> Optional[int]:
+        """The run directory's descriptor for openat2 (None while it does not exist)."""
+        with self._lock:
+            if self._root_fd is None:
+                try:
+                    self._root_fd = os.open(self.root, os.O_RDONLY | _O_DIRECTORY | os.O_CLOEXEC)
+                except OSError:
+                    return None
+            return self._root_fd
 
     @staticmethod
     def _read_whole(fd: int, size: int, max_bytes: Optional[int], shown: str, name: str = "") -> bytes:
@@ -322,7 +333,6 @@ class LocalStorage:
                 # bucket is checked, so O_NOFOLLOW and fstat are all a plain file needs.
                 try:
                     fd = os.open(name, _O_READ | _O_NOFOLLOW, dir_fd=dir_fd)
-                    st = os.fstat(fd)
                 except FileNotFoundError:
                     out.append(None)
                     continue
@@ -333,10 +343,11 @@ class LocalStorage:
                 try:
                     if fd is None:
                         fd, size = self._open_regular(name, f"{dir_path}/{name}", dir_fd, max_bytes)
-                    elif st.st_mode & 0o170000 != stat.S_IFREG or (max_bytes is not None and st.st_size > max_bytes):
-                        raise self._refusal(f"{dir_path}/{name}", st, max_bytes)
                     else:
+                        st = os.fstat(fd)
                         size = st.st_size
+                        if st.st_mode & 0o170000 != stat.S_IFREG or (max_bytes is not None and size > max_bytes):
+                            raise self._refusal(f"{dir_path}/{name}", st, max_bytes)
                     out.append(self._read_whole(fd, size, max_bytes, dir_path, name))
                 except FileNotFoundError:
                     out.append(None)
