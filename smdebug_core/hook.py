@@ -265,7 +265,7 @@ class Hook:
         self._lock = threading.RLock()
         self._metrics_file = None
         self._step_listeners: List = []
-        self._warned_tensors: set = set()  # names of tensors skipped with a warning
+        self._skipped_tensors: set = set()  # tensors the backend could not handle: never recorded again
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
 
@@ -564,7 +564,7 @@ class Hook:
         held = []
         for name, value in items:
             plan = self.plan_for(name)
-            if plan is not None:
+            if plan is not None and name not in self._skipped_tensors:
                 try:
                     held.append((name, plan, backend.snapshot(value, plan.needs_value)))
                 except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor only
@@ -736,32 +736,35 @@ class Hook:
 
     def _materialize(self, backend: TensorBackend, requests: List[Request], plans: List[TensorPlan]):
         """``(plan, result)`` per request, in one batch. When the batch fails, each tensor is
-        tried alone: one the backend cannot handle is left out with one warning naming it
-        and the rest of the step is saved. If every one fails, the backend itself is
-        broken: the error goes up (and disables the hook)."""
+        tried alone: one the backend cannot handle is left out (:meth:`_skip_tensor`) and
+        the rest of the step is saved. If several fail and none succeeds, the backend
+        itself is broken: the error goes up (and disables the hook)."""
         try:
             return list(zip(plans, backend.materialize(requests)))
         except Exception as exc:  # noqa: BLE001 - find which tensor it was
-            if len(requests) == 1:
-                raise
             batch_error = exc
         out, failed = [], []
-        for request, plan in zip(requests, plans):
-            try:
-                out.append((plan, backend.materialize([request])[0]))
-            except Exception as exc:  # noqa: BLE001
-                failed.append((plan.name, exc))
-        if not out:
-            raise batch_error
+        if len(requests) == 1:
+            failed.append((plans[0].name, batch_error))
+        else:
+            for request, plan in zip(requests, plans):
+                try:
+                    out.append((plan, backend.materialize([request])[0]))
+                except Exception as exc:  # noqa: BLE001
+                    failed.append((plan.name, exc))
+            if not out:
+                raise batch_error
         for name, exc in failed:
             self._skip_tensor(name, exc)
         return out
 
     def _skip_tensor(self, name: str, exc: Exception) -> None:
-        if name not in self._warned_tensors:
-            self._warned_tensors.add(name)
-            logger.warning("smdebug cannot save tensor %r (skipped; the rest of the step is saved): %s: %s",
-                           name, type(exc).__name__, exc)
+        """One warning naming the tensor; it is not recorded again (the failing part is
+        disabled, not the hook, and later steps do not pay for the failure again)."""
+        if name not in self._skipped_tensors:
+            self._skipped_tensors.add(name)
+            logger.warning("smdebug cannot save tensor %r (skipped from now on; the rest of the step is saved): "
+                           "%s: %s", name, type(exc).__name__, exc)
 
     def _numpy_scalar(self, value):
         backend = self._backend_for(value)

@@ -50,7 +50,9 @@ def test_a_tensor_the_backend_cannot_reduce_is_skipped_with_one_warning(run_dir,
     hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1),
                     reduction_config=smd.ReductionConfig(reductions=["max"], save_raw_tensor=True))
     with caplog.at_level(logging.WARNING, logger="smdebug"):
-        for step in range(2):
+        hook.begin_step()
+        hook.save_tensor("bits", odd, "mine")  # alone in its step
+        for step in range(1, 3):
             hook.begin_step()
             hook.save_tensor("bits", odd, "mine")
             hook.save_tensor("good", torch.full((3,), float(step)), "mine")
@@ -60,7 +62,8 @@ def test_a_tensor_the_backend_cannot_reduce_is_skipped_with_one_warning(run_dir,
     assert len(messages) == 1 and "'bits'" in messages[0]
     trial = create_trial(run_dir, wait_timeout=1)
     assert trial.tensor_names() == ["good"]
-    assert trial.tensor("good").reduction_value(1, "max") == 1.0
+    assert trial.steps() == [1, 2]
+    assert trial.tensor("good").reduction_value(2, "max") == 2.0
 
 
 @pytest.mark.parametrize("dtype", [d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None))
