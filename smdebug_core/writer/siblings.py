@@ -14,10 +14,6 @@ from typing import Iterable, Iterator, Optional, Set
 
 from ..format import layout
 
-# A collections file is a few KiB; more is not one of ours.
-_MAX_COLLECTIONS_BYTES = 1 << 20
-
-
 def _names(directory: str) -> Iterator[os.DirEntry]:
     try:
         with os.scandir(directory) as it:
@@ -35,9 +31,9 @@ def _num_workers(path: str) -> Optional[int]:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_COLLECTIONS_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > layout.MAX_COLLECTIONS_FILE_BYTES:
             return None
-        doc = json.loads(os.read(fd, _MAX_COLLECTIONS_BYTES))
+        doc = json.loads(os.read(fd, layout.MAX_COLLECTIONS_FILE_BYTES))
         value = doc["_meta"]["num_workers"]
         return value if isinstance(value, int) else None
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
