@@ -396,28 +396,25 @@ class Collection:
         if not isinstance(regexes, list) or not isinstance(names, list):
             raise ConfigError(f"collection {data['name']!r}: include_regex and tensor_names must be lists")
         hist = data.get("save_histogram", True)
-        refused = []
-        if untrusted:
-            kept = []
-            for r in regexes:
-                problem = untrusted_regex_problem(r) if isinstance(r, str) else None
-                if problem:
-                    refused.append(f"collection {data['name']!r}: regex {r!r} of the collections file is not "
-                                   f"run: {problem} (it could take too long to match; "
-                                   "see docs/reader_safety.md)")
-                else:
-                    kept.append(r)
-            regexes = kept
         coll = cls(
             data["name"],
-            include_regex=regexes,
+            include_regex=None if untrusted else regexes,
             tensor_names=names,
             reduction_config=ReductionConfig.from_json_dict(data.get("reduction_config")),
             save_config=SaveConfig.from_json_dict(data.get("save_config")) if data.get("save_config") else None,
             save_histogram=hist if isinstance(hist, bool) else True,
         )
-        for message in refused:
-            coll._patterns.append(_RefusedPattern(message))
+        if untrusted:
+            for r in regexes:
+                problem = untrusted_regex_problem(r) if isinstance(r, str) else None
+                if problem is None:
+                    coll.include(r)
+                elif r not in coll._regexes:
+                    # Kept as written (include_regex shows the file's content), never compiled.
+                    coll._regexes.append(r)
+                    coll._patterns.append(_RefusedPattern(
+                        f"collection {coll.name!r}: regex {r!r} of the collections file is not run: {problem} "
+                        "(it could take too long to match; see docs/reader_safety.md)"))
         return coll
 
     def __repr__(self):

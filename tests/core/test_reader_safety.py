@@ -291,5 +291,6 @@ def test_catastrophic_regex_from_a_collections_file_is_refused_naming_the_collec
         bounded(lambda: trial.tensor_names(collection="evil"), seconds=10)
     with pytest.raises(CorruptCollectionsFile, match="collection 'backref'.*backreference"):
         trial.tensor_names(collection="backref")
+    assert trial.collection("evil").include_regex == ("^(a+)+$",)  # shown as the file has it
     assert trial.tensor_names(collection="weights") == ["fc.weight"]  # the rest still works
     assert trial.tensor_names(regex="^a+!$") == ["a" * 40 + "!"]  # the user's own regexes run as given
