@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from .exceptions import ConfigError
+from .exceptions import ConfigError, CorruptCollectionsFile
 from .reduction_config import ReductionConfig
 from .save_config import DEFAULT_SAVE_INTERVAL, SaveConfig
 
@@ -162,6 +162,92 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     if not matches:
         return ""
     return " (did you mean " + " or ".join(repr(m) for m in matches) + "?)"
+
+
+try:  # the regex parser behind re.compile, to look at an untrusted pattern before using it
+    from re import _parser as _sre_parse  # Python 3.11+
+except ImportError:  # pragma: no cover - Python < 3.11
+    import sre_parse as _sre_parse
+
+#: Collections files come from the run directory and are untrusted; Python's backtracking
+#: regex engine takes exponential time on nested quantifiers (``^(a+)+$``) and polynomial
+#: time of a degree that grows with each unbounded quantifier (``.*.*.*x`` takes seconds
+#: on a 1000-character name). Their regexes are checked before use (docs/reader_safety.md).
+UNTRUSTED_REGEX_MAX_CHARS = 1000
+#: At most this many unbounded quantifiers (``*``, ``+``, ``{n,}``) in an untrusted regex, a
+#: last one with nothing after it not counted: matching stays at most cubic in the name.
+UNTRUSTED_REGEX_MAX_UNBOUNDED = 2
+_REPEATS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"})
+_BACKREFS = frozenset({"GROUPREF", "GROUPREF_EXISTS"})
+
+
+def untrusted_regex_problem(regex: str) -> Optional[str]:
+    """Why ``regex`` (from an untrusted file) may take super-polynomial or long polynomial
+    time to match, or None when it is safe to run: no backreferences, no quantifier or
+    alternation inside a repeated part, few unbounded quantifiers, a bounded length.
+    Conservative: it refuses some harmless patterns, never runs the pattern."""
+    if len(regex) > UNTRUSTED_REGEX_MAX_CHARS:
+        return f"it is longer than {UNTRUSTED_REGEX_MAX_CHARS} characters"
+    try:
+        parsed = _sre_parse.parse(regex)
+    except (re.error, RecursionError, OverflowError) as exc:
+        return f"it does not parse ({exc})"
+    unbounded = 0
+
+    def walk(items, repeated: bool) -> Optional[str]:
+        nonlocal unbounded
+        for op, arg in items:
+            name = str(op)
+            if name in _BACKREFS:
+                return "it uses a backreference"
+            if name in _REPEATS:
+                low, high, body = arg
+                if repeated:
+                    return "it has a quantifier inside a repeated part (nested quantifiers)"
+                if high == _sre_parse.MAXREPEAT:
+                    unbounded += 1
+                problem = walk(body, repeated or high > 1)
+            elif name == "BRANCH":
+                if repeated:
+                    return "it has an alternation inside a repeated part"
+                problem = None
+                for branch in arg[1]:
+                    problem = problem or walk(branch, repeated)
+            elif name == "SUBPATTERN":
+                problem = walk(arg[-1], repeated)
+            elif name in ("ASSERT", "ASSERT_NOT"):
+                problem = walk(arg[1], repeated)
+            elif name == "ATOMIC_GROUP":
+                problem = walk(arg, repeated)
+            else:
+                problem = None
+            if problem:
+                return problem
+        return None
+
+    problem = walk(parsed, False)
+    if problem:
+        return problem
+    last = list(parsed)[-1:] if len(parsed) else []
+    if last and str(last[0][0]) in _REPEATS and last[0][1][1] == _sre_parse.MAXREPEAT:
+        unbounded -= 1  # nothing after it can fail: it never backtracks
+    if unbounded > UNTRUSTED_REGEX_MAX_UNBOUNDED:
+        return (f"it has {unbounded} unbounded quantifiers (*, +, {{n,}}) before its end; "
+                f"at most {UNTRUSTED_REGEX_MAX_UNBOUNDED} are run")
+    return None
+
+
+class _RefusedPattern:
+    """Stands in for an untrusted regex that was not compiled: matching through it raises
+    an error naming the collection and the regex (the rest of the run stays readable)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def search(self, _name):
+        raise CorruptCollectionsFile(self.message)
 
 
 def _compile(regex: str) -> "re.Pattern":
@@ -343,7 +429,10 @@ class Collection:
         }
 
     @classmethod
-    def from_json_dict(cls, data: dict) -> "Collection":
+    def from_json_dict(cls, data: dict, untrusted: bool = False) -> "Collection":
+        """A collection from its collections-file entry. ``untrusted``: the regexes come
+        from a file (a run directory): one that could match slowly is not compiled, and
+        matching through this collection raises CorruptCollectionsFile naming it."""
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             raise ConfigError(f"a collection entry must be an object with a string 'name', got {data!r}")
         regexes = data.get("include_regex") or []
@@ -351,14 +440,26 @@ class Collection:
         if not isinstance(regexes, list) or not isinstance(names, list):
             raise ConfigError(f"collection {data['name']!r}: include_regex and tensor_names must be lists")
         hist = data.get("save_histogram", True)
-        return cls(
+        coll = cls(
             data["name"],
-            include_regex=regexes,
+            include_regex=None if untrusted else regexes,
             tensor_names=names,
             reduction_config=ReductionConfig.from_json_dict(data.get("reduction_config")),
             save_config=SaveConfig.from_json_dict(data.get("save_config")) if data.get("save_config") else None,
             save_histogram=hist if isinstance(hist, bool) else True,
         )
+        if untrusted:
+            for r in regexes:
+                problem = untrusted_regex_problem(r) if isinstance(r, str) else None
+                if problem is None:
+                    coll.include(r)
+                elif r not in coll._regexes:
+                    # Kept as written (include_regex shows the file's content), never compiled.
+                    coll._regexes.append(r)
+                    coll._patterns.append(_RefusedPattern(
+                        f"collection {coll.name!r}: regex {r!r} of the collections file is not run: {problem} "
+                        "(it could take too long to match; see docs/reader_safety.md)"))
+        return coll
 
     def __repr__(self):
         return (f"Collection(name={self.name!r}, include_regex={list(self._regexes)}, "
@@ -436,14 +537,19 @@ class CollectionManager:
         return json.dumps(doc).encode()
 
     @classmethod
-    def from_json(cls, data) -> Tuple["CollectionManager", int]:
-        """Parse a collections file; returns ``(manager, num_workers)``. Input is untrusted."""
+    def from_json(cls, data, untrusted: bool = False) -> Tuple["CollectionManager", int]:
+        """Parse a collections file; returns ``(manager, num_workers)``. Its structure is
+        always checked; with ``untrusted`` (a file of a run directory, not the user's own
+        config) regexes that could match too slowly are not run either
+        (:meth:`Collection.from_json_dict`)."""
         try:
             doc = json.loads(data)
         except RecursionError:
             raise ConfigError("collections file is nested too deeply to be valid") from None
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"collections file is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ConfigError("collections file is nested too deeply to be a collections file") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("collections", {}), dict):
             raise ConfigError("collections file must be an object with a 'collections' object")
         meta = doc.get("_meta") or {}
@@ -457,7 +563,7 @@ class CollectionManager:
         for name, entry in doc.get("collections", {}).items():
             if isinstance(entry, dict):
                 entry = {"name": name, **entry}
-            manager.add(Collection.from_json_dict(entry))
+            manager.add(Collection.from_json_dict(entry, untrusted))
         return manager, num_workers
 
 

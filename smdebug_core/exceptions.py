@@ -62,6 +62,14 @@ class CorruptRecord(SMDebugError):
     """A record's bytes fail their CRC or do not decode."""
 
 
+class UnsafeRunFile(SMDebugError):
+    """A file of a run directory that the reader refuses to read: not a regular file (a
+    FIFO, a device, a socket), a symbolic link that leaves the run directory or loops, or
+    larger than the format allows (docs/reader_safety.md). Readers report it through the
+    error of what they were reading (IndexReaderException, CorruptCollectionsFile,
+    CorruptRecord) or skip the file with a warning."""
+
+
 class NoMoreData(SMDebugError):
     """Raised while waiting for steps when training ended before they appeared."""
 

@@ -325,6 +325,7 @@ class Hook:
         self._selections: Dict[frozenset, Dict[tuple, Selection]] = {}
         self._metrics_failed = False
         self._warned_lost: set = set()
+        self._skipped_tensors: set = set()  # tensors the backend could not handle: never recorded again
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
 
@@ -359,6 +360,12 @@ class Hook:
     def _prepare_out_dir(self, overwrite: bool) -> None:
         if self.is_chief and os.path.isdir(self.out_dir):
             existing = [m for m in _RUN_MARKERS if os.path.exists(os.path.join(self.out_dir, m))]
+            if existing and self.include_workers == "all" and self.world_size > 1:
+                from .writer.siblings import written_by_other_workers
+
+                siblings = [f"worker_{r}" for r in range(self.world_size) if r != self.rank]
+                if written_by_other_workers(self.out_dir, siblings, self.world_size):
+                    existing = []  # this job's other workers started first: keep their files
             if existing and not overwrite:
                 raise OutDirError(
                     f"out_dir {self.out_dir} already holds a run ({', '.join(existing)} exist); choose a new "
@@ -702,8 +709,11 @@ class Hook:
         held = []
         for name, value in items:
             plan = self.plan_for(name)
-            if plan is not None:
-                held.append((name, plan, backend.snapshot(value, plan.needs_value)))
+            if plan is not None and name not in self._skipped_tensors:
+                try:
+                    held.append((name, plan, backend.snapshot(value, plan.needs_value)))
+                except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor only
+                    self._skip_tensor(name, exc)
         with self._lock:
             pending = self._pending
             for name, plan, snap in held:
@@ -830,11 +840,14 @@ class Hook:
                 group[1].append(i)
         materialized: Dict[int, Materialized] = {}
         for backend, (requests, positions) in groups.items():
-            materialized.update(zip(positions, backend.materialize(requests)))
+            results = self._materialize(backend, requests, [entries[i][0] for i in positions])
+            by_name = {plan.name: result for plan, result in results}
+            materialized.update((i, by_name[entries[i][0].name]) for i in positions
+                                if entries[i][0].name in by_name)
         for i, (plan, payload, backend) in enumerate(entries):
             if isinstance(payload, TensorBatch):
                 self._emit_batch(payload, identity, strip, out, seen)
-            elif plan is not None:
+            elif plan is not None and (backend is None or i in materialized):
                 self._emit_one(plan, payload if backend is None else materialized[i], strip, out, seen)
 
         for name, value, sm_metric, timestamp in scalars:
@@ -979,6 +992,38 @@ class Hook:
         reason, reported = self._pipeline_failure
         self.disable(reason, already_reported=reported)
         return False
+
+    def _materialize(self, backend: TensorBackend, requests: List[Request], plans: List[TensorPlan]):
+        """``(plan, result)`` per request, in one batch. When the batch fails, each tensor is
+        tried alone: one the backend cannot handle is left out (:meth:`_skip_tensor`) and
+        the rest of the step is saved. If several fail and none succeeds, the backend
+        itself is broken: the error goes up (and disables the hook)."""
+        try:
+            return list(zip(plans, backend.materialize(requests)))
+        except Exception as exc:  # noqa: BLE001 - find which tensor it was
+            batch_error = exc
+        out, failed = [], []
+        if len(requests) == 1:
+            failed.append((plans[0].name, batch_error))
+        else:
+            for request, plan in zip(requests, plans):
+                try:
+                    out.append((plan, backend.materialize([request])[0]))
+                except Exception as exc:  # noqa: BLE001
+                    failed.append((plan.name, exc))
+            if not out:
+                raise batch_error
+        for name, exc in failed:
+            self._skip_tensor(name, exc)
+        return out
+
+    def _skip_tensor(self, name: str, exc: Exception) -> None:
+        """One warning naming the tensor; it is not recorded again (the failing part is
+        disabled, not the hook, and later steps do not pay for the failure again)."""
+        if name not in self._skipped_tensors:
+            self._skipped_tensors.add(name)
+            logger.warning("smdebug cannot save tensor %r (skipped from now on; the rest of the step is saved): "
+                           "%s: %s", name, type(exc).__name__, exc)
 
     def _numpy_scalar(self, value):
         backend = self._backend_for(value)

@@ -77,6 +77,10 @@ for _torch_name, _ml_name in (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2"
 # Dtypes whose strided tensors need no conversion (complex ones may carry a conj bit).
 _PLAIN_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                            torch.int16, torch.int8, torch.uint8, torch.bool})
+# Dtypes torch.cat cannot convert while it concatenates ("Promotion for Float8 Types is not
+# supported"): upcast one by one before a batch (see _reduce_segments).
+_UPCAST_BEFORE_CAT = frozenset(getattr(torch, n) for n in dir(torch)
+                               if n.startswith(("float8_", "float4_")) and isinstance(getattr(torch, n), torch.dtype))
 _FLOAT64_SOURCES = frozenset({torch.float64, torch.int64, torch.int32, torch.complex128}
                              | {getattr(torch, n) for n in ("uint32", "uint64") if hasattr(torch, n)})
 
@@ -364,7 +368,9 @@ class TorchBackend(TensorBackend):
         Returns a float64 tensor of shape ``[len(keys), len(tensors)]``.
         """
         sizes = [t.numel() for t in tensors]
-        flat = [(_as_real(t, torch.float64) if t.is_complex() else t).reshape(-1) for t in tensors]
+        # Per tensor, where cat cannot convert: complex (magnitude) and float8 (upcast).
+        flat = [(_as_real(t, torch.float64) if t.is_complex() or t.dtype in _UPCAST_BEFORE_CAT else t).reshape(-1)
+                for t in tensors]
         x = torch.empty(sum(sizes), dtype=torch.float64, device=device)
         torch.cat(flat, out=x)  # one kernel: gathers and casts to float64
         if device.type in NUMPY_SEGMENT_DEVICES:

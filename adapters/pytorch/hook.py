@@ -610,6 +610,12 @@ class Hook(CoreHook):
         if self.saving_step and self.enabled and param.grad is not None:
             self.record(name, param.grad, self.backend)
 
+    def record(self, name: str, value, backend=None) -> bool:
+        # save_tensor() and direct records: the same filter as captured module tensors.
+        if self.saving_step and self.enabled and isinstance(value, torch.Tensor) and not self._usable(name, value):
+            return False
+        return super().record(name, value, backend)
+
     def _usable(self, name: str, tensor: torch.Tensor) -> bool:
         """False (with one warning per name) for tensors that hold no data to save."""
         if not (tensor.is_meta or tensor.is_nested):

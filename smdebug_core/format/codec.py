@@ -110,6 +110,12 @@ _WIRE_TO_NUMPY = {
     proto.DT_UINT64: np.dtype("<u8"),
 }
 _STRING_KINDS = "UOST"  # str, object (of str), bytes, numpy 2 StringDType
+#: TensorFlow's typed value lists (``float_val``...) may hold fewer values than the shape has
+#: elements, the last value repeated to fill it: a 50-byte record can stand for gigabytes.
+#: Decoding fills at most this many elements beyond what the record holds (CorruptRecord
+#: otherwise); a trial takes another limit from ``max_expanded_elements`` or
+#: ``SMDEBUG_MAX_EXPANDED_ELEMENTS``. 16M elements: 128 MiB as float64.
+DEFAULT_MAX_EXPANDED_ELEMENTS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -531,11 +537,13 @@ def _typed_values(tensor, np_dtype):
     return None
 
 
-def tensor_proto_to_numpy(tensor, marker=None, source="record"):
+def tensor_proto_to_numpy(tensor, marker=None, source="record",
+                          max_expanded_elements=DEFAULT_MAX_EXPANDED_ELEMENTS):
     """Decode a ``TensorProto`` into a numpy array, applying an ``smdebug_dtype`` marker.
 
     Reads ``tensor_content`` when present, otherwise TensorFlow's typed ``*_val`` lists
-    (with TensorFlow's rule that a short list is padded with its last value).
+    (with TensorFlow's rule that a short list is padded with its last value, up to
+    ``max_expanded_elements`` elements).
     """
     shape = _shape_of(tensor, source)
     size = math.prod(shape)
@@ -559,6 +567,13 @@ def tensor_proto_to_numpy(tensor, marker=None, source="record"):
         if len(values) > size or (len(values) == 0 and size > 0):
             raise CorruptRecord(f"{source}: tensor of shape {shape} holds {len(values)} values")
         if len(values) < size:
+            if size > max_expanded_elements:
+                raise CorruptRecord(
+                    f"{source}: tensor of shape {shape} holds {len(values)} values; repeating the last "
+                    f"to fill {size} elements exceeds the limit of {max_expanded_elements} "
+                    "(raise it with create_trial(..., max_expanded_elements=N) or "
+                    "SMDEBUG_MAX_EXPANDED_ELEMENTS if the record is genuine)"
+                )
             values = np.concatenate([values, np.repeat(values[-1:], size - len(values))])
         arr = values.astype(np_dtype, copy=False).reshape(shape)
     if not arr.dtype.isnative:
@@ -582,7 +597,7 @@ def _restore_shape(array, text, source):
     return array.reshape(shape)
 
 
-def decode_tensor_event(payload, source="record"):
+def decode_tensor_event(payload, source="record", max_expanded_elements=DEFAULT_MAX_EXPANDED_ELEMENTS):
     """Decode one tensor record's payload (as written by us or by the original smdebug).
 
     When the mode entries are missing, the mode is GLOBAL and the mode step is the global
@@ -608,7 +623,7 @@ def decode_tensor_event(payload, source="record"):
         ) from None
     # No check that mode_step >= 0: the original stamps a scalar held across set_mode() with
     # the new mode's step -1. Readers take mode and mode step from the index, not from here.
-    array = tensor_proto_to_numpy(value.tensor, entries.get(DTYPE_KEY), source)
+    array = tensor_proto_to_numpy(value.tensor, entries.get(DTYPE_KEY), source, max_expanded_elements)
     if SHAPE_KEY in entries:
         array = _restore_shape(array, entries[SHAPE_KEY], source)
     return DecodedTensor(value.tag, array, global_step, mode, mode_step, event.wall_time)

@@ -21,6 +21,14 @@ COLLECTIONS_SUFFIX = "_collections.json"
 EVENT_FILE_SUFFIX = ".tfevents"
 INDEX_FILE_SUFFIX = ".json"
 
+#: The most bytes a reader reads of one index file. The format sets no size, but an index
+#: entry takes about 100 bytes: 64 MiB is over half a million records in one step of one
+#: worker, far beyond any real step. A bigger file is refused unread (docs/reader_safety.md).
+MAX_INDEX_FILE_BYTES = 64 << 20
+#: The most bytes a reader reads of one collections file: a few KiB of configs plus the
+#: explicit tensor names of each collection (the same bound as an index file).
+MAX_COLLECTIONS_FILE_BYTES = 64 << 20
+
 #: Steps are zero-padded to 12 digits and sorted as text, so they must stay below 10**12.
 MAX_STEP_EXCLUSIVE = 10**12
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from typing import Optional
 
@@ -93,12 +94,21 @@ def read_stop_request(out_dir) -> Optional[str]:
     """
     path = stop_request_path(out_dir)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(_MAX_REQUEST_BYTES + 1)
+        # Non-blocking, regular files only: this runs on the training thread, and a FIFO
+        # put there would otherwise block training forever.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return None
     except OSError as exc:
         return f"stop requested through {path} (the file could not be read: {exc.strerror or exc})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"stop requested through {path} (not a regular file: no reason read)"
+        data = os.read(fd, _MAX_REQUEST_BYTES + 1)
+    except OSError as exc:
+        return f"stop requested through {path} (the file could not be read: {exc.strerror or exc})"
+    finally:
+        os.close(fd)
     reason = None
     if len(data) <= _MAX_REQUEST_BYTES:
         try:

@@ -7,13 +7,87 @@ fsspec/S3 backend can be added later without touching the trial logic.
 Paths given to these methods are ``/``-separated and relative to the run directory, as
 they appear in index files. Untrusted relative paths (``event_file_name`` from an index
 file) are checked so that they cannot point outside the run directory.
+
+Every file of a run is untrusted (docs/reader_safety.md): it is opened without blocking
+(a FIFO would otherwise wait for a writer forever), read only if it is a regular file,
+only if the path, symbolic links resolved, stays inside the run directory, and whole
+files only up to a size the caller gives. Refusals raise :class:`UnsafeRunFile`.
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import sys
 import threading
 from collections import OrderedDict
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from ..exceptions import UnsafeRunFile
+
+# O_NONBLOCK: opening a FIFO for reading does not wait for a writer (it has no effect on
+# the reads of a regular file, the only kind read after the fstat check).
+_O_READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+# Where the kernel says which file a descriptor is (Linux): one readlink, and it names the
+# file actually opened, so no link can be swapped between the check and the read.
+_PROC_FD = "/proc/self/fd/"
+_HAVE_PROC_FD = os.path.isdir(_PROC_FD)
+
+
+def _make_openat2():
+    """Linux's ``openat2(dir_fd, path, RESOLVE_BENEATH)`` as ``f(dir_fd, relpath) -> fd``, or None.
+
+    One system call that opens a file and refuses (EXDEV) any path, links included, that
+    resolves outside ``dir_fd``: the containment check costs nothing on the fast path.
+    None where the kernel (before 5.6), a sandbox or the platform lacks it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+    except (OSError, AttributeError):  # pragma: no cover - no C library to call
+        return None
+
+    class OpenHow(ctypes.Structure):
+        _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+    syscall.restype = ctypes.c_long
+    syscall.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+    # RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS; 437 is openat2 on every Linux architecture.
+    how = OpenHow(_O_READ, 0, 0x08 | 0x02)
+    how_ptr, how_size, get_errno = ctypes.addressof(how), ctypes.sizeof(how), ctypes.get_errno
+    encoding = sys.getfilesystemencoding()
+
+    def openat2(dir_fd: int, relpath: str) -> int:
+        fd = syscall(437, dir_fd, relpath.encode(encoding, "surrogateescape"), how_ptr, how_size)
+        if fd < 0:
+            err = get_errno()
+            raise OSError(err, os.strerror(err), relpath)  # FileNotFoundError for ENOENT
+        return fd
+
+    openat2.how = how  # keep the struct alive as long as the function
+    try:
+        os.close(openat2(-100, "."))  # AT_FDCWD: is the call there and allowed?
+    except OSError:
+        return None
+    return openat2
+
+
+_openat2 = _make_openat2()
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 class DirEntry(NamedTuple):
@@ -36,7 +110,9 @@ class LocalStorage:
         self.root = root
         self._prefix = os.path.join(root, "")
         self._max_open = max(1, int(max_open_files))
-        self._open_fds: "OrderedDict[str, int]" = OrderedDict()
+        self._open_fds: "OrderedDict[str, Tuple[int, int]]" = OrderedDict()  # relpath -> (fd, size)
+        self._real_root: Optional[str] = None
+        self._root_fd: Optional[int] = None  # for openat2, opened once the directory exists
         self._lock = threading.Lock()
         self.stats: Dict[str, int] = {"small_files_read": 0, "event_file_opens": 0, "event_reads": 0}
 
@@ -79,105 +155,294 @@ class LocalStorage:
             with os.scandir(path) as it:
                 out = []
                 for e in it:
-                    is_dir = e.is_dir()
+                    try:
+                        is_dir = e.is_dir()
+                    except OSError:  # a link loop: listed as a file; reading it says what it is
+                        is_dir = False
                     # scandir caches the stat for directories only when asked; files need none.
                     out.append(DirEntry(e.name, is_dir, e.stat().st_mtime_ns if is_dir else 0))
                 return out
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._loop(path) from None
+            raise
+
+    # --- safe opening ---------------------------------------------------------------
+    def _root_prefix(self) -> str:
+        """The run directory, symbolic links resolved, with a trailing separator."""
+        real = self._real_root
+        if real is None:
+            real = os.path.join(os.path.realpath(self.root), "")
+            if os.path.isdir(real):  # cached once it exists (a trial may wait for it)
+                self._real_root = real
+        return real
+
+    def _check_inside(self, fd: int, path: str) -> None:
+        """UnsafeRunFile unless the open file ``fd`` (opened as ``path``) is inside the run directory."""
+        real = None
+        if _HAVE_PROC_FD:
+            try:
+                real = os.readlink(f"{_PROC_FD}{fd}")
+            except OSError:
+                pass
+        if real is None:
+            real = os.path.realpath(path)
+        if not real.startswith(self._root_prefix()):
+            raise UnsafeRunFile(
+                f"{path} leads to {real}, outside the run directory {self.root}: symbolic links "
+                "that leave the run directory are not followed (docs/reader_safety.md); copy the "
+                "data into the run directory instead"
+            )
+
+    @staticmethod
+    def _loop(path: str) -> UnsafeRunFile:
+        return UnsafeRunFile(f"{path} is a symbolic link loop (or a chain of too many links); "
+                             "remove or fix the link")
+
+    def _open_regular(self, path: str, shown: str, dir_fd: Optional[int] = None,
+                      max_bytes: Optional[int] = None) -> Tuple[int, int]:
+        """``(fd, size)`` of the regular file ``path``, or UnsafeRunFile (see the module doc).
+
+        With ``dir_fd`` (a directory already checked to be inside the run), ``path`` is a
+        name in it and only a link in its last component needs the containment check;
+        otherwise every opened path is checked. ``shown`` is the full path, for messages.
+        FileNotFoundError passes through.
+        """
+        checked_dir = dir_fd is not None
+        try:
+            fd = os.open(path, _O_READ | (_O_NOFOLLOW if checked_dir else 0), dir_fd=dir_fd)
+            followed = not checked_dir
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            if not checked_dir:
+                raise self._loop(shown) from None
+            try:  # the last component is a symbolic link: follow it, then see where it led
+                fd = os.open(path, _O_READ, dir_fd=dir_fd)
+            except OSError as exc2:
+                if exc2.errno == errno.ELOOP:
+                    raise self._loop(shown) from None
+                raise
+            followed = True
+        try:
+            if followed:
+                self._check_inside(fd, shown)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes):
+                raise self._refusal(shown, st, max_bytes)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st.st_size
+
+    @staticmethod
+    def _refusal(shown: str, st: os.stat_result, max_bytes: Optional[int]) -> UnsafeRunFile:
+        """Why a file with this fstat is not read (see ``_open_regular``)."""
+        if not stat.S_ISREG(st.st_mode):
+            return UnsafeRunFile(f"{shown} is {_kind(st.st_mode)}, not a regular file: "
+                                 "only regular files of a run directory are read")
+        return UnsafeRunFile(f"{shown} holds {st.st_size} bytes, more than the {max_bytes} "
+                             "the format allows for this kind of file; it is not read")
+
+    def _open_in_run(self, relpath: str, max_bytes: Optional[int] = None) -> Tuple[int, int]:
+        """``(fd, size)`` of the regular file ``relpath`` of the run (see ``_open_regular``).
+
+        Fast path: one ``openat2`` beneath the run directory and one ``fstat``. A link that
+        openat2 will not follow (an absolute one, one leaving the run, a loop) takes the
+        checked slow path, which follows links that stay inside and explains the others.
+        """
+        if _openat2 is not None:
+            root_fd = self._root_fd
+            if root_fd is None:
+                root_fd = self._open_root()
+            if root_fd is not None:
+                try:
+                    fd = _openat2(root_fd, relpath)
+                except OSError as exc:
+                    # EXDEV, ELOOP: a link to check or explain; ENOENT: maybe the directory
+                    # was replaced since root_fd was opened. Other errors are the caller's.
+                    if exc.errno not in (errno.EXDEV, errno.ELOOP, errno.ENOENT):
+                        raise
+                else:
+                    try:
+                        st = os.fstat(fd)
+                    except BaseException:
+                        os.close(fd)
+                        raise
+                    if st.st_mode & 0o170000 == stat.S_IFREG and (max_bytes is None or st.st_size <= max_bytes):
+                        return fd, st.st_size
+                    os.close(fd)
+                    raise self._refusal(self.local_path(relpath), st, max_bytes)
+        path = self.local_path(relpath)
+        return self._open_regular(path, path, max_bytes=max_bytes)
+
+    def _open_root(self) -> Optional[int]:
+        """The run directory's descriptor for openat2 (None while it does not exist)."""
+        with self._lock:
+            if self._root_fd is None:
+                try:
+                    self._root_fd = os.open(self.root, os.O_RDONLY | _O_DIRECTORY | os.O_CLOEXEC)
+                except OSError:
+                    return None
+            return self._root_fd
+
+    @staticmethod
+    def _read_whole(fd: int, size: int, max_bytes: Optional[int], shown: str, name: str = "") -> bytes:
+        """The file's bytes: ``size`` (from fstat) and whatever it grew by since, up to
+        ``max_bytes``. ``shown`` (+ ``/name``) names the file in the error."""
+        data = os.read(fd, size + 1)
+        if len(data) <= size:  # a short read of a regular file: the end
+            return data
+        chunks = [data]
+        total = len(data)
+        while True:
+            if max_bytes is not None and total > max_bytes:
+                where = f"{shown}/{name}" if name else shown
+                raise UnsafeRunFile(f"{where} grew past the {max_bytes} bytes the format allows; it is not read")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
 
     # --- reading ----------------------------------------------------------------------
-    def read_small_files(self, dir_relpath: str, names: Sequence[str]) -> List[Optional[bytes]]:
-        """Whole contents of several files of one directory (None for a vanished file).
+    def read_small_files(self, dir_relpath: str, names: Sequence[str],
+                         max_bytes: Optional[int] = None) -> List[Union[bytes, None, UnsafeRunFile]]:
+        """Whole contents of several files of one directory: per name its bytes, None for a
+        vanished file, or the UnsafeRunFile that refused it (a FIFO, a link leaving the run,
+        more than ``max_bytes``).
 
-        Opens the directory once and each file relative to it, which keeps the per-file
-        cost to three system calls: index files are many and tiny.
+        Opens the directory once (UnsafeRunFile for all if it leads outside the run) and
+        each file relative to it, which keeps the per-file cost to four system calls:
+        index files are many and tiny.
         """
-        dir_fd = os.open(self.local_path(dir_relpath), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        out: List[Optional[bytes]] = []
+        dir_path = self.local_path(dir_relpath)
         try:
+            dir_fd = os.open(dir_path, os.O_RDONLY | _O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._loop(dir_path) from None
+            raise
+        out: List[Union[bytes, None, UnsafeRunFile]] = []
+        try:
+            self._check_inside(dir_fd, dir_path)
             for name in names:
+                # Inline on purpose (a run has one index file per step and worker): the
+                # bucket is checked, so O_NOFOLLOW and fstat are all a plain file needs.
                 try:
-                    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+                    fd = os.open(name, _O_READ | _O_NOFOLLOW, dir_fd=dir_fd)
                 except FileNotFoundError:
                     out.append(None)
                     continue
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:
+                        raise
+                    fd = None  # a link: the checked path below
                 try:
-                    chunks = []
-                    while True:
-                        chunk = os.read(fd, 1 << 16)
-                        if not chunk:
-                            break
-                        chunks.append(chunk)
-                    out.append(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                    if fd is None:
+                        fd, size = self._open_regular(name, f"{dir_path}/{name}", dir_fd, max_bytes)
+                    else:
+                        st = os.fstat(fd)
+                        size = st.st_size
+                        if st.st_mode & 0o170000 != stat.S_IFREG or (max_bytes is not None and size > max_bytes):
+                            raise self._refusal(f"{dir_path}/{name}", st, max_bytes)
+                    out.append(self._read_whole(fd, size, max_bytes, dir_path, name))
+                except FileNotFoundError:
+                    out.append(None)
+                except UnsafeRunFile as exc:
+                    out.append(exc)
                 finally:
-                    os.close(fd)
+                    if fd is not None:
+                        os.close(fd)
         finally:
             os.close(dir_fd)
         self.stats["small_files_read"] += len(names)
         return out
 
-    def read_file(self, relpath: str) -> bytes:
-        """Whole contents of one file (FileNotFoundError if absent)."""
-        with open(self.local_path(relpath), "rb") as f:
+    def read_file(self, relpath: str, max_bytes: Optional[int] = None) -> bytes:
+        """Whole contents of one file (FileNotFoundError if absent, UnsafeRunFile if refused)."""
+        fd, size = self._open_in_run(relpath, max_bytes)
+        try:
             self.stats["small_files_read"] += 1
-            return f.read()
+            return self._read_whole(fd, size, max_bytes, self.local_path(relpath))
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _pread(fd: int, size: int, offset: int, length: int) -> bytes:
+        # Never ask for more than the file holds: a corrupt index entry may claim terabytes,
+        # and pread allocates its buffer first. A short result is reported by the caller.
+        if offset + length > size:
+            size = os.fstat(fd).st_size  # grown since it was opened?
+            length = max(0, min(length, size - offset))
+        return os.pread(fd, length, offset)
 
     def read_range(self, relpath: str, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` of a file (fewer if the file is shorter).
 
-        Keeps the file open for the next call (LRU). FileNotFoundError if it does not exist.
+        Keeps the file open for the next call (LRU). FileNotFoundError if it does not
+        exist, UnsafeRunFile if it is refused.
         """
-        fd = self._fd(relpath)
+        fd, size = self._fd(relpath)
         self.stats["event_reads"] += 1
+        if offset + length > size:
+            return self._pread(fd, size, offset, length)
         return os.pread(fd, length, offset)
 
     def read_ranges(self, relpath: str, ranges: Sequence[Tuple[int, int]]) -> List[bytes]:
-        """Several ``(offset, length)`` byte ranges of one file, opening it once.
+        """Several ``(offset, length)`` byte ranges of one file (each fewer bytes if the file
+        is shorter), opening it once.
 
         For batch reads that visit each file once: the file is closed afterwards rather
-        than pushing the LRU's other files out. FileNotFoundError if it does not exist.
+        than pushing the LRU's other files out. FileNotFoundError if it does not exist,
+        UnsafeRunFile if it is refused.
         """
         with self._lock:
-            fd = self._open_fds.get(relpath)
-        if fd is not None:
+            cached = self._open_fds.get(relpath)
+        if cached is not None:
+            fd, size = cached
             self.stats["event_reads"] += len(ranges)
-            return [os.pread(fd, length, offset) for offset, length in ranges]
-        fd = os.open(self.local_path(relpath), os.O_RDONLY)
+            return [self._pread(fd, size, offset, length) for offset, length in ranges]
+        fd, size = self._open_in_run(relpath)
         self.stats["event_file_opens"] += 1
         self.stats["event_reads"] += len(ranges)
         try:
-            return [os.pread(fd, length, offset) for offset, length in ranges]
+            return [self._pread(fd, size, offset, length) for offset, length in ranges]
         finally:
             os.close(fd)
 
-    def _fd(self, relpath: str) -> int:
+    def _fd(self, relpath: str) -> Tuple[int, int]:
         with self._lock:
-            fd = self._open_fds.get(relpath)
-            if fd is not None:
+            cached = self._open_fds.get(relpath)
+            if cached is not None:
                 self._open_fds.move_to_end(relpath)
-                return fd
-        fd = os.open(self.local_path(relpath), os.O_RDONLY)
+                return cached
+        opened = self._open_in_run(relpath)
         with self._lock:
             self.stats["event_file_opens"] += 1
-            self._open_fds[relpath] = fd
+            self._open_fds[relpath] = opened
             while len(self._open_fds) > self._max_open:
-                _, old = self._open_fds.popitem(last=False)
+                _, (old, _) = self._open_fds.popitem(last=False)
                 os.close(old)
-        return fd
+        return opened
 
     def forget(self, relpath: str) -> None:
         """Close a cached descriptor (the file was replaced or found corrupt)."""
         with self._lock:
-            fd = self._open_fds.pop(relpath, None)
-        if fd is not None:
-            os.close(fd)
+            cached = self._open_fds.pop(relpath, None)
+        if cached is not None:
+            os.close(cached[0])
 
     def close(self) -> None:
         """Close every cached file descriptor."""
         with self._lock:
-            fds = list(self._open_fds.values())
+            fds = [fd for fd, _ in self._open_fds.values()]
             self._open_fds.clear()
+            if self._root_fd is not None:
+                fds.append(self._root_fd)
+                self._root_fd = None
         for fd in fds:
             try:
                 os.close(fd)

@@ -20,6 +20,7 @@ from ..exceptions import (
     ReductionUnavailableForStep,
     ShapeUnavailableForStep,
     TensorUnavailableForStep,
+    UnsafeRunFile,
 )
 from ..format.codec import decode_tensor_event
 from ..format.layout import END_OF_JOB_FILE
@@ -175,6 +176,8 @@ class Tensor:
             return None, None
         if worker is not None:
             return worker, by_worker.get(worker)
+        if len(by_worker) == 1:  # one worker, the common case: no min() over the keys
+            return next(iter(by_worker.items()))
         first = min(by_worker)
         return first, by_worker[first]
 
@@ -328,9 +331,12 @@ class Tensor:
             trial.progress if progress is None else progress
         )
         bar = _progress_bar(wanted, len(by_file), f"reading {self.name}")
+        # Many files (values() over the steps): each is visited once, so none is kept open
+        # for a next lookup (that would only push the LRU's files out).
+        keep_open = len(by_file) == 1
         try:
             for event_file, group in by_file.items():
-                for request, value in self._read_file_group(event_file, group):
+                for request, value in self._read_file_group(event_file, group, keep_open):
                     out[request.key] = value
                     if use_cache:
                         self._cache[request.location] = value
@@ -341,11 +347,12 @@ class Tensor:
                 bar.close()
         return out
 
-    def _read_file_group(self, event_file: str, group: List[_Request]):
+    def _read_file_group(self, event_file: str, group: List[_Request], keep_open: bool = True):
         """Yield ``(request, value)`` for records of one event file, opening it once."""
         if len(group) == 1:
             request = group[0]
-            data = self._read_bytes(event_file, [(request.location.start, request.location.length)], request)
+            data = self._read_bytes(event_file, [(request.location.start, request.location.length)], request,
+                                    keep_open)
             yield request, self._decode(memoryview(data[0]), request)
             return
         group.sort(key=lambda r: r.location.start)
@@ -363,19 +370,20 @@ class Tensor:
             for r, data in zip(group, datas):
                 yield r, self._decode(memoryview(data), r)
 
-    def _read_bytes(self, event_file: str, ranges: List[Tuple[int, int]], request: _Request) -> List[bytes]:
+    def _read_bytes(self, event_file: str, ranges: List[Tuple[int, int]], request: _Request,
+                    keep_open: bool = True) -> List[bytes]:
         """Byte ranges of an event file; waits (bounded) for a file the index names but that is not there yet."""
         trial = self._trial
         storage = trial._storage
         deadline = None
         while True:
             try:
-                if len(ranges) == 1:  # single lookups keep the file open for the next one
+                if len(ranges) == 1 and keep_open:  # single lookups keep the file open for the next one
                     return [storage.read_range(event_file, *ranges[0])]
                 return storage.read_ranges(event_file, ranges)
             except FileNotFoundError:
                 pass
-            except ValueError as exc:  # a path escaping the run directory
+            except (ValueError, UnsafeRunFile) as exc:  # a path or link leaving the run, a FIFO
                 raise CorruptRecord(f"index entry of tensor {self.name!r} at step {request.step}: {exc}") from None
             # Writers publish the event file before the index (docs/format.md 1.4), so this is a
             # non-conforming writer or a slow file system: wait a little, never forever.
@@ -405,7 +413,7 @@ class Tensor:
             payload, _ = read_record(data, 0, self._trial._record_check)
             if location.crc32c is not None:
                 verify_payload_crc(payload, location.crc32c, "payload")
-            decoded = decode_tensor_event(payload)
+            decoded = decode_tensor_event(payload, max_expanded_elements=self._trial.max_expanded_elements)
         except CorruptRecord as exc:
             # The message is built only on failure: this runs once per value read.
             raise CorruptRecord(f"{self._source(request)}: {exc}") from None

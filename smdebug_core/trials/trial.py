@@ -27,7 +27,9 @@ from ..exceptions import (
     StepNotYetAvailable,
     StepUnavailable,
     TensorUnavailable,
+    UnsafeRunFile,
 )
+from ..format.codec import DEFAULT_MAX_EXPANDED_ELEMENTS
 from ..format.index import parse_index_json
 from ..format.layout import (
     COLLECTIONS_DIR,
@@ -36,6 +38,8 @@ from ..format.layout import (
     EVENTS_DIR,
     INDEX_DIR,
     INDEX_FILE_SUFFIX,
+    MAX_COLLECTIONS_FILE_BYTES,
+    MAX_INDEX_FILE_BYTES,
     deserialize_worker_name,
     parse_step_and_worker,
     validate_step,
@@ -201,6 +205,7 @@ class Trial:
         wait_timeout: Optional[float] = None,
         progress: Optional[bool] = None,
         wait_for_directory: bool = False,
+        max_expanded_elements: Optional[int] = None,
     ):
         if not index_mode:
             raise NotImplementedError(
@@ -229,6 +234,12 @@ class Trial:
                 f"wait_timeout must be a non-negative number of seconds (math.inf: no limit), got {wait_timeout!r}"
             )
         self.wait_timeout = float(wait_timeout)
+        if max_expanded_elements is None:
+            max_expanded_elements = _env_number(("SMDEBUG_MAX_EXPANDED_ELEMENTS",), DEFAULT_MAX_EXPANDED_ELEMENTS, int)
+        if not isinstance(max_expanded_elements, int) or isinstance(max_expanded_elements, bool) \
+                or max_expanded_elements < 0:
+            raise ValueError(f"max_expanded_elements must be a non-negative integer, got {max_expanded_elements!r}")
+        self.max_expanded_elements = max_expanded_elements
         self.poll_interval = DEFAULT_POLL_INTERVAL_S
         self.progress = progress
         # Turned off by a caller that knows nothing new can appear (rule engines).
@@ -369,9 +380,11 @@ class Trial:
 
         first = f"{COLLECTIONS_DIR}/{files[0]}"
         try:
-            data = self._storage.read_file(first)
-            manager, num_workers = CollectionManager.from_json(data)
-        except (ConfigError, ValueError) as exc:
+            data = self._storage.read_file(first, max_bytes=MAX_COLLECTIONS_FILE_BYTES)
+            manager, num_workers = CollectionManager.from_json(data, untrusted=True)
+        except UnsafeRunFile as exc:
+            raise CorruptCollectionsFile(str(exc)) from None
+        except (ConfigError, ValueError, RecursionError) as exc:
             raise CorruptCollectionsFile(f"{self._storage.local_path(first)}: {exc}") from None
         except FileNotFoundError:
             raise CorruptCollectionsFile(f"{self._storage.local_path(first)} vanished while being read") from None
@@ -492,7 +505,6 @@ class Trial:
             return 0
 
         bar = _progress_bar(total >= _PROGRESS_MIN_INDEX_FILES and _progress_wanted(progress), total, "index files")
-        first_error: Optional[IndexReaderException] = None
         new_steps = False
         # Loading creates many small objects and no cycles: the cyclic collector would
         # only rescan the growing state over and over (a third of the load time).
@@ -502,18 +514,25 @@ class Trial:
             for rel, files in todo:
                 seen = self._seen_index_files[rel[len(INDEX_DIR) + 1 :]]
                 source_dir = self._storage.local_path(rel)
-                datas = self._storage.read_small_files(rel, [name for _, name, _ in files])
+                try:
+                    datas = self._storage.read_small_files(rel, [name for _, name, _ in files],
+                                                           max_bytes=MAX_INDEX_FILE_BYTES)
+                except (UnsafeRunFile, NotADirectoryError) as exc:
+                    # The bucket itself leads outside the run (or loops): none of its steps.
+                    seen.update(name for _, name, _ in files)
+                    self._skip_corrupt_index(rel, str(exc))
+                    continue
                 for (step, name, worker), data in zip(files, datas):
                     if data is None:
                         continue  # vanished between listing and reading: look again next time
                     seen.add(name)
+                    if not isinstance(data, bytes):  # UnsafeRunFile: a FIFO, a link out, too big
+                        self._skip_corrupt_index(f"{rel}/{name}", str(data))
+                        continue
                     try:
                         parsed = parse_index_json(data, f"{source_dir}/{name}")
                     except IndexReaderException as exc:
-                        # Register the readable files first, then report the bad one once;
-                        # later refreshes skip it (it is listed in corrupt_index_files).
-                        first_error = first_error or exc
-                        self.corrupt_index_files.append(f"{rel}/{name}")
+                        self._skip_corrupt_index(f"{rel}/{name}", str(exc))
                         continue
                     if self._register_index(step, worker, parsed):
                         new_steps = True
@@ -528,9 +547,13 @@ class Trial:
             if new_steps:
                 self._sorted_steps = None
                 self._sorted_mode_steps.clear()
-        if first_error is not None:
-            raise first_error
         return total
+
+    def _skip_corrupt_index(self, relpath: str, reason: str) -> None:
+        """One bad index file costs its step, not the run: one warning, then it is skipped
+        for good (it is listed in ``corrupt_index_files`` and never read again)."""
+        self.corrupt_index_files.append(relpath)
+        logger.warning("smdebug: index file skipped, its step is left out of the trial: %s", reason)
 
     def _register_index(self, step: int, worker: str, parsed) -> bool:
         """Add one parsed index file; returns True if ``step`` was new."""
@@ -926,6 +949,7 @@ def create_trial(
     out_dir=None,
     wait_timeout: Optional[float] = None,
     progress: Optional[bool] = None,
+    max_expanded_elements: Optional[int] = None,
 ) -> Trial:
     """Open the run written to ``path`` (or ``out_dir=``, its alias) for reading.
 
@@ -949,6 +973,9 @@ def create_trial(
             at once and lists them.
         progress: show progress bars for long loads and reads (default: when stderr is a
             terminal).
+        max_expanded_elements: the most elements a record may expand to when it holds
+            fewer values than its shape (TensorFlow's repeat-the-last-value rule);
+            CorruptRecord beyond (default: $SMDEBUG_MAX_EXPANDED_ELEMENTS or 2**24).
     """
     if path is not None and out_dir is not None and path != out_dir:
         raise ValueError(f"give the run directory once: path={path!r} and out_dir={out_dir!r} differ")
@@ -975,4 +1002,5 @@ def create_trial(
         progress=progress,
         # Asking to wait is the way to open a run before its job has created the directory.
         wait_for_directory=wait_timeout is not None,
+        max_expanded_elements=max_expanded_elements,
     )

@@ -312,7 +312,7 @@ def test_tensor_names_cannot_escape_out_dir(tmp_path):
     assert sorted(trial.tensor_names()) == sorted(["../escape", "/abs/path", "..\\win"])
 
 
-def test_failure_inside_hook_disables_it_with_one_warning(tmp_path, caplog):
+def test_a_value_that_cannot_be_saved_costs_that_tensor_only(tmp_path, caplog):
     class Exploding:
         def __array__(self, *a, **k):
             raise RuntimeError("boom")
@@ -321,14 +321,38 @@ def test_failure_inside_hook_disables_it_with_one_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         hook.begin_step()
         hook.record("good", np.ones(2))
+        for _ in range(3):  # training goes on; the bad tensor is reported once
+            hook.begin_step()
+            assert hook.record("bad", Exploding()) is False
+            hook.save_tensor("object", np.array([object()]), "odd")  # the numpy backend refuses these
+            hook.record("good", np.ones(2))
+        hook.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2 and "'bad'" in warnings[0] and "boom" in warnings[0] and "'object'" in warnings[1]
+    assert hook.enabled
+    trial = create_trial(str(tmp_path / "run"), wait_timeout=1)
+    assert trial.steps() == [0, 1, 2, 3] and trial.tensor_names() == ["good"]
+
+
+def test_failure_inside_hook_disables_it_with_one_warning(tmp_path, caplog):
+    hook = smd.Hook(out_dir=tmp_path / "run", save_all=True, save_config=smd.SaveConfig(save_interval=1))
+
+    def broken(requests):
+        raise RuntimeError("injected")
+
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
         hook.begin_step()
-        assert hook.record("bad", Exploding()) is None
+        hook.record("good", np.ones(2))
+        hook.begin_step()
+        hook.backend.materialize = broken  # the backend itself fails: every tensor fails
+        hook.record("a", np.ones(2))
+        hook.record("b", np.ones(2))
         for _ in range(3):  # training goes on; the hook stays quiet
             hook.begin_step()
             hook.record("good", np.ones(2))
         hook.close()
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1 and "boom" in warnings[0].getMessage()
+    assert len(warnings) == 1 and "injected" in warnings[0].getMessage()
     assert not hook.enabled
     assert create_trial(str(tmp_path / "run"), wait_timeout=1).steps(show_incomplete_steps=True) == [0]
 

@@ -221,6 +221,21 @@ def test_stop_training_out_of_process_writes_the_request_file(run):
 
 
 # --- stop protocol -----------------------------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_fifo_as_stop_request_does_not_block_the_training_thread(tmp_path):
+    import threading
+
+    out = str(tmp_path)
+    poller = StopRequestPoller(out, interval_s=0)
+    os.mkfifo(os.path.join(out, STOP_REQUEST_FILE))  # appears mid-run
+    box = []
+    thread = threading.Thread(target=lambda: box.append(poller.poll()), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "poll() blocked on the FIFO"
+    assert "not a regular file" in box[0]  # existence is still the request
+
+
 def test_stop_request_round_trip_malformed_and_stale(tmp_path):
     out = str(tmp_path)
     assert read_stop_request(out) is None

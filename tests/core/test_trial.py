@@ -414,25 +414,32 @@ def test_corrupt_collections_file(tmp_path):
 
 
 # ----------------------------------------------------------------------------- corrupt data
-def test_corrupt_index_file_is_reported_with_its_path(example_run):
+def test_corrupt_index_file_is_skipped_with_one_warning_naming_it(example_run, caplog):
     path = os.path.join(example_run, *index_file_relpath(4, "worker_0").split("/"))
     with open(path, "wb") as f:
         f.write(b'{"meta": {"mode": "TRAIN", "mode_')
-    with pytest.raises(IndexReaderException, match="000000000004_worker_0.json"):
-        create_trial(example_run)
+    trial = create_trial(example_run)  # one bad step does not cost the run
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "000000000004_worker_0.json" in warnings[0]
+    assert trial.corrupt_index_files == ["index/000000000/000000000004_worker_0.json"]
+    assert trial.steps() == [0, 2, 6, 7]
+    np.testing.assert_array_equal(trial.tensor("fc.weight").value(7), fill(7))
+    trial.refresh()
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
 
 
-def test_corrupt_index_file_during_a_live_run_is_raised_once(tmp_path):
+def test_corrupt_index_file_during_a_live_run_is_reported_once(tmp_path, caplog):
     run = tmp_path / "run"
     write_run(run, train_steps([0, 1]), end=False)
     trial = create_trial(str(run))
     touch(str(run), index_file_relpath(2, "worker_0"))  # an empty file: not an index
     write_run(run, train_steps([3]), end=False)
-    with pytest.raises(IndexReaderException, match="000000000002_worker_0.json"):
-        trial.refresh()
+    assert trial.refresh() == 2
     assert trial.corrupt_index_files == ["index/000000000/000000000002_worker_0.json"]
     assert trial.steps() == [0, 1, 3]  # the readable files were registered
     assert trial.refresh() == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "000000000002_worker_0.json" in warnings[0]
 
 
 def test_corrupt_event_payload_is_caught_by_the_index_crc(example_run):

@@ -1,6 +1,7 @@
 """Two real processes (gloo, DistributedDataParallel): workers, step completeness."""
 import os
 import socket
+import time
 import subprocess
 import sys
 
@@ -56,3 +57,68 @@ def test_include_workers_all_writes_every_rank_and_steps_complete_when_both_did(
     ended = create_trial(ddp_runs[1])
     assert ended.steps() == [0, 1, 2, 3, 4]
     assert [ended.mode(s).name for s in ended.steps()] == ["TRAIN"] * 3 + ["EVAL"] * 2
+
+
+# ----------------------------------------------------------------------------- workers not in lockstep
+EARLY_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "early_worker.py")
+
+
+def start_worker(rank, *args):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2")
+    env.pop("MASTER_ADDR", None)
+    return subprocess.Popen([sys.executable, EARLY_WORKER, *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_file(path, proc, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+def test_chief_starting_after_another_worker_wrote_steps_joins_the_run(tmp_path):
+    run = tmp_path / "run"
+    worker_1 = start_worker(1, run, 2, tmp_path / "worker_1_wrote", tmp_path / "chief_wrote")
+    try:
+        wait_for_file(tmp_path / "worker_1_wrote", worker_1)  # worker 1's steps are on disk
+        assert os.listdir(run / "index" / "000000000")
+        chief = start_worker(0, run, 3, tmp_path / "chief_wrote")
+        _, chief_err = chief.communicate(timeout=120)
+        _, worker_err = worker_1.communicate(timeout=120)
+    finally:
+        for proc in (worker_1,):
+            if proc.poll() is None:
+                proc.kill()
+    assert chief.returncode == 0, chief_err[-3000:]
+    assert worker_1.returncode == 0, worker_err[-3000:]
+    trial = create_trial(str(run), wait_timeout=5)
+    assert sorted(trial.workers()) == ["worker_0", "worker_1"]
+    assert trial.steps() == [0, 1, 2]
+    x = trial.tensor("x")
+    assert x.value(1, worker="worker_0").tolist() == [1.0, 1.0]
+    assert x.value(1, worker="worker_1").tolist() == [11.0, 11.0]
+
+
+def test_a_previous_run_is_still_refused_by_the_chief_of_a_multi_worker_job(tmp_path, monkeypatch):
+    import smdebug.pytorch as smd
+    from smdebug.exceptions import OutDirError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, end in ((1, True), (0, False)):  # another rank's ended run; this rank's own files
+        run = tmp_path / f"run_{rank}_{end}"
+        monkeypatch.setenv("RANK", str(rank))
+        hook = smd.Hook(out_dir=str(run), include_workers="all", save_config=smd.SaveConfig(save_interval=1))
+        hook.begin_step()
+        hook.save_tensor("x", torch.ones(2), "mine")
+        hook.end_step()
+        hook.writer.flush()
+        if end:
+            hook.close()
+            open(run / "training_job_end.ts", "w").close()
+        monkeypatch.setenv("RANK", "0")
+        with pytest.raises(OutDirError, match="already holds a run"):
+            smd.Hook(out_dir=str(run), include_workers="all")
+        if not end:
+            hook.close()
