@@ -153,6 +153,13 @@ def run_numpy(out_dir: str) -> None:
 RUNS = {"pytorch": run_pytorch, "numpy": run_numpy}
 
 
+def check(name: str, out_dir: str) -> list:
+    """Run ``name`` into ``out_dir``; the differences from its golden file (empty: none)."""
+    RUNS[name](out_dir)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.json")) as handle:
+        return compare(json.load(handle), digest(out_dir))
+
+
 def main(argv):
     import tempfile
 
