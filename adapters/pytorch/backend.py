@@ -551,59 +551,62 @@ def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
 
 
 def _finish_cpu_batch_no_grad(batch: _CpuBatch) -> BatchResult:
-    keys, tensors = batch.keys, batch.tensors
+    keys, tensors, raw = batch.keys, batch.tensors, batch.raw
     n = len(tensors)
     table = np.full((n, len(keys)), np.nan) if keys else None
-    raws: Optional[List[Optional[np.ndarray]]] = [None] * n if batch.raw else None
+    raws: Optional[List[Optional[np.ndarray]]] = [None] * n if raw else None
     shapes = [tuple(t.shape) for t in tensors]
     lost: Dict[int, str] = {}
     unreduced = []
-    if keys:
-        groups: Dict[tuple, List[int]] = {}
-        for i, (t, shape) in enumerate(zip(tensors, shapes)):
-            numel = t.numel()
-            if numel == 0:
-                unreduced.append(i)
-            elif numel <= STACK_MAX_NUMEL:
-                groups.setdefault((t.dtype, shape), []).append(i)
-            else:
-                groups[(i,)] = [i]
-        for members in groups.values():
-            per_stack = max(1, STACK_MAX_TOTAL // tensors[members[0]].numel())
-            for start in range(0, len(members), per_stack):
-                chunk = members[start:start + per_stack]
-                try:
-                    table[chunk] = _reduce_rows(_stacked([tensors[i] for i in chunk]), keys)
-                except Exception:  # noqa: BLE001 - retried one by one below: one bad tensor, one loss
-                    for i in chunk:
-                        try:
-                            table[i] = _reduce_rows(_stacked([plain_tensor(tensors[i])]), keys)[0]
-                        except Exception as one_exc:  # noqa: BLE001
-                            lost[i] = f"cannot reduce it ({type(one_exc).__name__}: {one_exc})"
-    if raws is not None:
-        for i, t in enumerate(tensors):
-            if i in lost:
-                continue
+    # Tensors of one dtype and shape are stacked once: one copy serves their raw values and
+    # their reductions. Large tensors are read where they lie (copied only for raw values).
+    groups: Dict[tuple, List[int]] = {}
+    for i, (t, shape) in enumerate(zip(tensors, shapes)):
+        numel = t.numel()
+        if numel == 0:
+            unreduced.append(i)
+        groups.setdefault((t.dtype, shape) if 0 < numel <= STACK_MAX_NUMEL else (i,), []).append(i)
+    for members in groups.values():
+        per_stack = max(1, STACK_MAX_TOTAL // max(1, tensors[members[0]].numel()))
+        for start in range(0, len(members), per_stack):
+            chunk = members[start:start + per_stack]
             try:
-                raws[i] = _to_numpy(plain_tensor(t).clone())
-            except Exception as exc:  # noqa: BLE001
-                lost[i] = f"cannot copy it to the host ({type(exc).__name__}: {exc})"
+                _finish_group([tensors[i] for i in chunk], chunk, keys, raws, table)
+            except Exception:  # noqa: BLE001 - retried one by one below: one bad tensor, one loss
+                for i in chunk:
+                    try:
+                        _finish_group([plain_tensor(tensors[i])], [i], keys, raws, table)
+                    except Exception as exc:  # noqa: BLE001
+                        lost[i] = f"cannot read it ({type(exc).__name__}: {exc})"
     for i, (t, version) in enumerate(zip(tensors, batch.versions)):
         if t._version != version and i not in lost:
             lost[i] = "it was changed in place between the hand-over and its reading"
     return BatchResult(reductions=table, raw=raws, shapes=shapes, unreduced=tuple(unreduced), lost=lost)
 
 
-def _stacked(tensors: List[torch.Tensor]) -> torch.Tensor:
-    """Tensors of one dtype and shape as one ``[n, size]`` tensor (a view for one tensor),
-    real, in a dtype with fast CPU kernels."""
-    if len(tensors) == 1:
-        rows = tensors[0].reshape(1, -1)
-    else:  # one stack, then one view
-        rows = torch.stack(tensors).reshape(len(tensors), -1)
+def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, table) -> None:
+    """Raw values and reductions of tensors of one dtype and shape (or one tensor)."""
+    if len(group) == 1:
+        stacked = group[0].reshape((1,) + tuple(group[0].shape))
+        if raws is not None:
+            stacked = plain_tensor(stacked).clone()  # private: the tensor may change after the fence
+    else:
+        stacked = torch.stack(group)  # a private copy already
+    if raws is not None:
+        host = _to_numpy(stacked)
+        for j, i in enumerate(positions):
+            raws[i] = host[j]
+    if keys and stacked.numel():
+        table[positions] = _reduce_rows(_as_rows(stacked), keys)
+
+
+def _as_rows(stacked: torch.Tensor) -> torch.Tensor:
+    """``[n, ...]`` as ``[n, size]``, real, in a dtype with fast CPU kernels (exact: integers and
+    half floats widen losslessly)."""
+    rows = stacked.reshape(stacked.shape[0], -1)
     if rows.is_complex():
         rows = rows.abs()
-    if rows.dtype not in (torch.float32, torch.float64):  # exact: integers and halves widen losslessly
+    if rows.dtype not in (torch.float32, torch.float64):
         rows = rows.to(torch.float64 if rows.dtype in _FLOAT64_SOURCES else torch.float32)
     return rows
 
