@@ -317,7 +317,6 @@ class Hook:
         self._collections_written = False
         self._closed = False
         self._lock = threading.RLock()
-        self._metrics_file = None
         self._step_listeners: List = []
         # Saved steps are finished (reductions, host copies, records) on this worker thread.
         self._pipeline = StepPipeline(on_error=self._on_pipeline_error)
@@ -1059,20 +1058,24 @@ class Hook:
                 metrics.append((f"{plan.name}_{self._step_identity[1].name}", value, None))
 
     def _write_sm_metrics(self, metrics, step) -> None:
-        """SageMaker Metrics lines, on the pipeline's worker. A directory that cannot be
-        written costs the metric lines (one warning), not the hook."""
+        """SageMaker Metrics lines: appended by the writer thread (the training thread never
+        waits on that file); a directory that cannot be written costs the lines (one warning),
+        not the hook. Without a writer (dry runs), appended here."""
         directory = os.environ.get(cfg.METRICS_DIR_ENV)
         if not directory or self._metrics_failed:
             return
+        path = os.path.join(directory, f"smdebug_{os.getpid()}.json")
+        lines = [json.dumps({"MetricName": name, "Value": value, "Timestamp": timestamp or time.time(),
+                             "IterationNumber": step}) for name, value, timestamp in metrics]
+        writer = self.writer
+        if writer is not None:
+            for line in lines:
+                writer.write_metric_line(path, line)
+            return
         try:
-            if self._metrics_file is None:
-                os.makedirs(directory, exist_ok=True)
-                self._metrics_file = open(os.path.join(directory, f"smdebug_{os.getpid()}.json"), "a")
-            for name, value, timestamp in metrics:
-                line = {"MetricName": name, "Value": value, "Timestamp": timestamp or time.time(),
-                        "IterationNumber": step}
-                self._metrics_file.write(json.dumps(line) + "\n")
-            self._metrics_file.flush()
+            os.makedirs(directory, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write("".join(line + "\n" for line in lines))
         except OSError as exc:
             self._metrics_failed = True
             logger.warning("smdebug: cannot write SageMaker metric lines to %s=%s (%s); tensors are still saved, "
@@ -1204,8 +1207,6 @@ class Hook:
             except Exception as exc:  # noqa: BLE001
                 logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
             self._writer_failed()  # the writer works in batches: a disk error may surface only now
-        if self._metrics_file is not None:
-            self._metrics_file.close()
         if self._checkpoint_dir and self.global_step >= 0:
             self._save_step_counters()
         _unregister_hook(self)

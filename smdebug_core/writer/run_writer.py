@@ -264,6 +264,7 @@ class RunWriter:
         self._warned_encode = set()
         self._warned_late = set()
         self._warned_metric_paths = set()
+        self._metric_paths_ready = set()  # paths whose directory exists (made at the first line)
 
         self._thread = threading.Thread(target=self._run, name="smdebug-writer", daemon=True)
         self._thread.start()
@@ -478,6 +479,9 @@ class RunWriter:
     def _append_metric_line(self, path, line):
         # Metric files live outside out_dir; losing them must not stop tensor saving.
         try:
+            if path not in self._metric_paths_ready:
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+                self._metric_paths_ready.add(path)
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write(f"{line}\n")
         except OSError as exc:

@@ -257,6 +257,21 @@ def test_sm_metrics_lines(tmp_path, monkeypatch):
     assert line["MetricName"] == "scalar/acc_TRAIN" and line["Value"] == 0.5 and line["IterationNumber"] == 0
 
 
+def test_an_unwritable_metrics_directory_costs_the_metric_lines_not_the_tensors(tmp_path, monkeypatch, caplog):
+    (tmp_path / "a_file").write_text("")  # the directory cannot be made under a regular file
+    monkeypatch.setenv("SAGEMAKER_METRICS_DIRECTORY", str(tmp_path / "a_file" / "metrics"))
+    hook = smd.Hook(out_dir=tmp_path / "run")
+    with caplog.at_level("WARNING", logger="smdebug"):
+        for step in range(3):
+            hook.begin_step()
+            hook.save_scalar("acc", 0.5 + step, sm_metric=True)
+        hook.close()
+    assert hook.enabled
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
+    trial = create_trial(str(tmp_path / "run"), wait_timeout=1)
+    assert [float(trial.tensor("scalar/acc").value(s)) for s in trial.steps()] == [0.5, 1.5, 2.5]
+
+
 def test_existing_run_is_refused_unless_overwrite(tmp_path):
     hook = smd.Hook(out_dir=tmp_path / "run")
     hook.begin_step()

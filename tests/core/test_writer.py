@@ -354,10 +354,13 @@ def test_metric_lines(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     writer.write_metric_line(metrics, '{"loss": 1}')
     writer.write_metric_line(metrics, '{"loss": 0.5}')
-    writer.write_metric_line(tmp_path / "missing_dir" / "m.jsonl", "lost")
+    writer.write_metric_line(tmp_path / "new_dir" / "m.jsonl", "made")  # its directory is made
+    (tmp_path / "a_file").write_text("")
+    writer.write_metric_line(tmp_path / "a_file" / "m.jsonl", "lost")  # cannot be: costs the line only
     writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("x", np.ones(1))]))
     assert writer.close(timeout=30) and writer.failed is None
     assert metrics.read_text() == '{"loss": 1}\n{"loss": 0.5}\n'
+    assert (tmp_path / "new_dir" / "m.jsonl").read_text() == "made\n"
     assert len(read_published_steps(tmp_path / "run")) == 1
 
 
