@@ -304,9 +304,9 @@ def _large_reductions(tensors, sizes, keys, compute):
         for name, is_abs in stats:
             v = values[is_abs]
             if name == "min":
-                got[(name, is_abs)] = tf.reduce_min(v)
+                got[(name, is_abs)] = _propagate_nan(tf.reduce_min(v), tf.reduce_any(tf.math.is_nan(v)))
             elif name == "max":
-                got[(name, is_abs)] = tf.reduce_max(v)
+                got[(name, is_abs)] = _propagate_nan(tf.reduce_max(v), tf.reduce_any(tf.math.is_nan(v)))
             elif name == "mean":
                 got[(name, is_abs)] = tf.reduce_mean(v)
             elif name == "variance":
@@ -370,15 +370,23 @@ def _segment_reductions(tensors, sizes, keys, compute, xla=False):
                         ("l2", is_abs): tf.sqrt(squares)})
     for is_abs, x in ((False, data), (True, absolute)):
         needed = {op for op, a in keys if a == is_abs}
+        if needed & {"min", "max"}:
+            has_nan = segment_max(tf.cast(tf.math.is_nan(x), tf.int32), ids) > 0
         if "min" in needed:
-            out[("min", is_abs)] = segment_min(x, ids)
+            out[("min", is_abs)] = _propagate_nan(segment_min(x, ids), has_nan)
         if "max" in needed:
-            out[("max", is_abs)] = segment_max(x, ids)
+            out[("max", is_abs)] = _propagate_nan(segment_max(x, ids), has_nan)
         if "prod" in needed:
             out[("prod", is_abs)] = segment_prod(tf.cast(x, tf.float64), ids)
         if "median" in needed:
             out[("median", is_abs)] = tf.stack([_median(part) for part in tf.split(x, sizes)])
     return tf.stack([tf.cast(out[key], tf.float64) for key in keys], axis=0)
+
+
+def _propagate_nan(extreme, has_nan):
+    """TensorFlow's min/max skip NaN; numpy's (the reference, smdebug.reductions) return NaN
+    for a tensor that holds one: a NaN is what a debugger must not hide."""
+    return tf.where(has_nan, tf.constant(float("nan"), extreme.dtype), extreme)
 
 
 def _median(values):
