@@ -39,4 +39,42 @@ class BuildPyWithPth(build_py):
         return list(super().get_outputs(include_bytecode)) + [os.path.join(self.build_lib, PTH_NAME)]
 
 
-setup(cmdclass={"build_py": BuildPyWithPth})
+def _editable_wheel_with_pth():
+    """``editable_wheel`` (``pip install -e .``) that also puts the ``.pth`` in the editable
+    wheel, so that zero code change works in development installs too. It extends a
+    setuptools internal (the strategy that writes the wheel); where that is not there, the
+    editable install goes on without the ``.pth`` (a warning says so) rather than fail."""
+    try:
+        from setuptools.command.editable_wheel import editable_wheel
+    except ImportError:  # setuptools < 64: no PEP 660 editable wheels
+        return {}
+
+    class WithPth:
+        def __init__(self, strategy):
+            self.strategy = strategy
+
+        def __enter__(self):
+            self.strategy.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.strategy.__exit__(*exc)
+
+        def __call__(self, wheel, files, mapping):
+            self.strategy(wheel, files, mapping)
+            wheel.writestr(PTH_NAME, PTH_LINE.encode("utf-8"))
+
+    class EditableWheelWithPth(editable_wheel):
+        def _select_strategy(self, *args, **kwargs):
+            strategy = super()._select_strategy(*args, **kwargs)
+            if not (callable(strategy) and hasattr(strategy, "__enter__")):
+                print(f"warning: {PTH_NAME} not added to the editable install: zero code change is off there")
+                return strategy
+            return WithPth(strategy)
+
+    if not hasattr(editable_wheel, "_select_strategy"):
+        return {}
+    return {"editable_wheel": EditableWheelWithPth}
+
+
+setup(cmdclass={"build_py": BuildPyWithPth, **_editable_wheel_with_pth()})

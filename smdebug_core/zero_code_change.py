@@ -36,20 +36,32 @@ from .logger import get_logger
 
 logger = get_logger("smdebug.zero_code_change")
 
-#: Top-level framework module -> instrumentor module (with ``instrument()`` and ``uninstrument()``).
-#: Adapters add theirs here.
-INSTRUMENTORS: Dict[str, str] = {
-    "torch": "smdebug.pytorch._instrument",
-    "tensorflow": "smdebug.tensorflow._instrument",
-    # `import keras` imports TensorFlow first, before keras.Model exists: its own entry point.
-    "keras": "smdebug.tensorflow._instrument_keras",
-    "xgboost": "smdebug.xgboost._instrument",
-    "mxnet": "smdebug.mxnet._instrument",
-}
+#: The entry-point group through which adapters declare their instrumentors: the entry
+#: point's name is the framework's top-level module, its value the instrumentor module (with
+#: ``instrument()`` and ``uninstrument()``). Ours are declared in setup.cfg; a third-party
+#: adapter declares its own the same way, and the core names none of them.
+ENTRY_POINT_GROUP = "smdebug.instrumentors"
+
+#: Top-level framework module -> instrumentor module: the entry points, read at install(),
+#: plus those added with register_instrumentor().
+INSTRUMENTORS: Dict[str, str] = {}
 
 _lock = threading.RLock()
 _finder: Optional["_PostImportFinder"] = None
 _instrumented: List[str] = []  # instrumentor modules whose instrument() ran, in order
+
+
+def discover_instrumentors() -> Dict[str, str]:
+    """Add the instrumentors declared in the ``smdebug.instrumentors`` entry-point group."""
+    from importlib.metadata import entry_points
+
+    try:
+        found = entry_points(group=ENTRY_POINT_GROUP)
+    except TypeError:  # Python 3.9: a dict of groups
+        found = entry_points().get(ENTRY_POINT_GROUP, [])
+    for entry in found:
+        INSTRUMENTORS.setdefault(entry.name, entry.value)
+    return INSTRUMENTORS
 
 
 def register_instrumentor(framework_module: str, instrumentor_module: str) -> None:
@@ -77,6 +89,7 @@ def install() -> None:
     global _finder
     with _lock:
         if _finder is None:
+            discover_instrumentors()
             _finder = _PostImportFinder()
             sys.meta_path.insert(0, _finder)
         for framework in list(INSTRUMENTORS):
