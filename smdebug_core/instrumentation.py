@@ -8,10 +8,12 @@ hook installs); :func:`configured_hook` gets that hook.
 """
 from __future__ import annotations
 
+import os
 import threading
 import types
 from typing import Callable, Dict, List, Tuple
 
+from .config import CONFIG_FILE_ENV
 from .exceptions import SMDebugError
 from .logger import get_logger
 
@@ -93,17 +95,19 @@ def _deleter(owner):
 def configured_hook(get_hook: Callable, framework: str, **kwargs):
     """The hook an instrumentor attaches (created from the JSON config), or None.
 
-    A configuration mistake (malformed JSON, an out_dir that cannot be used) raises: the
-    user asked for debugging and should know now. Any other failure warns once per
-    framework and training runs without the hook.
+    One fail-open policy for every framework: whatever goes wrong, a malformed config and
+    an out_dir that cannot be used included, logs one warning that names the config file
+    and the problem, and training runs without capture. Zero code change means the user's
+    script was not written for the debugger: it must never be what stops it.
     """
     try:
         return get_hook(create_if_not_exists=True, **kwargs)
-    except SMDebugError:
-        raise
     except Exception as exc:  # noqa: BLE001 - never stop training for the debugger's sake
         if framework not in _warned:
             _warned.add(framework)
-            logger.warning("smdebug: could not create the %s hook (%s: %s); training runs without it",
-                           framework, type(exc).__name__, exc)
+            source = os.environ.get(CONFIG_FILE_ENV) or "the default config path"
+            what = "the config is not usable" if isinstance(exc, SMDebugError) else "the hook could not be created"
+            logger.warning("smdebug: zero code change: %s (%s: %s); %s trains without tensor capture. "
+                           "Fix %s (or unset %s) to capture.", what, type(exc).__name__, exc, framework, source,
+                           CONFIG_FILE_ENV)
         return None

@@ -31,6 +31,7 @@ import torch
 from torch.nn.modules.loss import _Loss
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from smdebug.instrumentation import configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.pytorch")
@@ -118,8 +119,8 @@ def _on_top_level_forward(state: _State, module: torch.nn.Module, args) -> None:
     if state.hook is None:
         from .hook import get_hook
 
-        state.hook = get_hook(create_if_not_exists=True)
-        if state.hook is None:  # USE_SMDEBUG=0 or no config file: nothing to do, ever
+        state.hook = configured_hook(get_hook, "PyTorch")
+        if state.hook is None:  # USE_SMDEBUG=0, no config file or a bad one (warned): nothing to do, ever
             state.gave_up = True
             _remove_global_hooks(state)
             return

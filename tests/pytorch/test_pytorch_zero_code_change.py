@@ -214,3 +214,23 @@ def test_second_run_into_the_same_out_dir_says_what_to_do_and_overwrite_replaces
     run_script(tmp_path, {"SMDEBUG_CONFIG_FILE_PATH": path})
     assert os.path.getmtime(os.path.join(out, "training_job_end.ts")) >= first
     assert create_trial(out).steps() == [0, 2, 4, 6, 8]
+
+
+def test_a_bad_config_warns_once_naming_it_and_training_runs_uncaptured(tmp_path):
+    out = tmp_path / "run"
+    path = write_config(tmp_path / "hook.json", out, {"save_interval": "often"}, ["weights"])
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "USE_SMDEBUG"}
+    env["SMDEBUG_CONFIG_FILE_PATH"] = path
+    if installed_pth() is None:
+        boot = tmp_path / "boot"
+        boot.mkdir(exist_ok=True)
+        (boot / "sitecustomize.py").write_text(pth_line())
+        env["PYTHONPATH"] = os.pathsep.join([str(boot)] + [p for p in [env.get("PYTHONPATH")] if p])
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]  # the same policy as every other framework
+    warnings = [line for line in done.stderr.splitlines() if "zero code change" in line]
+    assert len(warnings) == 1 and "save_interval" in warnings[0] and path in warnings[0], done.stderr[-2000:]
+    assert not out.exists()
