@@ -6,6 +6,7 @@ Run (torch at one intra-op thread, as the figures in docs/performance.md)::
     .venv/bin/python benchmarks/bench_scaling.py --axis count --configs reductions
     # the same scenarios through smdebug 1.0.34, in its own environment, merged into the table:
     .venv/bin/python benchmarks/bench_scaling.py --original-python "$(bash benchmarks/original_env.sh | tail -1)"
+    # (the original's steps take up to 100x longer: it runs --original-steps, 40 by default)
 
 Two axes, each with three hook configurations:
 
@@ -102,14 +103,14 @@ def run(smd, scenario, steps, warmup, work_dir):
     torch.manual_seed(0)
     models = [factory(arg), factory(arg)]
     models[1].load_state_dict(models[0].state_dict())
-    loss_fn = torch.nn.MSELoss()
+    loss_fns = [torch.nn.MSELoss(), torch.nn.MSELoss()]  # the hook watches its own loss module only
     optimizers = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in models]
     gen = torch.Generator().manual_seed(0)
     data = [(torch.randn(BATCH, width, generator=gen), torch.randn(BATCH, width, generator=gen)) for _ in range(4)]
     out_dir = os.path.join(work_dir, f"{label.replace(' ', '_')}_{config}")
     hook = make_hook(smd, out_dir, axis, config)
     hook.register_module(models[1])
-    hook.register_loss(loss_fn)
+    hook.register_loss(loss_fns[1])
     times = ([], [])
     clock = time.perf_counter
     for i in range(warmup + steps):
@@ -118,7 +119,7 @@ def run(smd, scenario, steps, warmup, work_dir):
             model, optimizer = models[which], optimizers[which]
             start = clock()
             optimizer.zero_grad()
-            loss_fn(model(x), y).backward()
+            loss_fns[which](model(x), y).backward()
             optimizer.step()
             elapsed = clock() - start
             if i >= warmup:
@@ -173,6 +174,8 @@ def main():
     parser.add_argument("--max-mb", type=float, default=1500, help="bytes a full-tensor run may write")
     parser.add_argument("--original-python", help="also run the scenarios through smdebug 1.0.34 with this "
                                                   "interpreter (benchmarks/original_env.sh)")
+    parser.add_argument("--original-steps", type=int, default=40,
+                        help="timed steps per scenario for smdebug 1.0.34 (its steps are up to 100x longer)")
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -187,7 +190,7 @@ def main():
                                                        args.quiet)]
     if args.original_python:
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
-               "--axis", *args.axis, "--configs", *args.configs, "--steps", str(args.steps),
+               "--axis", *args.axis, "--configs", *args.configs, "--steps", str(args.original_steps),
                "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
