@@ -182,22 +182,39 @@ class _Prepared:
 
 
 def never_raises(where: str):
-    """Decorator for entry points called from training: errors disable the hook instead."""
+    """Decorator for entry points called from training: errors disable the hook instead
+    (the same policy as :meth:`Hook.guard`, for a whole method)."""
 
     def wrap(fn):
         @functools.wraps(fn)
         def guarded(self, *args, **kwargs):
             if not self.enabled:
                 return None
-            try:
+            with self.guard(where):
                 return fn(self, *args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the contract is to never break training
-                self.disable(f"{where}: {type(exc).__name__}: {exc}")
-                return None
+            return None
 
         return guarded
 
     return wrap
+
+
+class _Guard:
+    """``with hook.guard(where):`` — the fail-open policy as a context manager."""
+
+    __slots__ = ("hook", "where")
+
+    def __init__(self, hook: "Hook", where: str):
+        self.hook, self.where = hook, where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False  # KeyboardInterrupt and SystemExit are the user's, not ours: they pass
+        self.hook.disable(f"{self.where}: {type(exc).__name__}: {exc}")
+        return True  # the contract is to never break training
 
 
 class Hook:
@@ -1160,6 +1177,13 @@ class Hook:
             return False
         self.disable(f"writer failed: {writer.failed}", already_reported=True)
         return True
+
+    def guard(self, where: str) -> _Guard:
+        """The one fail-open policy, for a block: ``with hook.guard("on_epoch_end"): ...``.
+
+        An exception inside disables the hook with one warning naming ``where`` and is not
+        raised into training (``never_raises`` does the same for a whole method)."""
+        return _Guard(self, where)
 
     def disable(self, reason: str, already_reported: bool = False) -> None:
         """Stop capturing for the rest of the run (training goes on). Logs once."""
