@@ -32,6 +32,7 @@ as ``ml_dtypes`` arrays.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import ml_dtypes
@@ -146,6 +147,7 @@ class TorchBackend(TensorBackend):
         # Segment-length tensors, reused from step to step (the same tensors are saved each
         # time): avoids a host-to-device copy, which on CUDA would wait for queued work.
         self._lengths_cache: Dict[Tuple[str, Tuple[int, ...]], Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._stack_buffers = _BufferPool()
 
     def accepts(self, value) -> bool:
         return isinstance(value, torch.Tensor)
@@ -231,7 +233,7 @@ class TorchBackend(TensorBackend):
             results = self.materialize([Request("", snap, started.raw, True, started.keys)
                                         for snap in started.snaps])
             return pack_results(results, started.keys, started.raw)
-        return _finish_cpu_batch(started)
+        return _finish_cpu_batch(started, self._stack_buffers)
 
     # --- materialize -------------------------------------------------------------------
     def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
@@ -537,7 +539,7 @@ class _DeviceBatch:
         self.snaps, self.keys, self.raw = snaps, keys, raw
 
 
-def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
+def _finish_cpu_batch(batch: _CpuBatch, buffers: "_BufferPool") -> BatchResult:
     """Reduce and copy a batch of CPU tensors on the worker thread.
 
     Tensors of one dtype and shape are stacked and reduced together (:func:`_reduce_rows`: a
@@ -547,10 +549,10 @@ def _finish_cpu_batch(batch: _CpuBatch) -> BatchResult:
     hand-over may have been read half-updated, so it is not saved.
     """
     with torch.no_grad():  # stacks and copies of parameters record no autograd graph: no detach needed
-        return _finish_cpu_batch_no_grad(batch)
+        return _finish_cpu_batch_no_grad(batch, buffers)
 
 
-def _finish_cpu_batch_no_grad(batch: _CpuBatch) -> BatchResult:
+def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> BatchResult:
     keys, tensors, raw = batch.keys, batch.tensors, batch.raw
     n = len(tensors)
     table = np.full((n, len(keys)), np.nan) if keys else None
@@ -571,11 +573,11 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch) -> BatchResult:
         for start in range(0, len(members), per_stack):
             chunk = members[start:start + per_stack]
             try:
-                _finish_group([tensors[i] for i in chunk], chunk, keys, raws, table)
+                _finish_group([tensors[i] for i in chunk], chunk, keys, raws, table, buffers)
             except Exception:  # noqa: BLE001 - retried one by one below: one bad tensor, one loss
                 for i in chunk:
                     try:
-                        _finish_group([plain_tensor(tensors[i])], [i], keys, raws, table)
+                        _finish_group([plain_tensor(tensors[i])], [i], keys, raws, table, buffers)
                     except Exception as exc:  # noqa: BLE001
                         lost[i] = f"cannot read it ({type(exc).__name__}: {exc})"
     for i, (t, version) in enumerate(zip(tensors, batch.versions)):
@@ -584,20 +586,62 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch) -> BatchResult:
     return BatchResult(reductions=table, raw=raws, shapes=shapes, unreduced=tuple(unreduced), lost=lost)
 
 
-def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, table) -> None:
+def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, table, buffers) -> None:
     """Raw values and reductions of tensors of one dtype and shape (or one tensor)."""
+    reused = None
     if len(group) == 1:
         stacked = group[0].reshape((1,) + tuple(group[0].shape))
         if raws is not None:
             stacked = plain_tensor(stacked).clone()  # private: the tensor may change after the fence
+    elif raws is None:  # only read here: a buffer kept from the last step (no fresh pages)
+        reused = stacked = buffers.take(group[0].dtype, (len(group),) + tuple(group[0].shape))
+        torch.stack(group, out=stacked)
     else:
-        stacked = torch.stack(group)  # a private copy already
-    if raws is not None:
-        host = _to_numpy(stacked)
-        for j, i in enumerate(positions):
-            raws[i] = host[j]
-    if keys and stacked.numel():
-        table[positions] = _reduce_rows(_as_rows(stacked), keys)
+        stacked = torch.stack(group)  # a private copy: the writer reads it later
+    try:
+        if raws is not None:
+            host = _to_numpy(stacked)
+            for j, i in enumerate(positions):
+                raws[i] = host[j]
+        if keys and stacked.numel():
+            table[positions] = _reduce_rows(_as_rows(stacked), keys, buffers)
+    finally:
+        if reused is not None:
+            buffers.give(reused)
+
+
+class _BufferPool:
+    """Stacking buffers kept from step to step (a step stacks the same groups each time).
+
+    A fresh multi-megabyte tensor per group and step costs a page fault per 4 KiB page when
+    it is first written (the allocator hands large blocks back to the system when freed): in
+    a VM, more than the reduction itself (docs/performance.md). Bounded by ``max_bytes``;
+    thread-safe (a batch may be finished on the worker while another is on the training
+    thread: each takes its own buffer).
+    """
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self._free: Dict[Tuple[torch.dtype, Tuple[int, ...]], List[torch.Tensor]] = {}
+        self._bytes = 0
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+
+    def take(self, dtype: torch.dtype, shape: Tuple[int, ...]) -> torch.Tensor:
+        with self._lock:
+            kept = self._free.get((dtype, shape))
+            if kept:
+                buffer = kept.pop()
+                self._bytes -= buffer.nbytes
+                return buffer
+        return torch.empty(shape, dtype=dtype)
+
+    def give(self, buffer: torch.Tensor) -> None:
+        with self._lock:
+            if self._bytes + buffer.nbytes > self._max_bytes:
+                self._free.clear()  # the groups changed: start over rather than keep stale ones
+                self._bytes = 0
+            self._free.setdefault((buffer.dtype, tuple(buffer.shape)), []).append(buffer)
+            self._bytes += buffer.nbytes
 
 
 def _as_rows(stacked: torch.Tensor) -> torch.Tensor:
@@ -616,7 +660,8 @@ def _as_rows(stacked: torch.Tensor) -> torch.Tensor:
 CANCELLATION_LIMIT = 1e-6
 
 
-def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> np.ndarray:
+def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Optional["_BufferPool"] = None
+                 ) -> np.ndarray:
     """``keys`` of every row of a ``[n, size]`` CPU tensor: a ``[n, len(keys)]`` float64 array.
 
     Runs on the step pipeline's worker, so every pass is a call that releases the GIL (the
@@ -624,10 +669,12 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> np.ndarr
     numpy's min/max. numpy's casting reductions and einsum hold the GIL; they are avoided.
     Sums, means, norms and variances are accumulated in float64 (variance from the sums
     mean and l2 need anyway, or in two passes where that would cancel); min/max are exact
-    in the tensor's own dtype. Definitions are those of :mod:`smdebug.reductions`.
+    in the tensor's own dtype. Definitions are those of :mod:`smdebug.reductions`. With
+    ``buffers``, the float64 copy the sums read is made into a buffer kept between steps.
     """
     n = rows.shape[1]
     cache: Dict[object, object] = {}
+    wide = None  # float64 copy of rows, made once for sums and norms (into a kept buffer)
 
     def get(key, compute):
         if key not in cache:
@@ -642,11 +689,25 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> np.ndarr
     def as_numpy(is_abs: bool) -> np.ndarray:
         return get(("np", is_abs), lambda: source(is_abs).numpy())
 
+    def as_wide() -> torch.Tensor:
+        nonlocal wide
+        if wide is None:
+            if rows.dtype == torch.float64:
+                wide = rows
+            elif buffers is not None:
+                wide = buffers.take(torch.float64, tuple(rows.shape))
+                wide.copy_(rows)
+            else:
+                wide = rows.to(torch.float64)
+        return wide
+
     def total(is_abs: bool) -> torch.Tensor:
-        return get(("sum", is_abs), lambda: source(is_abs).sum(dim=1, dtype=torch.float64))
+        if is_abs:
+            return get(("sum", True), lambda: source(True).sum(dim=1, dtype=torch.float64))
+        return get(("sum", False), lambda: as_wide().sum(dim=1))
 
     def sum_of_squares() -> torch.Tensor:
-        return get("sumsq", lambda: torch.linalg.vector_norm(rows, dim=1, dtype=torch.float64).square())
+        return get("sumsq", lambda: torch.linalg.vector_norm(as_wide(), dim=1).square())
 
     def variance(is_abs: bool) -> torch.Tensor:
         def compute():
@@ -685,6 +746,8 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> np.ndarr
                 out[:, j] = np.median(source(is_abs).to(torch.float64).numpy(), axis=1)
             else:
                 raise ValueError(f"unknown reduction {op!r}")
+    if wide is not None and wide is not rows and buffers is not None:
+        buffers.give(wide)
     return out
 
 
