@@ -123,6 +123,10 @@ class Hook(CoreHook):
         return 0, 1
 
     # --- registration --------------------------------------------------------------
+    def register_hook(self, block: gluon.Block) -> None:
+        """1.0.34's name for :meth:`register_block` (scripts and its zero-code-change patches call it)."""
+        self.register_block(block)
+
     def register_block(self, block: gluon.Block) -> None:
         """Register the top-level Gluon block: each of its forward calls is one step.
 
