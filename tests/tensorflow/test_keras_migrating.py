@@ -78,3 +78,31 @@ def test_get_hook_takes_the_original_argument_order(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="first argument is hook_type"):
         smd.get_hook(str(config))
     hook.close()
+
+
+def test_epoch_values_come_from_the_last_saved_batch_of_each_epoch(tmp_path, data):
+    """docs/migrating.md: 1.0.34 also wrote each epoch's logs at the epoch's end; here the
+    last TRAIN batch of an epoch holds them (Keras 3's batch logs are running means), so
+    saving that batch gives one point per epoch, and val_* land in the last EVAL step."""
+    x, y = data
+    model = make_model()
+    # 10 samples, batches of 5: TRAIN mode steps 1 and 3 end epochs 0 and 1.
+    config = smd.SaveConfig(mode_save_configs={smd.modes.TRAIN: smd.SaveConfigMode(end_step=0, save_steps=[1, 3]),
+                                               smd.modes.EVAL: smd.SaveConfigMode(save_interval=1)})
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=config)
+    recorder = make_recorder()
+    model.fit(x, y, batch_size=5, epochs=2, shuffle=False, validation_data=(x, y), callbacks=[recorder, hook],
+              verbose=0)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    loss = trial.tensor("loss")
+    assert loss.steps(mode=smd.modes.TRAIN) == [1, 3]
+    for epoch, mode_step in enumerate((1, 3)):
+        logs = recorder.epoch_logs[epoch]
+        assert float(loss.value(mode_step, mode=smd.modes.TRAIN)) == pytest.approx(logs["loss"], rel=1e-6)
+        assert float(trial.tensor("mae").value(mode_step, mode=smd.modes.TRAIN)) == pytest.approx(logs["mae"],
+                                                                                                   rel=1e-6)
+    val_loss = trial.tensor("val_loss")
+    assert [float(val_loss.value(s)) for s in val_loss.steps()] == \
+        pytest.approx([logs["val_loss"] for logs in recorder.epoch_logs], rel=1e-6)
+    assert "batch" not in trial.tensor_names()  # Keras 3 logs carry no batch index (see docs/migrating.md)
