@@ -881,8 +881,9 @@ class Hook:
                 timed.append((float(timestamp), tag, array))
             if seen is not None:
                 seen.tensors[tag] = array
-            if array.size == 1 and timestamp is None:
-                tb_scalars.append((tag, float(array.reshape(-1)[0])))
+            if array.size == 1:
+                if timestamp is None:  # a timed scalar's TensorBoard value goes with its own record
+                    tb_scalars.append((tag, float(array.reshape(-1)[0])))
                 if sm_metric:
                     metrics.append((f"{tag}_{mode.name}", float(array.reshape(-1)[0]), timestamp))
 

@@ -163,13 +163,17 @@ def test_save_tensor_before_the_first_step_is_written(tmp_path):
     assert trial.tensor_names(collection="custom") == ["in_step", "labels_seen"]
 
 
-def test_save_scalar_timestamp_is_the_records_wall_time(tmp_path):
+def test_save_scalar_timestamp_is_the_records_wall_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("SAGEMAKER_METRICS_DIRECTORY", str(tmp_path / "metrics"))
     ts = 1_500_000_000.5  # 2017: far from now
     hook = smd.Hook(out_dir=str(tmp_path / "run"), tensorboard_dir=str(tmp_path / "tb"))
     hook.begin_step()
-    hook.save_scalar("lr", 0.1, timestamp=ts)
+    hook.save_scalar("lr", 0.1, sm_metric=True, timestamp=ts)
     hook.save_scalar("now", 1.0)
     hook.close()
+    (metrics_file,) = (tmp_path / "metrics").iterdir()
+    line = json.loads(metrics_file.read_text().splitlines()[0])
+    assert (line["MetricName"], line["Value"], line["Timestamp"]) == ("scalar/lr_GLOBAL", 0.1, ts)
     events_dir = tmp_path / "run" / "events" / "000000000000"
     records = dict((tag, wall) for f in os.listdir(events_dir) for wall, tag in event_records(events_dir / f))
     assert records["scalar/lr"] == ts
