@@ -157,6 +157,7 @@ class Rule:
         self._notes: List[_Note] = []
         self._warned: set = set()
         self._step_without_data = False
+        self._req_missing = None  # (step, error) when set_required_tensors lacked a tensor
 
     def __repr__(self):
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())
@@ -174,7 +175,13 @@ class Rule:
         if type(self).set_required_tensors is Rule.set_required_tensors:
             return ()
         self.req_tensors.clear()
-        self.set_required_tensors(step)
+        self._req_missing = None
+        try:
+            self.set_required_tensors(step)
+        except DATA_MISSING as exc:
+            # As in 1.0.34: a declared tensor the step lacks skips the step for this rule.
+            self._req_missing = (step, exc)
+            raise
         names = tuple(name for trial in self.trials for name in self.req_tensors.get_names(trial))
         return (Required(names=names, value=True),) if names else ()
 
@@ -256,6 +263,9 @@ class Rule:
         self._notes = []
         self._step_without_data = False
         try:
+            missing, self._req_missing = self._req_missing, None
+            if missing is not None and missing[0] == view.step:
+                raise missing[1]
             fired = bool(self.invoke_at_step(view.step))
         except DATA_MISSING as exc:
             self.logger.debug("rule %s skipped step %d: %s", self.rule_name, view.step, exc)

@@ -98,6 +98,43 @@ def test_original_rule_api_raises_at_the_first_firing(tmp_path):
     assert rule.declared[-1] == ["fc.weight", "loss"]
 
 
+def test_original_rule_skips_steps_that_lack_a_declared_tensor(tmp_path):
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1))
+    for i in range(4):
+        hook.begin_step()
+        hook.save_tensor("always", np.float32(i), "custom")
+        if i % 2 == 0:
+            hook.save_tensor("even_only", np.float32(i), "custom")
+    hook.close()
+
+    class NeedsEven(Rule):
+        def __init__(self, base_trial):
+            super().__init__(base_trial, action_str="")
+            self.evaluated = []
+
+        def set_required_tensors(self, step):
+            self.req_tensors.add("always", steps=[step])
+            self.req_tensors.add("even_only", steps=[step])
+
+        def invoke_at_step(self, step):
+            values = [t.value(step) for t in self.req_tensors.get()]  # odd steps: even_only is missing
+            self.evaluated.append(step)
+            return len(values) == 2
+
+    class NeedsUnknown(NeedsEven):
+        def set_required_tensors(self, step):
+            self.req_tensors.add("no_such_tensor", steps=[step])  # raises TensorUnavailable, as in 1.0.34
+
+    trial = create_trial(str(tmp_path / "run"))
+    rule = NeedsEven(trial)
+    invoke_rule(rule, start_step=0, end_step=4)
+    assert rule.evaluated == [0, 2]
+    assert rule.report.violation_steps == [0, 2]
+    unknown = NeedsUnknown(trial)
+    invoke_rule(unknown, start_step=0, end_step=4)
+    assert unknown.evaluated == [] and unknown.report.violation_steps == []
+
+
 def test_rule_action_str_positional_and_json(tmp_path):
     train(tmp_path / "run", 1)
     trial = create_trial(str(tmp_path / "run"))
