@@ -787,13 +787,19 @@ class Hook:
         """Save a scalar as ``scalar/<name>`` in the current step, whatever the save config.
 
         With ``sm_metric=True`` it is also written to SageMaker Metrics when
-        ``SAGEMAKER_METRICS_DIRECTORY`` is set.
+        ``SAGEMAKER_METRICS_DIRECTORY`` is set. ``timestamp`` (seconds since the epoch) is
+        stored as the record's ``wall_time`` in the event file and in TensorBoard, as in
+        1.0.34; by default the time the step is written.
         """
         if not isinstance(name, str) or not name:
             raise ConfigError(f"scalar name must be a non-empty string, got {name!r}")
         if REDUCTION_TAG_PREFIX in name:
             raise ConfigError(f"scalar name {name!r}: names containing {REDUCTION_TAG_PREFIX!r} are reserved for "
                               "reductions (the reader would take it for one); rename it")
+        if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, (int, float, np.number))
+                                      or not math.isfinite(timestamp)):
+            raise ConfigError(f"save_scalar timestamp must be seconds since the epoch (a finite number, e.g. "
+                              f"time.time()) or None, got {timestamp!r}")
         if not self.enabled:
             return
         self._pending_scalars.append((name, value, bool(sm_metric), timestamp))

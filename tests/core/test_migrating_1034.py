@@ -17,7 +17,7 @@ import pytest
 import smdebug as smd
 from smdebug.analysis.utils import no_refresh
 from smdebug.collections import Collection
-from smdebug.exceptions import RuleEvaluationConditionMet
+from smdebug.exceptions import ConfigError, RuleEvaluationConditionMet
 from smdebug.reduction_config import ReductionConfig
 from smdebug.rules import Rule, invoke_rule
 from smdebug.save_config import SaveConfig, SaveConfigMode
@@ -150,7 +150,7 @@ def test_rule_action_str_positional_and_json(tmp_path):
     assert [a.name for a in Plain(trial, '{"name": "StopTraining"}').actions] == ["StopTraining"]
     assert [a.name for a in Plain(trial, '[{"name": "stoptraining", "training_job_prefix": "x"}]').actions] == \
         ["StopTraining"]
-    with pytest.raises(smd.exceptions.ConfigError, match="unknown action 'Reboot'"):
+    with pytest.raises(ConfigError, match="unknown action 'Reboot'"):
         Plain(trial, "Reboot")
 
 
@@ -211,6 +211,8 @@ def test_save_scalar_timestamp_is_the_records_wall_time(tmp_path, monkeypatch):
     (metrics_file,) = (tmp_path / "metrics").iterdir()
     line = json.loads(metrics_file.read_text().splitlines()[0])
     assert (line["MetricName"], line["Value"], line["Timestamp"]) == ("scalar/lr_GLOBAL", 0.1, ts)
+    with pytest.raises(ConfigError, match="timestamp must be seconds since the epoch"):
+        hook.save_scalar("lr", 0.1, timestamp="yesterday")
     events_dir = tmp_path / "run" / "events" / "000000000000"
     records = dict((tag, wall) for f in os.listdir(events_dir) for wall, tag in event_records(events_dir / f))
     assert records["scalar/lr"] == ts
@@ -327,7 +329,7 @@ def test_config_json_round_trips():
     again = Collection.from_json(coll.to_json())
     assert again == coll and again.save_histogram is False and again.tensor_names == {"fc1_output_0"}
     assert Collection.from_dict(coll.to_json_dict()) == coll
-    with pytest.raises(smd.exceptions.ConfigError, match="SaveConfig.from_json takes a JSON string"):
+    with pytest.raises(ConfigError, match="SaveConfig.from_json takes a JSON string"):
         SaveConfig.from_json({"TRAIN": {}})
 
 
