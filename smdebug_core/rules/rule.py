@@ -131,8 +131,13 @@ class Rule:
 
     def __init__(self, base_trial=None, other_trials=None, actions=None, name: Optional[str] = None,
                  action_str: Optional[str] = None):
-        if isinstance(other_trials, str):  # 1.0.34's order: Rule(base_trial, action_str, other_trials)
-            other_trials, action_str, actions = actions, other_trials, None
+        if isinstance(other_trials, str) and not os.path.exists(other_trials):
+            # 1.0.34's order: Rule(base_trial, action_str, other_trials); an existing run
+            # directory given second is still other_trials.
+            action_str, other_trials = other_trials, None
+            items = actions if isinstance(actions, (list, tuple)) else [actions]
+            if actions is not None and all(hasattr(t, "tensor_names") for t in items):
+                other_trials, actions = actions, None  # the third positional: 1.0.34's other_trials
         self.base_trial = as_trial(base_trial)
         if other_trials is not None and not isinstance(other_trials, (list, tuple)):
             other_trials = [other_trials]
@@ -349,7 +354,13 @@ def _actions_from_action_str(action_str, rule_name: str) -> List[Action]:
                            "smdebug-core; use a Callback action to notify", rule_name, name)
             continue
         names.append(name)
-    return as_actions(names)
+    try:
+        return as_actions(names)
+    except ConfigError as exc:
+        if os.sep in action_str:
+            raise ConfigError(f"{exc}. action_str {action_str!r} looks like a path: a run directory given as "
+                              "other_trials must exist (or pass other_trials=[...] by keyword)") from None
+        raise
 
 
 def _prefetch(view: StepView, others: Sequence[Optional[StepView]], requirements) -> None:

@@ -153,6 +153,19 @@ def test_rule_action_str_positional_and_json(tmp_path):
     with pytest.raises(ConfigError, match="unknown action 'Reboot'"):
         Plain(trial, "Reboot")
 
+    class Compare(Rule):
+        def __init__(self, base_trial, action_str, other_trials=None):
+            super().__init__(base_trial, action_str, other_trials)
+
+        def invoke_at_step(self, step):
+            return False
+
+    other = create_trial(str(tmp_path / "run"))
+    assert Compare(trial, "", [other]).other_trials == [other]
+    assert Compare(trial, "StopTraining").other_trials == []
+    with_actions = Rule(trial, "", actions=["log"])  # keyword actions stay actions
+    assert [type(a).__name__ for a in with_actions.actions] == ["LogMessage"] and with_actions.other_trials == []
+
 
 # -------------------------------------------------------------------------------- hook behaviour
 def test_step_state_is_written_as_steps_are_saved_and_resumed_after_a_kill(tmp_path):
