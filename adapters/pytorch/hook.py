@@ -222,10 +222,6 @@ class Hook(CoreHook):
             self._zero_grad_fences = weakref.WeakKeyDictionary()
 
     # --- registration ----------------------------------------------------------------------
-    def register_hook(self, module: torch.nn.Module) -> None:
-        """1.0.34's other name for :meth:`register_module`."""
-        self.register_module(module)
-
     def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
         """Deprecated (already in 1.0.34): save the output of a function that is no module,
         such as ``F.mse_loss(...)``, as ``<tensor_name>_output_0`` in the collections whose
