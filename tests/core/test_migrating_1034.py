@@ -168,7 +168,7 @@ def test_rule_action_str_positional_and_json(tmp_path):
 
 
 # -------------------------------------------------------------------------------- hook behaviour
-def test_step_state_is_written_as_steps_are_saved_and_resumed_after_a_kill(tmp_path):
+def test_step_state_is_written_as_steps_are_saved_and_resumed_after_a_kill(tmp_path, monkeypatch):
     """Spot training: the process dies without close(); the next one resumes the numbering."""
     ckpt = tmp_path / "checkpointconfig.json"
     ckpt.write_text(json.dumps({"LocalPath": str(tmp_path / "ckpt")}))
@@ -189,12 +189,10 @@ def test_step_state_is_written_as_steps_are_saved_and_resumed_after_a_kill(tmp_p
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     state = json.loads((tmp_path / "ckpt" / "metadata.json").read_text())
-    assert state[-1]["latest-global-step-seen"] >= 3  # steps 0-4 saved; the last ones may be in flight
-    os.environ["CHECKPOINT_CONFIG_FILE_PATH"] = str(ckpt)
-    try:
-        hook = smd.Hook(out_dir=str(tmp_path / "run2"), save_config=smd.SaveConfig(save_interval=1))
-    finally:
-        del os.environ["CHECKPOINT_CONFIG_FILE_PATH"]
+    # Steps 0-3 ended and were flushed; step 4 was still open when the process died.
+    assert state[-1]["latest-global-step-seen"] == 3 and state[-1]["latest-mode-step"]["TRAIN"] == 3
+    monkeypatch.setenv("CHECKPOINT_CONFIG_FILE_PATH", str(ckpt))
+    hook = smd.Hook(out_dir=str(tmp_path / "run2"), save_config=smd.SaveConfig(save_interval=1))
     hook.set_mode(smd.modes.TRAIN)
     hook.begin_step()
     assert hook.global_step == state[-1]["latest-global-step-seen"] + 1
