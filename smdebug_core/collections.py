@@ -461,6 +461,35 @@ class Collection:
                         "(it could take too long to match; see docs/reader_safety.md)"))
         return coll
 
+    # 1.0.34's names for the same round trip.
+    def to_json(self) -> str:
+        """This collection as a JSON string; ``Collection.from_json`` reads it back."""
+        return json.dumps(self.to_json_dict())
+
+    @classmethod
+    def from_dict(cls, params: dict) -> "Collection":
+        """From ``to_json_dict()``'s form (1.0.34's collections-file entry)."""
+        return cls.from_json_dict(params)
+
+    @classmethod
+    def from_json(cls, json_str) -> "Collection":
+        if not isinstance(json_str, (str, bytes, bytearray)):
+            raise ConfigError(f"Collection.from_json takes a JSON string (from to_json()), got {json_str!r}")
+        try:
+            params = json.loads(json_str)
+        except ValueError as exc:
+            raise ConfigError(f"Collection.from_json: not valid JSON ({exc}): {json_str[:200]!r}") from None
+        return cls.from_json_dict(params)
+
+    def __eq__(self, other):
+        # As in 1.0.34: equal when configured alike (a round trip through JSON compares equal).
+        if not isinstance(other, Collection):
+            return NotImplemented
+        return self.to_json_dict() == other.to_json_dict()
+
+    def __hash__(self):
+        return hash(self.name)
+
     def __repr__(self):
         return (f"Collection(name={self.name!r}, include_regex={list(self._regexes)}, "
                 f"tensor_names={sorted(self._tensor_names)}, save_histogram={self._save_histogram})")
@@ -486,7 +515,12 @@ class CollectionManager:
         self.version += 1
         self._membership.clear()
 
-    def add(self, collection: Collection) -> Collection:
+    def add(self, collection) -> Collection:
+        """Add (or replace) a collection; a name adds an empty one unless it exists (as in 1.0.34)."""
+        if isinstance(collection, str):
+            return self.get(collection)
+        if not isinstance(collection, Collection):
+            raise ConfigError(f"CollectionManager.add takes a Collection or a collection name, got {collection!r}")
         collection._on_change = self._changed
         collection._on_object = self._object
         new = collection.name not in self.collections
@@ -511,6 +545,52 @@ class CollectionManager:
 
     def __getitem__(self, name):
         return self.collections[name]
+
+    # --- 1.0.34's names ------------------------------------------------------------------
+    def create_collection(self, name: str) -> Collection:
+        """Create the empty collection ``name`` if it does not exist; returns it."""
+        return self.get(name)
+
+    def get_collections(self) -> Dict[str, Collection]:
+        return self.collections
+
+    def to_json_dict(self, num_workers: int = 1) -> dict:
+        """The collections-file document (docs/format.md 4.2)."""
+        return json.loads(self.to_json_bytes(num_workers))
+
+    def export(self, out_dir, filename: Optional[str] = None, num_workers: int = 1) -> str:
+        """Write the collections file. ``export(out_dir, filename)`` writes
+        ``out_dir/collections/000000000/filename`` as 1.0.34 did (``filename`` is
+        ``"<worker>_collections.json"`` for a run directory the Trial reads);
+        ``export(path)`` writes the file ``path``. Returns the path written."""
+        import os
+
+        path = os.fspath(out_dir)
+        if filename is not None:
+            path = os.path.join(path, "collections", "000000000", filename)
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(self.to_json_bytes(num_workers))
+        return path
+
+    @classmethod
+    def load(cls, filename) -> "CollectionManager":
+        """Read a collections file written by :meth:`export` (or by a hook)."""
+        with open(filename, "rb") as fh:
+            return cls.from_json(fh.read())[0]
+
+    @classmethod
+    def load_from_string(cls, s) -> "CollectionManager":
+        return cls.from_json(s)[0]
+
+    def __eq__(self, other):
+        if not isinstance(other, CollectionManager):
+            return NotImplemented
+        return self.collections == other.collections
+
+    __hash__ = object.__hash__  # managers are mutable holders, hashed by identity
 
     def __contains__(self, name):
         return name in self.collections

@@ -331,6 +331,7 @@ class Hook:
         self._pending: Dict[object, Tuple[Optional[TensorPlan], object, Optional[TensorBackend]]] = {}
         self._blocks_pending = False  # whether _pending holds a ReducedBlock
         self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
+        self._early_tensors: List[Tuple[str, object]] = []  # save_tensor before the first step
         self._collections_written = False
         self._closed = False
         self._lock = threading.RLock()
@@ -421,16 +422,28 @@ class Hook:
         self.mode_steps[ModeKeys.GLOBAL] = seen
         logger.info("smdebug: resuming after global step %d (state in %s)", seen, self._checkpoint_dir)
 
-    def _save_step_counters(self) -> None:
+    def _save_step_counters(self, identity: Optional[tuple] = None) -> None:
+        """Write the step state atomically: at the end of each saved step (``identity``, on the
+        step pipeline's thread, once per saved step) and at close (the training thread's counters)."""
+        if identity is None:
+            step, mode_steps = self.global_step, dict(self.mode_steps)
+        else:
+            step, mode, mode_step = identity
+            try:
+                mode_steps = dict(self.mode_steps)  # other modes' counters, as the training thread has them
+            except RuntimeError:  # changed while copied: this mode's counter is the one that matters
+                mode_steps = {}
+            mode_steps[mode] = mode_step
+            mode_steps[ModeKeys.GLOBAL] = step
         record = {
             "training-run": self.out_dir,
-            "latest-global-step-saved": self.global_step,
-            "latest-global-step-seen": self.global_step,
-            "latest-mode-step": {m.name: s for m, s in self.mode_steps.items() if s >= 0},
+            "latest-global-step-saved": step,
+            "latest-global-step-seen": step,
+            "latest-mode-step": {m.name: s for m, s in mode_steps.items() if s >= 0},
         }
         try:
             os.makedirs(self._checkpoint_dir, exist_ok=True)
-            tmp = self._state_file() + ".tmp"
+            tmp = f"{self._state_file()}.{os.getpid()}.{threading.get_ident()}.tmp"
             with open(tmp, "w") as fh:
                 json.dump([record], fh)
             os.replace(tmp, self._state_file())
@@ -535,6 +548,10 @@ class Hook:
             self._step_identity = (self.global_step, self.mode, self.mode_step)
             self._step_open = True
             self._update_saving()
+            if self._early_tensors:
+                early, self._early_tensors = self._early_tensors, []
+                for name, value in early:
+                    self.record(name, value)
             if self._stop_poller is not None and self.stop_reason is None:
                 self._stop_poller.check(self)
         except Exception as exc:  # noqa: BLE001
@@ -776,19 +793,29 @@ class Hook:
         for coll_name in as_name_list(collections_to_write, "collections_to_write"):
             self.collection_manager.get(coll_name).add_tensor_name(tensor_name)
             self._include(coll_name)
+        if not self._step_open and self.global_step < 0 and self.enabled:
+            # Before the first step (as 1.0.34 allows): kept, and saved in the first step.
+            self._early_tensors.append((tensor_name, tensor_value))
+            return
         self.record(tensor_name, tensor_value)
 
     def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: Optional[float] = None) -> None:
         """Save a scalar as ``scalar/<name>`` in the current step, whatever the save config.
 
         With ``sm_metric=True`` it is also written to SageMaker Metrics when
-        ``SAGEMAKER_METRICS_DIRECTORY`` is set.
+        ``SAGEMAKER_METRICS_DIRECTORY`` is set. ``timestamp`` (seconds since the epoch) is
+        stored as the record's ``wall_time`` in the event file and in TensorBoard, as in
+        1.0.34; by default the time the step is written.
         """
         if not isinstance(name, str) or not name:
             raise ConfigError(f"scalar name must be a non-empty string, got {name!r}")
         if REDUCTION_TAG_PREFIX in name:
             raise ConfigError(f"scalar name {name!r}: names containing {REDUCTION_TAG_PREFIX!r} are reserved for "
                               "reductions (the reader would take it for one); rename it")
+        if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, (int, float, np.number))
+                                      or not math.isfinite(timestamp)):
+            raise ConfigError(f"save_scalar timestamp must be seconds since the epoch (a finite number, e.g. "
+                              f"time.time()) or None, got {timestamp!r}")
         if not self.enabled:
             return
         self._pending_scalars.append((name, value, bool(sm_metric), timestamp))
@@ -866,14 +893,19 @@ class Hook:
             elif plan is not None and (backend is None or i in materialized):
                 self._emit_one(plan, payload if backend is None else materialized[i], strip, out, seen)
 
+        timed = []  # scalars given a timestamp: their records carry it as wall_time (as in 1.0.34)
         for name, value, sm_metric, timestamp in scalars:
             array = np.asarray(self._numpy_scalar(value))
             tag = f"scalar/{name}"
-            tensors.append((tag, array))
+            if timestamp is None:
+                tensors.append((tag, array))
+            else:
+                timed.append((float(timestamp), tag, array))
             if seen is not None:
                 seen.tensors[tag] = array
             if array.size == 1:
-                tb_scalars.append((tag, float(array.reshape(-1)[0])))
+                if timestamp is None:  # a timed scalar's TensorBoard value goes with its own record
+                    tb_scalars.append((tag, float(array.reshape(-1)[0])))
                 if sm_metric:
                     metrics.append((f"{tag}_{mode.name}", float(array.reshape(-1)[0]), timestamp))
 
@@ -895,9 +927,17 @@ class Hook:
         writer.submit(StepData(
             global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
             shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
-        ), publish=True)  # the step is complete: readers may see it as soon as it is on disk
+        ), publish=not timed)  # the step is complete: readers may see it as soon as it is on disk
+        for i, (wall_time, tag, array) in enumerate(timed):  # same step, one record each with its time
+            writer.submit(StepData(
+                global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=[(tag, array)],
+                tb_scalars=[(tag, float(array.reshape(-1)[0]))] if array.size == 1 else [], wall_time=wall_time,
+            ), publish=i == len(timed) - 1)
         if collections is not None:
             writer.write_collections(collections)
+        if self._checkpoint_dir:
+            # Spot training: a run killed later still resumes after this step.
+            self._save_step_counters(identity)
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every step ended so far is finished and on disk (its files published).
@@ -1101,9 +1141,18 @@ class Hook:
     def collections_json(self) -> bytes:
         """The collections file: every collection with its resolved configs (docs/format.md 4.3)."""
         self._prepare_if_changed()
+        # Names matched by an included collection's regexes are listed under it, as 1.0.34
+        # did: its readers take a collection's tensors from these lists.
+        matched: Dict[str, set] = {}
+        for tensor in self.seen_tensor_names():
+            for coll in self.collection_manager.collections_for(tensor):
+                if coll.name in self._by_name:
+                    matched.setdefault(coll.name, set()).add(tensor)
         doc = {}
         for name, coll in sorted(self.collection_manager.collections.items()):
             entry = coll.to_json_dict()
+            if name in matched:
+                entry["tensor_names"] = sorted(matched[name].union(entry["tensor_names"]))
             prepared = self._by_name.get(name)
             save_config = prepared.save_config if prepared else coll.save_config.resolved(
                 self.save_config, self.profile.default_save_interval)
@@ -1260,6 +1309,20 @@ def _unregister_hook(hook: Hook) -> None:
     global _current_hook
     if _current_hook is hook:
         _current_hook = None
+
+
+def set_hook(hook: Hook) -> None:
+    """Make ``hook`` the process's hook, the one ``get_hook()`` returns (1.0.34's name)."""
+    if not isinstance(hook, Hook):
+        raise ConfigError(f"set_hook takes a smdebug hook (e.g. smdebug.pytorch.Hook), got {hook!r}")
+    _register_hook(hook)
+
+
+def del_hook() -> None:
+    """Forget the process's hook: ``get_hook()`` returns None (or, asked to, creates a new one
+    from the JSON config) until another hook is constructed. The hook itself is not closed."""
+    global _current_hook
+    _current_hook = None
 
 
 def get_hook(hook_class=Hook, json_config_path: Optional[str] = None,

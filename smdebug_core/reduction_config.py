@@ -158,6 +158,36 @@ class ReductionConfig:
             save_shape=bool(data.get("save_shape", False)),
         )
 
+    # 1.0.34's names for the same round trip.
+    def to_json(self) -> str:
+        """This config as a JSON string; ``ReductionConfig.from_json`` reads it back."""
+        import json
+
+        return json.dumps(self.to_json_dict())
+
+    @classmethod
+    def from_dict(cls, params) -> Optional["ReductionConfig"]:
+        """From ``to_json_dict()``'s form, or 1.0.34's keyword form (``{"norms": ["l2"], ...}``)."""
+        if isinstance(params, dict) and "reductions" not in params and EXTRA_REDUCTIONS_KEY not in params:
+            allowed = ("reductions", "abs_reductions", "norms", "abs_norms", "save_raw_tensor", "save_shape")
+            unknown = [k for k in params if k not in allowed]
+            if unknown:
+                raise ConfigError(f"ReductionConfig.from_dict: unknown keys {unknown}; allowed: {', '.join(allowed)}")
+            return cls(**params)
+        return cls.from_json_dict(params)
+
+    @classmethod
+    def from_json(cls, json_str) -> Optional["ReductionConfig"]:
+        import json
+
+        if not isinstance(json_str, (str, bytes, bytearray)):
+            raise ConfigError(f"ReductionConfig.from_json takes a JSON string (from to_json()), got {json_str!r}")
+        try:
+            params = json.loads(json_str)
+        except ValueError as exc:
+            raise ConfigError(f"ReductionConfig.from_json: not valid JSON ({exc}): {json_str[:200]!r}") from None
+        return cls.from_dict(params)
+
     def __eq__(self, other):
         return isinstance(other, ReductionConfig) and self.to_json_dict() == other.to_json_dict()
 

@@ -22,6 +22,18 @@ from .modes import ALL_MODES, ModeKeys
 DEFAULT_SAVE_INTERVAL = 500
 _FIELDS = ("save_interval", "start_step", "end_step", "save_steps")
 
+def _loads(text, what: str):
+    """``json.loads`` for the ``from_json`` classmethods: errors name the class and the text."""
+    import json
+
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise ConfigError(f"{what}.from_json takes a JSON string (from to_json()), got {type(text).__name__}")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{what}.from_json: not valid JSON ({exc}): {text[:200]!r}") from None
+
+
 
 def _check_int(field, value, minimum, allow_none=True):
     if value is None and allow_none:
@@ -152,7 +164,8 @@ class SaveConfigMode:
     def to_json_dict(self) -> dict:
         return {
             "save_interval": self.save_interval,
-            "save_steps": list(self.save_steps or []),
+            # None (inherited) stays None, so that a round trip keeps what is inherited.
+            "save_steps": None if self.save_steps is None else list(self.save_steps),
             "start_step": self.start_step,
             "end_step": self.end_step,
         }
@@ -164,6 +177,27 @@ class SaveConfigMode:
         if not isinstance(data, dict):
             raise ConfigError(f"a mode's save config must be an object, got {data!r}")
         return cls(**{f: data.get(f) for f in _FIELDS})
+
+    # 1.0.34's names for the same round trip.
+    def to_json(self) -> str:
+        """This config as a JSON string; ``SaveConfigMode.from_json`` reads it back."""
+        import json
+
+        return json.dumps(self.to_json_dict())
+
+    @classmethod
+    def from_dict(cls, params, default_values: Optional[dict] = None) -> Optional["SaveConfigMode"]:
+        """From a dict of fields; missing fields come from ``default_values`` (None stays None)."""
+        if params is None:
+            return None
+        if not isinstance(params, dict) or (default_values is not None and not isinstance(default_values, dict)):
+            raise ConfigError(f"SaveConfigMode.from_dict takes dicts of fields {_FIELDS}, got {params!r}, "
+                              f"default_values={default_values!r}")
+        return cls.from_json_dict({f: params.get(f, (default_values or {}).get(f)) for f in _FIELDS})
+
+    @classmethod
+    def from_json(cls, json_str) -> Optional["SaveConfigMode"]:
+        return cls.from_dict(_loads(json_str, "SaveConfigMode"))
 
     def __eq__(self, other):
         return isinstance(other, SaveConfigMode) and self.fields() == other.fields()
@@ -272,6 +306,38 @@ class SaveConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"save_config must be an object keyed by mode name, got {data!r}")
         return cls(mode_save_configs={ModeKeys.parse(k): SaveConfigMode.from_json_dict(v) for k, v in data.items()})
+
+    # 1.0.34's names for the same round trip.
+    def to_json(self) -> str:
+        """This config as a JSON string (one object per mode); ``SaveConfig.from_json`` reads it back."""
+        import json
+
+        return json.dumps(self.to_json_dict())
+
+    @classmethod
+    def from_dict(cls, params, default_values: Optional[dict] = None) -> Optional["SaveConfig"]:
+        """From a dict of modes (names or ModeKeys) to SaveConfigMode or dicts of fields;
+        fields a mode leaves out come from ``default_values``."""
+        if params is None:
+            return None
+        if not isinstance(params, dict):
+            raise ConfigError(f"SaveConfig.from_dict takes a dict of modes (e.g. {{'TRAIN': {{'save_interval': 10}}}}),"
+                              f" got {params!r}")
+        modes = {}
+        for mode, value in params.items():
+            if isinstance(value, dict) or value is None:
+                value = SaveConfigMode.from_dict(value or {}, default_values)
+            modes[ModeKeys.parse(mode)] = value
+        return cls(mode_save_configs=modes)
+
+    @classmethod
+    def from_json(cls, json_str) -> Optional["SaveConfig"]:
+        return cls.from_dict(_loads(json_str, "SaveConfig"))
+
+    @classmethod
+    def from_save_config_mode(cls, save_config_mode: SaveConfigMode) -> "SaveConfig":
+        """A SaveConfig using ``save_config_mode`` in every mode."""
+        return cls(mode_save_configs={mode: save_config_mode for mode in ALL_MODES})
 
     def __eq__(self, other):
         return isinstance(other, SaveConfig) and all(

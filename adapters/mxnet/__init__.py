@@ -8,6 +8,7 @@ from smdebug import create_trial, modes
 from smdebug.collections import Collection, CollectionKeys
 from smdebug.modes import ModeKeys
 from smdebug.reduction_config import ReductionConfig
+from smdebug.hook import del_hook, set_hook
 from smdebug.save_config import SaveConfig, SaveConfigMode
 
 from .backend import MXNetBackend
@@ -15,5 +16,5 @@ from .hook import Hook, TrainingStopRequested, get_hook
 
 __all__ = [
     "Collection", "CollectionKeys", "Hook", "MXNetBackend", "ModeKeys", "ReductionConfig", "SaveConfig",
-    "SaveConfigMode", "TrainingStopRequested", "create_trial", "get_hook", "modes",
+    "SaveConfigMode", "TrainingStopRequested", "create_trial", "del_hook", "get_hook", "modes", "set_hook",
 ]

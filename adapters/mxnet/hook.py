@@ -123,14 +123,22 @@ class Hook(CoreHook):
         return 0, 1
 
     # --- registration --------------------------------------------------------------
+    def register_hook(self, block: gluon.Block) -> None:
+        """1.0.34's name for :meth:`register_block` (scripts and its zero-code-change patches call it)."""
+        self.register_block(block)
+
     def register_block(self, block: gluon.Block) -> None:
         """Register the top-level Gluon block: each of its forward calls is one step.
 
         Register before ``hybridize()`` or after: both work, see the module docstring.
-        Registering another block replaces the first as the step-defining model.
+        Registering another block replaces the first as the step-defining model; a Gluon
+        loss block is registered as a loss instead (:meth:`register_loss`), as in 1.0.34.
         """
         if not isinstance(block, gluon.Block):
             raise ConfigError(f"register_block expects a mxnet.gluon.Block, got {type(block).__name__}")
+        if isinstance(block, gluon.loss.Loss):  # as in 1.0.34: a loss block saves its output, it is no model
+            self.register_loss(block)
+            return
         if self.model is block:
             return
         for handle in self._model_handles:

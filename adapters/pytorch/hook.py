@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import warnings
 import weakref
 from typing import Dict, List, Optional, Tuple
 
@@ -221,6 +222,19 @@ class Hook(CoreHook):
             self._zero_grad_fences = weakref.WeakKeyDictionary()
 
     # --- registration ----------------------------------------------------------------------
+    def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
+        """Deprecated (already in 1.0.34): save the output of a function that is no module,
+        such as ``F.mse_loss(...)``, as ``<tensor_name>_output_0`` in the collections whose
+        regexes match that name (``losses`` for a name ending in ``loss``), as 1.0.34 did.
+        Use ``hook.save_tensor(name, value, collections_to_write)`` instead."""
+        warnings.warn("Hook.record_tensor_value is deprecated; use hook.save_tensor(tensor_name, tensor_value, "
+                      "collections_to_write) instead (it saves the name as given, in the collections you name)",
+                      DeprecationWarning, stacklevel=2)
+        if not isinstance(tensor_value, torch.Tensor):
+            raise ConfigError(f"record_tensor_value: tensor_value must be a torch.Tensor, got "
+                              f"{type(tensor_value).__name__}; use hook.save_tensor for other values")
+        self.record(f"{tensor_name}_output_0", tensor_value.detach())
+
     def register_module(self, module: torch.nn.Module) -> None:
         """Capture a model: its parameters, gradients, and the inputs/outputs collections ask for.
 

@@ -24,6 +24,8 @@ from smdebug.modes import ModeKeys
 from smdebug.reduction_config import ReductionConfig
 from smdebug.save_config import SaveConfig, SaveConfigMode
 
+from smdebug.hook import del_hook, set_hook
+
 from .base import TFHookBase
 from .estimator_hook import EstimatorHook
 
@@ -47,15 +49,19 @@ def _hook_class(hook_type: Optional[str]):
     if hook_type is None:
         return None
     if hook_type not in _HOOK_TYPES:
-        raise ConfigError(f"hook_type must be one of {', '.join(_HOOK_TYPES)} or None, got {hook_type!r}")
+        hint = ""
+        if isinstance(hook_type, str) and (hook_type.endswith(".json") or "/" in hook_type):
+            hint = ("; it looks like a config path: get_hook's first argument is hook_type (as in smdebug 1.0.34), "
+                    "pass get_hook(json_config_path=...)")
+        raise ConfigError(f"hook_type must be one of {', '.join(_HOOK_TYPES)} or None, got {hook_type!r}{hint}")
     if hook_type == "estimator":
         return EstimatorHook
     return __getattr__("KerasHook" if hook_type == "keras" else "SessionHook")
 
 
-def get_hook(json_config_path: Optional[str] = None, hook_type: Optional[str] = None,
+def get_hook(hook_type: Optional[str] = None, json_config_path: Optional[str] = None,
              create_if_not_exists: bool = False):
-    """The process's TensorFlow hook.
+    """The process's TensorFlow hook (arguments in smdebug 1.0.34's order).
 
     Returns the last hook constructed if it is of ``hook_type`` (``"keras"``,
     ``"session"``, ``"estimator"``; None: any TensorFlow hook); otherwise, with
@@ -74,5 +80,5 @@ def get_hook(json_config_path: Optional[str] = None, hook_type: Optional[str] = 
 
 __all__ = [
     "Collection", "CollectionKeys", "EstimatorHook", "KerasHook", "ModeKeys", "ReductionConfig", "SaveConfig",
-    "SaveConfigMode", "SessionHook", "TFBackend", "create_trial", "get_hook", "modes",
+    "SaveConfigMode", "SessionHook", "TFBackend", "create_trial", "del_hook", "get_hook", "modes", "set_hook",
 ]

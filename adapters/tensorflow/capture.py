@@ -639,7 +639,8 @@ class _StepReader:
         self._returned = {index: position for position, index in enumerate(returned)}
         stash = [var for v in variants for var in v.stash]
         copies = [v.copies for v in variants]
-        n_extra, keys = len(extra), self._keys
+        # Bound under its own name: the plan loop below rebinds ``keys`` before ``read`` is traced.
+        n_extra, all_keys = len(extra), self._keys
         sizes = [int(np.prod(specs[i][0], dtype=np.int64)) for i in reduced]
         compute = compute_dtype(specs[i][1] for i in reduced)
 
@@ -647,7 +648,7 @@ class _StepReader:
             values = list(tensors) + [var.read_value() for var in stash]
             packed = []
             if reduced:
-                matrix = reduction_matrix([values[i] for i in reduced], sizes, keys, compute)
+                matrix = reduction_matrix([values[i] for i in reduced], sizes, all_keys, compute)
                 packed.append(tf.reshape(matrix, [-1]))
             if copies:
                 packed.append(tf.cast(tf.stack([c.read_value() for c in copies]), tf.float64))

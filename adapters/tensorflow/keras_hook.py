@@ -147,6 +147,9 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._log_keys: Dict[str, str] = {}  # Keras log key -> collection
         self._in_fit = False
         self._models: List[object] = []
+        # Models registered before they had weights (built lazily, at their first batch):
+        # scanned again at step boundaries until they have some.
+        self._unbuilt: List[object] = []
         self._tape_source_ids: set = set()
         # (model, its train_function, weight names): the optimizer site of that compiled train
         # function copied these trainable weights in a saved TRAIN step of fit; see _delivered_by_sites.
@@ -173,6 +176,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if not any(m is model for m in self._models):
             self._models.append(model)
         self._scan_variables(model)
+        if not model.weights and not any(m is model for m in self._unbuilt):
+            self._unbuilt.append(model)
         changed = False
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None and self._wants_optimizer_site(model):
@@ -584,6 +589,11 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._site_weights = (model, function, names)
 
     def end_step(self) -> None:
+        if self._unbuilt and self.enabled:
+            try:
+                self._scan_built_models()  # built by the batch that just ran: saved from the next step
+            except Exception as exc:  # noqa: BLE001 - the hook never stops training
+                self.disable(f"scanning a model built at its first batch: {type(exc).__name__}: {exc}")
         confirm = self._tf and self._in_fit and self._step_active and self.enabled and self.saving_step and \
             self.mode == ModeKeys.TRAIN and self.model is not None
         super().end_step()
@@ -595,9 +605,23 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 self.disable(f"end of step: {type(exc).__name__}: {exc}")
 
     # ====================================================================== callbacks
+    def _scan_built_models(self) -> None:
+        """Name and track the weights of models that were built after set_model (a
+        ``Sequential`` without an ``Input`` builds at its first batch)."""
+        for model in list(self._unbuilt):
+            if model.weights:
+                self._unbuilt.remove(model)
+                before = set(self._tracked)
+                self._scan_variables(model)
+                for name in self._tracked:
+                    if name not in before:
+                        self.plan_for(name)  # seen by now: no "matched nothing" warning for weights
+
     def _start_step(self, mode: ModeKeys) -> None:
         if self._step_active:
             self.end_step()
+        if self._unbuilt:
+            self._scan_built_models()
         if self.mode != mode:
             self.set_mode(mode)
         self._batch_function = _LOOP_FUNCTIONS[mode]

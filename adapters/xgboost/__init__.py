@@ -9,11 +9,12 @@ from smdebug import create_trial, modes
 from smdebug.collections import Collection, CollectionKeys
 from smdebug.modes import ModeKeys
 from smdebug.reduction_config import ReductionConfig
+from smdebug.hook import del_hook, set_hook
 from smdebug.save_config import SaveConfig, SaveConfigMode
 
 from .hook import Hook, get_hook
 
 __all__ = [
     "Collection", "CollectionKeys", "Hook", "ModeKeys", "ReductionConfig", "SaveConfig", "SaveConfigMode",
-    "create_trial", "get_hook", "modes",
+    "create_trial", "del_hook", "get_hook", "modes", "set_hook",
 ]

@@ -40,6 +40,7 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..exceptions import (
+    ConfigError,
     NoMoreData,
     RuleEvaluationConditionMet,
     StepNotYetAvailable,
@@ -51,6 +52,7 @@ from ..logger import get_logger
 from ..modes import ModeKeys
 from .actions import Action, RuleEvent, as_actions
 from .report import RuleReport, to_jsonable
+from .req_tensors import RequiredTensors
 from .views import Required, StepView, TrialStepView
 
 logger = get_logger("smdebug.rules")
@@ -108,19 +110,34 @@ class Rule:
         actions: what to do when the rule fires (see :mod:`smdebug.rules.actions`); added to
             the actions given to ``invoke_rule`` / ``hook.add_rule``.
         name: the rule's name in reports and messages (default: the class name).
+        action_str: smdebug 1.0.34's actions: ``""``, an action name (``"StopTraining"``) or
+            its JSON (``'{"name": "StopTraining"}'`` or a list of those). SageMaker's
+            ``email``/``sms`` notifications are not sent here (a warning says so). May be
+            given second, positionally, as in 1.0.34's ``Rule(base_trial, action_str)``.
 
     Subclasses implement :meth:`invoke_at_step` and usually :meth:`required_tensors`.
+    Rules written for 1.0.34 that fill ``self.req_tensors`` in ``set_required_tensors(step)``
+    work unchanged.
     Store each constructor parameter in an attribute of the same name: the report lists
     them as the rule's parameters.
     """
 
-    _NOT_PARAMETERS = frozenset({"self", "base_trial", "other_trials", "other_trial", "actions", "name"})
+    _NOT_PARAMETERS = frozenset({"self", "base_trial", "other_trials", "other_trial", "actions", "name",
+                                 "action_str"})
     #: Which ``measure`` of a firing (see :meth:`note`) is the worst: "max" or "min".
     worst = "max"
     #: What ``measure`` is, for summaries ("" when the rule gives none).
     measure_name = ""
 
-    def __init__(self, base_trial=None, other_trials=None, actions=None, name: Optional[str] = None):
+    def __init__(self, base_trial=None, other_trials=None, actions=None, name: Optional[str] = None,
+                 action_str: Optional[str] = None):
+        if isinstance(other_trials, str) and not os.path.exists(other_trials):
+            # 1.0.34's order: Rule(base_trial, action_str, other_trials); an existing run
+            # directory given second is still other_trials.
+            action_str, other_trials = other_trials, None
+            items = actions if isinstance(actions, (list, tuple)) else [actions]
+            if actions is not None and all(hasattr(t, "tensor_names") for t in items):
+                other_trials, actions = actions, None  # the third positional: 1.0.34's other_trials
         self.base_trial = as_trial(base_trial)
         if other_trials is not None and not isinstance(other_trials, (list, tuple)):
             other_trials = [other_trials]
@@ -129,8 +146,11 @@ class Rule:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ValueError(f"a rule name must be a non-empty string, got {name!r}")
         self.rule_name = name or type(self).__name__
-        self.actions: List[Action] = as_actions(actions)
+        self.actions: List[Action] = as_actions(actions) + _actions_from_action_str(action_str, self.rule_name)
+        self.action_str = action_str or ""
         self.logger = logger
+        #: 1.0.34's API: tensors declared by ``set_required_tensors(step)``.
+        self.req_tensors = RequiredTensors(self.base_trial, self.other_trials)
         #: The current step's data (set before required_tensors and invoke_at_step).
         self.view: Optional[StepView] = None
         #: Views of the same step in ``other_trials`` (None where that trial lacks the step).
@@ -142,6 +162,7 @@ class Rule:
         self._notes: List[_Note] = []
         self._warned: set = set()
         self._step_without_data = False
+        self._req_missing = None  # (step, error) when set_required_tensors lacked a tensor
 
     def __repr__(self):
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())
@@ -153,8 +174,26 @@ class Rule:
 
         Return Required entries; whatever is not declared is still readable, one read
         at a time. Live rules do not call this (the data is already in memory).
+        The default runs 1.0.34's ``set_required_tensors(step)`` and asks for the values of
+        what it put in ``self.req_tensors``.
         """
-        return ()
+        if type(self).set_required_tensors is Rule.set_required_tensors:
+            return ()
+        self.req_tensors.clear()
+        self._req_missing = None
+        try:
+            self.set_required_tensors(step)
+        except DATA_MISSING as exc:
+            # As in 1.0.34: a declared tensor the step lacks skips the step for this rule.
+            self._req_missing = (step, exc)
+            raise
+        names = tuple(name for trial in self.trials for name in self.req_tensors.get_names(trial))
+        return (Required(names=names, value=True),) if names else ()
+
+    def set_required_tensors(self, step: int) -> None:
+        """1.0.34's way to declare what a step needs: ``self.req_tensors.add(name, steps=[step])``
+        (``should_match_regex=True`` for a regex, ``trial=`` for one of ``other_trials``).
+        Read them in :meth:`invoke_at_step` with ``self.req_tensors.get()`` or the trial."""
 
     def invoke_at_step(self, step: int) -> bool:
         """Evaluate the rule at global ``step``; True when the condition holds."""
@@ -229,6 +268,9 @@ class Rule:
         self._notes = []
         self._step_without_data = False
         try:
+            missing, self._req_missing = self._req_missing, None
+            if missing is not None and missing[0] == view.step:
+                raise missing[1]
             fired = bool(self.invoke_at_step(view.step))
         except DATA_MISSING as exc:
             self.logger.debug("rule %s skipped step %d: %s", self.rule_name, view.step, exc)
@@ -286,6 +328,39 @@ class Rule:
             fired = self._evaluate(view, others)
         if fired:
             raise RuleEvaluationConditionMet(self.rule_name, step)
+
+
+def _actions_from_action_str(action_str, rule_name: str) -> List[Action]:
+    """The actions of a 1.0.34 ``action_str`` (see :class:`Rule`)."""
+    if action_str is None or (isinstance(action_str, str) and not action_str.strip()):
+        return []
+    if not isinstance(action_str, str):
+        raise ConfigError(f"action_str must be a string (an action name or its JSON), got {action_str!r}")
+    import json
+
+    try:
+        spec = json.loads(action_str)
+    except ValueError:
+        spec = action_str.strip()  # a bare name such as "StopTraining"
+    items = spec if isinstance(spec, list) else [spec]
+    names = []
+    for item in items:
+        name = item.get("name") if isinstance(item, dict) else item
+        if not isinstance(name, str):
+            raise ConfigError(f"action_str {action_str!r}: each action needs a string 'name' (e.g. "
+                              "'{\"name\": \"StopTraining\"}')")
+        if name.strip().lower() in ("email", "sms"):
+            logger.warning("smdebug rule %s: action %r of action_str is a SageMaker notification, not sent by "
+                           "smdebug-core; use a Callback action to notify", rule_name, name)
+            continue
+        names.append(name)
+    try:
+        return as_actions(names)
+    except ConfigError as exc:
+        if os.sep in action_str:
+            raise ConfigError(f"{exc}. action_str {action_str!r} looks like a path: a run directory given as "
+                              "other_trials must exist (or pass other_trials=[...] by keyword)") from None
+        raise
 
 
 def _prefetch(view: StepView, others: Sequence[Optional[StepView]], requirements) -> None:
@@ -378,6 +453,10 @@ def run_rules(
         raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
     if idle_timeout is not None and not float(idle_timeout) >= 0:
         raise ValueError(f"idle_timeout must be >= 0 seconds or None, got {idle_timeout!r}")
+    if idle_timeout is None and end_step is not None:
+        # The original returns when the steps up to end_step never come (a run that stopped
+        # early without its end marker): wait for them as long as create_trial waits for a run.
+        idle_timeout = getattr(trial, "wait_timeout", None)
     extra = as_actions(actions)
     report_paths = report_paths or {}  # a rule not in it keeps its report in memory only
     for rule in rules:
@@ -419,7 +498,10 @@ def run_rules(
                 if rule.check_idle(idle):
                     _fire_idle(rule, last_evaluated, trial.path, extra, raise_eval_cond, on_fire)
             if idle_timeout is not None and idle >= idle_timeout:
-                logger.warning("rules: no new step in %s for %.0f s (idle_timeout); stopping", trial.path, idle)
+                logger.warning("rules: no new step in %s for %.0f s (idle_timeout%s); stopping", trial.path, idle,
+                               "" if end_step is None else f"; the run has no step {end_step - 1} yet and no "
+                               "end-of-training marker. Pass idle_timeout or set SMDEBUG_TRIAL_WAIT_TIMEOUT to wait "
+                               "longer")
                 break
             time.sleep(poll)
     finally:
@@ -510,7 +592,9 @@ def invoke_rule(
             ``poll_interval`` seconds, default 0.5) until the end-of-training marker appears;
             False evaluates the steps present now and returns.
         idle_timeout: stop following after this many seconds without a new step (None: wait
-            for the end of training however long it takes).
+            for the end of training however long it takes; with ``end_step``, None waits the
+            trial's ``wait_timeout``, 30 s by default or ``SMDEBUG_TRIAL_WAIT_TIMEOUT``, so a run
+            whose last step is below ``end_step`` and that never ends returns, as in 1.0.34).
         progress: show a tqdm progress bar over steps.
 
     Returns the rule's :class:`RuleReport` (also ``rule.report``).

@@ -416,7 +416,21 @@ class Trial:
         return self._collection_manager.collections
 
     def collection(self, name: str) -> Collection:
-        """The collection called ``name``; KeyError naming the known ones if there is none."""
+        """The collection called ``name``. One the run does not have is created empty in this
+        trial (as in smdebug 1.0.34), so that regexes can be ``include()``-d into it and it
+        can be passed to ``tensor_names(collection=...)``; a debug log names the known ones."""
+        coll = self._collection_manager.collections.get(name)
+        if coll is None:
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"a collection name must be a non-empty string, got {name!r}")
+            logger.debug("trial %s has no collection %r (known: %s); created empty", self.name, name,
+                         ", ".join(sorted(self._collection_manager.collections)) or "none")
+            coll = self._collection_manager.get(name)
+        return coll
+
+    def _saved_collection(self, name: str) -> Collection:
+        """The run's collection called ``name``; KeyError naming the known ones if there is none
+        (a typo in ``tensor_names(collection="...")`` must not read as "no tensors")."""
         coll = self._collection_manager.collections.get(name)
         if coll is None:
             known = ", ".join(sorted(self._collection_manager.collections)) or "none"
@@ -873,7 +887,7 @@ class Trial:
             if isinstance(item, Collection):
                 out.append(item)
             elif isinstance(item, str):
-                out.append(self.collection(item))
+                out.append(self._saved_collection(item))
             else:
                 raise TypeError(f"collection must be a name, a Collection or a list of them, got {item!r}")
         return out
@@ -1004,3 +1018,14 @@ def create_trial(
         wait_for_directory=wait_timeout is not None,
         max_expanded_elements=max_expanded_elements,
     )
+
+
+class LocalTrial(Trial):
+    """A trial of a local run directory, constructed as in smdebug 1.0.34:
+    ``LocalTrial(name, dirname)``. ``parallel`` is accepted and has no effect (reads are
+    not threaded here). Prefer :func:`create_trial`."""
+
+    def __init__(self, name, dirname, range_steps=None, parallel=True, check=False, index_mode=True,
+                 cache=False, **kwargs):
+        super().__init__(os.path.expanduser(os.fspath(dirname)), name=name, range_steps=range_steps, check=check,
+                         index_mode=index_mode, cache=cache, **kwargs)

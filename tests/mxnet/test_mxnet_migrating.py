@@ -1,0 +1,29 @@
+"""MXNet Gluon scripts written against smdebug 1.0.34 run unchanged (docs/migrating.md)."""
+import pytest
+
+mx = pytest.importorskip("mxnet")
+
+import smdebug.mxnet as smd  # noqa: E402
+from smdebug.trials import create_trial  # noqa: E402
+
+
+def test_register_hook_is_register_block(run_dir, make_net, train):
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["weights", "losses"])
+    net, loss_fn, trainer = make_net()
+    hook.register_hook(net)  # 1.0.34's name
+    hook.register_hook(loss_fn)
+    train(net, loss_fn, trainer, 3)
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.steps() == [0, 1, 2]
+    assert "dense1_weight" in trial.tensor_names(collection="weights")
+    assert trial.tensor_names(collection="losses") == ["softmaxcrossentropyloss0_output_0"]
+
+
+def test_del_hook(run_dir):
+    hook = smd.Hook(out_dir=run_dir)
+    assert smd.get_hook() is hook
+    smd.del_hook()
+    assert smd.get_hook() is None
+    hook.close()

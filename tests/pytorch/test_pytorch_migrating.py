@@ -1,0 +1,63 @@
+"""PyTorch scripts written against smdebug 1.0.34 run unchanged (docs/migrating.md)."""
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import smdebug.pytorch as smd  # noqa: E402
+from smdebug.exceptions import ConfigError  # noqa: E402
+from smdebug.trials import create_trial  # noqa: E402
+
+from pt_helpers import batches, make_model  # noqa: E402
+
+
+def test_record_tensor_value_saves_a_functional_loss_with_a_deprecation_warning(run_dir):
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1))
+    model = make_model()
+    hook.register_hook(model)  # 1.0.34's other name for register_module
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for x, y in batches(3):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)  # a function, not a module
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hook.record_tensor_value("nll_loss", loss)
+        assert any(issubclass(w.category, DeprecationWarning) and "save_tensor" in str(w.message) for w in caught)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.tensor_names(collection="losses") == ["nll_loss_output_0"]  # 1.0.34's name
+    saved = [float(trial.tensor("nll_loss_output_0").value(s)) for s in trial.steps()]
+    assert saved == pytest.approx(losses)
+
+
+def test_record_tensor_value_refuses_non_tensors_saying_what_to_use(run_dir):
+    hook = smd.Hook(out_dir=run_dir)
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match="save_tensor"):
+        hook.record_tensor_value("loss", 0.5)
+    hook.close()
+
+
+def test_del_hook_forgets_the_process_hook(run_dir):
+    hook = smd.Hook(out_dir=run_dir)
+    assert smd.get_hook() is hook
+    smd.del_hook()
+    assert smd.get_hook() is None
+    hook.close()
+
+
+def test_save_tensor_before_the_first_forward(run_dir):
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1))
+    model = make_model()
+    hook.register_module(model)
+    hook.save_tensor("class_weights", torch.tensor([0.2, 0.3, 0.5]), "custom")  # before any step
+    for x, _ in batches(2):
+        model(x)
+    hook.close()
+    trial = create_trial(run_dir)
+    assert np.allclose(trial.tensor("class_weights").value(0), [0.2, 0.3, 0.5])

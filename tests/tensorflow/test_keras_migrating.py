@@ -1,0 +1,108 @@
+"""Keras scripts written against smdebug 1.0.34 run unchanged (docs/migrating.md)."""
+import logging
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+import smdebug.tensorflow as smd  # noqa: E402
+from smdebug.exceptions import ConfigError  # noqa: E402
+from smdebug.trials import create_trial  # noqa: E402
+
+from conftest import make_model, make_recorder  # noqa: E402
+
+
+def test_collection_with_its_own_reduction_config_in_compiled_fit(tmp_path, data, caplog):
+    """1.0.34's docs: ``hook.get_collection("weights").reduction_config = ReductionConfig(...)``,
+    here beside gradients saved whole (the hook's default config)."""
+    x, y = data
+    model = make_model()
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                         include_collections=["weights", "gradients", "losses"])
+    hook.get_collection("weights").reduction_config = smd.ReductionConfig(norms=["l1"])
+    recorder = make_recorder()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        model.fit(x, y, batch_size=5, epochs=1, shuffle=False, callbacks=[recorder, hook], verbose=0)
+    hook.close()
+    assert "disabled" not in caplog.text
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps() == [0, 1]
+    kernel = trial.tensor("d1/weights/d1/kernel")
+    grad = trial.tensor("gradients/d1/kernelGrad")
+    for step in (0, 1):
+        want = np.abs(recorder.weights[step]["d1"][0]).sum()
+        assert kernel.reduction_value(step, "l1") == pytest.approx(float(want), rel=1e-5)
+        assert set(kernel.reduction_values(step)) == {("l1", False)}  # the collection's own config
+        assert grad.value(step).shape == (4, 3)  # the hook's config: saved whole
+
+
+def test_model_built_at_its_first_batch_saves_its_weights(tmp_path, caplog):
+    """``Sequential([Dense(4), Dense(2)])`` without an Input builds inside fit's first batch."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(4, name="a"), keras.layers.Dense(2, name="b")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    assert not model.built
+    x = np.random.default_rng(0).standard_normal((16, 3)).astype("float32")
+    y = np.random.default_rng(1).standard_normal((16, 2)).astype("float32")
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                         include_collections=["weights", "biases", "losses"])
+    recorder = make_recorder()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        model.fit(x, y, batch_size=4, epochs=1, shuffle=False, callbacks=[recorder, hook], verbose=0)
+    hook.close()
+    assert "matched none" not in caplog.text
+    trial = create_trial(str(tmp_path / "run"))
+    weights = trial.tensor_names(collection="weights")
+    assert len(weights) == 2 and len(trial.tensor_names(collection="biases")) == 2
+    kernel = next(n for n in weights if n.startswith("a/") and n.endswith("kernel"))
+    # Step 0 ran the build: its weights did not exist when it began. From step 1 on, each
+    # step has the weights its batch used.
+    steps = trial.tensor(kernel).steps()
+    assert steps == [1, 2, 3]
+    for step in steps:
+        np.testing.assert_allclose(trial.tensor(kernel).value(step), recorder.weights[step]["a"][0], rtol=1e-6)
+
+
+def test_get_hook_takes_the_original_argument_order(tmp_path, monkeypatch):
+    config = tmp_path / "config.json"
+    config.write_text('{"LocalPath": "%s"}' % (tmp_path / "run"))
+    monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", str(config))
+    smd.del_hook()
+    hook = smd.get_hook("keras", create_if_not_exists=True)  # (hook_type, json_config_path, create...)
+    assert isinstance(hook, smd.KerasHook) and hook.out_dir == str(tmp_path / "run")
+    assert smd.get_hook("keras", str(config), True) is hook
+    smd.del_hook()
+    assert smd.get_hook("keras") is None
+    with pytest.raises(ConfigError, match="first argument is hook_type"):
+        smd.get_hook(str(config))
+    hook.close()
+
+
+def test_epoch_values_come_from_the_last_saved_batch_of_each_epoch(tmp_path, data):
+    """docs/migrating.md: 1.0.34 also wrote each epoch's logs at the epoch's end; here the
+    last TRAIN batch of an epoch holds them (Keras 3's batch logs are running means), so
+    saving that batch gives one point per epoch, and val_* land in the last EVAL step."""
+    x, y = data
+    model = make_model()
+    # 10 samples, batches of 5: TRAIN mode steps 1 and 3 end epochs 0 and 1.
+    config = smd.SaveConfig(mode_save_configs={smd.modes.TRAIN: smd.SaveConfigMode(end_step=0, save_steps=[1, 3]),
+                                               smd.modes.EVAL: smd.SaveConfigMode(save_interval=1)})
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=config)
+    recorder = make_recorder()
+    model.fit(x, y, batch_size=5, epochs=2, shuffle=False, validation_data=(x, y), callbacks=[recorder, hook],
+              verbose=0)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    loss = trial.tensor("loss")
+    assert loss.steps(mode=smd.modes.TRAIN) == [1, 3]
+    for epoch, mode_step in enumerate((1, 3)):
+        logs = recorder.epoch_logs[epoch]
+        assert float(loss.value(mode_step, mode=smd.modes.TRAIN)) == pytest.approx(logs["loss"], rel=1e-6)
+        assert float(trial.tensor("mae").value(mode_step, mode=smd.modes.TRAIN)) == pytest.approx(logs["mae"],
+                                                                                                   rel=1e-6)
+    val_loss = trial.tensor("val_loss")
+    assert [float(val_loss.value(s)) for s in val_loss.steps()] == \
+        pytest.approx([logs["val_loss"] for logs in recorder.epoch_logs], rel=1e-6)
+    assert "batch" not in trial.tensor_names()  # Keras 3 logs carry no batch index (see docs/migrating.md)
