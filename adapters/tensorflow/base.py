@@ -142,10 +142,8 @@ class TFHookBase(Hook):
     def end_step(self) -> None:
         reads, self._step_reads = self._step_reads, []
         if self.enabled and self._capture is not None and self._step_active:
-            try:
+            with self.guard("reading captured tensors"):
                 self._capture.collect(reads)
-            except Exception as exc:  # noqa: BLE001
-                self.disable(f"reading captured tensors: {type(exc).__name__}: {exc}")
         self._step_active = False
         super().end_step()
 

@@ -165,10 +165,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         keras.callbacks.Callback.set_model(self, model)
         if not self.enabled:
             return
-        try:
+        with self.guard("set_model"):
             self._register_model(model)
-        except Exception as exc:  # noqa: BLE001
-            self.disable(f"set_model: {type(exc).__name__}: {exc}")
 
     def _register_model(self, model) -> None:
         if self._tf:
@@ -257,10 +255,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         def apply(grads, trainable_variables=None):
             hook = hook_ref()
             if hook is not None and hook.enabled:
-                try:
+                with hook.guard("capturing gradients"):
                     hook._offer_gradients(optimizer, grads, trainable_variables)
-                except Exception as exc:  # noqa: BLE001
-                    hook.disable(f"capturing gradients: {type(exc).__name__}: {exc}")
             return original(grads, trainable_variables)
 
         self._patches.set(optimizer, "apply", apply)
@@ -394,10 +390,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             outputs = original(*args, **kwargs)
             hook = hook_ref()
             if hook is not None and hook.enabled:
-                try:
+                with hook.guard(f"capturing layer {layer.name}"):
                     hook._offer_layer(layer, args, kwargs, outputs)
-                except Exception as exc:  # noqa: BLE001
-                    hook.disable(f"capturing layer {layer.name}: {type(exc).__name__}: {exc}")
             return outputs
 
         self._patches.set(layer, "call", call)
@@ -433,12 +427,10 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             def compute_loss(*args, **kwargs):
                 hook = hook_ref()
                 if hook is not None and hook.enabled:
-                    try:
+                    with hook.guard("capturing model inputs/outputs"):
                         bound = signature.bind_partial(*args, **kwargs).arguments
                         hook._offer_model_io(model, {"inputs": bound.get("x"), "labels": bound.get("y"),
                                                      "predictions": bound.get("y_pred")})
-                    except Exception as exc:  # noqa: BLE001
-                        hook.disable(f"capturing model inputs/outputs: {type(exc).__name__}: {exc}")
                 return original(*args, **kwargs)
 
             self._patches.set(model, "compute_loss", compute_loss)
@@ -450,11 +442,9 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             def predict_step(data):
                 hook = hook_ref()
                 if hook is not None and hook.enabled:
-                    try:
+                    with hook.guard("capturing model inputs"):
                         x = data[0] if isinstance(data, tuple) else data
                         hook._offer_model_io(model, {"inputs": x})
-                    except Exception as exc:  # noqa: BLE001
-                        hook.disable(f"capturing model inputs: {type(exc).__name__}: {exc}")
                 return original_predict(data)
 
             self._patches.set(model, "predict_step", predict_step)
@@ -590,10 +580,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def end_step(self) -> None:
         if self._unbuilt and self.enabled:
-            try:
+            with self.guard("scanning a model built at its first batch"):
                 self._scan_built_models()  # built by the batch that just ran: saved from the next step
-            except Exception as exc:  # noqa: BLE001 - the hook never stops training
-                self.disable(f"scanning a model built at its first batch: {type(exc).__name__}: {exc}")
         confirm = self._tf and self._in_fit and self._step_active and self.enabled and self.saving_step and \
             self.mode == ModeKeys.TRAIN and self.model is not None
         super().end_step()
@@ -658,10 +646,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     def _guarded(self, where, fn, *args):
         if not self.enabled:
             return
-        try:
+        with self.guard(where):
             fn(*args)
-        except Exception as exc:  # noqa: BLE001 - the hook never stops training
-            self.disable(f"{where}: {type(exc).__name__}: {exc}")
 
     def _publish(self) -> None:
         if self.writer is not None:
@@ -800,20 +786,16 @@ def _hooked_tape_class(base: type) -> type:
         def __enter__(self):
             hook = self._smdebug_hook()
             if hook is not None and hook.enabled:
-                try:
+                with hook.guard("wrap_tape enter"):
                     hook._tape_entered()
-                except Exception as exc:  # noqa: BLE001
-                    hook.disable(f"wrap_tape enter: {type(exc).__name__}: {exc}")
             return super().__enter__()
 
         def gradient(self, target, sources, *args, **kwargs):
             grads = super().gradient(target, sources, *args, **kwargs)
             hook = self._smdebug_hook()
             if hook is not None and hook.enabled:
-                try:
+                with hook.guard("wrap_tape gradient"):
                     hook._tape_gradient(target, sources, grads)
-                except Exception as exc:  # noqa: BLE001
-                    hook.disable(f"wrap_tape gradient: {type(exc).__name__}: {exc}")
             return grads
 
     HookedTape.__name__ = HookedTape.__qualname__ = f"SmdebugHooked{base.__name__}"

@@ -80,10 +80,8 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
         """Called by MonitoredSession when the graph is complete: find what can be saved."""
         if not self.enabled:
             return
-        try:
+        with self.guard("SessionHook.begin"):
             self._discover(tf.compat.v1.get_default_graph())
-        except Exception as exc:  # noqa: BLE001
-            self.disable(f"SessionHook.begin: {type(exc).__name__}: {exc}")
 
     def _discover(self, graph) -> None:
         self._graph = graph
@@ -173,11 +171,9 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
     def before_run(self, run_context):
         if not self.enabled:
             return None
-        try:
+        with self.guard("SessionHook.before_run"):
             return self._before_run(run_context)
-        except Exception as exc:  # noqa: BLE001
-            self.disable(f"SessionHook.before_run: {type(exc).__name__}: {exc}")
-            return None
+        return None
 
     def _before_run(self, run_context):
         if not self.begin_step():
@@ -192,14 +188,12 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if not self.enabled:
             return
-        try:
+        with self.guard("SessionHook.after_run"):
             results = run_values.results
             if isinstance(results, dict):
                 for name, value in results.items():
                     self.record(name, value)
             self.end_step()
-        except Exception as exc:  # noqa: BLE001
-            self.disable(f"SessionHook.after_run: {type(exc).__name__}: {exc}")
 
     def end(self, session):
         """End of the MonitoredSession: publish what was saved (``close()`` ends the run)."""

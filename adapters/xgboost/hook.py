@@ -222,21 +222,17 @@ class Hook(CoreHook, TrainingCallback):
         """One boosting round = one step. Returns True (stop training) only when a rule's
         action asked for it (:meth:`request_stop`)."""
         if self.enabled:
-            try:
+            with self.guard("after_iteration"):
                 if self.begin_step(epoch + self._step_offset):
                     self._record_round(model, evals_log)
-            except Exception as exc:  # noqa: BLE001 - the contract is to never break training
-                self.disable(f"after_iteration: {type(exc).__name__}: {exc}")
         return self.stop_requested
 
     def after_training(self, model):
         """End the last step and hand everything to the writer; the hook stays open."""
         if self.enabled:
             self.end_step()
-            try:
+            with self.guard("after_training"):
                 self.flush(timeout=60)
-            except Exception as exc:  # noqa: BLE001 - the contract is to never break training
-                self.disable(f"after_training: {type(exc).__name__}: {exc}")
         return model
 
     # --- one saved round --------------------------------------------------------------
