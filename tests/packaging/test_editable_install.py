@@ -2,8 +2,6 @@
 as a wheel install, which imports the bootstrap only when ``SMDEBUG_CONFIG_FILE_PATH`` is set
 (and ``USE_SMDEBUG`` does not turn it off)."""
 import os
-import subprocess
-import sys
 import venv
 
 import pytest
@@ -12,14 +10,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROBE = "import sys; print('smdebug.zero_code_change' in sys.modules)"
 
 
-def run(*cmd, **kwargs):
-    done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=900, **kwargs)
-    assert done.returncode == 0, f"{cmd}: {done.stderr[-3000:]}"
-    return done.stdout
-
-
 @pytest.mark.timeout(1200)
-def test_editable_install_has_the_zero_code_change_pth(tmp_path):
+def test_editable_install_has_the_zero_code_change_pth(tmp_path, run):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = str(env_dir / "bin" / "python")

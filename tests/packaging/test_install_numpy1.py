@@ -7,7 +7,6 @@ and checks numpy stayed 1.x and that both packages import and work. It uses the 
 index (pip), like any install: a few minutes, most of it mxnet's download.
 """
 import os
-import subprocess
 import sys
 import venv
 
@@ -28,14 +27,8 @@ print(numpy.__version__, trial.tensor("w").value(0).sum(), trial.tensor("b").val
 """
 
 
-def run(*cmd, **kwargs):
-    done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=900, **kwargs)
-    assert done.returncode == 0, f"{cmd}: {done.stderr[-3000:]}"
-    return done.stdout
-
-
 @pytest.mark.timeout(1800)
-def test_wheel_keeps_numpy_1_beside_mxnet(tmp_path):
+def test_wheel_keeps_numpy_1_beside_mxnet(tmp_path, run):
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), REPO)
     wheel = next((tmp_path / "dist").glob("smdebug_core-*.whl"))
     env_dir = tmp_path / "venv"
