@@ -23,8 +23,10 @@ and a damaged record costs its row (one warning for all of them), not the table.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from operator import itemgetter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import google_crc32c
@@ -57,9 +59,12 @@ _FAST_DTYPES = {
     proto.DT_HALF: np.dtype("<f2"), proto.DT_UINT32: np.dtype("<u4"), proto.DT_UINT64: np.dtype("<u8"),
 }
 _PAD = 32  # zero bytes after the buffer: gathers a few bytes past a record stay in bounds
-_MODE_STEP = np.frombuffer(b"mode_step", np.uint8)
-_MODE = np.frombuffer(b"mode", np.uint8)
+_MODE_STEP = b"mode_step"
+_MODE = b"mode"
+#: Longer records are left to the one-by-one decoder (a scalar record is far shorter).
+_FAST_MAX_RECORD = 1 << 16
 _MAX_DIMS = 8
+_RECORD_NAME = itemgetter(4)  # TensorLocation.record_name, read in C
 _MAX_PLUGIN_ENTRIES = 3
 
 
@@ -82,6 +87,19 @@ class _Walk:
         self.u = u
         self.ok = ok
         self.limit = len(u) - _PAD
+        # The buffer as overlapping little-endian 8-byte words, one starting at every byte:
+        # comparing 8 bytes costs one gather.
+        self.words = np.ndarray((len(u) - 7,), "<u8", buffer=u, strides=(1,))
+
+    def word_eq(self, starts, pattern: bytes):
+        """Per record: the bytes at ``starts`` begin with ``pattern``."""
+        same = np.ones(len(starts), bool)
+        for k in range(0, len(pattern), 8):
+            piece = pattern[k:k + 8]
+            mask = (1 << (8 * len(piece))) - 1
+            want = int.from_bytes(piece, "little")
+            same &= (self.words[starts + k] & np.uint64(mask)) == np.uint64(want)
+        return same
 
     def clamp(self, pos):
         return np.minimum(np.maximum(pos, 0), self.limit)
@@ -130,25 +148,56 @@ class _Walk:
     def present(self, pos, key, end):
         return (self.u[pos] == key) & (pos < end)
 
-    def equals(self, starts, lengths, pattern):
+    def equals(self, starts, lengths, pattern: bytes):
         """Per record: the ``lengths`` bytes at ``starts`` are ``pattern``."""
-        same = lengths == len(pattern)
-        idx = np.flatnonzero(same)
-        if len(idx):
-            got = self.u[starts[idx, None] + np.arange(len(pattern))]
-            same[idx] = (got == pattern).all(axis=1)
-        return same
+        return (lengths == len(pattern)) & self.word_eq(starts, pattern)
 
-    def digits(self, starts, lengths, max_len=19):
-        """Per record: 1 to ``max_len`` ASCII digits at ``starts``."""
-        good = (lengths >= 1) & (lengths <= max_len)
-        span = np.arange(max_len)
-        got = self.u[starts[:, None] + span]
-        inside = span < lengths[:, None]
-        return good & ((~inside) | ((got >= 0x30) & (got <= 0x39))).all(axis=1)
+    def digits(self, starts, lengths):
+        """Per record: 1 to 16 ASCII digits at ``starts`` (mode steps have at most 12)."""
+        good = (lengths >= 1) & (lengths <= 16)
+        for k in (0, 8):
+            word = self.words[starts + k]
+            n = np.clip(lengths - k, 0, 8).astype(np.uint64)
+            # Bytes past the end are taken as "0"; a byte b is a digit when its high nibble
+            # is 3 and b + 6 keeps it 3 (0x30-0x39).
+            mask = np.where(n == 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (np.uint64(8) * n)) - np.uint64(1))
+            word = (word & mask) | (np.uint64(0x3030303030303030) & ~mask)
+            high = np.uint64(0xF0F0F0F0F0F0F0F0)
+            good &= ((word & high) == np.uint64(0x3030303030303030)) & \
+                (((word + np.uint64(0x0606060606060606)) & high) == np.uint64(0x3030303030303030))
+        return good
 
 
-def _walk(u: np.ndarray, off: np.ndarray, length: np.ndarray, avail: np.ndarray, check: str):
+def _plugin_entries(w: _Walk, pos, m_end) -> None:
+    """Check SummaryMetadata bytes: only ("mode_step", digits) and ("mode", 1-4) entries."""
+    for _ in range(_MAX_PLUGIN_ENTRIES):
+        active = w.ok & (pos < m_end)
+        if not active.any():
+            break
+        e_pos, e_end = w.field(pos, 0x0A, m_end, active)
+        n_pos, n_end = w.field(e_pos, 0x0A, e_end, active)
+        x_pos, x_end = w.field(n_end, 0x12, e_end, active)
+        name_len, text_len = n_end - n_pos, x_end - x_pos
+        is_step = w.equals(n_pos, name_len, _MODE_STEP) & w.digits(x_pos, text_len)
+        first = w.u[x_pos]
+        is_mode = w.equals(n_pos, name_len, _MODE) & (text_len == 1) & (first >= 0x31) & (first <= 0x34)
+        w.require((is_step | is_mode) & (x_end == e_end), active)
+        pos = np.where(active, e_end, pos)
+    w.require(pos >= m_end)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def metadata_field(mode: ModeKeys, mode_step: int) -> bytes:
+    """``Summary.Value.metadata`` as this project's writers serialize it (docs/format.md 2.3)."""
+    step_text = str(mode_step).encode()
+    first = b"\x0a\x09mode_step\x12" + bytes((len(step_text),)) + step_text
+    second = b"\x0a\x04mode\x12\x01" + str(mode.value).encode()
+    body = b"\x0a" + bytes((len(first),)) + first + b"\x0a" + bytes((len(second),)) + second
+    return b"\x4a" + bytes((len(body),)) + body
+
+
+def _walk(u: np.ndarray, off: np.ndarray, length: np.ndarray, avail: np.ndarray, check: str,
+          expected_metadata=None):
     """Parse one-tensor records in bulk (docs/format.md 2.1-2.3).
 
     ``off``/``length``: each record's place in ``u``, as the index gives it; ``avail``: where
@@ -157,21 +206,27 @@ def _walk(u: np.ndarray, off: np.ndarray, length: np.ndarray, avail: np.ndarray,
     exactly the expected layout, ``unit`` those whose shape has only dimensions of size 1.
     """
     n = len(off)
-    ok = (length >= 16) & (off + length <= avail)
+    ok = (length >= 16) & (length <= _FAST_MAX_RECORD) & (off + length <= avail)
     w = _Walk(u, ok)
     off = w.clamp(off)
+    length = np.where(ok, length, 16)
     # Framing (docs/format.md 2.1): the header must be the one a payload of this length has,
     # which checks the length and its CRC in one comparison.
-    lengths, inverse = np.unique(np.where(ok, length, 16), return_inverse=True)
-    headers = np.frombuffer(b"".join(record_header(int(x) - 16) for x in lengths), np.uint8).reshape(-1, 12)
-    width = 8 if check == "none" else 12
-    got = u[off[:, None] + np.arange(width)]
-    w.require((got == headers[inverse.reshape(-1), :width]).all(axis=1))
+    seen = np.zeros(_FAST_MAX_RECORD + 1, bool)
+    seen[length] = True
+    head_len = np.zeros(_FAST_MAX_RECORD + 1, np.uint64)
+    head_crc = np.zeros(_FAST_MAX_RECORD + 1, np.uint64)
+    for x in np.flatnonzero(seen).tolist():
+        header = record_header(x - 16)
+        head_len[x] = int.from_bytes(header[:8], "little")
+        head_crc[x] = int.from_bytes(header[8:], "little")
+    w.require(w.words[off] == head_len[length])
+    if check != "none":
+        w.require((w.words[off + 8] & np.uint64(0xFFFFFFFF)) == head_crc[length])
     p = w.clamp(off + 12)
     pe = w.clamp(off + length - 4)
     if check == "full":  # a real footer CRC takes the slow path, which checks it
-        footer = np.ascontiguousarray(u[pe[:, None] + np.arange(4)]).view("<u4").reshape(-1)
-        w.require(footer == SMDEBUG_PAYLOAD_FOOTER)
+        w.require((w.words[pe] & np.uint64(0xFFFFFFFF)) == np.uint64(SMDEBUG_PAYLOAD_FOOTER))
 
     # Event: wall_time (1, fixed64), step (2, varint), summary (5).
     pos = p + 9 * (u[p] == 0x09)
@@ -219,26 +274,31 @@ def _walk(u: np.ndarray, off: np.ndarray, length: np.ndarray, avail: np.ndarray,
         pos = np.where(active, d_end, pos)
     w.require(pos >= sh_end)
 
-    # Metadata: plugin entries ("mode_step", digits) and ("mode", one digit 1-4) only.
-    pos = m_pos
-    for _ in range(_MAX_PLUGIN_ENTRIES):
-        active = w.ok & (pos < m_end)
-        if not active.any():
-            break
-        e_pos, e_end = w.field(pos, 0x0A, m_end, active)
-        n_pos, n_end = w.field(e_pos, 0x0A, e_end, active)
-        x_pos, x_end = w.field(n_end, 0x12, e_end, active)
-        name_len, text_len = n_end - n_pos, x_end - x_pos
-        is_step = w.equals(n_pos, name_len, _MODE_STEP) & w.digits(x_pos, text_len)
-        first = u[x_pos]
-        is_mode = w.equals(n_pos, name_len, _MODE) & (text_len == 1) & (first >= 0x31) & (first <= 0x34)
-        w.require((is_step | is_mode) & (x_end == e_end), active)
-        pos = np.where(active, e_end, pos)
-    w.require(pos >= m_end)
-    return w.ok, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe
+    # Metadata: this project's writers put exactly ("mode_step", <index's mode step>) and
+    # ("mode", <index's mode>) there; compared whole. Other records (another writer's
+    # order, a marker, a mode step that differs from the index's) take the general walk.
+    same = np.zeros(n, bool)
+    if expected_metadata is not None:
+        texts, which = expected_metadata
+        lengths_of = np.fromiter(map(len, texts), np.int64, len(texts))
+        want = lengths_of[which]
+        same = w.ok & (m_end - t_end == want)
+        width = -(-int(lengths_of.max(initial=0)) // 8) * 8
+        table = np.frombuffer(b"".join(t.ljust(width, b"\0") for t in texts), "<u8").reshape(len(texts), -1)
+        for j in range(width // 8):
+            left = np.clip(want - 8 * j, 0, 8).astype(np.uint64)
+            mask = np.where(left == 8, np.uint64(0xFFFFFFFFFFFFFFFF),
+                            (np.uint64(1) << (np.uint64(8) * left)) - np.uint64(1))
+            same &= (w.words[t_end + 8 * j] & mask) == table[which, j]
+    other = np.flatnonzero(w.ok & ~same)
+    if len(other):
+        sub = _Walk(u, np.ones(len(other), bool))
+        _plugin_entries(sub, m_pos[other], m_end[other])
+        w.ok[other] &= sub.ok
+    return w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe
 
 
-def _tags_match(u, tag_start, tag_len, name_ids, names):
+def _tags_match(w: _Walk, tag_start, tag_len, name_ids, names: List[bytes]):
     """Per record: its tag is the name the index gives (one comparison per distinct name)."""
     out = np.zeros(len(tag_start), bool)
     if not len(name_ids):
@@ -246,23 +306,26 @@ def _tags_match(u, tag_start, tag_len, name_ids, names):
     order = np.argsort(name_ids, kind="stable")
     bounds = np.flatnonzero(np.diff(name_ids[order])) + 1
     for group in np.split(order, bounds):
-        pattern = np.frombuffer(names[name_ids[group[0]]], np.uint8)
+        pattern = names[name_ids[group[0]]]
         idx = group[tag_len[group] == len(pattern)]
         if len(idx):
-            got = u[tag_start[idx, None] + np.arange(len(pattern))]
-            out[idx] = (got == pattern).all(axis=1)
+            out[idx] = w.word_eq(tag_start[idx], pattern)
     return out
 
 
-def _values_of(u, dtype, c_start, idx):
+def _values_of(w: _Walk, dtype, c_start, idx):
     """float64 values of the one-element contents at ``c_start[idx]``, by wire dtype."""
     out = np.empty(len(idx), np.float64)
     codes = dtype[idx]
-    for code in np.unique(codes):
-        np_dtype = _FAST_DTYPES[int(code)]
+    words = w.words[c_start[idx]]  # the content's bytes, and what follows, as one word
+    for code in np.unique(codes).tolist():
+        np_dtype = _FAST_DTYPES[code]
         sub = np.flatnonzero(codes == code)
-        raw = u[c_start[idx[sub], None] + np.arange(np_dtype.itemsize)]
-        out[sub] = np.ascontiguousarray(raw).view(np_dtype).reshape(-1).astype(np.float64)
+        bits = words[sub]
+        size = np_dtype.itemsize
+        if size < 8:
+            bits = (bits & np.uint64((1 << (8 * size)) - 1)).astype(f"<u{size}")
+        out[sub] = bits.view(np_dtype).astype(np.float64)
     return out
 
 
@@ -276,134 +339,257 @@ def _scalar_of(value: np.ndarray) -> Optional[float]:
         return None
 
 
-def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> List[tuple]:
-    """``(global step, worker, tensor name, reduction label, TensorLocation, is_raw)`` of every
-    saved reduction and every raw record that may be a scalar, for the selection."""
+class _Rows:
+    """The records to read, in columns. Rows come in blocks of one (tensor, worker,
+    reduction), so texts are block constants and per-row work stays in C."""
+
+    def __init__(self):
+        self.steps: List[np.ndarray] = []
+        self.locations: List[tuple] = []
+        # (tensor, worker, label, rows, the record name of every row or None if they differ)
+        self.blocks: List[Tuple[str, str, str, int, Optional[str]]] = []
+
+    def add(self, tensor: str, worker: str, label: str, steps: np.ndarray, locations, record_name=None) -> None:
+        if record_name is None and locations:
+            names = list(map(_RECORD_NAME, locations))
+            if names.count(names[0]) == len(names):
+                record_name = names[0]
+        self.blocks.append((tensor, worker, label, len(locations), record_name))
+        self.steps.append(steps)
+        self.locations.extend(locations)
+
+    def __len__(self):
+        return len(self.locations)
+
+
+def _step_table(trial):
+    """``(global steps, mode numbers, mode steps)`` of every loaded step, as arrays."""
     to_mode = trial._global_to_mode
-    complete = trial._is_complete
-    rows: List[tuple] = []
-    append = rows.append
+    n = len(to_mode)
+    steps = np.fromiter(to_mode, np.int64, n)
+    pairs = list(to_mode.values())
+    modes = np.fromiter((m.value for m, _ in pairs), np.int64, n)
+    mode_steps = np.fromiter((s for _, s in pairs), np.int64, n)
+    order = np.argsort(steps)
+    return steps[order], modes[order], mode_steps[order]
+
+
+def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> _Rows:
+    """Every saved reduction, and every raw record small enough to be a scalar, of the
+    selected tensors at the selected steps (see ``Trial.to_table``)."""
+    known, mode_of, mode_step_of = _step_table(trial)
+    rows = _Rows()
+    wanted_modes = None if modes is None else np.asarray(sorted(m.value for m in modes))
+    wanted_steps = None if steps is None else np.asarray(sorted(steps), np.int64)
+    last_complete = trial.last_complete_step
     for tensor in tensors:
         name = tensor.name
-        limit = _SCALAR_RECORD_MAX + 8 * len(name.encode("utf-8"))
-        labels: Dict[tuple, str] = {}
-        for g in tensor._global_steps():
-            mode, mode_step = to_mode[g]
-            if modes is not None and mode not in modes:
-                continue
-            if steps is not None and (g if modes is None else mode_step) not in steps:
-                continue
-            if not include_incomplete and not complete(g):
-                continue
-            reds = tensor._reductions.get(g)
-            if reds:
-                for worker, by_key in reds.items():
-                    if workers is not None and worker not in workers:
+        gs = np.asarray(tensor._global_steps(), np.int64)
+        if not len(gs):
+            continue
+        at = np.searchsorted(known, gs)
+        keep = np.ones(len(gs), bool)
+        if wanted_modes is not None:
+            keep &= np.isin(mode_of[at], wanted_modes)
+        if wanted_steps is not None:
+            keep &= np.isin(gs if modes is None else mode_step_of[at], wanted_steps)
+        if not include_incomplete and not trial.loaded_all_steps:
+            late = gs > last_complete
+            if late.any():
+                keep[late] &= np.fromiter(map(trial._is_complete, gs[late].tolist()), bool, int(late.sum()))
+        gs = gs[keep]
+        g_list = gs.tolist()
+        # Reductions: per worker, per key, one comprehension over the steps.
+        reds = tensor._reductions
+        by_worker = [reds.get(g) for g in g_list]
+        present = [bw is not None for bw in by_worker]
+        if any(present):
+            r_steps = gs[np.fromiter(present, bool, len(present))]
+            r_maps = [bw for bw in by_worker if bw is not None]
+            names = set()
+            for bw in r_maps[:1] if len(r_maps) and all(len(bw) == 1 for bw in r_maps[:1]) else r_maps:
+                names.update(bw)
+            if len(names) == 1 and all(len(bw) == 1 for bw in r_maps):
+                worker_maps = {next(iter(names)): [next(iter(bw.values())) for bw in r_maps]}
+                worker_steps = {next(iter(names)): r_steps}
+            else:
+                names = set().union(*r_maps)
+                worker_maps, worker_steps = {}, {}
+                for worker in names:
+                    has = np.fromiter((worker in bw for bw in r_maps), bool, len(r_maps))
+                    worker_maps[worker] = [bw[worker] for bw in r_maps if worker in bw]
+                    worker_steps[worker] = r_steps[has]
+            for worker in sorted(worker_maps):
+                if workers is not None and worker not in workers:
+                    continue
+                by_key = worker_maps[worker]
+                w_steps = worker_steps[worker]
+                keys = tuple(by_key[0])
+                # The same keys in the same order at every step (the usual case): one
+                # transpose gives each key's locations; a column holding one record name
+                # throughout (the name says the key) proves the order was the same.
+                if list(map(len, by_key)).count(len(keys)) == len(by_key):
+                    columns = list(zip(*map(dict.values, by_key)))
+                    names_of = [list(map(_RECORD_NAME, column)) for column in columns]
+                    if all(ns.count(ns[0]) == len(ns) for ns in names_of):
+                        for key, column, ns in zip(keys, columns, names_of):
+                            rows.add(name, worker, reduction_label(*key), w_steps, column, ns[0])
                         continue
-                    for key, location in by_key.items():
-                        label = labels.get(key)
-                        if label is None:
-                            label = labels[key] = reduction_label(*key)
-                        append((g, worker, name, label, location))
-            raws = tensor._locations.get(g)
-            if raws:
-                for worker, location in raws.items():
-                    if (workers is None or worker in workers) and location.length <= limit:
-                        append((g, worker, name, "", location))
+                for key in sorted(set().union(*by_key)):
+                    has = np.fromiter((key in bk for bk in by_key), bool, len(by_key))
+                    rows.add(name, worker, reduction_label(*key), w_steps[has],
+                             [bk[key] for bk in by_key if key in bk])
+        # Raw values: only records small enough to hold one element are read.
+        raws = tensor._locations
+        if raws:
+            limit = _SCALAR_RECORD_MAX + 8 * len(name.encode("utf-8"))
+            by_worker = [raws.get(g) for g in g_list]
+            for worker in sorted(set().union(*(bw for bw in by_worker if bw is not None))):
+                if workers is not None and worker not in workers:
+                    continue
+                has = np.fromiter((bw is not None and worker in bw and bw[worker].length <= limit
+                                   for bw in by_worker), bool, len(by_worker))
+                if has.any():
+                    rows.add(name, worker, "", gs[has], [bw[worker] for bw, h in zip(by_worker, has.tolist()) if h],
+                             name)
     return rows
 
 
-def read_rows(trial, rows: List[tuple], progress: Optional[bool], on_error: str = "warn") -> Dict[str, object]:
-    """Read the values of ``rows`` (from :func:`collect`); returns the table's columns."""
-    from .tensor import Tensor, _Request
+def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "warn") -> "Table":
+    """Read the values of ``rows`` (from :func:`collect`) into a :class:`Table`."""
+    from .tensor import _Request
     from .trial import _progress_bar, _progress_wanted
 
     n = len(rows)
     if not n:
         return Table.empty()
-    g_col, w_col, t_col, r_col, locs = zip(*rows)
-    files, starts, lengths, crcs, names = zip(*locs)
+    locs = rows.locations
+    starts = list(map(itemgetter(1), locs))
+    lengths = list(map(itemgetter(2), locs))
+    crcs = list(map(itemgetter(3), locs))
     start = np.fromiter(starts, np.int64, n)
     length = np.fromiter(lengths, np.int64, n)
-    file_ids: Dict[str, int] = {}
-    fid = np.fromiter((file_ids.setdefault(f, len(file_ids)) for f in files), np.int64, n)
-
-    # Read each event file once: the span of its wanted records (or each record, when
-    # they are far apart), through the storage's checked reads.
-    order = np.lexsort((start, fid))
-    s_fid, s_start, s_end = fid[order], start[order], start[order] + length[order]
-    first = np.flatnonzero(np.r_[True, s_fid[1:] != s_fid[:-1]])
+    g_all = np.concatenate(rows.steps)
+    # Block constants: tensor, worker and reduction codes per row.
+    block_sizes = [b[3] for b in rows.blocks]
+    texts = {}
+    for column, pos in (("tensor", 0), ("worker", 1), ("reduction", 2)):
+        categories = sorted({b[pos] for b in rows.blocks})
+        code_of = {c: i for i, c in enumerate(categories)}
+        texts[column] = (np.repeat(np.asarray([code_of[b[pos]] for b in rows.blocks], np.int64), block_sizes),
+                         categories)
+    # One event file per (step, worker): the file of a row is known from those two.
+    worker_codes = texts["worker"][0]
+    file_key = g_all * max(1, len(texts["worker"][1])) + worker_codes
+    order = np.lexsort((start, file_key))
+    s_key = file_key[order]
+    first = np.flatnonzero(np.r_[True, s_key[1:] != s_key[:-1]])
+    s_start = start[order]
+    s_end = s_start + length[order]
     lo = s_start[first]
     hi = np.maximum.reduceat(s_end, first)
     needed = np.add.reduceat(s_end - s_start, first)
-    file_names = list(file_ids)
-    chunks: List[bytes] = []
+    coalesce = (hi - lo) <= needed + _COALESCE_SLACK
+    firsts = first.tolist()
+    bounds = firsts[1:] + [n]
+    order_list = order.tolist()
     base = np.zeros(n, np.int64)  # where each record's first byte is in the joined buffer
     avail = np.zeros(n, np.int64)  # where the bytes read for it end
+    nfiles = len(firsts)
+    file_start = np.zeros(nfiles, np.int64)  # where a coalesced span is in the joined buffer
+    file_end = np.zeros(nfiles, np.int64)
     failed = np.zeros(n, bool)
     errors: List[str] = []
-    storage = trial._storage
+    chunks: List[bytes] = []
     cursor = 0
-    bounds = list(first[1:]) + [n]
-    wanted = len(first) >= _PROGRESS_MIN_FILES and _progress_wanted(trial.progress if progress is None else progress)
-    bar = _progress_bar(wanted, len(first), "reading event files")
+    storage = trial._storage
+    tensor_names = texts["tensor"][1]
+    tensor_codes = texts["tensor"][0]
+    wanted = nfiles >= _PROGRESS_MIN_FILES and _progress_wanted(trial.progress if progress is None else progress)
+    bar = _progress_bar(wanted, nfiles, "reading event files")
+    # Each event file once, through the storage's checked reads: the span of its wanted
+    # records, or each record when they lie far apart.
     try:
-        for k, (a, b) in enumerate(zip(first.tolist(), bounds)):
-            members = order[a:b]
-            event_file = file_names[int(s_fid[a])]
-            f_lo, f_hi = int(lo[k]), int(hi[k])
-            coalesce = f_hi - f_lo <= int(needed[k]) + _COALESCE_SLACK
-            ranges = [(f_lo, f_hi - f_lo)] if coalesce else list(zip(s_start[a:b].tolist(),
-                                                                      (s_end[a:b] - s_start[a:b]).tolist()))
+        for k, (a, b, f_lo, f_hi, together) in enumerate(zip(firsts, bounds, lo.tolist(), hi.tolist(),
+                                                            coalesce.tolist())):
+            i0 = order_list[a]
+            members = order_list[a:b] if not together else None
+            ranges = [(f_lo, f_hi - f_lo)] if together else [(starts[i], lengths[i]) for i in members]
             try:
-                datas = _read_ranges(trial, storage, event_file, ranges, int(g_col[members[0]]), t_col[members[0]])
+                datas = _read_ranges(trial, storage, locs[i0][0], ranges, int(g_all[i0]),
+                                     tensor_names[tensor_codes[i0]])
             except (CorruptRecord, MissingEventFile) as exc:
-                failed[members] = True
+                failed[order[a:b]] = True
                 errors.append(str(exc))
                 if on_error == "raise":
                     raise
                 continue
-            if coalesce:
+            if together:
                 data = datas[0]
-                base[members] = cursor + (start[members] - f_lo)
-                avail[members] = cursor + len(data)
-                chunks.append(data)
+                file_start[k] = cursor
                 cursor += len(data)
+                file_end[k] = cursor
+                chunks.append(data)
             else:
-                for member, data in zip(members.tolist(), datas):
-                    base[member] = cursor
-                    avail[member] = cursor + len(data)
-                    chunks.append(data)
+                for i, data in zip(members, datas):
+                    base[i] = cursor
                     cursor += len(data)
-            if bar is not None:
-                bar.update(1)
+                    avail[i] = cursor
+                    chunks.append(data)
+            if bar is not None and k % 64 == 63:
+                bar.update(64)
     finally:
         if bar is not None:
             bar.close()
+    # Places of the records of coalesced spans, all at once.
+    file_of_sorted = np.repeat(np.arange(nfiles), np.diff(np.r_[first, n]))
+    dense = coalesce[file_of_sorted]
+    rows_dense = order[dense]
+    fk = file_of_sorted[dense]
+    base[rows_dense] = file_start[fk] + (start[rows_dense] - lo[fk])
+    avail[rows_dense] = file_end[fk]
     joined = b"".join(chunks)
     del chunks
     u = np.frombuffer(joined + bytes(_PAD), np.uint8)
 
-    ok, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe = _walk(u, base, length, avail, trial._record_check)
-    ok &= ~failed
-    name_ids_map: Dict[str, int] = {}
-    name_ids = np.fromiter((name_ids_map.setdefault(x, len(name_ids_map)) for x in names), np.int64, n)
-    ok &= _tags_match(u, tag_start, tag_stop - tag_start, name_ids, [x.encode("utf-8") for x in name_ids_map])
-    ok &= np.isin(dtype, list(_FAST_DTYPES))
-    itemsize = np.zeros(128, np.int64)
+    # The metadata each record should have, from the index's mode and mode step of its step.
+    known, mode_of, mode_step_of = _step_table(trial)
+    used, which = np.unique(np.searchsorted(known, g_all), return_inverse=True)
+    texts_md = [metadata_field(ModeKeys(m), s) for m, s in zip(mode_of[used].tolist(), mode_step_of[used].tolist())]
+    w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe = _walk(
+        u, base, length, avail, trial._record_check, (texts_md, which.reshape(-1)))
+    ok = w.ok & ~failed
+    # The name each record must carry: one per block, unless a block mixes names.
+    record_names: Dict[str, int] = {}
+    name_ids = np.empty(n, np.int64)
+    at = 0
+    for block in rows.blocks:
+        size, block_name = block[3], block[4]
+        if block_name is not None:
+            name_ids[at:at + size] = record_names.setdefault(block_name, len(record_names))
+        else:
+            name_ids[at:at + size] = [record_names.setdefault(loc[4], len(record_names)) for loc in locs[at:at + size]]
+        at += size
+    ok &= _tags_match(w, tag_start, tag_stop - tag_start, name_ids, [x.encode("utf-8") for x in record_names])
+    itemsize = np.zeros(256, np.int64)
     for code, np_dtype in _FAST_DTYPES.items():
         itemsize[code] = np_dtype.itemsize
-    size = itemsize[np.where(ok, dtype, 0)]
+    size = itemsize[np.where(ok, dtype, 0) & 0xFF]
+    ok &= size > 0
     c_len = c_stop - c_start
     scalar = ok & unit & (c_len == size)
     # A well-formed tensor of several elements is no scalar: left out without decoding.
-    several = ok & (size > 0) & (c_len > size) & (c_len % np.maximum(size, 1) == 0)
-    # Payload CRC32C from the index, where it has one (writers of this project): the
-    # records' bytes, one C call each.
-    has_crc = np.fromiter((c is not None for c in crcs), bool, n)
-    verify = np.flatnonzero(scalar & has_crc)
+    several = ok & (c_len > size) & (c_len % np.maximum(size, 1) == 0)
+    # Payload CRC32C from the index, where it has one (writers of this project): one C
+    # call per record.
+    verify = np.flatnonzero(scalar)
     if len(verify):
-        expected = np.fromiter((crcs[i] for i in verify.tolist()), np.int64, len(verify))
+        if crcs.count(None):  # runs of other writers may have none
+            has_crc = np.fromiter((c is not None for c in crcs), bool, n)
+            verify = verify[has_crc[verify]]
+            expected = np.fromiter((-1 if c is None else c for c in crcs), np.int64, n)[verify]
+        else:
+            expected = np.fromiter(crcs, np.int64, n)[verify]
         got = np.fromiter(map(google_crc32c.value, map(joined.__getitem__,
                                                       map(slice, p[verify].tolist(), pe[verify].tolist()))),
                           np.int64, len(verify))
@@ -411,21 +597,21 @@ def read_rows(trial, rows: List[tuple], progress: Optional[bool], on_error: str 
     values = np.full(n, np.nan)
     keep = scalar.copy()
     fast = np.flatnonzero(scalar)
-    values[fast] = _values_of(u, dtype, c_start, fast)
+    values[fast] = _values_of(w, dtype, c_start, fast)
 
     # Everything else, one record at a time, as Tensor.value() reads it.
     slow = np.flatnonzero(~scalar & ~several & ~failed)
     if len(slow):
         tensors = trial._tensors
+        worker_names = texts["worker"][1]
+        view = memoryview(joined)
         for i in slow.tolist():
             location = locs[i]
-            if base[i] + location.length > avail[i]:
-                data = memoryview(joined)[int(base[i]):int(avail[i])]
-            else:
-                data = memoryview(joined)[int(base[i]):int(base[i]) + location.length]
-            tensor = tensors[t_col[i]]
+            stop = min(int(base[i]) + location.length, int(avail[i]))
+            tensor = tensors[tensor_names[tensor_codes[i]]]
             try:
-                value = tensor._decode(data, _Request(None, location, g_col[i], w_col[i]))
+                value = tensor._decode(view[int(base[i]):stop],
+                                       _Request(None, location, int(g_all[i]), worker_names[worker_codes[i]]))
             except CorruptRecord as exc:
                 errors.append(str(exc))
                 if on_error == "raise":
@@ -438,8 +624,7 @@ def read_rows(trial, rows: List[tuple], progress: Optional[bool], on_error: str 
     if errors:
         logger.warning("smdebug: %d value(s) could not be read and are left out of the table; the first: %s",
                        len(errors), errors[0])
-    idx = np.flatnonzero(keep)
-    return Table.build(trial, idx, g_col, w_col, t_col, r_col, values[idx])
+    return Table.build(trial, keep, g_all, texts, values)
 
 
 def _read_ranges(trial, storage, event_file: str, ranges, step: int, tensor: str) -> List[bytes]:
@@ -461,16 +646,12 @@ def _read_ranges(trial, storage, event_file: str, ranges, step: int, tensor: str
         time.sleep(min(_MISSING_EVENT_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
-def _codes(column: Sequence[str], idx: np.ndarray):
-    """``(codes, sorted categories)`` of the texts ``column[i]`` for ``i`` in ``idx``."""
-    found: Dict[str, int] = {}
-    raw = np.fromiter((found.setdefault(v, len(found)) for v in map(column.__getitem__, idx.tolist())),
-                      np.int64, len(idx))
-    categories = sorted(found)
-    remap = np.empty(len(found), np.int64)
-    for new, text in enumerate(categories):
-        remap[found[text]] = new
-    return remap[raw], categories
+def _compact(codes: np.ndarray, categories: List[str]):
+    """Codes and categories with the categories no row uses dropped (order kept)."""
+    used = np.unique(codes)
+    if len(used) == len(categories):
+        return codes, categories
+    return np.searchsorted(used, codes), [categories[i] for i in used.tolist()]
 
 
 class Table:
@@ -498,28 +679,20 @@ class Table:
                    {name: (zeros, []) for name in cls.TEXT})
 
     @classmethod
-    def build(cls, trial, idx, g_col, w_col, t_col, r_col, values):
-        n = len(idx)
-        if not n:
+    def build(cls, trial, keep, steps, texts, values):
+        """The rows marked in ``keep``; ``texts``: column -> (codes per row, categories)."""
+        if not keep.any():
             return cls.empty()
-        steps = np.fromiter(map(g_col.__getitem__, idx.tolist()), np.int64, n)
-        # Mode and mode step by global step, looked up for all rows at once.
-        known = np.fromiter(trial._global_to_mode, np.int64, len(trial._global_to_mode))
-        pairs = list(trial._global_to_mode.values())
-        mode_of = np.fromiter((m.value for m, _ in pairs), np.int64, len(pairs))
-        mode_step_of = np.fromiter((s for _, s in pairs), np.int64, len(pairs))
-        sorter = np.argsort(known)
-        at = sorter[np.searchsorted(known, steps, sorter=sorter)]
+        steps = steps[keep]
+        known, mode_of, mode_step_of = _step_table(trial)
+        at = np.searchsorted(known, steps)
         mode_numbers = mode_of[at]
-        present = sorted(set(np.unique(mode_numbers).tolist()))
-        mode_names = [ModeKeys(v).name for v in present]
-        mode_codes = np.searchsorted(np.asarray(present), mode_numbers)
-        texts = {"mode": (mode_codes, mode_names), "worker": _codes(w_col, idx), "tensor": _codes(t_col, idx),
-                 "reduction": _codes(r_col, idx)}
+        present = np.unique(mode_numbers)
+        texts = {k: _compact(codes[keep], cats) for k, (codes, cats) in texts.items()}
+        texts["mode"] = (np.searchsorted(present, mode_numbers), [ModeKeys(int(v)).name for v in present])
         order = np.lexsort((steps, texts["worker"][0], texts["reduction"][0], texts["tensor"][0]))
-        numbers = {"step": steps[order], "mode_step": mode_step_of[at][order], "value": np.asarray(values)[order]}
-        texts = {k: (codes[order], cats) for k, (codes, cats) in texts.items()}
-        return cls(numbers, texts)
+        numbers = {"step": steps[order], "mode_step": mode_step_of[at][order], "value": values[keep][order]}
+        return cls(numbers, {k: (codes[order], cats) for k, (codes, cats) in texts.items()})
 
     def column(self, name: str):
         """One column: a numpy array of numbers, or a list of texts."""

@@ -977,8 +977,16 @@ class Trial:
                 raise ValueError(f"unknown worker(s) {sorted(unknown)} in trial {self.name!r}; "
                                  f"its workers: {sorted(self._workers)}")
         tensors = self._table_tensors(names, regex, collection)
-        rows = collect(self, tensors, modes, steps, workers, show_incomplete_steps)
-        return read_rows(self, rows, progress, on_error)
+        # Large temporary lists and no cycles: the cyclic collector would only rescan the
+        # trial's millions of index objects (as while loading them).
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            rows = collect(self, tensors, modes, steps, workers, show_incomplete_steps)
+            return read_rows(self, rows, progress, on_error)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
 
     def to_dataframe(self, names=None, *, regex=None, collection=None, mode=None, steps=None, workers=None,
                      show_incomplete_steps: bool = False, progress: Optional[bool] = None,
