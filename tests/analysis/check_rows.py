@@ -25,3 +25,29 @@ def assert_rows_equal_value_api(trial, df):
             (row, expected)
         checked += 1
     return checked
+
+
+def read_tensorboard(tb_dir, mode):
+    """``({scalar tag: [(step, value)]}, [histogram tags])`` of one mode's TensorBoard run, as
+    TensorBoard's own EventAccumulator reads it (in a child without TensorFlow, so that it
+    uses its own reader and stays fast)."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import json, sys
+        sys.modules["tensorflow"] = None
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        acc = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0, "histograms": 0})
+        acc.Reload()
+        tags = acc.Tags()
+        print(json.dumps([{t: [(s.step, s.value) for s in acc.Scalars(t)] for t in tags["scalars"]},
+                          sorted(tags["histograms"])]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script, f"{tb_dir}/{mode}"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    scalars, histograms = json.loads(out.stdout.strip().splitlines()[-1])
+    return scalars, histograms

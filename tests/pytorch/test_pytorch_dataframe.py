@@ -39,3 +39,27 @@ def test_pytorch_run_dataframe_matches_value_api(run_dir):
     name = losses["tensor"].iloc[0]
     assert trial.tensor(name).value(int(losses["step"].iloc[0])).shape == ()
     assert assert_rows_equal_value_api(trial, df) == len(df)
+
+
+def test_pytorch_tensorboard_reductions_and_short_histogram_tags(run_dir):
+    pytest.importorskip("tensorboard")
+    from check_rows import read_tensorboard
+
+    model = make_model()
+    loss_fn = torch.nn.CrossEntropyLoss()
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1), export_tensorboard=True,
+                    include_collections=["weights", "gradients", "losses"],
+                    reduction_config=smd.ReductionConfig(norms=["l2"], save_raw_tensor=True))
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    train(model, loss_fn, batches(3))
+    hook.close()
+    scalars, histograms = read_tensorboard(os.path.join(run_dir, "tensorboard"), "TRAIN")
+    trial = create_trial(run_dir)
+    assert "gradient/Net_fc1.weight/l2" in scalars and "Net_fc1.weight/l2" in scalars
+    for step, value in scalars["gradient/Net_fc1.weight/l2"]:
+        want = float(trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2", mode="train"))
+        assert value == pytest.approx(want, rel=1e-6)
+    # Histograms: weights/<name>, and gradients without a doubled prefix.
+    assert "weights/Net_fc1.weight" in histograms
+    assert "gradient/Net_fc1.weight" in histograms and not any(h.startswith("gradients/") for h in histograms)
