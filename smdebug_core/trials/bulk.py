@@ -187,11 +187,12 @@ def _plugin_entries(w: _Walk, pos, m_end) -> None:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def metadata_field(mode: ModeKeys, mode_step: int) -> bytes:
-    """``Summary.Value.metadata`` as this project's writers serialize it (docs/format.md 2.3)."""
-    step_text = str(mode_step).encode()
+def metadata_field(mode: int, mode_step: int) -> bytes:
+    """``Summary.Value.metadata`` as this project's writers serialize it (docs/format.md 2.3),
+    for a mode number (TRAIN 1 ...) and a mode step."""
+    step_text = b"%d" % mode_step
     first = b"\x0a\x09mode_step\x12" + bytes((len(step_text),)) + step_text
-    second = b"\x0a\x04mode\x12\x01" + str(mode.value).encode()
+    second = b"\x0a\x04mode\x12\x01" + b"%d" % mode
     body = b"\x0a" + bytes((len(first),)) + first + b"\x0a" + bytes((len(second),)) + second
     return b"\x4a" + bytes((len(body),)) + body
 
@@ -509,38 +510,51 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     bar = _progress_bar(wanted, nfiles, "reading event files")
     # Each event file once, through the storage's checked reads: the span of its wanted
     # records, or each record when they lie far apart.
+    spans = []
+    owners = []  # per span: the file's index k, and the row for a one-record span (else -1)
+    for k, (a, b, f_lo, f_hi, together) in enumerate(zip(firsts, bounds, lo.tolist(), hi.tolist(),
+                                                        coalesce.tolist())):
+        if together:
+            spans.append((locs[order_list[a]][0], f_lo, f_hi - f_lo))
+            owners.append((k, -1))
+        else:
+            for i in order_list[a:b]:
+                spans.append((locs[i][0], starts[i], lengths[i]))
+                owners.append((k, i))
+    datas: List[object] = []
     try:
-        for k, (a, b, f_lo, f_hi, together) in enumerate(zip(firsts, bounds, lo.tolist(), hi.tolist(),
-                                                            coalesce.tolist())):
-            i0 = order_list[a]
-            members = order_list[a:b] if not together else None
-            ranges = [(f_lo, f_hi - f_lo)] if together else [(starts[i], lengths[i]) for i in members]
-            try:
-                datas = _read_ranges(trial, storage, locs[i0][0], ranges, int(g_all[i0]),
-                                     tensor_names[tensor_codes[i0]])
-            except (CorruptRecord, MissingEventFile) as exc:
-                failed[order[a:b]] = True
-                errors.append(str(exc))
-                if on_error == "raise":
-                    raise
-                continue
-            if together:
-                data = datas[0]
-                file_start[k] = cursor
-                cursor += len(data)
-                file_end[k] = cursor
-                chunks.append(data)
-            else:
-                for i, data in zip(members, datas):
-                    base[i] = cursor
-                    cursor += len(data)
-                    avail[i] = cursor
-                    chunks.append(data)
-            if bar is not None and k % 64 == 63:
-                bar.update(64)
+        step_size = 512 if bar is not None else len(spans)
+        for at in range(0, len(spans), max(1, step_size)):
+            datas += storage.read_spans(spans[at:at + step_size])
+            if bar is not None:
+                bar.update(len({k for k, _ in owners[at:at + step_size]}))
     finally:
         if bar is not None:
             bar.close()
+    for (k, i), span, data in zip(owners, spans, datas):
+        if not isinstance(data, bytes):
+            row = i if i >= 0 else order_list[firsts[k]]
+            try:
+                if isinstance(data, FileNotFoundError):  # not there yet? wait as value() does
+                    data = _read_ranges(trial, storage, span[0], [span[1:]], int(g_all[row]),
+                                        tensor_names[tensor_codes[row]])[0]
+                else:
+                    raise CorruptRecord(f"event file {span[0]} of step {int(g_all[row])}: {data}")
+            except (CorruptRecord, MissingEventFile) as exc:
+                failed[order[firsts[k]:bounds[k]] if i < 0 else i] = True
+                errors.append(str(exc))
+                if on_error == "raise":
+                    raise
+                data = b""
+        if i < 0:
+            file_start[k] = cursor
+            cursor += len(data)
+            file_end[k] = cursor
+        else:
+            base[i] = cursor
+            cursor += len(data)
+            avail[i] = cursor
+        chunks.append(data)
     # Places of the records of coalesced spans, all at once.
     file_of_sorted = np.repeat(np.arange(nfiles), np.diff(np.r_[first, n]))
     dense = coalesce[file_of_sorted]
@@ -548,14 +562,15 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     fk = file_of_sorted[dense]
     base[rows_dense] = file_start[fk] + (start[rows_dense] - lo[fk])
     avail[rows_dense] = file_end[fk]
+    chunks.append(bytes(_PAD))  # zeros after the last record: word reads stay in bounds
     joined = b"".join(chunks)
     del chunks
-    u = np.frombuffer(joined + bytes(_PAD), np.uint8)
+    u = np.frombuffer(joined, np.uint8)
 
     # The metadata each record should have, from the index's mode and mode step of its step.
     known, mode_of, mode_step_of = _step_table(trial)
     used, which = np.unique(np.searchsorted(known, g_all), return_inverse=True)
-    texts_md = [metadata_field(ModeKeys(m), s) for m, s in zip(mode_of[used].tolist(), mode_step_of[used].tolist())]
+    texts_md = list(map(metadata_field, mode_of[used].tolist(), mode_step_of[used].tolist()))
     w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe = _walk(
         u, base, length, avail, trial._record_check, (texts_md, which.reshape(-1)))
     ok = w.ok & ~failed
@@ -601,6 +616,9 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
 
     # Everything else, one record at a time, as Tensor.value() reads it.
     slow = np.flatnonzero(~scalar & ~several & ~failed)
+    stats = trial.stats
+    stats["table_records_bulk"] = stats.get("table_records_bulk", 0) + len(fast)
+    stats["table_records_one_by_one"] = stats.get("table_records_one_by_one", 0) + len(slow)
     if len(slow):
         tensors = trial._tensors
         worker_names = texts["worker"][1]

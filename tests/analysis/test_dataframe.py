@@ -33,6 +33,20 @@ def test_every_row_equals_value_and_reduction_value(numpy_run):
     assert first["step"].tolist() == list(range(30))
 
 
+def test_records_of_this_projects_writers_are_decoded_in_bulk(numpy_run):
+    from smdebug.format.codec import _cached_metadata
+    from smdebug.trials.bulk import metadata_field
+
+    trial = create_trial(numpy_run)
+    df = trial.to_dataframe()
+    assert trial.stats["table_records_bulk"] == len(df)
+    assert trial.stats["table_records_one_by_one"] == 0
+    # The metadata the bulk walk compares whole is byte for byte the writer's.
+    for mode in ModeKeys:
+        for step in (0, 9, 10, 127, 128, 123456, 10**11):
+            assert metadata_field(mode.value, step) == _cached_metadata(mode, step, None)[1]
+
+
 def test_selection_by_names_regex_collection_mode_steps(numpy_run):
     trial = create_trial(numpy_run)
     assert set(trial.to_dataframe("loss")["tensor"]) == {"loss"}
@@ -125,6 +139,10 @@ def test_workers_dtypes_and_records_the_bulk_walk_leaves_to_the_decoder(tmp_path
     _write(out, 6, ("worker_0", "worker_1"), tensors)
     trial = create_trial(out)
     df = trial.to_dataframe()
+    # bfloat16 carries a dtype marker: those 12 records are decoded one by one; the string is
+    # too and gives no row; g_vec3 (3 elements) is recognised as no scalar without decoding.
+    assert trial.stats["table_records_one_by_one"] == 24
+    assert trial.stats["table_records_bulk"] == len(df) - 12
     assert set(df["tensor"]) == {"a_int", "b_bool", "c_half", "d_bf16", "e_vec1", "f_unit", "g_vec3"}
     assert set(df[df.tensor == "g_vec3"]["reduction"]) == {"l2"}
     assert len(df) == 6 * 2 * 7

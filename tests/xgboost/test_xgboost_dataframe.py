@@ -23,6 +23,10 @@ def test_xgboost_run_dataframe_matches_value_api(run_dir, train):
 
     trial = create_trial(run_dir)
     df = trial.to_dataframe()
+    # Numbers are decoded in bulk; only text hyperparameters (objective...) one by one.
+    texts = [n for n in trial.tensor_names(collection="hyperparameters") if trial.tensor(n).value(0).dtype.kind == "U"]
+    assert trial.stats["table_records_bulk"] == len(df)
+    assert trial.stats["table_records_one_by_one"] == len(texts) * len(trial.tensor(texts[0]).steps())
     tensors = set(df["tensor"])
     assert {"train-logloss", "valid-logloss", "valid-error"} <= tensors
     assert any(t.startswith("hyperparameters/") for t in tensors)
