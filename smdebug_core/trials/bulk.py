@@ -616,6 +616,7 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
 
     # Everything else, one record at a time, as Tensor.value() reads it.
     slow = np.flatnonzero(~scalar & ~several & ~failed)
+    lost = int(failed.sum())  # values lost with their event file
     stats = trial.stats
     stats["table_records_bulk"] = stats.get("table_records_bulk", 0) + len(fast)
     stats["table_records_one_by_one"] = stats.get("table_records_one_by_one", 0) + len(slow)
@@ -632,6 +633,7 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
                                        _Request(None, location, int(g_all[i]), worker_names[worker_codes[i]]))
             except CorruptRecord as exc:
                 errors.append(str(exc))
+                lost += 1
                 if on_error == "raise":
                     raise
                 continue
@@ -640,8 +642,8 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
                 values[i] = number
                 keep[i] = True
     if errors:
-        logger.warning("smdebug: %d value(s) could not be read and are left out of the table; the first: %s",
-                       len(errors), errors[0])
+        logger.warning("smdebug: %d record(s) could not be read and are left out of the table (%d error(s)); "
+                       "the first: %s", lost, len(errors), errors[0])
     return Table.build(trial, keep, g_all, texts, values)
 
 

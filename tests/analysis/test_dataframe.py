@@ -166,7 +166,7 @@ def test_a_damaged_record_costs_its_row_with_one_warning(numpy_run, tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="smdebug.trials"):
         df = trial.to_dataframe()
     assert len(df) == 30 * 7 - 1
-    assert "1 value(s) could not be read" in caplog.text and "000000000004" in caplog.text
+    assert "1 record(s) could not be read" in caplog.text and "000000000004" in caplog.text
     missing = set(trial.to_dataframe(on_error="warn")[lambda d: d.step == 4]["tensor"].astype(str) + "/"
                   + trial.to_dataframe(on_error="warn")[lambda d: d.step == 4]["reduction"].astype(str))
     assert len(missing) == 6
@@ -191,3 +191,30 @@ def test_scalars_of_scalar_collections_come_back_0d(tmp_path):
     assert trial.tensor("scalar/x").value(0).shape == ()
     assert trial.tensor("other").value(0).shape == (1,)  # not said to be a scalar: stays as stored
     assert float(trial.tensor("valid-logloss").value(0)) == 0.5
+
+
+def test_reader_safety_holds_for_bulk_reads(numpy_run, tmp_path, caplog):
+    """docs/reader_safety.md: a FIFO in place of an event file is refused at once (no
+    wait for a writer), a link leaving the run is not followed; each costs its step's rows."""
+    import shutil
+
+    out = str(tmp_path / "copy")
+    shutil.copytree(numpy_run, out)
+    fifo = os.path.join(out, "events", "000000000002", "000000000002_worker_0.tfevents")
+    os.remove(fifo)
+    os.mkfifo(fifo)
+    outside = tmp_path / "outside.tfevents"
+    outside.write_bytes(open(os.path.join(out, "events", "000000000005", "000000000005_worker_0.tfevents"),
+                             "rb").read())
+    link = os.path.join(out, "events", "000000000005", "000000000005_worker_0.tfevents")
+    os.remove(link)
+    os.symlink(str(outside), link)
+    trial = create_trial(out)
+    with caplog.at_level(logging.WARNING, logger="smdebug.trials"):
+        df = trial.to_dataframe()
+    assert sorted(set(range(30)) - set(df["step"])) == [2, 5]
+    assert len(df) == 28 * 7
+    assert "14 record(s) could not be read" in caplog.text
+    assert "not a regular file" in caplog.text or "outside the run directory" in caplog.text
+    with pytest.raises(CorruptRecord, match="FIFO|outside the run directory"):
+        trial.to_dataframe(on_error="raise")
