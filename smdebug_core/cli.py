@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="tensors over the steps (or a histogram) to a PNG file")
     run_arg(p)
-    p.add_argument("tensors", nargs="+", metavar="TENSOR")
+    p.add_argument("tensors", nargs="+", metavar="TENSOR",
+                   help="a tensor name, or NAME@REDUCTION for one of its saved reductions (loss gradient/fc@l2)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.png")
     p.add_argument("--reduction", action="append",
                    help="plot this saved reduction (l2, max, abs_mean...) instead of the values; repeatable")
@@ -213,10 +214,8 @@ def _cmd_plot(args) -> int:
                 raise _Failure(f"tensor {tensor.name!r} has no saved value to draw a histogram of")
         ax = plot_histogram(trial, tensor.name, step, mode=modes[0], bins=args.bins)
     else:
-        reductions = None
-        if args.reduction:
-            reductions = args.reduction
-        ax = plot_tensors(trial, args.tensors, reduction=reductions, mode=args.mode, x=args.x, logy=args.logy)
+        items = [tuple(t.rsplit("@", 1)) if "@" in t else t for t in args.tensors]
+        ax = plot_tensors(trial, items, reduction=args.reduction, mode=args.mode, x=args.x, logy=args.logy)
     ax.figure.tight_layout()
     ax.figure.savefig(args.output, dpi=100)
     print(f"wrote {args.output}")

@@ -45,7 +45,9 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
 
     Args:
         trial: an open Trial.
-        names: a tensor name or several.
+        names: a tensor name or several; an item may also be a ``(name, reduction)`` pair,
+            which plots that reduction of that tensor whatever ``reduction`` says (a loss
+            and gradient norms on one figure).
         reduction: None (the tensors' own values; a tensor that has none and saved
             reductions gets a clear error), a saved reduction (``"l2"``, ``"abs_max"``...),
             or several.
@@ -58,12 +60,18 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
     """
     if x not in ("step", "mode_step"):
         raise ValueError(f"x must be 'step' or 'mode_step', got {x!r}")
-    names = [names] if isinstance(names, str) else list(names)
+    names = [names] if isinstance(names, (str, tuple)) else list(names)
     if not names:
         raise ValueError("plot_tensors needs at least one tensor name")
     reductions = [reduction] if reduction is None or isinstance(reduction, str) else list(reduction)
-    labels = ["" if r is None else r for r in reductions]
-    table = trial.to_table(names, mode=mode, workers=None if worker is None else [worker])
+    default_labels = ["" if r is None else r for r in reductions]
+    series_of = []  # (tensor, [reduction labels])
+    for item in names:
+        if isinstance(item, tuple):
+            series_of.append((item[0], ["" if item[1] is None else item[1]]))
+        else:
+            series_of.append((item, default_labels))
+    table = trial.to_table(sorted({n for n, _ in series_of}), mode=mode, workers=None if worker is None else [worker])
     tensor_col, red_col, mode_col = table.column("tensor"), table.column("reduction"), table.column("mode")
     xs = table.numbers[x]
     values = table.numbers["value"]
@@ -72,7 +80,7 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
     colors = _pyplot().rcParams["axes.prop_cycle"].by_key().get("color", [None])
     drawn = 0
     series = 0  # one color per (tensor, reduction); modes differ by line style
-    for name in names:
+    for name, labels in series_of:
         is_name = np.fromiter((t == name for t in tensor_col), bool, len(tensor_col))
         for label in labels:
             is_red = is_name & np.fromiter((r == label for r in red_col), bool, len(red_col))
@@ -96,7 +104,8 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
                         color=color, label=text, marker="." if len(first) < 30 else None)
                 drawn += 1
     ax.set_xlabel("global step" if x == "step" else "mode step")
-    ax.set_ylabel(labels[0] if len(labels) == 1 and labels[0] else "value")
+    used = {label for _, labels in series_of for label in labels}
+    ax.set_ylabel(used.pop() if len(used) == 1 and "" not in used else "value")
     if logy:
         ax.set_yscale("log")
     ax.set_title(title if title is not None else f"{trial.name}")

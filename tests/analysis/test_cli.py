@@ -162,3 +162,25 @@ def test_reprs(numpy_run):
         pass
     text = repr(rule.report)
     assert text.startswith("<RuleReport LossNotDecreasing (") and ("FIRED" in text or "did not fire" in text)
+
+
+def test_a_loss_and_a_reduction_on_one_figure(capsys, numpy_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from smdebug.plots import plot_tensors
+
+    ax = plot_tensors(create_trial(numpy_run), ["loss", ("dense.weight", "l2")])
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["loss (TRAIN)", "loss (EVAL)", "dense.weight l2 (TRAIN)", "dense.weight l2 (EVAL)"]
+    xs, ys = ax.get_lines()[3].get_data()
+    assert list(xs) == list(range(20, 30))  # EVAL on the global time line
+    trial = create_trial(numpy_run)
+    assert list(ys) == [float(trial.tensor("dense.weight").reduction_value(s, "l2")) for s in range(20, 30)]
+    png = str(tmp_path / "mixed.png")
+    assert run(capsys, "plot", numpy_run, "loss", "dense.weight@l2", "-o", png)[0] == 0
+    from PIL import Image
+
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size == (800, 450)
