@@ -218,3 +218,23 @@ def test_reader_safety_holds_for_bulk_reads(numpy_run, tmp_path, caplog):
     assert "not a regular file" in caplog.text or "outside the run directory" in caplog.text
     with pytest.raises(CorruptRecord, match="FIFO|outside the run directory"):
         trial.to_dataframe(on_error="raise")
+
+
+def test_a_run_still_training_shows_complete_steps_unless_asked(tmp_path):
+    """Two workers, no end marker; worker_1 has not written step 2 yet: that step is
+    incomplete and left out, as trial.steps() leaves it out."""
+    out = str(tmp_path / "run")
+    for worker, steps in (("worker_0", 3), ("worker_1", 2)):
+        writer = RunWriter(out, worker)
+        writer.write_collections(CollectionManager().to_json_bytes(num_workers=2))
+        for step in range(steps):
+            writer.submit(StepData(global_step=step, mode=ModeKeys.TRAIN, mode_step=step, worker=worker,
+                                   tensors=[("scalar/x", np.asarray(float(step)))]))
+        writer.close()
+    os.remove(os.path.join(out, "training_job_end.ts"))  # the job has not ended
+    trial = create_trial(out)
+    assert not trial.training_ended() and trial.steps() == [0, 1]
+    assert sorted(set(trial.to_dataframe()["step"])) == [0, 1]
+    df = trial.to_dataframe(show_incomplete_steps=True)
+    assert sorted(set(df["step"])) == [0, 1, 2]
+    assert df[df.step == 2]["worker"].tolist() == ["worker_0"]
