@@ -407,12 +407,10 @@ def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> 
         if any(present):
             r_steps = gs[np.fromiter(present, bool, len(present))]
             r_maps = [bw for bw in by_worker if bw is not None]
-            names = set()
-            for bw in r_maps[:1] if len(r_maps) and all(len(bw) == 1 for bw in r_maps[:1]) else r_maps:
-                names.update(bw)
-            if len(names) == 1 and all(len(bw) == 1 for bw in r_maps):
-                worker_maps = {next(iter(names)): [next(iter(bw.values())) for bw in r_maps]}
-                worker_steps = {next(iter(names)): r_steps}
+            only = next(iter(r_maps[0]))
+            if all(len(bw) == 1 and only in bw for bw in r_maps):  # one worker saved them all
+                worker_maps = {only: [bw[only] for bw in r_maps]}
+                worker_steps = {only: r_steps}
             else:
                 names = set().union(*r_maps)
                 worker_maps, worker_steps = {}, {}

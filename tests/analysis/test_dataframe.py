@@ -238,3 +238,23 @@ def test_a_run_still_training_shows_complete_steps_unless_asked(tmp_path):
     df = trial.to_dataframe(show_incomplete_steps=True)
     assert sorted(set(df["step"])) == [0, 1, 2]
     assert df[df.step == 2]["worker"].tolist() == ["worker_0"]
+
+
+def test_workers_that_saved_different_steps(tmp_path):
+    """worker_0 saved the even steps, worker_1 the odd ones: each row keeps its worker."""
+    out = str(tmp_path / "run")
+    for worker, steps in (("worker_0", range(0, 6, 2)), ("worker_1", range(1, 6, 2))):
+        writer = RunWriter(out, worker)
+        writer.write_collections(CollectionManager().to_json_bytes(num_workers=2))
+        for step in steps:
+            writer.submit(StepData(global_step=step, mode=ModeKeys.TRAIN, mode_step=step, worker=worker,
+                                   tensors=[("smdebug/reductions/max/w", np.asarray(step * 1.5)),
+                                            ("scalar/x", np.asarray(float(step)))]))
+        writer.close()
+    trial = create_trial(out, wait_timeout=0)
+    df = trial.to_dataframe()
+    for tensor in ("w", "scalar/x"):
+        part = df[df.tensor == tensor]
+        assert part["step"].tolist() == [0, 2, 4, 1, 3, 5]  # sorted by worker, then step
+        assert part["worker"].tolist() == ["worker_0"] * 3 + ["worker_1"] * 3
+    assert assert_rows_equal_value_api(trial, df) == 12
