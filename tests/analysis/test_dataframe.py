@@ -258,3 +258,11 @@ def test_workers_that_saved_different_steps(tmp_path):
         assert part["step"].tolist() == [0, 2, 4, 1, 3, 5]  # sorted by worker, then step
         assert part["worker"].tolist() == ["worker_0"] * 3 + ["worker_1"] * 3
     assert assert_rows_equal_value_api(trial, df) == 12
+
+
+@pytest.mark.parametrize("check", [True, "none"])
+def test_every_record_check_mode_gives_the_same_rows(numpy_run, check):
+    trial = create_trial(numpy_run, check=check)
+    df = trial.to_dataframe()
+    assert len(df) == 30 * 7 and trial.stats["table_records_one_by_one"] == 0
+    assert assert_rows_equal_value_api(trial, df) == len(df)

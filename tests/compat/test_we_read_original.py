@@ -10,6 +10,7 @@ value (a collection with save_raw_tensor and save_shape), the original's reader 
 value (docs/format.md 3.2); ours returns it.
 """
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -204,3 +205,16 @@ def test_scalar_flushed_after_set_mode(trial, original_run):
     expected = expected.reshape(())  # save_scalar values come back 0-d (stored as (1,) by the original)
     _same_array(trial.tensor("scalar/lr").value(4), expected, "scalar/lr at step 4")
     _same_array(trial.tensor("scalar/lr").value(4, mode=ModeKeys.TRAIN), expected, "scalar/lr at TRAIN step 4")
+
+
+def test_dataframe_of_a_run_the_original_wrote(trial):
+    """Trial.to_dataframe on the original's files: every row equals value()/reduction_value()."""
+    pytest.importorskip("pandas")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "analysis"))
+    from check_rows import assert_rows_equal_value_api
+
+    df = trial.to_dataframe()
+    assert len(df) and "" in set(df["reduction"]) and len(set(df["reduction"])) > 1
+    assert assert_rows_equal_value_api(trial, df) == len(df)
+    # The original's records follow the same layout: the bulk walk reads most of them.
+    assert trial.stats["table_records_bulk"] > len(df) // 2, trial.stats
