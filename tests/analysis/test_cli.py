@@ -184,3 +184,20 @@ def test_a_loss_and_a_reduction_on_one_figure(capsys, numpy_run, tmp_path):
 
     with Image.open(png) as im:
         assert im.format == "PNG" and im.size == (800, 450)
+
+
+def test_the_command_works_without_pandas(numpy_run, tmp_path):
+    path = str(tmp_path / "values.csv")
+    code = (
+        "import sys; sys.modules['pandas'] = None\n"  # as if pandas were not installed
+        "from smdebug.cli import main\n"
+        f"assert main(['ls', {numpy_run!r}]) == 0\n"
+        f"assert main(['show', {numpy_run!r}, 'loss']) == 0\n"
+        f"assert main(['export', {numpy_run!r}, '-o', {path!r}]) == 0\n"
+        f"assert main(['plot', {numpy_run!r}, 'loss', '-o', {str(tmp_path / 'p.png')!r}]) == 0\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote 210 rows to {path}" in proc.stdout
+    with open(path, newline="") as fh:
+        assert sum(1 for _ in csv.reader(fh)) == 211
