@@ -288,7 +288,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except _Failure as exc:
         print(f"smdebug {args.command}: {exc}", file=sys.stderr)
         return exc.status
-    except (SMDebugError, ValueError, KeyError, OSError) as exc:
+    except (SMDebugError, ValueError, KeyError, OSError, NotImplementedError) as exc:
         # What the reader says is already the message: which value, what to do.
         text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"smdebug {args.command}: {text}", file=sys.stderr)
