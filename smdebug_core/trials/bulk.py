@@ -98,7 +98,7 @@ class _Walk:
             piece = pattern[k:k + 8]
             mask = (1 << (8 * len(piece))) - 1
             want = int.from_bytes(piece, "little")
-            same &= (self.words[starts + k] & np.uint64(mask)) == np.uint64(want)
+            same &= (self.words[self.clamp(starts + k)] & np.uint64(mask)) == np.uint64(want)
         return same
 
     def clamp(self, pos):
@@ -156,7 +156,7 @@ class _Walk:
         """Per record: 1 to 16 ASCII digits at ``starts`` (mode steps have at most 12)."""
         good = (lengths >= 1) & (lengths <= 16)
         for k in (0, 8):
-            word = self.words[starts + k]
+            word = self.words[self.clamp(starts + k)]
             n = np.clip(lengths - k, 0, 8).astype(np.uint64)
             # Bytes past the end are taken as "0"; a byte b is a digit when its high nibble
             # is 3 and b + 6 keeps it 3 (0x30-0x39).
@@ -290,7 +290,7 @@ def _walk(u: np.ndarray, off: np.ndarray, length: np.ndarray, avail: np.ndarray,
             left = np.clip(want - 8 * j, 0, 8).astype(np.uint64)
             mask = np.where(left == 8, np.uint64(0xFFFFFFFFFFFFFFFF),
                             (np.uint64(1) << (np.uint64(8) * left)) - np.uint64(1))
-            same &= (w.words[t_end + 8 * j] & mask) == table[which, j]
+            same &= (w.words[w.clamp(t_end + 8 * j)] & mask) == table[which, j]
     other = np.flatnonzero(w.ok & ~same)
     if len(other):
         sub = _Walk(u, np.ones(len(other), bool))
