@@ -27,16 +27,15 @@ import functools
 import logging
 import time
 from operator import itemgetter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import google_crc32c
 import numpy as np
 
 from ..exceptions import CorruptRecord, MissingEventFile, UnsafeRunFile
 from ..format import proto
-from ..format.codec import decode_tensor_event
 from ..format.layout import END_OF_JOB_FILE
-from ..format.records import SMDEBUG_PAYLOAD_FOOTER, read_record, record_header, verify_payload_crc
+from ..format.records import SMDEBUG_PAYLOAD_FOOTER, record_header
 from ..modes import ModeKeys
 
 logger = logging.getLogger("smdebug.trials")
