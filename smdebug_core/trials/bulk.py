@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from itertools import chain
 from operator import itemgetter
 from typing import Dict, List, Optional, Tuple
 
@@ -64,6 +65,7 @@ _MODE = b"mode"
 _FAST_MAX_RECORD = 1 << 16
 _MAX_DIMS = 8
 _RECORD_NAME = itemgetter(4)  # TensorLocation.record_name, read in C
+_START_LENGTH = itemgetter(1, 2)
 _MAX_PLUGIN_ENTRIES = 3
 
 
@@ -462,11 +464,10 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     if not n:
         return Table.empty()
     locs = rows.locations
-    starts = list(map(itemgetter(1), locs))
-    lengths = list(map(itemgetter(2), locs))
+    # Offsets and lengths in one pass over the locations, straight into one array.
+    start_length = np.fromiter(chain.from_iterable(map(_START_LENGTH, locs)), np.int64, 2 * n).reshape(n, 2)
+    start, length = start_length[:, 0], start_length[:, 1]
     crcs = list(map(itemgetter(3), locs))
-    start = np.fromiter(starts, np.int64, n)
-    length = np.fromiter(lengths, np.int64, n)
     g_all = np.concatenate(rows.steps)
     # Block constants: tensor, worker and reduction codes per row.
     block_sizes = [b[3] for b in rows.blocks]
@@ -516,7 +517,7 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
             owners.append((k, -1))
         else:
             for i in order_list[a:b]:
-                spans.append((locs[i][0], starts[i], lengths[i]))
+                spans.append((locs[i][0], locs[i][1], locs[i][2]))
                 owners.append((k, i))
     datas: List[object] = []
     try:
