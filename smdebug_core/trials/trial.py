@@ -1042,8 +1042,14 @@ class Trial:
         if GLOBAL in {m for m, _ in self._global_to_mode.values()}:
             steps = sorted(g for g, (m, _) in self._global_to_mode.items() if m is GLOBAL)
             modes["GLOBAL"] = (len(steps), steps[0], steps[-1])
-        used = sorted(c for c in self.collections()
-                      if any(self.collection(c).matches(n) for n in list(self._tensors)[:2000]))
+        names = list(self._tensors)[:2000]  # enough to name the collections in use
+        used = []
+        for cname, coll in sorted(self.collections().items()):
+            try:
+                if any(coll.matches(n) for n in names):
+                    used.append(cname)
+            except CorruptCollectionsFile:  # a regex refused for safety: listed as unknown
+                used.append(f"{cname} (regex refused)")
         return {"name": self.name, "path": self.path, "ended": self.loaded_all_steps,
                 "workers": sorted(self._workers), "steps": len(self._global_to_mode), "modes": modes,
                 "tensors": len(self._tensors), "collections": used}
