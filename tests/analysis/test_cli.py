@@ -203,3 +203,21 @@ def test_the_command_works_without_pandas(numpy_run, tmp_path):
     assert f"wrote 210 rows to {path}" in proc.stdout
     with open(path, newline="") as fh:
         assert sum(1 for _ in csv.reader(fh)) == 211
+
+
+def test_ls_and_summary_survive_a_refused_collection_regex(capsys, tmp_path):
+    from smdebug.collections import Collection, CollectionManager
+    from smdebug.modes import ModeKeys
+    from smdebug.writer import RunWriter, StepData
+
+    out = str(tmp_path / "run")
+    manager = CollectionManager()
+    manager.add(Collection("evil", include_regex=["^(a+)+$"]))  # nested quantifiers: refused on reading
+    writer = RunWriter(out, "worker_0")
+    writer.write_collections(manager.to_json_bytes(num_workers=1))
+    writer.submit(StepData(global_step=0, mode=ModeKeys.TRAIN, mode_step=0, worker="worker_0",
+                           tensors=[("aaaa", np.asarray(1.0))]))
+    writer.close()
+    assert "evil (regex refused)" in create_trial(out).summary()["collections"]
+    status, out_text, err = run(capsys, "ls", out)
+    assert status == 0 and "evil (regex refused)" in out_text and err == ""
