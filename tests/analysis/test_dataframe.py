@@ -294,3 +294,16 @@ def test_damaged_files_never_crash_the_bulk_walk(numpy_run, tmp_path):
     df = trial.to_dataframe()
     assert 0 < len(df) < 30 * 7
     assert assert_rows_equal_value_api(trial, df) == len(df)
+
+
+def test_progress_bar_on_long_reads_only(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    _write(out, 600, tensors=lambda step, worker: [("scalar/x", np.asarray(float(step)))])
+    trial = create_trial(out, progress=False)
+    capsys.readouterr()
+    assert len(trial.to_table(progress=True)) == 600
+    assert "reading event files" in capsys.readouterr().err  # 600 files: a bar
+    assert len(trial.to_table(progress=False)) == 600
+    assert capsys.readouterr().err == ""
+    assert len(trial.to_table("scalar/x", steps=range(10), progress=True)) == 10
+    assert capsys.readouterr().err == ""  # 10 files: quiet
