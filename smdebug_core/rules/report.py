@@ -105,6 +105,13 @@ class RuleReport:
             "started": time.time(), "updated": time.time(),
         }
 
+    def __repr__(self):
+        from .cli import summary_line  # the CLI's one-line summary, shared
+
+        with self._lock:
+            doc = json.loads(json.dumps(self._doc))
+        return f"<RuleReport {self.rule_name} ({doc['status']}): {summary_line(None, doc)}>"
+
     # --- updates ------------------------------------------------------------------------
     def datapoint(self, step: int) -> None:
         with self._lock:

@@ -77,7 +77,83 @@ class Tensor:
         self._cache: Dict[TensorLocation, np.ndarray] = {}
 
     def __repr__(self):
-        return f"<Tensor {self.name!r} steps={len(self._step_workers)}>"
+        steps = self._global_steps()
+        span = f" (global {steps[0]} to {steps[-1]})" if steps else ""
+        kinds = []
+        if self._locations:
+            kinds.append("values")
+        keys = set()
+        for by_worker in list(self._reductions.values())[:3]:
+            for by_key in by_worker.values():
+                keys.update(by_key)
+        if keys:
+            from .bulk import reduction_label
+
+            kinds.append("reductions " + ", ".join(sorted(reduction_label(*k) for k in keys)))
+        if self._shapes:
+            kinds.append("shapes")
+        return f"<Tensor {self.name!r}: {len(steps)} steps{span}; {'; '.join(kinds) or 'nothing saved'}>"
+
+    def _is_scalar(self) -> bool:
+        """Whether the run's collections say this tensor is one number per step (losses,
+        metrics, save_scalar values...): such values are returned 0-d whatever their
+        stored shape, ``()`` or ``(1,)`` (XGBoost and the original writer store numbers
+        as 1-element vectors)."""
+        scalar = self.__dict__.get("_scalar")
+        if scalar is None:
+            from ..collections import RAW_ONLY_COLLECTIONS, CollectionKeys
+
+            names = RAW_ONLY_COLLECTIONS | {CollectionKeys.HYPERPARAMETERS}
+            scalar = self.name.startswith("scalar/")
+            if not scalar:
+                collections = self._trial._collection_manager.collections
+                for cname in names:
+                    coll = collections.get(cname)
+                    try:
+                        if coll is not None and coll.matches(self.name):
+                            scalar = True
+                            break
+                    except Exception:  # noqa: BLE001 - a refused regex of the run: not a scalar by it
+                        continue
+            self._scalar = scalar
+        return scalar
+
+    def to_series(self, reduction: Optional[str] = None, mode=GLOBAL, worker: Optional[str] = None,
+                  abs: bool = False):
+        """The tensor's scalar values (``reduction=None``) or one saved reduction over the
+        steps, as a pandas Series of float64 indexed by step (``mode``'s own step numbers,
+        global steps for GLOBAL) and named after the tensor (``name/reduction``).
+
+        Without ``worker``, each step's value comes from the lexically first worker that
+        saved it, as with ``value()``. Needs pandas (``pip install 'smdebug-core[analysis]'``).
+        """
+        from .bulk import reduction_label, require_pandas
+
+        pd = require_pandas("Tensor.to_series")
+        mode = ModeKeys.parse(mode)
+        label = ""
+        if reduction is not None:
+            if reduction not in READABLE_REDUCTIONS:
+                raise ValueError(f"unknown reduction {reduction!r}; allowed: {', '.join(READABLE_REDUCTIONS)}")
+            label = reduction_label(reduction, bool(abs))
+        table = self._trial.to_table(self.name, mode=None if mode is GLOBAL else mode,
+                                     workers=None if worker is None else [worker])
+        labels = table.column("reduction")
+        keep = np.fromiter((x == label for x in labels), bool, len(labels))
+        steps = (table.numbers["step"] if mode is GLOBAL else table.numbers["mode_step"])[keep]
+        values = table.numbers["value"][keep]
+        name = f"{self.name}/{label}" if label else self.name
+        if not len(values):
+            if label:
+                raise ValueError(
+                    f"tensor {self.name!r} has no saved {label!r} reduction in mode {mode.name}; "
+                    "reduction_value(step, ...) computes one from a saved value, or save it with "
+                    "ReductionConfig")
+            raise ValueError(f"tensor {self.name!r} has no scalar values in mode {mode.name} (it is not one number "
+                             "per step); pass reduction= to get one of its saved reductions")
+        # Rows come sorted by worker, then step: the first row of a step is the first worker's.
+        steps_u, first = np.unique(steps, return_index=True)
+        return pd.Series(values[first], index=pd.Index(steps_u, name="step"), name=name)
 
     # ------------------------------------------------------------------ registration
     def _note(self, step: int, worker: str) -> None:
@@ -422,4 +498,7 @@ class Tensor:
                 f"{self._source(request)}: the record holds tensor {decoded.tag!r}, not "
                 f"{location.record_name!r}; the index points at the wrong bytes"
             )
-        return decoded.value
+        value = decoded.value
+        if value.shape == (1,) and location.record_name == self.name and self._is_scalar():
+            value = value.reshape(())
+        return value

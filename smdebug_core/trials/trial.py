@@ -286,10 +286,13 @@ class Trial:
 
     # ------------------------------------------------------------------ lifecycle
     def __repr__(self):
+        modes = ", ".join(f"{m.name} {len(self._all_steps_sorted(m))}" for m in
+                          sorted(self._mode_to_global, key=lambda m: m.value))
         return (
-            f"<Trial name={self.name!r} path={self.path!r} steps={len(self._global_to_mode)} "
-            f"tensors={len(self._tensors)} workers={sorted(self._workers)} "
-            f"ended={self.loaded_all_steps}>"
+            f"<Trial {self.name!r} at {self.path!r}: {len(self._global_to_mode)} steps"
+            f"{f' ({modes})' if modes else ''}, {len(self._tensors)} tensors, "
+            f"workers {', '.join(sorted(self._workers)) or 'none'}, "
+            f"{'ended' if self.loaded_all_steps else 'not ended'}>"
         )
 
     def close(self) -> None:
@@ -950,6 +953,134 @@ class Trial:
                 except re.error as exc:
                     raise ValueError(f"invalid regex {r!r}: {exc}") from None
         return sorted(n for n in candidates if any(m(n) for m in matchers))
+
+
+    # ------------------------------------------------------------------ tables
+    def _table_tensors(self, names, regex, collection):
+        """The Tensor objects selected by names, regexes and collections (all without any)."""
+        self._maybe_refresh()
+        if names is None and regex is None and collection is None:
+            return [self._tensors[n] for n in sorted(self._tensors)]
+        chosen = set()
+        if names is not None:
+            for name in [names] if isinstance(names, str) else list(names):
+                chosen.add(self.tensor(name).name)  # TensorUnavailable, with close names
+        if regex is not None or collection is not None:
+            chosen.update(self.tensor_names(collection=collection, regex=regex, show_incomplete_steps=True))
+        return [self._tensors[n] for n in sorted(chosen)]
+
+    def to_table(self, names=None, *, regex=None, collection=None, mode=None, steps=None, workers=None,
+                 show_incomplete_steps: bool = False, progress: Optional[bool] = None,
+                 on_error: str = "warn"):
+        """Every scalar value and every saved reduction of the selected tensors, in columns,
+        without pandas: a :class:`smdebug.trials.bulk.Table` (see :meth:`to_dataframe`)."""
+        from .bulk import collect, read_rows
+
+        if on_error not in ("warn", "raise"):
+            raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
+        modes = None
+        if mode is not None:
+            parsed = {ModeKeys.parse(m) for m in ([mode] if isinstance(mode, (str, int, ModeKeys)) else mode)}
+            modes = None if GLOBAL in parsed else parsed
+        if steps is not None:
+            steps = {validate_step(s) for s in ([steps] if isinstance(steps, int) else steps)}
+        if workers is not None:
+            workers = {workers} if isinstance(workers, str) else set(workers)
+            unknown = workers - self._workers
+            if unknown:
+                raise ValueError(f"unknown worker(s) {sorted(unknown)} in trial {self.name!r}; "
+                                 f"its workers: {sorted(self._workers)}")
+        tensors = self._table_tensors(names, regex, collection)
+        # Large temporary lists and no cycles: the cyclic collector would only rescan the
+        # trial's millions of index objects (as while loading them).
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            rows = collect(self, tensors, modes, steps, workers, show_incomplete_steps)
+            return read_rows(self, rows, progress, on_error)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def to_dataframe(self, names=None, *, regex=None, collection=None, mode=None, steps=None, workers=None,
+                     show_incomplete_steps: bool = False, progress: Optional[bool] = None,
+                     on_error: str = "warn"):
+        """The run's scalars and saved reductions as a long pandas DataFrame.
+
+        One row per value, columns ``step`` (global step), ``mode`` (``"TRAIN"``...),
+        ``mode_step``, ``worker``, ``tensor``, ``reduction`` (``""`` for a scalar's own
+        value, else ``min``, ``l2``, ``abs_max``...) and ``value`` (float64); texts are
+        categoricals. Rows are sorted by tensor, reduction, worker and step.
+        ``df.pivot_table(index="step", columns="tensor", values="value")`` gives wide form.
+
+        Args:
+            names: a tensor name or a list of them.
+            regex: a regex or list of regexes (``re.search``) on tensor names.
+            collection: a collection name, Collection, or list of them.
+              Without ``names``, ``regex`` and ``collection``: every tensor. With several,
+              a tensor selected by any of them is in.
+            mode: a mode or list of modes (None or GLOBAL: all).
+            steps: a step or an iterable of steps: the modes' own step numbers when
+              ``mode`` is given, else global steps.
+            workers: a worker name or a list of them (default: all).
+            show_incomplete_steps: also steps not every worker has written yet.
+            progress: a progress bar over the event files (default: on a terminal, for
+              long reads).
+            on_error: ``"warn"`` (default): a value that cannot be read (a damaged
+              record, a missing event file) is left out, with one warning for all of
+              them; ``"raise"``: the first such error is raised.
+
+        A tensor's raw value is a row only when it holds one real number (bool, int or
+        float; complex, string and larger tensors are left out); reductions computed on
+        the fly by ``reduction_value`` are not included, only saved ones. Each row equals
+        ``float(tensor.value(step, mode, worker))`` or ``reduction_value(...)``. Event files
+        are read once each and their records decoded together (smdebug.trials.bulk).
+        Needs pandas (``pip install 'smdebug-core[analysis]'``); :meth:`to_table` does not.
+        """
+        from .bulk import require_pandas
+
+        require_pandas("Trial.to_dataframe")
+        return self.to_table(names, regex=regex, collection=collection, mode=mode, steps=steps, workers=workers,
+                             show_incomplete_steps=show_incomplete_steps, progress=progress,
+                             on_error=on_error).to_pandas()
+
+    # ------------------------------------------------------------------ notebooks
+    def summary(self) -> Dict[str, object]:
+        """What the run holds, for people: path, state, workers, modes with their step
+        ranges, collections used, and tensor counts."""
+        self._maybe_refresh()
+        modes = {}
+        for mode in self.modes():
+            steps = self._all_steps_sorted(mode)
+            modes[mode.name] = (len(steps), steps[0], steps[-1]) if steps else (0, None, None)
+        if GLOBAL in {m for m, _ in self._global_to_mode.values()}:
+            steps = sorted(g for g, (m, _) in self._global_to_mode.items() if m is GLOBAL)
+            modes["GLOBAL"] = (len(steps), steps[0], steps[-1])
+        names = list(self._tensors)[:2000]  # enough to name the collections in use
+        used = []
+        for cname, coll in sorted(self.collections().items()):
+            try:
+                if any(coll.matches(n) for n in names):
+                    used.append(cname)
+            except CorruptCollectionsFile:  # a regex refused for safety: listed as unknown
+                used.append(f"{cname} (regex refused)")
+        return {"name": self.name, "path": self.path, "ended": self.loaded_all_steps,
+                "workers": sorted(self._workers), "steps": len(self._global_to_mode), "modes": modes,
+                "tensors": len(self._tensors), "collections": used}
+
+    def _repr_html_(self) -> str:
+        """A table of the run for Jupyter."""
+        import html
+
+        info = self.summary()
+        rows = [("path", info["path"]), ("state", "ended" if info["ended"] else "training (or not ended)"),
+                ("workers", ", ".join(info["workers"]) or "none"), ("saved steps", str(info["steps"])),
+                ("tensors", str(info["tensors"])), ("collections", ", ".join(info["collections"]) or "none")]
+        for mode, (count, first, last) in info["modes"].items():
+            rows.append((f"{mode} steps", f"{count} ({first} to {last})" if count else "0"))
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                       f"{html.escape(v)}</td></tr>" for k, v in rows)
+        return f"<div><strong>smdebug Trial {html.escape(info['name'])}</strong><table>{body}</table></div>"
 
 
 def create_trial(

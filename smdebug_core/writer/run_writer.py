@@ -49,7 +49,7 @@ from ..format.records import (
     record_header,
 )
 from ..modes import ModeKeys
-from .tensorboard import TensorBoardWriter
+from .tensorboard import TensorBoardWriter, reduction_scalars
 
 logger = logging.getLogger(__name__)
 
@@ -555,8 +555,11 @@ class RunWriter:
             for shape_item in step.shapes:
                 name, *original, shape = shape_item
                 open_step.shapes.append((name, original[0] if original else name, tuple(int(s) for s in shape)))
-        if self._tensorboard is not None and (step.tb_scalars or step.tb_histograms):
-            self._write_tensorboard(mode, step)
+        if self._tensorboard is not None:
+            # Saved reductions go to TensorBoard as scalars too (docs/format.md 6).
+            reductions = reduction_scalars(step.tensors)
+            if step.tb_scalars or step.tb_histograms or reductions:
+                self._write_tensorboard(mode, step, reductions)
 
     def _event_file(self, open_step):
         """The step's ``<event file>.tmp``, opened at its first record."""
@@ -664,10 +667,13 @@ class RunWriter:
 
     # -- TensorBoard: its failures disable TensorBoard output only, not the run's data.
 
-    def _write_tensorboard(self, mode, step):
+    def _write_tensorboard(self, mode, step, reductions=()):
         try:
+            scalars = list(step.tb_scalars) + reductions if reductions else step.tb_scalars
+            # Each mode is its own TensorBoard run, stepped by the mode's own step.
             self._tensorboard.write_summaries(
-                mode, step.global_step, step.tb_scalars, step.tb_histograms, wall_time=step.wall_time
+                mode, step.global_step, scalars, step.tb_histograms, wall_time=step.wall_time,
+                event_step=step.mode_step,
             )
         except OSError as exc:
             self._disable_tensorboard(exc)

@@ -19,6 +19,7 @@ from ..format.codec import is_real_number_dtype
 from ..format.layout import join_under, tensorboard_file_relpath
 from ..format.records import frame_record
 from ..modes import ModeKeys
+from ..reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,33 @@ _TAG_UNSAFE = re.compile(r"[^-/\w.]")
 def clean_tag(name):
     """TensorBoard tag of a tensor name: characters outside ``[-/\\w.]`` become ``_``, leading ``/`` go."""
     return _TAG_UNSAFE.sub("_", name).lstrip("/")
+
+
+def short_tag(tag):
+    """A histogram tag ``<collection>/<tensor>`` without the collection when the tensor's name
+    already says it: Keras' ``hidden/weights/planes/hidden/kernel`` in ``weights`` stays as it
+    is (not ``weights/hidden/weights/...``), PyTorch's ``gradient/Net_fc1.weight`` in
+    ``gradients`` too; ``Net_fc1.weight`` becomes ``weights/Net_fc1.weight``."""
+    collection, sep, name = tag.partition("/")
+    if not sep:
+        return tag
+    parts = name.split("/")
+    if collection in parts or (collection.endswith("s") and collection[:-1] in parts):
+        return name
+    return tag
+
+
+def reduction_scalars(tensors):
+    """``(tag, value)`` TensorBoard scalars for the saved reductions among a step's records:
+    ``smdebug/reductions/abs_max/<tensor>`` becomes ``<tensor>/abs_max``."""
+    out = []
+    for tag, value in tensors:
+        if REDUCTION_TAG_PREFIX in tag:
+            parsed = parse_reduction_tag(tag)
+            if parsed is not None:
+                op, is_abs, name = parsed
+                out.append((f"{name}/{'abs_' if is_abs else ''}{op}", value))
+    return out
 
 
 def _default_bucket_edges():
@@ -108,12 +136,15 @@ class TensorBoardWriter:
             self._files[mode] = handle
         return handle
 
-    def write_summaries(self, mode, global_step, scalars=(), histograms=(), wall_time=None):
+    def write_summaries(self, mode, global_step, scalars=(), histograms=(), wall_time=None, event_step=None):
         """Write one ``Event`` holding the step's scalars (``simple_value``) and histograms.
 
         ``scalars``: ``(tag, number)``; ``histograms``: ``(tag, array)``. Tags are cleaned
-        here. Values that cannot be shown (non-scalar "scalars", bool/empty/non-finite
-        histogram data) are skipped with a debug log. Returns the number of values written.
+        here, histogram tags shortened (:func:`short_tag`). Values that cannot be shown
+        (non-scalar "scalars", bool/empty/non-finite histogram data) are skipped with a
+        debug log. ``Event.step`` is ``event_step`` (the writer passes the mode step: each
+        mode is a TensorBoard run of its own) or else ``global_step``, which also names the
+        file. Returns the number of values written.
         """
         mode = ModeKeys.parse(mode)
         wall_time = time.time() if wall_time is None else wall_time
@@ -129,10 +160,10 @@ class TensorBoardWriter:
             if histo is None:
                 logger.debug("TensorBoard: no histogram for %r (bool, empty, complex or non-finite data)", tag)
                 continue
-            summary.value.add(tag=clean_tag(tag)).histo.CopyFrom(histo)
+            summary.value.add(tag=clean_tag(short_tag(tag))).histo.CopyFrom(histo)
         if not summary.value:
             return 0
-        event = proto.Event(wall_time=wall_time, step=global_step)
+        event = proto.Event(wall_time=wall_time, step=global_step if event_step is None else event_step)
         event.summary.CopyFrom(summary)
         self._file_for(mode, global_step, wall_time).write(frame_record(event.SerializeToString(), real_payload_crc=True))
         return len(summary.value)

@@ -47,7 +47,9 @@ def run(tmp_path):
     for global_step, mode, mode_step in plan:
         writer.submit(StepData(
             global_step, mode, mode_step, "worker_0",
-            tensors=[("Net_fc1.weight", np.ones(3, np.float32))],
+            tensors=[("Net_fc1.weight", np.ones(3, np.float32)),
+                     ("smdebug/reductions/l2/Net_fc1.weight", np.asarray(np.float32(global_step + 0.5))),
+                     ("smdebug/reductions/abs_max/Net_fc1.weight", np.asarray(np.float64(global_step * 2.0)))],
             tb_scalars=[("CrossEntropyLoss_output_0", 1.0 / (global_step + 1)), ("scalar/my lr:0", 0.25)],
             tb_histograms=[
                 ("weights/Net_fc1.weight", rng.standard_normal(1000)),
@@ -72,14 +74,19 @@ def test_tensorboard_files_are_valid_and_complete(run):
         assert files[0].name == os.path.basename(layout.tensorboard_file_relpath(mode, first_step, os.getpid(), os.uname().nodename))
         events = read_with_tensorboard(files[0])
         assert events[0].file_version == "brain.Event:2"
+        # Each mode's file is stepped by the mode step (a TensorBoard run per mode).
         steps = [e.step for e in events[1:]]
-        assert steps == [g for g, m, _ in plan if m.name == mode]
+        assert steps == [ms for _, m, ms in plan if m.name == mode]
+        global_of = {ms: g for g, m, ms in plan if m.name == mode}
         for event in events[1:]:
             values = {v.tag: v for v in event.summary.value}
-            # scalars with cleaned tags; non-showable histograms skipped
-            assert sorted(values) == ["CrossEntropyLoss_output_0", "scalar/my_lr_0",
-                                      "weights/Net_fc1.weight", "weights/bf16", "weights/ints"]
-            assert values["CrossEntropyLoss_output_0"].simple_value == pytest.approx(1.0 / (event.step + 1))
+            # scalars with cleaned tags, saved reductions as scalars; non-showable histograms skipped
+            assert sorted(values) == ["CrossEntropyLoss_output_0", "Net_fc1.weight/abs_max", "Net_fc1.weight/l2",
+                                      "scalar/my_lr_0", "weights/Net_fc1.weight", "weights/bf16", "weights/ints"]
+            g = global_of[event.step]
+            assert values["CrossEntropyLoss_output_0"].simple_value == pytest.approx(1.0 / (g + 1))
+            assert values["Net_fc1.weight/l2"].simple_value == g + 0.5
+            assert values["Net_fc1.weight/abs_max"].simple_value == g * 2.0
             histo = values["weights/Net_fc1.weight"].histo
             assert histo.num == 1000 and sum(histo.bucket) == 1000
             ints = values["weights/ints"].histo
@@ -109,16 +116,24 @@ def test_event_accumulator_reads_scalars_and_histograms(run):
             result[mode] = {
                 "loss": [(s.step, s.value) for s in acc.Scalars("CrossEntropyLoss_output_0")],
                 "histo_steps": [h.step for h in acc.Histograms("weights/Net_fc1.weight")],
+                "l2": [(s.step, s.value) for s in acc.Scalars("Net_fc1.weight/l2")],
+                "tags": sorted(acc.Tags()["scalars"]),
             }
         print(json.dumps(result))
     """)
     output = subprocess.run([sys.executable, "-c", script, str(tb_dir)], capture_output=True, text=True, timeout=120)
     assert output.returncode == 0, output.stderr
     result = json.loads(output.stdout.strip().splitlines()[-1])
-    assert [s for s, _ in result["TRAIN"]["loss"]] == [0, 2, 7]
+    # Mode steps: TRAIN 0, 2, 4 (global 0, 2, 7), EVAL 0 (global 4).
+    assert [s for s, _ in result["TRAIN"]["loss"]] == [0, 2, 4]
     assert result["TRAIN"]["loss"][1][1] == pytest.approx(1 / 3)
-    assert result["EVAL"]["loss"] == [[4, pytest.approx(0.2)]]
-    assert result["TRAIN"]["histo_steps"] == [0, 2, 7]
+    assert result["EVAL"]["loss"] == [[0, pytest.approx(0.2)]]
+    assert result["TRAIN"]["histo_steps"] == [0, 2, 4]
+    # Saved reductions are scalars <tensor>/<reduction>.
+    assert result["TRAIN"]["l2"] == [[0, 0.5], [2, 2.5], [4, 7.5]]
+    assert result["EVAL"]["l2"] == [[0, 4.5]]
+    assert result["TRAIN"]["tags"] == ["CrossEntropyLoss_output_0", "Net_fc1.weight/abs_max", "Net_fc1.weight/l2",
+                                       "scalar/my_lr_0"]
 
 
 def test_default_edges_are_tensorflows():
@@ -149,6 +164,16 @@ def test_histogram_edge_cases():
     assert extreme.bucket[0] == 0 and extreme.bucket_limit[0] == DEFAULT_BUCKET_EDGES[0]
     zeros = make_histogram(np.zeros(5, np.float16))
     assert sum(zeros.bucket) == 5 and zeros.min == zeros.max == 0
+
+
+def test_short_histogram_tags():
+    from smdebug.writer.tensorboard import short_tag
+
+    assert short_tag("weights/hidden/weights/planes/hidden/kernel") == "hidden/weights/planes/hidden/kernel"
+    assert short_tag("gradients/gradients/planes/hidden/kernelGrad") == "gradients/planes/hidden/kernelGrad"
+    assert short_tag("gradients/gradient/Net_fc1.weight") == "gradient/Net_fc1.weight"
+    assert short_tag("weights/Net_fc1.weight") == "weights/Net_fc1.weight"
+    assert short_tag("weights") == "weights"
 
 
 def test_clean_tag():

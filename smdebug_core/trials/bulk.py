@@ -1,0 +1,746 @@
+"""Reading many scalar records at once: the engine behind ``Trial.to_dataframe``.
+
+``Tensor.value()`` decodes one record with the protobuf classes, a few microseconds of
+Python per value. A run of 10,000 steps with 25 scalars and reductions holds 250,000 such
+records, so this module reads them in bulk instead:
+
+1. the records to read are listed from the trial's index (no event file is listed or
+   scanned), grouped by event file;
+2. each event file is opened once through the trial's storage (the checks of
+   docs/reader_safety.md: regular files only, links leaving the run refused, reads
+   bounded by the file's size) and the byte span holding its wanted records is read;
+3. all records of all files are parsed together with numpy, field by field, as
+   arrays of positions into one buffer (:func:`_walk`). The walk accepts only the exact
+   layout of a one-tensor ``Event`` (docs/format.md 2.2, 2.3): framing and length CRC,
+   the index's payload CRC32C, the tag the index names, a numeric dtype, one element,
+   mode/mode step metadata of digits;
+4. every record the walk does not accept (a dtype marker, typed value lists, a damaged
+   record...) is decoded one by one by the same code as ``Tensor.value()``, which either
+   returns the value or raises the error ``value()`` would raise.
+
+So each row equals ``float(tensor.value(...))`` or ``reduction_value(...)`` of its step,
+and a damaged record costs its row (one warning for all of them), not the table.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from itertools import chain
+from operator import itemgetter
+from typing import Dict, List, Optional, Tuple
+
+import google_crc32c
+import numpy as np
+
+from ..exceptions import CorruptRecord, MissingEventFile, UnsafeRunFile
+from ..format import proto
+from ..format.layout import END_OF_JOB_FILE
+from ..format.records import SMDEBUG_PAYLOAD_FOOTER, record_header
+from ..modes import ModeKeys
+
+logger = logging.getLogger("smdebug.trials")
+
+GLOBAL = ModeKeys.GLOBAL
+#: Columns of the long table, in order.
+COLUMNS = ("step", "mode", "mode_step", "worker", "tensor", "reduction", "value")
+#: A raw record longer than this (plus 8 bytes per character of its name) cannot hold one
+#: element (it would need dozens of unit dimensions): it is not read at all.
+_SCALAR_RECORD_MAX = 1024
+#: Read a file's wanted records with one read when the bytes in between add at most this.
+_COALESCE_SLACK = 1 << 16
+_PROGRESS_MIN_FILES = 500
+_MISSING_EVENT_POLL_S = 0.1
+# Wire types of real numbers that come back from tensor_content as they are.
+_FAST_DTYPES = {
+    proto.DT_FLOAT: np.dtype("<f4"), proto.DT_DOUBLE: np.dtype("<f8"), proto.DT_INT32: np.dtype("<i4"),
+    proto.DT_UINT8: np.dtype("u1"), proto.DT_INT16: np.dtype("<i2"), proto.DT_INT8: np.dtype("i1"),
+    proto.DT_INT64: np.dtype("<i8"), proto.DT_BOOL: np.dtype("?"), proto.DT_UINT16: np.dtype("<u2"),
+    proto.DT_HALF: np.dtype("<f2"), proto.DT_UINT32: np.dtype("<u4"), proto.DT_UINT64: np.dtype("<u8"),
+}
+_PAD = 32  # zero bytes after the buffer: gathers a few bytes past a record stay in bounds
+_MODE_STEP = b"mode_step"
+_MODE = b"mode"
+#: Longer records are left to the one-by-one decoder (a scalar record is far shorter).
+_FAST_MAX_RECORD = 1 << 16
+_MAX_DIMS = 8
+_RECORD_NAME = itemgetter(4)  # TensorLocation.record_name, read in C
+_START_LENGTH = itemgetter(1, 2)
+_MAX_PLUGIN_ENTRIES = 3
+
+
+def reduction_label(op: str, is_abs: bool) -> str:
+    """The ``reduction`` column's text for a reduction key: ``l2``, ``abs_max``..."""
+    return f"abs_{op}" if is_abs else op
+
+
+# ---------------------------------------------------------------- the vectorized walk
+
+
+class _Walk:
+    """Positions of every record in one buffer ``u``, parsed in lockstep; ``ok`` says which
+    records still follow the expected layout. Positions are clamped into the buffer, so a
+    record that went wrong only produces nonsense for itself, which ``ok`` then excludes.
+    Checks take an optional ``where`` mask: records outside it are not checked (a field
+    that is optional and absent there)."""
+
+    def __init__(self, u: np.ndarray, ok: np.ndarray):
+        self.u = u
+        self.ok = ok
+        self.limit = len(u) - _PAD
+        # The buffer as overlapping little-endian 8-byte words, one starting at every byte:
+        # comparing 8 bytes costs one gather.
+        self.words = np.ndarray((len(u) - 7,), "<u8", buffer=u, strides=(1,))
+
+    def word_eq(self, starts, pattern: bytes):
+        """Per record: the bytes at ``starts`` begin with ``pattern``."""
+        same = np.ones(len(starts), bool)
+        for k in range(0, len(pattern), 8):
+            piece = pattern[k:k + 8]
+            mask = (1 << (8 * len(piece))) - 1
+            want = int.from_bytes(piece, "little")
+            same &= (self.words[self.clamp(starts + k)] & np.uint64(mask)) == np.uint64(want)
+        return same
+
+    def clamp(self, pos):
+        return np.minimum(np.maximum(pos, 0), self.limit)
+
+    def require(self, cond, where=None):
+        if where is None:
+            self.ok &= cond
+        else:
+            self.ok &= cond | ~where
+
+    def varint(self, pos, where=None):
+        """``(value, position after it)``; a varint longer than 9 bytes fails its record."""
+        u = self.u
+        b = u[pos]
+        value = (b & 0x7F).astype(np.int64)
+        after = pos + 1
+        more = np.flatnonzero(b >= 0x80)
+        if len(more):
+            q = pos[more]
+            v = value[more]
+            n = np.ones(len(more), np.int64)
+            going = np.ones(len(more), bool)
+            for k in range(1, 9):
+                byte = u[q + k].astype(np.int64)
+                v = np.where(going, v | ((byte & 0x7F) << (7 * k)), v)
+                n += going
+                going &= byte >= 0x80
+                if not going.any():
+                    break
+            if going.any():  # 10 bytes: negative or beyond an int64
+                bad = np.zeros(len(pos), bool)
+                bad[more[going]] = True
+                self.require(~bad, where)
+            value[more] = v
+            after[more] = q + n
+        return value, self.clamp(after)
+
+    def field(self, pos, key, end, where=None):
+        """A length-delimited field with ``key`` at ``pos``: ``(start, stop)`` of its bytes."""
+        self.require(self.u[pos] == key, where)
+        length, pos = self.varint(self.clamp(pos + 1), where)
+        stop = pos + np.minimum(length, self.limit)
+        self.require(stop <= end, where)
+        return pos, self.clamp(stop)
+
+    def present(self, pos, key, end):
+        return (self.u[pos] == key) & (pos < end)
+
+    def equals(self, starts, lengths, pattern: bytes):
+        """Per record: the ``lengths`` bytes at ``starts`` are ``pattern``."""
+        return (lengths == len(pattern)) & self.word_eq(starts, pattern)
+
+    def digits(self, starts, lengths):
+        """Per record: 1 to 16 ASCII digits at ``starts`` (mode steps have at most 12)."""
+        good = (lengths >= 1) & (lengths <= 16)
+        for k in (0, 8):
+            word = self.words[self.clamp(starts + k)]
+            n = np.clip(lengths - k, 0, 8).astype(np.uint64)
+            # Bytes past the end are taken as "0"; a byte b is a digit when its high nibble
+            # is 3 and b + 6 keeps it 3 (0x30-0x39).
+            mask = np.where(n == 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (np.uint64(8) * n)) - np.uint64(1))
+            word = (word & mask) | (np.uint64(0x3030303030303030) & ~mask)
+            high = np.uint64(0xF0F0F0F0F0F0F0F0)
+            good &= ((word & high) == np.uint64(0x3030303030303030)) & \
+                (((word + np.uint64(0x0606060606060606)) & high) == np.uint64(0x3030303030303030))
+        return good
+
+
+def _plugin_entries(w: _Walk, pos, m_end) -> None:
+    """Check SummaryMetadata bytes: only ("mode_step", digits) and ("mode", 1-4) entries."""
+    for _ in range(_MAX_PLUGIN_ENTRIES):
+        active = w.ok & (pos < m_end)
+        if not active.any():
+            break
+        e_pos, e_end = w.field(pos, 0x0A, m_end, active)
+        n_pos, n_end = w.field(e_pos, 0x0A, e_end, active)
+        x_pos, x_end = w.field(n_end, 0x12, e_end, active)
+        name_len, text_len = n_end - n_pos, x_end - x_pos
+        is_step = w.equals(n_pos, name_len, _MODE_STEP) & w.digits(x_pos, text_len)
+        first = w.u[x_pos]
+        is_mode = w.equals(n_pos, name_len, _MODE) & (text_len == 1) & (first >= 0x31) & (first <= 0x34)
+        w.require((is_step | is_mode) & (x_end == e_end), active)
+        pos = np.where(active, e_end, pos)
+    w.require(pos >= m_end)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def metadata_field(mode: int, mode_step: int) -> bytes:
+    """``Summary.Value.metadata`` as this project's writers serialize it (docs/format.md 2.3),
+    for a mode number (TRAIN 1 ...) and a mode step."""
+    step_text = b"%d" % mode_step
+    first = b"\x0a\x09mode_step\x12" + bytes((len(step_text),)) + step_text
+    second = b"\x0a\x04mode\x12\x01" + b"%d" % mode
+    body = b"\x0a" + bytes((len(first),)) + first + b"\x0a" + bytes((len(second),)) + second
+    return b"\x4a" + bytes((len(body),)) + body
+
+
+def _walk(u: np.ndarray, off: np.ndarray, length: np.ndarray, avail: np.ndarray, check: str,
+          expected_metadata=None):
+    """Parse one-tensor records in bulk (docs/format.md 2.1-2.3).
+
+    ``off``/``length``: each record's place in ``u``, as the index gives it; ``avail``: where
+    the bytes read for it end. Returns ``(ok, dtype, unit, content_start, content_stop,
+    tag_start, tag_stop, payload_start, payload_stop)``: ``ok`` marks records that have
+    exactly the expected layout, ``unit`` those whose shape has only dimensions of size 1.
+    """
+    n = len(off)
+    ok = (length >= 16) & (length <= _FAST_MAX_RECORD) & (off + length <= avail)
+    w = _Walk(u, ok)
+    off = w.clamp(off)
+    length = np.where(ok, length, 16)
+    # Framing (docs/format.md 2.1): the header must be the one a payload of this length has,
+    # which checks the length and its CRC in one comparison.
+    seen = np.zeros(_FAST_MAX_RECORD + 1, bool)
+    seen[length] = True
+    head_len = np.zeros(_FAST_MAX_RECORD + 1, np.uint64)
+    head_crc = np.zeros(_FAST_MAX_RECORD + 1, np.uint64)
+    for x in np.flatnonzero(seen).tolist():
+        header = record_header(x - 16)
+        head_len[x] = int.from_bytes(header[:8], "little")
+        head_crc[x] = int.from_bytes(header[8:], "little")
+    w.require(w.words[off] == head_len[length])
+    if check != "none":
+        w.require((w.words[off + 8] & np.uint64(0xFFFFFFFF)) == head_crc[length])
+    p = w.clamp(off + 12)
+    pe = w.clamp(off + length - 4)
+    if check == "full":  # a real footer CRC takes the slow path, which checks it
+        w.require((w.words[pe] & np.uint64(0xFFFFFFFF)) == np.uint64(SMDEBUG_PAYLOAD_FOOTER))
+
+    # Event: wall_time (1, fixed64), step (2, varint), summary (5).
+    pos = p + 9 * (u[p] == 0x09)
+    has_step = w.present(pos, 0x10, pe)
+    _, after = w.varint(w.clamp(pos + 1), has_step)
+    pos = np.where(has_step, after, pos)
+    pos, s_end = w.field(pos, 0x2A, pe)
+    w.require(s_end == pe)
+    # Summary: exactly one value.
+    pos, v_end = w.field(pos, 0x0A, s_end)
+    w.require(v_end == s_end)
+    # Value: tag (1), tensor (8), metadata (9), nothing else.
+    tag_start, tag_stop = w.field(pos, 0x0A, v_end)
+    t_pos, t_end = w.field(tag_stop, 0x42, v_end)
+    # TensorProto: dtype (1, one byte), tensor_shape (2, optional), tensor_content (4).
+    w.require(u[t_pos] == 0x08)
+    dtype = u[w.clamp(t_pos + 1)].astype(np.int64)
+    w.require(dtype < 0x80)
+    pos = w.clamp(t_pos + 2)
+    has_shape = w.present(pos, 0x12, t_end)
+    sh_pos, sh_end = w.field(pos, 0x12, t_end, has_shape)
+    sh_pos = np.where(has_shape, sh_pos, pos)
+    sh_end = np.where(has_shape, sh_end, pos)
+    c_start, c_stop = w.field(sh_end, 0x22, t_end)
+    w.require(c_stop == t_end)
+    m_pos, m_end = w.field(t_end, 0x4A, v_end)
+    w.require(m_end == v_end)
+
+    # Shape: dimensions {size (1), name (2)}; `unit` when every size is 1.
+    unit = np.ones(n, bool)
+    pos = sh_pos
+    for _ in range(_MAX_DIMS):
+        active = w.ok & (pos < sh_end)
+        if not active.any():
+            break
+        d_pos, d_end = w.field(pos, 0x12, sh_end, active)
+        has_size = active & w.present(d_pos, 0x08, d_end)
+        size, after = w.varint(w.clamp(d_pos + 1), has_size)
+        unit &= ~active | (has_size & (size == 1))
+        q = np.where(has_size, after, d_pos)
+        has_name = active & w.present(q, 0x12, d_end)
+        _, name_end = w.field(q, 0x12, d_end, has_name)
+        q = np.where(has_name, name_end, q)
+        w.require(q == d_end, active)
+        pos = np.where(active, d_end, pos)
+    w.require(pos >= sh_end)
+
+    # Metadata: this project's writers put exactly ("mode_step", <index's mode step>) and
+    # ("mode", <index's mode>) there; compared whole. Other records (another writer's
+    # order, a marker, a mode step that differs from the index's) take the general walk.
+    same = np.zeros(n, bool)
+    if expected_metadata is not None:
+        texts, which = expected_metadata
+        lengths_of = np.fromiter(map(len, texts), np.int64, len(texts))
+        want = lengths_of[which]
+        same = w.ok & (m_end - t_end == want)
+        width = -(-int(lengths_of.max(initial=0)) // 8) * 8
+        table = np.frombuffer(b"".join(t.ljust(width, b"\0") for t in texts), "<u8").reshape(len(texts), -1)
+        for j in range(width // 8):
+            left = np.clip(want - 8 * j, 0, 8).astype(np.uint64)
+            mask = np.where(left == 8, np.uint64(0xFFFFFFFFFFFFFFFF),
+                            (np.uint64(1) << (np.uint64(8) * left)) - np.uint64(1))
+            same &= (w.words[w.clamp(t_end + 8 * j)] & mask) == table[which, j]
+    other = np.flatnonzero(w.ok & ~same)
+    if len(other):
+        sub = _Walk(u, np.ones(len(other), bool))
+        _plugin_entries(sub, m_pos[other], m_end[other])
+        w.ok[other] &= sub.ok
+    return w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe
+
+
+def _tags_match(w: _Walk, tag_start, tag_len, name_ids, names: List[bytes]):
+    """Per record: its tag is the name the index gives (one comparison per distinct name)."""
+    out = np.zeros(len(tag_start), bool)
+    if not len(name_ids):
+        return out
+    order = np.argsort(name_ids, kind="stable")
+    bounds = np.flatnonzero(np.diff(name_ids[order])) + 1
+    for group in np.split(order, bounds):
+        pattern = names[name_ids[group[0]]]
+        idx = group[tag_len[group] == len(pattern)]
+        if len(idx):
+            out[idx] = w.word_eq(tag_start[idx], pattern)
+    return out
+
+
+def _values_of(w: _Walk, dtype, c_start, idx):
+    """float64 values of the one-element contents at ``c_start[idx]``, by wire dtype."""
+    out = np.empty(len(idx), np.float64)
+    codes = dtype[idx]
+    words = w.words[c_start[idx]]  # the content's bytes, and what follows, as one word
+    for code in np.unique(codes).tolist():
+        np_dtype = _FAST_DTYPES[code]
+        sub = np.flatnonzero(codes == code)
+        bits = words[sub]
+        size = np_dtype.itemsize
+        if size < 8:
+            bits = (bits & np.uint64((1 << (8 * size)) - 1)).astype(f"<u{size}")
+        out[sub] = bits.view(np_dtype).astype(np.float64)
+    return out
+
+
+def _scalar_of(value: np.ndarray) -> Optional[float]:
+    """A decoded value as one float, or None when it is not one real number."""
+    if value.size != 1 or value.dtype.kind not in "biufV":  # V: bfloat16 and the other ml_dtypes
+        return None
+    try:
+        return float(value.reshape(-1)[0])
+    except (TypeError, ValueError):
+        return None
+
+
+class _Rows:
+    """The records to read, in columns. Rows come in blocks of one (tensor, worker,
+    reduction), so texts are block constants and per-row work stays in C."""
+
+    def __init__(self):
+        self.steps: List[np.ndarray] = []
+        self.locations: List[tuple] = []
+        # (tensor, worker, label, rows, the record name of every row or None if they differ)
+        self.blocks: List[Tuple[str, str, str, int, Optional[str]]] = []
+
+    def add(self, tensor: str, worker: str, label: str, steps: np.ndarray, locations, record_name=None) -> None:
+        if record_name is None and locations:
+            names = list(map(_RECORD_NAME, locations))
+            if names.count(names[0]) == len(names):
+                record_name = names[0]
+        self.blocks.append((tensor, worker, label, len(locations), record_name))
+        self.steps.append(steps)
+        self.locations.extend(locations)
+
+    def __len__(self):
+        return len(self.locations)
+
+
+def _step_table(trial):
+    """``(global steps, mode numbers, mode steps)`` of every loaded step, as arrays."""
+    to_mode = trial._global_to_mode
+    n = len(to_mode)
+    steps = np.fromiter(to_mode, np.int64, n)
+    pairs = list(to_mode.values())
+    modes = np.fromiter((m.value for m, _ in pairs), np.int64, n)
+    mode_steps = np.fromiter((s for _, s in pairs), np.int64, n)
+    order = np.argsort(steps)
+    return steps[order], modes[order], mode_steps[order]
+
+
+def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> _Rows:
+    """Every saved reduction, and every raw record small enough to be a scalar, of the
+    selected tensors at the selected steps (see ``Trial.to_table``)."""
+    known, mode_of, mode_step_of = _step_table(trial)
+    rows = _Rows()
+    wanted_modes = None if modes is None else np.asarray(sorted(m.value for m in modes))
+    wanted_steps = None if steps is None else np.asarray(sorted(steps), np.int64)
+    last_complete = trial.last_complete_step
+    for tensor in tensors:
+        name = tensor.name
+        gs = np.asarray(tensor._global_steps(), np.int64)
+        if not len(gs):
+            continue
+        at = np.searchsorted(known, gs)
+        keep = np.ones(len(gs), bool)
+        if wanted_modes is not None:
+            keep &= np.isin(mode_of[at], wanted_modes)
+        if wanted_steps is not None:
+            keep &= np.isin(gs if modes is None else mode_step_of[at], wanted_steps)
+        if not include_incomplete and not trial.loaded_all_steps:
+            late = gs > last_complete
+            if late.any():
+                keep[late] &= np.fromiter(map(trial._is_complete, gs[late].tolist()), bool, int(late.sum()))
+        gs = gs[keep]
+        g_list = gs.tolist()
+        # Reductions: per worker, per key, one comprehension over the steps.
+        reds = tensor._reductions
+        by_worker = [reds.get(g) for g in g_list]
+        present = [bw is not None for bw in by_worker]
+        if any(present):
+            r_steps = gs[np.fromiter(present, bool, len(present))]
+            r_maps = [bw for bw in by_worker if bw is not None]
+            only = next(iter(r_maps[0]))
+            if all(len(bw) == 1 and only in bw for bw in r_maps):  # one worker saved them all
+                worker_maps = {only: [bw[only] for bw in r_maps]}
+                worker_steps = {only: r_steps}
+            else:
+                names = set().union(*r_maps)
+                worker_maps, worker_steps = {}, {}
+                for worker in names:
+                    has = np.fromiter((worker in bw for bw in r_maps), bool, len(r_maps))
+                    worker_maps[worker] = [bw[worker] for bw in r_maps if worker in bw]
+                    worker_steps[worker] = r_steps[has]
+            for worker in sorted(worker_maps):
+                if workers is not None and worker not in workers:
+                    continue
+                by_key = worker_maps[worker]
+                w_steps = worker_steps[worker]
+                keys = tuple(by_key[0])
+                # The same keys in the same order at every step (the usual case): one
+                # transpose gives each key's locations; a column holding one record name
+                # throughout (the name says the key) proves the order was the same.
+                if list(map(len, by_key)).count(len(keys)) == len(by_key):
+                    columns = list(zip(*map(dict.values, by_key)))
+                    names_of = [list(map(_RECORD_NAME, column)) for column in columns]
+                    if all(ns.count(ns[0]) == len(ns) for ns in names_of):
+                        for key, column, ns in zip(keys, columns, names_of):
+                            rows.add(name, worker, reduction_label(*key), w_steps, column, ns[0])
+                        continue
+                for key in sorted(set().union(*by_key)):
+                    has = np.fromiter((key in bk for bk in by_key), bool, len(by_key))
+                    rows.add(name, worker, reduction_label(*key), w_steps[has],
+                             [bk[key] for bk in by_key if key in bk])
+        # Raw values: only records small enough to hold one element are read.
+        raws = tensor._locations
+        if raws:
+            limit = _SCALAR_RECORD_MAX + 8 * len(name.encode("utf-8"))
+            by_worker = [raws.get(g) for g in g_list]
+            for worker in sorted(set().union(*(bw for bw in by_worker if bw is not None))):
+                if workers is not None and worker not in workers:
+                    continue
+                has = np.fromiter((bw is not None and worker in bw and bw[worker].length <= limit
+                                   for bw in by_worker), bool, len(by_worker))
+                if has.any():
+                    rows.add(name, worker, "", gs[has], [bw[worker] for bw, h in zip(by_worker, has.tolist()) if h],
+                             name)
+    return rows
+
+
+def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "warn") -> "Table":
+    """Read the values of ``rows`` (from :func:`collect`) into a :class:`Table`."""
+    from .tensor import _Request
+    from .trial import _progress_bar, _progress_wanted
+
+    n = len(rows)
+    if not n:
+        return Table.empty()
+    locs = rows.locations
+    # Offsets and lengths in one pass over the locations, straight into one array.
+    start_length = np.fromiter(chain.from_iterable(map(_START_LENGTH, locs)), np.int64, 2 * n).reshape(n, 2)
+    start, length = start_length[:, 0], start_length[:, 1]
+    crcs = list(map(itemgetter(3), locs))
+    g_all = np.concatenate(rows.steps)
+    # Block constants: tensor, worker and reduction codes per row.
+    block_sizes = [b[3] for b in rows.blocks]
+    texts = {}
+    for column, pos in (("tensor", 0), ("worker", 1), ("reduction", 2)):
+        categories = sorted({b[pos] for b in rows.blocks})
+        code_of = {c: i for i, c in enumerate(categories)}
+        texts[column] = (np.repeat(np.asarray([code_of[b[pos]] for b in rows.blocks], np.int64), block_sizes),
+                         categories)
+    # One event file per (step, worker): the file of a row is known from those two.
+    worker_codes = texts["worker"][0]
+    file_key = g_all * max(1, len(texts["worker"][1])) + worker_codes
+    order = np.lexsort((start, file_key))
+    s_key = file_key[order]
+    first = np.flatnonzero(np.r_[True, s_key[1:] != s_key[:-1]])
+    s_start = start[order]
+    s_end = s_start + length[order]
+    lo = s_start[first]
+    hi = np.maximum.reduceat(s_end, first)
+    needed = np.add.reduceat(s_end - s_start, first)
+    coalesce = (hi - lo) <= needed + _COALESCE_SLACK
+    firsts = first.tolist()
+    bounds = firsts[1:] + [n]
+    order_list = order.tolist()
+    base = np.zeros(n, np.int64)  # where each record's first byte is in the joined buffer
+    avail = np.zeros(n, np.int64)  # where the bytes read for it end
+    nfiles = len(firsts)
+    file_start = np.zeros(nfiles, np.int64)  # where a coalesced span is in the joined buffer
+    file_end = np.zeros(nfiles, np.int64)
+    failed = np.zeros(n, bool)
+    errors: List[str] = []
+    chunks: List[bytes] = []
+    cursor = 0
+    storage = trial._storage
+    tensor_names = texts["tensor"][1]
+    tensor_codes = texts["tensor"][0]
+    wanted = nfiles >= _PROGRESS_MIN_FILES and _progress_wanted(trial.progress if progress is None else progress)
+    bar = _progress_bar(wanted, nfiles, "reading event files")
+    # Each event file once, through the storage's checked reads: the span of its wanted
+    # records, or each record when they lie far apart.
+    spans = []
+    owners = []  # per span: the file's index k, and the row for a one-record span (else -1)
+    for k, (a, b, f_lo, f_hi, together) in enumerate(zip(firsts, bounds, lo.tolist(), hi.tolist(),
+                                                        coalesce.tolist())):
+        if together:
+            spans.append((locs[order_list[a]][0], f_lo, f_hi - f_lo))
+            owners.append((k, -1))
+        else:
+            for i in order_list[a:b]:
+                spans.append((locs[i][0], locs[i][1], locs[i][2]))
+                owners.append((k, i))
+    datas: List[object] = []
+    try:
+        step_size = 512 if bar is not None else len(spans)
+        for at in range(0, len(spans), max(1, step_size)):
+            datas += storage.read_spans(spans[at:at + step_size])
+            if bar is not None:
+                bar.update(len({k for k, _ in owners[at:at + step_size]}))
+    finally:
+        if bar is not None:
+            bar.close()
+    for (k, i), span, data in zip(owners, spans, datas):
+        if not isinstance(data, bytes):
+            row = i if i >= 0 else order_list[firsts[k]]
+            try:
+                if isinstance(data, FileNotFoundError):  # not there yet? wait as value() does
+                    data = _read_ranges(trial, storage, span[0], [span[1:]], int(g_all[row]),
+                                        tensor_names[tensor_codes[row]])[0]
+                else:
+                    raise CorruptRecord(f"event file {span[0]} of step {int(g_all[row])}: {data}")
+            except (CorruptRecord, MissingEventFile) as exc:
+                failed[order[firsts[k]:bounds[k]] if i < 0 else i] = True
+                errors.append(str(exc))
+                if on_error == "raise":
+                    raise
+                data = b""
+        if i < 0:
+            file_start[k] = cursor
+            cursor += len(data)
+            file_end[k] = cursor
+        else:
+            base[i] = cursor
+            cursor += len(data)
+            avail[i] = cursor
+        chunks.append(data)
+    # Places of the records of coalesced spans, all at once.
+    file_of_sorted = np.repeat(np.arange(nfiles), np.diff(np.r_[first, n]))
+    dense = coalesce[file_of_sorted]
+    rows_dense = order[dense]
+    fk = file_of_sorted[dense]
+    base[rows_dense] = file_start[fk] + (start[rows_dense] - lo[fk])
+    avail[rows_dense] = file_end[fk]
+    chunks.append(bytes(_PAD))  # zeros after the last record: word reads stay in bounds
+    joined = b"".join(chunks)
+    del chunks
+    u = np.frombuffer(joined, np.uint8)
+
+    # The metadata each record should have, from the index's mode and mode step of its step.
+    known, mode_of, mode_step_of = _step_table(trial)
+    used, which = np.unique(np.searchsorted(known, g_all), return_inverse=True)
+    texts_md = list(map(metadata_field, mode_of[used].tolist(), mode_step_of[used].tolist()))
+    w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe = _walk(
+        u, base, length, avail, trial._record_check, (texts_md, which.reshape(-1)))
+    ok = w.ok & ~failed
+    # The name each record must carry: one per block, unless a block mixes names.
+    record_names: Dict[str, int] = {}
+    name_ids = np.empty(n, np.int64)
+    at = 0
+    for block in rows.blocks:
+        size, block_name = block[3], block[4]
+        if block_name is not None:
+            name_ids[at:at + size] = record_names.setdefault(block_name, len(record_names))
+        else:
+            name_ids[at:at + size] = [record_names.setdefault(loc[4], len(record_names)) for loc in locs[at:at + size]]
+        at += size
+    ok &= _tags_match(w, tag_start, tag_stop - tag_start, name_ids, [x.encode("utf-8") for x in record_names])
+    itemsize = np.zeros(256, np.int64)
+    for code, np_dtype in _FAST_DTYPES.items():
+        itemsize[code] = np_dtype.itemsize
+    size = itemsize[np.where(ok, dtype, 0) & 0xFF]
+    ok &= size > 0
+    c_len = c_stop - c_start
+    scalar = ok & unit & (c_len == size)
+    # A well-formed tensor of several elements is no scalar: left out without decoding.
+    several = ok & (c_len > size) & (c_len % np.maximum(size, 1) == 0)
+    # Payload CRC32C from the index, where it has one (writers of this project): one C
+    # call per record.
+    verify = np.flatnonzero(scalar)
+    if len(verify):
+        if crcs.count(None):  # runs of other writers may have none
+            has_crc = np.fromiter((c is not None for c in crcs), bool, n)
+            verify = verify[has_crc[verify]]
+            expected = np.fromiter((-1 if c is None else c for c in crcs), np.int64, n)[verify]
+        else:
+            expected = np.fromiter(crcs, np.int64, n)[verify]
+        got = np.fromiter(map(google_crc32c.value, map(joined.__getitem__,
+                                                      map(slice, p[verify].tolist(), pe[verify].tolist()))),
+                          np.int64, len(verify))
+        scalar[verify[got != expected]] = False  # damaged: the slow path says how
+    values = np.full(n, np.nan)
+    keep = scalar.copy()
+    fast = np.flatnonzero(scalar)
+    values[fast] = _values_of(w, dtype, c_start, fast)
+
+    # Everything else, one record at a time, as Tensor.value() reads it.
+    slow = np.flatnonzero(~scalar & ~several & ~failed)
+    lost = int(failed.sum())  # values lost with their event file
+    stats = trial.stats
+    stats["table_records_bulk"] = stats.get("table_records_bulk", 0) + len(fast)
+    stats["table_records_one_by_one"] = stats.get("table_records_one_by_one", 0) + len(slow)
+    if len(slow):
+        tensors = trial._tensors
+        worker_names = texts["worker"][1]
+        view = memoryview(joined)
+        for i in slow.tolist():
+            location = locs[i]
+            stop = min(int(base[i]) + location.length, int(avail[i]))
+            tensor = tensors[tensor_names[tensor_codes[i]]]
+            try:
+                value = tensor._decode(view[int(base[i]):stop],
+                                       _Request(None, location, int(g_all[i]), worker_names[worker_codes[i]]))
+            except CorruptRecord as exc:
+                errors.append(str(exc))
+                lost += 1
+                if on_error == "raise":
+                    raise
+                continue
+            number = _scalar_of(value)
+            if number is not None:
+                values[i] = number
+                keep[i] = True
+    if errors:
+        logger.warning("smdebug: %d record(s) could not be read and are left out of the table (%d error(s)); "
+                       "the first: %s", lost, len(errors), errors[0])
+    return Table.build(trial, keep, g_all, texts, values)
+
+
+def _read_ranges(trial, storage, event_file: str, ranges, step: int, tensor: str) -> List[bytes]:
+    """Byte ranges of an event file, waiting (bounded) for one the index names but that is
+    not there yet, as ``Tensor.value()`` does."""
+    deadline = None
+    while True:
+        try:
+            return storage.read_ranges(event_file, ranges)
+        except FileNotFoundError:
+            pass
+        except (ValueError, UnsafeRunFile) as exc:  # a path or link leaving the run, a FIFO
+            raise CorruptRecord(f"event file {event_file} of step {step}: {exc}") from None
+        if deadline is None:
+            deadline = time.monotonic() + trial.wait_timeout
+        if storage.exists(END_OF_JOB_FILE) or time.monotonic() >= deadline:
+            mode, _ = trial._global_to_mode.get(step, (GLOBAL, step))
+            raise MissingEventFile(tensor, step, mode, storage.local_path(event_file))
+        time.sleep(min(_MISSING_EVENT_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def _compact(codes: np.ndarray, categories: List[str]):
+    """Codes and categories with the categories no row uses dropped (order kept)."""
+    used = np.unique(codes)
+    if len(used) == len(categories):
+        return codes, categories
+    return np.searchsorted(used, codes), [categories[i] for i in used.tolist()]
+
+
+class Table:
+    """The long table in columns: numbers as numpy arrays, texts as category codes.
+
+    ``step`` (global), ``mode`` (name), ``mode_step``, ``worker``, ``tensor``, ``reduction``
+    (``""`` for a scalar's own value), ``value`` (float64); rows sorted by tensor,
+    reduction, worker, step. :meth:`to_pandas` makes the DataFrame; without pandas,
+    :meth:`rows` gives the rows as tuples.
+    """
+
+    TEXT = ("mode", "worker", "tensor", "reduction")
+
+    def __init__(self, numbers: Dict[str, np.ndarray], texts: Dict[str, tuple]):
+        self.numbers = numbers
+        self.texts = texts  # column -> (codes, categories)
+
+    def __len__(self):
+        return len(self.numbers["value"])
+
+    @classmethod
+    def empty(cls):
+        zeros = np.zeros(0, np.int64)
+        return cls({"step": zeros, "mode_step": zeros, "value": np.zeros(0)},
+                   {name: (zeros, []) for name in cls.TEXT})
+
+    @classmethod
+    def build(cls, trial, keep, steps, texts, values):
+        """The rows marked in ``keep``; ``texts``: column -> (codes per row, categories)."""
+        if not keep.any():
+            return cls.empty()
+        steps = steps[keep]
+        known, mode_of, mode_step_of = _step_table(trial)
+        at = np.searchsorted(known, steps)
+        mode_numbers = mode_of[at]
+        present = np.unique(mode_numbers)
+        texts = {k: _compact(codes[keep], cats) for k, (codes, cats) in texts.items()}
+        texts["mode"] = (np.searchsorted(present, mode_numbers), [ModeKeys(int(v)).name for v in present])
+        order = np.lexsort((steps, texts["worker"][0], texts["reduction"][0], texts["tensor"][0]))
+        numbers = {"step": steps[order], "mode_step": mode_step_of[at][order], "value": values[keep][order]}
+        return cls(numbers, {k: (codes[order], cats) for k, (codes, cats) in texts.items()})
+
+    def column(self, name: str):
+        """One column: a numpy array of numbers, or a list of texts."""
+        if name in self.numbers:
+            return self.numbers[name]
+        codes, categories = self.texts[name]
+        return [categories[c] for c in codes.tolist()]
+
+    def rows(self):
+        """The rows as tuples, in :data:`COLUMNS` order."""
+        return zip(*(self.column(name) if name in self.texts else self.numbers[name].tolist() for name in COLUMNS))
+
+    def to_pandas(self):
+        """The table as a pandas DataFrame (texts as categoricals)."""
+        pd = require_pandas("Trial.to_dataframe")
+        data = {}
+        for name in COLUMNS:
+            if name in self.numbers:
+                data[name] = self.numbers[name]
+            else:
+                codes, categories = self.texts[name]
+                data[name] = pd.Categorical.from_codes(codes, categories=categories)
+        return pd.DataFrame(data)
+
+
+def require_pandas(what: str):
+    """The pandas module, or ImportError saying how to install it."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(f"{what} needs pandas, which is not installed: pip install 'smdebug-core[analysis]' "
+                          "(or pip install pandas)") from None
+    return pandas
