@@ -905,7 +905,7 @@ class Hook:
             if plan is not None:
                 covered = (key,)
             elif isinstance(payload, TensorBatch):
-                covered = [p.name for p in payload.selection.plans]
+                covered = payload.selection.names
             else:
                 covered = payload[0].names
             if not names.isdisjoint(covered):

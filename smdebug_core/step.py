@@ -79,11 +79,13 @@ class Selection:
     reductions, raw or not, shape or not), each finished by one backend call.
     """
 
-    __slots__ = ("indices", "plans", "groups", "fast_tags")
+    __slots__ = ("indices", "plans", "names", "groups", "fast_tags")
 
     def __init__(self, indices: Sequence[int], plans: Sequence[TensorPlan]):
         self.indices = tuple(indices)
         self.plans = tuple(plans)
+        #: the tensor names, for the end of step's check that no name was recorded twice
+        self.names = frozenset(plan.name for plan in self.plans)
         by_signature: Dict[tuple, List[int]] = {}
         for pos, plan in enumerate(self.plans):
             by_signature.setdefault((plan.reductions, plan.needs_host, plan.shape), []).append(pos)
