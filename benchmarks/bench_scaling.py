@@ -16,8 +16,9 @@ Two axes, each with three hook configurations:
 * ``size``: a 6-layer MLP ``width`` wide (weights of 4k, 65k, 262k, 1M elements): its 24
   weights, biases and gradients.
 * configurations: ``reductions`` (min, max, mean, std, l2 of every tensor, every step),
-  ``full`` (whole tensors, every step) and ``default`` (the hook's defaults: losses every
-  500 steps).
+  ``full`` (whole tensors, every step), ``default`` (the hook's defaults: losses every
+  500 steps) and ``control`` (no hook on either model: the noise floor of the method; a
+  ratio away from 1.00 there is the machine, not the hook).
 
 Method, as a user feels it: the baseline model and the hooked model (same architecture,
 same data) are trained in one process, one step of each in turn, so both see the machine
@@ -44,7 +45,7 @@ import torch
 
 COUNTS = (25, 100, 400)
 SIZES = {4096: 64, 65536: 256, 262144: 512, 1048576: 1024}  # elements of a weight -> MLP width
-CONFIGS = ("reductions", "full", "default")
+CONFIGS = ("reductions", "full", "default", "control")
 BATCH = 64
 
 
@@ -86,6 +87,8 @@ def scenario_list(axes, configs):
 
 
 def make_hook(smd, out_dir, axis, config):
+    if config == "control":
+        return None  # no hook on either model: the measurement's own noise floor
     if config == "default":
         return smd.Hook(out_dir=out_dir)
     kwargs = dict(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
@@ -109,8 +112,9 @@ def run(smd, scenario, steps, warmup, work_dir):
     data = [(torch.randn(BATCH, width, generator=gen), torch.randn(BATCH, width, generator=gen)) for _ in range(4)]
     out_dir = os.path.join(work_dir, f"{label.replace(' ', '_')}_{config}")
     hook = make_hook(smd, out_dir, axis, config)
-    hook.register_module(models[1])
-    hook.register_loss(loss_fns[1])
+    if hook is not None:
+        hook.register_module(models[1])
+        hook.register_loss(loss_fns[1])
     times = ([], [])
     clock = time.perf_counter
     for i in range(warmup + steps):
@@ -125,7 +129,8 @@ def run(smd, scenario, steps, warmup, work_dir):
             if i >= warmup:
                 times[which].append(elapsed)
     start = clock()
-    (getattr(hook, "close", None) or hook._cleanup)()
+    if hook is not None:
+        (getattr(hook, "close", None) or hook._cleanup)()
     close_s = clock() - start
     shutil.rmtree(out_dir, ignore_errors=True)
     return times, close_s
@@ -143,9 +148,10 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
             (base, hooked), close_s = run(smd, scenario, n, warmup, work_dir)
             base_ms, hooked_ms = 1e3 * statistics.median(base), 1e3 * statistics.median(hooked)
             added_us = 1e3 * (hooked_ms - base_ms)
-            row = dict(scenario=label, axis=axis, config=config, steps=n, saved=saved if config != "default" else 0,
+            per_tensor = config in ("reductions", "full")
+            row = dict(scenario=label, axis=axis, config=config, steps=n, saved=saved if per_tensor else 0,
                        base_ms=base_ms, hooked_ms=hooked_ms, ratio=hooked_ms / base_ms, added_us=added_us,
-                       us_per_tensor=added_us / saved if config != "default" else None, close_ms=1e3 * close_s)
+                       us_per_tensor=added_us / saved if per_tensor else None, close_ms=1e3 * close_s)
             results.append(row)
             if not quiet:
                 print_row(row, "", file=sys.stderr)
@@ -168,6 +174,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--axis", nargs="+", choices=("count", "size"), default=["count", "size"])
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--scenarios", nargs="+", metavar="LABEL",
+                        help="only these rows, e.g. 'count 402' 'size 256k' (default: all of the axes)")
     parser.add_argument("--steps", type=int, default=200, help="timed steps of each model per scenario")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
@@ -184,14 +192,17 @@ def main():
     import smdebug
     import smdebug.pytorch as smd
 
-    scenarios = scenario_list(args.axis, args.configs)
+    scenarios = [s for s in scenario_list(args.axis, args.configs) if not args.scenarios or s[0] in args.scenarios]
     library = "original" if getattr(smdebug, "__version__", "") == "1.0.34" else "ours"
     rows = [dict(r, library=library) for r in measure(smd, scenarios, args.steps, args.warmup, args.max_mb,
                                                        args.quiet)]
-    if args.original_python:
+    hooked_configs = [c for c in args.configs if c != "control"]  # control has no hook to compare
+    if args.original_python and hooked_configs:
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
-               "--axis", *args.axis, "--configs", *args.configs, "--steps", str(args.original_steps),
+               "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),
                "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb)]
+        if args.scenarios:
+            cmd += ["--scenarios", *args.scenarios]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             sys.exit(f"the original's run failed:\n{proc.stderr[-3000:]}")
