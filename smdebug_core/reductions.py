@@ -7,7 +7,7 @@ tested against these. Results are float64; ``std``/``variance`` are population s
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Tuple
 
 import numpy as np
 
@@ -65,61 +65,3 @@ def reduce_many(array: np.ndarray, specs: Iterable[Tuple[str, bool]]) -> List[np
                 src = ax
             out.append(np.asarray(_OPS[name](src), dtype=np.float64))
     return out
-
-
-def reduce_segments(flat: np.ndarray, sizes: Sequence[int], specs: Iterable[Tuple[str, bool]]) -> np.ndarray:
-    """Reductions of many tensors at once: ``flat`` is their float64 values end to end,
-    ``sizes`` their (non-zero) element counts; returns a ``[len(specs), len(sizes)]``
-    float64 array. A few numpy calls (``ufunc.reduceat``) whatever the number of tensors,
-    where :func:`reduce_many` per tensor pays several calls for each.
-    ``median`` is not supported here (it needs a sort per tensor).
-    """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    starts = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=starts[1:])
-    cache: Dict[object, np.ndarray] = {}
-
-    def source(is_abs):
-        if not is_abs:
-            return flat
-        if "abs" not in cache:
-            cache["abs"] = np.abs(flat)
-        return cache["abs"]
-
-    def total(is_abs):
-        if ("sum", is_abs) not in cache:
-            cache[("sum", is_abs)] = np.add.reduceat(source(is_abs), starts)
-        return cache[("sum", is_abs)]
-
-    def variance(is_abs):
-        if ("variance", is_abs) not in cache:  # two passes, as np.var: exact for large means
-            src = source(is_abs)
-            centered = src - np.repeat(total(is_abs) / sizes, sizes)
-            cache[("variance", is_abs)] = np.add.reduceat(np.square(centered, out=centered), starts) / sizes
-        return cache[("variance", is_abs)]
-
-    rows = []
-    with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as reduce()
-        for name, is_abs in specs:
-            if name == "min":
-                rows.append(np.minimum.reduceat(source(is_abs), starts))
-            elif name == "max":
-                rows.append(np.maximum.reduceat(source(is_abs), starts))
-            elif name == "sum":
-                rows.append(total(is_abs))
-            elif name == "prod":
-                rows.append(np.multiply.reduceat(source(is_abs), starts))
-            elif name == "mean":
-                rows.append(total(is_abs) / sizes)
-            elif name == "variance":
-                rows.append(variance(is_abs))
-            elif name == "std":
-                rows.append(np.sqrt(variance(is_abs)))
-            elif name == "l1":
-                rows.append(total(True))
-            elif name == "l2":
-                rows.append(np.sqrt(np.add.reduceat(np.square(flat), starts)))
-            else:
-                raise ValueError(f"reduce_segments cannot compute {name!r}; allowed: "
-                                 f"{', '.join(op for op in _OPS if op != 'median')}")
-    return np.stack(rows) if rows else np.zeros((0, len(sizes)))

@@ -1,33 +1,28 @@
 """TorchBackend: the core's tensor contract for ``torch.Tensor``.
 
-On a saved step the hook hands this backend every recorded tensor at once. Reductions
-(``min``, ``max``, ``mean``, ``std``, ``variance``, ``sum``, ``prod``, ``median``, ``l1``,
-``l2``, and their ``abs_`` forms) are computed on the tensors' own device, then every
-result of the step crosses to the host in one transfer per device:
+Reductions (``min``, ``max``, ``mean``, ``std``, ``variance``, ``sum``, ``prod``,
+``median``, ``l1``, ``l2``, and their ``abs_`` forms) are computed where the tensors lie,
+in a few whole-batch calls, and cross to the host once.
 
-* **Small tensors** (the many biases, norms and embeddings of a model) are concatenated
-  into one flat float64 buffer per device and reduced with segment ops: one kernel per
-  reduction kind for all of them, whatever their number (``torch.segment_reduce`` on
-  accelerators; on the CPU, numpy's ``reduceat`` over the same buffer,
-  :func:`smdebug.reductions.reduce_segments`, which costs a fraction of torch's CPU
-  dispatch per call).
-* **Large tensors** are reduced where they lie with fused single-pass kernels
-  (``aminmax``, ``var_mean``, ``linalg.vector_norm``), no copy. Here a copy into a
-  concatenation buffer would cost more than the few kernel launches it saves, and doubles
-  peak memory; the threshold is per device type (:data:`BATCH_MAX_NUMEL`).
-* ``median`` needs a sort and is computed per tensor.
+**CPU tensors** (:func:`_finish_cpu_batch`, for batches and for tensors recorded one by one):
+tensors of one dtype and shape are stacked into a buffer kept between steps and reduced
+as the rows of one array, in float64 (:func:`_reduce_rows`): numpy for small groups, torch's
+sums and norms plus numpy's min/max for large ones (calls that release the GIL: large
+batches run on the step pipeline's worker, small ones at hand-over; see
+:meth:`TorchBackend.finish_here` and docs/performance.md). ``start_batch`` only notes
+references and version counters; a tensor changed in place before it was read is reported
+lost, never saved half-updated.
 
-Precision: the batched path computes in float64 on every device; fused per-tensor
-kernels compute in float32 for 16/32-bit inputs (bfloat16/float16 are upcast, and
-torch's pairwise/Welford reductions keep float32 results within ~1e-6 relative of the
-float64 reference) and in float64 for 64-bit inputs; ``prod`` always accumulates in
-float64. Definitions are those of :mod:`smdebug.reductions`: population ``std`` and
-``variance``, norms of the flattened tensor, complex tensors reduced by magnitude.
+**Accelerator tensors** (CUDA): reductions and host copies are launched at hand-over, in
+stream order, so nothing the training enqueues later can change what they read; the worker
+waits for the one transfer per device. Small tensors are concatenated into one float64
+buffer per device and reduced with ``torch.segment_reduce`` (one kernel per reduction kind);
+large ones in place with fused kernels (:data:`BATCH_MAX_NUMEL`); ``median`` per tensor.
 
-Raw values: CPU tensors become numpy arrays without another copy when the snapshot owns
-its data; CUDA tensors are copied into pinned host memory with ``non_blocking=True`` and
-the device is synchronised once. bfloat16 and float8 tensors are handed over bit-exactly
-as ``ml_dtypes`` arrays.
+Definitions are those of :mod:`smdebug.reductions`: population ``std`` and ``variance``,
+norms of the flattened tensor, complex tensors reduced by magnitude. Raw values are copied
+bit-exactly (bfloat16 and float8 as ``ml_dtypes`` arrays); CUDA copies go through pinned
+host memory with ``non_blocking=True`` and one synchronisation.
 """
 from __future__ import annotations
 
@@ -40,7 +35,6 @@ import numpy as np
 import torch
 
 from smdebug.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
-from smdebug.reductions import reduce_segments
 
 ReductionKey = Tuple[str, bool]
 
@@ -49,9 +43,11 @@ ReductionKey = Tuple[str, bool]
 #: outweighs the copy; CUDA: a launch costs as much as reducing millions of elements.
 BATCH_MAX_NUMEL = {"cpu": 8192, "cuda": 1 << 22}
 _DEFAULT_BATCH_MAX_NUMEL = 8192
-#: Device types whose batched reductions run as numpy ``reduceat`` over the buffer: the
-#: host's own memory. Elsewhere ``torch.segment_reduce`` runs on the device.
-NUMPY_SEGMENT_DEVICES = frozenset({"cpu"})
+#: CPU tensors are reduced by stacking those of one dtype and shape and reducing rows
+#: (:func:`_finish_cpu_batch`), whether recorded one by one or handed over in batches. False
+#: sends them through the accelerators' path (segment ops) instead: tests use it to run
+#: that path on CPU tensors.
+CPU_ROWS = True
 #: Upper bound on one concatenation buffer (float64 elements): bounds temporary memory.
 CHUNK_MAX_NUMEL = 1 << 24
 #: CPU batches of fewer elements are reduced on the training thread when handed over, bigger
@@ -79,7 +75,7 @@ for _torch_name, _ml_name in (("float8_e4m3fn", "float8_e4m3fn"), ("float8_e5m2"
 _PLAIN_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                            torch.int16, torch.int8, torch.uint8, torch.bool})
 # Dtypes torch.cat cannot convert while it concatenates ("Promotion for Float8 Types is not
-# supported"): upcast one by one before a batch (see _reduce_segments).
+# supported"): upcast one by one before a batch (see _reduce_segments, the accelerators' path).
 _UPCAST_BEFORE_CAT = frozenset(getattr(torch, n) for n in dir(torch)
                                if n.startswith(("float8_", "float4_")) and isinstance(getattr(torch, n), torch.dtype))
 _FLOAT64_SOURCES = frozenset({torch.float64, torch.int64, torch.int32, torch.complex128}
@@ -262,7 +258,7 @@ class TorchBackend(TensorBackend):
                 jobs.append((t, tuple(req.reductions)))
                 job_index.append(i)
             reduced.append(red)
-        for i, result in zip(job_index, self._reduce_all(jobs)):
+        for i, result in zip(job_index, self._reduce_jobs(jobs)):
             reduced[i] = result
         # 3. One transfer of all reduction results per device (this also waits for the
         #    copies started in step 1 on that device's stream).
@@ -281,6 +277,32 @@ class TorchBackend(TensorBackend):
                                      for k in req.reductions if k in by_key}
             out.append(result)
         return out
+
+    def _reduce_jobs(self, jobs: Sequence[Tuple[torch.Tensor, Tuple[ReductionKey, ...]]]):
+        """Per job ``(keys, float64 result vector)``: CPU tensors through the same row
+        reductions as CPU batches (:func:`_finish_cpu_batch`), others through the device path."""
+        if not CPU_ROWS:
+            return self._reduce_all(jobs)
+        results: List[Optional[Tuple[Tuple[ReductionKey, ...], torch.Tensor]]] = [None] * len(jobs)
+        device_jobs, device_index = [], []
+        by_keys: Dict[Tuple[ReductionKey, ...], List[int]] = {}
+        for i, (t, keys) in enumerate(jobs):
+            if t.is_cpu:
+                by_keys.setdefault(keys, []).append(i)
+            else:
+                device_jobs.append((t, keys))
+                device_index.append(i)
+        for keys, indices in by_keys.items():
+            tensors = [jobs[i][0] for i in indices]
+            result = _finish_cpu_batch(_CpuBatch(tensors, [t._version for t in tensors], keys, False),
+                                       self._stack_buffers)
+            if result.lost:  # the hook retries tensor by tensor and skips the one that fails
+                raise ValueError("; ".join(f"tensor {pos}: {why}" for pos, why in sorted(result.lost.items())))
+            for i, row in zip(indices, result.reductions):
+                results[i] = (keys, torch.from_numpy(row))
+        for i, result in zip(device_index, self._reduce_all(device_jobs)):
+            results[i] = result
+        return results
 
     @staticmethod
     def _reducible(keys, t: torch.Tensor) -> Tuple[ReductionKey, ...]:
@@ -375,10 +397,6 @@ class TorchBackend(TensorBackend):
                 for t in tensors]
         x = torch.empty(sum(sizes), dtype=torch.float64, device=device)
         torch.cat(flat, out=x)  # one kernel: gathers and casts to float64
-        if device.type in NUMPY_SEGMENT_DEVICES:
-            # The host is these tensors' device: numpy's reduceat calls cost a few microseconds
-            # each, torch's CPU segment_reduce and its helpers 15-30 (measured).
-            return torch.from_numpy(reduce_segments(x.numpy(), sizes, keys))
         lengths, counts = self._lengths(sizes, device)
 
         cache: Dict[str, torch.Tensor] = {}

@@ -1,7 +1,6 @@
 """ReductionConfig and Collection: seed examples, string forms, validation, matching."""
 import json
 
-import numpy as np
 import pytest
 
 import smdebug as smd
@@ -151,22 +150,3 @@ def test_get_collection_creates_on_demand_and_json_round_trip():
 def test_untrusted_collections_file(data):
     with pytest.raises(ConfigError):
         CollectionManager.from_json(data)
-
-
-def test_segment_reductions_equal_the_per_tensor_reference():
-    """reduce_segments (many tensors, a few numpy calls) equals reduce_many per tensor."""
-    from smdebug.reductions import reduce_many, reduce_segments
-
-    rng = np.random.default_rng(3)
-    tensors = [rng.standard_normal(n) * 10 + 5 for n in (1, 7, 300, 2)]
-    tensors.append(np.array([1.0, np.nan, 3.0]))
-    tensors.append(np.array([-np.inf, 2.0]))
-    specs = [(op, is_abs) for op in ("min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2")
-             for is_abs in (False, True)]
-    got = reduce_segments(np.concatenate(tensors), [t.size for t in tensors], specs)
-    assert got.shape == (len(specs), len(tensors)) and got.dtype == np.float64
-    for column, tensor in enumerate(tensors):
-        expected = np.array(reduce_many(tensor, specs), dtype=np.float64)
-        np.testing.assert_allclose(got[:, column], expected, rtol=1e-12, equal_nan=True)
-    with pytest.raises(ValueError, match="'median'.*allowed: min, max"):
-        reduce_segments(np.ones(3), [3], [("median", False)])

@@ -59,12 +59,12 @@ def requests_for(tensors, raw=False):
                      for i, t in enumerate(tensors)]
 
 
-@pytest.fixture(params=["numpy", "torch"], autouse=True)
+@pytest.fixture(params=["rows", "device"], autouse=True)
 def segment_ops(request, monkeypatch):
-    """Every test runs with both implementations of the batched (segment) reductions: numpy's
-    on the CPU, and torch's, which accelerators use, here run on CPU tensors."""
-    if request.param == "torch":
-        monkeypatch.setattr(torch_backend, "NUMPY_SEGMENT_DEVICES", frozenset())
+    """Every test runs with both implementations of the batched reductions: the CPU's rows
+    of stacked tensors, and the accelerators' segment ops, here run on CPU tensors."""
+    if request.param == "device":
+        monkeypatch.setattr(torch_backend, "CPU_ROWS", False)
     return request.param
 
 
@@ -78,14 +78,16 @@ def test_every_reduction_of_every_dtype_equals_numpy():
         assert_matches(result, tensor)
 
 
-def test_batched_and_in_place_paths_agree(monkeypatch):
+def test_the_cpu_rows_and_the_device_paths_agree(monkeypatch):
     tensors = sample_tensors()
     backend, requests = requests_for(tensors)
-    batched = backend.materialize(requests)
+    monkeypatch.setattr(torch_backend, "CPU_ROWS", True)
+    rows = backend.materialize(requests)
+    monkeypatch.setattr(torch_backend, "CPU_ROWS", False)
     monkeypatch.setitem(torch_backend.BATCH_MAX_NUMEL, "cpu", 0)  # every tensor reduced in place
     backend, requests = requests_for(tensors)
     in_place = backend.materialize(requests)
-    for a, b, tensor in zip(batched, in_place, tensors):
+    for a, b, tensor in zip(rows, in_place, tensors):
         for key in ALL_KEYS:
             np.testing.assert_allclose(a.reductions[key], b.reductions[key], rtol=2e-6, atol=1e-6, equal_nan=True,
                                        err_msg=f"{key} of {tensor.dtype}")
@@ -106,8 +108,8 @@ def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch, segmen
     for r in requests:
         r.reductions = (("min", False), ("max", False), ("l2", False), ("mean", True))
 
-    calls = {"cpu": 0, "segment_reduce": 0, "reduce_segments": 0}
-    real_cpu, real_segment, real_numpy = torch.Tensor.cpu, torch.segment_reduce, torch_backend.reduce_segments
+    calls = {"cpu": 0, "segment_reduce": 0, "rows": 0}
+    real_cpu, real_segment, real_rows = torch.Tensor.cpu, torch.segment_reduce, torch_backend._reduce_rows
 
     def counting_cpu(self, *args, **kwargs):
         calls["cpu"] += 1
@@ -117,20 +119,20 @@ def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch, segmen
         calls["segment_reduce"] += 1
         return real_segment(*args, **kwargs)
 
-    monkeypatch.setattr(torch.Tensor, "cpu", counting_cpu)
-    def counting_numpy(*args, **kwargs):
-        calls["reduce_segments"] += 1
-        return real_numpy(*args, **kwargs)
+    def counting_rows(*args, **kwargs):
+        calls["rows"] += 1
+        return real_rows(*args, **kwargs)
 
+    monkeypatch.setattr(torch.Tensor, "cpu", counting_cpu)
     monkeypatch.setattr(torch, "segment_reduce", counting_segment)
-    monkeypatch.setattr(torch_backend, "reduce_segments", counting_numpy)
+    monkeypatch.setattr(torch_backend, "_reduce_rows", counting_rows)
     results = backend.materialize(requests)
     assert calls["cpu"] == 1
-    if segment_ops == "torch":
+    if segment_ops == "device":
         # min, max, sum of squares (l2) and sum of |x| (abs mean): 4 kernels for 40 tensors.
-        assert (calls["segment_reduce"], calls["reduce_segments"]) == (4, 0)
-    else:  # the same four reductions, as numpy reduceat calls over one buffer
-        assert (calls["segment_reduce"], calls["reduce_segments"]) == (0, 1)
+        assert (calls["segment_reduce"], calls["rows"]) == (4, 0)
+    else:  # 40 tensors of one shape: one stack, its rows reduced in one call
+        assert (calls["segment_reduce"], calls["rows"]) == (0, 1)
     for tensor, result in zip(tensors, results):
         np.testing.assert_allclose(result.reductions[("l2", False)], np.linalg.norm(tensor.numpy().ravel()),
                                    rtol=1e-6)
