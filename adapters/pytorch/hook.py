@@ -220,6 +220,8 @@ class Hook(CoreHook):
                 if owner.__dict__.get("zero_grad") is fence:
                     del owner.zero_grad  # the class's own zero_grad again
             self._zero_grad_fences = weakref.WeakKeyDictionary()
+            # the run is over: let go of the last step's tensors
+            self._weights_batch, self._grads_batch, self._grads_held = None, None, ([], [])
 
     # --- registration ----------------------------------------------------------------------
     def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
