@@ -231,6 +231,7 @@ class Hook:
         self._pipeline = StepPipeline(on_error=self._on_pipeline_error)
         self._pipeline_failure: Optional[Tuple[str, bool]] = None  # (reason, already reported)
         self._selections: Dict[frozenset, Dict[tuple, Selection]] = {}
+        self._plans_epoch = 0  # counts the times plans were made again (plans_version)
         self._metrics_failed = False
         self._warned_lost: set = set()
         self._skipped_tensors: set = set()  # tensors the backend could not handle: never recorded again
@@ -497,6 +498,7 @@ class Hook:
         self._plan_caches.clear()
         self._selection_caches.clear()
         self._selections.clear()
+        self._plans_epoch += 1
         self._quiet.clear()
         self._prepared_key = key
         if self._step_open and self._inclusion.pending:  # from the first step on: configs are set by then
@@ -567,6 +569,15 @@ class Hook:
             selected = cache[names] = [(i, plan) for i, plan in enumerate(map(self.plan_for, names))
                                        if plan is not None]
         return selected
+
+    @property
+    def plans_version(self) -> tuple:
+        """A value that changes whenever :meth:`plan_for`, :meth:`select` or :meth:`selection`
+        may answer differently (configuration changed, another set of collections saved):
+        adapters key what they derive from plans by it, not by the identity of what the core
+        returned."""
+        self._refresh_if_configs_changed()
+        return self._plans_epoch, self._saving_colls
 
     def selection(self, names: tuple) -> Selection:
         """The :class:`Selection` of ``names`` (a tuple the adapter reuses) saved at this

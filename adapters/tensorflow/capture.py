@@ -156,15 +156,16 @@ class _Variant:
         self.whole = tuple(i for i, entry in enumerate(layout) if entry is WHOLE)
         size = len(self.keys) * len(self.reduced) + 1
         self.vector = _plain_variable(lambda: tf.zeros([size], tf.float64)) if self.reduced else None
-        self._mode_cache = None  # (the core's selection, mode)
-        self._unpack_cache = None  # (the core's selection, names taken from elsewhere, unpacking plan)
+        self._mode_cache = None  # (the core's plans_version, mode)
+        self._unpack_cache = None  # (the core's plans_version, names taken from elsewhere, unpacking plan)
 
-    def mode_for(self, selected) -> int:
+    def mode_for(self, selected, version) -> int:
         """The mode for a step whose saved names of this variant are ``selected`` (the core's
-        ``[(index, plan)]``): REDUCE when the traced layout delivers everything each plan
-        asks for, COPY when not (the configuration changed since the trace)."""
+        ``[(index, plan)]``, made under ``version``, its ``plans_version``): REDUCE when the
+        traced layout delivers everything each plan asks for, COPY when not (the
+        configuration changed since the trace)."""
         cached = self._mode_cache
-        if cached is not None and cached[0] is selected:
+        if cached is not None and cached[0] == version:
             return cached[1]
         if not selected:
             mode = OFF
@@ -172,7 +173,7 @@ class _Variant:
             mode = REDUCE
         else:
             mode = COPY
-        self._mode_cache = (selected, mode)  # holds ``selected``: its id is not reused meanwhile
+        self._mode_cache = (version, mode)
         return mode
 
     def read_reduced(self, selected, skip, hook):
@@ -186,7 +187,8 @@ class _Variant:
         vector = _read_variable_op(self.vector.handle, tf.float64).numpy()
         count = int(vector[-1])
         cached = self._unpack_cache
-        if cached is None or cached[0] is not selected or cached[1] != skip:
+        version = hook.plans_version
+        if cached is None or cached[0] != version or cached[1] != skip:
             # Where each wanted reduction is in the vector ([keys, reduced tensors], row-major):
             # the complete plans' first, in one run for the block, then the partial ones'.
             complete_positions, block_entries, partial_positions, partial_entries = [], [], [], []
@@ -205,7 +207,7 @@ class _Variant:
                                             len(partial_positions) + len(keys), keys, self.shapes[i]))
                     partial_positions += where
             block = hook.reduced_block(block_entries) if block_entries else None
-            cached = self._unpack_cache = (selected, skip, block, np.asarray(complete_positions, dtype=np.int64),
+            cached = self._unpack_cache = (version, skip, block, np.asarray(complete_positions, dtype=np.int64),
                                            np.asarray(partial_positions, dtype=np.int64), partial_entries)
         _, _, block, complete_positions, partial_positions, partial_entries = cached
         # numpy float64 scalars: records as the writer takes them
@@ -413,7 +415,7 @@ class GraphCapture:
                     variant.mode = self._owned_mode(variant) if saving else OFF
                     armed = armed or variant.mode != OFF
                     continue
-                mode = variant.mode_for(hook.select(variant.names)) if saving else OFF
+                mode = variant.mode_for(hook.select(variant.names), hook.plans_version) if saving else OFF
                 if mode != variant.mode:
                     variant.flag.assign(mode)
                     variant.mode = mode
@@ -434,7 +436,7 @@ class GraphCapture:
         """Whether the sites traced into ``function`` deliver everything the plans of this
         step ask for of their tensors (False: the configuration changed since it was traced)."""
         hook = self._hook
-        return all(v.mode_for(hook.select(v.names)) != COPY for v in function.variants)
+        return all(v.mode_for(hook.select(v.names), hook.plans_version) != COPY for v in function.variants)
 
     def forget(self, function: "SpecializedFunction") -> None:
         """Drop the sites' variants traced into ``function`` (it will not run again)."""
@@ -453,7 +455,7 @@ class GraphCapture:
                 variant.mode = self._owned_mode(variant)
                 site.armed = site.armed or variant.mode != OFF
                 return
-            mode = variant.mode_for(hook.select(variant.names))
+            mode = variant.mode_for(hook.select(variant.names), hook.plans_version)
             if mode != OFF:
                 with tf.init_scope():
                     variant.flag.assign(mode)
