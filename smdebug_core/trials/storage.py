@@ -476,7 +476,7 @@ class RemoteStorage:
         self._fs, self._base = remote.filesystem(self.root)
         self._is_s3 = remote.scheme(self.root) in ("s3", "s3a")
         self.stats: Dict[str, int] = {"small_files_read": 0, "event_file_opens": 0, "event_reads": 0,
-                                      "list_requests": 0, "get_requests": 0}
+                                      "list_requests": 0, "get_requests": 0, "bytes_fetched": 0}
 
     def __repr__(self):
         return f"RemoteStorage({self.root!r})"
@@ -581,6 +581,8 @@ class RemoteStorage:
         for result in results:
             if isinstance(result, BaseException) and self._is_range_error(result):
                 result = b""  # a range past the end of the object: no bytes there
+            elif not isinstance(result, BaseException):
+                self.stats["bytes_fetched"] += len(result)
             out.append(result)
         return out
 

@@ -97,9 +97,9 @@ class Uploader:
                                    if max_spool_bytes is None else max_spool_bytes)
         self.extra_dirs = list(extra_dirs)
         #: Counters for tests and benchmarks: objects and bytes sent, PUT attempts, failures,
-        #: bytes the writer published, bytes of a collections file rewritten unchanged (not sent).
+        #: bytes the writer published, bytes of a collections file the hook rewrote that were not sent again.
         self.stats: Dict[str, int] = {"objects": 0, "bytes": 0, "put_requests": 0, "failed_attempts": 0,
-                                      "bytes_published": 0, "bytes_unchanged": 0}
+                                      "bytes_published": 0, "bytes_not_resent": 0}
         self._cond = threading.Condition()
         self._incoming: List[Tuple[str, int]] = []
         self._backlog_bytes = 0  # published in the spool, not uploaded yet
@@ -320,7 +320,7 @@ class Uploader:
         events = [item for item in fresh if item[0].startswith(layout.EVENTS_DIR + "/")]
         indexes = [item for item in fresh if item[0].startswith(layout.INDEX_DIR + "/")]
         for relpath, nbytes in collections:
-            self._put_collections(relpath)
+            self._put_collections(relpath, nbytes)
             self._release(nbytes)
         futures = [self._pool.submit(self._put, relpath) for relpath, _ in events]
         for (relpath, nbytes), future in zip(events, futures):
@@ -330,15 +330,18 @@ class Uploader:
             self._put(relpath)
             self._release(nbytes)
 
-    def _put_collections(self, relpath: str) -> None:
+    def _put_collections(self, relpath: str, nbytes: int) -> None:
+        """The collections file, unless the same bytes were sent already (the hook rewrites it
+        at close) or the copy notified was replaced before its upload (a later one is sent)."""
         local_path = os.path.join(self.spool, relpath)
         try:
             with open(local_path, "rb") as fh:
                 digest = hashlib.sha1(fh.read()).hexdigest()
-        except FileNotFoundError:
+        except FileNotFoundError:  # sent already, in its newer version, in this batch
+            self.stats["bytes_not_resent"] += nbytes
             return
-        if self._uploaded_hashes.get(relpath) == digest:  # rewritten at close unchanged: not sent again
-            self.stats["bytes_unchanged"] += os.path.getsize(local_path)
+        if self._uploaded_hashes.get(relpath) == digest:
+            self.stats["bytes_not_resent"] += nbytes
             os.remove(local_path)
             return
         self._put(relpath)
@@ -411,3 +414,48 @@ def sync_spool(spool: str, url: Optional[str] = None, retry_budget_s: float = 60
         logger.info("smdebug-sync: %d objects (%d bytes) uploaded from %s to %s", uploader.stats["objects"],
                     uploader.stats["bytes"], spool, url)
     return ok
+
+
+def main(argv=None) -> int:
+    """``smdebug-sync SPOOL [URL]``: finish the upload of a run left in a spool directory.
+
+    Exit status 0 when the spool was uploaded (its files are then deleted), 1 when the
+    store still refused (the files stay; run it again), 2 for a usage error.
+    """
+    import argparse
+    import sys
+
+    from .. import remote
+
+    parser = argparse.ArgumentParser(
+        prog="smdebug-sync",
+        description="Upload what a hook's spool directory still holds to its URL (the run's objects, "
+                    "in the order readers expect; the end marker last). Uploaded files are deleted.")
+    parser.add_argument("spool", help="the spool directory named in the hook's warning")
+    parser.add_argument("url", nargs="?", help="where the run goes (default: the URL the spool was made for)")
+    parser.add_argument("--retry-budget", type=float, default=60.0,
+                        help="seconds of consecutive failures before giving up (default 60)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if not os.path.isdir(args.spool):
+        print(f"smdebug-sync: error: {args.spool} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        url = args.url or remote.spool_url(args.spool)
+        if not remote.is_url(url):
+            raise ValueError(f"{url!r} is not a URL (s3://bucket/prefix, ...)")
+        left = spool_files(args.spool)
+        ok = sync_spool(args.spool, url, retry_budget_s=args.retry_budget)
+    except (ValueError, ImportError) as exc:
+        print(f"smdebug-sync: error: {exc}", file=sys.stderr)
+        return 2
+    if ok:
+        print(f"smdebug-sync: {len(left)} files uploaded from {args.spool} to {url}")
+        return 0
+    print(f"smdebug-sync: the upload to {url} did not complete; the files stay in {args.spool}: run it again",
+          file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":  # python -m smdebug.writer.uploader SPOOL [URL]
+    raise SystemExit(main())
