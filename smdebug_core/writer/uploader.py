@@ -27,6 +27,7 @@ the URL under the same relative keys, so the objects have the local layout and s
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -45,6 +46,8 @@ DEFAULT_RETRY_BUDGET_S = 900.0
 DEFAULT_MAX_SPOOL_BYTES = 8 << 30
 #: How long ``close()`` waits for the upload by default (seconds).
 DEFAULT_CLOSE_TIMEOUT_S = 600.0
+#: Where each worker of a multi-node run says that its upload is complete.
+WORKERS_DONE_DIR = ".smdebug_workers"
 _BACKOFF_FIRST_S = 0.2
 _BACKOFF_MAX_S = 20.0
 
@@ -80,11 +83,18 @@ class Uploader:
 
     ``extra_dirs``: ``(local directory, URL)`` pairs uploaded whole at :meth:`close`, before
     the end marker (TensorBoard files, which their writer appends to until it closes them).
+
+    Multi-node runs (several workers, one prefix): with ``worker`` given, the uploader puts
+    ``.smdebug_workers/<worker>.done`` once all its files are up; the chief, given its
+    job's other workers in ``wait_for_workers``, uploads the end marker only after their
+    ``.done`` objects appear (at most until its close timeout), so a reader that sees the
+    marker sees every worker's steps. Readers ignore that folder (1.0.34 too).
     """
 
     def __init__(self, spool: str, url: str, *, concurrency: Optional[int] = None,
                  retry_budget_s: Optional[float] = None, max_spool_bytes: Optional[int] = None,
-                 extra_dirs: Sequence[Tuple[str, str]] = ()):
+                 extra_dirs: Sequence[Tuple[str, str]] = (), worker: Optional[str] = None,
+                 wait_for_workers: Sequence[str] = ()):
         from .. import remote
 
         self.spool = os.path.abspath(spool)
@@ -96,6 +106,8 @@ class Uploader:
         self.max_spool_bytes = int(_env_float(MAX_SPOOL_ENV, DEFAULT_MAX_SPOOL_BYTES)
                                    if max_spool_bytes is None else max_spool_bytes)
         self.extra_dirs = list(extra_dirs)
+        self.worker = worker
+        self.wait_for_workers = list(wait_for_workers)
         #: Counters for tests and benchmarks: objects and bytes sent, PUT attempts, failures,
         #: bytes the writer published, bytes of a collections file the hook rewrote that were not sent again.
         self.stats: Dict[str, int] = {"objects": 0, "bytes": 0, "put_requests": 0, "failed_attempts": 0,
@@ -241,6 +253,37 @@ class Uploader:
                            "training goes on and its steps wait in the spool %s", key, type(exc).__name__, exc,
                            self.retry_budget_s, self.spool)
 
+    def _put_bytes(self, relpath: str, data: bytes) -> None:
+        """A small object made here (not from the spool), with the same retries."""
+        path = os.path.join(self.spool, relpath)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        self._put(relpath)
+
+    def _wait_for_workers(self) -> None:
+        """Until every worker in ``wait_for_workers`` has put its ``.done`` object (bounded by
+        close()'s timeout: close gives up, and says so, if a worker never finishes)."""
+        waiting = list(self.wait_for_workers)
+        warned = False
+        pause = 0.1
+        while waiting and self._gave_up is None:
+            try:
+                waiting = [w for w in waiting if not self._fs.exists(self._key(f"{WORKERS_DONE_DIR}/{w}.done"))]
+            except Exception:  # noqa: BLE001 - an outage: look again
+                pass
+            if not waiting:
+                return
+            if not warned and pause >= 2:
+                warned = True
+                logger.info("smdebug: waiting for workers %s to finish their upload to %s before the end marker",
+                            ", ".join(waiting), self.url)
+            with self._cond:
+                self._cond.wait(pause)
+            pause = min(pause * 2, 5.0)
+        if self._gave_up is not None:
+            raise _GaveUp(self._gave_up)
+
     def _warn_left_behind(self) -> None:
         with self._cond:
             if self._warned_left:
@@ -272,6 +315,10 @@ class Uploader:
                 if closing:
                     for local_dir, url in self.extra_dirs:
                         self._upload_dir(local_dir, url)
+                    if self.worker is not None:
+                        self._put_bytes(f"{WORKERS_DONE_DIR}/{self.worker}.done", b"")
+                    if end_marker is not None and self.wait_for_workers:
+                        self._wait_for_workers()
                     if end_marker is not None:  # last of all (docs/format.md 1.4)
                         self._put(layout.END_OF_JOB_FILE)
                         self._release(end_marker)
@@ -401,8 +448,16 @@ def sync_spool(spool: str, url: Optional[str] = None, retry_budget_s: float = 60
     from .. import remote
 
     url = url or remote.spool_url(spool)
-    uploader = Uploader(spool, url, retry_budget_s=retry_budget_s)
-    items = spool_files(spool)
+    extra = {}
+    try:  # TensorBoard files bound for a URL of their own (remote.start_remote_writer)
+        with open(os.path.join(spool, remote.SPOOL_MANIFEST)) as fh:
+            extra = dict(json.load(fh).get("extra_dirs") or {})
+    except (OSError, ValueError, AttributeError):
+        pass
+    uploader = Uploader(spool, url, retry_budget_s=retry_budget_s,
+                        extra_dirs=[(os.path.join(spool, rel), target) for rel, target in extra.items()])
+    items = [item for item in spool_files(spool)
+             if not any(item[0].startswith(rel.replace(os.sep, "/") + "/") for rel in extra)]
     end = [item for item in items if item[0] == layout.END_OF_JOB_FILE]
     for relpath, nbytes in items:
         if relpath != layout.END_OF_JOB_FILE:
