@@ -328,3 +328,18 @@ def test_hostile_objects_get_the_named_errors(endpoint, bucket, monkeypatch, cap
     trial = create_trial(url)
     assert trial.steps() == [] and len(trial.corrupt_index_files) == 4
     assert trial._storage.stats["bytes_fetched"] < 4 * 65 + 20_000  # the collections file and 65 bytes each
+
+
+def test_rules_cli_reads_a_run_on_s3(endpoint, bucket, capsys):
+    from smdebug.rules.cli import main as rules_main
+
+    url = f"s3://{bucket}/rules"
+    hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
+    _train(hook, 6)
+    hook.close()
+    code = rules_main([url])
+    out = capsys.readouterr()
+    assert code in (0, 1), out.err
+    assert "Loss" in out.out or "loss" in out.out  # the loss rules had something to read
+    assert rules_main(["nosuchscheme://b/run"]) == 2
+    assert "nosuchscheme" in capsys.readouterr().err
