@@ -398,7 +398,8 @@ class RunWriter:
         if self.uploader is not None and not already_closed:
             # Waits for the upload with its own timeout ($SMDEBUG_UPLOAD_CLOSE_TIMEOUT); past it,
             # one warning names the spool and the command that finishes the upload.
-            uploaded = self.uploader.close()
+            # A caller's timeout (a hook disabled mid-training passes 10 s) bounds this wait too.
+            uploaded = self.uploader.close(timeout)
         return finished and self._failed is None and uploaded
 
     # ------------------------------------------------------------ writer thread

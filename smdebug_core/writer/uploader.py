@@ -30,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -184,6 +185,7 @@ class Uploader:
         elif self._gave_up is None:
             logger.info("smdebug: run uploaded to %s in %.1f s after close (%d objects, %d bytes)", self.url,
                         time.monotonic() - started, self.stats["objects"], self.stats["bytes"])
+            self._remove_spool()
         self._pool.shutdown(wait=False)
         return finished and self._gave_up is None
 
@@ -195,7 +197,8 @@ class Uploader:
     def _put_once(self, local_path: str, key: str) -> int:
         with open(local_path, "rb") as fh:
             data = fh.read()
-        self.stats["put_requests"] += 1
+        with self._cond:  # pool threads count too
+            self.stats["put_requests"] += 1
         self._fs.pipe_file(key, data)
         return len(data)
 
@@ -283,6 +286,16 @@ class Uploader:
             pause = min(pause * 2, 5.0)
         if self._gave_up is not None:
             raise _GaveUp(self._gave_up)
+
+    def _remove_spool(self) -> None:
+        """Everything is on the store: remove the spool (empty directories and its manifest),
+        unless a file is still there (written after close: then it is kept, and said so)."""
+        left = spool_files(self.spool)
+        if left:
+            logger.warning("smdebug: %d file(s) appeared in the spool %s after its upload (first: %s); they are "
+                           "kept there: %s", len(left), self.spool, left[0][0], sync_command(self.spool, self.url))
+            return
+        shutil.rmtree(self.spool, ignore_errors=True)
 
     def _warn_left_behind(self) -> None:
         with self._cond:
