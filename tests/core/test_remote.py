@@ -346,3 +346,19 @@ def test_rules_cli_reads_a_run_on_s3(endpoint, bucket, capsys):
     assert "Loss" in out.out or "loss" in out.out  # the loss rules had something to read
     assert rules_main(["nosuchscheme://b/run"]) == 2
     assert "nosuchscheme" in capsys.readouterr().err
+
+
+def test_reading_every_tensor_costs_one_get_per_event_object(endpoint, bucket):
+    url = f"s3://{bucket}/every"
+    hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
+    for step in range(5):
+        hook.begin_step()
+        for name in ("a", "b", "c"):
+            hook.save_tensor(name, np.full(10, step, dtype=np.float64), "weights")
+        hook.end_step()
+    hook.close()
+    trial = create_trial(url)
+    before = trial.stats["get_requests"]
+    values = {name: trial.tensor(name).values() for name in ("a", "b", "c")}
+    assert all(v[4][0] == 4.0 for v in values.values())
+    assert trial.stats["get_requests"] - before == 5  # read-ahead: the step's other records come along
