@@ -295,11 +295,13 @@ class Hook:
         self.is_chief = self.rank == 0
         self.writes_files = (include_workers == "all" or self.is_chief) and not dry_run
         remote_extra: list = []
-        if self.out_url is not None:
+        if self.out_url is not None and self.writes_files:
             self.out_dir, tb_local, remote_extra = remote.start_remote_writer(
-                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, overwrite,
-                check=self.writes_files)
+                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, overwrite)
             tensorboard_dir, export_tensorboard = tb_local, False
+        elif self.out_url is not None:  # writes nothing: no spool (out_dir names where one would be)
+            self.out_dir = os.path.join(remote.default_spool_root(), "unwritten")
+            tensorboard_dir, export_tensorboard = None, False
         elif tensorboard_dir is not None and remote.is_url(os.fspath(tensorboard_dir)):
             raise ConfigError(f"tensorboard_dir {tensorboard_dir!r} is a URL but out_dir {out_dir!r} is local; "
                               "give a local tensorboard_dir, or a URL out_dir (its spool uploads both)")

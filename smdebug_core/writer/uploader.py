@@ -47,6 +47,10 @@ DEFAULT_RETRY_BUDGET_S = 900.0
 DEFAULT_MAX_SPOOL_BYTES = 8 << 30
 #: How long ``close()`` waits for the upload by default (seconds).
 DEFAULT_CLOSE_TIMEOUT_S = 600.0
+#: Files the hook writes into out_dir itself (not through the writer): uploaded at close.
+SIDE_FILES = ("training_stop_reason.json",)
+#: Files of a spool that are never uploaded: stop requests are read by the hook from its spool.
+_NEVER_UPLOADED = ("smdebug_stop_request.json",)
 #: Where each worker of a multi-node run says that its upload is complete.
 WORKERS_DONE_DIR = ".smdebug_workers"
 _BACKOFF_FIRST_S = 0.2
@@ -328,6 +332,10 @@ class Uploader:
                 if closing:
                     for local_dir, url in self.extra_dirs:
                         self._upload_dir(local_dir, url)
+                    # Side files the hook writes straight into out_dir (why a rule stopped training).
+                    for name in SIDE_FILES:
+                        if os.path.isfile(os.path.join(self.spool, name)):
+                            self._put(name)
                     if self.worker is not None:
                         self._put_bytes(f"{WORKERS_DONE_DIR}/{self.worker}.done", b"")
                     if end_marker is not None and self.wait_for_workers:
@@ -432,7 +440,8 @@ def spool_files(spool: str) -> List[Tuple[str, int]]:
     for dirpath, dirs, files in os.walk(spool):
         dirs.sort()
         for name in files:
-            if name.endswith(layout.TMP_SUFFIX) or name == SPOOL_MANIFEST or name.startswith(".smdebug_write_test_"):
+            if (name.endswith(layout.TMP_SUFFIX) or name in (SPOOL_MANIFEST,) + _NEVER_UPLOADED
+                    or name.startswith((".smdebug_write_test_", ".smdebug_stop_request."))):
                 continue
             path = os.path.join(dirpath, name)
             found.append((os.path.relpath(path, spool).replace(os.sep, "/"), os.path.getsize(path)))

@@ -362,3 +362,30 @@ def test_reading_every_tensor_costs_one_get_per_event_object(endpoint, bucket):
     values = {name: trial.tensor(name).values() for name in ("a", "b", "c")}
     assert all(v[4][0] == 4.0 for v in values.values())
     assert trial.stats["get_requests"] - before == 5  # read-ahead: the step's other records come along
+
+
+def test_stop_requests_for_a_remote_run_go_through_the_spool(endpoint, bucket):
+    from smdebug.rules import write_stop_request
+
+    url = f"s3://{bucket}/stop"
+    hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
+    _train(hook, 1)
+    with pytest.raises(NotImplementedError, match="spool directory"):
+        write_stop_request(url, "loss exploded")
+    write_stop_request(hook.out_dir, "loss exploded")  # hook.out_dir is the spool
+    hook._stop_poller._next_check = 0.0
+    _train(hook, 1)
+    assert hook.stop_requested and "loss exploded" in hook.stop_reason
+    hook.close()
+    assert create_trial(url).training_ended()
+    reason = endpoint.client().get_object(Bucket=bucket, Key="stop/training_stop_reason.json")["Body"].read()
+    assert b"loss exploded" in reason
+    assert "stop/smdebug_stop_request.json" not in endpoint.keys(bucket)
+
+
+def test_a_hook_that_writes_nothing_makes_no_spool_and_contacts_no_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDEBUG_SPOOL_DIR", str(tmp_path / "spools"))
+    hook = smd.Hook(out_dir="s3://no-such-bucket-anywhere/run", dry_run=True)
+    _train(hook, 2)
+    hook.close()
+    assert hook.writer is None and not (tmp_path / "spools").exists()
