@@ -296,8 +296,9 @@ class Hook:
         self.writes_files = (include_workers == "all" or self.is_chief) and not dry_run
         remote_extra: list = []
         if self.out_url is not None and self.writes_files:
+            # As for a local out_dir, only the chief checks for (and may remove) an earlier run.
             self.out_dir, tb_local, remote_extra = remote.start_remote_writer(
-                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, overwrite)
+                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, overwrite, check=self.is_chief)
             tensorboard_dir, export_tensorboard = tb_local, False
         elif self.out_url is not None:  # writes nothing: no spool (out_dir names where one would be)
             self.out_dir = os.path.join(remote.default_spool_root(), "unwritten")
