@@ -389,3 +389,71 @@ def test_a_hook_that_writes_nothing_makes_no_spool_and_contacts_no_store(tmp_pat
     _train(hook, 2)
     hook.close()
     assert hook.writer is None and not (tmp_path / "spools").exists()
+
+
+class SlowProxy:
+    """A TCP proxy to the endpoint that holds every chunk from the client for ``delay`` s:
+    a slow (far away, congested) S3."""
+
+    def __init__(self, target_port, delay):
+        import threading
+
+        self.delay = delay
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self._threading = threading
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._threading.Thread(target=self._pipe, args=(client, upstream, self.delay), daemon=True).start()
+            self._threading.Thread(target=self._pipe, args=(upstream, client, 0), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst, delay):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if delay:
+                    time.sleep(delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.listener.close()
+
+
+def test_slow_endpoint_training_does_not_wait(endpoint, bucket, monkeypatch, caplog):
+    proxy = SlowProxy(endpoint.port, delay=0.15)  # every request takes >= 0.15 s
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        url = f"s3://{bucket}/slow"
+        hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
+        with caplog.at_level(logging.WARNING, logger=UPLOAD_LOGGER):
+            times = _train(hook, 20)
+            hook.close()  # waits for the upload, which is slow but works
+        assert max(times) < 0.1, "a training step waited for the slow endpoint"
+        assert not [r for r in caplog.records if r.name == UPLOAD_LOGGER and r.levelno >= logging.WARNING]
+    finally:
+        proxy.close()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint.url)
+    trial = create_trial(url)
+    assert trial.steps() == list(range(20)) and trial.training_ended()
