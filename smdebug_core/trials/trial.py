@@ -488,8 +488,9 @@ class Trial:
         after = None
         if self.last_complete_step >= 0:
             s = self.last_complete_step
-            # "~" sorts after every character of a worker name: all of step s's files are skipped.
-            after = f"{INDEX_DIR}/{s // _BUCKET_SPAN:09d}/{s:012d}~"
+            # Step s's names are "<s:012d>_<worker>.json" and "`" is the character after "_": every
+            # one of them sorts before this, every later step's after it, whatever the worker names.
+            after = f"{INDEX_DIR}/{s // _BUCKET_SPAN:09d}/{s:012d}`"
         by_bucket: Dict[str, List[Tuple[int, str, str]]] = {}
         for bucket, name in self._storage.list_index_files(INDEX_DIR, after):
             if not bucket.isdigit() or not self._bucket_in_range(int(bucket)):
