@@ -457,3 +457,22 @@ def test_slow_endpoint_training_does_not_wait(endpoint, bucket, monkeypatch, cap
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint.url)
     trial = create_trial(url)
     assert trial.steps() == list(range(20)) and trial.training_ended()
+
+
+def test_endpoint_and_credentials_from_an_aws_profile(endpoint, bucket, tmp_path, monkeypatch):
+    """No AWS_* keys or endpoint in the environment: a named profile in the AWS config files
+    gives them, as it does to boto3."""
+    (tmp_path / "config").write_text(f"[profile moto-test]\nregion = us-east-1\nendpoint_url = {endpoint.url}\n")
+    (tmp_path / "credentials").write_text("[moto-test]\naws_access_key_id = testing\n"
+                                          "aws_secret_access_key = testing\n")
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_PROFILE", "moto-test")
+    url = f"s3://{bucket}/profile"
+    hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
+    _train(hook, 3)
+    hook.close()
+    assert hook.writer is None or hook.writer.uploader.gave_up is None
+    assert create_trial(url).steps() == [0, 1, 2]
