@@ -4,7 +4,7 @@ Its S3 trial uses boto3, which its wheel does not require: an original environme
 without boto3 cannot read S3 at all, and this test skips saying so. The endpoint reaches
 its ``boto3.client("s3")`` through ``AWS_ENDPOINT_URL`` (boto3 1.28+).
 """
-import os
+import json
 import socket
 import subprocess
 
@@ -52,8 +52,6 @@ def test_original_reads_our_s3_run(original_python, tmp_path, monkeypatch):
             hook.save_tensor("w", np.arange(3.0) * step, "weights")
             hook.end_step()
         hook.close()
-        import json
-
         done = subprocess.run([original_python, "-c", READ_SCRIPT, url], env={**original_env(), **aws},
                               capture_output=True, text=True, timeout=180, cwd=str(tmp_path))
         assert done.returncode == 0, done.stderr[-3000:]
