@@ -210,9 +210,13 @@ def test_tensorboard_files_are_uploaded_once_at_close(endpoint, bucket):
                     include_collections=["weights"])
     _train(hook, 3)
     hook.close()
-    tb = [k for k in endpoint.keys(bucket, "tb/tensorboard/")]
-    assert tb and all(k.endswith(".tfevents") for k in tb)
-    assert endpoint.keys(bucket)[-1] == "tb/training_job_end.ts" or "tb/training_job_end.ts" in endpoint.keys(bucket)
+    objects = {o["Key"]: o for o in endpoint.client().list_objects_v2(Bucket=bucket, Prefix="tb/")["Contents"]}
+    tb = [k for k in objects if k.startswith("tb/tensorboard/")]
+    assert tb and all(k.endswith(".tfevents") and objects[k]["Size"] > 0 for k in tb)
+    # Uploaded at close, before the end marker.
+    end = objects["tb/training_job_end.ts"]["LastModified"]
+    assert all(objects[k]["LastModified"] <= end for k in tb)
+    assert create_trial(url).training_ended()
 
 
 # ----------------------------------------------------------------------------- outages
