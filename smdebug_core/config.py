@@ -225,7 +225,8 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
     if not isinstance(out_dir, str):
         raise ConfigError(f"hook config {path}: LocalPath must be a string, got {out_dir!r}")
     if doc.get("S3OutputPath") or doc.get("S3Path"):
-        # As on SageMaker, the platform uploads LocalPath; we never write to S3 ourselves.
+        # As on SageMaker, the platform uploads LocalPath. To have the hook upload the run
+        # itself, LocalPath may be a URL (s3://..., smdebug_core/remote.py).
         logger.info("smdebug config: S3OutputPath is uploaded by the platform; tensors are written to %s", out_dir)
 
     params = doc.get("HookParameters")

@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import config as cfg
+from . import remote
 from .backend import BatchResult, Materialized, NumpyBackend, Request, TensorBackend
 from .collections import (
     FRAMEWORK_PROFILES, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
@@ -154,9 +155,14 @@ class Hook:
         if not isinstance(out_dir, (str, os.PathLike)):
             raise ConfigError(f"out_dir must be a path, got {out_dir!r}")
         out_dir = os.fspath(out_dir).strip()
-        if out_dir.startswith("s3://"):
-            raise ConfigError(f"out_dir {out_dir!r}: writing to S3 directly is not supported; write to a local "
-                              "path (on SageMaker the platform uploads it)")
+        # A URL (s3://, any fsspec URL; smdebug_core/remote.py): the run is written into a
+        # local spool directory, which becomes out_dir once the worker is known, and uploaded.
+        self.out_url: Optional[str] = None
+        if remote.is_url(out_dir):
+            if remote.scheme(out_dir) == "file":
+                out_dir = remote.split_url(out_dir)[1]
+            else:
+                self.out_url = remote.normalize_url(out_dir)
         self.out_dir = os.path.abspath(os.path.expanduser(out_dir))
         for flag, value in (("export_tensorboard", export_tensorboard), ("dry_run", dry_run),
                             ("save_all", save_all), ("overwrite", overwrite)):
@@ -196,6 +202,18 @@ class Hook:
         self.worker_name = self._worker_name()
         self.is_chief = self.rank == 0
         self.writes_files = (include_workers == "all" or self.is_chief) and not dry_run
+        remote_extra: list = []
+        if self.out_url is not None and self.writes_files:
+            # As for a local out_dir, only the chief checks for (and may remove) an earlier run.
+            self.out_dir, tb_local, remote_extra = remote.start_remote_writer(
+                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, overwrite, check=self.is_chief)
+            tensorboard_dir, export_tensorboard = tb_local, False
+        elif self.out_url is not None:  # writes nothing: no spool (out_dir names where one would be)
+            self.out_dir = os.path.join(remote.default_spool_root(), "unwritten")
+            tensorboard_dir, export_tensorboard = None, False
+        elif tensorboard_dir is not None and remote.is_url(os.fspath(tensorboard_dir)):
+            raise ConfigError(f"tensorboard_dir {tensorboard_dir!r} is a URL but out_dir {out_dir!r} is local; "
+                              "give a local tensorboard_dir, or a URL out_dir (its spool uploads both)")
         self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
         self.backend: TensorBackend = self._make_backend()
         self._numpy_backend = NumpyBackend()
@@ -247,7 +265,18 @@ class Hook:
             self._prepare_out_dir(overwrite)
             from .writer import RunWriter  # the writer thread starts only for hooks that write
 
-            self.writer = RunWriter(self.out_dir, self.worker_name, tensorboard_dir=self.tensorboard_dir)
+            uploader = None
+            if self.out_url is not None:
+                from .writer.uploader import Uploader
+
+                # Several workers into one prefix: the chief's end marker waits for the others' uploads.
+                multi = self.include_workers == "all" and self.world_size > 1
+                others = ([f"worker_{r}" for r in range(self.world_size) if r != self.rank]
+                          if multi and self.is_chief and self.worker_name == f"worker_{self.rank}" else [])
+                uploader = Uploader(self.out_dir, self.out_url, extra_dirs=remote_extra,
+                                    worker=self.worker_name if multi else None, wait_for_workers=others)
+            self.writer = RunWriter(self.out_dir, self.worker_name, tensorboard_dir=self.tensorboard_dir,
+                                    uploader=uploader)
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self._stop_poller = None if dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
         _register_hook(self)
@@ -267,7 +296,7 @@ class Hook:
         return NumpyBackend()
 
     def _prepare_out_dir(self, overwrite: bool) -> None:
-        if self.is_chief and os.path.isdir(self.out_dir):
+        if self.is_chief and os.path.isdir(self.out_dir) and self.out_url is None:
             existing = [m for m in _RUN_MARKERS if os.path.exists(os.path.join(self.out_dir, m))]
             if existing and self.include_workers == "all" and self.world_size > 1:
                 from .writer.siblings import written_by_other_workers

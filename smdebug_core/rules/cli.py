@@ -206,7 +206,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.run_dir is None:
             raise _UsageError("give the run directory (or --list)")
-        run_dir = os.path.abspath(os.path.expanduser(args.run_dir))
+        from .. import remote
+
+        # A URL (s3://...) is opened as it is; a local path is made absolute.
+        run_dir = (args.run_dir.strip() if remote.is_url(args.run_dir.strip())
+                   else os.path.abspath(os.path.expanduser(args.run_dir)))
         if args.start_step < 0 or (args.end_step is not None and args.end_step <= args.start_step):
             raise _UsageError(f"--start-step {args.start_step} / --end-step {args.end_step}: need "
                               "0 <= start < end")
@@ -237,6 +241,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SMDebugError as exc:
         print(f"smdebug-rules: cannot read {run_dir}: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
+    except (ImportError, ValueError) as exc:  # a URL whose filesystem is not installed, an unknown scheme
+        print(f"smdebug-rules: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
     skipped: Dict[str, str] = {}
     if names is None:

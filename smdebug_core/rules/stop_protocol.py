@@ -65,6 +65,15 @@ def write_stop_request(out_dir, reason: str, rule: Optional[str] = None, step: O
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError(f"a stop request needs a non-empty reason string, got {reason!r}")
     out_dir = os.fspath(out_dir)
+    from ..remote import is_url
+
+    if is_url(out_dir):
+        # The hook polls its local spool, not the store: a request object would cost training a
+        # network round trip at every check.
+        raise NotImplementedError(
+            f"cannot request a stop through {out_dir}: stop requests are not read from object stores. On the "
+            "training machine, write it into the hook's spool directory (write_stop_request(hook.out_dir, ...)), "
+            "or evaluate the rule live with hook.add_rule(rule, actions=StopTraining())")
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(f"cannot request a stop: run directory {out_dir} does not exist")
     doc = {"schema": 1, "reason": reason, "rule": rule, "step": step, "time": time.time(),

@@ -337,6 +337,22 @@ class Trial:
     def _check_path(self, wait_for_directory: bool) -> None:
         """Fail at once on a path that is no run and cannot become one by waiting."""
         path = self.path
+        if getattr(self._storage, "remote", False):
+            try:
+                found = self._storage.is_dir()
+            except Exception as exc:  # noqa: BLE001 - credentials, endpoint, permissions: say which
+                raise RunNotFound(f"cannot list trial path {path}: {type(exc).__name__}: {exc}. Check the URL, "
+                                  "the credentials (AWS_PROFILE, AWS_ACCESS_KEY_ID...) and, for a non-AWS "
+                                  "endpoint, AWS_ENDPOINT_URL") from None
+            if found:
+                return
+            if wait_for_directory and self.wait_timeout > 0:
+                logger.warning("%s holds no objects yet: waiting %s for a training job to write there", path,
+                               _waiting_time(self.wait_timeout))
+                return
+            raise RunNotFound(f"trial path {path} holds no objects. Check the URL (and AWS_ENDPOINT_URL, "
+                              "AWS_PROFILE for a non-default endpoint or account); to open a run before its job "
+                              "writes anything, pass wait_timeout (seconds to wait for it)")
         if os.path.isdir(path):
             if not _is_run_dir(path) and not os.path.exists(os.path.join(path, END_OF_JOB_FILE)):
                 hint = _runs_hint(path)
@@ -482,7 +498,46 @@ class Trial:
         begin, end = self.range_steps
         return (begin is None or step >= begin) and (end is None or step < end)
 
+    def _list_remote_index_files(self) -> Tuple[List[Tuple[str, List[Tuple[int, str, str]]]], int]:
+        """New index objects of a remote run, listed by key after the last complete step
+        (each worker's uploader publishes its steps in order; incomplete steps, which
+        another worker may still fill in, are listed again)."""
+        after = None
+        if self.last_complete_step >= 0:
+            s = self.last_complete_step
+            # Step s's names are "<s:012d>_<worker>.json" and "`" is the character after "_": every
+            # one of them sorts before this, every later step's after it, whatever the worker names.
+            after = f"{INDEX_DIR}/{s // _BUCKET_SPAN:09d}/{s:012d}`"
+        by_bucket: Dict[str, List[Tuple[int, str, str]]] = {}
+        for bucket, name in self._storage.list_index_files(INDEX_DIR, after):
+            if not bucket.isdigit() or not self._bucket_in_range(int(bucket)):
+                continue
+            seen = self._seen_index_files.setdefault(bucket, set())
+            if name in seen or not name.endswith(INDEX_FILE_SUFFIX):
+                continue
+            try:
+                step, worker = parse_step_and_worker(name)
+            except ValueError:
+                logger.debug("ignoring %s/%s/%s: not an index file name", INDEX_DIR, bucket, name)
+                seen.add(name)
+                continue
+            if not self._step_in_range(step):
+                seen.add(name)
+                continue
+            by_bucket.setdefault(bucket, []).append((step, name, _worker_from_name(worker)))
+        todo = [(f"{INDEX_DIR}/{b}", sorted(files, key=lambda item: item[1])) for b, files in sorted(by_bucket.items())]
+        return todo, sum(len(files) for _, files in todo)
+
     def _read_new_index_files(self, progress: Optional[bool]) -> int:
+        if getattr(self._storage, "remote", False):
+            todo, total = self._list_remote_index_files()
+        else:
+            todo, total = self._list_local_index_files()
+        if not total:
+            return 0
+        return self._load_index_files(todo, total, progress)
+
+    def _list_local_index_files(self) -> Tuple[List[Tuple[str, List[Tuple[int, str, str]]]], int]:
         now_ns = time.time_ns()
         todo: List[Tuple[str, List[Tuple[int, str, str]]]] = []
         total = 0
@@ -518,9 +573,9 @@ class Trial:
                 new_files.sort(key=lambda item: item[1])
                 todo.append((rel, new_files))
                 total += len(new_files)
-        if not total:
-            return 0
+        return todo, total
 
+    def _load_index_files(self, todo, total: int, progress: Optional[bool]) -> int:
         bar = _progress_bar(total >= _PROGRESS_MIN_INDEX_FILES and _progress_wanted(progress), total, "index files")
         new_steps = False
         # Loading creates many small objects and no cycles: the cyclic collector would
@@ -1100,7 +1155,10 @@ def create_trial(
 
     Args:
         path: the run directory; ``~`` is expanded and surrounding whitespace stripped.
-            ``s3://`` paths are not supported yet.
+            A URL opens a run on an object store: ``s3://bucket/prefix`` (with the
+            ``s3`` extra; endpoint, region and credentials from the AWS environment:
+            ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``...) or any fsspec URL (``memory://``,
+            ``gs://``...); ``file://`` is a local path.
         name: a name for the trial (default: the directory's last component).
         range_steps: ``(begin, end)``: only load global steps ``begin <= step < end``
             (either may be None).

@@ -233,7 +233,7 @@ class RunWriter:
     """
 
     def __init__(self, out_dir, worker, tensorboard_dir=None, max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
-                 max_delay=DEFAULT_MAX_DELAY):
+                 max_delay=DEFAULT_MAX_DELAY, uploader=None):
         self.out_dir = os.path.abspath(os.fspath(out_dir))
         self.worker = layout.validate_worker(worker)
         self.tensorboard_dir = os.fspath(tensorboard_dir) if tensorboard_dir is not None else None
@@ -243,6 +243,10 @@ class RunWriter:
         if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float)) or not 0 < max_delay < 3600:
             raise ValueError(f"max_delay must be a number of seconds in (0, 3600), got {max_delay!r}")
         self.max_delay = float(max_delay)
+        # A remote run (writer/uploader.py): out_dir is its spool; every published file is
+        # handed to the uploader, which may ask us to skip new steps while the spool is full.
+        self.uploader = uploader
+        self._warned_spool_full = False
         self._wake_at_bytes = min(_WAKE_AT_BYTES, max_pending_bytes // 4)
 
         self._queue = collections.deque()
@@ -362,7 +366,13 @@ class RunWriter:
         done = threading.Event()
         if not self._enqueue(_FLUSH, done):
             return False
-        return done.wait(timeout) and self._failed is None
+        started = time.monotonic()
+        if not (done.wait(timeout) and self._failed is None):
+            return False
+        if self.uploader is not None:  # a remote run: on the store, not only in the spool
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            return self.uploader.wait_idle(left)
+        return True
 
     def close(self, write_end_marker=True, timeout=None):
         """Publish everything, write ``training_job_end.ts`` (unless told not to) and stop the thread.
@@ -385,7 +395,13 @@ class RunWriter:
         finished = not self._thread.is_alive()
         if not finished and not already_closed:
             logger.warning("smdebug writer did not finish within %s s; some data may be missing", timeout)
-        return finished and self._failed is None
+        uploaded = True
+        if self.uploader is not None and not already_closed:
+            # Waits for the upload with its own timeout ($SMDEBUG_UPLOAD_CLOSE_TIMEOUT); past it,
+            # one warning names the spool and the command that finishes the upload.
+            # A caller's timeout (a hook disabled mid-training passes 10 s) bounds this wait too.
+            uploaded = self.uploader.close(timeout)
+        return finished and self._failed is None and uploaded
 
     # ------------------------------------------------------------ writer thread
 
@@ -526,6 +542,8 @@ class RunWriter:
         finally:
             os.close(fd)
         os.replace(tmp, final)
+        if self.uploader is not None:
+            self.uploader.notify(relpath, len(data))
 
     # -- steps
 
@@ -540,6 +558,8 @@ class RunWriter:
             if os.path.exists(self._path(open_step.index_relpath)):
                 self._warn_late(step)
                 open_step = None
+            elif self.uploader is not None and self.uploader.spool_full():
+                open_step = None  # the uploader warned once; training must not wait for the network
             else:
                 self._open_steps[step.worker] = open_step
         if open_step is not None:
@@ -641,6 +661,8 @@ class RunWriter:
             final = self._path(open_step.event_relpath)
             os.replace(final + layout.TMP_SUFFIX, final)
             event_relpath = open_step.event_relpath
+            if self.uploader is not None:
+                self.uploader.notify(event_relpath, open_step.offset)
         shapes = open_step.shapes
         if shapes:  # a shape entry would hide the raw value of the same name from the original reader (docs/format.md 3.2)
             written = set(open_step.names)

@@ -17,6 +17,7 @@ from smdebug.exceptions import (
     MissingEventFile,
     NoMoreData,
     ReductionUnavailableForStep,
+    RunNotFound,
     ShapeUnavailableForStep,
     StepNotYetAvailable,
     StepUnavailable,
@@ -331,8 +332,17 @@ def test_create_trial_arguments(example_run, tmp_path, monkeypatch):
     assert create_trial(example_run, name="mine").name == "mine"
     monkeypatch.setenv("HOME", str(tmp_path))
     assert create_trial("~/run").path == example_run
-    with pytest.raises(NotImplementedError, match="S3"):
-        create_trial("s3://bucket/prefix")
+    try:
+        import fsspec  # noqa: F401 - URLs need it (the s3 extra)
+    except ImportError:
+        with pytest.raises(ImportError, match="needs fsspec.*install"):
+            create_trial("memory://no/such/run")
+    else:
+        with pytest.raises(RunNotFound, match="holds no objects"):
+            create_trial("memory://no/such/run")
+        with pytest.raises(ValueError, match="nosuchscheme://x"):
+            create_trial("nosuchscheme://x/run")
+    assert create_trial("file://" + example_run).steps() == [0, 2, 4, 6, 7]
     with pytest.raises(NotImplementedError, match="index"):
         create_trial(example_run, index_mode=False)
     with pytest.raises(ValueError, match="range_steps"):

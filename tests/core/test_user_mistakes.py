@@ -247,3 +247,18 @@ def test_typo_in_a_json_collection_name_warns(tmp_path, caplog):
         train(hook)
     warnings = [w for w in smdebug_warnings(caplog) if "'gradeints'" in w]
     assert len(warnings) == 1 and "did you mean 'gradients'" in warnings[0]
+
+
+def test_s3_urls_without_the_s3_extra_say_what_to_install():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['fsspec'] = None; sys.modules['s3fs'] = None\n"
+            "import smdebug\nfrom smdebug.trials import create_trial\n"
+            "for use in (lambda u: smdebug.Hook(out_dir=u), create_trial):\n"
+            "    try:\n        use('s3://bucket/run')\n    except ImportError as exc:\n        print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stderr
+    assert all("'s3://bucket/run' needs fsspec and s3fs" in line and 'pip install "smdebug-core[s3]"' in line
+               for line in lines)
