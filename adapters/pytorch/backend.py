@@ -54,9 +54,10 @@ CHUNK_MAX_NUMEL = 1 << 24
 #: ones on the step pipeline's worker. Each call the worker makes into torch or numpy hands
 #: the GIL back and forth with a training thread that runs Python, and each hand-over costs
 #: the training thread a thread wake-up (100-300 us on the 2-core VM the benchmarks ran on):
-#: only batches whose kernels take longer than that gain from running beside training
-#: (docs/performance.md, bench_scaling.py).
-WORKER_MIN_NUMEL = 1 << 20
+#: a batch whose kernels take less than a few of those costs less done at once. Measured
+#: with bench_scaling.py (docs/performance.md): thresholds of 0 and 50k elements did equally
+#: well, 200k worse and 1M worse still, on every scenario.
+WORKER_MIN_NUMEL = 1 << 16
 #: Batches finished on the worker thread (CPU): tensors of one dtype and size up to this many
 #: elements are stacked into one ``[n, size]`` array and reduced with one numpy call per
 #: reduction; bigger ones are reduced alone, through a ``[1, size]`` view (no copy).
