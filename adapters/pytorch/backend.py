@@ -180,31 +180,6 @@ class TorchBackend(TensorBackend):
             snap.reduced = reduced
         return snaps
 
-    def copy_batch(self, tensors: Sequence[torch.Tensor]) -> List[TorchSnapshot]:
-        """Private copies of many tensors, on their devices.
-
-        CPU tensors are cloned one by one (a clone costs less than the views a shared
-        buffer would need); tensors on an accelerator are gathered with one concatenation
-        per (device, dtype), one kernel instead of one per tensor.
-        """
-        out: List[Optional[TorchSnapshot]] = []
-        plain: List[torch.Tensor] = []
-        groups: Dict[Tuple[torch.device, torch.dtype], List[int]] = {}
-        for i, value in enumerate(tensors):
-            t = plain_tensor(value)
-            plain.append(t)
-            if t.is_cpu:
-                out.append(TorchSnapshot(t.clone(), owned=True))
-            else:
-                out.append(None)
-                groups.setdefault((t.device, t.dtype), []).append(i)
-        for indices in groups.values():
-            members = [plain[i] for i in indices]
-            flat = torch.cat([t.reshape(-1) for t in members])
-            for i, t, part in zip(indices, members, flat.split([t.numel() for t in members])):
-                out[i] = TorchSnapshot(part.view(t.shape), owned=True)
-        return out
-
     # --- batches (the hot path): references now, work on the step pipeline's worker ---------
     def start_batch(self, tensors: Sequence[torch.Tensor], keys: Tuple[ReductionKey, ...], raw: bool):
         """Training thread. CPU tensors: only references and version counters (the worker
