@@ -1,21 +1,23 @@
-"""The core Hook: step and mode bookkeeping, the per-step save plan, hand-off to the writer.
+"""The core Hook: steps and modes, the per-step save plan, hand-over of tensors, end of step.
 
-It knows no framework. An adapter subclasses it, supplies a :class:`TensorBackend`
-for its tensor type, and calls three things from the framework's own hooks:
+It knows no framework. An adapter subclasses it, supplies a :class:`TensorBackend` for its
+tensor type, and calls, from the framework's own hooks (docs/architecture.md):
 
-* :meth:`Hook.begin_step` when an iteration starts (closes the previous step);
-* :meth:`Hook.record` for each tensor it can offer (cheap no-op when nothing is saved;
-  adapters check :attr:`Hook.saving_step` first so that no tensor is touched at all);
+* :meth:`Hook.begin_step` when an iteration starts (it ends the previous step);
+* :meth:`Hook.selection` + :meth:`Hook.start_batch` + :meth:`Hook.record_batch` to hand
+  over a batch of tensors (the hot path: references only; the backend reduces them on the
+  step pipeline's worker, or at once for small batches), and ``batch.wait()`` before
+  anything may change them (the adapter's fence);
+* :meth:`Hook.record` for a tensor on its own (copied if it may change before the step ends);
+* :meth:`Hook.reduced_block` + :meth:`Hook.record_reduced` for reductions the adapter
+  computed itself (TensorFlow's compiled step);
 * :meth:`Hook.end_step` (optional: the next ``begin_step`` or ``close`` does it).
 
-An adapter that reduces tensors inside the framework's own compiled step (TensorFlow)
-lays them out once with :meth:`Hook.reduced_block` and hands each step's values over
-with :meth:`Hook.record_reduced` instead of :meth:`Hook.record`.
-
-At the end of a saved step the backend computes all reductions of all recorded tensors
-in one batch and copies them to the host once; the writer thread encodes and writes.
-A failure inside the hook never propagates into training: it logs one warning and
-disables the hook.
+A saved step's records are made in recording order (:meth:`Hook._finish_step`) and handed
+to the writer thread, which encodes and writes them. Training waits for neither, except at
+fences and for live rules. A failure inside the hook never reaches training: it logs one
+warning and disables the hook (:meth:`Hook.guard`, :func:`never_raises`); one tensor the
+backend cannot handle costs that tensor.
 """
 from __future__ import annotations
 
