@@ -63,6 +63,21 @@ def env_int(name: str, default: int) -> int:
         raise ConfigError(f"environment variable {name}={value!r} must be an integer") from None
 
 
+def env_nonnegative_float(name: str, default: float, unit: str = "") -> float:
+    """Environment variable ``name`` (exact spelling) as a number >= 0, ``default`` when unset;
+    ConfigError (a ValueError) naming the variable and its value otherwise."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={raw!r} is not a number{unit}") from None
+    if not value >= 0:  # NaN too
+        raise ConfigError(f"environment variable {name}={raw!r} must be >= 0")
+    return value
+
+
 def parse_bool(value, what: str) -> bool:
     """A JSON bool, or one of the usual strings ("true", "False", "1", ...)."""
     if isinstance(value, bool):

@@ -35,6 +35,7 @@ import stat
 import time
 from typing import Optional
 
+from ..config import env_nonnegative_float
 from ..logger import get_logger
 
 logger = get_logger("smdebug.rules")
@@ -129,19 +130,6 @@ def read_stop_request(out_dir) -> Optional[str]:
     return reason if reason is not None else f"stop requested through {path} (no readable reason in the file)"
 
 
-def _interval_from_env() -> float:
-    raw = os.environ.get(POLL_INTERVAL_ENV, "").strip()
-    if not raw:
-        return DEFAULT_POLL_INTERVAL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {POLL_INTERVAL_ENV}={raw!r} is not a number of seconds") from None
-    if not value >= 0:
-        raise ValueError(f"environment variable {POLL_INTERVAL_ENV}={raw!r} must be >= 0")
-    return value
-
-
 class StopRequestPoller:
     """Checks cheaply, at step boundaries, whether a stop was requested for ``out_dir``.
 
@@ -159,7 +147,7 @@ class StopRequestPoller:
         self.path = stop_request_path(out_dir)
         self.out_dir = os.fspath(out_dir)
         if interval_s is None:
-            interval_s = _interval_from_env()
+            interval_s = env_nonnegative_float(POLL_INTERVAL_ENV, DEFAULT_POLL_INTERVAL_S, " of seconds")
         if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or not interval_s >= 0:
             raise ValueError(f"interval_s must be a number of seconds >= 0, got {interval_s!r}")
         self.interval_s = float(interval_s)

@@ -36,6 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..config import env_nonnegative_float
 from ..format import layout
 
 logger = logging.getLogger(__name__)
@@ -60,19 +61,6 @@ RETRY_BUDGET_ENV = "SMDEBUG_UPLOAD_RETRY_BUDGET"
 CLOSE_TIMEOUT_ENV = "SMDEBUG_UPLOAD_CLOSE_TIMEOUT"
 MAX_SPOOL_ENV = "SMDEBUG_SPOOL_MAX_BYTES"
 CONCURRENCY_ENV = "SMDEBUG_UPLOAD_CONCURRENCY"
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not a number") from None
-    if not value >= 0:
-        raise ValueError(f"environment variable {name}={raw!r} must not be negative")
-    return value
 
 
 def sync_command(spool: str, url: str) -> str:
@@ -105,10 +93,10 @@ class Uploader:
         self.spool = os.path.abspath(spool)
         self.url = remote.normalize_url(url)
         self._fs, self._root = remote.filesystem(self.url, for_writing=True)
-        self.concurrency = int(concurrency or _env_float(CONCURRENCY_ENV, DEFAULT_CONCURRENCY)) or 1
-        self.retry_budget_s = (_env_float(RETRY_BUDGET_ENV, DEFAULT_RETRY_BUDGET_S)
+        self.concurrency = int(concurrency or env_nonnegative_float(CONCURRENCY_ENV, DEFAULT_CONCURRENCY)) or 1
+        self.retry_budget_s = (env_nonnegative_float(RETRY_BUDGET_ENV, DEFAULT_RETRY_BUDGET_S)
                                if retry_budget_s is None else float(retry_budget_s))
-        self.max_spool_bytes = int(_env_float(MAX_SPOOL_ENV, DEFAULT_MAX_SPOOL_BYTES)
+        self.max_spool_bytes = int(env_nonnegative_float(MAX_SPOOL_ENV, DEFAULT_MAX_SPOOL_BYTES)
                                    if max_spool_bytes is None else max_spool_bytes)
         self.extra_dirs = list(extra_dirs)
         self.worker = worker
@@ -173,7 +161,7 @@ class Uploader:
         the spool and the command that finishes the upload, and leaves the files there.
         """
         if timeout is None:
-            timeout = _env_float(CLOSE_TIMEOUT_ENV, DEFAULT_CLOSE_TIMEOUT_S)
+            timeout = env_nonnegative_float(CLOSE_TIMEOUT_ENV, DEFAULT_CLOSE_TIMEOUT_S)
         started = time.monotonic()
         with self._cond:
             self._closing = True

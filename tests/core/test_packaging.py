@@ -5,6 +5,8 @@ import shutil
 import subprocess
 import sys
 
+# the folder of the project's brief beside the repository (spelled in parts: this file checks for it)
+OUTSIDE_DOCS = "/".join(("..", "shared", ""))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -69,7 +71,7 @@ def test_every_format_citation_names_a_section_of_docs_format():
             text = open(name, encoding="utf-8").read()
             for match in re.finditer(r"docs/format\.md (?:section )?(\d+(?:\.\d+)?)(?:[-–](\d+(?:\.\d+)?))?", text):
                 cited.update(g for g in match.groups() if g)
-            if "../shared/" in text or re.search(r"\bFORMAT(\.md)? \d", text):
+            if OUTSIDE_DOCS in text or re.search(r"\bFORMAT(\.md)? \d", text):
                 outside.append(name)
     assert cited and not (cited - sections), sorted(cited - sections)
     assert outside == [], outside
