@@ -26,7 +26,6 @@ import functools
 import json
 import math
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -208,7 +207,8 @@ class Hook:
         if self.out_url is not None and self.writes_files:
             # As for a local out_dir, only the chief checks for (and may remove) an earlier run.
             self.out_dir, tb_local, remote_extra = remote.start_remote_writer(
-                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, overwrite, check=self.is_chief)
+                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, overwrite, check=self.is_chief,
+                siblings=self._sibling_workers())
             tensorboard_dir, export_tensorboard = tb_local, False
         elif self.out_url is not None:  # writes nothing: no spool (out_dir names where one would be)
             self.out_dir = os.path.join(remote.default_spool_root(), "unwritten")
@@ -297,23 +297,29 @@ class Hook:
     def _make_backend(self) -> TensorBackend:
         return NumpyBackend()
 
+    def _sibling_workers(self) -> List[str]:
+        """The other workers of this job that write into the same run."""
+        if self.include_workers != "all":
+            return []
+        return [f"worker_{r}" for r in range(self.world_size) if r != self.rank]
+
     def _prepare_out_dir(self, overwrite: bool) -> None:
         if self.is_chief and os.path.isdir(self.out_dir) and self.out_url is None:
             existing = [m for m in _RUN_MARKERS if os.path.exists(os.path.join(self.out_dir, m))]
             if existing and self.include_workers == "all" and self.world_size > 1:
                 from .writer.siblings import written_by_other_workers
 
-                siblings = [f"worker_{r}" for r in range(self.world_size) if r != self.rank]
-                if written_by_other_workers(self.out_dir, siblings, self.world_size):
+                if written_by_other_workers(self.out_dir, self._sibling_workers(), self.world_size):
                     existing = []  # this job's other workers started first: keep their files
             if existing and not overwrite:
                 raise OutDirError(
                     f"out_dir {self.out_dir} already holds a run ({', '.join(existing)} exist); choose a new "
                     "directory, delete it, or pass overwrite=True to replace that run"
                 )
-            for marker in existing + [m for m in _RUN_SIDE_FILES if os.path.exists(os.path.join(self.out_dir, m))]:
-                path = os.path.join(self.out_dir, marker)
-                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            from .writer.siblings import remove_previous_run
+
+            # Not what this job's other workers may already have written here.
+            remove_previous_run(self.out_dir, tuple(existing) + _RUN_SIDE_FILES, self._sibling_workers())
         try:
             os.makedirs(self.out_dir, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.out_dir, prefix=".smdebug_write_test_"):

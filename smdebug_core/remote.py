@@ -139,9 +139,10 @@ def split_url(url: str) -> Tuple[str, str]:
     return scheme(url), url.split("://", 1)[1]
 
 
-def check_remote_out_dir(url: str, worker: str, overwrite: bool) -> None:
+def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=()) -> None:
     """Refuse a URL that already holds a run of this worker (its collections file or the end
-    marker), as a local ``out_dir`` is refused; with ``overwrite`` remove that run's objects.
+    marker), as a local ``out_dir`` is refused; with ``overwrite`` remove that run's objects,
+    but not those the other workers of this job (``siblings``) have already uploaded.
 
     Best effort: an unreachable endpoint is logged and does not stop training (the
     uploader retries, the spool keeps the data).
@@ -157,10 +158,18 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool) -> None:
     try:
         existing = [m for m in markers if fs.exists(join(root, m))]
         if existing and overwrite:
+            from .writer.siblings import is_previous_run, job_start_time
+
+            # Not what this job's other workers may already have uploaded.
+            job_start = job_start_time() if siblings else float("inf")
+            old = []
             for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR,
                         layout.END_OF_JOB_FILE):
-                if fs.exists(join(root, sub)):
-                    fs.rm(join(root, sub), recursive=True)
+                for path, info in fs.find(join(root, sub), detail=True).items():
+                    if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), set(siblings), job_start):
+                        old.append(path)
+            if old:
+                fs.rm(old)
             return
     except Exception as exc:  # noqa: BLE001 - the store is down: the uploader will retry
         log.warning("smdebug: cannot check %s for an earlier run (%s: %s); writing into the spool, the upload "
@@ -171,8 +180,24 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool) -> None:
                           "delete it, or pass overwrite=True to replace that run")
 
 
+def _modified_at(info: dict) -> float:
+    """An fsspec listing entry's modification time (seconds since the epoch); -inf when the
+    filesystem gives none, so such an object counts as older than anything."""
+    for key in ("LastModified", "mtime", "last_modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):  # datetime (s3fs, gcsfs, adlfs)
+            return value.timestamp()
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            continue
+    return float("-inf")
+
+
 def start_remote_writer(url: str, worker: str, tensorboard_dir, export_tensorboard: bool, overwrite: bool,
-                        check: bool = True):
+                        check: bool = True, siblings=()):
     """For a hook writing to ``url``: ``(spool, local tensorboard dir or None, extra_dirs)``.
 
     The spool is where the RunWriter writes; ``extra_dirs`` are the ``(local, URL)`` pairs the
@@ -180,7 +205,7 @@ def start_remote_writer(url: str, worker: str, tensorboard_dir, export_tensorboa
     """
     filesystem(url, for_writing=True)  # ImportError now, naming the package, not in the writer thread
     if check:
-        check_remote_out_dir(url, worker, overwrite)
+        check_remote_out_dir(url, worker, overwrite, siblings)
     spool = make_spool(url, worker)
     extra = []
     tb_local = None

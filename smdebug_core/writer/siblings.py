@@ -4,15 +4,88 @@ With ``include_workers="all"``, every worker writes into the same directory and 
 makes them start in lockstep: a worker may save its first step before the chief has even
 created its hook. The chief refuses a directory that already holds a run (or, with
 ``overwrite``, deletes it); files written by the other ranks of its own job are neither.
+
+With ``overwrite``, what tells the two apart is the file's name and time: a file of another
+worker of this job, last modified since this process started, may be that worker's first
+step; everything else is the earlier run's (:func:`is_previous_run`).
 """
 from __future__ import annotations
 
 import json
 import os
 import stat
+import time
 from typing import Iterable, Iterator, Optional, Set
 
 from ..format import layout
+
+_IMPORTED_AT = time.time()
+
+
+def job_start_time() -> float:
+    """When this process started (seconds since the epoch).
+
+    The ranks of one job are started together (torchrun, mpirun, SageMaker), and each
+    spends seconds importing its framework before it writes a step, so a file modified
+    before this instant is not this job's. Linux gives the process start exactly; elsewhere
+    the time smdebug was imported stands in (a little later: a sibling's step written in
+    between would count as old).
+    """
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            # Field 22 (starttime, clock ticks since boot) follows the ")" that ends field 2.
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        started = time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _IMPORTED_AT
+    return min(started, _IMPORTED_AT)
+
+
+def written_by(file_name: str) -> Optional[str]:
+    """The worker an index, event or collections file is named after, or None."""
+    for parse in (lambda n: layout.parse_step_and_worker(n)[1], layout.parse_collections_worker):
+        try:
+            return parse(file_name)
+        except ValueError:
+            continue
+    return None
+
+
+def is_previous_run(file_name: str, modified: float, siblings: Set[str], job_start: float) -> bool:
+    """With ``overwrite``: is this file the earlier run's (to delete)? Everything is, except
+    the files of this job's other workers (named after one of ``siblings``, modified since
+    ``job_start``)."""
+    return modified < job_start or written_by(file_name) not in siblings
+
+
+def remove_previous_run(out_dir: str, entries: Iterable[str], siblings: Iterable[str]) -> None:
+    """Delete the earlier run under ``out_dir/<entry>`` (see :func:`is_previous_run`) and the
+    directories this leaves empty."""
+    siblings = set(siblings)
+    job_start = job_start_time() if siblings else float("inf")
+    for entry in entries:
+        path = os.path.join(out_dir, entry)
+        if os.path.islink(path) or not os.path.isdir(path):
+            if os.path.lexists(path):
+                os.remove(path)
+            continue
+        for top, dirs, files in os.walk(path, topdown=False):
+            for name in files:
+                file_path = os.path.join(top, name)
+                if is_previous_run(name, os.lstat(file_path).st_mtime, siblings, job_start):
+                    os.remove(file_path)
+            for name in dirs:
+                try:
+                    os.rmdir(os.path.join(top, name))
+                except OSError:  # not empty: a sibling's files are in it
+                    pass
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
 
 def _names(directory: str) -> Iterator[os.DirEntry]:
     try:

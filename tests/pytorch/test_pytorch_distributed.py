@@ -101,6 +101,94 @@ def test_chief_starting_after_another_worker_wrote_steps_joins_the_run(tmp_path)
     assert x.value(1, worker="worker_1").tolist() == [11.0, 11.0]
 
 
+def _previous_run(out_dir, monkeypatch):
+    """A finished single-worker run of tensor "old" (steps 0-4) at ``out_dir``."""
+    import smdebug.pytorch as smd
+
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))
+    for _ in range(5):
+        hook.begin_step()
+        hook.save_tensor("old", torch.zeros(2), "mine")
+    hook.close()
+
+
+def _join_with_overwrite(run, tmp_path, wait_for_step_of_worker_1):
+    """Both ranks start together; worker 1 writes its steps first, and only then does the
+    chief, started with it, make its hook with overwrite=True."""
+    time.sleep(1.1)  # S3 keeps modification times to the second: the old run is older than the job
+    go = tmp_path / "chief_may_start"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", EARLY_WORKER_OVERWRITE="1", EARLY_WORKER_HOOK_AFTER=str(go))
+    env.pop("MASTER_ADDR", None)
+    chief = subprocess.Popen([sys.executable, EARLY_WORKER, str(run), "3", str(tmp_path / "chief_wrote")],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worker_1 = start_worker(1, run, 2, tmp_path / "worker_1_wrote", tmp_path / "chief_wrote")
+    try:
+        wait_for_file(tmp_path / "worker_1_wrote", worker_1)
+        wait_for_step_of_worker_1()
+        go.touch()
+        _, chief_err = chief.communicate(timeout=120)
+        _, worker_err = worker_1.communicate(timeout=120)
+    finally:
+        for proc in (chief, worker_1):
+            if proc.poll() is None:
+                proc.kill()
+    assert chief.returncode == 0, chief_err[-3000:]
+    assert worker_1.returncode == 0, worker_err[-3000:]
+
+
+def _check_new_run_only(trial):
+    assert sorted(trial.workers()) == ["worker_0", "worker_1"]
+    assert trial.steps() == [0, 1, 2]
+    assert trial.tensor_names() == ["x"]  # nothing of the previous run is left
+    assert trial.tensor("x").value(1, worker="worker_1").tolist() == [11.0, 11.0]
+    assert trial.tensor("x").value(2, worker="worker_0").tolist() == [2.0, 2.0]
+
+
+def test_overwrite_removes_the_previous_run_but_not_a_worker_that_started_first(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    _previous_run(str(run), monkeypatch)
+    _join_with_overwrite(run, tmp_path, lambda: None)
+    _check_new_run_only(create_trial(str(run), wait_timeout=5))
+
+
+def test_overwrite_on_s3_keeps_what_a_worker_of_this_job_uploaded_first(tmp_path, monkeypatch):
+    """The same on an S3 prefix (moto's server on loopback): worker 1's steps are uploaded
+    before the chief, with overwrite=True, removes the previous run there."""
+    moto_server = pytest.importorskip("moto.server", reason="needs moto[server]")
+    boto3 = pytest.importorskip("boto3")
+    pytest.importorskip("s3fs")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        for key, value in (("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}"), ("AWS_ACCESS_KEY_ID", "testing"),
+                           ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
+                           ("SMDEBUG_SPOOL_DIR", str(tmp_path / "spools"))):
+            monkeypatch.setenv(key, value)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="jobs")
+        url = "s3://jobs/run"
+        _previous_run(url, monkeypatch)
+
+        def worker_1_uploaded():
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                keys = [o["Key"] for o in s3.list_objects_v2(Bucket="jobs", Prefix="run/index/").get("Contents", [])]
+                if sum("worker_1" in k for k in keys) >= 2:
+                    return
+                time.sleep(0.1)
+            raise AssertionError("worker 1's index objects were not uploaded")
+
+        _join_with_overwrite(url, tmp_path, worker_1_uploaded)
+        _check_new_run_only(create_trial(url, wait_timeout=5))
+    finally:
+        server.stop()
+
+
 def test_a_previous_run_is_still_refused_by_the_chief_of_a_multi_worker_job(tmp_path, monkeypatch):
     import smdebug.pytorch as smd
     from smdebug.exceptions import OutDirError
