@@ -4,8 +4,8 @@
 Python per value. A run of 10,000 steps with 25 scalars and reductions holds 250,000 such
 records, so this module reads them in bulk instead:
 
-1. the records to read are listed from the trial's index (no event file is listed or
-   scanned), grouped by event file;
+1. the records to read are selected from the trial's :class:`RecordLog` (the index files'
+   entries in columns, kept as they are loaded) with numpy masks, grouped by event file;
 2. each event file is opened once through the trial's storage (the checks of
    docs/reader_safety.md: regular files only, links leaving the run refused, reads
    bounded by the file's size) and the byte span holding its wanted records is read;
@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from array import array
 from itertools import chain
 from operator import itemgetter
 from typing import Dict, List, Optional, Tuple
@@ -38,6 +39,7 @@ from ..format import proto
 from ..format.layout import END_OF_JOB_FILE
 from ..format.records import SMDEBUG_PAYLOAD_FOOTER, record_header
 from ..modes import ModeKeys
+from ..reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
 
 logger = logging.getLogger("smdebug.trials")
 
@@ -65,7 +67,6 @@ _MODE = b"mode"
 _FAST_MAX_RECORD = 1 << 16
 _MAX_DIMS = 8
 _RECORD_NAME = itemgetter(4)  # TensorLocation.record_name, read in C
-_START_LENGTH = itemgetter(1, 2)
 _MAX_PLUGIN_ENTRIES = 3
 
 
@@ -341,27 +342,144 @@ def _scalar_of(value: np.ndarray) -> Optional[float]:
         return None
 
 
-class _Rows:
-    """The records to read, in columns. Rows come in blocks of one (tensor, worker,
-    reduction), so texts are block constants and per-row work stays in C."""
+class _Interner:
+    """Texts numbered in order of first sight."""
+
+    def __init__(self, first=()):
+        self.ids: Dict[object, int] = {}
+        self.items: list = []
+        for item in first:
+            self.id(item)
+
+    def id(self, item) -> int:
+        found = self.ids.get(item)
+        if found is None:
+            found = self.ids[item] = len(self.items)
+            self.items.append(item)
+        return found
+
+    def ids_of(self, items) -> List[int]:
+        ids, new = self.ids, self.id
+        return [ids[x] if x in ids else new(x) for x in items]
+
+
+class RecordLog:
+    """Every record the trial's index files name, in columns: filled while the index is
+    loaded (a few appends per index file), read by :func:`collect` with numpy masks instead
+    of walking per-tensor dicts record by record. Rows are only ever added.
+
+    Per index file it keeps the step, worker, event file and the file's *template* (its list
+    of record names: runs save the same records step after step, so the per-name work, the
+    tensor and reduction each name stands for, is done once per distinct list); per record
+    only offset, length and payload CRC.
+    """
 
     def __init__(self):
-        self.steps: List[np.ndarray] = []
-        self.locations: List[tuple] = []
-        # (tensor, worker, label, rows, the record name of every row or None if they differ)
-        self.blocks: List[Tuple[str, str, str, int, Optional[str]]] = []
+        self.workers = _Interner()
+        self.tensors = _Interner()
+        self.labels = _Interner([""])  # label 0: a tensor's own value
+        self.files = _Interner()
+        self.names = _Interner()
+        self._file_columns = {k: array("q") for k in ("step", "worker", "file", "template", "count")}
+        # Each index file's TensorLocations, turned into columns at the next arrays() call:
+        # loading pays one append per file, a bulk read converts them all in C loops.
+        self._pending: List[list] = []
+        self._columns: Dict[str, np.ndarray] = {}
+        self._templates: Dict[Tuple[str, ...], int] = {}
+        self._template_ids: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # tensor, label, name ids
+        # Set when one index file names a (tensor, reduction) twice: the last one counts, as
+        # for value(); collect() then drops the earlier rows.
+        self.has_repeats = False
 
-    def add(self, tensor: str, worker: str, label: str, steps: np.ndarray, locations, record_name=None) -> None:
-        if record_name is None and locations:
-            names = list(map(_RECORD_NAME, locations))
-            if names.count(names[0]) == len(names):
-                record_name = names[0]
-        self.blocks.append((tensor, worker, label, len(locations), record_name))
-        self.steps.append(steps)
-        self.locations.extend(locations)
+    def add(self, step: int, worker: str, locations: list) -> None:
+        """The records of one index file (TensorLocations, all in one event file)."""
+        n = len(locations)
+        if not n:
+            return
+        names = tuple(map(_RECORD_NAME, locations))
+        template = self._templates.get(names)
+        if template is None:
+            template = self._templates[names] = len(self._template_ids)
+            self._template_ids.append(self._template(names))
+        f = self._file_columns
+        f["step"].append(step)
+        f["worker"].append(self.workers.id(worker))
+        f["file"].append(self.files.id(locations[0].event_file))
+        f["template"].append(template)
+        f["count"].append(n)
+        self._pending.append(locations)
+
+    def _template(self, names: Tuple[str, ...]):
+        tensors, labels = [], []
+        for name in names:
+            reduction = parse_reduction_tag(name) if REDUCTION_TAG_PREFIX in name else None
+            if reduction is None:
+                tensors.append(name)
+                labels.append("")
+            else:
+                op, is_abs, tensor = reduction
+                tensors.append(tensor)
+                labels.append(reduction_label(op, is_abs))
+        tensor_ids = self.tensors.ids_of(tensors)
+        label_ids = self.labels.ids_of(labels)
+        if len(set(zip(tensor_ids, label_ids))) < len(names):
+            self.has_repeats = True
+        return (np.asarray(tensor_ids, np.int64), np.asarray(label_ids, np.int64),
+                np.asarray(self.names.ids_of(names), np.int64))
+
+    def arrays(self) -> Dict[str, np.ndarray]:
+        """One int64 array per column, a row per record: ``step``, ``worker``, ``file``,
+        ``tensor``, ``label``, ``name`` (ids into the interners), ``start``, ``length``,
+        ``crc`` (-1: none). The caller may keep them: later records make new arrays."""
+        pending, self._pending = self._pending, []
+        if pending or not self._columns:
+            n = sum(map(len, pending))
+            locations = list(chain.from_iterable(pending))
+            start_length = np.fromiter(chain.from_iterable(map(_START_LENGTH, locations)), np.int64, 2 * n)
+            crcs = list(map(_CRC, locations))
+            if crcs.count(None):
+                crcs = [-1 if c is None else c for c in crcs]
+            new = {"start": start_length[0::2], "length": start_length[1::2], "crc": np.array(crcs, np.int64)}
+            for column, values in new.items():
+                old = self._columns.get(column)
+                self._columns[column] = values if old is None else np.concatenate((old, values))
+            # Per-file columns and templates: rebuilt whole (one pass over the files, in C).
+            f = {k: np.array(v, np.int64) for k, v in self._file_columns.items()}
+            for column in ("step", "worker", "file"):
+                self._columns[column] = np.repeat(f[column], f["count"])
+            templates = f["template"].tolist()
+            for j, column in enumerate(("tensor", "label", "name")):
+                parts = [self._template_ids[t][j] for t in templates]
+                self._columns[column] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return dict(self._columns)
+
+
+_START_LENGTH, _CRC = itemgetter(1, 2), itemgetter(3)
+
+
+class _Rows:
+    """The records to read, in columns (numpy int64 arrays): ``step``, ``start``, ``length``,
+    ``crc`` (-1: none), ``file`` and ``name`` (ids into ``files`` and ``names``), and per text
+    column (``tensor``, ``worker``, ``reduction``) codes into sorted categories."""
+
+    def __init__(self, columns: Dict[str, np.ndarray], files: List[str], names: List[str],
+                 texts: Dict[str, Tuple[np.ndarray, List[str]]]):
+        self.columns = columns
+        self.files = files
+        self.names = names
+        self.texts = texts
 
     def __len__(self):
-        return len(self.locations)
+        return len(self.columns["step"])
+
+    def location(self, i: int):
+        """Row ``i`` as the TensorLocation ``value()`` reads."""
+        from .tensor import TensorLocation
+
+        c = self.columns
+        crc = int(c["crc"][i])
+        return TensorLocation(self.files[int(c["file"][i])], int(c["start"][i]), int(c["length"][i]),
+                              None if crc < 0 else crc, self.names[int(c["name"][i])])
 
 
 def _step_table(trial):
@@ -376,83 +494,69 @@ def _step_table(trial):
     return steps[order], modes[order], mode_steps[order]
 
 
+def _sorted_codes(codes: np.ndarray, items: List[str]) -> Tuple[np.ndarray, List[str]]:
+    """Codes into ``items`` recoded into the sorted list of the items they use."""
+    used = np.unique(codes).tolist()
+    categories = sorted(items[i] for i in used)
+    lookup = np.zeros(len(items), np.int64)
+    rank = {c: k for k, c in enumerate(categories)}
+    for i in used:
+        lookup[i] = rank[items[i]]
+    return lookup[codes], categories
+
+
+def _last_of_repeats(c: Dict[str, np.ndarray]) -> np.ndarray:
+    """Rows to keep when a (step, worker, tensor, label) appears more than once: the last."""
+    n = len(c["step"])
+    order = np.lexsort((np.arange(n), c["label"], c["tensor"], c["worker"], c["step"]))
+    same_as_next = np.ones(n, bool)
+    same_as_next[-1] = False
+    for column in ("step", "worker", "tensor", "label"):
+        v = c[column][order]
+        same_as_next[:-1] &= v[1:] == v[:-1]
+    return np.sort(order[~same_as_next])
+
+
 def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> _Rows:
     """Every saved reduction, and every raw record small enough to be a scalar, of the
     selected tensors at the selected steps (see ``Trial.to_table``)."""
-    known, mode_of, mode_step_of = _step_table(trial)
-    rows = _Rows()
-    wanted_modes = None if modes is None else np.asarray(sorted(m.value for m in modes))
-    wanted_steps = None if steps is None else np.asarray(sorted(steps), np.int64)
-    last_complete = trial.last_complete_step
+    log: RecordLog = trial._records
+    c = log.arrays()
+    if log.has_repeats:
+        keep_rows = _last_of_repeats(c)
+        c = {k: v[keep_rows] for k, v in c.items()}
+    keep = np.zeros(len(log.tensors.items), bool)
+    # Raw values: only records small enough to hold one element are read.
+    limit = np.zeros(len(keep), np.int64)
     for tensor in tensors:
-        name = tensor.name
-        gs = np.asarray(tensor._global_steps(), np.int64)
-        if not len(gs):
-            continue
-        at = np.searchsorted(known, gs)
-        keep = np.ones(len(gs), bool)
-        if wanted_modes is not None:
-            keep &= np.isin(mode_of[at], wanted_modes)
-        if wanted_steps is not None:
-            keep &= np.isin(gs if modes is None else mode_step_of[at], wanted_steps)
-        if not include_incomplete and not trial.loaded_all_steps:
-            late = gs > last_complete
-            if late.any():
-                keep[late] &= np.fromiter(map(trial._is_complete, gs[late].tolist()), bool, int(late.sum()))
-        gs = gs[keep]
-        g_list = gs.tolist()
-        # Reductions: per worker, per key, one comprehension over the steps.
-        reds = tensor._reductions
-        by_worker = [reds.get(g) for g in g_list]
-        present = [bw is not None for bw in by_worker]
-        if any(present):
-            r_steps = gs[np.fromiter(present, bool, len(present))]
-            r_maps = [bw for bw in by_worker if bw is not None]
-            only = next(iter(r_maps[0]))
-            if all(len(bw) == 1 and only in bw for bw in r_maps):  # one worker saved them all
-                worker_maps = {only: [bw[only] for bw in r_maps]}
-                worker_steps = {only: r_steps}
-            else:
-                names = set().union(*r_maps)
-                worker_maps, worker_steps = {}, {}
-                for worker in names:
-                    has = np.fromiter((worker in bw for bw in r_maps), bool, len(r_maps))
-                    worker_maps[worker] = [bw[worker] for bw in r_maps if worker in bw]
-                    worker_steps[worker] = r_steps[has]
-            for worker in sorted(worker_maps):
-                if workers is not None and worker not in workers:
-                    continue
-                by_key = worker_maps[worker]
-                w_steps = worker_steps[worker]
-                keys = tuple(by_key[0])
-                # The same keys in the same order at every step (the usual case): one
-                # transpose gives each key's locations; a column holding one record name
-                # throughout (the name says the key) proves the order was the same.
-                if list(map(len, by_key)).count(len(keys)) == len(by_key):
-                    columns = list(zip(*map(dict.values, by_key)))
-                    names_of = [list(map(_RECORD_NAME, column)) for column in columns]
-                    if all(ns.count(ns[0]) == len(ns) for ns in names_of):
-                        for key, column, ns in zip(keys, columns, names_of):
-                            rows.add(name, worker, reduction_label(*key), w_steps, column, ns[0])
-                        continue
-                for key in sorted(set().union(*by_key)):
-                    has = np.fromiter((key in bk for bk in by_key), bool, len(by_key))
-                    rows.add(name, worker, reduction_label(*key), w_steps[has],
-                             [bk[key] for bk in by_key if key in bk])
-        # Raw values: only records small enough to hold one element are read.
-        raws = tensor._locations
-        if raws:
-            limit = _SCALAR_RECORD_MAX + 8 * len(name.encode("utf-8"))
-            by_worker = [raws.get(g) for g in g_list]
-            for worker in sorted(set().union(*(bw for bw in by_worker if bw is not None))):
-                if workers is not None and worker not in workers:
-                    continue
-                has = np.fromiter((bw is not None and worker in bw and bw[worker].length <= limit
-                                   for bw in by_worker), bool, len(by_worker))
-                if has.any():
-                    rows.add(name, worker, "", gs[has], [bw[worker] for bw, h in zip(by_worker, has.tolist()) if h],
-                             name)
-    return rows
+        i = log.tensors.ids.get(tensor.name)
+        if i is not None:
+            keep[i] = True
+            limit[i] = _SCALAR_RECORD_MAX + 8 * len(tensor.name.encode("utf-8"))
+    t = c["tensor"]
+    mask = keep[t] & ((c["label"] != 0) | (c["length"] <= limit[t]))
+    if workers is not None:
+        wanted = np.asarray([w in workers for w in log.workers.items], bool)
+        mask &= wanted[c["worker"]]
+    if modes is not None or steps is not None:
+        known, mode_of, mode_step_of = _step_table(trial)
+        at = np.searchsorted(known, c["step"])
+        if modes is not None:
+            mask &= np.isin(mode_of[at], np.asarray(sorted(m.value for m in modes)))
+        if steps is not None:
+            numbers = c["step"] if modes is None else mode_step_of[at]
+            mask &= np.isin(numbers, np.asarray(sorted(steps), np.int64))
+    if not include_incomplete and not trial.loaded_all_steps:
+        late = mask & (c["step"] > trial.last_complete_step)
+        if late.any():
+            late_steps = np.unique(c["step"][late])
+            done = late_steps[np.fromiter(map(trial._is_complete, late_steps.tolist()), bool, len(late_steps))]
+            mask &= ~late | np.isin(c["step"], done)
+    c = {k: v[mask] for k, v in c.items()}
+    texts = {"tensor": _sorted_codes(c["tensor"], log.tensors.items),
+             "worker": _sorted_codes(c["worker"], log.workers.items),
+             "reduction": _sorted_codes(c["label"], log.labels.items)}
+    return _Rows(c, log.files.items, log.names.items, texts)
 
 
 def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "warn") -> "Table":
@@ -463,23 +567,11 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     n = len(rows)
     if not n:
         return Table.empty()
-    locs = rows.locations
-    # Offsets and lengths in one pass over the locations, straight into one array.
-    start_length = np.fromiter(chain.from_iterable(map(_START_LENGTH, locs)), np.int64, 2 * n).reshape(n, 2)
-    start, length = start_length[:, 0], start_length[:, 1]
-    crcs = list(map(itemgetter(3), locs))
-    g_all = np.concatenate(rows.steps)
-    # Block constants: tensor, worker and reduction codes per row.
-    block_sizes = [b[3] for b in rows.blocks]
-    texts = {}
-    for column, pos in (("tensor", 0), ("worker", 1), ("reduction", 2)):
-        categories = sorted({b[pos] for b in rows.blocks})
-        code_of = {c: i for i, c in enumerate(categories)}
-        texts[column] = (np.repeat(np.asarray([code_of[b[pos]] for b in rows.blocks], np.int64), block_sizes),
-                         categories)
-    # One event file per (step, worker): the file of a row is known from those two.
+    c = rows.columns
+    start, length, g_all = c["start"], c["length"], c["step"]
+    texts = rows.texts
     worker_codes = texts["worker"][0]
-    file_key = g_all * max(1, len(texts["worker"][1])) + worker_codes
+    file_key = c["file"]
     order = np.lexsort((start, file_key))
     s_key = file_key[order]
     first = np.flatnonzero(np.r_[True, s_key[1:] != s_key[:-1]])
@@ -510,14 +602,16 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     # records, or each record when they lie far apart.
     spans = []
     owners = []  # per span: the file's index k, and the row for a one-record span (else -1)
-    for k, (a, b, f_lo, f_hi, together) in enumerate(zip(firsts, bounds, lo.tolist(), hi.tolist(),
-                                                        coalesce.tolist())):
+    files = rows.files
+    file_of_first = c["file"][order[first]].tolist()
+    for k, (a, b, f_lo, f_hi, together, f) in enumerate(zip(firsts, bounds, lo.tolist(), hi.tolist(),
+                                                           coalesce.tolist(), file_of_first)):
         if together:
-            spans.append((locs[order_list[a]][0], f_lo, f_hi - f_lo))
+            spans.append((files[f], f_lo, f_hi - f_lo))
             owners.append((k, -1))
         else:
             for i in order_list[a:b]:
-                spans.append((locs[i][0], locs[i][1], locs[i][2]))
+                spans.append((files[f], int(start[i]), int(length[i])))
                 owners.append((k, i))
     datas: List[object] = []
     try:
@@ -572,18 +666,10 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe = _walk(
         u, base, length, avail, trial._record_check, (texts_md, which.reshape(-1)))
     ok = w.ok & ~failed
-    # The name each record must carry: one per block, unless a block mixes names.
-    record_names: Dict[str, int] = {}
-    name_ids = np.empty(n, np.int64)
-    at = 0
-    for block in rows.blocks:
-        size, block_name = block[3], block[4]
-        if block_name is not None:
-            name_ids[at:at + size] = record_names.setdefault(block_name, len(record_names))
-        else:
-            name_ids[at:at + size] = [record_names.setdefault(loc[4], len(record_names)) for loc in locs[at:at + size]]
-        at += size
-    ok &= _tags_match(w, tag_start, tag_stop - tag_start, name_ids, [x.encode("utf-8") for x in record_names])
+    # The name each record must carry (the index's).
+    used_names, name_ids = np.unique(c["name"], return_inverse=True)
+    ok &= _tags_match(w, tag_start, tag_stop - tag_start, name_ids.reshape(-1),
+                      [rows.names[i].encode("utf-8") for i in used_names.tolist()])
     itemsize = np.zeros(256, np.int64)
     for code, np_dtype in _FAST_DTYPES.items():
         itemsize[code] = np_dtype.itemsize
@@ -595,14 +681,9 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     several = ok & (c_len > size) & (c_len % np.maximum(size, 1) == 0)
     # Payload CRC32C from the index, where it has one (writers of this project): one C
     # call per record.
-    verify = np.flatnonzero(scalar)
+    verify = np.flatnonzero(scalar & (c["crc"] >= 0))  # runs of other writers may have none
     if len(verify):
-        if crcs.count(None):  # runs of other writers may have none
-            has_crc = np.fromiter((c is not None for c in crcs), bool, n)
-            verify = verify[has_crc[verify]]
-            expected = np.fromiter((-1 if c is None else c for c in crcs), np.int64, n)[verify]
-        else:
-            expected = np.fromiter(crcs, np.int64, n)[verify]
+        expected = c["crc"][verify]
         got = np.fromiter(map(google_crc32c.value, map(joined.__getitem__,
                                                       map(slice, p[verify].tolist(), pe[verify].tolist()))),
                           np.int64, len(verify))
@@ -623,7 +704,7 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
         worker_names = texts["worker"][1]
         view = memoryview(joined)
         for i in slow.tolist():
-            location = locs[i]
+            location = rows.location(i)
             stop = min(int(base[i]) + location.length, int(avail[i]))
             tensor = tensors[tensor_names[tensor_codes[i]]]
             try:

@@ -46,6 +46,7 @@ from ..format.layout import (
 )
 from ..modes import ModeKeys
 from ..reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
+from .bulk import RecordLog
 from .storage import open_storage
 from .tensor import Tensor, TensorLocation
 
@@ -261,6 +262,7 @@ class Trial:
 
         # --- state built from index files ---
         self._tensors: Dict[str, Tensor] = {}
+        self._records = RecordLog()  # the same entries in columns, for bulk reads
         self._global_to_mode: Dict[int, Tuple[ModeKeys, int]] = {}
         self._mode_to_global: Dict[ModeKeys, Dict[int, int]] = {}
         self._workers_for_step: Dict[int, Set[str]] = {}
@@ -651,6 +653,7 @@ class Trial:
         tensors = self._tensors
         event_file = parsed.event_file_name
         names = []
+        locations = []
         for entry in parsed.tensors:
             name = entry.name
             location = TensorLocation(event_file, entry.start_idx, entry.length, entry.crc32c, name)
@@ -665,6 +668,8 @@ class Trial:
             else:
                 tensor._add_reduction(step, worker, (op, is_abs), location)
             names.append(name)
+            locations.append(location)
+        self._records.add(step, worker, locations)
         for name, shape in parsed.shapes:
             tensor = tensors.get(name)
             if tensor is None:

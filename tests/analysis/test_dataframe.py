@@ -307,3 +307,30 @@ def test_progress_bar_on_long_reads_only(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     assert len(trial.to_table("scalar/x", steps=range(10), progress=True)) == 10
     assert capsys.readouterr().err == ""  # 10 files: quiet
+
+
+def test_a_name_saved_twice_in_a_step_and_steps_added_after_a_first_read(tmp_path):
+    """One index file naming a tensor twice gives one row, the value value() returns (the
+    later record); steps written after a first to_dataframe() show up in the next one."""
+    out = str(tmp_path / "run")
+    writer = RunWriter(out, "worker_0")
+    writer.write_collections(CollectionManager().to_json_bytes(num_workers=1))
+
+    def write(steps):
+        for step in steps:
+            writer.submit(StepData(global_step=step, mode=ModeKeys.TRAIN, mode_step=step, worker="worker_0",
+                                   tensors=[("scalar/x", np.asarray(float(step))),
+                                            ("scalar/x", np.asarray(float(step) + 0.5))]))
+        writer.flush()
+
+    write(range(3))
+    trial = create_trial(out)
+    first = trial.to_dataframe(show_incomplete_steps=True)
+    assert first["step"].tolist() == [0, 1, 2]
+    assert first["value"].tolist() == [float(trial.tensor("scalar/x").value(s)) for s in range(3)]
+    write(range(3, 5))
+    writer.close()
+    trial.refresh()
+    second = trial.to_dataframe()
+    assert second["step"].tolist() == [0, 1, 2, 3, 4]
+    assert assert_rows_equal_value_api(trial, second) == 5
