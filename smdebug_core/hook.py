@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import json
 import math
 import os
@@ -108,6 +109,22 @@ class _Guard:
             return False  # KeyboardInterrupt and SystemExit are the user's, not ours: they pass
         self.hook.disable(f"{self.where}: {type(exc).__name__}: {exc}")
         return True  # the contract is to never break training
+
+
+def takes_hook_arguments(cls):
+    """Class decorator for an adapter's hook whose ``__init__`` is ``(self, *args, <its own
+    keyword-only arguments>, **kwargs)`` and passes ``*args, **kwargs`` on to
+    :class:`Hook`: the hook arguments have one definition, ``Hook.__init__`` (and the Args
+    of Hook's docstring). This shows them on the adapter (``help()``, IDEs,
+    ``inspect.signature``), followed by the adapter's own arguments, and adds the shared
+    Args to the adapter's docstring."""
+    init = cls.__init__
+    core = inspect.signature(Hook.__init__)
+    own = [p for p in inspect.signature(init).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    init.__signature__ = core.replace(parameters=list(core.parameters.values()) + own)
+    shared = Hook.__doc__.split("    Args:\n", 1)[1]
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n    Hook arguments (shared by every framework's hook):\n" + shared
+    return cls
 
 
 class Hook:

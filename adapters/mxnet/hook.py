@@ -45,6 +45,7 @@ from mxnet import gluon
 from smdebug.collections import describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
+from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as core_get_hook
 from smdebug.hook import never_raises
 from smdebug.logger import get_logger
@@ -79,12 +80,11 @@ def _is_hybridized(block: gluon.Block) -> bool:
     return isinstance(block, gluon.HybridBlock) and bool(getattr(block, "_active", False))
 
 
+@takes_hook_arguments
 class Hook(CoreHook):
     """Saves tensors of a Gluon training loop.
 
-    Takes the core hook's arguments (``out_dir``, ``save_config``, ``reduction_config``,
-    ``include_collections``, ``include_regex``, ``save_all``, ``export_tensorboard``,
-    ``tensorboard_dir``, ``include_workers``, ``dry_run``, ``overwrite``). Then::
+    Then::
 
         hook.register_block(net)            # the model: defines the steps
         hook.register_loss(loss_fn)         # optional: saves the loss

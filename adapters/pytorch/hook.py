@@ -51,6 +51,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from smdebug.collections import CollectionKeys, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
+from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as _core_get_hook
 from smdebug.hook import never_raises
 from smdebug.logger import get_logger
@@ -111,27 +112,19 @@ def _weak_method(method):
     return call
 
 
+@takes_hook_arguments
 class Hook(CoreHook):
     """Saves tensors of a PyTorch model during training.
 
     ``hook = smd.Hook(out_dir=..., ...)`` then ``hook.register_module(model)`` and, for
-    loss modules, ``hook.register_loss(criterion)``. Keyword arguments are those of the
-    core :class:`smdebug.Hook` (``save_config``, ``reduction_config``, ``include_regex``,
-    ``include_collections``, ``save_all``, ``include_workers``, ``export_tensorboard``,
-    ``tensorboard_dir``, ``dry_run``, ``overwrite``). See the module docstring for how
+    loss modules, ``hook.register_loss(criterion)``. See the module docstring for how
     steps, modes and tensor names are determined.
     """
 
     framework = "pytorch"
 
-    def __init__(self, out_dir=None, export_tensorboard: bool = False, tensorboard_dir: Optional[str] = None,
-                 dry_run: bool = False, reduction_config=None, save_config=None, include_regex=None,
-                 include_collections=None, save_all: bool = False, include_workers: str = "one",
-                 overwrite: bool = False):
-        super().__init__(out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
-                         dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
-                         include_regex=include_regex, include_collections=include_collections, save_all=save_all,
-                         include_workers=include_workers, overwrite=overwrite)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self._user_mode: Optional[ModeKeys] = None
         # Registered models: (the module the user passed, the unwrapped model, its name).
         self._roots: List[Tuple[torch.nn.Module, torch.nn.Module, str]] = []

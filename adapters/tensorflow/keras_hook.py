@@ -67,6 +67,7 @@ import keras
 
 from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
+from smdebug.hook import takes_hook_arguments
 from smdebug.instrumentation import Patches
 from smdebug.modes import ModeKeys
 
@@ -110,24 +111,15 @@ class _EagerCapture:
         pass
 
 
+@takes_hook_arguments
 class KerasHook(TFHookBase, keras.callbacks.Callback):
     """Saves tensors of a Keras 3 model; pass it in ``callbacks=`` of fit/evaluate/predict.
 
-    Takes the core Hook's arguments (``out_dir``, ``export_tensorboard``,
-    ``tensorboard_dir``, ``dry_run``, ``reduction_config``, ``save_config``,
-    ``include_regex``, ``include_collections``, ``save_all``, ``include_workers``,
-    ``overwrite``). Saved by default: ``losses``, ``metrics``, ``sm_metrics``.
+    Saved by default: ``losses``, ``metrics``, ``sm_metrics``.
     """
 
-    def __init__(self, out_dir=None, export_tensorboard: bool = False, tensorboard_dir=None, dry_run: bool = False,
-                 reduction_config=None, save_config=None, include_regex=None, include_collections=None,
-                 save_all: bool = False, include_workers: str = "one", overwrite: bool = False):
-        TFHookBase.__init__(
-            self, out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
-            include_regex=include_regex, include_collections=include_collections, save_all=save_all,
-            include_workers=include_workers, overwrite=overwrite,
-        )
+    def __init__(self, *args, **kwargs):
+        TFHookBase.__init__(self, *args, **kwargs)
         keras.callbacks.Callback.__init__(self)
         self._tf = _keras_backend() == "tensorflow"
         self._step_functions = None

@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
+from smdebug.hook import takes_hook_arguments
 
 from . import naming
 from .base import TFHookBase, logger
@@ -38,22 +39,12 @@ K = CollectionKeys
 _GRADIENT_ARGS = ("grad", "delta")
 
 
+@takes_hook_arguments
 class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
-    """Saves tensors of ``tf.compat.v1`` graph training; pass it to ``MonitoredSession``.
+    """Saves tensors of ``tf.compat.v1`` graph training; pass it to ``MonitoredSession``."""
 
-    Takes the core Hook's arguments (``out_dir``, ``save_config``, ``reduction_config``,
-    ``include_collections``, ``include_regex``, ``save_all``, ...).
-    """
-
-    def __init__(self, out_dir=None, export_tensorboard: bool = False, tensorboard_dir=None, dry_run: bool = False,
-                 reduction_config=None, save_config=None, include_regex=None, include_collections=None,
-                 save_all: bool = False, include_workers: str = "one", overwrite: bool = False):
-        TFHookBase.__init__(
-            self, out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
-            include_regex=include_regex, include_collections=include_collections, save_all=save_all,
-            include_workers=include_workers, overwrite=overwrite,
-        )
+    def __init__(self, *args, **kwargs):
+        TFHookBase.__init__(self, *args, **kwargs)
         self._fetches: Dict[str, object] = {}  # name -> graph tensor fetched with the step's run
         self._variables: Dict[str, object] = {}  # name -> variable read before the step's run
         self._extra_gradients: List[tuple] = []  # (gradient, variable) from wrapped optimizers

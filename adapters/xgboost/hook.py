@@ -34,6 +34,7 @@ from xgboost.callback import TrainingCallback
 from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
 from smdebug.hook import Hook as CoreHook
+from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as _core_get_hook
 from smdebug.logger import get_logger
 
@@ -65,14 +66,13 @@ def _check_data(value, what: str, labels_required: bool) -> None:
                           f"{type(value).__name__}")
 
 
+@takes_hook_arguments
 class Hook(CoreHook, TrainingCallback):
     """Saves XGBoost metrics, hyperparameters, predictions, feature importance, SHAP values and trees.
 
-    Args:
-        out_dir, export_tensorboard, tensorboard_dir, dry_run, reduction_config, save_config,
-        include_regex, include_collections, save_all, include_workers, overwrite:
-            as for :class:`smdebug.Hook`. The default save interval is 10 rounds and the
-            collection saved by default is ``metrics``.
+    The default save interval is 10 rounds and the collection saved by default is ``metrics``.
+
+    Args (XGBoost's own, keyword-only, after the hook arguments below):
         hyperparameters: dict saved as ``hyperparameters/<key>`` (numbers as float arrays,
             anything else as a one-element string array). When None, the training
             parameters in effect are read from the booster's configuration.
@@ -84,34 +84,14 @@ class Hook(CoreHook, TrainingCallback):
 
     framework = "xgboost"
 
-    def __init__(
-        self,
-        out_dir=None,
-        export_tensorboard: bool = False,
-        tensorboard_dir: Optional[str] = None,
-        dry_run: bool = False,
-        reduction_config=None,
-        save_config=None,
-        include_regex=None,
-        include_collections=None,
-        save_all: bool = False,
-        include_workers: str = "one",
-        hyperparameters: Optional[Dict[str, object]] = None,
-        train_data=None,
-        validation_data=None,
-        overwrite: bool = False,
-    ):
+    def __init__(self, *args, hyperparameters: Optional[Dict[str, object]] = None, train_data=None,
+                 validation_data=None, **kwargs):
         if hyperparameters is not None and not isinstance(hyperparameters, dict):
             raise ConfigError(f"hyperparameters must be a dict of name -> value, got {hyperparameters!r}")
         _check_data(train_data, "train_data", labels_required=False)
         _check_data(validation_data, "validation_data", labels_required=True)
         TrainingCallback.__init__(self)
-        super().__init__(
-            out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
-            include_regex=include_regex, include_collections=include_collections, save_all=save_all,
-            include_workers=include_workers, overwrite=overwrite,
-        )
+        super().__init__(*args, **kwargs)
         self.hyperparameters = dict(hyperparameters) if hyperparameters is not None else None
         self._train_data = train_data
         self._validation_data = validation_data

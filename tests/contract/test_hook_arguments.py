@@ -1,0 +1,43 @@
+"""Every framework's hook takes the core Hook's arguments, from their one definition
+(``smdebug.Hook.__init__``): the same signature, the same docstring text, the same checks.
+Runs in each tox env against the adapters installed there."""
+import importlib
+import inspect
+
+import pytest
+
+import smdebug as smd
+
+HOOKS = [("smdebug.pytorch", "Hook", "torch"), ("smdebug.mxnet", "Hook", "mxnet"),
+         ("smdebug.xgboost", "Hook", "xgboost"), ("smdebug.tensorflow", "KerasHook", "tensorflow"),
+         ("smdebug.tensorflow", "SessionHook", "tensorflow")]
+
+
+def _hook_classes():
+    found = []
+    for module, name, framework in HOOKS:
+        try:
+            importlib.import_module(framework)
+        except ImportError:
+            continue
+        found.append(getattr(importlib.import_module(module), name))
+    return found
+
+
+@pytest.mark.parametrize("cls", _hook_classes() or [pytest.param(None, marks=pytest.mark.skip("no framework here"))],
+                         ids=lambda c: getattr(c, "__qualname__", "none"))
+def test_adapter_hooks_share_the_core_arguments(cls, tmp_path):
+    core = list(inspect.signature(smd.Hook.__init__).parameters.values())[1:]  # without self
+    params = list(inspect.signature(cls).parameters.values())
+    assert params[:len(core)] == core
+    assert all(p.kind is p.KEYWORD_ONLY for p in params[len(core):])  # an adapter's own, after them
+    shared = smd.Hook.__doc__.split("    Args:\n", 1)[1]
+    assert shared in cls.__doc__
+    with pytest.raises(smd.exceptions.ConfigError, match="include_workers must be 'one' or 'all'"):
+        cls(out_dir=str(tmp_path / "run"), include_workers="some")
+    with pytest.raises(TypeError, match="save_intervall"):
+        cls(out_dir=str(tmp_path / "run"), save_intervall=3)
+    # Positional, as the original's users wrote them: out_dir first.
+    hook = cls(str(tmp_path / "positional"), False, None, True)
+    assert hook.dry_run and hook.out_dir == str(tmp_path / "positional")
+    hook.close()
