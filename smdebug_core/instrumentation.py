@@ -2,16 +2,19 @@
 
 An instrumentor replaces a few framework attributes (``xgboost.train``,
 ``keras.Model.fit``, ``gluon.Trainer.__init__``, ...) with wrappers that attach the hook
-configured by ``SMDEBUG_CONFIG_FILE_PATH``. :class:`Patches` remembers what was replaced so
+configured by ``SMDEBUG_CONFIG_FILE_PATH``. :class:`Instrumentor` is the base each
+adapter's instrumentor derives from (idempotent instrument/uninstrument under one lock,
+the framework versions it supports); :class:`Patches` remembers what was replaced so
 ``uninstrument()`` restores it exactly (adapters use it too, for the per-object wrappers a
 hook installs); :func:`configured_hook` gets that hook.
 """
 from __future__ import annotations
 
 import os
+import re
 import threading
 import types
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .config import CONFIG_FILE_ENV
 from .exceptions import SMDebugError
@@ -111,3 +114,89 @@ def configured_hook(get_hook: Callable, framework: str, **kwargs):
                            "Fix %s (or unset %s) to capture.", what, type(exc).__name__, exc, framework, source,
                            CONFIG_FILE_ENV)
         return None
+
+
+def _release(version: str) -> Tuple[int, ...]:
+    """The leading numbers of a version string: "2.13.0+cpu" -> (2, 13, 0)."""
+    match = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()
+
+
+class Instrumentor:
+    """Zero code change for one framework; an adapter's ``_instrument`` module holds one.
+
+    Subclasses name the framework and the versions they were written for, and implement
+    :meth:`install` (replace attributes through ``self.patches``, or set up whatever else
+    they need) and, if they keep more state than patches, :meth:`remove` and
+    :meth:`is_instrumented`. :meth:`instrument` and :meth:`uninstrument` are idempotent and
+    serialized by one lock. A framework version outside the supported range is not
+    instrumented: one warning says which versions are, and training runs uncaptured (the
+    fail-open policy, as for a bad config).
+    """
+
+    #: For messages: "PyTorch", "XGBoost"...
+    framework = "the framework"
+    #: The installed distribution whose version is checked ("torch"), or None for no check.
+    distribution: Optional[str] = None
+    #: Supported versions: (first supported, first unsupported or None), compared on the
+    #: leading numbers of the version.
+    supported: Tuple[Tuple[int, ...], Optional[Tuple[int, ...]]] = ((0,), None)
+
+    def __init__(self):
+        self.patches = Patches()
+        self._checked: Optional[bool] = None
+
+    @property
+    def lock(self):
+        return self.patches.lock
+
+    def is_instrumented(self) -> bool:
+        """Whether :meth:`instrument` is in effect."""
+        return bool(self.patches)
+
+    def supports(self, version: str) -> bool:
+        low, high = self.supported
+        release = _release(version)
+        return release >= low and (high is None or release < high)
+
+    def supported_text(self) -> str:
+        low, high = self.supported
+        text = f">= {'.'.join(map(str, low))}"
+        return text + (f", < {'.'.join(map(str, high))}" if high is not None else "")
+
+    def _version_ok(self) -> bool:
+        if self._checked is None:
+            self._checked = True
+            if self.distribution is not None:
+                from importlib import metadata
+
+                try:
+                    version = metadata.version(self.distribution)
+                except metadata.PackageNotFoundError:  # installed under another name: trust the import
+                    return True
+                if not self.supports(version):
+                    self._checked = False
+                    logger.warning("smdebug: zero code change supports %s %s; %s %s is installed, so this "
+                                   "training runs without tensor capture", self.distribution, self.supported_text(),
+                                   self.distribution, version)
+        return self._checked
+
+    def instrument(self) -> None:
+        """Install the instrumentation (no-op when it is, or the version is unsupported)."""
+        with self.lock:
+            if self.is_instrumented() or not self._version_ok():
+                return
+            self.install()
+            logger.debug("smdebug: instrumented %s: %s", self.framework, ", ".join(self.patches.names()) or "hooks")
+
+    def uninstrument(self) -> None:
+        """Undo :meth:`instrument` (no-op when not instrumented)."""
+        with self.lock:
+            self.remove()
+            self.patches.restore()
+
+    def install(self) -> None:  # pragma: no cover - every adapter overrides it
+        raise NotImplementedError
+
+    def remove(self) -> None:
+        """Undo what :meth:`install` did beyond ``self.patches`` (restored afterwards)."""

@@ -20,27 +20,24 @@ from __future__ import annotations
 import functools
 import weakref
 
-from smdebug.instrumentation import Patches, configured_hook
+from smdebug.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.mxnet")
 
-_patches = Patches()
 _candidates: "weakref.WeakSet" = weakref.WeakSet()
 
 
-def is_instrumented() -> bool:
-    """Whether :func:`instrument` is in effect."""
-    return bool(_patches)
+class MXNetInstrumentor(Instrumentor):
+    """Wraps Gluon's construction methods so that the configured hook attaches itself."""
 
+    framework = "MXNet"
+    distribution = "mxnet"
+    supported = ((1, 9), (2,))
 
-def instrument() -> None:
-    """Wrap Gluon's construction methods so that the configured hook attaches itself."""
-    from mxnet import gluon
+    def install(self) -> None:
+        from mxnet import gluon
 
-    with _patches.lock:
-        if _patches:
-            return
         targets = (
             (gluon.Block, "initialize", _wrap_remember_block),
             (gluon.Block, "load_parameters", _wrap_remember_block),
@@ -49,15 +46,15 @@ def instrument() -> None:
         )
         for owner, attr, wrap in targets:
             if attr in vars(owner):
-                _patches.replace(owner, attr, wrap)
-        logger.debug("smdebug: instrumented %s", ", ".join(_patches.names()))
+                self.patches.replace(owner, attr, wrap)
+
+    def remove(self) -> None:
+        _candidates.clear()  # hooks already attached stay
 
 
-def uninstrument() -> None:
-    """Put back the methods :func:`instrument` replaced (hooks already attached stay)."""
-    with _patches.lock:
-        _patches.restore()
-        _candidates.clear()
+INSTRUMENTOR = MXNetInstrumentor()
+instrument, uninstrument, is_instrumented = \
+    INSTRUMENTOR.instrument, INSTRUMENTOR.uninstrument, INSTRUMENTOR.is_instrumented
 
 
 def _wrap_remember_block(original):

@@ -31,7 +31,7 @@ import torch
 from torch.nn.modules.loss import _Loss
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from smdebug.instrumentation import configured_hook
+from smdebug.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.pytorch")
@@ -49,25 +49,36 @@ class _State:
 _state: Optional[_State] = None
 
 
-def instrument() -> None:
-    """Install the global module hooks (idempotent)."""
-    global _state
-    if _state is not None:
-        return
-    _state = _State()
-    _state.handles.append(register_module_forward_pre_hook(_on_forward_pre))
-    _state.handles.append(register_module_forward_hook(_on_forward, always_call=True))
+class PyTorchInstrumentor(Instrumentor):
+    """Global module hooks that find the model and the losses (no attribute is replaced)."""
+
+    framework = "PyTorch"
+    distribution = "torch"
+    supported = ((2, 0), None)
+
+    def is_instrumented(self) -> bool:
+        return _state is not None
+
+    def install(self) -> None:
+        global _state
+        _state = _State()
+        _state.handles.append(register_module_forward_pre_hook(_on_forward_pre))
+        _state.handles.append(register_module_forward_hook(_on_forward, always_call=True))
+
+    def remove(self) -> None:
+        """Remove the global hooks and close the hook created here (with its module hooks)."""
+        global _state
+        state, _state = _state, None
+        if state is None:
+            return
+        _remove_global_hooks(state)
+        if state.hook is not None:
+            state.hook.close()
 
 
-def uninstrument() -> None:
-    """Remove the global hooks and close the hook created here (with its module hooks)."""
-    global _state
-    state, _state = _state, None
-    if state is None:
-        return
-    _remove_global_hooks(state)
-    if state.hook is not None:
-        state.hook.close()
+INSTRUMENTOR = PyTorchInstrumentor()
+instrument, uninstrument, is_instrumented = \
+    INSTRUMENTOR.instrument, INSTRUMENTOR.uninstrument, INSTRUMENTOR.is_instrumented
 
 
 def current_hook():

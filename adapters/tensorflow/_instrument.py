@@ -18,25 +18,22 @@ import functools
 import inspect
 import sys
 
-from smdebug.instrumentation import Patches, configured_hook
+from smdebug.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.tensorflow")
 
 _METHODS = ("fit", "evaluate", "predict")
-_patches = Patches()
 
 
-def is_instrumented() -> bool:
-    """Whether :func:`instrument` is in effect."""
-    return bool(_patches)
+class KerasInstrumentor(Instrumentor):
+    """Wraps ``keras.Model.fit/evaluate/predict`` so that the configured hook is attached."""
 
+    framework = "Keras"
+    distribution = "keras"  # Keras 3: what the KerasHook is written for
+    supported = ((3,), (4,))
 
-def instrument() -> None:
-    """Wrap ``keras.Model.fit/evaluate/predict`` so that the configured hook is attached."""
-    with _patches.lock:
-        if _patches:
-            return
+    def install(self) -> None:
         if _keras_is_being_imported():
             # ``import keras`` imports TensorFlow first, whose import triggered this call:
             # Keras has no Model yet. The bootstrap's "keras" entry (_instrument_keras)
@@ -44,17 +41,15 @@ def instrument() -> None:
             return
         import keras
 
-        if _patches:  # importing Keras just now may have instrumented already
+        if self.patches:  # importing Keras just now may have instrumented already
             return
         for name in _METHODS:
-            _patches.replace(keras.Model, name, _wrap)
-        logger.debug("smdebug: instrumented %s", ", ".join(_patches.names()))
+            self.patches.replace(keras.Model, name, _wrap)
 
 
-def uninstrument() -> None:
-    """Restore the original ``keras.Model`` methods."""
-    with _patches.lock:
-        _patches.restore()
+INSTRUMENTOR = KerasInstrumentor()
+instrument, uninstrument, is_instrumented = \
+    INSTRUMENTOR.instrument, INSTRUMENTOR.uninstrument, INSTRUMENTOR.is_instrumented
 
 
 def _keras_is_being_imported() -> bool:

@@ -17,40 +17,35 @@ import functools
 import importlib
 import inspect
 
-from smdebug.instrumentation import Patches, configured_hook
+from smdebug.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.xgboost")
 
 #: (module name, attribute) of each function wrapped.
 _TARGETS = (("xgboost", "train"), ("xgboost.training", "train"), ("xgboost.sklearn", "train"))
-_patches = Patches()
 
 
-def is_instrumented() -> bool:
-    """Whether :func:`instrument` is in effect."""
-    return bool(_patches)
+class XGBoostInstrumentor(Instrumentor):
+    """Wraps XGBoost's training entry points so that the configured hook is attached."""
 
+    framework = "XGBoost"
+    distribution = "xgboost"  # xgboost-cpu installs the same distribution name
+    supported = ((2, 0), None)
 
-def instrument() -> None:
-    """Wrap XGBoost's training entry points so that the configured hook is attached."""
-    with _patches.lock:
-        if _patches:
-            return
+    def install(self) -> None:
         for module_name, attr in _TARGETS:
             try:
                 module = importlib.import_module(module_name)
             except ImportError:
                 continue
             if callable(getattr(module, attr, None)):
-                _patches.replace(module, attr, _wrap_train)
-        logger.debug("smdebug: instrumented %s", ", ".join(_patches.names()))
+                self.patches.replace(module, attr, _wrap_train)
 
 
-def uninstrument() -> None:
-    """Restore the functions :func:`instrument` replaced."""
-    with _patches.lock:
-        _patches.restore()
+INSTRUMENTOR = XGBoostInstrumentor()
+instrument, uninstrument, is_instrumented = \
+    INSTRUMENTOR.instrument, INSTRUMENTOR.uninstrument, INSTRUMENTOR.is_instrumented
 
 
 def _wrap_train(original):
