@@ -5,8 +5,9 @@ or matches (``re.search``) one of its ``include_regex``. Membership is decided o
 tensor name and cached by the :class:`CollectionManager`; any change to a collection
 invalidates the cache, so the per-step cost is a dictionary lookup.
 
-Per-framework defaults (regexes, collections saved by default, default interval) are
-data, in :data:`FRAMEWORK_PROFILES`; the logic is the same for every framework.
+Per-framework defaults (regexes, collections saved by default, default interval) are data:
+a :class:`FrameworkProfile` that each adapter's hook declares (``Hook.profile``); the logic
+is the same for every framework. The core's own is :data:`NUMPY_PROFILE`.
 """
 from __future__ import annotations
 
@@ -73,52 +74,17 @@ class FrameworkProfile:
         return list(dict.fromkeys(names))
 
 
-_PARAM_REGEXES = {
+#: Weights, biases and gradients by name, for frameworks whose parameter names say it.
+PARAMETER_REGEXES = {
     K.WEIGHTS: (r"^(?!gradient).*weight",),
     K.BIASES: (r"^(?!gradient).*bias",),
     K.GRADIENTS: (r"^gradient",),
 }
 
-FRAMEWORK_PROFILES: Dict[str, FrameworkProfile] = {
-    "numpy": FrameworkProfile(
-        "numpy", {**_PARAM_REGEXES, K.LOSSES: (r"[Ll]oss",)}, (K.LOSSES,), extra_collections=(K.SCALARS,)
-    ),
-    "pytorch": FrameworkProfile(
-        "pytorch", {**_PARAM_REGEXES, K.LOSSES: (r"[Ll]oss_(?!input).*output",)}, (K.LOSSES,),
-        extra_collections=(K.SCALARS, K.INPUTS, K.OUTPUTS),
-    ),
-    "mxnet": FrameworkProfile(
-        "mxnet",
-        {**_PARAM_REGEXES, K.LOSSES: (r".*loss._(?!input).*output",),
-         K.INPUTS: (r"_input_\d+$",), K.OUTPUTS: (r"_output_\d+$",)},
-        (K.LOSSES,),
-        extra_collections=(K.SCALARS,),
-    ),
-    "tensorflow": FrameworkProfile(
-        "tensorflow",
-        {K.BIASES: (r"^(?!gradient).*bias",), K.GRADIENTS: (r"^gradient",)},
-        (K.METRICS, K.LOSSES, K.SM_METRICS),
-        extra_collections=(K.WEIGHTS, K.INPUTS, K.OUTPUTS, K.LAYERS, K.OPTIMIZER_VARIABLES,
-                           K.SCALARS, K.SEARCHABLE_SCALARS),
-    ),
-    "xgboost": FrameworkProfile(
-        "xgboost",
-        {
-            # The [a-zA-z] ranges are the original's and are kept for identical matching.
-            K.HYPERPARAMETERS: (r"^hyperparameters/.*$",),
-            K.METRICS: (r"^[a-zA-z]+-[a-zA-z0-9]+$",),
-            K.LOSSES: (r"^[a-zA-z]+-.+(?<!(auc|map))$",),
-            K.PREDICTIONS: (r"^predictions$",),
-            K.LABELS: (r"^labels$",),
-            K.FEATURE_IMPORTANCE: (r"^feature_importance/.*",),
-            K.AVERAGE_SHAP: (r"^average_shap/.*[^/bias]$",),
-            K.FULL_SHAP: (r"^full_shap/.*[^/bias]$",),
-            K.TREES: (r"^trees/.*",),
-        },
-        (K.METRICS,),
-        default_save_interval=10,
-    ),
-}
+#: The core Hook's (numpy arrays saved by hand); adapters declare their own.
+NUMPY_PROFILE = FrameworkProfile(
+    "numpy", {**PARAMETER_REGEXES, K.LOSSES: (r"[Ll]oss",)}, (K.LOSSES,), extra_collections=(K.SCALARS,)
+)
 
 
 def as_name_list(value, what: str) -> List[str]:

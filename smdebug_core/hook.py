@@ -40,8 +40,8 @@ from . import config as cfg
 from . import remote
 from .backend import BatchResult, Materialized, NumpyBackend, Request, TensorBackend
 from .collections import (
-    FRAMEWORK_PROFILES, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
-    Collection, CollectionKeys, CollectionManager, InclusionCheck, as_name_list, describe_object,
+    NUMPY_PROFILE, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
+    Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list, describe_object,
 )
 from .exceptions import ConfigError, OutDirError
 from .format import layout
@@ -149,8 +149,11 @@ class Hook:
         overwrite: remove a previous run's smdebug files from ``out_dir`` instead of refusing it.
     """
 
-    #: Key into FRAMEWORK_PROFILES; adapters override.
+    #: The framework's name (in messages and the run's metadata); adapters override.
     framework = "numpy"
+    #: Default regexes, collections saved by default, default save interval; adapters
+    #: declare their framework's (``smdebug.collections.FrameworkProfile``).
+    profile: FrameworkProfile = NUMPY_PROFILE
     #: TensorFlow keeps ":0" in reduction tags; every other framework strips it.
     strip_output_index_in_reduction_tags = True
 
@@ -194,7 +197,6 @@ class Hook:
         include_collections = as_name_list(include_collections, "include_collections")
         include_regex = as_name_list(include_regex, "include_regex")
 
-        self.profile = FRAMEWORK_PROFILES[self.framework]
         self.dry_run = dry_run
         self.include_workers = include_workers
         self.reduction_config = reduction_config or ReductionConfig(save_raw_tensor=True)

@@ -42,7 +42,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import mxnet as mx
 from mxnet import gluon
 
-from smdebug.collections import describe_object
+from smdebug.collections import PARAMETER_REGEXES, CollectionKeys, FrameworkProfile, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
@@ -94,6 +94,13 @@ class Hook(CoreHook):
     """
 
     framework = "mxnet"
+    profile = FrameworkProfile(
+        "mxnet",
+        {**PARAMETER_REGEXES, CollectionKeys.LOSSES: (r".*loss._(?!input).*output",),
+         CollectionKeys.INPUTS: (r"_input_\d+$",), CollectionKeys.OUTPUTS: (r"_output_\d+$",)},
+        (CollectionKeys.LOSSES,),
+        extra_collections=(CollectionKeys.SCALARS,),
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from smdebug.collections import CollectionKeys, describe_object
+from smdebug.collections import PARAMETER_REGEXES, CollectionKeys, FrameworkProfile, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
@@ -122,6 +122,11 @@ class Hook(CoreHook):
     """
 
     framework = "pytorch"
+    profile = FrameworkProfile(
+        "pytorch", {**PARAMETER_REGEXES, CollectionKeys.LOSSES: (r"[Ll]oss_(?!input).*output",)},
+        (CollectionKeys.LOSSES,),
+        extra_collections=(CollectionKeys.SCALARS, CollectionKeys.INPUTS, CollectionKeys.OUTPUTS),
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -19,7 +19,7 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 from smdebug.backend import NumpyBackend, TensorBackend
-from smdebug.collections import CollectionKeys
+from smdebug.collections import CollectionKeys, FrameworkProfile
 from smdebug.hook import Hook
 from smdebug.logger import get_logger
 
@@ -40,6 +40,15 @@ class TFHookBase(Hook):
     """Base of the TensorFlow hooks (not used directly)."""
 
     framework = "tensorflow"
+    # Weights are found by variable type, not by name (docs/format.md 8.4).
+    profile = FrameworkProfile(
+        "tensorflow",
+        {CollectionKeys.BIASES: (r"^(?!gradient).*bias",), CollectionKeys.GRADIENTS: (r"^gradient",)},
+        (CollectionKeys.METRICS, CollectionKeys.LOSSES, CollectionKeys.SM_METRICS),
+        extra_collections=(CollectionKeys.WEIGHTS, CollectionKeys.INPUTS, CollectionKeys.OUTPUTS,
+                           CollectionKeys.LAYERS, CollectionKeys.OPTIMIZER_VARIABLES, CollectionKeys.SCALARS,
+                           CollectionKeys.SEARCHABLE_SCALARS),
+    )
     strip_output_index_in_reduction_tags = False
 
     def __init__(self, *args, **kwargs):

@@ -31,7 +31,7 @@ import numpy as np
 import xgboost as xgb
 from xgboost.callback import TrainingCallback
 
-from smdebug.collections import CollectionKeys
+from smdebug.collections import CollectionKeys, FrameworkProfile
 from smdebug.exceptions import ConfigError
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
@@ -83,6 +83,23 @@ class Hook(CoreHook, TrainingCallback):
     """
 
     framework = "xgboost"
+    profile = FrameworkProfile(
+        "xgboost",
+        {
+            # The [a-zA-z] ranges are the original's and are kept for identical matching.
+            CollectionKeys.HYPERPARAMETERS: (r"^hyperparameters/.*$",),
+            CollectionKeys.METRICS: (r"^[a-zA-z]+-[a-zA-z0-9]+$",),
+            CollectionKeys.LOSSES: (r"^[a-zA-z]+-.+(?<!(auc|map))$",),
+            CollectionKeys.PREDICTIONS: (r"^predictions$",),
+            CollectionKeys.LABELS: (r"^labels$",),
+            CollectionKeys.FEATURE_IMPORTANCE: (r"^feature_importance/.*",),
+            CollectionKeys.AVERAGE_SHAP: (r"^average_shap/.*[^/bias]$",),
+            CollectionKeys.FULL_SHAP: (r"^full_shap/.*[^/bias]$",),
+            CollectionKeys.TREES: (r"^trees/.*",),
+        },
+        (CollectionKeys.METRICS,),
+        default_save_interval=10,
+    )
 
     def __init__(self, *args, hyperparameters: Optional[Dict[str, object]] = None, train_data=None,
                  validation_data=None, **kwargs):

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import smdebug as smd
-from smdebug.collections import CollectionManager, FRAMEWORK_PROFILES
+from smdebug.collections import NUMPY_PROFILE, CollectionManager
 from smdebug.exceptions import ConfigError
 from smdebug.reduction_config import ReductionConfig, parse_reduction_tag, reduction_tag
 
@@ -101,28 +101,17 @@ def test_every_builtin_collection_key_exists():
     assert values == {k.lower() for k in keys}
 
 
-def test_pytorch_profile_regexes_match_original_names():
-    mgr = CollectionManager(FRAMEWORK_PROFILES["pytorch"])
+def test_numpy_profile_regexes():
+    mgr = CollectionManager(NUMPY_PROFILE)
     names = lambda t: sorted(c.name for c in mgr.collections_for(t))  # noqa: E731
-    assert names("Net_fc1.weight") == ["weights"]
-    assert names("gradient/Net_fc1.weight") == ["gradients"]
-    assert names("Net_fc1.bias") == ["biases"]
-    assert names("CrossEntropyLoss_output_0") == ["losses"]
-    assert names("CrossEntropyLoss_input_0") == []
-
-
-def test_xgboost_profile_regexes():
-    mgr = CollectionManager(FRAMEWORK_PROFILES["xgboost"])
-    names = lambda t: sorted(c.name for c in mgr.collections_for(t))  # noqa: E731
-    assert names("train-logloss") == ["losses", "metrics"]
-    assert names("valid-auc") == ["metrics"]  # an AUC is not a loss
-    assert names("average_shap/f3") == ["average_shap"]
-    assert names("average_shap/bias") == []
-    assert names("hyperparameters/max_depth") == ["hyperparameters"]
+    assert names("dense.weight") == ["weights"]
+    assert names("gradient/dense.weight") == ["gradients"]
+    assert names("dense.bias") == ["biases"]
+    assert names("train_loss") == ["losses"]
 
 
 def test_membership_is_cached_and_invalidated_on_change():
-    mgr = CollectionManager(FRAMEWORK_PROFILES["pytorch"])
+    mgr = CollectionManager(NUMPY_PROFILE)
     first = mgr.collections_for("Net_relu_output_0")
     assert first == () and mgr.collections_for("Net_relu_output_0") is first
     mgr.get("relus").include("relu")
@@ -130,7 +119,7 @@ def test_membership_is_cached_and_invalidated_on_change():
 
 
 def test_get_collection_creates_on_demand_and_json_round_trip():
-    mgr = CollectionManager(FRAMEWORK_PROFILES["pytorch"])
+    mgr = CollectionManager(NUMPY_PROFILE)
     coll = mgr.get("mine")
     coll.include("abc")
     coll.add_tensor_name("x")

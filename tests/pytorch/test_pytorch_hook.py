@@ -43,6 +43,18 @@ def test_public_api_reexports_the_core_objects():
     assert issubclass(smd.Hook, smdebug.Hook) and smd.Hook.register_hook is smd.Hook.register_module
 
 
+def test_pytorch_profile_regexes_match_original_names():
+    from smdebug.collections import CollectionManager
+
+    mgr = CollectionManager(smd.Hook.profile)
+    names = lambda t: sorted(c.name for c in mgr.collections_for(t))  # noqa: E731
+    assert names("Net_fc1.weight") == ["weights"]
+    assert names("gradient/Net_fc1.weight") == ["gradients"]
+    assert names("Net_fc1.bias") == ["biases"]
+    assert names("CrossEntropyLoss_output_0") == ["losses"]
+    assert names("CrossEntropyLoss_input_0") == []
+
+
 def test_default_configuration_saves_losses_every_500_steps(run_dir):
     model, loss_fn = make_model(), torch.nn.CrossEntropyLoss()
     hook = smd.Hook(out_dir=run_dir)

@@ -16,6 +16,18 @@ from smdebug.trials import create_trial  # noqa: E402
 ALL_COSTLY = ["hyperparameters", "predictions", "labels", "feature_importance", "average_shap", "full_shap", "trees"]
 
 
+def test_xgboost_profile_regexes():
+    from smdebug.collections import CollectionManager
+
+    mgr = CollectionManager(smd.Hook.profile)
+    names = lambda t: sorted(c.name for c in mgr.collections_for(t))  # noqa: E731
+    assert names("train-logloss") == ["losses", "metrics"]
+    assert names("valid-auc") == ["metrics"]  # an AUC is not a loss
+    assert names("average_shap/f3") == ["average_shap"]
+    assert names("average_shap/bias") == []
+    assert names("hyperparameters/max_depth") == ["hyperparameters"]
+
+
 def test_default_saves_metrics_every_10_rounds(run_dir, train):
     hook = smd.Hook(run_dir)
     _, result = train(hook, rounds=21)
