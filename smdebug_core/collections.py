@@ -61,13 +61,16 @@ TRAIN_ONLY_COLLECTIONS = frozenset({K.GRADIENTS, K.OPTIMIZER_VARIABLES})
 
 @dataclass(frozen=True)
 class FrameworkProfile:
-    """What differs between frameworks: default regexes, default-saved collections."""
+    """What differs between frameworks: default regexes, default-saved collections, naming."""
 
     name: str
     regexes: Dict[str, Tuple[str, ...]]
     default_included: Tuple[str, ...]
     default_save_interval: int = DEFAULT_SAVE_INTERVAL
     extra_collections: Tuple[str, ...] = ()
+    #: Reduction tags name ``w`` for a tensor ``w:0`` (every framework but TensorFlow,
+    #: whose tags keep the output index: docs/format.md).
+    strip_output_index_in_reduction_tags: bool = True
 
     def collection_names(self) -> List[str]:
         names = [K.ALL, K.DEFAULT, *self.regexes, *self.default_included, *self.extra_collections]

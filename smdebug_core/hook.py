@@ -154,8 +154,6 @@ class Hook:
     #: Default regexes, collections saved by default, default save interval; adapters
     #: declare their framework's (``smdebug.collections.FrameworkProfile``).
     profile: FrameworkProfile = NUMPY_PROFILE
-    #: TensorFlow keeps ":0" in reduction tags; every other framework strips it.
-    strip_output_index_in_reduction_tags = True
 
     def __init__(
         self,
@@ -593,7 +591,7 @@ class Hook:
                     reductions += [r for r in p.reduction_config.all_reductions() if r not in reductions]
             hist = next((p.collection.name for p in members if p.histogram), None)
             tb_scalar = any(p.collection.name in SCALAR_COLLECTIONS for p in members)
-            strip = self.strip_output_index_in_reduction_tags
+            strip = self.profile.strip_output_index_in_reduction_tags
             plan = TensorPlan(
                 name=name,
                 raw=raw,
@@ -818,7 +816,7 @@ class Hook:
         step, mode, mode_step = identity
         tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
         out = (tensors, shapes, tb_scalars, tb_hists, metrics)
-        strip = self.strip_output_index_in_reduction_tags
+        strip = self.profile.strip_output_index_in_reduction_tags
         seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) if self._step_listeners else None
         if has_blocks:
             pending = self._resolve_duplicates(pending)

@@ -48,8 +48,8 @@ class TFHookBase(Hook):
         extra_collections=(CollectionKeys.WEIGHTS, CollectionKeys.INPUTS, CollectionKeys.OUTPUTS,
                            CollectionKeys.LAYERS, CollectionKeys.OPTIMIZER_VARIABLES, CollectionKeys.SCALARS,
                            CollectionKeys.SEARCHABLE_SCALARS),
+        strip_output_index_in_reduction_tags=False,
     )
-    strip_output_index_in_reduction_tags = False
 
     def __init__(self, *args, **kwargs):
         self._identity = None
