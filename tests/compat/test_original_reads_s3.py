@@ -5,18 +5,21 @@ without boto3 cannot read S3 at all, and this test skips saying so. The endpoint
 its ``boto3.client("s3")`` through ``AWS_ENDPOINT_URL`` (boto3 1.28+).
 """
 import json
-import socket
+import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-moto_server = pytest.importorskip("moto.server", reason="needs moto[server]")
-boto3 = pytest.importorskip("boto3")
+pytest.importorskip("moto.server", reason="needs moto[server]")
 pytest.importorskip("s3fs")
 
 import smdebug as smd  # noqa: E402
 from compat_runner import HERE, original_env  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from s3_endpoint import serve  # noqa: E402
 
 READ_SCRIPT = """
 import json, sys
@@ -33,18 +36,9 @@ def test_original_reads_our_s3_run(original_python, tmp_path, monkeypatch):
     if probe.returncode != 0:
         pytest.skip(f"the original smdebug's interpreter {original_python} has no boto3, which its S3 trial "
                     "needs (install boto3 there to run this test)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    endpoint = serve(monkeypatch, tmp_path, "compat")
+    aws = endpoint.environment
     try:
-        aws = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-        for key, value in aws.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.setenv("SMDEBUG_SPOOL_DIR", str(tmp_path / "spools"))
-        boto3.client("s3").create_bucket(Bucket="compat")
         url = "s3://compat/run"
         hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=2))
         for step in range(6):
@@ -58,4 +52,4 @@ def test_original_reads_our_s3_run(original_python, tmp_path, monkeypatch):
         seen = json.loads(done.stdout.strip().splitlines()[-1])
         assert seen["w"] == {str(s): [0.0, float(s), 2.0 * s] for s in (0, 2, 4)}
     finally:
-        server.stop()
+        endpoint.stop()

@@ -25,38 +25,10 @@ from smdebug.trials import create_trial  # noqa: E402
 from smdebug.writer.uploader import main as sync_main  # noqa: E402
 from smdebug.writer.uploader import spool_files  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from s3_endpoint import Endpoint  # noqa: E402
+
 UPLOAD_LOGGER = "smdebug.writer.uploader"
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Endpoint:
-    """A moto S3 server on 127.0.0.1 that can be stopped and started again on its port
-    (moto keeps its objects in this process across restarts)."""
-
-    def __init__(self):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = None
-        self.start()
-
-    def start(self):
-        self.server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.server.start()
-
-    def stop(self):
-        self.server.stop()
-
-    def client(self):
-        return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1")
-
-    def keys(self, bucket, prefix=""):
-        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        return sorted(obj["Key"] for page in pages for obj in page.get("Contents", ()))
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +36,7 @@ def endpoint():
     saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                             "AWS_DEFAULT_REGION")}
     ep = Endpoint()
-    os.environ.update(AWS_ENDPOINT_URL=ep.url, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-                      AWS_DEFAULT_REGION="us-east-1")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    os.environ.update(ep.environment)
     yield ep
     ep.stop()
     for k, v in saved.items():

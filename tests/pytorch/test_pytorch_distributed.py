@@ -156,21 +156,14 @@ def test_overwrite_removes_the_previous_run_but_not_a_worker_that_started_first(
 def test_overwrite_on_s3_keeps_what_a_worker_of_this_job_uploaded_first(tmp_path, monkeypatch):
     """The same on an S3 prefix (moto's server on loopback): worker 1's steps are uploaded
     before the chief, with overwrite=True, removes the previous run there."""
-    moto_server = pytest.importorskip("moto.server", reason="needs moto[server]")
-    boto3 = pytest.importorskip("boto3")
+    pytest.importorskip("moto.server", reason="needs moto[server]")
     pytest.importorskip("s3fs")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from s3_endpoint import serve
+
+    endpoint = serve(monkeypatch, tmp_path, "jobs")
+    s3 = endpoint.client()
     try:
-        for key, value in (("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}"), ("AWS_ACCESS_KEY_ID", "testing"),
-                           ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
-                           ("SMDEBUG_SPOOL_DIR", str(tmp_path / "spools"))):
-            monkeypatch.setenv(key, value)
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket="jobs")
         url = "s3://jobs/run"
         _previous_run(url, monkeypatch)
 
@@ -186,7 +179,7 @@ def test_overwrite_on_s3_keeps_what_a_worker_of_this_job_uploaded_first(tmp_path
         _join_with_overwrite(url, tmp_path, worker_1_uploaded)
         _check_new_run_only(create_trial(url, wait_timeout=5))
     finally:
-        server.stop()
+        endpoint.stop()
 
 
 def test_a_previous_run_is_still_refused_by_the_chief_of_a_multi_worker_job(tmp_path, monkeypatch):

@@ -1,14 +1,13 @@
 """KerasHook writing to s3:// (moto's S3 server on loopback): the run on S3 reads back equal,
 tensor for tensor, to the same training written to a local directory."""
 import os
-import socket
+import sys
 
 import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
-moto_server = pytest.importorskip("moto.server", reason="needs moto[server]")
-boto3 = pytest.importorskip("boto3")
+pytest.importorskip("moto.server", reason="needs moto[server]")
 pytest.importorskip("s3fs")
 
 import smdebug.tensorflow as smd  # noqa: E402
@@ -17,21 +16,15 @@ from smdebug.trials import create_trial  # noqa: E402
 from conftest import make_model  # noqa: E402
 
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from s3_endpoint import serve  # noqa: E402
+
+
 @pytest.fixture
 def s3(tmp_path, monkeypatch):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    for key, value in (("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}"), ("AWS_ACCESS_KEY_ID", "testing"),
-                       ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
-                       ("SMDEBUG_SPOOL_DIR", str(tmp_path / "spools"))):
-        monkeypatch.setenv(key, value)
-    client = boto3.client("s3")
-    client.create_bucket(Bucket="keras")
-    yield client
-    server.stop()
+    endpoint = serve(monkeypatch, tmp_path, "keras")
+    yield endpoint.client()
+    endpoint.stop()
 
 
 def _fit(out_dir, data, **hook_args):
