@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from .exceptions import ConfigError, CorruptCollectionsFile
+from .exceptions import ConfigError, CorruptCollectionsFile, loads_from_json
 from .reduction_config import ReductionConfig
 from .save_config import DEFAULT_SAVE_INTERVAL, SaveConfig
 
@@ -442,13 +442,7 @@ class Collection:
 
     @classmethod
     def from_json(cls, json_str) -> "Collection":
-        if not isinstance(json_str, (str, bytes, bytearray)):
-            raise ConfigError(f"Collection.from_json takes a JSON string (from to_json()), got {json_str!r}")
-        try:
-            params = json.loads(json_str)
-        except ValueError as exc:
-            raise ConfigError(f"Collection.from_json: not valid JSON ({exc}): {json_str[:200]!r}") from None
-        return cls.from_json_dict(params)
+        return cls.from_json_dict(loads_from_json(json_str, "Collection"))
 
     def __eq__(self, other):
         # As in 1.0.34: equal when configured alike (a round trip through JSON compares equal).

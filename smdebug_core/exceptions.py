@@ -120,3 +120,16 @@ class ReductionUnavailableForStep(TensorUnavailableForStep):
             f"reduction {'abs_' if is_abs else ''}{name} of tensor {tname!r} is not available for step {step}: "
             f"it was not saved and neither was the raw value to compute it from (saved reductions: {saved_text})",
         )
+
+
+def loads_from_json(text, what: str):
+    """``json.loads`` for the ``from_json`` classmethods of the config objects: a wrong type
+    or invalid JSON is a ConfigError naming the class (``what``) and the text."""
+    import json
+
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise ConfigError(f"{what}.from_json takes a JSON string (from to_json()), got {type(text).__name__}")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{what}.from_json: not valid JSON ({exc}): {text[:200]!r}") from None

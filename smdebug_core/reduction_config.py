@@ -14,7 +14,7 @@ import functools
 import re
 from typing import Iterable, List, Optional, Tuple
 
-from .exceptions import ConfigError
+from .exceptions import ConfigError, loads_from_json
 
 ALLOWED_REDUCTIONS = ("min", "max", "median", "mean", "std", "variance", "sum", "prod")
 ALLOWED_NORMS = ("l1", "l2")
@@ -178,15 +178,7 @@ class ReductionConfig:
 
     @classmethod
     def from_json(cls, json_str) -> Optional["ReductionConfig"]:
-        import json
-
-        if not isinstance(json_str, (str, bytes, bytearray)):
-            raise ConfigError(f"ReductionConfig.from_json takes a JSON string (from to_json()), got {json_str!r}")
-        try:
-            params = json.loads(json_str)
-        except ValueError as exc:
-            raise ConfigError(f"ReductionConfig.from_json: not valid JSON ({exc}): {json_str[:200]!r}") from None
-        return cls.from_dict(params)
+        return cls.from_dict(loads_from_json(json_str, "ReductionConfig"))
 
     def __eq__(self, other):
         return isinstance(other, ReductionConfig) and self.to_json_dict() == other.to_json_dict()

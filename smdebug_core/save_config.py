@@ -16,24 +16,11 @@ from __future__ import annotations
 import bisect
 from typing import Dict, Iterable, List, Optional
 
-from .exceptions import ConfigError
+from .exceptions import ConfigError, loads_from_json
 from .modes import ALL_MODES, ModeKeys
 
 DEFAULT_SAVE_INTERVAL = 500
 _FIELDS = ("save_interval", "start_step", "end_step", "save_steps")
-
-def _loads(text, what: str):
-    """``json.loads`` for the ``from_json`` classmethods: errors name the class and the text."""
-    import json
-
-    if not isinstance(text, (str, bytes, bytearray)):
-        raise ConfigError(f"{what}.from_json takes a JSON string (from to_json()), got {type(text).__name__}")
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"{what}.from_json: not valid JSON ({exc}): {text[:200]!r}") from None
-
-
 
 def _check_int(field, value, minimum, allow_none=True):
     if value is None and allow_none:
@@ -197,7 +184,7 @@ class SaveConfigMode:
 
     @classmethod
     def from_json(cls, json_str) -> Optional["SaveConfigMode"]:
-        return cls.from_dict(_loads(json_str, "SaveConfigMode"))
+        return cls.from_dict(loads_from_json(json_str, "SaveConfigMode"))
 
     def __eq__(self, other):
         return isinstance(other, SaveConfigMode) and self.fields() == other.fields()
@@ -332,7 +319,7 @@ class SaveConfig:
 
     @classmethod
     def from_json(cls, json_str) -> Optional["SaveConfig"]:
-        return cls.from_dict(_loads(json_str, "SaveConfig"))
+        return cls.from_dict(loads_from_json(json_str, "SaveConfig"))
 
     @classmethod
     def from_save_config_mode(cls, save_config_mode: SaveConfigMode) -> "SaveConfig":

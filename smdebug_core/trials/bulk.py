@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from array import array
 from itertools import chain
 from operator import itemgetter
@@ -34,9 +33,8 @@ from typing import Dict, List, Optional, Tuple
 import google_crc32c
 import numpy as np
 
-from ..exceptions import CorruptRecord, MissingEventFile, UnsafeRunFile
+from ..exceptions import CorruptRecord, MissingEventFile
 from ..format import proto
-from ..format.layout import END_OF_JOB_FILE
 from ..format.records import SMDEBUG_PAYLOAD_FOOTER, record_header
 from ..modes import ModeKeys
 from ..reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
@@ -52,7 +50,6 @@ _SCALAR_RECORD_MAX = 1024
 #: Read a file's wanted records with one read when the bytes in between add at most this.
 _COALESCE_SLACK = 1 << 16
 _PROGRESS_MIN_FILES = 500
-_MISSING_EVENT_POLL_S = 0.1
 # Wire types of real numbers that come back from tensor_content as they are.
 _FAST_DTYPES = {
     proto.DT_FLOAT: np.dtype("<f4"), proto.DT_DOUBLE: np.dtype("<f8"), proto.DT_INT32: np.dtype("<i4"),
@@ -561,7 +558,7 @@ def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> 
 
 def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "warn") -> "Table":
     """Read the values of ``rows`` (from :func:`collect`) into a :class:`Table`."""
-    from .tensor import _Request
+    from .tensor import _Request, read_event_file
     from .trial import _progress_bar, _progress_wanted
 
     n = len(rows)
@@ -628,8 +625,8 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
             row = i if i >= 0 else order_list[firsts[k]]
             try:
                 if isinstance(data, FileNotFoundError):  # not there yet? wait as value() does
-                    data = _read_ranges(trial, storage, span[0], [span[1:]], int(g_all[row]),
-                                        tensor_names[tensor_codes[row]])[0]
+                    data = read_event_file(trial, span[0], [span[1:]], int(g_all[row]),
+                                           tensor_names[tensor_codes[row]])[0]
                 else:
                     raise CorruptRecord(f"event file {span[0]} of step {int(g_all[row])}: {data}")
             except (CorruptRecord, MissingEventFile) as exc:
@@ -724,25 +721,6 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
         logger.warning("smdebug: %d record(s) could not be read and are left out of the table (%d error(s)); "
                        "the first: %s", lost, len(errors), errors[0])
     return Table.build(trial, keep, g_all, texts, values)
-
-
-def _read_ranges(trial, storage, event_file: str, ranges, step: int, tensor: str) -> List[bytes]:
-    """Byte ranges of an event file, waiting (bounded) for one the index names but that is
-    not there yet, as ``Tensor.value()`` does."""
-    deadline = None
-    while True:
-        try:
-            return storage.read_ranges(event_file, ranges)
-        except FileNotFoundError:
-            pass
-        except (ValueError, UnsafeRunFile) as exc:  # a path or link leaving the run, a FIFO
-            raise CorruptRecord(f"event file {event_file} of step {step}: {exc}") from None
-        if deadline is None:
-            deadline = time.monotonic() + trial.wait_timeout
-        if storage.exists(END_OF_JOB_FILE) or time.monotonic() >= deadline:
-            mode, _ = trial._global_to_mode.get(step, (GLOBAL, step))
-            raise MissingEventFile(tensor, step, mode, storage.local_path(event_file))
-        time.sleep(min(_MISSING_EVENT_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 def _compact(codes: np.ndarray, categories: List[str]):

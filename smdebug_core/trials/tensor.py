@@ -496,27 +496,8 @@ class Tensor:
 
     def _read_bytes(self, event_file: str, ranges: List[Tuple[int, int]], request: _Request,
                     keep_open: bool = True) -> List[bytes]:
-        """Byte ranges of an event file; waits (bounded) for a file the index names but that is not there yet."""
-        trial = self._trial
-        storage = trial._storage
-        deadline = None
-        while True:
-            try:
-                if len(ranges) == 1 and keep_open:  # single lookups keep the file open for the next one
-                    return [storage.read_range(event_file, *ranges[0])]
-                return storage.read_ranges(event_file, ranges)
-            except FileNotFoundError:
-                pass
-            except (ValueError, UnsafeRunFile) as exc:  # a path or link leaving the run, a FIFO
-                raise CorruptRecord(f"index entry of tensor {self.name!r} at step {request.step}: {exc}") from None
-            # Writers publish the event file before the index (docs/format.md 1.4), so this is a
-            # non-conforming writer or a slow file system: wait a little, never forever.
-            if deadline is None:
-                deadline = time.monotonic() + trial.wait_timeout
-            mode, _ = trial._global_to_mode.get(request.step, (GLOBAL, request.step))
-            if storage.exists(END_OF_JOB_FILE) or time.monotonic() >= deadline:
-                raise MissingEventFile(self.name, request.step, mode, storage.local_path(event_file))
-            time.sleep(min(_MISSING_EVENT_POLL_S, max(0.0, deadline - time.monotonic())))
+        """Byte ranges of an event file (see :func:`read_event_file`)."""
+        return read_event_file(self._trial, event_file, ranges, request.step, self.name, keep_open)
 
     def _source(self, request: _Request) -> str:
         """Where a record is, for error messages."""
@@ -550,3 +531,31 @@ class Tensor:
         if value.shape == (1,) and location.record_name == self.name and self._is_scalar():
             value = value.reshape(())
         return value
+
+
+def read_event_file(trial, event_file: str, ranges: List[Tuple[int, int]], step: int, tensor: str,
+                    keep_open: bool = False) -> List[bytes]:
+    """Byte ranges of an event file the index names for ``tensor`` at ``step``.
+
+    Writers publish the event file before the index (docs/format.md 1.4), so a missing one
+    means a non-conforming writer or a slow file system: wait a little (the trial's
+    ``wait_timeout``, not past the end of the job), never forever, then MissingEventFile.
+    A path or link leaving the run, or a FIFO, is a CorruptRecord. ``keep_open``: a single
+    range is read through the storage's cache of open files (for the next lookup)."""
+    storage = trial._storage
+    deadline = None
+    while True:
+        try:
+            if len(ranges) == 1 and keep_open:
+                return [storage.read_range(event_file, *ranges[0])]
+            return storage.read_ranges(event_file, ranges)
+        except FileNotFoundError:
+            pass
+        except (ValueError, UnsafeRunFile) as exc:
+            raise CorruptRecord(f"index entry of tensor {tensor!r} at step {step}: {exc}") from None
+        if deadline is None:
+            deadline = time.monotonic() + trial.wait_timeout
+        if storage.exists(END_OF_JOB_FILE) or time.monotonic() >= deadline:
+            mode, _ = trial._global_to_mode.get(step, (GLOBAL, step))
+            raise MissingEventFile(tensor, step, mode, storage.local_path(event_file))
+        time.sleep(min(_MISSING_EVENT_POLL_S, max(0.0, deadline - time.monotonic())))
