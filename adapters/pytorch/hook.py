@@ -118,7 +118,7 @@ class Hook(CoreHook):
     loss modules, ``hook.register_loss(criterion)``. Keyword arguments are those of the
     core :class:`smdebug.Hook` (``save_config``, ``reduction_config``, ``include_regex``,
     ``include_collections``, ``save_all``, ``include_workers``, ``export_tensorboard``,
-    ``tensorboard_dir``, ``dry_run``, ``overwrite``). See the module docstring for how
+    ``tensorboard_dir``, ``dry_run``, ``overwrite``, ``flight_recorder``). See the module docstring for how
     steps, modes and tensor names are determined.
     """
 
@@ -127,11 +127,11 @@ class Hook(CoreHook):
     def __init__(self, out_dir=None, export_tensorboard: bool = False, tensorboard_dir: Optional[str] = None,
                  dry_run: bool = False, reduction_config=None, save_config=None, include_regex=None,
                  include_collections=None, save_all: bool = False, include_workers: str = "one",
-                 overwrite: bool = False):
+                 overwrite: bool = False, flight_recorder=None):
         super().__init__(out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
                          dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
                          include_regex=include_regex, include_collections=include_collections, save_all=save_all,
-                         include_workers=include_workers, overwrite=overwrite)
+                         include_workers=include_workers, overwrite=overwrite, flight_recorder=flight_recorder)
         self._user_mode: Optional[ModeKeys] = None
         # Registered models: (the module the user passed, the unwrapped model, its name).
         self._roots: List[Tuple[torch.nn.Module, torch.nn.Module, str]] = []

@@ -121,12 +121,13 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def __init__(self, out_dir=None, export_tensorboard: bool = False, tensorboard_dir=None, dry_run: bool = False,
                  reduction_config=None, save_config=None, include_regex=None, include_collections=None,
-                 save_all: bool = False, include_workers: str = "one", overwrite: bool = False):
+                 save_all: bool = False, include_workers: str = "one", overwrite: bool = False,
+                 flight_recorder=None):
         TFHookBase.__init__(
             self, out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
             dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
             include_regex=include_regex, include_collections=include_collections, save_all=save_all,
-            include_workers=include_workers, overwrite=overwrite,
+            include_workers=include_workers, overwrite=overwrite, flight_recorder=flight_recorder,
         )
         keras.callbacks.Callback.__init__(self)
         self._tf = _keras_backend() == "tensorflow"

@@ -47,12 +47,13 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
 
     def __init__(self, out_dir=None, export_tensorboard: bool = False, tensorboard_dir=None, dry_run: bool = False,
                  reduction_config=None, save_config=None, include_regex=None, include_collections=None,
-                 save_all: bool = False, include_workers: str = "one", overwrite: bool = False):
+                 save_all: bool = False, include_workers: str = "one", overwrite: bool = False,
+                 flight_recorder=None):
         TFHookBase.__init__(
             self, out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
             dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
             include_regex=include_regex, include_collections=include_collections, save_all=save_all,
-            include_workers=include_workers, overwrite=overwrite,
+            include_workers=include_workers, overwrite=overwrite, flight_recorder=flight_recorder,
         )
         self._fetches: Dict[str, object] = {}  # name -> graph tensor fetched with the step's run
         self._variables: Dict[str, object] = {}  # name -> variable read before the step's run

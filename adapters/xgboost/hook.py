@@ -100,6 +100,7 @@ class Hook(CoreHook, TrainingCallback):
         train_data=None,
         validation_data=None,
         overwrite: bool = False,
+        flight_recorder=None,
     ):
         if hyperparameters is not None and not isinstance(hyperparameters, dict):
             raise ConfigError(f"hyperparameters must be a dict of name -> value, got {hyperparameters!r}")
@@ -110,7 +111,7 @@ class Hook(CoreHook, TrainingCallback):
             out_dir=out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
             dry_run=dry_run, reduction_config=reduction_config, save_config=save_config,
             include_regex=include_regex, include_collections=include_collections, save_all=save_all,
-            include_workers=include_workers, overwrite=overwrite,
+            include_workers=include_workers, overwrite=overwrite, flight_recorder=flight_recorder,
         )
         self.hyperparameters = dict(hyperparameters) if hyperparameters is not None else None
         self._train_data = train_data
