@@ -131,10 +131,12 @@ class StepRing:
         self.max_steps = max_steps
         self.max_bytes = max_bytes
         self._entries: Deque[Tuple[Any, Any, int]] = deque()
-        #: bytes held now, the most ever held, steps dropped for the budget, steps too large to keep
+        #: bytes held now, the most ever held; kept steps dropped as older than the last
+        #: ``max_steps``, dropped early to stay within ``max_bytes``; steps too large to keep
         self.bytes_used = 0
         self.peak_bytes = 0
-        self.dropped = 0
+        self.dropped_old = 0
+        self.dropped_for_budget = 0
         self.too_large = 0
 
     def __len__(self) -> int:
@@ -148,10 +150,14 @@ class StepRing:
             return False
         # Make room first: the budget holds at every moment, the peak included.
         while self._entries and (len(self._entries) >= self.max_steps or self.bytes_used + nbytes > self.max_bytes):
+            too_many = len(self._entries) >= self.max_steps
             _, old, old_bytes = self._entries.popleft()
             self.bytes_used -= old_bytes
             if old is not None:
-                self.dropped += 1
+                if too_many:
+                    self.dropped_old += 1
+                else:
+                    self.dropped_for_budget += 1
         self._entries.append((key, item, nbytes if item is not None else 0))
         self.bytes_used += nbytes if item is not None else 0
         self.peak_bytes = max(self.peak_bytes, self.bytes_used)
@@ -294,7 +300,7 @@ class Recorder:
             "steps_written": written,
             "steps_already_saved": already_saved,
             "steps_kept": self.config.steps,
-            "steps_dropped_for_budget": self.ring.dropped,
+            "steps_dropped_for_budget": self.ring.dropped_for_budget,
             "steps_too_large": self.ring.too_large,
             "max_bytes": self.config.max_bytes,
             "peak_bytes": self.ring.peak_bytes,

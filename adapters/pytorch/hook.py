@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import warnings
 import weakref
 from typing import Dict, List, Optional, Tuple
@@ -57,6 +58,7 @@ from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
 from .backend import TorchBackend
+from .nonfinite import NonfiniteLocator
 
 logger = get_logger("smdebug.pytorch")
 
@@ -173,6 +175,9 @@ class Hook(CoreHook):
         self._warned_bad_tensor: set = set()
         self._optimizer_hooks_installed = False
         self._pending_params: List[Tuple[str, torch.nn.Parameter]] = []  # added before their model
+        # Flight recorder: notes where a NaN/Inf first appears in each step (nonfinite.py).
+        self._locator = NonfiniteLocator() if self.flight_recorder is not None and self._recorder is not None \
+            else None
 
     # --- core overrides ------------------------------------------------------------------
     def _distributed_info(self) -> Tuple[int, int]:
@@ -195,6 +200,12 @@ class Hook(CoreHook):
     def end_step(self) -> None:
         if self._deferred or self._observed:  # module calls outside a registered model's forward
             self._copy_deferred_guarded()
+        locator = self._locator
+        if locator is not None:
+            self.set_step_probe(locator.take_probe())
+            if not self.flight_recording and locator.installed:
+                locator.remove()  # the recorder fired or was disabled: no more notes
+                self._locator = None
         super().end_step()
 
     @never_raises("copying module tensors")
@@ -215,6 +226,9 @@ class Hook(CoreHook):
         finally:
             self._remove_handles(self._capture_handles)
             self._remove_handles(self._handles)
+            if self._locator is not None:
+                self._locator.remove()
+                self._locator = None
             self._capture_key = None
             for owner, fence in list(self._zero_grad_fences.items()):
                 if owner.__dict__.get("zero_grad") is fence:
@@ -271,11 +285,34 @@ class Hook(CoreHook):
         self._install_zero_grad_fence(module)
         self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
         self._handles.append(module.register_forward_hook(self._forward_hook(root_name, flush=True)))
+        if self._locator is not None:
+            self._install_locator(module, inner, root_name)
         self._install_optimizer_hooks()
         self._resolve_layer_requests()
         self._sync_capture_hooks()
 
     register_hook = register_module  # the original library's name
+
+    def _install_locator(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str) -> None:
+        """The flight recorder's notes on every module and parameter of a registered model,
+        and a root hook that torch calls even when the forward raises (``always_call``)."""
+        modules = [(path or root_name, sub) for path, sub in inner.named_modules()
+                   if id(sub) not in self._compiled_module_ids]
+        params = [(path or root_name, pname, param) for path, sub in inner.named_modules()
+                  for pname, param in sub.named_parameters(recurse=False)]
+        self._locator.install(root_name, modules, params)
+        self._handles.append(outer.register_forward_hook(
+            functools.partial(_weak_method(self._on_root_forward_exit), root_name), always_call=True))
+
+    def _on_root_forward_exit(self, root_name: str, module, args, output) -> None:
+        """After every forward of a registered model; when the forward raised, torch calls it
+        with no output from inside its ``except``: the flight recorder writes its steps."""
+        if output is not None or self._recorder is None:
+            return
+        exc = sys.exc_info()[1]
+        if isinstance(exc, Exception) and not isinstance(exc, TrainingStopRequested):
+            self.dump_flight_recorder(f"{type(exc).__name__} in the forward of {root_name}: {exc}",
+                                      trigger="exception")
 
     @property
     def registered_models(self) -> Tuple[torch.nn.Module, ...]:
@@ -439,6 +476,9 @@ class Hook(CoreHook):
             # Disabled after an error: drop the hooks here, where torch is not iterating them.
             self._remove_handles(self._capture_handles)
             self._remove_handles(self._handles)
+            if self._locator is not None:
+                self._locator.remove()
+                self._locator = None
             return
         if self.stop_reason is not None:
             if self._step_open:

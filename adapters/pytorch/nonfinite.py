@@ -1,0 +1,187 @@
+"""Where a NaN or an infinity first appeared in a PyTorch step, for the flight recorder.
+
+While the flight recorder keeps steps, every module of a registered model gets a forward
+hook that notes, for each call, whether its output is finite, and (for inputs that need a
+gradient) a tensor hook that notes whether the gradient this module's backward produced for
+that input is finite; each parameter gets a hook for its gradient. A note is a 0-d bool
+*device* tensor (``isfinite(x).all()``): nothing is read on the host while training runs.
+At the end of the step the notes become one :class:`StepProbe`; the core asks it
+(``locate()``) only for a step whose captured tensors were not finite, and only then are the
+notes stacked and read: one host transfer, once per run.
+
+The first note that is not finite, in execution order (the forward pass, then the backward
+pass), names the module that *produced* the first non-finite value; the modules after it
+only propagated it. An input that is not finite although no module produced it comes from
+the code between modules (the parent module's own ``forward``) or from the data.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from smdebug.logger import get_logger
+
+logger = get_logger("smdebug.pytorch")
+
+_FLOATING_KINDS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _finite_note(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """A 0-d bool tensor on ``t``'s device: whether every element is finite (None when the
+    dtype cannot hold a NaN)."""
+    if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0 or t.is_meta:
+        return None
+    with torch.no_grad():
+        return torch.isfinite(t.detach()).all()
+
+
+def _tensors(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _tensors(item, out)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _tensors(item, out)
+    return out
+
+
+def _parent(path: str, root: str) -> str:
+    return path.rpartition(".")[0] or root if path != root else root
+
+
+class StepProbe:
+    """One step's notes, in execution order: ``(phase, module, class, what)`` labels and their
+    device flags. :meth:`locate` reads them (once; the core calls it only when needed)."""
+
+    __slots__ = ("labels", "flags")
+
+    def __init__(self, labels: List[Tuple[str, str, str, str]], flags: List[torch.Tensor]):
+        self.labels, self.flags = labels, flags
+
+    def locate(self) -> Optional[Dict[str, object]]:
+        """The first non-finite note, or None: ``module`` (its path in the model, as in the
+        tensor names), ``module_class``, ``phase`` (forward/backward), ``what`` (output i,
+        input i of a submodule, gradient of ...), ``order`` (its rank among the step's notes)."""
+        if not self.flags:
+            return None
+        by_device: Dict[torch.device, List[int]] = {}
+        for i, flag in enumerate(self.flags):
+            by_device.setdefault(flag.device, []).append(i)
+        finite = [True] * len(self.flags)
+        for indices in by_device.values():  # one stack and one transfer per device
+            values = torch.stack([self.flags[i] for i in indices]).cpu().tolist()
+            for i, ok in zip(indices, values):
+                finite[i] = bool(ok)
+        # Forward notes first, then backward ones: each list is in execution order.
+        order = sorted(range(len(finite)), key=lambda i: (self.labels[i][0] != "forward", i))
+        for rank, i in enumerate(order):
+            if not finite[i]:
+                phase, module, cls, what = self.labels[i]
+                return {"module": module, "module_class": cls, "phase": phase, "what": what, "order": rank,
+                        "notes_in_step": len(finite)}
+        return None
+
+
+class NonfiniteLocator:
+    """Installs the notes' hooks on a model's modules and parameters; collects a step's notes."""
+
+    def __init__(self):
+        self._handles: list = []
+        self._labels: List[Tuple[str, str, str, str]] = []
+        self._flags: List[torch.Tensor] = []
+        self._produced: set = set()  # ids of tensors a module returned in this step
+        self._modules: set = set()
+        #: set when a note failed: the hooks do nothing from then on (removed at the step's end)
+        self.failed = False
+
+    def fail(self, exc: BaseException) -> None:
+        """A note could not be taken: one warning, no more notes (training goes on)."""
+        if not self.failed:
+            self.failed = True
+            logger.warning("smdebug flight recorder: cannot check module tensors for NaN/Inf (%s: %s); it keeps "
+                           "steps but will not name the module where a non-finite value appeared",
+                           type(exc).__name__, exc)
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._handles)
+
+    def install(self, root_name: str, modules: List[Tuple[str, torch.nn.Module]],
+                params: List[Tuple[str, str, torch.nn.Parameter]]) -> None:
+        """Hooks on ``modules`` (``(path, module)``, root included) and ``params``
+        (``(module path, parameter name, parameter)``); each module once."""
+        self_ref = weakref.ref(self)
+        classes = {path: type(module).__name__ for path, module in modules}
+        for path, module in modules:
+            if id(module) in self._modules:
+                continue
+            self._modules.add(id(module))
+            parent = _parent(path, root_name)
+            self._handles.append(module.register_forward_hook(_forward_note(
+                self_ref, (path, type(module).__name__), (parent, classes.get(parent, "?")))))
+        for owner, pname, param in params:
+            if param.requires_grad:
+                self._handles.append(param.register_hook(
+                    _grad_note(self_ref, (owner, classes.get(owner, "?")), f"gradient of {pname}")))
+
+    def remove(self) -> None:
+        while self._handles:
+            self._handles.pop().remove()
+        self._modules.clear()
+        self.take_probe()
+
+    def note(self, phase: str, module: Tuple[str, str], what: str, t: torch.Tensor) -> None:
+        flag = _finite_note(t)
+        if flag is not None:
+            self._labels.append((phase, module[0], module[1], what))
+            self._flags.append(flag)
+
+    def take_probe(self) -> Optional[StepProbe]:
+        """The notes of the step that ends, as a probe; the next step starts empty."""
+        labels, flags = self._labels, self._flags
+        self._labels, self._flags, self._produced = [], [], set()
+        return StepProbe(labels, flags) if flags and not self.failed else None
+
+
+def _forward_note(locator_ref, module: Tuple[str, str], parent: Tuple[str, str]):
+    path = module[0]
+
+    def on_forward(module, args, output):
+        locator = locator_ref()
+        if locator is None or locator.failed:
+            return
+        try:
+            note_call(locator, args, output)
+        except Exception as exc:  # noqa: BLE001 - never into training
+            locator.fail(exc)
+
+    def note_call(locator, args, output):
+        produced = locator._produced
+        for i, t in enumerate(_tensors(args, [])):
+            if id(t) not in produced:
+                # Not returned by a module this step: made by the parent's own code, or data.
+                locator.note("forward", parent, f"input {i} of {path}", t)
+            if t.requires_grad and torch.is_grad_enabled():
+                t.register_hook(_grad_note(locator_ref, module, f"gradient of input {i}"))
+        for i, t in enumerate(_tensors(output, [])):
+            produced.add(id(t))
+            locator.note("forward", module, f"output {i}", t)
+
+    return on_forward
+
+
+def _grad_note(locator_ref, module: Tuple[str, str], what: str):
+    def on_grad(grad):
+        locator = locator_ref()
+        if locator is not None and grad is not None and not locator.failed:
+            try:
+                locator.note("backward", module, what, grad)
+            except Exception as exc:  # noqa: BLE001 - never into training
+                locator.fail(exc)
+        return None
+
+    return on_grad
