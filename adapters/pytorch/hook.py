@@ -304,6 +304,15 @@ class Hook(CoreHook):
         self._handles.append(outer.register_forward_hook(
             functools.partial(_weak_method(self._on_root_forward_exit), root_name), always_call=True))
 
+    def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual"):
+        if trigger == "exception" and self.flight_recording and self._step_open \
+                and not self._pipeline.on_worker_thread:
+            with self.guard("flight recorder: filing the failed step's weights"):
+                self._fence_weights()  # the failed step keeps the weights its forward used
+        return super().dump_flight_recorder(reason, trigger)
+
+    dump_flight_recorder.__doc__ = CoreHook.dump_flight_recorder.__doc__
+
     def _on_root_forward_exit(self, root_name: str, module, args, output) -> None:
         """After every forward of a registered model; when the forward raised, torch calls it
         with no output from inside its ``except``: the flight recorder writes its steps."""
