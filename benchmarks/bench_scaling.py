@@ -17,7 +17,9 @@ Two axes, each with three hook configurations:
   weights, biases and gradients.
 * configurations: ``reductions`` (min, max, mean, std, l2 of every tensor, every step),
   ``full`` (whole tensors, every step), ``default`` (the hook's defaults: losses every
-  500 steps) and ``control`` (no hook on either model: the noise floor of the method; a
+  500 steps), ``flight`` (the flight recorder, docs/flight_recorder.md: the same
+  reductions of weights, biases and gradients kept in memory every step for the last 16
+  steps, saved every 500 steps, with its per-module NaN/Inf notes; nothing fires) and ``control`` (no hook on either model: the noise floor of the method; a
   ratio away from 1.00 there is the machine, not the hook).
 
 Method, as a user feels it: the baseline model and the hooked model (same architecture,
@@ -45,7 +47,7 @@ import torch
 
 COUNTS = (25, 100, 400)
 SIZES = {4096: 64, 65536: 256, 262144: 512, 1048576: 1024}  # elements of a weight -> MLP width
-CONFIGS = ("reductions", "full", "default", "control")
+CONFIGS = ("reductions", "full", "default", "flight", "control")
 BATCH = 64
 
 
@@ -91,13 +93,20 @@ def make_hook(smd, out_dir, axis, config):
         return None  # no hook on either model: the measurement's own noise floor
     if config == "default":
         return smd.Hook(out_dir=out_dir)
+    if config == "flight":
+        return smd.Hook(out_dir=out_dir, reduction_config=REDUCTIONS(smd),
+                        flight_recorder=smd.FlightRecorder(steps=16, collections=["weights", "biases", "gradients"]))
     kwargs = dict(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
                   include_collections=["weights", "biases", "gradients"])
     if axis == "count":
         kwargs["include_regex"] = [r"^\d+_output_0$"]
     if config == "reductions":
-        kwargs["reduction_config"] = smd.ReductionConfig(reductions=["min", "max", "mean", "std"], norms=["l2"])
+        kwargs["reduction_config"] = REDUCTIONS(smd)
     return smd.Hook(**kwargs)
+
+
+def REDUCTIONS(smd):  # noqa: N802 - the reductions of the "reductions" and "flight" configurations
+    return smd.ReductionConfig(reductions=["min", "max", "mean", "std"], norms=["l2"])
 
 
 def run(smd, scenario, steps, warmup, work_dir):
@@ -148,7 +157,9 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
             (base, hooked), close_s = run(smd, scenario, n, warmup, work_dir)
             base_ms, hooked_ms = 1e3 * statistics.median(base), 1e3 * statistics.median(hooked)
             added_us = 1e3 * (hooked_ms - base_ms)
-            per_tensor = config in ("reductions", "full")
+            per_tensor = config in ("reductions", "full", "flight")
+            if config == "flight" and axis == "count":
+                saved = saved * 4 // 6  # weights, biases and their gradients; no module outputs
             row = dict(scenario=label, axis=axis, config=config, steps=n, saved=saved if per_tensor else 0,
                        base_ms=base_ms, hooked_ms=hooked_ms, ratio=hooked_ms / base_ms, added_us=added_us,
                        us_per_tensor=added_us / saved if per_tensor else None, close_ms=1e3 * close_s)
@@ -196,7 +207,8 @@ def main():
     library = "original" if getattr(smdebug, "__version__", "") == "1.0.34" else "ours"
     rows = [dict(r, library=library) for r in measure(smd, scenarios, args.steps, args.warmup, args.max_mb,
                                                        args.quiet)]
-    hooked_configs = [c for c in args.configs if c != "control"]  # control has no hook to compare
+    # control has no hook to compare; smdebug 1.0.34 has no flight recorder
+    hooked_configs = [c for c in args.configs if c not in ("control", "flight")]
     if args.original_python and hooked_configs:
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
                "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),

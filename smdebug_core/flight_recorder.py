@@ -68,15 +68,18 @@ class FlightRecorder:
         collections: names of the collections to keep (a name or a list). What is kept of
             them (reductions, full values, shapes) is what each collection's reduction config
             says; they are also saved as usual at their save config's steps.
+        locate: also name the module where the first non-finite value appeared (the
+            adapter notes each module's output and gradient every step: a cheap device
+            sum each, read only when the recorder fires). False saves that cost.
 
     ``Hook(..., flight_recorder=FlightRecorder(steps=8, max_bytes=64 << 20))``. A dict with the
     same keys is accepted too (the JSON config's form).
     """
 
-    __slots__ = ("steps", "max_bytes", "collections")
+    __slots__ = ("steps", "max_bytes", "collections", "locate")
 
     def __init__(self, steps: int = DEFAULT_STEPS, max_bytes: int = DEFAULT_MAX_BYTES,
-                 collections: Any = DEFAULT_COLLECTIONS):
+                 collections: Any = DEFAULT_COLLECTIONS, locate: bool = True):
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise ConfigError(f"flight_recorder steps must be an integer >= 1 (how many recent steps to keep), "
                               f"got {steps!r}")
@@ -89,6 +92,9 @@ class FlightRecorder:
                 not all(isinstance(c, str) and c.strip() for c in collections):
             raise ConfigError(f"flight_recorder collections must be a non-empty list of collection names, e.g. "
                               f"['weights', 'gradients', 'losses'], got {collections!r}")
+        if not isinstance(locate, bool):
+            raise ConfigError(f"flight_recorder locate must be True or False, got {locate!r}")
+        self.locate = locate
         self.steps = int(steps)
         self.max_bytes = int(max_bytes)
         self.collections = tuple(dict.fromkeys(c.strip() for c in collections))
@@ -107,16 +113,22 @@ class FlightRecorder:
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a smdebug.FlightRecorder or a dict with steps, max_bytes and "
                               f"collections, got {value!r}")
-        unknown = sorted(set(value) - {"steps", "max_bytes", "collections"})
+        unknown = sorted(set(value) - {"steps", "max_bytes", "collections", "locate"})
         if unknown:
-            raise ConfigError(f"{where}: unknown keys {', '.join(unknown)} (known: steps, max_bytes, collections)")
+            raise ConfigError(f"{where}: unknown keys {', '.join(unknown)} (known: steps, max_bytes, collections, "
+                              "locate)")
+        if isinstance(value.get("locate"), str):
+            from .config import parse_bool
+
+            value = dict(value, locate=parse_bool(value["locate"], f"{where}.locate"))
         try:
             return cls(**value)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
 
     def __repr__(self):
-        return f"FlightRecorder(steps={self.steps}, max_bytes={self.max_bytes}, collections={list(self.collections)})"
+        return (f"FlightRecorder(steps={self.steps}, max_bytes={self.max_bytes}, collections={list(self.collections)}, "
+                f"locate={self.locate})")
 
 
 class StepRing:

@@ -176,8 +176,7 @@ class Hook(CoreHook):
         self._optimizer_hooks_installed = False
         self._pending_params: List[Tuple[str, torch.nn.Parameter]] = []  # added before their model
         # Flight recorder: notes where a NaN/Inf first appears in each step (nonfinite.py).
-        self._locator = NonfiniteLocator() if self.flight_recorder is not None and self._recorder is not None \
-            else None
+        self._locator = NonfiniteLocator() if self._recorder is not None and self.flight_recorder.locate else None
 
     # --- core overrides ------------------------------------------------------------------
     def _distributed_info(self) -> Tuple[int, int]:

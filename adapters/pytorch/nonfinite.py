@@ -3,8 +3,9 @@
 While the flight recorder keeps steps, every module of a registered model gets a forward
 hook that notes, for each call, whether its output is finite, and (for inputs that need a
 gradient) a tensor hook that notes whether the gradient this module's backward produced for
-that input is finite; each parameter gets a hook for its gradient. A note is a 0-d bool
-*device* tensor (``isfinite(x).all()``): nothing is read on the host while training runs.
+that input is finite; each parameter gets a hook for its gradient. A note is a 0-d *device*
+tensor, the sum of the values (finite exactly when they all are, :func:`_finite_note`):
+nothing is read on the host while training runs.
 At the end of the step the notes become one :class:`StepProbe`; the core asks it
 (``locate()``) only for a step whose captured tensors were not finite, and only then are the
 notes stacked and read: one host transfer, once per run.
@@ -29,12 +30,20 @@ _FLOATING_KINDS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _finite_note(t: torch.Tensor) -> Optional[torch.Tensor]:
-    """A 0-d bool tensor on ``t``'s device: whether every element is finite (None when the
-    dtype cannot hold a NaN)."""
+    """A 0-d tensor on ``t``'s device that is finite exactly when ``t`` is (None when the
+    dtype cannot hold a NaN): its sum, which is NaN or infinite when any element is.
+
+    A sum, not ``isfinite(t).all()``: one pass and no temporary, 10-30x cheaper on CPU
+    (2 us against 36 us for 64x256 floats). Its one false alarm, finite values whose sum
+    overflows, needs values near the dtype's limit (1e38 / numel for float32), a training
+    going bad anyway; half floats are summed in float32 so that ordinary activations never
+    overflow.
+    """
     if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0 or t.is_meta:
         return None
     with torch.no_grad():
-        return torch.isfinite(t.detach()).all()
+        t = t.detach()
+        return t.sum(dtype=torch.float32) if t.dtype in (torch.float16, torch.bfloat16) else t.sum()
 
 
 def _tensors(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -55,7 +64,7 @@ def _parent(path: str, root: str) -> str:
 
 class StepProbe:
     """One step's notes, in execution order: ``(phase, module, class, what)`` labels and their
-    device flags. :meth:`locate` reads them (once; the core calls it only when needed)."""
+    device sums (:func:`_finite_note`). :meth:`locate` reads them (once; the core calls it only when needed)."""
 
     __slots__ = ("labels", "flags")
 
@@ -73,8 +82,9 @@ class StepProbe:
             by_device.setdefault(flag.device, []).append(i)
         finite = [True] * len(self.flags)
         for indices in by_device.values():  # one stack and one transfer per device
-            values = torch.stack([self.flags[i] for i in indices]).cpu().tolist()
-            for i, ok in zip(indices, values):
+            sums = torch.stack([self.flags[i].to(torch.complex128 if self.flags[i].is_complex() else torch.float64)
+                                for i in indices])
+            for i, ok in zip(indices, torch.isfinite(sums).cpu().tolist()):
                 finite[i] = bool(ok)
         # Forward notes first, then backward ones: each list is in execution order.
         order = sorted(range(len(finite)), key=lambda i: (self.labels[i][0] != "forward", i))

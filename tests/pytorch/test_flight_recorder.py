@@ -222,6 +222,14 @@ def test_with_hook_writes_the_recorder_when_backward_raises(tmp_path):
     assert found["trigger"] == "exception" and found["global_step"] == 3 and found["steps_written"] == [2, 3]
 
 
+def test_locate_false_installs_no_notes(tmp_path):
+    run_dir = str(tmp_path / "run")
+    hook = train(run_dir, recorder=smd.FlightRecorder(steps=2, locate=False))
+    assert hook._locator is None
+    found = marker(run_dir)
+    assert found["trigger"] == "nonfinite" and found["global_step"] == K and found["first_nonfinite"] is None
+
+
 class FiresAtStep(Rule):
     """A live rule that fires at one step."""
 
