@@ -23,6 +23,7 @@ only called for the step that fired, so a step that fires nothing costs no read 
 from __future__ import annotations
 
 import json
+import operator
 import sys
 import threading
 import time
@@ -186,12 +187,18 @@ class StepRing:
         return out
 
 
+_VALUE = operator.itemgetter(1)
+_NBYTES = operator.attrgetter("nbytes")
+
+
 def step_nbytes(tensors: Sequence[Tuple[str, Any]], shapes: Sequence) -> int:
-    """What a step's records hold in memory: array bytes plus a per-record cost."""
+    """What a step's records hold in memory: array bytes plus a per-record cost. Runs every
+    step over hundreds of records: one pass in C when every value is numpy (the usual case)."""
     total = RECORD_OVERHEAD_BYTES * (len(tensors) + len(shapes))
-    for _, value in tensors:
-        total += getattr(value, "nbytes", 8)
-    return total
+    try:
+        return total + sum(map(_NBYTES, map(_VALUE, tensors)))
+    except AttributeError:  # a Python number among them
+        return total + sum(getattr(value, "nbytes", 8) for _, value in tensors)
 
 
 def nonfinite_rows(table: Optional[np.ndarray]) -> Optional[np.ndarray]:

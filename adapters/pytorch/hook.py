@@ -347,6 +347,8 @@ class Hook(CoreHook):
         if not losses.matches(f"{name}_output_0"):  # a custom loss class without "Loss" in its name
             losses.include(rf"^{re.escape(name)}_output_\d+$")
         self._handles.append(loss_module.register_forward_hook(self._forward_hook(name)))
+        if self._locator is not None:  # a loss that turns NaN (log of 0) is a module too
+            self._locator.install(name, [(name, loss_module)], [])
 
     def register_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Count TRAIN steps by this optimizer's steps from now on (gradient accumulation).

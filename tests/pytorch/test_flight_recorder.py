@@ -146,6 +146,37 @@ def test_nan_made_between_modules_is_put_on_the_parent(tmp_path):
         ("MidForwardNaN", "MidForwardNaN", "forward", "input 0 of second")
 
 
+class ScaledLoss(torch.nn.Module):
+    """MSE divided by a scale that reaches zero: the loss itself turns infinite."""
+
+    scale = 1.0
+
+    def forward(self, pred, target):
+        return ((pred - target) ** 2).mean() / self.scale
+
+
+def test_a_loss_that_turns_infinite_is_named(tmp_path):
+    run_dir = str(tmp_path / "run")
+    torch.manual_seed(0)
+    model, loss_fn = Net(), ScaledLoss()
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=100), reduction_config=REDUCTIONS,
+                    flight_recorder=smd.FlightRecorder(steps=2))
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    for step in range(5):
+        loss_fn.scale = float(3 - step)  # zero at step 3
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    hook.close()
+    found = marker(run_dir)
+    assert found["global_step"] == 3 and found["steps_written"] == [2, 3]
+    origin = found["first_nonfinite"]
+    assert (origin["module"], origin["phase"], origin["what"]) == ("ScaledLoss", "forward", "output 0")
+
+
 def test_steps_saved_normally_are_not_written_twice(tmp_path, caplog):
     run_dir = str(tmp_path / "run")
     with caplog.at_level(logging.WARNING, logger="smdebug"):
