@@ -19,7 +19,8 @@ Two axes, each with three hook configurations:
   ``full`` (whole tensors, every step), ``default`` (the hook's defaults: losses every
   500 steps), ``flight`` (the flight recorder, docs/flight_recorder.md: the same
   reductions of weights, biases and gradients kept in memory every step for the last 16
-  steps, saved every 500 steps, with its per-module NaN/Inf notes; nothing fires) and ``control`` (no hook on either model: the noise floor of the method; a
+  steps, saved every 500 steps, with its per-module NaN/Inf notes; nothing fires),
+  ``flight-noloc`` (the same with ``locate=False``: no per-module notes) and ``control`` (no hook on either model: the noise floor of the method; a
   ratio away from 1.00 there is the machine, not the hook).
 
 Method, as a user feels it: the baseline model and the hooked model (same architecture,
@@ -47,7 +48,7 @@ import torch
 
 COUNTS = (25, 100, 400)
 SIZES = {4096: 64, 65536: 256, 262144: 512, 1048576: 1024}  # elements of a weight -> MLP width
-CONFIGS = ("reductions", "full", "default", "flight", "control")
+CONFIGS = ("reductions", "full", "default", "flight", "flight-noloc", "control")
 BATCH = 64
 
 
@@ -93,9 +94,10 @@ def make_hook(smd, out_dir, axis, config):
         return None  # no hook on either model: the measurement's own noise floor
     if config == "default":
         return smd.Hook(out_dir=out_dir)
-    if config == "flight":
+    if config in ("flight", "flight-noloc"):
         return smd.Hook(out_dir=out_dir, reduction_config=REDUCTIONS(smd),
-                        flight_recorder=smd.FlightRecorder(steps=16, collections=["weights", "biases", "gradients"]))
+                        flight_recorder=smd.FlightRecorder(steps=16, collections=["weights", "biases", "gradients"],
+                                                           locate=config == "flight"))
     kwargs = dict(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
                   include_collections=["weights", "biases", "gradients"])
     if axis == "count":
@@ -157,8 +159,8 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
             (base, hooked), close_s = run(smd, scenario, n, warmup, work_dir)
             base_ms, hooked_ms = 1e3 * statistics.median(base), 1e3 * statistics.median(hooked)
             added_us = 1e3 * (hooked_ms - base_ms)
-            per_tensor = config in ("reductions", "full", "flight")
-            if config == "flight" and axis == "count":
+            per_tensor = config in ("reductions", "full", "flight", "flight-noloc")
+            if config.startswith("flight") and axis == "count":
                 saved = saved * 4 // 6  # weights, biases and their gradients; no module outputs
             row = dict(scenario=label, axis=axis, config=config, steps=n, saved=saved if per_tensor else 0,
                        base_ms=base_ms, hooked_ms=hooked_ms, ratio=hooked_ms / base_ms, added_us=added_us,
@@ -171,13 +173,13 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
     return results
 
 
-HEADER = (f"{'scenario':<11}{'config':<11}{'library':<10}{'steps':>6}{'base ms':>9}{'hooked ms':>10}{'ratio':>7}"
+HEADER = (f"{'scenario':<11}{'config':<13}{'library':<10}{'steps':>6}{'base ms':>9}{'hooked ms':>10}{'ratio':>7}"
           f"{'added us':>10}{'us/tensor':>10}{'close ms':>9}")
 
 
 def print_row(r, library, file=sys.stdout):
     per = f"{r['us_per_tensor']:.1f}" if r.get("us_per_tensor") is not None else "-"
-    print(f"{r['scenario']:<11}{r['config']:<11}{library:<10}{r['steps']:>6}{r['base_ms']:>9.2f}"
+    print(f"{r['scenario']:<11}{r['config']:<13}{library:<10}{r['steps']:>6}{r['base_ms']:>9.2f}"
           f"{r['hooked_ms']:>10.2f}{r['ratio']:>7.2f}{r['added_us']:>10.0f}{per:>10}{r['close_ms']:>9.0f}", file=file)
 
 
@@ -208,7 +210,7 @@ def main():
     rows = [dict(r, library=library) for r in measure(smd, scenarios, args.steps, args.warmup, args.max_mb,
                                                        args.quiet)]
     # control has no hook to compare; smdebug 1.0.34 has no flight recorder
-    hooked_configs = [c for c in args.configs if c not in ("control", "flight")]
+    hooked_configs = [c for c in args.configs if c not in ("control", "flight", "flight-noloc")]
     if args.original_python and hooked_configs:
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
                "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),

@@ -253,6 +253,15 @@ class Recorder:
         self.fired: Optional[Dict[str, Any]] = None
         self._warned_too_large = False
 
+    def disable(self, reason: str) -> None:
+        """Stop keeping steps after a failure (one warning); the hook saves as configured."""
+        with self._lock:
+            if self.enabled:
+                self.enabled = False
+                self.ring.take()
+                logger.warning("smdebug flight recorder disabled after an internal error (%s); the hook goes on "
+                               "saving as configured", reason)
+
     def keep(self, identity: Tuple, step_data, nbytes: int, probe=None) -> None:
         """Keep a step that was not saved normally (``step_data``: a writer StepData)."""
         with self._lock:

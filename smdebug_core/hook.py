@@ -914,9 +914,14 @@ class Hook:
             if ring_only:
                 # Kept whole (scalars too); now only the scalars are written, as without the recorder.
                 kept = tensors + [(tag, array) for _, tag, array in timed]
-                self._recorder_keep(identity, kept, shapes, flight[1])
-                tensors, shapes = tensors[scalars_from[0]:], []
-                tb_scalars, tb_hists, metrics = tb_scalars[scalars_from[1]:], [], metrics[scalars_from[2]:]
+                try:
+                    self._recorder_keep(identity, kept, shapes, flight[1])
+                except Exception as exc:  # noqa: BLE001 - costs the recorder, not the hook: this step is written
+                    self._recorder.disable(f"keeping step {step}: {type(exc).__name__}: {exc}")
+                    ring_only, bad = False, None
+                else:
+                    tensors, shapes = tensors[scalars_from[0]:], []
+                    tb_scalars, tb_hists, metrics = tb_scalars[scalars_from[1]:], [], metrics[scalars_from[2]:]
             else:
                 self._recorder.keep_saved(identity, flight[1])
         if metrics:

@@ -131,3 +131,22 @@ def test_json_config_errors_name_the_key(tmp_path):
                                   "HookParameters": {"flight_recorder": {"steps": "many"}}}))
     with pytest.raises(ConfigError, match=r"HookParameters.flight_recorder: flight_recorder steps must be"):
         smd.Hook.create_from_json_file(str(config))
+
+
+def test_a_failing_recorder_costs_the_recorder_not_the_run(tmp_path, monkeypatch, caplog):
+    run_dir = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=run_dir, include_regex=["w"], save_config=smd.SaveConfig(save_interval=100),
+                    flight_recorder=smd.FlightRecorder(steps=2, collections="default"))
+
+    def broken(*args):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(hook._recorder, "keep", broken)  # an injected fault: the recorder's own step store
+    for step in range(4):
+        hook.begin_step()
+        hook.record("w", np.arange(3.0) + step)
+    hook.close()
+    assert hook.enabled and not hook.flight_recording
+    assert "flight recorder disabled after an internal error (keeping step 1: MemoryError: no room)" in caplog.text
+    # Step 1 was written rather than lost; afterwards the hook saves as configured.
+    assert smd.create_trial(run_dir).tensor("w").steps() == [0, 1]
