@@ -26,7 +26,7 @@ from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.pytorch")
 
-_FLOATING_KINDS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def _finite_note(t: torch.Tensor) -> Optional[torch.Tensor]:
@@ -41,9 +41,8 @@ def _finite_note(t: torch.Tensor) -> Optional[torch.Tensor]:
     """
     if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0 or t.is_meta:
         return None
-    with torch.no_grad():
-        t = t.detach()
-        return t.sum(dtype=torch.float32) if t.dtype in (torch.float16, torch.bfloat16) else t.sum()
+    t = t.detach()  # records no graph (cheaper than entering no_grad for each note)
+    return t.sum(dtype=torch.float32) if t.dtype in _HALF else t.sum()
 
 
 def _tensors(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -56,6 +55,11 @@ def _tensors(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
         for item in value.values():
             _tensors(item, out)
     return out
+
+
+def _in(produced: Dict[int, "weakref.ref"], t: torch.Tensor) -> bool:
+    ref = produced.get(id(t))
+    return ref is not None and ref() is t
 
 
 def _parent(path: str, root: str) -> str:
@@ -103,7 +107,9 @@ class NonfiniteLocator:
         self._handles: list = []
         self._labels: List[Tuple[str, str, str, str]] = []
         self._flags: List[torch.Tensor] = []
-        self._produced: set = set()  # ids of tensors a module returned in this step
+        # Tensors a module returned in this step, by id, held weakly: an id alone may be that of
+        # a freed tensor reused by a new one, and holding them would keep activations alive.
+        self._produced: Dict[int, "weakref.ref"] = {}
         self._modules: set = set()
         #: set when a note failed: the hooks do nothing from then on (removed at the step's end)
         self.failed = False
@@ -153,7 +159,7 @@ class NonfiniteLocator:
     def take_probe(self) -> Optional[StepProbe]:
         """The notes of the step that ends, as a probe; the next step starts empty."""
         labels, flags = self._labels, self._flags
-        self._labels, self._flags, self._produced = [], [], set()
+        self._labels, self._flags, self._produced = [], [], {}
         return StepProbe(labels, flags) if flags and not self.failed else None
 
 
@@ -172,14 +178,15 @@ def _forward_note(locator_ref, module: Tuple[str, str], parent: Tuple[str, str])
     def note_call(locator, args, output):
         produced = locator._produced
         for i, t in enumerate(_tensors(args, [])):
-            if id(t) not in produced:
+            if not _in(produced, t):
                 # Not returned by a module this step: made by the parent's own code, or data.
                 locator.note("forward", parent, f"input {i} of {path}", t)
             if t.requires_grad and torch.is_grad_enabled():
                 t.register_hook(_grad_note(locator_ref, module, f"gradient of input {i}"))
         for i, t in enumerate(_tensors(output, [])):
-            produced.add(id(t))
-            locator.note("forward", module, f"output {i}", t)
+            if not _in(produced, t):  # else a container returning its last child's output: noted already
+                produced[id(t)] = weakref.ref(t)
+                locator.note("forward", module, f"output {i}", t)
 
     return on_forward
 
