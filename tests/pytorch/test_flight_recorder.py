@@ -5,6 +5,8 @@ within its memory budget; an exception in the forward pass and a rule's action w
 import json
 import logging
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -321,3 +323,35 @@ def test_json_config_turns_the_recorder_on(tmp_path, monkeypatch):
     hook = smd.Hook.create_from_json_file(str(config))
     assert hook.flight_recorder.steps == 5
     hook.close()
+
+
+UNCAUGHT_SCRIPT = """
+import sys, torch
+import smdebug.pytorch as smd
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+hook = smd.Hook(out_dir=sys.argv[1], save_config=smd.SaveConfig(save_interval=100),
+                reduction_config=smd.ReductionConfig(reductions=["mean"]), flight_recorder=smd.FlightRecorder(steps=3))
+hook.register_module(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(10):
+    opt.zero_grad()
+    out = model(torch.randn(8, 4)).sum()
+    if step == 5:
+        raise OSError("the data loader went away")  # escapes the script: no with, no close()
+    out.backward()
+    opt.step()
+"""
+
+
+def test_an_uncaught_exception_writes_the_recorder_before_the_process_ends(tmp_path):
+    run_dir = str(tmp_path / "run")
+    script = tmp_path / "train.py"
+    script.write_text(UNCAUGHT_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), run_dir], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "OSError: the data loader went away" in proc.stderr  # the user's traceback
+    found = marker(run_dir)
+    assert found["trigger"] == "exception" and found["reason"].startswith("uncaught OSError")
+    assert found["global_step"] == 5 and found["steps_written"] == [3, 4, 5]
+    trial = smd.create_trial(run_dir)
+    assert trial.steps() == [0, 3, 4, 5] and trial.training_ended()
