@@ -77,6 +77,16 @@ def test_numpy_hook_writes_the_kept_steps_with_their_scalars(tmp_path, caplog):
     assert "already published" not in caplog.text
 
 
+def test_smdebug_ls_shows_the_trigger(tmp_path, capsys):
+    from smdebug.cli import main
+
+    run_dir = str(tmp_path / "run")
+    _numpy_run(run_dir)
+    assert main(["ls", run_dir]) == 0
+    assert "flight recorder (worker_0): nonfinite at step 6 (w holds NaN or Inf at step 6); wrote steps [4, 5, 6]" \
+        in capsys.readouterr().out
+
+
 def test_a_step_larger_than_the_budget_is_not_kept(tmp_path, caplog):
     run_dir = str(tmp_path / "run")
     _numpy_run(run_dir, recorder=smd.FlightRecorder(steps=3, max_bytes=100, collections="default"))
