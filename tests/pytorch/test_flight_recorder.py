@@ -5,6 +5,7 @@ within its memory budget; an exception in the forward pass and a rule's action w
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 
@@ -355,3 +356,21 @@ def test_an_uncaught_exception_writes_the_recorder_before_the_process_ends(tmp_p
     assert found["global_step"] == 5 and found["steps_written"] == [3, 4, 5]
     trial = smd.create_trial(run_dir)
     assert trial.steps() == [0, 3, 4, 5] and trial.training_ended()
+
+
+def test_two_ddp_workers_each_write_their_steps_and_marker(tmp_path):
+    run_dir = str(tmp_path / "run")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_flight.py")
+    done = subprocess.run([sys.executable, script, run_dir, str(port)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trial = smd.create_trial(run_dir)
+    markers = trial.flight_recorder_triggers()
+    assert sorted(markers) == ["worker_0", "worker_1"]
+    for worker, found in markers.items():
+        assert found["trigger"] == "nonfinite" and found["global_step"] == 4 and found["steps_written"] == [2, 3, 4]
+        assert found["first_nonfinite"]["module"] == "1"  # the Divide module, inside the DDP wrapper
+    assert trial.steps() == [0, 2, 3, 4]  # complete: both workers wrote them
+    assert sorted(trial.tensor("gradient/Sequential_0.weight").workers(3)) == ["worker_0", "worker_1"]
