@@ -68,7 +68,8 @@ def _parent(path: str, root: str) -> str:
 
 class StepProbe:
     """One step's notes, in execution order: ``(phase, module, class, what)`` labels and their
-    device sums (:func:`_finite_note`). :meth:`locate` reads them (once; the core calls it only when needed)."""
+    device sums (:func:`_finite_note`). :meth:`locate` reads them (the core calls it only for
+    a step that fired)."""
 
     __slots__ = ("labels", "flags")
 
@@ -150,10 +151,11 @@ class NonfiniteLocator:
         self._modules.clear()
         self.take_probe()
 
-    def note(self, phase: str, module: Tuple[str, str], what: str, t: torch.Tensor) -> None:
+    def note(self, phase: str, who: Tuple[str, str], what: str, t: torch.Tensor) -> None:
+        """Note whether ``t`` is finite (as a device sum), with who produced it in which phase."""
         flag = _finite_note(t)
         if flag is not None:
-            self._labels.append((phase, module[0], module[1], what))
+            self._labels.append((phase, who[0], who[1], what))
             self._flags.append(flag)
 
     def take_probe(self) -> Optional[StepProbe]:
@@ -163,8 +165,9 @@ class NonfiniteLocator:
         return StepProbe(labels, flags) if flags and not self.failed else None
 
 
-def _forward_note(locator_ref, module: Tuple[str, str], parent: Tuple[str, str]):
-    path = module[0]
+def _forward_note(locator_ref, who: Tuple[str, str], parent: Tuple[str, str]):
+    """The forward hook of one module; ``who`` and ``parent`` are (path, class name)."""
+    path = who[0]
 
     def on_forward(module, args, output):
         locator = locator_ref()
@@ -181,22 +184,26 @@ def _forward_note(locator_ref, module: Tuple[str, str], parent: Tuple[str, str])
             if not _in(produced, t):
                 # Not returned by a module this step: made by the parent's own code, or data.
                 locator.note("forward", parent, f"input {i} of {path}", t)
-            if t.requires_grad and torch.is_grad_enabled():
-                t.register_hook(_grad_note(locator_ref, module, f"gradient of input {i}"))
+            if t.grad_fn is not None and torch.is_grad_enabled():
+                # Only tensors made in this step's graph: a hook on a leaf (a reused input that
+                # requires grad) would stay on it, one more each step.
+                t.register_hook(_grad_note(locator_ref, who, f"gradient of input {i}"))
         for i, t in enumerate(_tensors(output, [])):
             if not _in(produced, t):  # else a container returning its last child's output: noted already
                 produced[id(t)] = weakref.ref(t)
-                locator.note("forward", module, f"output {i}", t)
+                locator.note("forward", who, f"output {i}", t)
 
     return on_forward
 
 
-def _grad_note(locator_ref, module: Tuple[str, str], what: str):
+def _grad_note(locator_ref, who: Tuple[str, str], what: str):
+    """A gradient hook noting ``who``'s (path, class name) gradient ``what``."""
+
     def on_grad(grad):
         locator = locator_ref()
         if locator is not None and grad is not None and not locator.failed:
             try:
-                locator.note("backward", module, what, grad)
+                locator.note("backward", who, what, grad)
             except Exception as exc:  # noqa: BLE001 - never into training
                 locator.fail(exc)
         return None
