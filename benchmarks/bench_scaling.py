@@ -29,7 +29,7 @@ at the same speed; each step is timed on its own (a whole iteration: zero_grad, 
 backward, optimizer step; the hook's end of step happens inside the next one). The
 figures are the **median of per-step times** of each, their ratio, the added time per
 step and the added time per saved tensor. The hook's ``close()`` (the writer finishing
-the run's files) is timed apart. Batches of 64 rows; full-tensor runs are shortened so a
+the run's files) is timed apart. Batches of 64 rows (``--batch``); full-tensor runs are shortened so a
 run writes at most ``--max-mb`` megabytes.
 """
 from __future__ import annotations
@@ -192,6 +192,8 @@ def main():
     parser.add_argument("--steps", type=int, default=200, help="timed steps of each model per scenario")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--batch", type=int, default=BATCH,
+                        help=f"rows per batch (default {BATCH}): a longer step for the same saved tensors")
     parser.add_argument("--max-mb", type=float, default=1500, help="bytes a full-tensor run may write")
     parser.add_argument("--original-python", help="also run the scenarios through smdebug 1.0.34 with this "
                                                   "interpreter (benchmarks/original_env.sh)")
@@ -201,6 +203,7 @@ def main():
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    globals()["BATCH"] = args.batch  # read by run() and the scenarios' sizes
 
     import smdebug
     import smdebug.pytorch as smd
@@ -214,7 +217,8 @@ def main():
     if args.original_python and hooked_configs:
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
                "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),
-               "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb)]
+               "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb),
+               "--batch", str(args.batch)]
         if args.scenarios:
             cmd += ["--scenarios", *args.scenarios]
         proc = subprocess.run(cmd, capture_output=True, text=True)

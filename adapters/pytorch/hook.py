@@ -293,13 +293,11 @@ class Hook(CoreHook):
     register_hook = register_module  # the original library's name
 
     def _install_locator(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str) -> None:
-        """The flight recorder's notes on every module and parameter of a registered model,
-        and a root hook that torch calls even when the forward raises (``always_call``)."""
+        """The flight recorder's notes on every module of a registered model, and a root hook
+        that torch calls even when the forward raises (``always_call``)."""
         modules = [(path or root_name, sub) for path, sub in inner.named_modules()
                    if id(sub) not in self._compiled_module_ids]
-        params = [(path or root_name, pname, param) for path, sub in inner.named_modules()
-                  for pname, param in sub.named_parameters(recurse=False)]
-        self._locator.install(root_name, modules, params)
+        self._locator.install(root_name, modules)
         self._handles.append(outer.register_forward_hook(
             functools.partial(_weak_method(self._on_root_forward_exit), root_name), always_call=True))
 
@@ -348,7 +346,7 @@ class Hook(CoreHook):
             losses.include(rf"^{re.escape(name)}_output_\d+$")
         self._handles.append(loss_module.register_forward_hook(self._forward_hook(name)))
         if self._locator is not None:  # a loss that turns NaN (log of 0) is a module too
-            self._locator.install(name, [(name, loss_module)], [])
+            self._locator.install(name, [(name, loss_module)])
 
     def register_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Count TRAIN steps by this optimizer's steps from now on (gradient accumulation).
