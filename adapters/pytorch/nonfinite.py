@@ -5,8 +5,8 @@ hook that notes, for each call, whether its output is finite, and (for inputs ma
 step's graph) a tensor hook that notes whether the gradient this module's backward produced
 for that input is finite. Parameters' gradients get no note: they are in the gradients
 collection, whose reductions the recorder checks anyway, and a note on each (a pass over
-every weight's gradient) cost 3-4% of a step where the notes above cost 1% (6-layer
-512-wide MLP, batch 512, CPU training-thread time). A note is a 0-d *device*
+every weight's gradient) cost another 3-4% of a step on top of the notes above (6-layer
+512-wide MLP, batch 512, CPU training-thread time; docs/performance.md). A note is a 0-d *device*
 tensor, the sum of the values (finite exactly when they all are, :func:`_finite_note`):
 nothing is read on the host while training runs.
 At the end of the step the notes become one :class:`StepProbe`; the core asks it
