@@ -45,6 +45,10 @@ def test_nonfinite_rows_and_values():
     assert nonfinite_rows(np.ones((3, 2))) is None and nonfinite_rows(None) is None
     assert value_is_nonfinite(np.array([1.0, -np.inf])) and not value_is_nonfinite(np.arange(3))
     assert not value_is_nonfinite(np.array([], dtype=np.float32))
+    import ml_dtypes  # raw bfloat16 values reach the core as ml_dtypes arrays (kind "V")
+
+    assert value_is_nonfinite(np.array([1.0, np.nan], dtype=ml_dtypes.bfloat16))
+    assert not value_is_nonfinite(np.array([1.0, 2.0], dtype=ml_dtypes.bfloat16))
 
 
 def _numpy_run(run_dir, steps=10, bad_at=6, save_interval=100, recorder=None):
