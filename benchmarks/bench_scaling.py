@@ -17,7 +17,10 @@ Two axes, each with three hook configurations:
   weights, biases and gradients.
 * configurations: ``reductions`` (min, max, mean, std, l2 of every tensor, every step),
   ``full`` (whole tensors, every step), ``default`` (the hook's defaults: losses every
-  500 steps) and ``control`` (no hook on either model: the noise floor of the method; a
+  500 steps), ``flight`` (the flight recorder, docs/flight_recorder.md: the same
+  reductions of weights, biases and gradients kept in memory every step for the last 16
+  steps, saved every 500 steps, with its per-module NaN/Inf notes; nothing fires),
+  ``flight-noloc`` (the same with ``locate=False``: no per-module notes) and ``control`` (no hook on either model: the noise floor of the method; a
   ratio away from 1.00 there is the machine, not the hook).
 
 Method, as a user feels it: the baseline model and the hooked model (same architecture,
@@ -26,7 +29,7 @@ at the same speed; each step is timed on its own (a whole iteration: zero_grad, 
 backward, optimizer step; the hook's end of step happens inside the next one). The
 figures are the **median of per-step times** of each, their ratio, the added time per
 step and the added time per saved tensor. The hook's ``close()`` (the writer finishing
-the run's files) is timed apart. Batches of 64 rows; full-tensor runs are shortened so a
+the run's files) is timed apart. Batches of 64 rows (``--batch``); full-tensor runs are shortened so a
 run writes at most ``--max-mb`` megabytes.
 """
 from __future__ import annotations
@@ -45,7 +48,7 @@ import torch
 
 COUNTS = (25, 100, 400)
 SIZES = {4096: 64, 65536: 256, 262144: 512, 1048576: 1024}  # elements of a weight -> MLP width
-CONFIGS = ("reductions", "full", "default", "control")
+CONFIGS = ("reductions", "full", "default", "flight", "flight-noloc", "control")
 BATCH = 64
 
 
@@ -91,13 +94,21 @@ def make_hook(smd, out_dir, axis, config):
         return None  # no hook on either model: the measurement's own noise floor
     if config == "default":
         return smd.Hook(out_dir=out_dir)
+    if config in ("flight", "flight-noloc"):
+        return smd.Hook(out_dir=out_dir, reduction_config=REDUCTIONS(smd),
+                        flight_recorder=smd.FlightRecorder(steps=16, collections=["weights", "biases", "gradients"],
+                                                           locate=config == "flight"))
     kwargs = dict(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
                   include_collections=["weights", "biases", "gradients"])
     if axis == "count":
         kwargs["include_regex"] = [r"^\d+_output_0$"]
     if config == "reductions":
-        kwargs["reduction_config"] = smd.ReductionConfig(reductions=["min", "max", "mean", "std"], norms=["l2"])
+        kwargs["reduction_config"] = REDUCTIONS(smd)
     return smd.Hook(**kwargs)
+
+
+def REDUCTIONS(smd):  # noqa: N802 - the reductions of the "reductions" and "flight" configurations
+    return smd.ReductionConfig(reductions=["min", "max", "mean", "std"], norms=["l2"])
 
 
 def run(smd, scenario, steps, warmup, work_dir):
@@ -148,7 +159,9 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
             (base, hooked), close_s = run(smd, scenario, n, warmup, work_dir)
             base_ms, hooked_ms = 1e3 * statistics.median(base), 1e3 * statistics.median(hooked)
             added_us = 1e3 * (hooked_ms - base_ms)
-            per_tensor = config in ("reductions", "full")
+            per_tensor = config in ("reductions", "full", "flight", "flight-noloc")
+            if config.startswith("flight") and axis == "count":
+                saved = saved * 4 // 6  # weights, biases and their gradients; no module outputs
             row = dict(scenario=label, axis=axis, config=config, steps=n, saved=saved if per_tensor else 0,
                        base_ms=base_ms, hooked_ms=hooked_ms, ratio=hooked_ms / base_ms, added_us=added_us,
                        us_per_tensor=added_us / saved if per_tensor else None, close_ms=1e3 * close_s)
@@ -160,13 +173,13 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
     return results
 
 
-HEADER = (f"{'scenario':<11}{'config':<11}{'library':<10}{'steps':>6}{'base ms':>9}{'hooked ms':>10}{'ratio':>7}"
+HEADER = (f"{'scenario':<11}{'config':<13}{'library':<10}{'steps':>6}{'base ms':>9}{'hooked ms':>10}{'ratio':>7}"
           f"{'added us':>10}{'us/tensor':>10}{'close ms':>9}")
 
 
 def print_row(r, library, file=sys.stdout):
     per = f"{r['us_per_tensor']:.1f}" if r.get("us_per_tensor") is not None else "-"
-    print(f"{r['scenario']:<11}{r['config']:<11}{library:<10}{r['steps']:>6}{r['base_ms']:>9.2f}"
+    print(f"{r['scenario']:<11}{r['config']:<13}{library:<10}{r['steps']:>6}{r['base_ms']:>9.2f}"
           f"{r['hooked_ms']:>10.2f}{r['ratio']:>7.2f}{r['added_us']:>10.0f}{per:>10}{r['close_ms']:>9.0f}", file=file)
 
 
@@ -179,6 +192,8 @@ def main():
     parser.add_argument("--steps", type=int, default=200, help="timed steps of each model per scenario")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--batch", type=int, default=BATCH,
+                        help=f"rows per batch (default {BATCH}): a longer step for the same saved tensors")
     parser.add_argument("--max-mb", type=float, default=1500, help="bytes a full-tensor run may write")
     parser.add_argument("--original-python", help="also run the scenarios through smdebug 1.0.34 with this "
                                                   "interpreter (benchmarks/original_env.sh)")
@@ -188,6 +203,7 @@ def main():
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    globals()["BATCH"] = args.batch  # read by run() and the scenarios' sizes
 
     import smdebug
     import smdebug.pytorch as smd
@@ -196,11 +212,13 @@ def main():
     library = "original" if getattr(smdebug, "__version__", "") == "1.0.34" else "ours"
     rows = [dict(r, library=library) for r in measure(smd, scenarios, args.steps, args.warmup, args.max_mb,
                                                        args.quiet)]
-    hooked_configs = [c for c in args.configs if c != "control"]  # control has no hook to compare
+    # control has no hook to compare; smdebug 1.0.34 has no flight recorder
+    hooked_configs = [c for c in args.configs if c not in ("control", "flight", "flight-noloc")]
     if args.original_python and hooked_configs:
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
                "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),
-               "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb)]
+               "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb),
+               "--batch", str(args.batch)]
         if args.scenarios:
             cmd += ["--scenarios", *args.scenarios]
         proc = subprocess.run(cmd, capture_output=True, text=True)

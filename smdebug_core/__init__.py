@@ -38,6 +38,7 @@ _refuse_mixed_install()
 from . import modes  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .collections import Collection, CollectionKeys  # noqa: E402
+from .flight_recorder import FlightRecorder  # noqa: E402
 from .hook import Hook, del_hook, get_hook, set_hook  # noqa: E402
 from .modes import ModeKeys  # noqa: E402
 from .reduction_config import ReductionConfig  # noqa: E402
@@ -52,6 +53,6 @@ def create_trial(path=None, *args, **kwargs):
 
 
 __all__ = [
-    "Collection", "CollectionKeys", "Hook", "ModeKeys", "ReductionConfig", "SaveConfig", "SaveConfigMode",
+    "Collection", "CollectionKeys", "FlightRecorder", "Hook", "ModeKeys", "ReductionConfig", "SaveConfig", "SaveConfigMode",
     "create_trial", "del_hook", "get_hook", "modes", "set_hook", "__version__",
 ]

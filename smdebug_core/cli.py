@@ -130,6 +130,11 @@ def _cmd_ls(args) -> int:
     for mode, (count, first, last) in info["modes"].items():
         print(f"{mode:<9} {count} steps ({first}..{last})" if count else f"{mode:<9} 0 steps")
     print(f"collections  {', '.join(info['collections']) or 'none'}")
+    for worker, marker in sorted(trial.flight_recorder_triggers().items()):  # docs/flight_recorder.md
+        origin = marker.get("first_nonfinite") or {}
+        where = f"; first non-finite: {origin.get('phase')} of {origin.get('module')}" if origin else ""
+        print(f"flight recorder ({worker}): {marker.get('trigger')} at step {marker.get('global_step')} "
+              f"({marker.get('reason')}); wrote steps {marker.get('steps_written')}{where}")
     names = trial.tensor_names(show_incomplete_steps=True)
     print(f"tensors   {len(names)}")
     rows = []

@@ -38,6 +38,7 @@ _MODE_PREFIXES = {m.name.lower(): m for m in ALL_MODES}
 _HOOK_KEYS = {
     *_SAVE_KEYS, "reductions", "save_raw_tensor", "save_shape", "save_all", "include_regex",
     "include_workers", "export_tensorboard", "tensorboard_dir", "dry_run", "save_histogram", "overwrite",
+    "flight_recorder",
 }
 _COLLECTION_KEYS = {*_SAVE_KEYS, "include_regex", "save_histogram", "reductions", "save_raw_tensor", "save_shape"}
 _TOP_KEYS = {"LocalPath", "S3OutputPath", "S3Path", "HookParameters", "CollectionConfigurations",
@@ -263,6 +264,10 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
         kwargs["include_regex"] = _comma_list(params["include_regex"], f"{where}.include_regex")
     if "include_workers" in params:
         kwargs["include_workers"] = params["include_workers"]
+    if params.get("flight_recorder") is not None:  # docs/flight_recorder.md
+        from .flight_recorder import FlightRecorder
+
+        kwargs["flight_recorder"] = FlightRecorder.coerce(params["flight_recorder"], f"{where}.flight_recorder")
     if params.get("tensorboard_dir"):
         if not isinstance(params["tensorboard_dir"], str):
             raise ConfigError(f"{where}.tensorboard_dir must be a path string, got {params['tensorboard_dir']!r}")

@@ -44,6 +44,7 @@ from .collections import (
     Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list, describe_object,
 )
 from .exceptions import ConfigError, OutDirError
+from .flight_recorder import MARKER_DIR, FlightRecorder, Recorder, nonfinite_rows, step_nbytes, value_is_nonfinite
 from .format import layout
 from .logger import get_logger
 from .modes import ALL_MODES, ModeKeys
@@ -57,7 +58,7 @@ logger = get_logger()
 
 _RUN_MARKERS = ("collections", "index", "events", layout.END_OF_JOB_FILE)
 # Left by rules in a run directory; removed with the run on overwrite.
-_RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE)
+_RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE, MARKER_DIR)
 #: Longest close() waits for the step pipeline to finish the last steps (seconds).
 CLOSE_TIMEOUT_S = 300.0
 _SM_METRIC_COLLECTIONS = frozenset({CollectionKeys.LOSSES, CollectionKeys.METRICS, CollectionKeys.SM_METRICS})
@@ -147,6 +148,10 @@ class Hook:
         save_all: save every tensor the adapter sees (the ``all`` collection).
         include_workers: ``"one"`` (the chief only) or ``"all"`` workers write.
         overwrite: remove a previous run's smdebug files from ``out_dir`` instead of refusing it.
+        flight_recorder: a :class:`~smdebug.FlightRecorder` (or a dict of its arguments): keep
+            the last N steps of its collections in memory whatever the save config, and write
+            them when a captured tensor turns NaN or infinite, a rule's action asks, or an
+            exception escapes the training step (docs/flight_recorder.md).
     """
 
     #: The framework's name (in messages and the run's metadata); adapters override.
@@ -168,6 +173,7 @@ class Hook:
         save_all: bool = False,
         include_workers: str = "one",
         overwrite: bool = False,
+        flight_recorder=None,
     ):
         if out_dir is None:
             raise ConfigError("out_dir is required: the directory the run is written to")
@@ -192,6 +198,7 @@ class Hook:
         if reduction_config is not None and not isinstance(reduction_config, ReductionConfig):
             raise ConfigError(f"reduction_config must be a ReductionConfig, got {reduction_config!r}")
         save_config = SaveConfig.coerce(save_config)
+        flight_recorder = FlightRecorder.coerce(flight_recorder)
         include_collections = as_name_list(include_collections, "include_collections")
         include_regex = as_name_list(include_regex, "include_regex")
 
@@ -215,6 +222,13 @@ class Hook:
         if save_all:
             self.collection_manager.get(CollectionKeys.ALL).include(".*")
             self._include(CollectionKeys.ALL)
+        #: The flight recorder's configuration (None: off). Its collections are included:
+        #: saved as usual at their save config's steps, kept in memory at every other step.
+        self.flight_recorder: Optional[FlightRecorder] = flight_recorder
+        if flight_recorder is not None:
+            for name in flight_recorder.collections:
+                self._include(name)
+                self._inclusion.expect(name)
 
         self.rank, self.world_size = self._distributed_info()
         self.worker_name = self._worker_name()
@@ -274,6 +288,11 @@ class Hook:
         self._skipped_tensors: set = set()  # tensors the backend could not handle: never recorded again
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
+        # Flight recorder (smdebug_core/flight_recorder.py): made once the writer exists.
+        self._recorder: Optional[Recorder] = None
+        self._ring_only = False  # the open step is captured for the recorder only (not saved)
+        self._step_probe = None  # the adapter's non-finite probe of the open step (set_step_probe)
+        self._last_identity: Optional[tuple] = None  # the last step finished
 
         self._checkpoint_dir = cfg.checkpoint_dir()
         if self._checkpoint_dir:
@@ -296,6 +315,13 @@ class Hook:
                                     worker=self.worker_name if multi else None, wait_for_workers=others)
             self.writer = RunWriter(self.out_dir, self.worker_name, tensorboard_dir=self.tensorboard_dir,
                                     uploader=uploader)
+            if flight_recorder is not None:
+                writer = self.writer
+                self._recorder = Recorder(flight_recorder, self.worker_name, submit=lambda d: writer.submit(d, True),
+                                          write_file=writer.write_file)
+                from .flight_recorder import watch_uncaught_exceptions
+
+                watch_uncaught_exceptions(self)
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self._stop_poller = None if dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
         _register_hook(self)
@@ -507,21 +533,44 @@ class Hook:
     def _update_saving(self) -> None:
         self._prepare_if_changed()
         _, mode, step = self._step_identity  # the open step's mode, even after set_mode()
+        self._ring_only = False
+        recording = self.flight_recording
         quiet = self._quiet.get(mode)
-        if quiet is not None and quiet[0] <= step < quiet[1]:  # between two saves: one comparison
+        if quiet is not None and quiet[0] <= step < quiet[1] and not recording:  # between two saves: one comparison
             self._saving_colls = frozenset()
             self.saving_step = False
             return
         relevant = [p for p in self._prepared
                     if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
         self._saving_colls = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
-        if not self._saving_colls:
+        if recording:
+            # Every step captures the recorder's collections; one that saves nothing else
+            # goes to the recorder's ring instead of the writer. A step that saves anyway
+            # writes them with it (they are on disk: the recorder never writes it again).
+            kept = frozenset(p.collection.name for p in relevant if p.collection.name in self.flight_recorder.collections)
+            self._ring_only = not self._saving_colls and bool(kept)
+            self._saving_colls = self._saving_colls | kept
+        elif not self._saving_colls:
             upcoming = [n for n in (p.by_mode[mode].next_save_step(step) for p in relevant) if n is not None]
             self._quiet[mode] = (step, min(upcoming, default=math.inf))
         # A worker that writes nothing (include_workers="one", not the chief) touches no
         # tensor, unless a dry run or a live rule wants the values.
         consumes = self.writes_files or self.dry_run or bool(self._step_listeners)
         self.saving_step = bool(self._saving_colls) and consumes
+
+    @property
+    def flight_recording(self) -> bool:
+        """Whether the flight recorder keeps steps now (on, not fired, not disabled): adapters
+        install their non-finite probes only then."""
+        recorder = self._recorder
+        return recorder is not None and recorder.enabled and recorder.fired is None and self.enabled
+
+    def set_step_probe(self, probe) -> None:
+        """For adapters, before the step ends: an object whose ``locate()`` returns where the
+        first non-finite value of the open step appeared (a dict: ``module``, ``phase``, ...)
+        or None. It is called only if the flight recorder fires for that step, so it may
+        hold device values and read them then."""
+        self._step_probe = probe
 
     @property
     def saving_collections(self) -> frozenset:
@@ -801,7 +850,11 @@ class Hook:
         # On the worker while it still reduces this step's batches (steps stay in order);
         # else here: making the records costs less than waking the worker for them.
         # Live rules and dry runs see each step finished before the next begins.
-        args = (pending, has_blocks, scalars, self._step_identity, collections)
+        flight = None
+        if self._recorder is not None and self.flight_recording:
+            flight = (self._ring_only, self._step_probe)
+        self._step_probe = None
+        args = (pending, has_blocks, scalars, self._step_identity, collections, flight)
         if self._pipeline.idle or self._step_listeners or self.writer is None:
             self._pipeline.drain()
             self._pipeline.run_here("finishing a step", self._finish_step, *args)
@@ -811,13 +864,21 @@ class Hook:
             self._disable_after_pipeline_failure()
 
     def _finish_step(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple,
-                     collections: Optional[bytes]) -> None:
-        """On the pipeline's worker: the step's records, in recording order, to the writer."""
+                     collections: Optional[bytes], flight: Optional[tuple] = None) -> None:
+        """On the pipeline's worker: the step's records, in recording order, to the writer.
+
+        ``flight``: ``(ring_only, probe)`` while the flight recorder keeps steps: the step's
+        values are checked for NaN/Inf (from its reductions, already on the host), and a step
+        that saves nothing else goes to the recorder instead of the writer."""
         step, mode, mode_step = identity
         tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
         out = (tensors, shapes, tb_scalars, tb_hists, metrics)
         strip = self.profile.strip_output_index_in_reduction_tags
-        seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) if self._step_listeners else None
+        ring_only = flight is not None and flight[0]
+        # Live rules see the steps that are saved, as without the recorder.
+        seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) \
+            if self._step_listeners and not ring_only else None
+        bad: Optional[List[str]] = [] if flight is not None else None  # names of non-finite tensors
         if has_blocks:
             pending = self._resolve_duplicates(pending)
         # Tensors recorded one by one are materialized together, one backend call each.
@@ -828,6 +889,8 @@ class Hook:
                 block, values = payload
                 shapes += block.shapes
                 tensors += zip(block.tags, values)
+                if bad is not None and value_is_nonfinite(np.asarray(values, dtype=np.float64)):
+                    bad += [one.name for one, _, vals in block.split(values) if value_is_nonfinite(np.asarray(vals))]
                 if seen is not None:
                     for one, _, values_of_one in block.split(values):
                         seen.reductions[one.name] = dict(zip(one.reductions, values_of_one))
@@ -845,9 +908,11 @@ class Hook:
                                 if entries[i][0].name in by_name)
         for i, (plan, payload, backend) in enumerate(entries):
             if isinstance(payload, TensorBatch):
-                self._emit_batch(payload, identity, strip, out, seen)
+                self._emit_batch(payload, identity, strip, out, seen, bad)
             elif plan is not None and (backend is None or i in materialized):
-                self._emit_one(plan, payload if backend is None else materialized[i], strip, out, seen)
+                self._emit_one(plan, payload if backend is None else materialized[i], strip, out, seen, bad)
+        # Where the scalars' records start (a step kept by the recorder writes only those now).
+        scalars_from = (len(tensors), len(tb_scalars), len(metrics))
 
         timed = []  # scalars given a timestamp: their records carry it as wall_time (as in 1.0.34)
         for name, value, sm_metric, timestamp in scalars:
@@ -859,16 +924,38 @@ class Hook:
                 timed.append((float(timestamp), tag, array))
             if seen is not None:
                 seen.tensors[tag] = array
+            if bad is not None and value_is_nonfinite(array):
+                bad.append(tag)
             if array.size == 1:
                 if timestamp is None:  # a timed scalar's TensorBoard value goes with its own record
                     tb_scalars.append((tag, float(array.reshape(-1)[0])))
                 if sm_metric:
                     metrics.append((f"{tag}_{mode.name}", float(array.reshape(-1)[0]), timestamp))
 
+        self._last_identity = identity
+        if flight is not None:
+            if ring_only:
+                # Kept whole (scalars too); now only the scalars are written, as without the recorder.
+                kept = tensors + [(tag, array) for _, tag, array in timed]
+                try:
+                    self._recorder_keep(identity, kept, shapes, flight[1])
+                except Exception as exc:  # noqa: BLE001 - costs the recorder, not the hook: this step is written
+                    self._recorder.disable(f"keeping step {step}: {type(exc).__name__}: {exc}")
+                    ring_only, bad = False, None
+                else:
+                    tensors, shapes = tensors[scalars_from[0]:], []
+                    tb_scalars, tb_hists, metrics = tb_scalars[scalars_from[1]:], [], metrics[scalars_from[2]:]
+            else:
+                self._recorder.keep_saved(identity, flight[1])
         if metrics:
             self._write_sm_metrics(metrics, step)
         if seen is not None:
             self._notify_listeners(seen)
+        if bad:
+            marker = self._recorder.fire("nonfinite", f"{bad[0]} holds NaN or Inf at step {step}", identity, bad,
+                                         flight[1])
+            if ring_only and marker is not None and step in marker["steps_written"]:
+                tensors, timed = [], []  # its scalars were written with the kept step
         writer = self.writer
         if writer is None:
             if self.dry_run:
@@ -880,10 +967,11 @@ class Hook:
             return
         from .writer import StepData
 
-        writer.submit(StepData(
-            global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
-            shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
-        ), publish=not timed)  # the step is complete: readers may see it as soon as it is on disk
+        if tensors or shapes or not ring_only:  # a step kept by the recorder may have nothing to write now
+            writer.submit(StepData(
+                global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
+                shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
+            ), publish=not timed)  # the step is complete: readers may see it as soon as it is on disk
         for i, (wall_time, tag, array) in enumerate(timed):  # same step, one record each with its time
             writer.submit(StepData(
                 global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=[(tag, array)],
@@ -891,9 +979,39 @@ class Hook:
             ), publish=i == len(timed) - 1)
         if collections is not None:
             writer.write_collections(collections)
-        if self._checkpoint_dir:
+        if self._checkpoint_dir and not ring_only:
             # Spot training: a run killed later still resumes after this step.
             self._save_step_counters(identity)
+
+    def _recorder_keep(self, identity: tuple, tensors: list, shapes: list, probe) -> None:
+        from .writer import StepData
+
+        step, mode, mode_step = identity
+        data = StepData(global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name,
+                        tensors=tensors, shapes=shapes, wall_time=time.time())
+        self._recorder.keep(identity, data, step_nbytes(tensors, shapes), probe)
+
+    def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual") -> Optional[dict]:
+        """Write the flight recorder's kept steps and its marker now; returns the marker (a
+        dict), or None when there is no recorder or it already fired.
+
+        ``trigger`` names why in the marker (``"manual"``, ``"rule"``, ``"exception"``).
+        Rules' :class:`~smdebug.rules.DumpFlightRecorder` action calls it. Safe from any
+        thread; from the training thread with ``trigger="exception"`` the open step is
+        ended first, so that the step that failed is written too.
+        """
+        recorder = self._recorder
+        if recorder is None or not self.flight_recording:
+            return None
+        with self.guard("flight recorder"):
+            identity = self._last_identity
+            if trigger == "exception" and self._step_open and not self._pipeline.on_worker_thread:
+                identity = self._step_identity
+                self.end_step()
+            if not self._pipeline.on_worker_thread:
+                self._pipeline.drain(timeout=30)  # steps ended so far reach the ring first
+            return recorder.fire(trigger, reason, identity)
+        return None
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every step ended so far is finished and on disk (its files published).
@@ -910,15 +1028,18 @@ class Hook:
             done = bool(writer.flush(timeout))
         return done and self.enabled
 
-    def _emit_one(self, plan: TensorPlan, result: Materialized, strip: bool, out, seen) -> None:
+    def _emit_one(self, plan: TensorPlan, result: Materialized, strip: bool, out, seen, bad=None) -> None:
         self._emit(plan, result, strip, *out)
+        if bad is not None and (any(value_is_nonfinite(v) for v in result.reductions.values())
+                                or (result.raw is not None and value_is_nonfinite(result.raw))):
+            bad.append(plan.name)
         if seen is not None:
             if result.raw is not None:
                 seen.tensors[plan.name] = result.raw
             if result.reductions:
                 seen.reductions[plan.name] = result.reductions
 
-    def _emit_batch(self, batch: TensorBatch, identity: tuple, strip: bool, out, seen) -> None:
+    def _emit_batch(self, batch: TensorBatch, identity: tuple, strip: bool, out, seen, bad=None) -> None:
         """A batch's records: one ``extend`` for a batch of reductions (the common case), else
         tensor by tensor in the batch's order."""
         results = batch.results()
@@ -929,14 +1050,34 @@ class Hook:
         if selection.fast_tags is not None and not (results[0].lost or results[0].unreduced):
             result = results[0]
             tensors += zip(selection.fast_tags, result.reductions.ravel())
+            if bad is not None:  # one numpy call for the whole batch
+                rows = nonfinite_rows(result.reductions)
+                if rows is not None:
+                    bad += [selection.plans[i].name for i in rows]
             if selection.plans[0].shape:
                 shapes += zip([p.name for p in selection.plans], result.shapes)
             if seen is not None:
                 for plan, row in zip(selection.plans, result.reductions):
                     seen.reductions[plan.name] = dict(zip(plan.reductions, row))
             return
+        if bad is not None:
+            self._nonfinite_in_batch(selection, results, bad)
         for plan, result in self._batch_items(batch, results, identity[0]):
             self._emit_one(plan, result, strip, out, seen)
+
+    @staticmethod
+    def _nonfinite_in_batch(selection: Selection, results: List[BatchResult], bad: List[str]) -> None:
+        """Names of a batch's tensors holding NaN/Inf: from each group's reductions table (one
+        numpy call), or from the host copies of a group saved without reductions."""
+        for (positions, keys, raw, _), result in zip(selection.groups, results):
+            skip = set(result.unreduced) | set(result.lost)
+            if keys:
+                rows = nonfinite_rows(result.reductions)
+                if rows is not None:
+                    bad += [selection.plans[positions[j]].name for j in rows if j not in skip]
+            elif raw and result.raw is not None:
+                bad += [selection.plans[positions[j]].name for j, value in enumerate(result.raw)
+                        if j not in skip and value is not None and value_is_nonfinite(value)]
 
     def _batch_items(self, batch: TensorBatch, results: List[BatchResult], step: int):
         """``(plan, Materialized)`` of each saved tensor of a batch, in the batch's order."""
@@ -1243,9 +1384,19 @@ class Hook:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, Exception) and self._recorder is not None:
+            # An exception escaped the training loop inside ``with hook:``.
+            self.dump_flight_recorder(f"{type(exc).__name__}: {exc}", trigger="exception")
         self.close()
         return False
+
+    def _on_uncaught_exception(self, exc: BaseException) -> None:
+        """The process is about to end with ``exc`` (sys.excepthook): write the recorder's
+        steps, then finish the run's files (atexit would too, but later and only if it runs)."""
+        if isinstance(exc, Exception) and not self._closed:
+            self.dump_flight_recorder(f"uncaught {type(exc).__name__}: {exc}", trigger="exception")
+            self.close()
 
     def __repr__(self):
         return (f"<{type(self).__name__} out_dir={self.out_dir!r} worker={self.worker_name} "

@@ -9,6 +9,7 @@ this (``docs/zero_code_change.md``).
 """
 from smdebug import create_trial, modes
 from smdebug.collections import Collection, CollectionKeys
+from smdebug.flight_recorder import FlightRecorder
 from smdebug.modes import ModeKeys
 from smdebug.reduction_config import ReductionConfig
 from smdebug.hook import del_hook, set_hook
@@ -18,6 +19,6 @@ from .backend import TorchBackend
 from .hook import Hook, TrainingStopRequested, get_hook
 
 __all__ = [
-    "Collection", "CollectionKeys", "Hook", "ModeKeys", "ReductionConfig", "SaveConfig", "SaveConfigMode",
+    "Collection", "CollectionKeys", "FlightRecorder", "Hook", "ModeKeys", "ReductionConfig", "SaveConfig", "SaveConfigMode",
     "TorchBackend", "TrainingStopRequested", "create_trial", "del_hook", "get_hook", "modes", "set_hook",
 ]

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import warnings
 import weakref
 from typing import Dict, List, Optional, Tuple
@@ -58,6 +59,7 @@ from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
 from .backend import TorchBackend
+from .nonfinite import NonfiniteLocator
 
 logger = get_logger("smdebug.pytorch")
 
@@ -171,6 +173,8 @@ class Hook(CoreHook):
         self._warned_bad_tensor: set = set()
         self._optimizer_hooks_installed = False
         self._pending_params: List[Tuple[str, torch.nn.Parameter]] = []  # added before their model
+        # Flight recorder: notes where a NaN/Inf first appears in each step (nonfinite.py).
+        self._locator = NonfiniteLocator() if self._recorder is not None and self.flight_recorder.locate else None
 
     # --- core overrides ------------------------------------------------------------------
     def _distributed_info(self) -> Tuple[int, int]:
@@ -193,6 +197,12 @@ class Hook(CoreHook):
     def end_step(self) -> None:
         if self._deferred or self._observed:  # module calls outside a registered model's forward
             self._copy_deferred_guarded()
+        locator = self._locator
+        if locator is not None:
+            self.set_step_probe(locator.take_probe())
+            if not self.flight_recording and locator.installed:
+                locator.remove()  # the recorder fired or was disabled: no more notes
+                self._locator = None
         super().end_step()
 
     @never_raises("copying module tensors")
@@ -213,6 +223,9 @@ class Hook(CoreHook):
         finally:
             self._remove_handles(self._capture_handles)
             self._remove_handles(self._handles)
+            if self._locator is not None:
+                self._locator.remove()
+                self._locator = None
             self._capture_key = None
             for owner, fence in list(self._zero_grad_fences.items()):
                 if owner.__dict__.get("zero_grad") is fence:
@@ -269,11 +282,41 @@ class Hook(CoreHook):
         self._install_zero_grad_fence(module)
         self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
         self._handles.append(module.register_forward_hook(self._forward_hook(root_name, flush=True)))
+        if self._locator is not None:
+            self._install_locator(module, inner, root_name)
         self._install_optimizer_hooks()
         self._resolve_layer_requests()
         self._sync_capture_hooks()
 
     register_hook = register_module  # the original library's name
+
+    def _install_locator(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str) -> None:
+        """The flight recorder's notes on every module of a registered model, and a root hook
+        that torch calls even when the forward raises (``always_call``)."""
+        modules = [(path or root_name, sub) for path, sub in inner.named_modules()
+                   if id(sub) not in self._compiled_module_ids]
+        self._locator.install(root_name, modules)
+        self._handles.append(outer.register_forward_hook(
+            functools.partial(_weak_method(self._on_root_forward_exit), root_name), always_call=True))
+
+    def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual"):
+        if trigger == "exception" and self.flight_recording and self._step_open \
+                and not self._pipeline.on_worker_thread:
+            with self.guard("flight recorder: filing the failed step's weights"):
+                self._fence_weights()  # the failed step keeps the weights its forward used
+        return super().dump_flight_recorder(reason, trigger)
+
+    dump_flight_recorder.__doc__ = CoreHook.dump_flight_recorder.__doc__
+
+    def _on_root_forward_exit(self, root_name: str, module, args, output) -> None:
+        """After every forward of a registered model; when the forward raised, torch calls it
+        with no output from inside its ``except``: the flight recorder writes its steps."""
+        if output is not None or self._recorder is None:
+            return
+        exc = sys.exc_info()[1]
+        if isinstance(exc, Exception) and not isinstance(exc, TrainingStopRequested):
+            self.dump_flight_recorder(f"{type(exc).__name__} in the forward of {root_name}: {exc}",
+                                      trigger="exception")
 
     @property
     def registered_models(self) -> Tuple[torch.nn.Module, ...]:
@@ -300,6 +343,8 @@ class Hook(CoreHook):
         if not losses.matches(f"{name}_output_0"):  # a custom loss class without "Loss" in its name
             losses.include(rf"^{re.escape(name)}_output_\d+$")
         self._handles.append(loss_module.register_forward_hook(self._forward_hook(name)))
+        if self._locator is not None:  # a loss that turns NaN (log of 0) is a module too
+            self._locator.install(name, [(name, loss_module)])
 
     def register_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Count TRAIN steps by this optimizer's steps from now on (gradient accumulation).
@@ -437,6 +482,9 @@ class Hook(CoreHook):
             # Disabled after an error: drop the hooks here, where torch is not iterating them.
             self._remove_handles(self._capture_handles)
             self._remove_handles(self._handles)
+            if self._locator is not None:
+                self._locator.remove()
+                self._locator = None
             return
         if self.stop_reason is not None:
             if self._step_open:

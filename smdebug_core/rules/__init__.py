@@ -22,7 +22,7 @@ _LAZY = {
     **{name: "builtin" for name in _BUILTIN},
     "BUILTIN_RULES": "builtin",
     "Action": "actions", "Callback": "actions", "LogMessage": "actions", "RuleEvent": "actions",
-    "StopTraining": "actions",
+    "StopTraining": "actions", "DumpFlightRecorder": "actions",
     "RuleReport": "report",
     "Rule": "rule", "invoke_rule": "rule", "run_rules": "rule",
     "StopRequestPoller": "stop_protocol", "read_stop_request": "stop_protocol", "write_stop_request": "stop_protocol",

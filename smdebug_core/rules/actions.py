@@ -156,8 +156,29 @@ class Callback(Action):
         return "called" if result is None else f"called: {result!r}"[:200]
 
 
+class DumpFlightRecorder(Action):
+    """Write the hook's flight recorder (the last steps it kept in memory) and its marker
+    (docs/flight_recorder.md), naming this rule as the trigger.
+
+    Live only: a rule following a run from another process has no recorder to write (the
+    firing is noted in the report). Writes once; later firings are noted but do nothing.
+    """
+
+    def __call__(self, event: RuleEvent) -> str:
+        hook = event.hook
+        if hook is None or not hasattr(hook, "dump_flight_recorder"):
+            return "no flight recorder here (the rule does not run in the training process)"
+        marker = hook.dump_flight_recorder(f"rule {event.rule} fired at step {event.step}: {event.message}",
+                                           trigger="rule")
+        if marker is None:
+            return "flight recorder not on, or already written"
+        return f"flight recorder wrote steps {marker['steps_written']}"
+
+
 _BY_NAME = {"stoptraining": StopTraining, "stop_training": StopTraining, "stop": StopTraining,
-            "log": LogMessage, "logmessage": LogMessage, "log_message": LogMessage}
+            "log": LogMessage, "logmessage": LogMessage, "log_message": LogMessage,
+            "dumpflightrecorder": DumpFlightRecorder, "flight_recorder": DumpFlightRecorder,
+            "flightrecorder": DumpFlightRecorder}
 
 
 def as_actions(actions) -> List[Action]:
@@ -172,7 +193,7 @@ def as_actions(actions) -> List[Action]:
         elif isinstance(item, str):
             cls = _BY_NAME.get(item.strip().lower())
             if cls is None:
-                raise ConfigError(f"unknown action {item!r}; named actions: stoptraining, log "
+                raise ConfigError(f"unknown action {item!r}; named actions: stoptraining, log, flight_recorder "
                                   "(or pass an Action instance or a callable)")
             out.append(cls())
         elif isinstance(item, type) and issubclass(item, Action):

@@ -909,6 +909,33 @@ class Trial:
         self._maybe_refresh()
         return self.loaded_all_steps
 
+    def flight_recorder_trigger(self, worker: Optional[str] = None) -> Optional[Dict[str, object]]:
+        """What made the run's flight recorder write its steps (docs/flight_recorder.md), or None.
+
+        The marker of ``worker`` (e.g. ``"worker_0"``), else the earliest-stepped of every
+        worker's: a dict with ``trigger`` (nonfinite, rule, exception, manual), ``reason``,
+        ``global_step``, ``first_nonfinite`` (``module``, ``phase``, ``what``: where the first
+        NaN/Inf appeared, when known), ``nonfinite_tensors`` and ``steps_written``. The steps
+        it wrote are ordinary steps of the trial.
+        """
+        markers = self.flight_recorder_triggers()
+        if worker is not None:
+            return markers.get(worker)
+        if not markers:
+            return None
+        return min(markers.values(), key=lambda m: (m.get("global_step") is None,
+                                                     m.get("global_step") if isinstance(m.get("global_step"), int)
+                                                     else 0))
+
+    def flight_recorder_triggers(self) -> Dict[str, Dict[str, object]]:
+        """Every worker's flight recorder marker, by worker (empty when none fired)."""
+        from ..flight_recorder import MARKER_DIR, read_markers
+
+        if not self._storage.is_dir(MARKER_DIR):
+            return {}
+        return read_markers(lambda: [f"{MARKER_DIR}/{e.name}" for e in self._storage.list_dir(MARKER_DIR)],
+                            lambda relpath: self._storage.read_file(relpath, max_bytes=1 << 20))
+
     # ------------------------------------------------------------------ tensors
     def has_tensor(self, name: str) -> bool:
         """Whether any step saved ``name`` (a value, a reduction or a shape)."""

@@ -91,6 +91,9 @@ class StepData:
     tb_scalars: List[Tuple[str, float]] = field(default_factory=list)
     tb_histograms: List[Tuple[str, np.ndarray]] = field(default_factory=list)
     wall_time: float = field(default_factory=time.time)
+    #: The step replaces one already published (the flight recorder writes a kept step whose
+    #: scalars were published alone, docs/flight_recorder.md): its files are written anew.
+    replace: bool = False
 
     def nbytes(self):
         """Approximate memory held by this item (array bytes plus a small per-item cost)."""
@@ -219,7 +222,7 @@ _POSIX_PATHS = os.sep == "/"
 _O_CLOEXEC_BINARY = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 # Queue item kinds.
-_STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE = range(6)
+_STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE, _FILE = range(7)
 
 
 class RunWriter:
@@ -346,6 +349,12 @@ class RunWriter:
         A failure here is logged once per path and does not stop the writer.
         """
         self._enqueue(_METRIC, (os.fspath(path), line))
+
+    def write_file(self, relpath, data):
+        """Write ``data`` (bytes) to ``<out_dir>/<relpath>`` atomically, on the writer thread,
+        after everything queued before it (the flight recorder's marker comes after its steps)."""
+        data = bytes(data)
+        self._enqueue(_FILE, (relpath, data), len(data) + _ITEM_OVERHEAD_BYTES)
 
     def publish(self):
         """Ask the writer to publish the steps it holds open (within ``max_delay``), without waiting.
@@ -483,6 +492,8 @@ class RunWriter:
             self._write_atomically(layout.collections_file_relpath(self.worker), payload)
         elif kind == _METRIC:
             self._append_metric_line(*payload)
+        elif kind == _FILE:
+            self._write_atomically(*payload)
         elif kind in (_PUBLISH, _FLUSH):
             self._publish_all()
             self._flush_tensorboard()
@@ -555,7 +566,7 @@ class RunWriter:
             open_step = None
         if open_step is None and (step.tensors or step.shapes):
             open_step = _OpenStep(step.global_step, step.worker, mode, step.mode_step)
-            if os.path.exists(self._path(open_step.index_relpath)):
+            if not step.replace and os.path.exists(self._path(open_step.index_relpath)):
                 self._warn_late(step)
                 open_step = None
             elif self.uploader is not None and self.uploader.spool_full():
