@@ -18,7 +18,7 @@ pytest.importorskip("s3fs")
 import smdebug as smd  # noqa: E402
 from compat_runner import HERE, original_env  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
 from s3_endpoint import serve  # noqa: E402
 
 READ_SCRIPT = """

@@ -17,10 +17,9 @@ def _hook_classes():
     found = []
     for module, name, framework in HOOKS:
         try:
-            importlib.import_module(framework)
-        except ImportError:
+            found.append(getattr(importlib.import_module(module), name))
+        except ImportError:  # the framework is not installed here
             continue
-        found.append(getattr(importlib.import_module(module), name))
     return found
 
 

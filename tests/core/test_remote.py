@@ -25,7 +25,7 @@ from smdebug.trials import create_trial  # noqa: E402
 from smdebug.writer.uploader import main as sync_main  # noqa: E402
 from smdebug.writer.uploader import spool_files  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
 from s3_endpoint import Endpoint  # noqa: E402
 
 UPLOAD_LOGGER = "smdebug.writer.uploader"

@@ -158,7 +158,7 @@ def test_overwrite_on_s3_keeps_what_a_worker_of_this_job_uploaded_first(tmp_path
     before the chief, with overwrite=True, removes the previous run there."""
     pytest.importorskip("moto.server", reason="needs moto[server]")
     pytest.importorskip("s3fs")
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
     from s3_endpoint import serve
 
     endpoint = serve(monkeypatch, tmp_path, "jobs")

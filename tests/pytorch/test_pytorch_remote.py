@@ -13,7 +13,7 @@ pytest.importorskip("s3fs")
 
 from smdebug.trials import create_trial  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
 from s3_endpoint import free_port, serve  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_remote.py")

@@ -16,7 +16,7 @@ from smdebug.trials import create_trial  # noqa: E402
 from conftest import make_model  # noqa: E402
 
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
 from s3_endpoint import serve  # noqa: E402
 
 

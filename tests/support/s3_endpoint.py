@@ -1,7 +1,8 @@
 """A real S3 endpoint on loopback for the tests: moto's server, started in this process on
 a free port, with the AWS environment pointing boto3, s3fs and our hook at it.
 
-Test modules import it after ``sys.path.insert(0, <tests folder>)``; they skip themselves
+Test modules import it after ``sys.path.insert(0, <tests/support>)`` (not the tests folder:
+its subfolders are named like the frameworks and would shadow them); they skip themselves
 first (``pytest.importorskip("moto.server")``) where moto is not installed.
 """
 import logging
