@@ -804,3 +804,16 @@ def _reduce_small_rows(x: np.ndarray, keys: Tuple[ReductionKey, ...]) -> np.ndar
 def _two_pass_variance(rows: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     centered = rows.to(torch.float64) - mean[:, None]
     return centered.square_().sum(dim=1) / rows.shape[1]
+
+
+def tensor_leaves(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Tensors in a module's inputs/outputs, depth first (tuples, lists, dicts, ModelOutput)."""
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            tensor_leaves(item, out)
+    elif isinstance(value, dict):
+        for item in value.values():
+            tensor_leaves(item, out)
+    return out

@@ -58,7 +58,7 @@ from smdebug.hook import never_raises
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
-from .backend import TorchBackend
+from .backend import TorchBackend, tensor_leaves
 from .nonfinite import NonfiniteLocator
 
 logger = get_logger("smdebug.pytorch")
@@ -84,19 +84,6 @@ def _is_compiled(module: torch.nn.Module) -> bool:
     """Whether calls to ``module`` run through torch.compile (wrapper or ``module.compile()``)."""
     return (isinstance(getattr(module, "_orig_mod", None), torch.nn.Module)
             or getattr(module, "_compiled_call_impl", None) is not None)
-
-
-def _tensor_leaves(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
-    """Tensors in a module's inputs/outputs, depth first (tuples, lists, dicts, ModelOutput)."""
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _tensor_leaves(item, out)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _tensor_leaves(item, out)
-    return out
 
 
 def _weak_method(method):
@@ -600,7 +587,7 @@ class Hook(CoreHook):
         something changes them in place before the forward ends (``nn.ReLU(inplace=True)``
         after a Linear does), that module's tensors are always copied at once.
         """
-        tensors = (value,) if isinstance(value, torch.Tensor) else _tensor_leaves(value, [])
+        tensors = (value,) if isinstance(value, torch.Tensor) else tensor_leaves(value, [])
         if not tensors:
             return
         # Inference-mode tensors have no version counter to watch: they are copied at once.

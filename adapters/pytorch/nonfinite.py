@@ -27,6 +27,8 @@ import torch
 
 from smdebug.logger import get_logger
 
+from .backend import tensor_leaves
+
 logger = get_logger("smdebug.pytorch")
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -48,16 +50,6 @@ def _finite_note(t: torch.Tensor) -> Optional[torch.Tensor]:
     return t.sum(dtype=torch.float32) if t.dtype in _HALF else t.sum()
 
 
-def _tensors(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _tensors(item, out)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _tensors(item, out)
-    return out
 
 
 def _in(produced: Dict[int, "weakref.ref"], t: torch.Tensor) -> bool:
@@ -177,7 +169,7 @@ def _forward_note(locator_ref, who: Tuple[str, str], parent: Tuple[str, str]):
 
     def note_call(locator, args, output):
         produced = locator._produced
-        for i, t in enumerate(_tensors(args, [])):
+        for i, t in enumerate(tensor_leaves(args, [])):
             if not _in(produced, t):
                 # Not returned by a module this step: made by the parent's own code, or data.
                 locator.note("forward", parent, f"input {i} of {path}", t)
@@ -185,7 +177,7 @@ def _forward_note(locator_ref, who: Tuple[str, str], parent: Tuple[str, str]):
                 # Only tensors made in this step's graph: a hook on a leaf (a reused input that
                 # requires grad) would stay on it, one more each step.
                 t.register_hook(_grad_note(locator_ref, who, f"gradient of input {i}"))
-        for i, t in enumerate(_tensors(output, [])):
+        for i, t in enumerate(tensor_leaves(output, [])):
             if not _in(produced, t):  # else a container returning its last child's output: noted already
                 produced[id(t)] = weakref.ref(t)
                 locator.note("forward", who, f"output {i}", t)
