@@ -27,7 +27,6 @@ import inspect
 import json
 import math
 import os
-import tempfile
 import threading
 import time
 import weakref
@@ -45,18 +44,17 @@ from .collections import (
 )
 from .exceptions import ConfigError, OutDirError
 from .flight_recorder import MARKER_DIR, FlightRecorder, Recorder, nonfinite_rows, step_nbytes, value_is_nonfinite
-from .format import layout
 from .logger import get_logger
 from .modes import ALL_MODES, ModeKeys
 from .pipeline import StepPipeline
 from .reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig, reduction_tag
 from .rules.stop_protocol import STOP_REQUEST_FILE, StopRequestPoller
+from .run_files import StepCounters, prepare_out_dir
 from .save_config import SaveConfig, SaveConfigMode
 from .step import ReducedBlock, Selection, StepValues, TensorBatch, TensorPlan
 
 logger = get_logger()
 
-_RUN_MARKERS = ("collections", "index", "events", layout.END_OF_JOB_FILE)
 # Left by rules in a run directory; removed with the run on overwrite.
 _RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE, MARKER_DIR)
 #: Longest close() waits for the step pipeline to finish the last steps (seconds).
@@ -294,13 +292,17 @@ class Hook:
         self._step_probe = None  # the adapter's non-finite probe of the open step (set_step_probe)
         self._last_identity: Optional[tuple] = None  # the last step finished
 
-        self._checkpoint_dir = cfg.checkpoint_dir()
-        if self._checkpoint_dir:
+        checkpoint_dir = cfg.checkpoint_dir()
+        self._step_counters = StepCounters(checkpoint_dir) if checkpoint_dir else None
+        if self._step_counters is not None:
             self._resume_step_counters()
 
         self.writer = None
         if self.writes_files:
-            self._prepare_out_dir(overwrite)
+            # As for a URL (remote.py), only the chief checks for (and may remove) an earlier run.
+            prepare_out_dir(self.out_dir, check=self.is_chief and self.out_url is None, overwrite=overwrite,
+                            siblings=self._sibling_workers(), world_size=self.world_size,
+                            side_files=_RUN_SIDE_FILES)
             from .writer import RunWriter  # the writer thread starts only for hooks that write
 
             uploader = None
@@ -346,57 +348,21 @@ class Hook:
             return []
         return [f"worker_{r}" for r in range(self.world_size) if r != self.rank]
 
-    def _prepare_out_dir(self, overwrite: bool) -> None:
-        if self.is_chief and os.path.isdir(self.out_dir) and self.out_url is None:
-            existing = [m for m in _RUN_MARKERS if os.path.exists(os.path.join(self.out_dir, m))]
-            if existing and self.include_workers == "all" and self.world_size > 1:
-                from .writer.siblings import written_by_other_workers
-
-                if written_by_other_workers(self.out_dir, self._sibling_workers(), self.world_size):
-                    existing = []  # this job's other workers started first: keep their files
-            if existing and not overwrite:
-                raise OutDirError(
-                    f"out_dir {self.out_dir} already holds a run ({', '.join(existing)} exist); choose a new "
-                    "directory, delete it, or pass overwrite=True to replace that run"
-                )
-            from .writer.siblings import remove_previous_run
-
-            # Not what this job's other workers may already have written here.
-            remove_previous_run(self.out_dir, tuple(existing) + _RUN_SIDE_FILES, self._sibling_workers())
-        try:
-            os.makedirs(self.out_dir, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.out_dir, prefix=".smdebug_write_test_"):
-                pass
-        except OSError as exc:
-            raise OutDirError(f"out_dir {self.out_dir} is not writable: {exc.strerror or exc}") from None
-
-    # --- step counters kept across restarts (spot training), docs/format.md 1.3 metadata.json ---
-    def _state_file(self) -> str:
-        return os.path.join(self._checkpoint_dir, "metadata.json")
-
+    # --- step counters kept across restarts (spot training): run_files.StepCounters ---------
     def _resume_step_counters(self) -> None:
         """Continue the step numbering of a previous run of this job, if it left its state."""
-        try:
-            with open(self._state_file()) as fh:
-                records = json.load(fh)
-            last = records[-1] if isinstance(records, list) and records else None
-            if not isinstance(last, dict):
-                return
-            seen = int(last["latest-global-step-seen"])
-            mode_steps = {ModeKeys.parse(k): int(v) for k, v in (last.get("latest-mode-step") or {}).items()}
-        except FileNotFoundError:
+        state = self._step_counters.load()
+        if state is None:
             return
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            logger.warning("smdebug: ignoring unreadable step state %s: %s", self._state_file(), exc)
-            return
+        seen, mode_steps = state
         self.global_step = seen
         self.mode_steps.update(mode_steps)
         self.mode_steps[ModeKeys.GLOBAL] = seen
-        logger.info("smdebug: resuming after global step %d (state in %s)", seen, self._checkpoint_dir)
+        logger.info("smdebug: resuming after global step %d (state in %s)", seen, self._step_counters.dir)
 
     def _save_step_counters(self, identity: Optional[tuple] = None) -> None:
-        """Write the step state atomically: at the end of each saved step (``identity``, on the
-        step pipeline's thread, once per saved step) and at close (the training thread's counters)."""
+        """At the end of each saved step (``identity``, on the step pipeline's thread) and at
+        close (the training thread's counters)."""
         if identity is None:
             step, mode_steps = self.global_step, dict(self.mode_steps)
         else:
@@ -407,20 +373,7 @@ class Hook:
                 mode_steps = {}
             mode_steps[mode] = mode_step
             mode_steps[ModeKeys.GLOBAL] = step
-        record = {
-            "training-run": self.out_dir,
-            "latest-global-step-saved": step,
-            "latest-global-step-seen": step,
-            "latest-mode-step": {m.name: s for m, s in mode_steps.items() if s >= 0},
-        }
-        try:
-            os.makedirs(self._checkpoint_dir, exist_ok=True)
-            tmp = f"{self._state_file()}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "w") as fh:
-                json.dump([record], fh)
-            os.replace(tmp, self._state_file())
-        except OSError as exc:
-            logger.warning("smdebug: could not save step state to %s: %s", self._checkpoint_dir, exc)
+        self._step_counters.save(self.out_dir, step, mode_steps)
 
     def _include(self, name: str) -> None:
         self.collection_manager.get(name)
@@ -979,7 +932,7 @@ class Hook:
             ), publish=i == len(timed) - 1)
         if collections is not None:
             writer.write_collections(collections)
-        if self._checkpoint_dir and not ring_only:
+        if self._step_counters is not None and not ring_only:
             # Spot training: a run killed later still resumes after this step.
             self._save_step_counters(identity)
 
@@ -1377,7 +1330,7 @@ class Hook:
             except Exception as exc:  # noqa: BLE001
                 logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
             self._writer_failed()  # the writer works in batches: a disk error may surface only now
-        if self._checkpoint_dir and self.global_step >= 0:
+        if self._step_counters is not None and self.global_step >= 0:
             self._save_step_counters()
         _unregister_hook(self)
 
