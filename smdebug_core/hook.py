@@ -242,6 +242,7 @@ class Hook:
         self._pending: Dict[object, Tuple[Optional[TensorPlan], object, Optional[TensorBackend]]] = {}
         self._blocks_pending = False  # whether _pending holds a ReducedBlock
         self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
+        self._pending_placements: Dict[str, dict] = {}  # name -> where its saved piece lies (note_placement)
         self._early_tensors: List[Tuple[str, object]] = []  # save_tensor before the first step
         self._collections_written = False
         self._closed = False
@@ -509,6 +510,24 @@ class Hook:
         """
         return self._saving_colls if self.saving_step else frozenset()
 
+    def note_placement(self, name: str, placement: dict) -> None:
+        """Say that the value recorded as ``name`` in this step is one piece of a larger tensor
+        (a shard of a sharded parameter): ``placement`` (``global_shape``, ``local_shape`` and
+        ``offsets`` of the block, or ``flat_offset`` in the flattened tensor) is written into the
+        step's index file (docs/format.md 3.4), where our Trial finds it to reassemble the full
+        tensor from every worker's piece and readers of the original format do not look."""
+        if self.saving_step:
+            with self._lock:
+                self._pending_placements[name] = placement
+
+    @property
+    def step_saves_somewhere(self) -> bool:
+        """Whether some worker saves something at this step: the same answer on every worker
+        (it follows the save configuration and the step counters only), including those that
+        write nothing (``include_workers="one"``). Adapters whose capture needs every worker's
+        part (collectives over sharded tensors) take part whenever it is True."""
+        return bool(self._saving_colls) and self.enabled
+
     def _prepare_if_changed(self) -> None:
         key = (self.collection_manager.version, tuple(self.include_collections))
         if key == self._prepared_key:
@@ -660,6 +679,15 @@ class Hook:
         return self._hold(((name, value),), backend or self._backend_for(value)) == 1
 
     @never_raises("record")
+    def record_planned(self, plan: TensorPlan, value, backend: TensorBackend) -> bool:
+        """Offer a tensor under ``plan``: this step's plan of its name, narrowed by the adapter
+        (``dataclasses.replace``) to what it can save faithfully (a shard of a sharded tensor:
+        the reductions exact from its shards' partials, which its snapshot carries)."""
+        if not self.saving_step:
+            return False
+        return self._hold(((plan.name, value),), backend, plan) == 1
+
+    @never_raises("record")
     def record_many(self, items, backend: TensorBackend) -> int:
         """Offer several ``(name, value)`` of one backend at once; returns how many will be saved.
 
@@ -670,11 +698,11 @@ class Hook:
             return 0
         return self._hold(items, backend)
 
-    def _hold(self, items, backend: TensorBackend) -> int:
+    def _hold(self, items, backend: TensorBackend, given: Optional[TensorPlan] = None) -> int:
         """Snapshot the wanted ``(name, value)`` items and keep them for the end of the step."""
         held = []
         for name, value in items:
-            plan = self.plan_for(name)
+            plan = given or self.plan_for(name)
             if plan is not None and name not in self._skipped_tensors:
                 try:
                     held.append((name, plan, backend.snapshot(value, plan.needs_value)))
@@ -767,6 +795,7 @@ class Hook:
                                           logger)
         with self._lock:
             pending, self._pending = self._pending, {}
+            placements, self._pending_placements = self._pending_placements, {}
             has_blocks, self._blocks_pending = self._blocks_pending, False
             scalars, self._pending_scalars = self._pending_scalars, []
         if not pending and not scalars:
@@ -778,7 +807,7 @@ class Hook:
         # On the worker while it still reduces this step's batches (steps stay in order);
         # else here: making the records costs less than waking the worker for them.
         # Live rules and dry runs see each step finished before the next begins.
-        args = (pending, has_blocks, scalars, self._step_identity, collections)
+        args = (pending, has_blocks, scalars, self._step_identity, collections, placements)
         if self._pipeline.idle or self._step_listeners or self.writer is None:
             self._pipeline.drain()
             self._pipeline.run_here("finishing a step", self._finish_step, *args)
@@ -788,7 +817,7 @@ class Hook:
             self._disable_after_pipeline_failure()
 
     def _finish_step(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple,
-                     collections: Optional[bytes]) -> None:
+                     collections: Optional[bytes], placements: Optional[Dict[str, dict]] = None) -> None:
         """On the pipeline's worker: the step's records, in recording order, to the writer."""
         step, mode, mode_step = identity
         tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
@@ -860,6 +889,7 @@ class Hook:
         writer.submit(StepData(
             global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
             shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
+            placements=placements or {},
         ), publish=not timed)  # the step is complete: readers may see it as soon as it is on disk
         for i, (wall_time, tag, array) in enumerate(timed):  # same step, one record each with its time
             writer.submit(StepData(

@@ -37,6 +37,7 @@ are installed only while steps save and removed when a step saves nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -44,6 +45,7 @@ import warnings
 import weakref
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -56,7 +58,9 @@ from smdebug.hook import never_raises
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
-from .backend import TorchBackend
+from .backend import TorchBackend, TorchSnapshot, plain_tensor
+from .sharded import (EXACT_REDUCTIONS, Placement, ShardedParam, ShardGroups, combine_partials, dtensor_shard_dims,
+                      assemble, decode_pieces, encode_piece, encoded_size, fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, shard_partials)
 
 logger = get_logger("smdebug.pytorch")
 
@@ -65,9 +69,50 @@ _compiler_disable = getattr(getattr(torch, "compiler", None), "disable", lambda 
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
+def _fsdp_classes() -> tuple:
+    """(FSDP v1 wrapper class, FSDP2 module mixin), each None where torch lacks it."""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:  # pragma: no cover - torch built without distributed
+        FullyShardedDataParallel = None
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch before FSDP2
+        FSDPModule = None
+    return FullyShardedDataParallel, FSDPModule
+
+
+#: Path segments FSDP v1 and activation checkpointing insert between a model and its
+#: submodules: left out of tensor names, as DDP's ``module.`` is.
+_WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module")
+
+
+def _clean_path(path: str) -> str:
+    """A parameter or module path without wrapper segments (``_fsdp_wrapped_module.0.weight``
+    -> ``0.weight``)."""
+    if "_wrapped_module" not in path:
+        return path
+    return ".".join(part for part in path.split(".") if part not in _WRAPPER_SEGMENTS)
+
+
+def _model_name(module: torch.nn.Module) -> str:
+    """The class name of the user's module: ``fully_shard`` (FSDP2) swaps a module's class for a
+    generated subclass ``FSDP<Class>``; the user's class names the tensors, as without FSDP."""
+    _, fsdp_module = _fsdp_classes()
+    cls = type(module)
+    if fsdp_module is not None and isinstance(module, fsdp_module):
+        for base in cls.__mro__[1:]:
+            if not issubclass(base, fsdp_module):
+                return base.__name__
+    return cls.__name__
+
+
 def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
-    """The user's model inside DataParallel/DistributedDataParallel and torch.compile wrappers."""
-    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    """The user's model inside DataParallel/DistributedDataParallel, FSDP (v1) and torch.compile
+    wrappers (FSDP2 changes no structure: see :func:`_model_name`)."""
+    fsdp_v1, _ = _fsdp_classes()
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel) + \
+        ((fsdp_v1,) if fsdp_v1 is not None else ())
     while True:
         if isinstance(getattr(module, "_orig_mod", None), torch.nn.Module):  # torch.compile(model)
             module = module._orig_mod
@@ -173,6 +218,14 @@ class Hook(CoreHook):
         self._warned_bad_tensor: set = set()
         self._optimizer_hooks_installed = False
         self._pending_params: List[Tuple[str, torch.nn.Parameter]] = []  # added before their model
+        # Sharded parameters (FSDP2/DTensor, FSDP v1 use_orig_params): reduced from their shards
+        # with a fixed number of collectives per saved step (sharded.py), apart from _params.
+        self._sharded: List[ShardedParam] = []
+        self._sharded_names: Tuple[str, ...] = ()  # weights, then gradients
+        self._shard_groups = ShardGroups()
+        self._sharded_step = -1  # the global step whose sharded parameters were captured
+        self._sharded_blocks: Dict[tuple, tuple] = {}
+        self._warned_sharded: set = set()
 
     # --- core overrides ------------------------------------------------------------------
     def _distributed_info(self) -> Tuple[int, int]:
@@ -195,6 +248,8 @@ class Hook(CoreHook):
     def end_step(self) -> None:
         if self._deferred or self._observed:  # module calls outside a registered model's forward
             self._copy_deferred_guarded()
+        if self._sharded_due():  # a TRAIN step with no optimizer step (manual updates)
+            self._capture_sharded(with_gradients=self.mode in _TRAINING_MODES)
         super().end_step()
 
     @never_raises("copying module tensors")
@@ -249,19 +304,19 @@ class Hook(CoreHook):
         if any(outer is module for outer, _, _ in self._roots):
             return
         inner = _unwrap(module)
-        root_name = type(inner).__name__
+        root_name = _model_name(inner)
         compiled = _is_compiled(module) or _is_compiled(inner)
         self._roots.append((module, inner, root_name))
         if module is not inner:
             self._module_names[id(module)] = (module, root_name)
+        fsdp_v1, _ = _fsdp_classes()
         for path, sub in inner.named_modules():
-            self._module_names[id(sub)] = (sub, path or root_name)
+            if fsdp_v1 is not None and isinstance(sub, fsdp_v1):
+                continue  # its wrapped module takes the name (the path without wrapper segments)
+            self._module_names[id(sub)] = (sub, _clean_path(path) or root_name)
             if compiled and sub is not inner:
                 self._compiled_module_ids.add(id(sub))
-        for pname, param in inner.named_parameters():
-            if id(param) not in self._param_ids:
-                self._param_ids.add(id(param))
-                self._params.append((f"{root_name}_{pname}", param))
+        self._add_parameters(inner, root_name)
         self._param_names = tuple(name for name, _ in self._params)
         if self._pending_params:
             pending, self._pending_params = self._pending_params, []
@@ -276,6 +331,223 @@ class Hook(CoreHook):
         self._sync_capture_hooks()
 
     register_hook = register_module  # the original library's name
+
+    def _add_parameters(self, inner: torch.nn.Module, root_name: str) -> None:
+        """Sort a registered model's parameters into plain ones (``_params``, the batched path)
+        and sharded ones (``_sharded``, reduced from their shards). The statistics' process
+        groups are created here: every rank registers the same model, in the same order."""
+        try:
+            flat_v1 = fsdp1_flat_params(inner)
+        except ValueError as exc:
+            logger.warning("smdebug: not saving the parameters of %s: %s", root_name, exc)
+            flat_v1 = None
+            skip_flat = True
+        else:
+            skip_flat = False
+        added = False
+        for pname, param in inner.named_parameters():
+            if id(param) in self._param_ids:
+                continue
+            self._param_ids.add(id(param))
+            name = f"{root_name}_{_clean_path(pname)}"
+            if skip_flat and pname.endswith("_flat_param"):
+                continue
+            try:
+                sharded = self._sharded_param(name, param, flat_v1)
+            except Exception as exc:  # noqa: BLE001 - that parameter is not saved; training goes on
+                logger.warning("smdebug: not saving sharded parameter %s: %s: %s", name, type(exc).__name__, exc)
+                continue
+            if sharded is None:
+                self._params.append((name, param))
+            elif sharded is not False:
+                self._sharded.append(sharded)
+                added = True
+        if added:
+            weights = tuple(s.name for s in self._sharded)
+            self._sharded_names = weights + tuple(f"gradient/{name}" for name in weights)
+            self._sharded_blocks.clear()
+            self._warn_inexact_reductions()
+
+    def _sharded_param(self, name: str, param, flat_v1):
+        """A :class:`ShardedParam` for a sharded ``param``, None for a plain one, False for one
+        that cannot be saved (with one warning)."""
+        if is_dtensor(param):
+            dims, why = dtensor_shard_dims(param)
+            if why is None and not (dist.is_available() and dist.is_initialized()):
+                why = "torch.distributed is not initialized"
+            if why is not None:
+                logger.warning("smdebug: not saving DTensor parameter %s: %s", name, why)
+                return False
+            return ShardedParam(name, param, self._shard_groups.ensure_mesh(param.device_mesh, dims))
+        if flat_v1 is not None and id(param) in flat_v1:
+            group, offset, shape = flat_v1[id(param)]
+            ranks = dist.get_process_group_ranks(group)
+            if len(ranks) != dist.get_world_size():
+                # Each rank would need every other rank's group to create them collectively.
+                logger.warning("smdebug: not saving FSDP (v1) parameter %s: it is sharded over a subset of the "
+                               "ranks (hybrid sharding); use fully_shard (FSDP2) with a 2D mesh for HSDP", name)
+                return False
+            return ShardedParam(name, param, self._shard_groups.ensure_ranks(sorted(ranks)),
+                                flat=Placement(shape, flat_offset=offset))
+        return None
+
+    def _warn_inexact_reductions(self) -> None:
+        """One warning for the reductions asked of collections that shard partials cannot give
+        exactly (median, prod): sharded tensors are saved without them."""
+        asked = set()
+        for coll in self.collection_manager:
+            config = coll.reduction_config or self.reduction_config
+            asked.update(inexact_reductions(config.all_reductions()))
+        if asked:
+            logger.warning("smdebug: %s cannot be computed exactly from the shards of sharded parameters (FSDP/"
+                           "DTensor) without gathering them; they are not saved for those tensors (the exact "
+                           "ones are: %s, and their abs_ forms). Save full tensors to compute them in the Trial.",
+                           ", ".join(sorted(asked)), ", ".join(sorted(EXACT_REDUCTIONS)))
+
+    # --- sharded parameters: one pack of partials, one collective per shard group ---------------
+    def _sharded_due(self) -> bool:
+        """Whether this step's sharded parameters are still to be reduced. The same answer on
+        every rank (the save configuration and step counters are), whether this rank writes
+        or not: all ranks take part in the collectives."""
+        return bool(self._sharded) and self.enabled and self._step_open and self.step_saves_somewhere \
+            and self._sharded_step != self.global_step
+
+    @never_raises("sharded parameters")
+    def _capture_sharded(self, with_gradients: bool) -> None:
+        """Reduce this step's sharded weights (and gradients) from their shards and record them.
+
+        Runs on the training thread at a point every rank reaches in the same order: the
+        optimizer's pre-step hook in TRAIN steps, the step's first forward in others (see
+        docs/architecture.md). One ``all_gather`` per shard group, however many parameters.
+        """
+        self._sharded_step = self.global_step
+        sharded = self._sharded
+        n = len(sharded)
+        names = self._sharded_names if with_gradients else self._sharded_names[:n]
+        chosen = self.select(names)
+        if not chosen:
+            return
+        tensors, pieces = [], []
+        for i, _ in chosen:
+            one = sharded[i % n]
+            tensor = one.param if i < n else one.param.grad
+            tensors.append(tensor)
+            pieces.append(self._piece(one, tensor, i >= n))
+        partials = shard_partials(pieces)
+        combined = np.full_like(partials, np.nan)
+        by_group: Dict[tuple, List[int]] = {}
+        for pos, (i, _) in enumerate(chosen):
+            by_group.setdefault(sharded[i % n].group, []).append(pos)
+        gathered: Dict[tuple, np.ndarray] = {}
+        for key, positions in by_group.items():  # the same order on every rank
+            gathered[key] = self._shard_groups.all_gather(key, partials[positions])
+            combined[positions] = combine_partials(gathered[key])
+        raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
+        full = self._gather_full(chosen, tensors, pieces, gathered, by_group, raw_wanted) if raw_wanted else {}
+        entries, values = [], []
+        for pos, (i, plan) in enumerate(chosen):
+            row = combined[pos]
+            if not np.isfinite(row[0]):
+                continue  # missing on some rank (no gradient yet, a frozen parameter)
+            if plan.raw:
+                if isinstance(full.get(pos), tuple):
+                    self._record_piece(plan, full[pos], reductions_from_partials(row, [
+                        k for k in plan.reductions if k[0] in EXACT_REDUCTIONS]))
+                elif pos in full:
+                    self.record(plan.name, full[pos], self.backend)
+                continue
+            keys = tuple(k for k in plan.reductions if k[0] in EXACT_REDUCTIONS)
+            if keys != plan.reductions:
+                plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
+                    tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
+            entries.append((plan, tuple(tensors[pos].shape)))
+            values += reductions_from_partials(row, keys)
+        if entries and self.saving_step:
+            layout = tuple((plan, shape) for plan, shape in entries)
+            block = self._sharded_blocks.get(layout)
+            if block is None:
+                if len(self._sharded_blocks) > 16:
+                    self._sharded_blocks.clear()
+                block = self._sharded_blocks[layout] = self.reduced_block(entries)
+            self.record_reduced(block, values)
+
+    def _gather_full(self, chosen, tensors, pieces, gathered: Dict[tuple, np.ndarray], by_group,
+                     raw_wanted) -> Dict[int, object]:
+        """The sharded tensors saved whole, by position in ``chosen``.
+
+        ``include_workers="one"``: the chief gathers only these (one ``gather`` over its shard
+        group: other replicas of an HSDP mesh hold the same values and send nothing) and gets
+        the full tensors. ``"all"``: each worker keeps its own piece, saved with its placement
+        (see :meth:`_record_piece`). Pieces missing on any rank leave the tensor out.
+        """
+        wanted = set(raw_wanted)
+        out: Dict[int, object] = {}
+        n = len(self._sharded)
+        for key, positions in by_group.items():
+            mine = [(j, pos) for j, pos in enumerate(positions) if pos in wanted]
+            if not mine:
+                continue
+            counts = gathered[key][..., 0]  # [ranks of the group, tensors]: each rank's piece size
+            mine = [(j, pos) for j, pos in mine if np.isfinite(counts[:, j]).all()]
+            if self.include_workers == "all":
+                for _, pos in mine:
+                    out[pos] = (pieces[pos], self._sharded[chosen[pos][0] % n].placement_of(tensors[pos]))
+                continue
+            ranks = self._shard_groups.ranks(key)
+            if 0 not in ranks or not mine:
+                continue
+            layouts, payload = [], []
+            for j, pos in mine:
+                one = self._sharded[chosen[pos][0] % n]
+                placement = one.placement_of(tensors[pos])
+                ndim = 1 if placement.flat_offset is not None else len(placement.global_shape)
+                layouts.append((j, pos, ndim, pieces[pos].dtype, placement))
+                payload.append(encode_piece(pieces[pos], placement))
+            sizes = [sum(encoded_size(int(counts[r, j]), torch.empty((), dtype=dtype).element_size(), ndim)
+                         for j, _, ndim, dtype, _ in layouts) for r in range(len(ranks))]
+            received = self._shard_groups.gather_bytes(key, np.concatenate(payload), sizes, dst_global_rank=0)
+            if received is None:
+                continue
+            blocks: Dict[int, list] = {pos: [] for _, pos, _, _, _ in layouts}
+            for r, data in enumerate(received):
+                decoded = decode_pieces(data, [(ndim, dtype, int(counts[r, j])) for j, _, ndim, dtype, _ in layouts])
+                for (_, pos, _, _, _), block in zip(layouts, decoded):
+                    blocks[pos].append(block)
+            for _, pos, _, dtype, placement in layouts:
+                out[pos] = assemble(blocks[pos], placement.global_shape, dtype, placement.flat_offset is not None)
+        return out
+
+    def _record_piece(self, plan, piece_and_placement, exact_values) -> None:
+        """``include_workers="all"``: this worker's piece of a full tensor, with its placement
+        (written next to the record: docs/format.md) and the full tensor's exact reductions."""
+        piece, placement = piece_and_placement
+        keys = tuple(k for k in plan.reductions if k[0] in EXACT_REDUCTIONS)
+        snap = TorchSnapshot(plain_tensor(piece).clone(), owned=True,
+                             reduced=(keys, torch.tensor(exact_values, dtype=torch.float64)) if keys else None)
+        if keys != plan.reductions:
+            plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
+                tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
+        if self.record_planned(plan, snap, self.backend):
+            self.note_placement(plan.name, placement.as_json(piece.shape))
+
+    def _piece(self, one: ShardedParam, tensor, is_grad: bool):
+        """This rank's piece of a sharded parameter or gradient, or None (with one warning when
+        it cannot be reduced exactly: a gradient laid out unlike its parameter)."""
+        if tensor is None:
+            return None
+        if is_dtensor(tensor) and is_grad and tuple(tensor.placements) != tuple(one.param.placements):
+            self._warn_sharded(f"gradient/{one.name}", f"its placements {tuple(tensor.placements)} differ from its "
+                                                       f"parameter's {tuple(one.param.placements)}")
+            return None
+        piece = one.local(tensor)
+        if piece is None:
+            self._warn_sharded(one.name, f"a {type(tensor).__name__} where a sharded tensor was expected")
+        return piece
+
+    def _warn_sharded(self, name: str, why: str) -> None:
+        if name not in self._warned_sharded:
+            self._warned_sharded.add(name)
+            logger.warning("smdebug: %s is not saved: %s (warned once)", name, why)
 
     @property
     def registered_models(self) -> Tuple[torch.nn.Module, ...]:
@@ -295,7 +567,7 @@ class Hook(CoreHook):
             raise ConfigError(f"register_loss expects a torch.nn.Module, got {type(loss_module).__name__}")
         if any(m is loss_module for m in self._losses):
             return
-        name = type(loss_module).__name__
+        name = _model_name(loss_module)
         self._losses.append(loss_module)
         self._module_names[id(loss_module)] = (loss_module, name)
         losses = self.get_collection(CollectionKeys.LOSSES)
@@ -341,7 +613,8 @@ class Hook(CoreHook):
             coll.add_module_tensors(obj)
             self._resolve_layer_requests()
         elif isinstance(obj, torch.nn.Parameter):
-            name = next((n for n, p in self._params if p is obj), None)
+            name = next((n for n, p in self._params if p is obj), None) or \
+                next((s.name for s in self._sharded if s.param is obj), None)
             if name is None:
                 self._pending_params.append((coll.name, obj))
             else:
@@ -364,7 +637,7 @@ class Hook(CoreHook):
         known = self._module_names.get(id(module))
         if known is not None and known[0] is module:
             return known[1]
-        name = type(module).__name__
+        name = _model_name(module)
         self._module_names[id(module)] = (module, name)
         return name
 
@@ -456,6 +729,8 @@ class Hook(CoreHook):
         self._optimizer_stepped = False
         self._fence_gradients(before_backward=True)
         self.begin_step()
+        if self.mode not in _TRAINING_MODES and self._sharded_due():  # no gradients, no optimizer step
+            self._capture_sharded(with_gradients=False)
         if self.saving_step or self._capture_handles:
             self._sync_capture_hooks()
             if self.saving_step:
@@ -476,6 +751,8 @@ class Hook(CoreHook):
             self._capture_parameters(with_gradients=True)
         else:
             self._fence_weights()
+        if self.mode in _TRAINING_MODES and self._sharded_due():
+            self._capture_sharded(with_gradients=True)
 
     @never_raises("optimizer post-step hook")
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:

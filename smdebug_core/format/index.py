@@ -16,6 +16,9 @@ from .layout import EVENT_FILE_SUFFIX, EVENTS_DIR, MAX_STEP_EXCLUSIVE, validate_
 from .records import RECORD_OVERHEAD
 
 PAYLOAD_CRC_KEY = "crc32c"
+#: Top-level index key: name -> placement of a record that is one worker's piece of a sharded
+#: tensor (docs/format.md 3.4). Ours; the original reader reads only meta/tensor_payload/shape_payload.
+PLACEMENTS_KEY = "shard_placements"
 # Offsets and lengths beyond this are not plausible file positions.
 _MAX_FILE_OFFSET = 2**62
 
@@ -75,9 +78,11 @@ def _entry_json_head(name, start_idx, length):
     return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": '
 
 
-def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shapes):
+def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shapes, placements=None):
     """:func:`build_index_json` from entries already formatted: each item of ``entry_items``
-    is one :func:`entry_json` or several joined by ``", "`` (:func:`entries_json_template`)."""
+    is one :func:`entry_json` or several joined by ``", "`` (:func:`entries_json_template`).
+    ``placements`` (name -> placement of a record that is a piece of a larger tensor) go to
+    an extra top-level key, :data:`PLACEMENTS_KEY`, which the original reader never reads."""
     mode = ModeKeys.parse(mode)
     meta = {"mode": mode.name, "mode_step": validate_step(mode_step, "mode_step")}
     if event_file_relpath is not None:
@@ -94,8 +99,9 @@ def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shap
         shape_payload.append({"tensorname": name, "originalname": original, "shape": [int(s) for s in shape]})
     # The original writes with json's default separators; keep that for byte-level familiarity
     # (what json.dumps of the same document gives, byte for byte: a test compares).
+    extra = f', "{PLACEMENTS_KEY}": {json.dumps(placements)}' if placements else ""
     return (f'{{"meta": {json.dumps(meta)}, "tensor_payload": [{", ".join(entry_items)}], '
-            f'"shape_payload": {json.dumps(shape_payload)}}}').encode("utf-8")
+            f'"shape_payload": {json.dumps(shape_payload)}{extra}}}').encode("utf-8")
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -1,0 +1,122 @@
+"""FSDP2 training on CPU with gloo, run by test_fsdp2.py in 2 (or 4) processes.
+
+``python fsdp2_train.py <out_base> <port> <world_size> <scenario>[,<scenario>...]``.
+
+Each scenario trains a few steps with the hook and writes, next to the run, what the test
+compares it with: ``reference_<rank>.json`` (every reduction of ``full_tensor()`` of every
+weight and gradient, computed just before ``optimizer.step()``), ``full_<rank>.npz`` (the
+full tensors) and ``collectives_<rank>.json`` (the hook's statistics collectives per step).
+
+Scenarios: ``reductions`` (2 Linear layers, 4 parameters, uneven shards: one rank holds an
+empty piece of a 1-row weight), ``wide`` (20 layers, 40 parameters), ``full_one`` and
+``full_all`` (full tensors, include_workers one/all), ``hsdp`` (a 2D replicate x shard mesh:
+2 processes as 2x1, 4 as 2x2).
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import smdebug.pytorch as smd
+from smdebug import reductions as ref
+
+REDUCTIONS = ["min", "max", "mean", "std", "variance", "sum"]
+NORMS = ["l1", "l2"]
+STEPS = 3
+
+
+def make_model(layers):
+    torch.manual_seed(0)
+    sizes = [5] + [3] * (layers - 1) + [1]
+    modules = []
+    for i in range(layers):
+        modules.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i < layers - 1:
+            modules.append(torch.nn.Tanh())
+    return torch.nn.Sequential(*modules)
+
+
+def shard(model, mesh):
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def reference(model, optimizer, rank, out):
+    """Record full_tensor() of every weight and gradient before each optimizer step."""
+    steps, full = [], {}
+
+    def pre_step(opt, args, kwargs):
+        values = {}
+        for name, param in model.named_parameters():
+            for key, tensor in ((f"Sequential_{name}", param), (f"gradient/Sequential_{name}", param.grad)):
+                whole = tensor.full_tensor().detach().numpy().astype(np.float64)  # a collective: all ranks
+                full[f"{len(steps)}|{key}"] = whole
+                values[key] = {("abs_" if a else "") + op: float(ref.reduce(whole, op, a))
+                               for op in REDUCTIONS + NORMS for a in (False, True)}
+        steps.append(values)
+
+    optimizer.register_step_pre_hook(pre_step)
+
+    def save():
+        with open(os.path.join(out, f"reference_{rank}.json"), "w") as f:
+            json.dump(steps, f)
+        np.savez(os.path.join(out, f"full_{rank}.npz"), **full)
+
+    return save
+
+
+def run(scenario, out_base, rank, world):
+    out = os.path.join(out_base, scenario)
+    if world == 4 and scenario == "hsdp":
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    elif scenario == "hsdp":
+        mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh("cpu", (world,))
+    model = shard(make_model(20 if scenario == "wide" else 2), mesh)
+    full_values = scenario.startswith("full")
+    reduction_config = smd.ReductionConfig(save_raw_tensor=True) if full_values else smd.ReductionConfig(
+        reductions=REDUCTIONS, abs_reductions=REDUCTIONS, norms=NORMS, abs_norms=NORMS)
+    hook = smd.Hook(out_dir=out, include_workers="all" if scenario == "full_all" else "one",
+                    save_config=smd.SaveConfig(save_interval=1), reduction_config=reduction_config,
+                    include_collections=["weights", "biases", "gradients"])
+    hook.register_module(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_reference = reference(model, optimizer, rank, out)
+    gen = torch.Generator().manual_seed(rank)  # each rank its own data
+    collectives = []
+    for _ in range(STEPS):
+        before = hook._shard_groups.collectives
+        x, y = torch.randn(4, 5, generator=gen), torch.randn(4, 1, generator=gen)
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        collectives.append(hook._shard_groups.collectives - before)
+    hook.close()
+    save_reference()
+    with open(os.path.join(out, f"collectives_{rank}.json"), "w") as f:
+        json.dump({"per_step": collectives, "parameters": len(list(model.parameters()))}, f)
+    dist.barrier()
+
+
+def worker(rank, out_base, port, world, scenarios):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    for scenario in scenarios:
+        run(scenario, out_base, rank, world)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    base, port, world, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
+    mp.spawn(worker, args=(base, port, world, names), nprocs=world)
