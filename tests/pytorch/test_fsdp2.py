@@ -1,0 +1,164 @@
+"""Sharded parameters (FSDP2 / DTensor): exact reductions from shards, a fixed number of
+collectives per saved step, full tensors reassembled, HSDP meshes not double-counted.
+
+Real processes: ``fsdp2_train.py`` trains FSDP2 models on CPU with gloo (2 processes, and 4
+for a 2x2 HSDP mesh) and writes, next to each run, what ``full_tensor()`` gave.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+pytest.importorskip("torch.distributed.fsdp")
+
+from smdebug import reductions as ref  # noqa: E402
+from smdebug.pytorch.sharded import (PARTIAL_COLUMNS, combine_partials, reductions_from_partials,  # noqa: E402
+                                     shard_partials)
+from smdebug.trials import create_trial  # noqa: E402
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp2_train.py")
+ALL_KEYS = [(op, a) for op in ("min", "max", "mean", "std", "variance", "sum", "l1", "l2") for a in (False, True)]
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(base, world, scenarios):
+    done = subprocess.run([sys.executable, SCRIPT, str(base), str(free_port()), str(world), ",".join(scenarios)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return base
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return launch(tmp_path_factory.mktemp("fsdp2"), 2, ["reductions", "wide", "full_one", "full_all", "hsdp"])
+
+
+@pytest.fixture(scope="module")
+def runs_4(tmp_path_factory):
+    return launch(tmp_path_factory.mktemp("fsdp2_4"), 4, ["hsdp"])
+
+
+def assert_reductions_equal_full_tensor(run_dir):
+    """Every reduction of every weight and gradient at every step, against full_tensor()."""
+    trial = create_trial(run_dir)
+    with open(os.path.join(run_dir, "reference_0.json")) as f:
+        reference = json.load(f)
+    assert trial.steps() == list(range(len(reference)))
+    checked = 0
+    for step, by_name in enumerate(reference):
+        assert sorted(by_name) == sorted(trial.tensor_names(step=step))
+        for name, expected in by_name.items():
+            for reduction, value in expected.items():
+                is_abs = reduction.startswith("abs_")
+                got = trial.tensor(name).reduction_value(step, reduction[4:] if is_abs else reduction, abs=is_abs)
+                np.testing.assert_allclose(got, value, rtol=1e-6, atol=0, err_msg=f"{name} {reduction} step {step}")
+                checked += 1
+    return checked
+
+
+def test_names_are_the_unsharded_names(runs):
+    names = create_trial(runs / "reductions").tensor_names()
+    assert names == ["Sequential_0.bias", "Sequential_0.weight", "Sequential_2.bias", "Sequential_2.weight",
+                     "gradient/Sequential_0.bias", "gradient/Sequential_0.weight", "gradient/Sequential_2.bias",
+                     "gradient/Sequential_2.weight"]  # no FSDPSequential prefix
+
+
+def test_every_reduction_of_every_weight_and_gradient_is_that_of_the_full_tensor(runs):
+    # Uneven shards: 3 rows over 2 ranks, and a 1-row weight of which one rank holds nothing.
+    assert assert_reductions_equal_full_tensor(runs / "reductions") == 3 * 8 * 16
+
+
+def test_collectives_per_saved_step_do_not_grow_with_the_parameters(runs):
+    counts = {}
+    for scenario in ("reductions", "wide"):
+        for rank in (0, 1):
+            with open(runs / scenario / f"collectives_{rank}.json") as f:
+                info = json.load(f)
+            counts[(scenario, rank)] = info
+    assert counts[("reductions", 0)]["parameters"] == 4 and counts[("wide", 0)]["parameters"] == 40
+    assert {tuple(c["per_step"]) for c in counts.values()} == {(1, 1, 1)}  # one all_gather per saved step
+    assert assert_reductions_equal_full_tensor(runs / "wide") == 3 * 80 * 16
+
+
+@pytest.mark.parametrize("scenario", ["full_one", "full_all"])
+def test_full_tensors_reassembled_by_the_trial_equal_full_tensor(runs, scenario):
+    trial = create_trial(runs / scenario)
+    full = np.load(runs / scenario / "full_0.npz")
+    assert len(full.files) == 3 * 8
+    for key in full.files:
+        step, name = key.split("|")
+        tensor = trial.tensor(name)
+        value = tensor.value(int(step))
+        assert value.shape == full[key].shape
+        np.testing.assert_array_equal(value.astype(np.float64), full[key])
+        assert tensor.shape(int(step)) == full[key].shape
+        np.testing.assert_allclose(tensor.reduction_value(int(step), "variance"), full[key].var(), rtol=1e-6)
+    if scenario == "full_one":
+        assert trial.workers() == ["worker_0"]  # the chief gathered and wrote the full tensors
+    else:
+        assert trial.workers() == ["worker_0", "worker_1"]
+        # each worker's own piece: rows 0-1 on worker_0, row 2 on worker_1
+        piece = trial.tensor("Sequential_0.weight").value(0, worker="worker_1")
+        np.testing.assert_array_equal(piece.astype(np.float64), full["0|Sequential_0.weight"][2:])
+
+
+def test_full_tensor_pieces_leave_the_index_readable_as_before(runs):
+    """The placement is an extra top-level key of the index: entries and shapes are unchanged."""
+    index_dir = runs / "full_all" / "index" / "000000000"
+    with open(index_dir / "000000000000_worker_1.json") as f:
+        document = json.load(f)
+    assert set(document) == {"meta", "tensor_payload", "shape_payload", "shard_placements"}
+    assert document["shard_placements"]["Sequential_0.weight"] == {
+        "global_shape": [3, 5], "local_shape": [1, 5], "offsets": [2, 0]}
+    assert [e["tensorname"] for e in document["tensor_payload"]][:2] == ["Sequential_0.weight", "Sequential_0.bias"]
+
+
+def test_hsdp_replicated_dimension_is_not_counted(runs):
+    """A 2x1 (replicate x shard) mesh on 2 processes: a reduction gathered over the replicate
+    dimension would count every element twice (sums, norms and counts would be off)."""
+    assert assert_reductions_equal_full_tensor(runs / "hsdp") == 3 * 8 * 16
+    with open(runs / "hsdp" / "collectives_0.json") as f:
+        assert json.load(f)["per_step"] == [0, 0, 0]  # shard groups of one rank exchange nothing
+
+
+def test_hsdp_2x2_mesh_on_4_processes(runs_4):
+    assert assert_reductions_equal_full_tensor(runs_4 / "hsdp") == 3 * 8 * 16
+    with open(runs_4 / "hsdp" / "collectives_0.json") as f:
+        assert json.load(f)["per_step"] == [1, 1, 1]
+
+
+# ----------------------------------------------------------------- the combination, in one process
+@pytest.mark.parametrize("offset", [0.0, 1e6])
+def test_partials_combine_to_the_full_tensors_reductions(offset):
+    """Shards of uneven sizes (one empty), a large common offset (where E[x^2] - mean^2
+    would cancel: Chan's combination does not), float32 and float64."""
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        full = (torch.randn(7, 5, generator=gen, dtype=torch.float64) * 1e-3 + offset).to(dtype)
+        pieces = [full[:4], full[4:4], full[4:6], full[6:]]
+        gathered = np.stack([shard_partials([p]) for p in pieces])
+        row = combine_partials(gathered)[0]
+        assert row[PARTIAL_COLUMNS.index("count")] == full.numel()
+        values = reductions_from_partials(row, ALL_KEYS)
+        expected = ref.reduce_many(full.numpy(), ALL_KEYS)
+        np.testing.assert_allclose(values, expected, rtol=1e-7)  # E[x^2] - mean^2 gives 1e-4 for 1e-6 here
+
+
+def test_nan_in_one_shard_makes_the_reductions_nan_and_a_missing_shard_leaves_the_tensor_out():
+    pieces = [torch.tensor([1.0, float("nan")]), torch.tensor([2.0])]
+    row = combine_partials(np.stack([shard_partials([p]) for p in pieces]))[0]
+    assert all(np.isnan(reductions_from_partials(row, [("min", False), ("max", False), ("mean", False)])))
+    missing = combine_partials(np.stack([shard_partials([torch.ones(2)]), shard_partials([None])]))[0]
+    assert np.isnan(missing[PARTIAL_COLUMNS.index("count")])
