@@ -412,15 +412,25 @@ class Hook(CoreHook):
         return bool(self._sharded) and self.enabled and self._step_open and self.step_saves_somewhere \
             and self._sharded_step != self.global_step
 
-    @never_raises("sharded parameters")
     def _capture_sharded(self, with_gradients: bool) -> None:
         """Reduce this step's sharded weights (and gradients) from their shards and record them.
 
         Runs on the training thread at a point every rank reaches in the same order: the
         optimizer's pre-step hook in TRAIN steps, the step's first forward in others (see
         docs/architecture.md). One ``all_gather`` per shard group, however many parameters.
+        A failure turns off sharded capture only (one warning); the rest of the hook goes on.
+        A collective that a peer never joins gives up after ``sharded.COLLECTIVE_TIMEOUT``.
         """
         self._sharded_step = self.global_step
+        try:
+            self._capture_sharded_now(with_gradients)
+        except Exception as exc:  # noqa: BLE001 - the failing part is switched off, training goes on
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s", self.global_step,
+                           type(exc).__name__, exc)
+            self._sharded = []
+            self._sharded_names = ()
+
+    def _capture_sharded_now(self, with_gradients: bool) -> None:
         sharded = self._sharded
         n = len(sharded)
         names = self._sharded_names if with_gradients else self._sharded_names[:n]
@@ -433,7 +443,11 @@ class Hook(CoreHook):
             tensor = one.param if i < n else one.param.grad
             tensors.append(tensor)
             pieces.append(self._piece(one, tensor, i >= n))
-        partials = shard_partials(pieces)
+        try:
+            partials = shard_partials(pieces)
+        except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
+            self._warn_sharded("shard partials", f"{type(exc).__name__}: {exc}")
+            partials = shard_partials([None] * len(pieces))
         combined = np.full_like(partials, np.nan)
         by_group: Dict[tuple, List[int]] = {}
         for pos, (i, _) in enumerate(chosen):
@@ -535,6 +549,13 @@ class Hook(CoreHook):
         it cannot be reduced exactly: a gradient laid out unlike its parameter)."""
         if tensor is None:
             return None
+        try:
+            return self._piece_of(one, tensor, is_grad)
+        except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor
+            self._warn_sharded(f"gradient/{one.name}" if is_grad else one.name, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _piece_of(self, one: ShardedParam, tensor, is_grad: bool):
         if is_dtensor(tensor) and is_grad and tuple(tensor.placements) != tuple(one.param.placements):
             self._warn_sharded(f"gradient/{one.name}", f"its placements {tuple(tensor.placements)} differ from its "
                                                        f"parameter's {tuple(one.param.placements)}")

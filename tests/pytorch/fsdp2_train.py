@@ -8,7 +8,7 @@ weight and gradient, computed just before ``optimizer.step()``), ``full_<rank>.n
 full tensors) and ``collectives_<rank>.json`` (the hook's statistics collectives per step).
 
 Scenarios: ``reductions`` (2 Linear layers, 4 parameters, uneven shards: one rank holds an
-empty piece of a 1-row weight), ``wide`` (20 layers, 40 parameters), ``full_one`` and
+empty piece of a 1-row weight; 3 TRAIN steps, then an EVAL step), ``wide`` (20 layers, 40 parameters), ``full_one`` and
 ``full_all`` (full tensors, include_workers one/all), ``hsdp`` (a 2D replicate x shard mesh:
 2 processes as 2x1, 4 as 2x2).
 """
@@ -66,12 +66,17 @@ def reference(model, optimizer, rank, out):
 
     optimizer.register_step_pre_hook(pre_step)
 
+    def weights_now():  # an EVAL step: its weights, no gradients
+        steps.append({f"Sequential_{name}": {("abs_" if a else "") + op: float(ref.reduce(
+            param.full_tensor().detach().numpy().astype(np.float64), op, a)) for op in REDUCTIONS + NORMS
+            for a in (False, True)} for name, param in model.named_parameters()})
+
     def save():
         with open(os.path.join(out, f"reference_{rank}.json"), "w") as f:
             json.dump(steps, f)
         np.savez(os.path.join(out, f"full_{rank}.npz"), **full)
 
-    return save
+    return save, weights_now
 
 
 def run(scenario, out_base, rank, world):
@@ -91,7 +96,7 @@ def run(scenario, out_base, rank, world):
                     include_collections=["weights", "biases", "gradients"])
     hook.register_module(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    save_reference = reference(model, optimizer, rank, out)
+    save_reference, eval_reference = reference(model, optimizer, rank, out)
     gen = torch.Generator().manual_seed(rank)  # each rank its own data
     collectives = []
     for _ in range(STEPS):
@@ -101,6 +106,11 @@ def run(scenario, out_base, rank, world):
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
         collectives.append(hook._shard_groups.collectives - before)
+    if scenario == "reductions":  # an EVAL step: weights captured at its forward
+        model.eval()
+        eval_reference()
+        with torch.no_grad():
+            model(torch.randn(2, 5, generator=gen))
     hook.close()
     save_reference()
     with open(os.path.join(out, f"collectives_{rank}.json"), "w") as f:

@@ -56,6 +56,7 @@ def assert_reductions_equal_full_tensor(run_dir):
     with open(os.path.join(run_dir, "reference_0.json")) as f:
         reference = json.load(f)
     assert trial.steps() == list(range(len(reference)))
+    assert all(len(names) for names in reference)
     checked = 0
     for step, by_name in enumerate(reference):
         assert sorted(by_name) == sorted(trial.tensor_names(step=step))
@@ -77,7 +78,9 @@ def test_names_are_the_unsharded_names(runs):
 
 def test_every_reduction_of_every_weight_and_gradient_is_that_of_the_full_tensor(runs):
     # Uneven shards: 3 rows over 2 ranks, and a 1-row weight of which one rank holds nothing.
-    assert assert_reductions_equal_full_tensor(runs / "reductions") == 3 * 8 * 16
+    # 3 TRAIN steps (weights, gradients), then an EVAL step (weights, captured at its forward)
+    assert assert_reductions_equal_full_tensor(runs / "reductions") == 3 * 8 * 16 + 4 * 16
+    assert create_trial(runs / "reductions").mode(3).name == "EVAL"
 
 
 def test_collectives_per_saved_step_do_not_grow_with_the_parameters(runs):
