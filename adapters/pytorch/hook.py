@@ -59,7 +59,7 @@ from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
 from .backend import TorchBackend, TorchSnapshot, plain_tensor
-from .sharded import (EXACT_REDUCTIONS, Placement, ShardedParam, ShardGroups, combine_partials, dtensor_shard_dims,
+from .sharded import (EXACT_REDUCTIONS, CollectiveFailed, Placement, ShardedParam, ShardGroups, combine_partials, dtensor_shard_dims,
                       assemble, decode_pieces, encode_piece, encoded_size, fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, shard_partials)
 
 logger = get_logger("smdebug.pytorch")
@@ -224,6 +224,7 @@ class Hook(CoreHook):
         self._sharded_names: Tuple[str, ...] = ()  # weights, then gradients
         self._shard_groups = ShardGroups()
         self._sharded_step = -1  # the global step whose sharded parameters were captured
+        self._sharded_muted = False  # after a local failure: join the collectives, record nothing
         self._sharded_blocks: Dict[tuple, tuple] = {}
         self._warned_sharded: set = set()
 
@@ -316,7 +317,7 @@ class Hook(CoreHook):
             self._module_names[id(sub)] = (sub, _clean_path(path) or root_name)
             if compiled and sub is not inner:
                 self._compiled_module_ids.add(id(sub))
-        self._add_parameters(inner, root_name)
+        self._add_parameters(module, inner, root_name)
         self._param_names = tuple(name for name, _ in self._params)
         if self._pending_params:
             pending, self._pending_params = self._pending_params, []
@@ -332,12 +333,12 @@ class Hook(CoreHook):
 
     register_hook = register_module  # the original library's name
 
-    def _add_parameters(self, inner: torch.nn.Module, root_name: str) -> None:
+    def _add_parameters(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str) -> None:
         """Sort a registered model's parameters into plain ones (``_params``, the batched path)
         and sharded ones (``_sharded``, reduced from their shards). The statistics' process
         groups are created here: every rank registers the same model, in the same order."""
         try:
-            flat_v1 = fsdp1_flat_params(inner)
+            flat_v1 = fsdp1_flat_params(outer)  # the FSDP (v1) wrappers, the outermost included
         except ValueError as exc:
             logger.warning("smdebug: not saving the parameters of %s: %s", root_name, exc)
             flat_v1 = None
@@ -424,11 +425,14 @@ class Hook(CoreHook):
         self._sharded_step = self.global_step
         try:
             self._capture_sharded_now(with_gradients)
-        except Exception as exc:  # noqa: BLE001 - the failing part is switched off, training goes on
-            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s", self.global_step,
-                           type(exc).__name__, exc)
+        except CollectiveFailed as exc:  # the peers are gone or out of step: issue no more collectives
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.global_step, exc)
             self._sharded = []
             self._sharded_names = ()
+        except Exception as exc:  # noqa: BLE001 - record nothing more, but keep joining the peers' collectives
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s", self.global_step,
+                           type(exc).__name__, exc)
+            self._sharded_muted = True
 
     def _capture_sharded_now(self, with_gradients: bool) -> None:
         sharded = self._sharded
@@ -437,12 +441,14 @@ class Hook(CoreHook):
         chosen = self.select(names)
         if not chosen:
             return
-        tensors, pieces = [], []
+        muted = self._sharded_muted
+        tensors, pieces, shapes = [], [], []
         for i, _ in chosen:
             one = sharded[i % n]
             tensor = one.param if i < n else one.param.grad
             tensors.append(tensor)
-            pieces.append(self._piece(one, tensor, i >= n))
+            pieces.append(None if muted else self._piece(one, tensor, i >= n))
+            shapes.append(one.flat.global_shape if one.flat is not None else tuple(one.param.shape))
         try:
             partials = shard_partials(pieces)
         except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
@@ -461,8 +467,8 @@ class Hook(CoreHook):
         entries, values = [], []
         for pos, (i, plan) in enumerate(chosen):
             row = combined[pos]
-            if not np.isfinite(row[0]):
-                continue  # missing on some rank (no gradient yet, a frozen parameter)
+            if not np.isfinite(row[0]) or row[0] == 0:
+                continue  # missing on some rank (no gradient yet, a frozen parameter), or empty
             if plan.raw:
                 if isinstance(full.get(pos), tuple):
                     self._record_piece(plan, full[pos], reductions_from_partials(row, [
@@ -474,7 +480,7 @@ class Hook(CoreHook):
             if keys != plan.reductions:
                 plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
                     tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
-            entries.append((plan, tuple(tensors[pos].shape)))
+            entries.append((plan, shapes[pos]))
             values += reductions_from_partials(row, keys)
         if entries and self.saving_step:
             layout = tuple((plan, shape) for plan, shape in entries)
@@ -548,6 +554,9 @@ class Hook(CoreHook):
         """This rank's piece of a sharded parameter or gradient, or None (with one warning when
         it cannot be reduced exactly: a gradient laid out unlike its parameter)."""
         if tensor is None:
+            if one.flat is not None and is_grad and one.param.numel() == 0:
+                # FSDP v1 leaves .grad None where this rank holds none of the parameter: an empty piece
+                return one.param.detach().reshape(-1)
             return None
         try:
             return self._piece_of(one, tensor, is_grad)

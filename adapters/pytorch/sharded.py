@@ -53,6 +53,10 @@ EXACT_REDUCTIONS = frozenset({"min", "max", "mean", "std", "variance", "sum", "l
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
 
 
+class CollectiveFailed(RuntimeError):
+    """A statistics collective failed or timed out (a peer stopped taking part)."""
+
+
 def inexact_reductions(keys: Sequence[ReductionKey]) -> List[str]:
     """Names of the reductions in ``keys`` that shard partials cannot give exactly."""
     return [("abs_" if is_abs else "") + op for op, is_abs in keys if op not in EXACT_REDUCTIONS]
@@ -176,7 +180,10 @@ class ShardGroups:
         local = torch.from_numpy(np.ascontiguousarray(packed, dtype=np.float64))
         out = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
         self.collectives += 1
-        dist.all_gather(out, local, group=group)
+        try:
+            dist.all_gather(out, local, group=group)
+        except Exception as exc:  # noqa: BLE001 - the caller stops issuing collectives
+            raise CollectiveFailed(f"all_gather of shard statistics: {type(exc).__name__}: {exc}") from exc
         return torch.stack(out).numpy()
 
     def gather_bytes(self, key: tuple, payload: np.ndarray, sizes: Sequence[int], dst_global_rank: int = 0):
@@ -192,7 +199,10 @@ class ShardGroups:
         me = dist.get_rank(group)
         out = [torch.empty(width, dtype=torch.uint8) for _ in sizes] if me == dst_group_rank else None
         self.collectives += 1
-        dist.gather(buffer, out, dst=dst_global_rank, group=group)
+        try:
+            dist.gather(buffer, out, dst=dst_global_rank, group=group)
+        except Exception as exc:  # noqa: BLE001 - the caller stops issuing collectives
+            raise CollectiveFailed(f"gather of full tensors: {type(exc).__name__}: {exc}") from exc
         if out is None:
             return None
         return [o[:n].numpy() for o, n in zip(out, sizes)]

@@ -9,7 +9,8 @@ full tensors) and ``collectives_<rank>.json`` (the hook's statistics collectives
 
 Scenarios: ``reductions`` (2 Linear layers, 4 parameters, uneven shards: one rank holds an
 empty piece of a 1-row weight; 3 TRAIN steps, then an EVAL step), ``wide`` (20 layers, 40 parameters), ``full_one`` and
-``full_all`` (full tensors, include_workers one/all), ``hsdp`` (a 2D replicate x shard mesh:
+``full_all`` (full tensors, include_workers one/all), ``fsdp1`` and ``fsdp1_full_all`` (FSDP
+v1 with ``use_orig_params=True``: flat pieces of parameters), ``hsdp`` (a 2D replicate x shard mesh:
 2 processes as 2x1, 4 as 2x2).
 """
 import json
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import fully_shard
 
 import smdebug.pytorch as smd
@@ -50,15 +52,24 @@ def shard(model, mesh):
     return model
 
 
+def full_parameters(model):
+    """``(name, full weight, full gradient)`` of every parameter (collectives: all ranks call it)."""
+    if isinstance(model, FSDP):  # FSDP (v1): the full parameters exist inside this context only
+        with FSDP.summon_full_params(model, with_grads=True):
+            return [(name, p.detach().clone(), None if p.grad is None else p.grad.detach().clone())
+                    for name, p in model.named_parameters()]
+    return [(name, p.full_tensor().detach(), p.grad.full_tensor().detach()) for name, p in model.named_parameters()]
+
+
 def reference(model, optimizer, rank, out):
-    """Record full_tensor() of every weight and gradient before each optimizer step."""
+    """Record the full tensor of every weight and gradient before each optimizer step."""
     steps, full = [], {}
 
     def pre_step(opt, args, kwargs):
         values = {}
-        for name, param in model.named_parameters():
-            for key, tensor in ((f"Sequential_{name}", param), (f"gradient/Sequential_{name}", param.grad)):
-                whole = tensor.full_tensor().detach().numpy().astype(np.float64)  # a collective: all ranks
+        for name, weight, grad in full_parameters(model):
+            for key, tensor in ((f"Sequential_{name}", weight), (f"gradient/Sequential_{name}", grad)):
+                whole = tensor.numpy().astype(np.float64)
                 full[f"{len(steps)}|{key}"] = whole
                 values[key] = {("abs_" if a else "") + op: float(ref.reduce(whole, op, a))
                                for op in REDUCTIONS + NORMS for a in (False, True)}
@@ -68,8 +79,8 @@ def reference(model, optimizer, rank, out):
 
     def weights_now():  # an EVAL step: its weights, no gradients
         steps.append({f"Sequential_{name}": {("abs_" if a else "") + op: float(ref.reduce(
-            param.full_tensor().detach().numpy().astype(np.float64), op, a)) for op in REDUCTIONS + NORMS
-            for a in (False, True)} for name, param in model.named_parameters()})
+            weight.numpy().astype(np.float64), op, a)) for op in REDUCTIONS + NORMS
+            for a in (False, True)} for name, weight, _ in full_parameters(model)})
 
     def save():
         with open(os.path.join(out, f"reference_{rank}.json"), "w") as f:
@@ -87,11 +98,14 @@ def run(scenario, out_base, rank, world):
         mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh("cpu", (world,))
-    model = shard(make_model(20 if scenario == "wide" else 2), mesh)
-    full_values = scenario.startswith("full")
+    if scenario.startswith("fsdp1"):  # FSDP (v1), one flat parameter sharded over the ranks
+        model = FSDP(make_model(2), use_orig_params=True, device_id=torch.device("cpu"))
+    else:
+        model = shard(make_model(20 if scenario == "wide" else 2), mesh)
+    full_values = "full" in scenario
     reduction_config = smd.ReductionConfig(save_raw_tensor=True) if full_values else smd.ReductionConfig(
         reductions=REDUCTIONS, abs_reductions=REDUCTIONS, norms=NORMS, abs_norms=NORMS)
-    hook = smd.Hook(out_dir=out, include_workers="all" if scenario == "full_all" else "one",
+    hook = smd.Hook(out_dir=out, include_workers="all" if scenario.endswith("full_all") else "one",
                     save_config=smd.SaveConfig(save_interval=1), reduction_config=reduction_config,
                     include_collections=["weights", "biases", "gradients"])
     hook.register_module(model)

@@ -42,7 +42,8 @@ def launch(base, world, scenarios):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("fsdp2"), 2, ["reductions", "wide", "full_one", "full_all", "hsdp"])
+    return launch(tmp_path_factory.mktemp("fsdp2"), 2,
+                  ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all"])
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def test_collectives_per_saved_step_do_not_grow_with_the_parameters(runs):
     assert assert_reductions_equal_full_tensor(runs / "wide") == 3 * 80 * 16
 
 
-@pytest.mark.parametrize("scenario", ["full_one", "full_all"])
+@pytest.mark.parametrize("scenario", ["full_one", "full_all", "fsdp1_full_all"])
 def test_full_tensors_reassembled_by_the_trial_equal_full_tensor(runs, scenario):
     trial = create_trial(runs / scenario)
     full = np.load(runs / scenario / "full_0.npz")
@@ -110,7 +111,7 @@ def test_full_tensors_reassembled_by_the_trial_equal_full_tensor(runs, scenario)
         np.testing.assert_allclose(tensor.reduction_value(int(step), "variance"), full[key].var(), rtol=1e-6)
     if scenario == "full_one":
         assert trial.workers() == ["worker_0"]  # the chief gathered and wrote the full tensors
-    else:
+    elif scenario == "full_all":
         assert trial.workers() == ["worker_0", "worker_1"]
         # each worker's own piece: rows 0-1 on worker_0, row 2 on worker_1
         piece = trial.tensor("Sequential_0.weight").value(0, worker="worker_1")
@@ -126,6 +127,13 @@ def test_full_tensor_pieces_leave_the_index_readable_as_before(runs):
     assert document["shard_placements"]["Sequential_0.weight"] == {
         "global_shape": [3, 5], "local_shape": [1, 5], "offsets": [2, 0]}
     assert [e["tensorname"] for e in document["tensor_payload"]][:2] == ["Sequential_0.weight", "Sequential_0.bias"]
+
+
+def test_fsdp1_use_orig_params_reductions_are_those_of_the_full_tensor(runs):
+    """FSDP (v1) with use_orig_params=True: each rank holds a flat range of one flattened
+    parameter (0.weight is split across both ranks; the others lie on one rank)."""
+    assert create_trial(runs / "fsdp1").tensor_names()[0] == "Sequential_0.bias"  # no _fsdp_wrapped_module
+    assert assert_reductions_equal_full_tensor(runs / "fsdp1") == 3 * 8 * 16
 
 
 def test_hsdp_replicated_dimension_is_not_counted(runs):
