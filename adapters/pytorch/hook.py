@@ -37,6 +37,7 @@ are installed only while steps save and removed when a step saves nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -225,6 +226,7 @@ class Hook(CoreHook):
         self._shard_groups = ShardGroups()
         self._sharded_step = -1  # the global step whose sharded parameters were captured
         self._sharded_muted = False  # after a local failure: join the collectives, record nothing
+        self._sharded_inflight = None  # a step's statistics being exchanged (_start_sharded)
         self._sharded_blocks: Dict[tuple, tuple] = {}
         self._warned_sharded: set = set()
 
@@ -251,6 +253,8 @@ class Hook(CoreHook):
             self._copy_deferred_guarded()
         if self._sharded_due():  # a TRAIN step with no optimizer step (manual updates)
             self._capture_sharded(with_gradients=self.mode in _TRAINING_MODES)
+        if self._sharded_inflight is not None:
+            self._finish_sharded()
         super().end_step()
 
     @never_raises("copying module tensors")
@@ -423,18 +427,33 @@ class Hook(CoreHook):
         A collective that a peer never joins gives up after ``sharded.COLLECTIVE_TIMEOUT``.
         """
         self._sharded_step = self.global_step
+        with self._sharded_guard():
+            self._start_sharded(with_gradients)
+            if self._sharded_inflight is not None and self._sharded_inflight[-1]:
+                self._finish_sharded_now()  # full tensors: gathered from the pieces now, before they change
+
+    @contextlib.contextmanager
+    def _sharded_guard(self):
+        """The fail-open policy of sharded capture: a failure turns it off alone (one warning)."""
         try:
-            self._capture_sharded_now(with_gradients)
+            yield
         except CollectiveFailed as exc:  # the peers are gone or out of step: issue no more collectives
             logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.global_step, exc)
-            self._sharded = []
-            self._sharded_names = ()
+            self._sharded, self._sharded_names, self._sharded_inflight = [], (), None
         except Exception as exc:  # noqa: BLE001 - record nothing more, but keep joining the peers' collectives
             logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s", self.global_step,
                            type(exc).__name__, exc)
-            self._sharded_muted = True
+            self._sharded_muted, self._sharded_inflight = True, None
 
-    def _capture_sharded_now(self, with_gradients: bool) -> None:
+    def _finish_sharded(self) -> None:
+        """The end of a step: the statistics' exchange started at the capture point is waited
+        for (it went on meanwhile), combined and recorded into the step."""
+        with self._sharded_guard():
+            self._finish_sharded_now()
+
+    def _start_sharded(self, with_gradients: bool) -> None:
+        """Partials of this rank's pieces (now: the optimizer changes them next), and the
+        start of their exchange; :meth:`_finish_sharded_now` records the results."""
         sharded = self._sharded
         n = len(sharded)
         names = self._sharded_names if with_gradients else self._sharded_names[:n]
@@ -450,19 +469,28 @@ class Hook(CoreHook):
             pieces.append(None if muted else self._piece(one, tensor, i >= n))
             shapes.append(one.flat.global_shape if one.flat is not None else tuple(one.param.shape))
         try:
-            partials = shard_partials(pieces)
+            partials = shard_partials(pieces, self.backend)
         except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
             self._warn_sharded("shard partials", f"{type(exc).__name__}: {exc}")
-            partials = shard_partials([None] * len(pieces))
-        combined = np.full_like(partials, np.nan)
+            partials = shard_partials([None] * len(pieces), self.backend)
         by_group: Dict[tuple, List[int]] = {}
         for pos, (i, _) in enumerate(chosen):
             by_group.setdefault(sharded[i % n].group, []).append(pos)
-        gathered: Dict[tuple, np.ndarray] = {}
-        for key, positions in by_group.items():  # the same order on every rank
-            gathered[key] = self._shard_groups.all_gather(key, partials[positions])
-            combined[positions] = combine_partials(gathered[key])
+        started = {key: self._shard_groups.all_gather(key, partials[positions])  # the same order on every rank
+                   for key, positions in by_group.items()}
         raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
+        self._sharded_inflight = (chosen, tensors, pieces, shapes, partials, by_group, started, raw_wanted)
+
+    def _finish_sharded_now(self) -> None:
+        inflight, self._sharded_inflight = self._sharded_inflight, None
+        if inflight is None:
+            return
+        chosen, tensors, pieces, shapes, partials, by_group, started, raw_wanted = inflight
+        combined = np.full_like(partials, np.nan)
+        gathered: Dict[tuple, np.ndarray] = {}
+        for key, positions in by_group.items():
+            gathered[key] = started[key].result()
+            combined[positions] = combine_partials(gathered[key])
         full = self._gather_full(chosen, tensors, pieces, gathered, by_group, raw_wanted) if raw_wanted else {}
         entries, values = [], []
         for pos, (i, plan) in enumerate(chosen):

@@ -171,20 +171,21 @@ class ShardGroups:
         """The global ranks of this rank's group of ``key``, in group-rank order."""
         return self._rows[key]
 
-    def all_gather(self, key: tuple, packed: np.ndarray) -> np.ndarray:
-        """``[world of the group, *packed.shape]``: every rank's ``packed`` (itself alone when
-        the group has one rank)."""
+    def all_gather(self, key: tuple, packed: np.ndarray) -> "Gathering":
+        """Start gathering every rank's ``packed`` over this rank's group of ``key``; the
+        result (``[ranks of the group, *packed.shape]``) comes from :meth:`Gathering.result`.
+        Asynchronous: the exchange goes on (gloo's threads) while training does."""
         group = self._groups.get(key)
         if group is None:
-            return packed[None]
+            return Gathering(packed[None], None)
         local = torch.from_numpy(np.ascontiguousarray(packed, dtype=np.float64))
         out = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
         self.collectives += 1
         try:
-            dist.all_gather(out, local, group=group)
+            work = dist.all_gather(out, local, group=group, async_op=True)
         except Exception as exc:  # noqa: BLE001 - the caller stops issuing collectives
             raise CollectiveFailed(f"all_gather of shard statistics: {type(exc).__name__}: {exc}") from exc
-        return torch.stack(out).numpy()
+        return Gathering(out, work)
 
     def gather_bytes(self, key: tuple, payload: np.ndarray, sizes: Sequence[int], dst_global_rank: int = 0):
         """Each rank's ``payload`` (uint8, ``sizes[r]`` bytes on group rank ``r``) on global rank
@@ -209,53 +210,66 @@ class ShardGroups:
 
 
 
-# --------------------------------------------------------------------------- partials
-def shard_partials(shards: Sequence[Optional[torch.Tensor]]) -> np.ndarray:
-    """``[len(shards), len(PARTIAL_COLUMNS)]`` float64 partials of each shard (a row of NaN
-    for a missing one, ``None``), in a fixed number of whole-batch ops, one host transfer.
+class Gathering:
+    """An all_gather under way (or done: a group of one rank)."""
 
-    An empty shard (a worker may hold none of a small tensor) has count 0, sums 0, M2 0 and
-    extrema ``+inf``/``-inf``, the neutral elements of the combination.
+    __slots__ = ("_out", "_work")
+
+    def __init__(self, out, work):
+        self._out, self._work = out, work
+
+    def result(self) -> np.ndarray:
+        """Wait for it (at most :data:`COLLECTIVE_TIMEOUT`): ``[ranks of the group, ...]``."""
+        if self._work is None:
+            return self._out
+        try:
+            self._work.wait()
+        except Exception as exc:  # noqa: BLE001 - the caller stops issuing collectives
+            raise CollectiveFailed(f"all_gather of shard statistics: {type(exc).__name__}: {exc}") from exc
+        self._out, self._work = torch.stack(self._out).numpy(), None
+        return self._out
+
+
+# --------------------------------------------------------------------------- partials
+#: What the backend computes of each shard (one whole-batch call), from which the partials follow.
+_PARTIAL_KEYS = (("sum", False), ("sum", True), ("l2", False), ("min", False), ("max", False), ("min", True),
+                 ("max", True), ("variance", False), ("variance", True))
+
+
+def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend) -> np.ndarray:
+    """``[len(shards), len(PARTIAL_COLUMNS)]`` float64 partials of each shard (a row of NaN
+    for a missing one, ``None``).
+
+    The shards go through ``backend`` (the PyTorch :class:`~smdebug.pytorch.backend.TorchBackend`)
+    as one batch: sums, norms and variances accumulated in float64 (two passes where one
+    would cancel), min/max exact, shards of one shape stacked and reduced together, one
+    transfer to the host. ``M2`` is the variance times the count. An empty shard (a worker
+    may hold none of a small tensor) has count 0, sums 0, M2 0 and extrema ``+inf``/``-inf``,
+    the neutral elements of the combination.
     """
     out = np.full((len(shards), len(PARTIAL_COLUMNS)), np.nan)
     present = [i for i, s in enumerate(shards) if s is not None]
     if not present:
         return out
-    with torch.no_grad():
-        flats = []
-        for i in present:
-            flat = shards[i].detach().reshape(-1)
-            if flat.is_complex():
-                flat = flat.abs()
-            flats.append(flat.to(torch.float64))
-        device = flats[0].device
-        flats = [f.to(device) for f in flats]
-        lengths = torch.tensor([f.numel() for f in flats], dtype=torch.int64, device=device)
-        data = torch.cat(flats)
-        magnitudes = data.abs()
-
-        def seg(values, how, initial):
-            return torch.segment_reduce(values, how, lengths=lengths, initial=initial)
-
-        count = lengths.to(torch.float64)
-        total = seg(data, "sum", 0.0)
-        total_abs = seg(magnitudes, "sum", 0.0)
-        safe = count.clamp(min=1.0)
-        mean = (total / safe).repeat_interleave(lengths)
-        mean_abs = (total_abs / safe).repeat_interleave(lengths)
-        columns = torch.stack([
-            count, total, total_abs, seg(data * data, "sum", 0.0),
-            seg(data, "min", float("inf")), seg(data, "max", float("-inf")),
-            seg(magnitudes, "min", float("inf")), seg(magnitudes, "max", float("-inf")),
-            seg((data - mean).square(), "sum", 0.0), seg((magnitudes - mean_abs).square(), "sum", 0.0),
-        ], dim=1)
-        host = columns.cpu().numpy()  # the one device-to-host transfer
-    # segment min/max skip NaN; reductions of a tensor holding NaN are NaN, as in numpy
-    nan_rows = [j for j, f in enumerate(flats) if f.numel() and bool(torch.isnan(f).any())] if \
-        np.isnan(host[:, 1]).any() else []
-    for j in nan_rows:
-        host[j, 4:8] = np.nan
-    out[present] = host
+    tensors = [shards[i].detach() for i in present]
+    result = backend.finish_batch(backend.start_batch(tensors, _PARTIAL_KEYS, False))
+    if result.lost:
+        raise ValueError("; ".join(f"shard {pos}: {why}" for pos, why in sorted(result.lost.items())))
+    table = result.reductions
+    count = np.array([t.numel() for t in tensors], dtype=np.float64)
+    rows = out[present]
+    rows[:, _COL["count"]] = count
+    rows[:, _COL["sum"]] = table[:, 0]
+    rows[:, _COL["sum_abs"]] = table[:, 1]
+    rows[:, _COL["sum_sq"]] = table[:, 2] ** 2
+    rows[:, _COL["min"]], rows[:, _COL["max"]] = table[:, 3], table[:, 4]
+    rows[:, _COL["min_abs"]], rows[:, _COL["max_abs"]] = table[:, 5], table[:, 6]
+    rows[:, _COL["m2"]] = table[:, 7] * count
+    rows[:, _COL["m2_abs"]] = table[:, 8] * count
+    empty = count == 0
+    if empty.any():
+        rows[empty] = [0.0, 0.0, 0.0, 0.0, np.inf, -np.inf, np.inf, -np.inf, 0.0, 0.0]
+    out[present] = rows
     return out
 
 

@@ -21,9 +21,11 @@ pytest.importorskip("torch.distributed.fsdp")
 from smdebug import reductions as ref  # noqa: E402
 from smdebug.pytorch.sharded import (PARTIAL_COLUMNS, combine_partials, reductions_from_partials,  # noqa: E402
                                      shard_partials)
+from smdebug.pytorch.backend import TorchBackend  # noqa: E402
 from smdebug.trials import create_trial  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp2_train.py")
+BACKEND = TorchBackend()
 ALL_KEYS = [(op, a) for op in ("min", "max", "mean", "std", "variance", "sum", "l1", "l2") for a in (False, True)]
 
 
@@ -159,7 +161,7 @@ def test_partials_combine_to_the_full_tensors_reductions(offset):
     for dtype in (torch.float32, torch.float64):
         full = (torch.randn(7, 5, generator=gen, dtype=torch.float64) * 1e-3 + offset).to(dtype)
         pieces = [full[:4], full[4:4], full[4:6], full[6:]]
-        gathered = np.stack([shard_partials([p]) for p in pieces])
+        gathered = np.stack([shard_partials([p], BACKEND) for p in pieces])
         row = combine_partials(gathered)[0]
         assert row[PARTIAL_COLUMNS.index("count")] == full.numel()
         values = reductions_from_partials(row, ALL_KEYS)
@@ -169,7 +171,7 @@ def test_partials_combine_to_the_full_tensors_reductions(offset):
 
 def test_nan_in_one_shard_makes_the_reductions_nan_and_a_missing_shard_leaves_the_tensor_out():
     pieces = [torch.tensor([1.0, float("nan")]), torch.tensor([2.0])]
-    row = combine_partials(np.stack([shard_partials([p]) for p in pieces]))[0]
+    row = combine_partials(np.stack([shard_partials([p], BACKEND) for p in pieces]))[0]
     assert all(np.isnan(reductions_from_partials(row, [("min", False), ("max", False), ("mean", False)])))
-    missing = combine_partials(np.stack([shard_partials([torch.ones(2)]), shard_partials([None])]))[0]
+    missing = combine_partials(np.stack([shard_partials([torch.ones(2)], BACKEND), shard_partials([None], BACKEND)]))[0]
     assert np.isnan(missing[PARTIAL_COLUMNS.index("count")])
