@@ -510,6 +510,14 @@ class Hook:
         """
         return self._saving_colls if self.saving_step else frozenset()
 
+    def submit_work(self, what: str, fn, *args):
+        """Run ``fn(*args)`` on the step pipeline's worker, in order with the step's other jobs,
+        on every worker whether or not it writes, and return its ``Ticket`` (``wait()`` is the
+        adapter's fence; it gives ``fn``'s result, None if it raised). For adapter work that
+        every rank must do (sharded tensors' partial statistics before their collective);
+        ``fn`` should catch its own errors: one that escapes disables the hook."""
+        return self._pipeline.submit(what, fn, *args)
+
     def note_placement(self, name: str, placement: dict) -> None:
         """Say that the value recorded as ``name`` in this step is one piece of a larger tensor
         (a shard of a sharded parameter): ``placement`` (``global_shape``, ``local_shape`` and

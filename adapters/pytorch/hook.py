@@ -227,6 +227,7 @@ class Hook(CoreHook):
         self._sharded_step = -1  # the global step whose sharded parameters were captured
         self._sharded_muted = False  # after a local failure: join the collectives, record nothing
         self._sharded_inflight = None  # a step's statistics being exchanged (_start_sharded)
+        self._sharded_weights = None  # (step, weights chosen, ticket) of the weights' partials job
         self._sharded_blocks: Dict[tuple, tuple] = {}
         self._warned_sharded: set = set()
 
@@ -451,13 +452,36 @@ class Hook(CoreHook):
         with self._sharded_guard():
             self._finish_sharded_now()
 
+    def _start_sharded_weights(self) -> None:
+        """The first forward of a TRAIN step: the weights' partials are computed on the step
+        pipeline's worker while the forward and backward run (nothing changes the sharded
+        weights before ``optimizer.step()``, whose pre-step hook waits for them)."""
+        with self._sharded_guard():
+            n = len(self._sharded)
+            chosen = self.select(self._sharded_names[:n])
+            if chosen and not self._sharded_muted:
+                pieces = [self._piece(self._sharded[i], self._sharded[i].param, False) for i, _ in chosen]
+                self._sharded_weights = (self.global_step, tuple(i for i, _ in chosen),
+                                         self.submit_work("sharded weights' partials", self._safe_partials, pieces))
+
+    def _safe_partials(self, pieces) -> np.ndarray:
+        """Partials of ``pieces``; rows of NaN if that fails (the collective still takes place)."""
+        try:
+            return shard_partials(pieces, self.backend)
+        except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
+            self._warn_sharded("shard partials", f"{type(exc).__name__}: {exc}")
+            return shard_partials([None] * len(pieces), self.backend)
+
     def _start_sharded(self, with_gradients: bool) -> None:
-        """Partials of this rank's pieces (now: the optimizer changes them next), and the
-        start of their exchange; :meth:`_finish_sharded_now` records the results."""
+        """Partials of this rank's pieces and the start of their exchange, on the step pipeline's
+        worker (the weights' since the step's forward: waited for here, before the optimizer
+        changes them); :meth:`_finish_sharded_now` records the results at the end of the step.
+        Full tensors wanted: all of it here, on the training thread."""
         sharded = self._sharded
         n = len(sharded)
         names = self._sharded_names if with_gradients else self._sharded_names[:n]
         chosen = self.select(names)
+        weights_job, self._sharded_weights = self._sharded_weights, None
         if not chosen:
             return
         muted = self._sharded_muted
@@ -466,26 +490,55 @@ class Hook(CoreHook):
             one = sharded[i % n]
             tensor = one.param if i < n else one.param.grad
             tensors.append(tensor)
-            pieces.append(None if muted else self._piece(one, tensor, i >= n))
             shapes.append(one.flat.global_shape if one.flat is not None else tuple(one.param.shape))
-        try:
-            partials = shard_partials(pieces, self.backend)
-        except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
-            self._warn_sharded("shard partials", f"{type(exc).__name__}: {exc}")
-            partials = shard_partials([None] * len(pieces), self.backend)
+        weights_at = [pos for pos, (i, _) in enumerate(chosen) if i < n]
+        raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
+        if weights_job is not None and (raw_wanted or weights_job[0] != self.global_step or
+                                        weights_job[1] != tuple(chosen[pos][0] for pos in weights_at)):
+            weights_job = None  # another step's, other plans, or pieces needed whole: read them again
+        for pos, (i, _) in enumerate(chosen):
+            known = weights_job is not None and i < n
+            pieces.append(None if muted or known else self._piece(sharded[i % n], tensors[pos], i >= n))
         by_group: Dict[tuple, List[int]] = {}
         for pos, (i, _) in enumerate(chosen):
             by_group.setdefault(sharded[i % n].group, []).append(pos)
-        started = {key: self._shard_groups.all_gather(key, partials[positions])  # the same order on every rank
-                   for key, positions in by_group.items()}
-        raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
-        self._sharded_inflight = (chosen, tensors, pieces, shapes, partials, by_group, started, raw_wanted)
+        ticket = weights_job[2] if weights_job is not None else None
+        args = (pieces, ticket, weights_at, by_group)
+        if raw_wanted:  # the pieces are encoded below, before anything changes them
+            job = self._pipeline_exchange(*args)
+        else:
+            job = self.submit_work("sharded statistics", self._pipeline_exchange, *args)
+            if ticket is not None:
+                ticket.wait()  # the fence: the optimizer changes the weights next
+        self._sharded_inflight = (chosen, tensors, pieces, shapes, by_group, job, raw_wanted)
+
+    def _pipeline_exchange(self, pieces, weights_ticket, weights_at, by_group):
+        """Worker: all partials of the step (the weights' from their own job) and the start
+        of one all_gather per shard group, in the same order on every rank (the pipeline runs
+        jobs in order). Returns ``(partials, {group: Gathering})``, or the exception that
+        stopped the exchange (raised on the training thread at the end of the step)."""
+        try:
+            partials = self._safe_partials(pieces)
+            if weights_ticket is not None:
+                known = weights_ticket.wait()
+                partials[weights_at] = known if known is not None else np.nan
+            started = {key: self._shard_groups.all_gather(key, partials[positions])
+                       for key, positions in by_group.items()}
+            return partials, started
+        except Exception as exc:  # noqa: BLE001 - reported on the training thread
+            return exc
 
     def _finish_sharded_now(self) -> None:
         inflight, self._sharded_inflight = self._sharded_inflight, None
         if inflight is None:
             return
-        chosen, tensors, pieces, shapes, partials, by_group, started, raw_wanted = inflight
+        chosen, tensors, pieces, shapes, by_group, job, raw_wanted = inflight
+        exchanged = job if isinstance(job, (tuple, Exception)) else job.wait()
+        if exchanged is None:
+            raise CollectiveFailed("the statistics job did not run (the step pipeline is closed)")
+        if isinstance(exchanged, Exception):
+            raise exchanged
+        partials, started = exchanged
         combined = np.full_like(partials, np.nan)
         gathered: Dict[tuple, np.ndarray] = {}
         for key, positions in by_group.items():
@@ -787,8 +840,11 @@ class Hook(CoreHook):
         self._optimizer_stepped = False
         self._fence_gradients(before_backward=True)
         self.begin_step()
-        if self.mode not in _TRAINING_MODES and self._sharded_due():  # no gradients, no optimizer step
-            self._capture_sharded(with_gradients=False)
+        if self._sharded_due():
+            if self.mode not in _TRAINING_MODES:  # no gradients, no optimizer step: all of it now
+                self._capture_sharded(with_gradients=False)
+            else:
+                self._start_sharded_weights()
         if self.saving_step or self._capture_handles:
             self._sync_capture_hooks()
             if self.saving_step:
@@ -1048,6 +1104,9 @@ class Hook(CoreHook):
         None by ``zero_grad()`` are never written again and the worker may go on reading them
         while training goes on.
         """
+        inflight = self._sharded_inflight
+        if inflight is not None and not isinstance(inflight[5], (tuple, Exception)):
+            inflight[5].wait()  # sharded gradients' partials are read on the worker
         batch = self._grads_batch
         if batch is None:
             return
