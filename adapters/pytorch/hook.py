@@ -61,7 +61,7 @@ from smdebug.modes import ModeKeys
 
 from .backend import TorchBackend, TorchSnapshot, plain_tensor
 from .sharded import (EXACT_REDUCTIONS, CollectiveFailed, Placement, ShardedParam, ShardGroups, combine_partials, dtensor_shard_dims,
-                      assemble, decode_pieces, encode_piece, encoded_size, fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, shard_partials)
+                      assemble, decode_pieces, encode_piece, encoded_size, columns_needed, fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, shard_partials)
 
 logger = get_logger("smdebug.pytorch")
 
@@ -461,16 +461,23 @@ class Hook(CoreHook):
             chosen = self.select(self._sharded_names[:n])
             if chosen and not self._sharded_muted:
                 pieces = [self._piece(self._sharded[i], self._sharded[i].param, False) for i, _ in chosen]
-                self._sharded_weights = (self.global_step, tuple(i for i, _ in chosen),
-                                         self.submit_work("sharded weights' partials", self._safe_partials, pieces))
+                columns = self._partial_columns([plan for _, plan in chosen])
+                self._sharded_weights = (self.global_step, tuple(i for i, _ in chosen), columns,
+                                         self.submit_work("sharded weights' partials", self._safe_partials, pieces,
+                                                          columns))
 
-    def _safe_partials(self, pieces) -> np.ndarray:
+    def _safe_partials(self, pieces, columns) -> np.ndarray:
         """Partials of ``pieces``; rows of NaN if that fails (the collective still takes place)."""
         try:
-            return shard_partials(pieces, self.backend)
+            return shard_partials(pieces, self.backend, columns)
         except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
             self._warn_sharded("shard partials", f"{type(exc).__name__}: {exc}")
             return shard_partials([None] * len(pieces), self.backend)
+
+    def _partial_columns(self, plans) -> Tuple[str, ...]:
+        """The partials the saved reductions of ``plans`` need (the same on every rank)."""
+        keys = {k for plan in plans for k in plan.reductions}
+        return columns_needed(keys)
 
     def _start_sharded(self, with_gradients: bool) -> None:
         """Partials of this rank's pieces and the start of their exchange, on the step pipeline's
@@ -493,8 +500,10 @@ class Hook(CoreHook):
             shapes.append(one.flat.global_shape if one.flat is not None else tuple(one.param.shape))
         weights_at = [pos for pos, (i, _) in enumerate(chosen) if i < n]
         raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
+        columns = self._partial_columns([plan for _, plan in chosen])
         if weights_job is not None and (raw_wanted or weights_job[0] != self.global_step or
-                                        weights_job[1] != tuple(chosen[pos][0] for pos in weights_at)):
+                                        weights_job[1] != tuple(chosen[pos][0] for pos in weights_at) or
+                                        weights_job[2] != columns):
             weights_job = None  # another step's, other plans, or pieces needed whole: read them again
         for pos, (i, _) in enumerate(chosen):
             known = weights_job is not None and i < n
@@ -502,8 +511,8 @@ class Hook(CoreHook):
         by_group: Dict[tuple, List[int]] = {}
         for pos, (i, _) in enumerate(chosen):
             by_group.setdefault(sharded[i % n].group, []).append(pos)
-        ticket = weights_job[2] if weights_job is not None else None
-        args = (pieces, ticket, weights_at, by_group)
+        ticket = weights_job[3] if weights_job is not None else None
+        args = (pieces, columns, ticket, weights_at, by_group)
         if raw_wanted:  # the pieces are encoded below, before anything changes them
             job = self._pipeline_exchange(*args)
         else:
@@ -512,13 +521,13 @@ class Hook(CoreHook):
                 ticket.wait()  # the fence: the optimizer changes the weights next
         self._sharded_inflight = (chosen, tensors, pieces, shapes, by_group, job, raw_wanted)
 
-    def _pipeline_exchange(self, pieces, weights_ticket, weights_at, by_group):
+    def _pipeline_exchange(self, pieces, columns, weights_ticket, weights_at, by_group):
         """Worker: all partials of the step (the weights' from their own job) and the start
         of one all_gather per shard group, in the same order on every rank (the pipeline runs
         jobs in order). Returns ``(partials, {group: Gathering})``, or the exception that
         stopped the exchange (raised on the training thread at the end of the step)."""
         try:
-            partials = self._safe_partials(pieces)
+            partials = self._safe_partials(pieces, columns)
             if weights_ticket is not None:
                 known = weights_ticket.wait()
                 partials[weights_at] = known if known is not None else np.nan

@@ -231,14 +231,35 @@ class Gathering:
 
 
 # --------------------------------------------------------------------------- partials
-#: What the backend computes of each shard (one whole-batch call), from which the partials follow.
-_PARTIAL_KEYS = (("sum", False), ("sum", True), ("l2", False), ("min", False), ("max", False), ("min", True),
-                 ("max", True), ("variance", False), ("variance", True))
+#: The backend reduction each partials column comes from (count is the shard's size).
+_COLUMN_SOURCES = {"sum": ("sum", False), "sum_abs": ("sum", True), "sum_sq": ("l2", False), "min": ("min", False),
+                   "max": ("max", False), "min_abs": ("min", True), "max_abs": ("max", True),
+                   "m2": ("variance", False), "m2_abs": ("variance", True)}
 
 
-def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend) -> np.ndarray:
-    """``[len(shards), len(PARTIAL_COLUMNS)]`` float64 partials of each shard (a row of NaN
-    for a missing one, ``None``).
+def columns_needed(keys) -> Tuple[str, ...]:
+    """The partials columns the reductions ``keys`` need (the others are left NaN): each
+    costs passes over every shard, so only what is saved is computed."""
+    need = {"sum"}  # the means of the variance's combination
+    for op, is_abs in keys:
+        if op in ("min", "max"):
+            need.add(op + ("_abs" if is_abs else ""))
+        elif op in ("sum", "mean"):
+            need.add("sum_abs" if is_abs else "sum")
+        elif op == "l1":
+            need.add("sum_abs")
+        elif op == "l2":
+            need.add("sum_sq")
+        elif op in ("variance", "std"):
+            need.update(("sum_abs", "m2_abs") if is_abs else ("m2", "sum_sq"))  # sum_sq: free with m2
+    return tuple(name for name in PARTIAL_COLUMNS if name in need)
+
+
+def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend,
+                   columns: Sequence[str] = PARTIAL_COLUMNS[1:]) -> np.ndarray:
+    """``[len(shards), len(PARTIAL_COLUMNS)]`` float64 partials of each shard: ``count`` and
+    ``columns`` (:func:`columns_needed`; the others NaN); a row of NaN for a missing shard
+    (``None``).
 
     The shards go through ``backend`` (the PyTorch :class:`~smdebug.pytorch.backend.TorchBackend`)
     as one batch: sums, norms and variances accumulated in float64 (two passes where one
@@ -251,24 +272,28 @@ def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend) -> np.ndar
     present = [i for i, s in enumerate(shards) if s is not None]
     if not present:
         return out
+    columns = [c for c in columns if c != "count"]
+    keys = tuple(dict.fromkeys(_COLUMN_SOURCES[c] for c in columns))
     tensors = [shards[i].detach() for i in present]
-    result = backend.finish_batch(backend.start_batch(tensors, _PARTIAL_KEYS, False))
+    result = backend.finish_batch(backend.start_batch(tensors, keys, False))
     if result.lost:
         raise ValueError("; ".join(f"shard {pos}: {why}" for pos, why in sorted(result.lost.items())))
     table = result.reductions
     count = np.array([t.numel() for t in tensors], dtype=np.float64)
     rows = out[present]
     rows[:, _COL["count"]] = count
-    rows[:, _COL["sum"]] = table[:, 0]
-    rows[:, _COL["sum_abs"]] = table[:, 1]
-    rows[:, _COL["sum_sq"]] = table[:, 2] ** 2
-    rows[:, _COL["min"]], rows[:, _COL["max"]] = table[:, 3], table[:, 4]
-    rows[:, _COL["min_abs"]], rows[:, _COL["max_abs"]] = table[:, 5], table[:, 6]
-    rows[:, _COL["m2"]] = table[:, 7] * count
-    rows[:, _COL["m2_abs"]] = table[:, 8] * count
+    for name in columns:
+        values = table[:, keys.index(_COLUMN_SOURCES[name])]
+        if name == "sum_sq":
+            values = values ** 2
+        elif name in ("m2", "m2_abs"):
+            values = values * count
+        rows[:, _COL[name]] = values
     empty = count == 0
     if empty.any():
-        rows[empty] = [0.0, 0.0, 0.0, 0.0, np.inf, -np.inf, np.inf, -np.inf, 0.0, 0.0]
+        neutral = {"count": 0.0, "min": np.inf, "max": -np.inf, "min_abs": np.inf, "max_abs": -np.inf}
+        rows[empty] = [neutral.get(name, 0.0) if name in columns or name == "count" else np.nan
+                       for name in PARTIAL_COLUMNS]
     out[present] = rows
     return out
 

@@ -175,3 +175,13 @@ def test_nan_in_one_shard_makes_the_reductions_nan_and_a_missing_shard_leaves_th
     assert all(np.isnan(reductions_from_partials(row, [("min", False), ("max", False), ("mean", False)])))
     missing = combine_partials(np.stack([shard_partials([torch.ones(2)], BACKEND), shard_partials([None], BACKEND)]))[0]
     assert np.isnan(missing[PARTIAL_COLUMNS.index("count")])
+
+
+def test_only_the_partials_the_saved_reductions_need_are_computed():
+    from smdebug.pytorch.sharded import columns_needed
+
+    assert columns_needed([("min", False), ("max", False), ("mean", False), ("std", False), ("l2", False)]) == (
+        "sum", "sum_sq", "min", "max", "m2")
+    assert columns_needed([("variance", True)]) == ("sum", "sum_abs", "m2_abs")
+    row = shard_partials([torch.arange(4.0)], BACKEND, columns_needed([("l1", False)]))[0]
+    assert row[PARTIAL_COLUMNS.index("sum_abs")] == 6.0 and np.isnan(row[PARTIAL_COLUMNS.index("m2")])
