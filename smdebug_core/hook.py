@@ -522,7 +522,7 @@ class Hook:
         """Say that the value recorded as ``name`` in this step is one piece of a larger tensor
         (a shard of a sharded parameter): ``placement`` (``global_shape``, ``local_shape`` and
         ``offsets`` of the block, or ``flat_offset`` in the flattened tensor) is written into the
-        step's index file (docs/format.md 3.4), where our Trial finds it to reassemble the full
+        step's index file (docs/format.md 3.3), where our Trial finds it to reassemble the full
         tensor from every worker's piece and readers of the original format do not look."""
         if self.saving_step:
             with self._lock:

@@ -17,7 +17,7 @@ from .records import RECORD_OVERHEAD
 
 PAYLOAD_CRC_KEY = "crc32c"
 #: Top-level index key: name -> placement of a record that is one worker's piece of a sharded
-#: tensor (docs/format.md 3.4). Ours; the original reader reads only meta/tensor_payload/shape_payload.
+#: tensor (docs/format.md 3.3). Ours; the original reader reads only meta/tensor_payload/shape_payload.
 PLACEMENTS_KEY = "shard_placements"
 # Offsets and lengths beyond this are not plausible file positions.
 _MAX_FILE_OFFSET = 2**62
@@ -51,7 +51,7 @@ class ParsedIndex:
 
 
 class Placement(NamedTuple):
-    """Where one worker's piece lies in the full tensor (docs/format.md 3.4): the block at
+    """Where one worker's piece lies in the full tensor (docs/format.md 3.3): the block at
     ``offsets`` of shape ``local_shape``, or, when ``flat`` (FSDP v1's flat shards), the
     elements ``offsets[0]`` .. ``+ local_shape[0]`` of the flattened full tensor."""
 

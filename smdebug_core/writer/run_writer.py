@@ -91,7 +91,7 @@ class StepData:
     tb_scalars: List[Tuple[str, float]] = field(default_factory=list)
     tb_histograms: List[Tuple[str, np.ndarray]] = field(default_factory=list)
     wall_time: float = field(default_factory=time.time)
-    #: name -> placement of a record that is one piece of a larger tensor (docs/format.md 3.4)
+    #: name -> placement of a record that is one piece of a larger tensor (docs/format.md 3.3)
     placements: Dict[str, dict] = field(default_factory=dict)
 
     def nbytes(self):

@@ -2,7 +2,7 @@
 
 Each worker of an FSDP run with ``include_workers="all"`` saves its own piece of a full
 tensor, and the piece's place in the full tensor goes to an extra top-level key of the
-step's index file (``shard_placements``, docs/format.md 3.4). The original must read every
+step's index file (``shard_placements``, docs/format.md 3.3). The original must read every
 worker's piece as an ordinary tensor; our Trial reassembles the full tensor. Written here
 with the numpy hook and ``note_placement`` (what the PyTorch adapter calls), so the test
 needs no torch in either environment.

@@ -39,6 +39,7 @@ def launch(base, world, scenarios):
     done = subprocess.run([sys.executable, SCRIPT, str(base), str(free_port()), str(world), ",".join(scenarios)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
+    (base / "stderr.txt").write_text(done.stderr)
     return base
 
 
@@ -84,6 +85,15 @@ def test_every_reduction_of_every_weight_and_gradient_is_that_of_the_full_tensor
     # 3 TRAIN steps (weights, gradients), then an EVAL step (weights, captured at its forward)
     assert assert_reductions_equal_full_tensor(runs / "reductions") == 3 * 8 * 16 + 4 * 16
     assert create_trial(runs / "reductions").mode(3).name == "EVAL"
+
+
+def test_a_reduction_that_cannot_be_exact_is_refused_with_one_warning(runs):
+    stderr = (runs / "stderr.txt").read_text()
+    warning = "median cannot be computed exactly from the shards of sharded parameters"
+    assert stderr.count(warning) == 2  # once per rank (the "reductions" scenario asks for it)
+    trial = create_trial(runs / "reductions")
+    with pytest.raises(Exception, match="median"):
+        trial.tensor("Sequential_0.weight").reduction_value(0, "median")
 
 
 def test_collectives_per_saved_step_do_not_grow_with_the_parameters(runs):
