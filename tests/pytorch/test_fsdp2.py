@@ -46,7 +46,7 @@ def launch(base, world, scenarios):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2"), 2,
-                  ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all"])
+                  ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat"])
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +146,14 @@ def test_fsdp1_use_orig_params_reductions_are_those_of_the_full_tensor(runs):
     parameter (0.weight is split across both ranks; the others lie on one rank)."""
     assert create_trial(runs / "fsdp1").tensor_names()[0] == "Sequential_0.bias"  # no _fsdp_wrapped_module
     assert assert_reductions_equal_full_tensor(runs / "fsdp1") == 3 * 8 * 16
+
+
+def test_fsdp1_without_use_orig_params_says_so_once_and_trains_on(runs):
+    stderr = (runs / "stderr.txt").read_text()
+    assert stderr.count("wrapped in FSDP (v1) without use_orig_params=True") == 2  # once per rank
+    assert not (runs / "fsdp1_flat" / "index").exists()  # no FlatParameter saved under a made-up name
+    with open(runs / "fsdp1_flat" / "collectives_0.json") as f:
+        assert json.load(f)["per_step"] == [0, 0, 0]
 
 
 def test_hsdp_replicated_dimension_is_not_counted(runs):
