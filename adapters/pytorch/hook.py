@@ -60,8 +60,9 @@ from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
 from .backend import TorchBackend, TorchSnapshot, plain_tensor
-from .sharded import (EXACT_REDUCTIONS, CollectiveFailed, Placement, ShardedParam, ShardGroups, combine_partials, dtensor_shard_dims,
-                      assemble, decode_pieces, encode_piece, encoded_size, columns_needed, fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, shard_partials)
+from .sharded import (EXACT_REDUCTIONS, CollectiveFailed, Placement, ShardedParam, ShardGroups, assemble,
+                      columns_needed, combine_partials, decode_pieces, dtensor_shard_dims, encode_piece, encoded_size,
+                      fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, shard_partials)
 
 logger = get_logger("smdebug.pytorch")
 
@@ -253,6 +254,7 @@ class Hook(CoreHook):
         if self._deferred or self._observed:  # module calls outside a registered model's forward
             self._copy_deferred_guarded()
         if self._sharded_due():  # a TRAIN step with no optimizer step (manual updates)
+            self._sharded_weights = None  # read at the forward, maybe updated since: read them now
             self._capture_sharded(with_gradients=self.mode in _TRAINING_MODES)
         if self._sharded_inflight is not None:
             self._finish_sharded()
@@ -421,9 +423,10 @@ class Hook(CoreHook):
     def _capture_sharded(self, with_gradients: bool) -> None:
         """Reduce this step's sharded weights (and gradients) from their shards and record them.
 
-        Runs on the training thread at a point every rank reaches in the same order: the
-        optimizer's pre-step hook in TRAIN steps, the step's first forward in others (see
-        docs/architecture.md). One ``all_gather`` per shard group, however many parameters.
+        Called on the training thread at a point every rank reaches in the same order: the
+        optimizer's pre-step hook in TRAIN steps (the end of the step if none came), the
+        step's first forward in others (see docs/architecture.md); the work runs on the step
+        pipeline, in order. One ``all_gather`` per shard group, however many parameters.
         A failure turns off sharded capture only (one warning); the rest of the hook goes on.
         A collective that a peer never joins gives up after ``sharded.COLLECTIVE_TIMEOUT``.
         """

@@ -8,9 +8,9 @@ gathering it:
 
 1. each worker reduces its own shards to a fixed row of float64 partials
    (:data:`PARTIAL_COLUMNS`: count, sum, sum of |x|, sum of squares, min, max, min/max of
-   |x|, and the sums of squared deviations ``M2`` of x and |x| about the shard's mean), all
-   shards of the step in a few whole-batch ops (:func:`shard_partials`), then one copy to
-   the host;
+   |x|, and the sums of squared deviations ``M2`` of x and |x| about the shard's mean; only
+   the columns the saved reductions need), all shards of the step in one batch of the
+   backend's reductions (:func:`shard_partials`), then one copy to the host;
 2. the rows of every sharded tensor of the step are packed into one float64 array and
    exchanged with **one** ``all_gather`` per shard group (:class:`ShardGroups`), whatever
    the number of parameters: the collective count of a saved step is fixed;
@@ -27,9 +27,9 @@ not computed for sharded tensors (:data:`EXACT_REDUCTIONS`; one warning at
 ``register_module``).
 
 Collectives run on a dedicated gloo process group per shard group, created collectively
-when the model is registered, and are issued on the training thread at a point every rank
-reaches in the same order (docs/architecture.md, "Sharded parameters"): they never
-interleave with training's own collectives on training's process groups.
+when the model is registered, and are issued in step order on the step pipeline, from
+points every rank reaches in the same order (docs/architecture.md, "Sharded parameters"):
+they never interleave with training's own collectives on training's process groups.
 """
 from __future__ import annotations
 
@@ -352,7 +352,7 @@ def reductions_from_partials(row: np.ndarray, keys: Sequence[ReductionKey]) -> L
 class ShardedParam:
     """One sharded parameter of a registered model, as the hook tracks it."""
 
-    __slots__ = ("name", "param", "group", "flat", "placement", "warned")
+    __slots__ = ("name", "param", "group", "flat")
 
     def __init__(self, name: str, param, group: tuple, flat: Optional[Placement] = None):
         self.name = name
@@ -360,8 +360,6 @@ class ShardedParam:
         self.group = group
         #: FSDP v1: the placement of a flat shard (the parameter is a plain tensor view)
         self.flat = flat
-        self.placement: Optional[Placement] = flat
-        self.warned = False
 
     def local(self, tensor):
         """The worker's piece of ``tensor`` (this parameter or its gradient), or None."""
@@ -428,23 +426,19 @@ def encoded_size(numel: int, itemsize: int, placement_ndim: int) -> int:
     return 16 * placement_ndim + numel * itemsize
 
 
-def assemble(parts: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...], object]], global_shape, dtype,
-             flat: bool, new=None):
-    """The full tensor from ``(offsets, shape, values)`` blocks. ``new(shape, dtype)`` makes the
-    empty full tensor (torch by default; the Trial passes numpy's); elements no block covers
-    stay NaN (floats) or 0, so a missing piece shows rather than hides."""
-    if new is None:
-        full = torch.zeros(tuple(global_shape), dtype=dtype)
-        if full.is_floating_point() or full.is_complex():
-            full.fill_(float("nan"))
-    else:
-        full = new(tuple(global_shape), dtype)
+def assemble(parts: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...], torch.Tensor]], global_shape, dtype,
+             flat: bool) -> torch.Tensor:
+    """The full tensor from ``(offsets, shape, values)`` blocks (offsets into the flattened
+    tensor when ``flat``); elements no block covers stay NaN (floats) or 0, so a missing piece
+    shows rather than hides."""
+    full = torch.zeros(tuple(global_shape), dtype=dtype)
+    if full.is_floating_point() or full.is_complex():
+        full.fill_(float("nan"))
     target = full.reshape(-1) if flat else full
     for offsets, shape, values in parts:
         if not all(shape):
             continue
-        index = tuple(slice(o, o + n) for o, n in zip(offsets, shape))
-        target[index] = values.reshape(shape)
+        target[tuple(slice(o, o + n) for o, n in zip(offsets, shape))] = values.reshape(shape)
     return full
 
 

@@ -311,14 +311,15 @@ class Tensor:
         values = self._read([_Request(w, locations[w], g, w) for w in chosen.values()], progress=False)
         dtypes = {values[w].dtype for w in chosen.values()}
         if len(dtypes) != 1:
-            raise TensorUnavailableForStep(self.name, step, mode, hint=f"; its pieces have dtypes {sorted(map(str, dtypes))}")
+            raise TensorUnavailableForStep(self.name, step, mode,
+                                           hint=f"; its pieces have dtypes {sorted(map(str, dtypes))}")
         full = np.zeros(global_shape, dtype=dtypes.pop())
         target = full.reshape(-1)
         for worker in chosen.values():
             p, piece = placed[worker], values[worker]
             if tuple(piece.shape) != p.local_shape:
                 raise TensorUnavailableForStep(self.name, step, mode, hint=f"; {worker}'s piece has shape "
-                                                                           f"{piece.shape}, its placement says {p.local_shape}")
+                                               f"{piece.shape}, its placement says {p.local_shape}")
             if p.flat:
                 target[p.offsets[0]:p.offsets[0] + p.local_shape[0]] = piece
             else:
