@@ -11,7 +11,7 @@ Scenarios: ``reductions`` (2 Linear layers, 4 parameters, uneven shards: one ran
 empty piece of a 1-row weight; 3 TRAIN steps, then an EVAL step), ``wide`` (20 layers, 40 parameters), ``full_one`` and
 ``full_all`` (full tensors, include_workers one/all), ``fsdp1`` and ``fsdp1_full_all`` (FSDP
 v1 with ``use_orig_params=True``: flat pieces of parameters), ``fsdp1_flat`` (without it:
-nothing to name, one warning), ``hsdp`` (a 2D replicate x shard mesh:
+nothing to name, one warning), ``hsdp``, ``hsdp_full_one`` and ``hsdp_full_all`` (a 2D replicate x shard mesh:
 2 processes as 2x1, 4 as 2x2).
 """
 import json
@@ -93,9 +93,9 @@ def reference(model, optimizer, rank, out):
 
 def run(scenario, out_base, rank, world):
     out = os.path.join(out_base, scenario)
-    if world == 4 and scenario == "hsdp":
+    if world == 4 and scenario.startswith("hsdp"):
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
-    elif scenario == "hsdp":
+    elif scenario.startswith("hsdp"):
         mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh("cpu", (world,))

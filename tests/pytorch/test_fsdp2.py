@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs_4(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("fsdp2_4"), 4, ["hsdp"])
+    return launch(tmp_path_factory.mktemp("fsdp2_4"), 4, ["hsdp", "hsdp_full_one", "hsdp_full_all"])
 
 
 def assert_reductions_equal_full_tensor(run_dir):
@@ -106,6 +106,16 @@ def test_collectives_per_saved_step_do_not_grow_with_the_parameters(runs):
     assert counts[("reductions", 0)]["parameters"] == 4 and counts[("wide", 0)]["parameters"] == 40
     assert {tuple(c["per_step"]) for c in counts.values()} == {(1, 1, 1)}  # one all_gather per saved step
     assert assert_reductions_equal_full_tensor(runs / "wide") == 3 * 80 * 16
+
+
+def assert_full_tensors(run_dir):
+    trial = create_trial(run_dir)
+    full = np.load(run_dir / "full_0.npz")
+    assert len(full.files) == 3 * 8
+    for key in full.files:
+        step, name = key.split("|")
+        np.testing.assert_array_equal(trial.tensor(name).value(int(step)).astype(np.float64), full[key])
+    return trial
 
 
 @pytest.mark.parametrize("scenario", ["full_one", "full_all", "fsdp1_full_all"])
@@ -168,6 +178,13 @@ def test_hsdp_2x2_mesh_on_4_processes(runs_4):
     assert assert_reductions_equal_full_tensor(runs_4 / "hsdp") == 3 * 8 * 16
     with open(runs_4 / "hsdp" / "collectives_0.json") as f:
         assert json.load(f)["per_step"] == [1, 1, 1]
+    # Full tensors: the chief gathers over its shard group only (the other replica sends nothing) ...
+    assert assert_full_tensors(runs_4 / "hsdp_full_one").workers() == ["worker_0"]
+    for rank, expected in ((0, [2, 2, 2]), (2, [1, 1, 1])):  # all_gather (+ gather where the chief is)
+        with open(runs_4 / "hsdp_full_one" / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == expected
+    # ... or every rank saves its piece, and the Trial reads one replica's of each block.
+    assert len(assert_full_tensors(runs_4 / "hsdp_full_all").workers()) == 4
 
 
 # ----------------------------------------------------------------- the combination, in one process
