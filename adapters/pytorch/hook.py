@@ -228,7 +228,8 @@ class Hook(CoreHook):
         self._sharded_step = -1  # the global step whose sharded parameters were captured
         self._sharded_muted = False  # after a local failure: join the collectives, record nothing
         self._sharded_inflight = None  # a step's statistics being exchanged (_start_sharded)
-        self._sharded_weights = None  # (step, weights chosen, ticket) of the weights' partials job
+        # the weights' partials job: (step, weights chosen, columns, ticket, pieces, their versions)
+        self._sharded_weights = None
         self._sharded_blocks: Dict[tuple, tuple] = {}
         self._warned_sharded: set = set()
 
@@ -465,9 +466,10 @@ class Hook(CoreHook):
             if chosen and not self._sharded_muted:
                 pieces = [self._piece(self._sharded[i], self._sharded[i].param, False) for i, _ in chosen]
                 columns = self._partial_columns([plan for _, plan in chosen])
+                versions = [None if p is None else p._version for p in pieces]
                 self._sharded_weights = (self.global_step, tuple(i for i, _ in chosen), columns,
                                          self.submit_work("sharded weights' partials", self._safe_partials, pieces,
-                                                          columns))
+                                                          columns), pieces, versions)
 
     def _safe_partials(self, pieces, columns) -> np.ndarray:
         """Partials of ``pieces``; rows of NaN if that fails (the collective still takes place)."""
@@ -506,8 +508,11 @@ class Hook(CoreHook):
         columns = self._partial_columns([plan for _, plan in chosen])
         if weights_job is not None and (raw_wanted or weights_job[0] != self.global_step or
                                         weights_job[1] != tuple(chosen[pos][0] for pos in weights_at) or
-                                        weights_job[2] != columns):
-            weights_job = None  # another step's, other plans, or pieces needed whole: read them again
+                                        weights_job[2] != columns or
+                                        [None if p is None else p._version for p in weights_job[4]] != weights_job[5]):
+            # another step's, other plans, pieces needed whole, or weights changed in place since the
+            # forward (not by the optimizer: it comes next): read them again
+            weights_job = None
         for pos, (i, _) in enumerate(chosen):
             known = weights_job is not None and i < n
             pieces.append(None if muted or known else self._piece(sharded[i % n], tensors[pos], i >= n))
@@ -520,8 +525,12 @@ class Hook(CoreHook):
             job = self._pipeline_exchange(*args)
         else:
             job = self.submit_work("sharded statistics", self._pipeline_exchange, *args)
+            # The fence: in a TRAIN step the optimizer changes the weights next (EVAL steps: nothing
+            # changes them before the step ends, where the job is waited for).
             if ticket is not None:
-                ticket.wait()  # the fence: the optimizer changes the weights next
+                ticket.wait()
+            elif weights_at and with_gradients:
+                job.wait()  # the weights are read by this job: wait until it read them
         self._sharded_inflight = (chosen, tensors, pieces, shapes, by_group, job, raw_wanted)
 
     def _pipeline_exchange(self, pieces, columns, weights_ticket, weights_at, by_group):
