@@ -11,7 +11,8 @@ Scenarios: ``reductions`` (2 Linear layers, 4 parameters, uneven shards: one ran
 empty piece of a 1-row weight; 3 TRAIN steps, then an EVAL step), ``wide`` (20 layers, 40 parameters), ``full_one`` and
 ``full_all`` (full tensors, include_workers one/all), ``fsdp1`` and ``fsdp1_full_all`` (FSDP
 v1 with ``use_orig_params=True``: flat pieces of parameters), ``fsdp1_flat`` (without it:
-nothing to name, one warning), ``hsdp``, ``hsdp_full_one`` and ``hsdp_full_all`` (a 2D replicate x shard mesh:
+nothing to name, one warning), ``inplace`` (weights scaled in place between backward and
+``optimizer.step()``), ``hsdp``, ``hsdp_full_one`` and ``hsdp_full_all`` (a 2D replicate x shard mesh:
 2 processes as 2x1, 4 as 2x2).
 """
 import json
@@ -124,6 +125,10 @@ def run(scenario, out_base, rank, world):
         x, y = torch.randn(4, 5, generator=gen), torch.randn(4, 1, generator=gen)
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
+        if scenario == "inplace":  # weights changed in place after the forward read them (not by the optimizer)
+            with torch.no_grad():
+                for param in model.parameters():
+                    param.to_local().mul_(1.5)
         optimizer.step()
         collectives.append(hook._shard_groups.collectives - before)
     if scenario == "reductions":  # an EVAL step: weights captured at its forward

@@ -46,7 +46,8 @@ def launch(base, world, scenarios):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2"), 2,
-                  ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat"])
+                  ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat",
+                   "inplace"])
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,12 @@ def test_every_reduction_of_every_weight_and_gradient_is_that_of_the_full_tensor
     # 3 TRAIN steps (weights, gradients), then an EVAL step (weights, captured at its forward)
     assert assert_reductions_equal_full_tensor(runs / "reductions") == 3 * 8 * 16 + 4 * 16
     assert create_trial(runs / "reductions").mode(3).name == "EVAL"
+
+
+def test_weights_changed_in_place_after_the_forward_are_saved_as_the_optimizer_sees_them(runs):
+    """The weights' partials start at the forward; a change in place before optimizer.step()
+    (not the optimizer's) makes them read again: the saved values are those just before the step."""
+    assert assert_reductions_equal_full_tensor(runs / "inplace") == 3 * 8 * 16
 
 
 def test_a_reduction_that_cannot_be_exact_is_refused_with_one_warning(runs):
