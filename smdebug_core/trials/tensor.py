@@ -341,12 +341,20 @@ class Tensor:
         """
         mode = ModeKeys.parse(mode)
         requests = []
+        assembled = {}
         for step in self.steps(mode=mode, show_incomplete_steps=show_incomplete_steps):
             g = step if mode is GLOBAL else self._trial._mode_to_global[mode][step]
+            if worker is None and g in self._placements:  # a sharded tensor: the full tensor
+                assembled[step] = self._assemble(g, step, mode)
+                continue
             chosen, location = self._pick(self._locations.get(g), worker)
             if location is not None:
                 requests.append(_Request(step, location, g, chosen))
-        return self._read(requests, progress)
+        out = self._read(requests, progress)
+        if assembled:
+            out.update(assembled)
+            out = dict(sorted(out.items()))
+        return out
 
     def shape(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> Tuple[int, ...]:
         """The tensor's shape at a step: the saved shape, else the saved value's shape."""

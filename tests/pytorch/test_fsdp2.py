@@ -138,6 +138,8 @@ def test_full_tensors_reassembled_by_the_trial_equal_full_tensor(runs, scenario)
         np.testing.assert_array_equal(value.astype(np.float64), full[key])
         assert tensor.shape(int(step)) == full[key].shape
         np.testing.assert_allclose(tensor.reduction_value(int(step), "variance"), full[key].var(), rtol=1e-6)
+    every_step = trial.tensor("Sequential_0.weight").values()  # whole tensors too
+    assert [v.shape for v in every_step.values()] == [(3, 5)] * 3
     if scenario == "full_one":
         assert trial.workers() == ["worker_0"]  # the chief gathered and wrote the full tensors
     elif scenario == "full_all":
