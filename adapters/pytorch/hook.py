@@ -363,6 +363,11 @@ class Hook(CoreHook):
                 continue
             try:
                 sharded = self._sharded_param(name, param, flat_v1)
+            except CollectiveFailed as exc:  # the same for every parameter of that mesh: said once
+                if str(exc) not in self._warned_sharded:
+                    self._warned_sharded.add(str(exc))
+                    logger.warning("smdebug: not saving the sharded parameters of %s: %s", root_name, exc)
+                continue
             except Exception as exc:  # noqa: BLE001 - that parameter is not saved; training goes on
                 logger.warning("smdebug: not saving sharded parameter %s: %s: %s", name, type(exc).__name__, exc)
                 continue

@@ -124,6 +124,7 @@ class ShardGroups:
     def __init__(self):
         self._groups: Dict[tuple, Optional[object]] = {}  # key -> this rank's group (None: alone)
         self._rows: Dict[tuple, Tuple[int, ...]] = {}  # key -> the global ranks of this rank's group
+        self._failed: Dict[tuple, str] = {}  # key -> why its groups could not be made (not tried again)
         self.collectives = 0
 
     @staticmethod
@@ -134,6 +135,8 @@ class ShardGroups:
     def ensure_mesh(self, mesh, shard_dims: Tuple[int, ...]) -> tuple:
         """The key of the shard groups of ``mesh`` over ``shard_dims`` (made on first use)."""
         key = self.key_for_mesh(mesh, shard_dims)
+        if key in self._failed:
+            raise CollectiveFailed(self._failed[key])
         if key not in self._groups:
             ranks = mesh.mesh
             others = [d for d in range(ranks.dim()) if d not in shard_dims]
@@ -141,16 +144,26 @@ class ShardGroups:
             for d in shard_dims:
                 size *= ranks.shape[d]
             rows = ranks.permute(*others, *shard_dims).reshape(-1, size).tolist() if shard_dims else []
-            self._groups[key], self._rows[key] = self._make(rows)
+            self._groups[key], self._rows[key] = self._make_or_remember(key, rows)
         return key
 
     def ensure_ranks(self, ranks: Sequence[int]) -> tuple:
         """The key of one explicit group (FSDP v1: its process group's ranks). Every rank must
         call this with the groups of every rank, in the same order (see FSDP v1 notes)."""
         key = ("ranks", tuple(ranks))
+        if key in self._failed:
+            raise CollectiveFailed(self._failed[key])
         if key not in self._groups:
-            self._groups[key], self._rows[key] = self._make([list(ranks)])
+            self._groups[key], self._rows[key] = self._make_or_remember(key, [list(ranks)])
         return key
+
+    def _make_or_remember(self, key: tuple, rows: List[List[int]]):
+        try:
+            return self._make(rows)
+        except Exception as exc:  # noqa: BLE001 - remembered: the next parameter of this mesh does not wait again
+            self._failed[key] = (f"cannot create the statistics' process group ({type(exc).__name__}: {exc}); "
+                                 "register_module must be called on every rank of a sharded model, in the same order")
+            raise CollectiveFailed(self._failed[key]) from exc
 
     @staticmethod
     def _make(rows: List[List[int]]):
