@@ -44,7 +44,7 @@ import os
 import re
 import warnings
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -141,6 +141,29 @@ def _tensor_leaves(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
         for item in value.values():
             _tensor_leaves(item, out)
     return out
+
+
+class _WeightsJob(NamedTuple):
+    """The partials of a step's sharded weights, computed on the step pipeline since its forward."""
+
+    step: int
+    chosen: tuple  # indices of the weights, as select() chose them
+    columns: tuple  # the partials computed
+    ticket: object  # the pipeline's Ticket: its result is the partials
+    pieces: list
+    versions: list  # the pieces' version counters at hand-over
+
+
+class _Exchange(NamedTuple):
+    """A step's sharded statistics under way, from the capture point to the end of the step."""
+
+    chosen: list  # (index into the sharded names, plan)
+    tensors: list  # the parameters and gradients
+    pieces: list  # this rank's pieces of them (None: read by the weights' job, or missing)
+    shapes: list  # their full shapes
+    by_group: dict  # shard group -> positions in chosen
+    job: object  # the exchange job's Ticket, or its result (tuple or exception) when run here
+    raw_wanted: list  # positions whose full tensors are saved
 
 
 def _weak_method(method):
@@ -439,7 +462,7 @@ class Hook(CoreHook):
         self._sharded_step = self.global_step
         with self._sharded_guard():
             self._start_sharded(with_gradients)
-            if self._sharded_inflight is not None and self._sharded_inflight[-1]:
+            if self._sharded_inflight is not None and self._sharded_inflight.raw_wanted:
                 self._finish_sharded_now()  # full tensors: gathered from the pieces now, before they change
 
     @contextlib.contextmanager
@@ -472,9 +495,9 @@ class Hook(CoreHook):
                 pieces = [self._piece(self._sharded[i], self._sharded[i].param, False) for i, _ in chosen]
                 columns = self._partial_columns([plan for _, plan in chosen])
                 versions = [None if p is None else p._version for p in pieces]
-                self._sharded_weights = (self.global_step, tuple(i for i, _ in chosen), columns,
-                                         self.submit_work("sharded weights' partials", self._safe_partials, pieces,
-                                                          columns), pieces, versions)
+                ticket = self.submit_work("sharded weights' partials", self._safe_partials, pieces, columns)
+                self._sharded_weights = _WeightsJob(self.global_step, tuple(i for i, _ in chosen), columns, ticket,
+                                                    pieces, versions)
 
     def _safe_partials(self, pieces, columns) -> np.ndarray:
         """Partials of ``pieces``; rows of NaN if that fails (the collective still takes place)."""
@@ -511,10 +534,11 @@ class Hook(CoreHook):
         weights_at = [pos for pos, (i, _) in enumerate(chosen) if i < n]
         raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
         columns = self._partial_columns([plan for _, plan in chosen])
-        if weights_job is not None and (raw_wanted or weights_job[0] != self.global_step or
-                                        weights_job[1] != tuple(chosen[pos][0] for pos in weights_at) or
-                                        weights_job[2] != columns or
-                                        [None if p is None else p._version for p in weights_job[4]] != weights_job[5]):
+        if weights_job is not None and (raw_wanted or weights_job.step != self.global_step or
+                                        weights_job.chosen != tuple(chosen[pos][0] for pos in weights_at) or
+                                        weights_job.columns != columns or
+                                        [None if p is None else p._version for p in weights_job.pieces]
+                                        != weights_job.versions):
             # another step's, other plans, pieces needed whole, or weights changed in place since the
             # forward (not by the optimizer: it comes next): read them again
             weights_job = None
@@ -524,7 +548,7 @@ class Hook(CoreHook):
         by_group: Dict[tuple, List[int]] = {}
         for pos, (i, _) in enumerate(chosen):
             by_group.setdefault(sharded[i % n].group, []).append(pos)
-        ticket = weights_job[3] if weights_job is not None else None
+        ticket = weights_job.ticket if weights_job is not None else None
         args = (pieces, columns, ticket, weights_at, by_group)
         if raw_wanted:  # the pieces are encoded below, before anything changes them
             job = self._pipeline_exchange(*args)
@@ -536,7 +560,7 @@ class Hook(CoreHook):
                 ticket.wait()
             elif weights_at and with_gradients:
                 job.wait()  # the weights are read by this job: wait until it read them
-        self._sharded_inflight = (chosen, tensors, pieces, shapes, by_group, job, raw_wanted)
+        self._sharded_inflight = _Exchange(chosen, tensors, pieces, shapes, by_group, job, raw_wanted)
 
     def _pipeline_exchange(self, pieces, columns, weights_ticket, weights_at, by_group):
         """Worker: all partials of the step (the weights' from their own job) and the start
@@ -1131,8 +1155,8 @@ class Hook(CoreHook):
         while training goes on.
         """
         inflight = self._sharded_inflight
-        if inflight is not None and not isinstance(inflight[5], (tuple, Exception)):
-            inflight[5].wait()  # sharded gradients' partials are read on the worker
+        if inflight is not None and not isinstance(inflight.job, (tuple, Exception)):
+            inflight.job.wait()  # sharded gradients' partials are read on the worker
         batch = self._grads_batch
         if batch is None:
             return
