@@ -12,7 +12,8 @@ empty piece of a 1-row weight; 3 TRAIN steps, then an EVAL step), ``wide`` (20 l
 ``full_all`` (full tensors, include_workers one/all), ``fsdp1`` and ``fsdp1_full_all`` (FSDP
 v1 with ``use_orig_params=True``: flat pieces of parameters), ``fsdp1_flat`` (without it:
 nothing to name, one warning), ``inplace`` (weights scaled in place between backward and
-``optimizer.step()``), ``hsdp``, ``hsdp_full_one`` and ``hsdp_full_all`` (a 2D replicate x shard mesh:
+``optimizer.step()``), ``tp`` and ``tp_full_all`` (a DTensor parameter sharded along dim 1,
+no FSDP), ``hsdp``, ``hsdp_full_one`` and ``hsdp_full_all`` (a 2D replicate x shard mesh:
 2 processes as 2x1, 4 as 2x2).
 """
 import json
@@ -25,6 +26,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.tensor import Shard, distribute_tensor
 from torch.distributed.fsdp import fully_shard
 
 import smdebug.pytorch as smd
@@ -44,6 +46,19 @@ def make_model(layers):
         if i < layers - 1:
             modules.append(torch.nn.Tanh())
     return torch.nn.Sequential(*modules)
+
+
+class ColumnSharded(torch.nn.Module):
+    """A DTensor parameter without FSDP, sharded along its columns (as tensor parallelism does):
+    a 5 x 7 weight, 4 columns on rank 0 and 3 on rank 1."""
+
+    def __init__(self, mesh):
+        super().__init__()
+        torch.manual_seed(0)
+        self.weight = torch.nn.Parameter(distribute_tensor(torch.randn(5, 7), mesh, [Shard(1)]))
+
+    def forward(self, x):
+        return (x @ self.weight.full_tensor()).sum(dim=1, keepdim=True)
 
 
 def shard(model, mesh):
@@ -100,7 +115,9 @@ def run(scenario, out_base, rank, world):
         mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh("cpu", (world,))
-    if scenario.startswith("fsdp1"):  # FSDP (v1), one flat parameter sharded over the ranks
+    if scenario.startswith("tp"):
+        model = torch.nn.Sequential(ColumnSharded(mesh))
+    elif scenario.startswith("fsdp1"):  # FSDP (v1), one flat parameter sharded over the ranks
         model = FSDP(make_model(2), use_orig_params=scenario != "fsdp1_flat", device_id=torch.device("cpu"))
     else:
         model = shard(make_model(20 if scenario == "wide" else 2), mesh)

@@ -47,7 +47,7 @@ def launch(base, world, scenarios):
 def runs(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2"), 2,
                   ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat",
-                   "inplace"])
+                   "inplace", "tp", "tp_full_all"])
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +94,14 @@ def test_weights_changed_in_place_after_the_forward_are_saved_as_the_optimizer_s
     assert assert_reductions_equal_full_tensor(runs / "inplace") == 3 * 8 * 16
 
 
+def test_dtensor_parameter_sharded_along_columns_without_fsdp(runs):
+    """Any DTensor parameter (tensor parallelism's Shard(1) here): exact reductions, and full
+    tensors reassembled from blocks of columns (4 + 3)."""
+    assert assert_reductions_equal_full_tensor(runs / "tp") == 3 * 2 * 16
+    trial = assert_full_tensors(runs / "tp_full_all", tensors=2)
+    assert trial.tensor("Sequential_0.weight").value(0, worker="worker_1").shape == (5, 3)
+
+
 def test_a_reduction_that_cannot_be_exact_is_refused_with_one_warning(runs):
     stderr = (runs / "stderr.txt").read_text()
     warning = "median cannot be computed exactly from the shards of sharded parameters"
@@ -115,10 +123,10 @@ def test_collectives_per_saved_step_do_not_grow_with_the_parameters(runs):
     assert assert_reductions_equal_full_tensor(runs / "wide") == 3 * 80 * 16
 
 
-def assert_full_tensors(run_dir):
+def assert_full_tensors(run_dir, tensors=8):
     trial = create_trial(run_dir)
     full = np.load(run_dir / "full_0.npz")
-    assert len(full.files) == 3 * 8
+    assert len(full.files) == 3 * tensors
     for key in full.files:
         step, name = key.split("|")
         np.testing.assert_array_equal(trial.tensor(name).value(int(step)).astype(np.float64), full[key])
