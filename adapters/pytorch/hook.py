@@ -62,7 +62,8 @@ from smdebug.modes import ModeKeys
 from .backend import TorchBackend, TorchSnapshot, plain_tensor
 from .sharded import (EXACT_REDUCTIONS, CollectiveFailed, Placement, ShardedParam, ShardGroups, assemble,
                       columns_needed, combine_partials, decode_pieces, dtensor_shard_dims, encode_piece, encoded_size,
-                      fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, shard_partials)
+                      fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, reductions_table,
+                      shard_partials)
 
 logger = get_logger("smdebug.pytorch")
 
@@ -595,32 +596,51 @@ class Hook(CoreHook):
             gathered[key] = started[key].result()
             combined[positions] = combine_partials(gathered[key])
         full = self._gather_full(chosen, tensors, pieces, gathered, by_group, raw_wanted) if raw_wanted else {}
-        entries, values = [], []
-        for pos, (i, plan) in enumerate(chosen):
-            row = combined[pos]
-            if not np.isfinite(row[0]) or row[0] == 0:
-                continue  # missing on some rank (no gradient yet, a frozen parameter), or empty
-            if plan.raw:
-                if isinstance(full.get(pos), tuple):
-                    self._record_piece(plan, full[pos], reductions_from_partials(row, [
-                        k for k in plan.reductions if k[0] in EXACT_REDUCTIONS]))
-                elif pos in full:
-                    self.record(plan.name, full[pos], self.backend)
+        # missing on some rank (no gradient yet, a frozen parameter), or empty: not saved
+        present = np.isfinite(combined[:, 0]) & (combined[:, 0] > 0)
+        for pos in raw_wanted:
+            if not present[pos]:
                 continue
+            plan = chosen[pos][1]
+            if isinstance(full.get(pos), tuple):
+                self._record_piece(plan, full[pos], reductions_from_partials(combined[pos], [
+                    k for k in plan.reductions if k[0] in EXACT_REDUCTIONS]))
+            elif pos in full:
+                self.record(plan.name, full[pos], self.backend)
+        reduced = tuple(pos for pos, (_, plan) in enumerate(chosen) if present[pos] and not plan.raw)
+        if not (reduced and self.saving_step):
+            return
+        key = (self.plans_version, len(chosen), reduced)
+        laid_out = self._sharded_blocks.get(key)
+        if laid_out is None:
+            if len(self._sharded_blocks) > 16:
+                self._sharded_blocks.clear()
+            laid_out = self._sharded_blocks[key] = self._lay_out_block(chosen, shapes, reduced)
+        block, by_keys = laid_out
+        if len(by_keys) == 1:  # the usual case: every tensor saves the same reductions
+            (keys, positions), = by_keys.items()
+            values = reductions_table(combined[list(positions)], keys).ravel()
+        else:
+            per_position = {}
+            for keys, positions in by_keys.items():
+                for pos, row in zip(positions, reductions_table(combined[list(positions)], keys)):
+                    per_position[pos] = row
+            values = np.concatenate([per_position[pos] for pos in reduced])
+        self.record_reduced(block, values)
+
+    def _lay_out_block(self, chosen, shapes, reduced):
+        """The ReducedBlock of the sharded tensors of ``reduced`` (positions in ``chosen``), each
+        with the reductions exact from shards, and those positions by reductions asked."""
+        entries, by_keys = [], {}
+        for pos in reduced:
+            plan = chosen[pos][1]
             keys = tuple(k for k in plan.reductions if k[0] in EXACT_REDUCTIONS)
             if keys != plan.reductions:
                 plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
                     tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
             entries.append((plan, shapes[pos]))
-            values += reductions_from_partials(row, keys)
-        if entries and self.saving_step:
-            layout = tuple((plan, shape) for plan, shape in entries)
-            block = self._sharded_blocks.get(layout)
-            if block is None:
-                if len(self._sharded_blocks) > 16:
-                    self._sharded_blocks.clear()
-                block = self._sharded_blocks[layout] = self.reduced_block(entries)
-            self.record_reduced(block, values)
+            by_keys.setdefault(keys, []).append(pos)
+        return self.reduced_block(entries), by_keys
 
     def _gather_full(self, chosen, tensors, pieces, gathered: Dict[tuple, np.ndarray], by_group,
                      raw_wanted) -> Dict[int, object]:

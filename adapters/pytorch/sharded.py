@@ -83,12 +83,18 @@ class Placement:
         return out
 
 
+_DTENSOR_CLASSES: Dict[type, bool] = {}
+
+
 def is_dtensor(value) -> bool:
     """Whether ``value`` is a ``torch.distributed.tensor.DTensor`` (without importing it when
-    torch.distributed is unavailable)."""
+    torch.distributed is unavailable); answered once per class."""
     cls = type(value)
-    return any(base.__name__ == "DTensor" and base.__module__.startswith("torch.distributed")
-               for base in cls.__mro__)
+    known = _DTENSOR_CLASSES.get(cls)
+    if known is None:
+        known = _DTENSOR_CLASSES[cls] = any(
+            base.__name__ == "DTensor" and base.__module__.startswith("torch.distributed") for base in cls.__mro__)
+    return known
 
 
 def dtensor_shard_dims(tensor) -> Tuple[Tuple[int, ...], Optional[str]]:
@@ -332,33 +338,36 @@ def combine_partials(gathered: np.ndarray) -> np.ndarray:
     return out
 
 
-def reductions_from_partials(row: np.ndarray, keys: Sequence[ReductionKey]) -> List[np.float64]:
-    """The ``keys`` reductions of one full tensor from its combined partials row."""
-    count = row[_COL["count"]]
-    out = []
+def reductions_table(rows: np.ndarray, keys: Sequence[ReductionKey]) -> np.ndarray:
+    """``[len(rows), len(keys)]``: the ``keys`` reductions of full tensors from their combined
+    partials rows, a few array operations for all of them."""
+    count = rows[:, _COL["count"]]
+    out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):
-        for op, is_abs in keys:
+        for j, (op, is_abs) in enumerate(keys):
             suffix = "_abs" if is_abs else ""
-            if op == "min":
-                value = row[_COL["min" + suffix]]
-            elif op == "max":
-                value = row[_COL["max" + suffix]]
+            if op in ("min", "max"):
+                out[:, j] = rows[:, _COL[op + suffix]]
             elif op == "sum":
-                value = row[_COL["sum" + suffix]]
+                out[:, j] = rows[:, _COL["sum" + suffix]]
             elif op == "mean":
-                value = row[_COL["sum" + suffix]] / count
+                out[:, j] = rows[:, _COL["sum" + suffix]] / count
             elif op == "variance":
-                value = row[_COL["m2" + suffix]] / count
+                out[:, j] = rows[:, _COL["m2" + suffix]] / count
             elif op == "std":
-                value = np.sqrt(row[_COL["m2" + suffix]] / count)
+                out[:, j] = np.sqrt(rows[:, _COL["m2" + suffix]] / count)
             elif op == "l1":
-                value = row[_COL["sum_abs"]]
+                out[:, j] = rows[:, _COL["sum_abs"]]
             elif op == "l2":
-                value = np.sqrt(row[_COL["sum_sq"]])
+                out[:, j] = np.sqrt(rows[:, _COL["sum_sq"]])
             else:
                 raise ValueError(f"{op!r} cannot be computed exactly from shards")
-            out.append(np.float64(value))
     return out
+
+
+def reductions_from_partials(row: np.ndarray, keys: Sequence[ReductionKey]) -> List[np.float64]:
+    """The ``keys`` reductions of one full tensor from its combined partials row."""
+    return list(reductions_table(row[None], keys)[0])
 
 
 # --------------------------------------------------------------------------- parameters
@@ -381,7 +390,10 @@ class ShardedParam:
         if self.flat is not None:
             return tensor.reshape(-1)
         if is_dtensor(tensor):
-            return tensor.to_local()
+            # The local tensor itself: to_local() is an autograd function (microseconds per
+            # parameter and step); the attribute is read where there is one.
+            local = getattr(tensor, "_local_tensor", None)
+            return local if isinstance(local, torch.Tensor) else tensor.to_local()
         return None
 
     def placement_of(self, tensor) -> Optional[Placement]:
