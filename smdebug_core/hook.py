@@ -271,6 +271,7 @@ class Hook:
         self._pending: Dict[object, Tuple[Optional[TensorPlan], object, Optional[TensorBackend]]] = {}
         self._blocks_pending = False  # whether _pending holds a ReducedBlock
         self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
+        self._pending_placements: Dict[str, dict] = {}  # name -> where its saved piece lies (note_placement)
         self._early_tensors: List[Tuple[str, object]] = []  # save_tensor before the first step
         self._collections_written = False
         self._closed = False
@@ -534,6 +535,32 @@ class Hook:
         """
         return self._saving_colls if self.saving_step else frozenset()
 
+    def submit_work(self, what: str, fn, *args):
+        """Run ``fn(*args)`` on the step pipeline's worker, in order with the step's other jobs,
+        on every worker whether or not it writes, and return its ``Ticket`` (``wait()`` is the
+        adapter's fence; it gives ``fn``'s result, None if it raised). For adapter work that
+        every rank must do (sharded tensors' partial statistics before their collective);
+        ``fn`` should catch its own errors: one that escapes disables the hook."""
+        return self._pipeline.submit(what, fn, *args)
+
+    def note_placement(self, name: str, placement: dict) -> None:
+        """Say that the value recorded as ``name`` in this step is one piece of a larger tensor
+        (a shard of a sharded parameter): ``placement`` (``global_shape``, ``local_shape`` and
+        ``offsets`` of the block, or ``flat_offset`` in the flattened tensor) is written into the
+        step's index file (docs/format.md 3.3), where our Trial finds it to reassemble the full
+        tensor from every worker's piece and readers of the original format do not look."""
+        if self.saving_step:
+            with self._lock:
+                self._pending_placements[name] = placement
+
+    @property
+    def step_saves_somewhere(self) -> bool:
+        """Whether some worker saves something at this step: the same answer on every worker
+        (it follows the save configuration and the step counters only), including those that
+        write nothing (``include_workers="one"``). Adapters whose capture needs every worker's
+        part (collectives over sharded tensors) take part whenever it is True."""
+        return bool(self._saving_colls) and self.enabled
+
     def _prepare_if_changed(self) -> None:
         key = (self.collection_manager.version, tuple(self.include_collections))
         if key == self._prepared_key:
@@ -685,6 +712,15 @@ class Hook:
         return self._hold(((name, value),), backend or self._backend_for(value)) == 1
 
     @never_raises("record")
+    def record_planned(self, plan: TensorPlan, value, backend: TensorBackend) -> bool:
+        """Offer a tensor under ``plan``: this step's plan of its name, narrowed by the adapter
+        (``dataclasses.replace``) to what it can save faithfully (a shard of a sharded tensor:
+        the reductions exact from its shards' partials, which its snapshot carries)."""
+        if not self.saving_step:
+            return False
+        return self._hold(((plan.name, value),), backend, plan) == 1
+
+    @never_raises("record")
     def record_many(self, items, backend: TensorBackend) -> int:
         """Offer several ``(name, value)`` of one backend at once; returns how many will be saved.
 
@@ -695,11 +731,11 @@ class Hook:
             return 0
         return self._hold(items, backend)
 
-    def _hold(self, items, backend: TensorBackend) -> int:
+    def _hold(self, items, backend: TensorBackend, given: Optional[TensorPlan] = None) -> int:
         """Snapshot the wanted ``(name, value)`` items and keep them for the end of the step."""
         held = []
         for name, value in items:
-            plan = self.plan_for(name)
+            plan = given or self.plan_for(name)
             if plan is not None and name not in self._skipped_tensors:
                 try:
                     held.append((name, plan, backend.snapshot(value, plan.needs_value)))
@@ -792,6 +828,7 @@ class Hook:
                                           logger)
         with self._lock:
             pending, self._pending = self._pending, {}
+            placements, self._pending_placements = self._pending_placements, {}
             has_blocks, self._blocks_pending = self._blocks_pending, False
             scalars, self._pending_scalars = self._pending_scalars, []
         if not pending and not scalars:
@@ -807,7 +844,7 @@ class Hook:
         if self._recorder is not None and self.flight_recording:
             flight = (self._ring_only, self._step_probe)
         self._step_probe = None
-        args = (pending, has_blocks, scalars, self._step_identity, collections, flight)
+        args = (pending, has_blocks, scalars, self._step_identity, collections, flight, placements)
         if self._pipeline.idle or self._step_listeners or self.writer is None:
             self._pipeline.drain()
             self._pipeline.run_here("finishing a step", self._finish_step, *args)
@@ -817,12 +854,14 @@ class Hook:
             self._disable_after_pipeline_failure()
 
     def _finish_step(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple,
-                     collections: Optional[bytes], flight: Optional[tuple] = None) -> None:
+                     collections: Optional[bytes], flight: Optional[tuple] = None,
+                     placements: Optional[Dict[str, dict]] = None) -> None:
         """On the pipeline's worker: the step's records, in recording order, to the writer.
 
         ``flight``: ``(ring_only, probe)`` while the flight recorder keeps steps: the step's
         values are checked for NaN/Inf (from its reductions, already on the host), and a step
-        that saves nothing else goes to the recorder instead of the writer."""
+        that saves nothing else goes to the recorder instead of the writer. ``placements``:
+        name -> where a record sits in a larger (sharded) tensor (docs/format.md 3.3)."""
         step, mode, mode_step = identity
         tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
         out = (tensors, shapes, tb_scalars, tb_hists, metrics)
@@ -924,6 +963,7 @@ class Hook:
             writer.submit(StepData(
                 global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
                 shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
+                placements=placements or {},
             ), publish=not timed)  # the step is complete: readers may see it as soon as it is on disk
         for i, (wall_time, tag, array) in enumerate(timed):  # same step, one record each with its time
             writer.submit(StepData(

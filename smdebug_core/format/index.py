@@ -8,7 +8,7 @@ corruption is detected through the index. The original reader ignores unknown ke
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ..exceptions import IndexReaderException
 from ..modes import ModeKeys
@@ -16,6 +16,9 @@ from .layout import EVENT_FILE_SUFFIX, EVENTS_DIR, MAX_STEP_EXCLUSIVE, validate_
 from .records import RECORD_OVERHEAD
 
 PAYLOAD_CRC_KEY = "crc32c"
+#: Top-level index key: name -> placement of a record that is one worker's piece of a sharded
+#: tensor (docs/format.md 3.3). Ours; the original reader reads only meta/tensor_payload/shape_payload.
+PLACEMENTS_KEY = "shard_placements"
 # Offsets and lengths beyond this are not plausible file positions.
 _MAX_FILE_OFFSET = 2**62
 
@@ -43,6 +46,23 @@ class ParsedIndex:
     shapes: List[Tuple[str, Tuple[int, ...]]] = field(default_factory=list)
     #: ``originalname`` of each shape entry, parallel to ``shapes``.
     shape_original_names: List[str] = field(default_factory=list)
+    #: name -> :class:`Placement` of a record that is one worker's piece of a sharded tensor.
+    placements: Dict[str, "Placement"] = field(default_factory=dict)
+
+
+class Placement(NamedTuple):
+    """Where one worker's piece lies in the full tensor (docs/format.md 3.3): the block at
+    ``offsets`` of shape ``local_shape``, or, when ``flat`` (FSDP v1's flat shards), the
+    elements ``offsets[0]`` .. ``+ local_shape[0]`` of the flattened full tensor."""
+
+    global_shape: Tuple[int, ...]
+    local_shape: Tuple[int, ...]
+    offsets: Tuple[int, ...]
+    flat: bool
+
+
+#: Placements with more dimensions than this are refused (as numpy refuses them).
+_MAX_DIMS = 64
 
 
 def build_index_json(mode, mode_step, event_file_relpath, entries, shapes):
@@ -75,9 +95,11 @@ def _entry_json_head(name, start_idx, length):
     return f'{_entry_head(name)}{int(start_idx)}, "length": {int(length)}, "{PAYLOAD_CRC_KEY}": '
 
 
-def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shapes):
+def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shapes, placements=None):
     """:func:`build_index_json` from entries already formatted: each item of ``entry_items``
-    is one :func:`entry_json` or several joined by ``", "`` (:func:`entries_json_template`)."""
+    is one :func:`entry_json` or several joined by ``", "`` (:func:`entries_json_template`).
+    ``placements`` (name -> placement of a record that is a piece of a larger tensor) go to
+    an extra top-level key, :data:`PLACEMENTS_KEY`, which the original reader never reads."""
     mode = ModeKeys.parse(mode)
     meta = {"mode": mode.name, "mode_step": validate_step(mode_step, "mode_step")}
     if event_file_relpath is not None:
@@ -94,8 +116,9 @@ def index_json_from_items(mode, mode_step, event_file_relpath, entry_items, shap
         shape_payload.append({"tensorname": name, "originalname": original, "shape": [int(s) for s in shape]})
     # The original writes with json's default separators; keep that for byte-level familiarity
     # (what json.dumps of the same document gives, byte for byte: a test compares).
+    extra = f', "{PLACEMENTS_KEY}": {json.dumps(placements)}' if placements else ""
     return (f'{{"meta": {json.dumps(meta)}, "tensor_payload": [{", ".join(entry_items)}], '
-            f'"shape_payload": {json.dumps(shape_payload)}}}').encode("utf-8")
+            f'"shape_payload": {json.dumps(shape_payload)}{extra}}}').encode("utf-8")
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -226,4 +249,47 @@ def parse_index_json(data, source):
         shapes.append((name, dims))
         original_names.append(original)
 
-    return ParsedIndex(mode, mode_step, event_file_name, tensors, shapes, original_names)
+    placements = _parse_placements(source, document.get(PLACEMENTS_KEY))
+    return ParsedIndex(mode, mode_step, event_file_name, tensors, shapes, original_names, placements)
+
+
+def _parse_placements(source, value) -> Dict[str, Placement]:
+    """The validated :data:`PLACEMENTS_KEY` object (absent: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        _fail(source, f"'{PLACEMENTS_KEY}' must be an object, got {type(value).__name__}")
+    out = {}
+    for name, item in value.items():
+        where = f"{PLACEMENTS_KEY}[{name!r}]"
+        if not isinstance(item, dict):
+            _fail(source, f"{where} must be an object, got {type(item).__name__}")
+
+        def dims(key, allow_missing=False):
+            dims_value = item.get(key)
+            if dims_value is None and allow_missing:
+                return None
+            if not isinstance(dims_value, list) or len(dims_value) > _MAX_DIMS:
+                _fail(source, f"{where}.{key} must be a list of at most {_MAX_DIMS} integers, got {dims_value!r}")
+            return tuple(_check_int(source, f"{where}.{key}[{d}]", v, 0, _MAX_FILE_OFFSET)
+                         for d, v in enumerate(dims_value))
+
+        global_shape, local_shape = dims("global_shape"), dims("local_shape")
+        offsets = dims("offsets", allow_missing=True)
+        flat = offsets is None
+        if flat:
+            offsets = (_check_int(source, f"{where}.flat_offset", item.get("flat_offset"), 0, _MAX_FILE_OFFSET),)
+            if len(local_shape) != 1:
+                _fail(source, f"{where}: a flat piece has a 1-dimensional local_shape, got {list(local_shape)}")
+            total = 1
+            for size in global_shape:
+                total *= size
+            if offsets[0] + local_shape[0] > total:
+                _fail(source, f"{where}: elements {offsets[0]}..{offsets[0] + local_shape[0]} lie outside a tensor of "
+                              f"{total}")
+        elif not (len(offsets) == len(local_shape) == len(global_shape)) or any(
+                o + n > g for o, n, g in zip(offsets, local_shape, global_shape)):
+            _fail(source, f"{where}: the block at {list(offsets)} of shape {list(local_shape)} lies outside "
+                          f"{list(global_shape)}")
+        out[name] = Placement(global_shape, local_shape, offsets, flat)
+    return out

@@ -23,6 +23,7 @@ from ..exceptions import (
     UnsafeRunFile,
 )
 from ..format.codec import decode_tensor_event
+from ..format.index import Placement
 from ..format.layout import END_OF_JOB_FILE
 from ..format.records import read_record, verify_payload_crc
 from ..modes import ModeKeys
@@ -72,6 +73,8 @@ class Tensor:
         self._locations: Dict[int, Dict[str, TensorLocation]] = {}
         self._reductions: Dict[int, Dict[str, Dict[Tuple[str, bool], TensorLocation]]] = {}
         self._shapes: Dict[int, Dict[str, Tuple[int, ...]]] = {}
+        # step -> worker -> where that worker's saved value lies in the full tensor (sharded)
+        self._placements: Dict[int, Dict[str, Placement]] = {}
         self._step_workers: Dict[int, Set[str]] = {}
         self._sorted_steps: Optional[List[int]] = []
         self._cache: Dict[TensorLocation, np.ndarray] = {}
@@ -184,6 +187,9 @@ class Tensor:
         by_worker.setdefault(worker, {})[key] = location
         self._note(step, worker)
 
+    def _add_placement(self, step: int, worker: str, placement: Placement) -> None:
+        self._placements.setdefault(step, {})[worker] = placement
+
     def _add_shape(self, step: int, worker: str, shape: Tuple[int, ...]) -> None:
         self._shapes.setdefault(step, {})[worker] = tuple(shape)
         self._note(step, worker)
@@ -272,11 +278,54 @@ class Tensor:
         """
         g, mode, step = self._locate(step_num, mode)
         self._check_worker(g, worker, step, mode)
+        if worker is None and g in self._placements:
+            return self._assemble(g, step, mode)
         chosen, location = self._pick(self._locations.get(g), worker)
         if location is None:
             has_reductions = bool(self._reductions.get(g))
             raise TensorUnavailableForStep(self.name, step, mode, has_reductions)
         return self._read([_Request(None, location, g, chosen)], progress=False)[None]
+
+    def _assemble(self, g: int, step: int, mode: ModeKeys) -> np.ndarray:
+        """The full tensor of a sharded parameter from every worker's piece (a worker's own
+        piece: ``value(step, worker=...)``). Replicas (HSDP) saved the same block: one is read.
+        The pieces must cover the tensor exactly, so what is allocated is what was read."""
+        placed = self._placements[g]
+        locations = self._locations.get(g, {})
+        chosen: Dict[tuple, str] = {}
+        for worker in sorted(placed):
+            p = placed[worker]
+            if worker in locations:
+                chosen.setdefault((p.flat, p.offsets), worker)
+        shapes = {placed[w].global_shape for w in chosen.values()}
+        if len(shapes) != 1:
+            raise TensorUnavailableForStep(self.name, step, mode, hint=f"; its pieces disagree on the full shape "
+                                                                       f"({sorted(shapes)})")
+        global_shape = shapes.pop()
+        total = int(np.prod(global_shape, dtype=np.int64))
+        covered = sum(int(np.prod(placed[w].local_shape, dtype=np.int64)) for w in chosen.values())
+        if covered != total:
+            raise TensorUnavailableForStep(
+                self.name, step, mode, hint=f"; the saved pieces hold {covered} of its {total} elements (a worker's "
+                                            f"piece is missing or not written yet); value(step, worker=...) reads one")
+        values = self._read([_Request(w, locations[w], g, w) for w in chosen.values()], progress=False)
+        dtypes = {values[w].dtype for w in chosen.values()}
+        if len(dtypes) != 1:
+            raise TensorUnavailableForStep(self.name, step, mode,
+                                           hint=f"; its pieces have dtypes {sorted(map(str, dtypes))}")
+        full = np.zeros(global_shape, dtype=dtypes.pop())
+        target = full.reshape(-1)
+        for worker in chosen.values():
+            p, piece = placed[worker], values[worker]
+            if tuple(piece.shape) != p.local_shape:
+                raise TensorUnavailableForStep(self.name, step, mode, hint=f"; {worker}'s piece has shape "
+                                               f"{piece.shape}, its placement says {p.local_shape}")
+            if p.flat:
+                target[p.offsets[0]:p.offsets[0] + p.local_shape[0]] = piece
+            else:
+                full[tuple(slice(o, o + n) for o, n in zip(p.offsets, p.local_shape))] = piece
+        full.setflags(write=False)
+        return full
 
     def values(
         self,
@@ -292,17 +341,27 @@ class Tensor:
         """
         mode = ModeKeys.parse(mode)
         requests = []
+        assembled = {}
         for step in self.steps(mode=mode, show_incomplete_steps=show_incomplete_steps):
             g = step if mode is GLOBAL else self._trial._mode_to_global[mode][step]
+            if worker is None and g in self._placements:  # a sharded tensor: the full tensor
+                assembled[step] = self._assemble(g, step, mode)
+                continue
             chosen, location = self._pick(self._locations.get(g), worker)
             if location is not None:
                 requests.append(_Request(step, location, g, chosen))
-        return self._read(requests, progress)
+        out = self._read(requests, progress)
+        if assembled:
+            out.update(assembled)
+            out = dict(sorted(out.items()))
+        return out
 
     def shape(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> Tuple[int, ...]:
         """The tensor's shape at a step: the saved shape, else the saved value's shape."""
         g, mode, step = self._locate(step_num, mode)
         self._check_worker(g, worker, step, mode)
+        if worker is None and g in self._placements:  # a sharded tensor: the full tensor's
+            return next(iter(self._placements[g].values())).global_shape
         _, shape = self._pick(self._shapes.get(g), worker)
         if shape is not None:
             return shape
@@ -362,6 +421,8 @@ class Tensor:
             location = by_worker.get(w, {}).get(key)
             if location is not None:
                 return self._read([_Request(None, location, g, w)], progress=False)[None]
+        if worker is None and g in self._placements:  # a sharded tensor: of the full tensor, not a piece
+            return reduce(self._assemble(g, step, mode), reduction_name, bool(abs))
         chosen, raw = self._pick(self._locations.get(g), worker)
         if raw is None:
             saved = set()

@@ -676,6 +676,10 @@ class Trial:
                 tensor = tensors[name] = Tensor(name, self)
             tensor._add_shape(step, worker, shape)
             names.append(name)
+        for name, placement in parsed.placements.items():  # pieces of sharded tensors
+            tensor = tensors.get(name)
+            if tensor is not None:
+                tensor._add_placement(step, worker, placement)
 
         step_names = self._tensors_for_step.get(step)
         if step_names is None:

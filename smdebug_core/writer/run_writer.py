@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -94,6 +94,8 @@ class StepData:
     #: The step replaces one already published (the flight recorder writes a kept step whose
     #: scalars were published alone, docs/flight_recorder.md): its files are written anew.
     replace: bool = False
+    #: name -> placement of a record that is one piece of a larger tensor (docs/format.md 3.3)
+    placements: Dict[str, dict] = field(default_factory=dict)
 
     def nbytes(self):
         """Approximate memory held by this item (array bytes plus a small per-item cost)."""
@@ -130,6 +132,7 @@ class _OpenStep:
         self.names = []  # of the records written, in order
         self.index_items = []  # their index entries, formatted: one each, or runs of them (format.index)
         self.shapes = []
+        self.placements = {}
         self.warned_mode_mismatch = False
 
 
@@ -583,6 +586,8 @@ class RunWriter:
             encoder = StepEncoder(global_step=open_step.global_step, mode=open_step.mode,
                                   mode_step=open_step.mode_step, wall_time=step.wall_time)
             self._write_records(open_step, encoder, step.tensors)
+            if step.placements:
+                open_step.placements.update(step.placements)
             for shape_item in step.shapes:
                 name, *original, shape = shape_item
                 open_step.shapes.append((name, original[0] if original else name, tuple(int(s) for s in shape)))
@@ -680,8 +685,10 @@ class RunWriter:
             shapes = [item for item in shapes if item[0] not in written]
         if not open_step.index_items and not shapes:
             return
+        placements = {name: p for name, p in open_step.placements.items() if name in set(open_step.names)} \
+            if open_step.placements else None
         index = index_json_from_items(open_step.mode, open_step.mode_step, event_relpath, open_step.index_items,
-                                      shapes)
+                                      shapes, placements)
         self._write_atomically(open_step.index_relpath, index)
 
     def _publish_all(self):
