@@ -173,6 +173,8 @@ class Hook(CoreHook):
         self._warned_bad_tensor: set = set()
         self._optimizer_hooks_installed = False
         self._pending_params: List[Tuple[str, torch.nn.Parameter]] = []  # added before their model
+        #: The integration (a trainer callback) that owns the step boundaries, see own_steps().
+        self.step_owner: Optional[str] = None
 
     # --- core overrides ------------------------------------------------------------------
     def _distributed_info(self) -> Tuple[int, int]:
@@ -195,18 +197,71 @@ class Hook(CoreHook):
     def end_step(self) -> None:
         if self._deferred or self._observed:  # module calls outside a registered model's forward
             self._copy_deferred_guarded()
+        if self.step_owner is not None and self._weights_batch is not None and self._step_open:
+            # An owned step that ended without capture_parameters() (no optimizer update): keep its weights.
+            self._fence_weights_guarded()
         super().end_step()
+
+    @never_raises("filing the step's weights")
+    def _fence_weights_guarded(self) -> None:
+        self._fence_weights()
 
     @never_raises("copying module tensors")
     def _copy_deferred_guarded(self) -> None:
         self._copy_deferred()
 
     def begin_step(self, step: Optional[int] = None) -> bool:
+        if self.step_owner is not None:
+            self._fence_gradients(before_backward=True)  # the step's backward may add into them
         saving = super().begin_step(step)
         self._params_captured = False
         if self._tensor_counts:
             self._tensor_counts = {}
+        if self.step_owner is not None:
+            self._begin_owned_step()
         return saving
+
+    # --- integrations that own the step boundaries (trainer callbacks) ----------------------
+    def own_steps(self, owner: str) -> None:
+        """Hand the step boundaries to an integration for the rest of the run.
+
+        For trainers whose loop the hook cannot see from module and optimizer hooks
+        (Lightning runs the forward inside ``optimizer.step(closure)``; a Trainer's
+        callbacks know the accumulation boundaries). From this call on the hook starts no
+        step and sets no mode by itself, and raises no ``TrainingStopRequested`` in the
+        forward pass. The owner calls ``set_mode(mode)`` and ``begin_step()`` when a step
+        starts, :meth:`capture_parameters` just before the optimizer updates the weights,
+        ``end_step()`` (optional: the next ``begin_step`` ends a step), and reads
+        ``stop_requested`` to stop its trainer. Module outputs and losses are still
+        captured by the module hooks. ``owner`` names the integration in logs.
+        """
+        if not isinstance(owner, str) or not owner:
+            raise ConfigError(f"own_steps: owner must name the integration (a non-empty string), got {owner!r}")
+        if self.step_owner is not None and self.step_owner != owner:
+            raise ConfigError(f"own_steps: the steps of this hook are already owned by {self.step_owner}; "
+                              f"{owner} cannot own them too (one integration per hook)")
+        self.step_owner = owner
+        # Gradients come from capture_parameters(), never from per-parameter hooks.
+        self.step_by_optimizer = True
+        self._sync_capture_hooks()
+
+    @never_raises("capture_parameters")
+    def capture_parameters(self) -> None:
+        """Hand over the registered models' weights and (accumulated) gradients now.
+
+        Called by the step owner (see :meth:`own_steps`) right before the optimizer
+        updates the weights; the values are those the step's forward and backward passes
+        used. Does nothing in a step that saves nothing or outside TRAIN/GLOBAL mode.
+        """
+        if self.saving_step and self._step_open and self.mode in _TRAINING_MODES:
+            self._capture_parameters(with_gradients=True)
+
+    def _begin_owned_step(self) -> None:
+        if self.saving_step or self._capture_handles:
+            self._sync_capture_hooks()
+        if self.saving_step:
+            # TRAIN: fenced and filed at capture_parameters(); otherwise nothing updates them.
+            self._start_weights(file_now=self.mode not in _TRAINING_MODES)
 
     def close(self) -> None:
         """Flush the last step, finish the run's files and remove every torch hook."""
@@ -440,6 +495,8 @@ class Hook(CoreHook):
             self._remove_handles(self._capture_handles)
             self._remove_handles(self._handles)
             return
+        if self.step_owner is not None:
+            return  # steps, modes and stopping belong to the owner (own_steps)
         if self.stop_reason is not None:
             if self._step_open:
                 self.end_step()
@@ -465,7 +522,7 @@ class Hook(CoreHook):
 
     @never_raises("optimizer pre-step hook")
     def _on_optimizer_pre_step(self, optimizer, args, kwargs) -> None:
-        if not self._owns(optimizer):
+        if self.step_owner is not None or not self._owns(optimizer):
             return
         if not self.step_by_optimizer:
             self.step_by_optimizer = True
@@ -481,7 +538,7 @@ class Hook(CoreHook):
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
         # The step is over; it is closed (written) when the next one begins, as without an
         # optimizer, so that save_scalar() calls after optimizer.step() land in this step.
-        if self._owns(optimizer):
+        if self.step_owner is None and self._owns(optimizer):
             self._optimizer_stepped = True
 
     def _owns(self, optimizer) -> bool:

@@ -1,0 +1,77 @@
+"""DebuggerCallback in real Lightning Trainers, read back from the files it wrote."""
+import numpy as np
+import pytest
+import torch
+
+from lightning_helpers import TinyModule, loader, trainer
+from smdebug.exceptions import ConfigError
+from smdebug.lightning import DebuggerCallback, SaveConfig
+from smdebug.trials import create_trial
+
+EVERY_STEP = {"save_config": SaveConfig(save_interval=1)}
+
+
+def fit(tmp_path, callback_kwargs=None, module=None, val_batches=0, **trainer_kwargs):
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, **{**EVERY_STEP, **(callback_kwargs or {})})
+    module = module or TinyModule()
+    torch.manual_seed(0)
+    t = trainer([callback], **trainer_kwargs)
+    t.fit(module, loader(8), loader(val_batches, seed=1) if val_batches else None)
+    callback.close()
+    return module, t, create_trial(out)
+
+
+def test_gradient_accumulation_gives_one_step_with_the_accumulated_gradients(tmp_path):
+    module, t, trial = fit(tmp_path, {"include_collections": ["weights", "biases", "gradients", "losses"]},
+                           accumulate_grad_batches=4)
+    assert t.global_step == 2  # 8 batches, 4 per optimizer step
+    assert trial.steps() == [0, 1]
+    assert [trial.mode_step(s) for s in trial.steps()] == [0, 1]
+    assert sorted(module.seen) == [0, 1]
+    for step, params in module.seen.items():
+        for name, (weight, grad) in params.items():
+            np.testing.assert_array_equal(trial.tensor(f"TinyModule_{name}").value(step), weight.numpy())
+            np.testing.assert_array_equal(trial.tensor(f"gradient/TinyModule_{name}").value(step), grad.numpy())
+    # The step's loss: the mean of its 4 micro-batches' training_step losses.
+    for step in (0, 1):
+        np.testing.assert_allclose(trial.tensor("loss").value(step), np.mean(module.losses[4 * step:4 * step + 4]),
+                                   rtol=1e-5)
+
+
+def test_modes_and_steps_follow_the_trainer(tmp_path):
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, include_collections=["weights", "gradients"], **EVERY_STEP)
+    module = TinyModule()
+    t = trainer([callback], max_epochs=2, num_sanity_val_steps=2)
+    t.fit(module, loader(3), loader(2, seed=1))
+    t.test(module, loader(2, seed=2))
+    t.predict(module, loader(1, seed=3))
+    callback.close()
+    trial = create_trial(out)
+    modes = [(trial.mode(s).name, trial.mode_step(s)) for s in trial.steps()]
+    # Two epochs of 3 optimizer steps each followed by 2 validation batches (no sanity-check
+    # steps), then 2 test batches (EVAL) and 1 predict batch.
+    assert modes == [("TRAIN", 0), ("TRAIN", 1), ("TRAIN", 2), ("EVAL", 0), ("EVAL", 1),
+                     ("TRAIN", 3), ("TRAIN", 4), ("TRAIN", 5), ("EVAL", 2), ("EVAL", 3),
+                     ("EVAL", 4), ("EVAL", 5), ("PREDICT", 0)]
+    assert t.global_step == 6
+    assert trial.tensor("gradient/TinyModule_net.0.weight").steps() == [0, 1, 2, 5, 6, 7]  # TRAIN only
+    assert trial.tensor("TinyModule_net.0.weight").steps() == trial.steps()
+    # Logged metrics as scalars: the training loss at each step, val_loss after each validation.
+    val = trial.tensor("scalar/val_loss")
+    assert [trial.mode(s).name for s in val.steps()] == ["EVAL", "EVAL"]
+    assert val.steps() == [4, 9]
+    assert trial.tensor("scalar/train/loss").steps() == [0, 1, 2, 5, 6, 7]
+    np.testing.assert_allclose(trial.tensor("scalar/train/loss").value(0), module.losses[0], rtol=1e-6)
+    assert trial.tensor("scalar/test_loss").steps() == [11]
+
+
+def test_bad_arguments_fail_at_construction(tmp_path):
+    with pytest.raises(ConfigError, match="include_workers"):
+        DebuggerCallback(out_dir=str(tmp_path / "run"), include_workers="some")
+    with pytest.raises(ConfigError, match="save_intervall"):
+        DebuggerCallback(out_dir=str(tmp_path / "run"), save_intervall=3)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        DebuggerCallback(json_config_path=str(tmp_path / "nope.json"))
+    assert not (tmp_path / "run").exists()
