@@ -129,6 +129,7 @@ class DebuggerCallback(pl.Callback):
             step = driver.open[1]
             if step is not None and trainer.global_step > step:  # the optimizer stepped: the step is complete
                 driver.finish(trainer.callback_metrics, log_scalars=step % max(trainer.log_every_n_steps, 1) == 0)
+                driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
             if driver.hook.stop_requested and not trainer.should_stop:
                 logger.warning("smdebug: stopping the Lightning Trainer: %s", driver.hook.stop_reason)
                 trainer.should_stop = True

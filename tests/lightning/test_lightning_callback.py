@@ -1,5 +1,10 @@
 """DebuggerCallback in real Lightning Trainers, read back from the files it wrote."""
+import json
+import logging
+import os
+
 import numpy as np
+import pytorch_lightning as pl
 import pytest
 import torch
 
@@ -75,3 +80,66 @@ def test_bad_arguments_fail_at_construction(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         DebuggerCallback(json_config_path=str(tmp_path / "nope.json"))
     assert not (tmp_path / "run").exists()
+
+
+class Diverging(TinyModule):
+    """Its loss is NaN from optimizer step 3 on."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        return loss * float("nan") if self.trainer.global_step >= 3 else loss
+
+
+def test_a_rules_stop_training_stops_the_trainer(tmp_path):
+    from smdebug.rules import ExplodingTensor, StopTraining
+
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, **EVERY_STEP)
+    module = Diverging()
+    t = trainer([callback], max_epochs=1)
+
+    class AttachRule(pl.Callback):  # the hook exists once the Trainer set up
+        def setup(self, trainer, pl_module, stage):
+            self.live = callback.hook.add_rule(ExplodingTensor(collection_names="losses"), actions=StopTraining())
+
+    rule = AttachRule()
+    t.callbacks.append(rule)
+    t.fit(module, loader(20))
+    callback.close()
+    assert rule.live.violation_steps[0] == 3
+    assert t.should_stop and t.global_step == 4  # stopped at the end of the step the rule fired on
+    assert "ExplodingTensor" in json.load(open(os.path.join(out, "training_stop_reason.json")))["reason"]
+
+
+def test_a_fault_inside_the_hook_costs_the_capture_not_the_training(tmp_path, caplog):
+    from smdebug.pytorch import Hook
+
+    hook = Hook(out_dir=str(tmp_path / "run"), include_collections=["weights", "gradients"], **EVERY_STEP)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected fault")
+
+    hook.backend.start_batch = broken
+    module = TinyModule()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        t = trainer([DebuggerCallback(hook=hook)], max_epochs=1)
+        t.fit(module, loader(6), loader(2, seed=1))
+    assert t.global_step == 6 and len(module.losses) == 6  # training ran to the end
+    assert not hook.enabled
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("smdebug")]
+    assert len(warnings) == 1 and "injected fault" in warnings[0]
+
+
+def test_an_unwritable_run_costs_the_capture_not_the_training(tmp_path, caplog):
+    from smdebug.pytorch import Hook
+
+    run = tmp_path / "run"
+    hook = Hook(out_dir=str(run), include_collections=["weights", "gradients"], **EVERY_STEP)
+    (run / "events").write_text("")  # events/ cannot be created: every step's write fails
+    module = TinyModule()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        t = trainer([DebuggerCallback(hook=hook)], max_epochs=1)
+        t.fit(module, loader(6))
+        hook.close()
+    assert t.global_step == 6 and not hook.enabled
+    assert len([r for r in caplog.records if r.name.startswith("smdebug")]) == 1
