@@ -5,4 +5,5 @@ import sys
 import pytest
 
 pytest.importorskip("pytorch_lightning")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # lightning_helpers, trainer_helpers
