@@ -161,10 +161,12 @@ class StepDriver:
     def is_open(self, mode: ModeKeys, trainer_step: Optional[int] = None) -> bool:
         return self.open == (mode, trainer_step)
 
-    def add_loss(self, loss) -> None:
-        """Add a micro-batch's loss to the step's (its share of the optimizer step's loss)."""
+    def add_loss(self, loss, weight: float = 1.0) -> None:
+        """Add a micro-batch's loss, times ``weight`` (its share of the step), to the step's."""
         if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-            loss = loss.detach()
+            loss = loss.detach().float()
+            if weight != 1.0:
+                loss = loss * weight
             self._loss = loss if self._loss is None else self._loss + loss
 
     def finish(self, metrics: Optional[dict], log_scalars: bool) -> None:
@@ -180,11 +182,12 @@ class StepDriver:
             hook.save_scalar(f"{self.open[0].name.lower()}/{LOSS_TENSOR}", float(loss))
         self.save_metrics(metrics)
 
-    def save_metrics(self, metrics: Optional[dict]) -> None:
-        """Save as scalars, in the open step, the metrics that are new or changed since last saved."""
+    def save_metrics(self, metrics: Optional[dict], only_changed: bool = True) -> None:
+        """Save the metrics as scalars in the open step; with ``only_changed``, only those new or
+        changed since last saved (a trainer's running dict of the last logged values)."""
         for name, value in scalar_items(metrics):
             last = self._saved_metrics.get(name)
-            if last is not None and (last == value or (math.isnan(last) and math.isnan(value))):
+            if only_changed and last is not None and (last == value or (math.isnan(last) and math.isnan(value))):
                 continue
             self._saved_metrics[name] = value
             self.hook.save_scalar(name, value)
