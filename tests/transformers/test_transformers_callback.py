@@ -1,6 +1,12 @@
 """DebuggerCallback in real Hugging Face Trainers, read back from the files it wrote."""
+import json
+import logging
+import os
+
 import numpy as np
 import pytest
+import torch
+from transformers import TrainerCallback
 
 from hf_helpers import Recorder, make_trainer
 from smdebug.exceptions import ConfigError
@@ -60,3 +66,44 @@ def test_bad_arguments_fail_at_construction(tmp_path):
         DebuggerCallback(out_dir=str(tmp_path / "run"), save_all="sometimes")
     with pytest.raises(ConfigError, match="json_config_path and hook arguments"):
         DebuggerCallback(out_dir=str(tmp_path / "run"), json_config_path=str(tmp_path / "x.json"))
+
+
+class Poison(TrainerCallback):
+    """Makes the loss NaN from optimizer step 3 on."""
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 3:
+            with torch.no_grad():
+                model.classifier.weight.fill_(float("nan"))
+
+
+def test_a_rules_stop_training_stops_the_trainer(tmp_path):
+    from smdebug.rules import ExplodingTensor, StopTraining
+
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, **EVERY_STEP)
+    trainer = make_trainer(tmp_path, [callback, Poison()], train_n=40)  # 10 steps unless stopped
+    live = callback.hook.add_rule(ExplodingTensor(collection_names="losses"), actions=StopTraining())
+    trainer.train()
+    callback.close()
+    assert live.violation_steps[0] == 3
+    assert trainer.state.global_step == 4  # stopped after the step the rule fired on
+    assert "ExplodingTensor" in json.load(open(os.path.join(out, "training_stop_reason.json")))["reason"]
+
+
+def test_a_fault_inside_the_hook_costs_the_capture_not_the_training(tmp_path, caplog):
+    from smdebug.pytorch import Hook
+
+    hook = Hook(out_dir=str(tmp_path / "run"), include_collections=["weights", "gradients"], **EVERY_STEP)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected fault")
+
+    hook.backend.start_batch = broken
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        trainer = make_trainer(tmp_path, [DebuggerCallback(hook=hook)], train_n=16, eval_n=8)
+        trainer.train()
+        trainer.evaluate()
+    assert trainer.state.global_step == 4 and not hook.enabled
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("smdebug")]
+    assert len(warnings) == 1 and "injected fault" in warnings[0]
