@@ -16,7 +16,6 @@ both callbacks need, defined once:
 from __future__ import annotations
 
 import inspect
-import math
 import numbers
 import os
 from typing import Dict, List, Optional, Tuple
@@ -140,7 +139,7 @@ class StepDriver:
         hook.get_collection("losses").add_tensor_name(LOSS_TENSOR)
         self.open: Optional[Tuple[ModeKeys, Optional[int]]] = None  # (mode, trainer step) of the open step
         self._loss: Optional[torch.Tensor] = None
-        self._saved_metrics: Dict[str, float] = {}
+        self._seen_metrics: Dict[str, object] = {}  # name -> the value object last saved
 
     @property
     def active(self) -> bool:
@@ -183,13 +182,17 @@ class StepDriver:
         self.save_metrics(metrics)
 
     def save_metrics(self, metrics: Optional[dict], only_changed: bool = True) -> None:
-        """Save the metrics as scalars in the open step; with ``only_changed``, only those new or
-        changed since last saved (a trainer's running dict of the last logged values)."""
+        """Save the metrics as scalars in the open step. With ``only_changed`` (a trainer's
+        running dict of the last logged values, such as Lightning's ``callback_metrics``),
+        only the entries logged anew since last saved: a new value object (trainers store a
+        new tensor per logging call), however equal to the last one."""
+        if not metrics:
+            return
+        if only_changed:
+            seen = self._seen_metrics
+            metrics = {name: value for name, value in metrics.items() if seen.get(name) is not value}
+            seen.update(metrics)  # keeping them keeps their ids from being reused
         for name, value in scalar_items(metrics):
-            last = self._saved_metrics.get(name)
-            if only_changed and last is not None and (last == value or (math.isnan(last) and math.isnan(value))):
-                continue
-            self._saved_metrics[name] = value
             self.hook.save_scalar(name, value)
 
     def end(self) -> None:
