@@ -118,7 +118,7 @@ class DebuggerCallback(pl.Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         driver = self._active()
         if driver is not None:
-            driver.hook.capture_parameters()
+            driver.hook.capture_parameters(getattr(optimizer, "optimizer", optimizer))  # LightningOptimizer wraps it
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         driver = self._active()

@@ -211,8 +211,6 @@ class Hook(CoreHook):
         self._copy_deferred()
 
     def begin_step(self, step: Optional[int] = None) -> bool:
-        if self.step_owner is not None:
-            self._fence_gradients(before_backward=True)  # the step's backward may add into them
         saving = super().begin_step(step)
         self._params_captured = False
         if self._tensor_counts:
@@ -246,13 +244,22 @@ class Hook(CoreHook):
         self._sync_capture_hooks()
 
     @never_raises("capture_parameters")
-    def capture_parameters(self) -> None:
+    def capture_parameters(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
         """Hand over the registered models' weights and (accumulated) gradients now.
 
-        Called by the step owner (see :meth:`own_steps`) right before the optimizer
+        Called by the step owner (see :meth:`own_steps`) right before ``optimizer``
         updates the weights; the values are those the step's forward and backward passes
         used. Does nothing in a step that saves nothing or outside TRAIN/GLOBAL mode.
+
+        The gradients are read on the step pipeline's worker while training goes on.
+        Trainers drop them after the update (``zero_grad()``, ``set_to_none=True``), which
+        needs no wait; ``zero_grad(set_to_none=False)`` of ``optimizer`` or of a registered
+        model waits for the read first. A gradient written into by other means before it
+        was read is detected by its version counter and not saved for that step (one
+        warning), never saved half-updated.
         """
+        if optimizer is not None and isinstance(optimizer, torch.optim.Optimizer):
+            self._install_zero_grad_fence(optimizer)
         if self.saving_step and self._step_open and self.mode in _TRAINING_MODES:
             self._capture_parameters(with_gradients=True)
 

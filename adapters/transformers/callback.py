@@ -137,10 +137,10 @@ class DebuggerCallback(TrainerCallback):
             with driver.hook.guard("Transformers on_step_begin"):
                 driver.begin(ModeKeys.TRAIN, state.global_step)
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         driver = self._active()
         if driver is not None:
-            driver.hook.capture_parameters()
+            driver.hook.capture_parameters(getattr(optimizer, "optimizer", optimizer))  # accelerate wraps it
 
     def on_step_end(self, args, state, control, **kwargs):
         driver = self._active()
