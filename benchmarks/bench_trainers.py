@@ -13,7 +13,9 @@ Configurations of the callback:
 * ``default``: ``DebuggerCallback(out_dir=...)`` with the hook's defaults (losses every 500
   steps; the trainer's logged values as scalars at its logging interval, every 10 steps);
 * ``reductions``: weights, biases, gradients and losses, min/max/mean/std/l2 of each, every
-  step.
+  step;
+* ``control``: no callback in either fit (the noise floor of the method: a ratio away from
+  1.00 there is the machine, not the callback).
 
 Method: a trainer cannot be stepped one step at a time from outside, so the baseline (no
 callback) and the callback run alternate by whole short fits in one process: ``--rounds``
@@ -22,7 +24,10 @@ architecture, data and seed. Each step is timed from one ``on_train_batch_start`
 ``on_step_begin`` to the next (the whole iteration: every callback, forward, backward,
 optimizer step; the smdebug end of step happens inside the next one); the first
 ``--warmup`` steps of each fit are dropped. Figures: the **median of per-step times** of
-each, pooled over rounds, their ratio and the added time per step. Set-up and the hook's
+each, pooled over rounds, their ratio and the added time per step; and, less sensitive to
+a noisy machine, the median per step of the time spent inside the callback's own events
+on the training thread ("in callback": not the PyTorch hook's module hooks, nor what the
+step pipeline's worker costs the training thread through the GIL). Set-up and the hook's
 ``close()`` are outside the timed steps.
 """
 from __future__ import annotations
@@ -43,7 +48,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 import torch  # noqa: E402
 
 BATCH = 64
-CONFIGS = ("default", "reductions")
+CONFIGS = ("default", "reductions", "control")
 
 
 class MLP(torch.nn.Module):
@@ -164,24 +169,59 @@ def step_times(starts, warmup):
     return times[warmup:]
 
 
+def timed_events(callback, calls: list):
+    """Time every trainer event of ``callback`` on the training thread: (start, seconds) to ``calls``."""
+    for name in dir(type(callback)):
+        if not name.startswith("on_"):
+            continue
+        method = getattr(callback, name)
+
+        def timed(*args, _method=method, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                calls.append((start, time.perf_counter() - start))
+
+        setattr(callback, name, timed)
+    return callback
+
+
+def callback_time_per_step(starts, calls, warmup):
+    """The callback's own time in each timed step (its events between two step starts)."""
+    spans = list(zip(starts, starts[1:]))[warmup:]
+    per_step = [0.0] * len(spans)
+    for start, seconds in calls:
+        for i, (a, b) in enumerate(spans):
+            if a <= start < b:
+                per_step[i] += seconds
+                break
+    return per_step
+
+
 def bench(integration: str, config: str, width: int, steps: int, rounds: int, warmup: int, work_dir: str):
     import importlib
 
     smd_module = importlib.import_module(INTEGRATIONS[integration][0])
     fit = INTEGRATIONS[integration][1]
-    base, hooked = [], []
+    base, hooked, own = [], [], []
     for r in range(rounds):
         starts, _ = fit(width, steps, lambda: None)
         base += step_times(starts, warmup)
         out_dir = os.path.join(work_dir, f"{integration}_{config}_{r}")
-        starts, callback = fit(width, steps, lambda: smd_module.DebuggerCallback(
-            **callback_kwargs(smd_module, config, out_dir)))
+        calls: list = []
+        factory = (lambda: None) if config == "control" else (lambda: timed_events(smd_module.DebuggerCallback(
+            **callback_kwargs(smd_module, config, out_dir)), calls))
+        starts, callback = fit(width, steps, factory)
         hooked += step_times(starts, warmup)
-        callback.close()
+        own += callback_time_per_step(starts, calls, warmup)
+        if callback is not None:
+            callback.close()
         shutil.rmtree(out_dir, ignore_errors=True)
     b, h = statistics.median(base), statistics.median(hooked)
     return {"integration": integration, "config": config, "base_ms": b * 1e3, "hooked_ms": h * 1e3,
-            "ratio": h / b, "added_ms": (h - b) * 1e3, "steps": len(hooked)}
+            "ratio": h / b, "added_ms": (h - b) * 1e3, "steps": len(hooked),
+            "callback_us": statistics.median(own) * 1e6 if own else 0.0}
 
 
 def main():
@@ -201,13 +241,14 @@ def main():
     work_dir = tempfile.mkdtemp(prefix="bench_trainers_")
     print(f"# {args.width}-wide 6-layer MLP, batch {BATCH}, torch threads {args.threads}, {args.rounds} rounds x "
           f"{args.steps} steps (first {args.warmup} of each dropped); median per-step times")
-    print(f"{'integration':<13} {'config':<11} {'no callback':>12} {'callback':>10} {'ratio':>6} {'added':>9}")
+    print(f"{'integration':<13} {'config':<11} {'no callback':>12} {'callback':>10} {'ratio':>6} {'added':>9} "
+          f"{'in callback':>12}")
     try:
         for integration in args.integrations.split(","):
             for config in args.configs.split(","):
                 r = bench(integration, config, args.width, args.steps, args.rounds, args.warmup, work_dir)
                 print(f"{r['integration']:<13} {r['config']:<11} {r['base_ms']:>9.2f} ms {r['hooked_ms']:>7.2f} ms "
-                      f"{r['ratio']:>5.2f}x {r['added_ms']:>+6.2f} ms", flush=True)
+                      f"{r['ratio']:>5.2f}x {r['added_ms']:>+6.2f} ms {r['callback_us']:>9.0f} us", flush=True)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     return 0

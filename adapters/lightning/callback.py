@@ -113,7 +113,7 @@ class DebuggerCallback(pl.Callback):
         with driver.hook.guard("Lightning on_train_batch_start"):
             step = trainer.global_step
             if not driver.is_open(ModeKeys.TRAIN, step):  # else: the same optimizer step goes on (accumulation)
-                driver.begin(ModeKeys.TRAIN, step)
+                driver.begin(ModeKeys.TRAIN, step, log_scalars=self._logs_at(trainer, step))
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         driver = self._active()
@@ -128,11 +128,16 @@ class DebuggerCallback(pl.Callback):
             driver.add_loss(loss_of(outputs))
             step = driver.open[1]
             if step is not None and trainer.global_step > step:  # the optimizer stepped: the step is complete
-                driver.finish(trainer.callback_metrics, log_scalars=step % max(trainer.log_every_n_steps, 1) == 0)
+                driver.finish(trainer.callback_metrics, log_scalars=self._logs_at(trainer, step))
                 driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
             if driver.hook.stop_requested and not trainer.should_stop:
                 logger.warning("smdebug: stopping the Lightning Trainer: %s", driver.hook.stop_reason)
                 trainer.should_stop = True
+
+    @staticmethod
+    def _logs_at(trainer, step: int) -> bool:
+        """Whether the TRAIN step before optimizer step ``step`` saves its scalars (Lightning's log interval)."""
+        return step % max(trainer.log_every_n_steps, 1) == 0
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._end_loop("on_train_end", None)

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from smdebug import config as cfg
+from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
 from smdebug.hook import get_hook as _core_current_hook
 from smdebug.hook import set_hook
@@ -36,6 +37,7 @@ logger = get_logger("smdebug.pytorch")
 
 #: The tensor a step's training loss is saved as (in the ``losses`` collection).
 LOSS_TENSOR = "loss"
+LOSSES = CollectionKeys.LOSSES
 _HOOK_PARAMETERS = frozenset(inspect.signature(Hook.__init__).parameters) - {"self"}
 
 
@@ -136,8 +138,9 @@ class StepDriver:
     def __init__(self, hook: Hook, owner: str):
         self.hook = hook
         hook.own_steps(owner)
-        hook.get_collection("losses").add_tensor_name(LOSS_TENSOR)
+        hook.get_collection(LOSSES).add_tensor_name(LOSS_TENSOR)
         self.open: Optional[Tuple[ModeKeys, Optional[int]]] = None  # (mode, trainer step) of the open step
+        self._wants_loss = False
         self._loss: Optional[torch.Tensor] = None
         self._seen_metrics: Dict[str, object] = {}  # name -> the value object last saved
 
@@ -145,8 +148,9 @@ class StepDriver:
     def active(self) -> bool:
         return self.hook.enabled
 
-    def begin(self, mode: ModeKeys, trainer_step: Optional[int] = None) -> None:
-        """Start a step in ``mode`` (TRAIN: the one before optimizer step ``trainer_step``)."""
+    def begin(self, mode: ModeKeys, trainer_step: Optional[int] = None, log_scalars: bool = False) -> None:
+        """Start a step in ``mode`` (TRAIN: the one before optimizer step ``trainer_step``);
+        ``log_scalars``: its loss is wanted as a scalar whatever the save config."""
         hook = self.hook
         if hook.mode is not mode:
             hook.set_mode(mode)
@@ -156,13 +160,15 @@ class StepDriver:
         self._loss = None
         hook.begin_step()
         self.open = (mode, trainer_step)
+        # Most steps want no loss: no tensor op then (the default config's cost).
+        self._wants_loss = log_scalars or LOSSES in hook.saving_collections
 
     def is_open(self, mode: ModeKeys, trainer_step: Optional[int] = None) -> bool:
         return self.open == (mode, trainer_step)
 
     def add_loss(self, loss, weight: float = 1.0) -> None:
         """Add a micro-batch's loss, times ``weight`` (its share of the step), to the step's."""
-        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        if self._wants_loss and isinstance(loss, torch.Tensor) and loss.numel() == 1:
             loss = loss.detach().float()
             if weight != 1.0:
                 loss = loss * weight
