@@ -80,11 +80,6 @@ class HookSource:
             _check_hook_arguments(hook_kwargs)
         self.hook, self.json_config_path, self.hook_kwargs = hook, json_config_path, hook_kwargs
 
-    @property
-    def from_environment(self) -> bool:
-        """Whether the hook is the zero-code-change one (nothing was given)."""
-        return self.hook is None and self.json_config_path is None and not self.hook_kwargs
-
     def build(self) -> Optional[Hook]:
         """The hook (made now, once the process knows its rank), or None (no usable config)."""
         if self.hook is not None:
