@@ -18,8 +18,8 @@ What is recorded, and when
       micro-batches of the loss ``training_step`` returned, as Lightning reports it
       (divided by ``accumulate_grad_batches``, so the sum is their mean).
     * Scalars every ``trainer.log_every_n_steps`` optimizer steps: ``train/loss`` and the
-      values in ``trainer.callback_metrics`` (what ``self.log`` logged) that are new or
-      changed; after each validation/test loop, its metrics, in its last step.
+      values in ``trainer.callback_metrics`` (what ``self.log`` logged) logged anew since
+      last saved; after each validation/test loop, its metrics, in its last step.
     * Module outputs and inputs that collections ask for, through the PyTorch hook's
       module hooks (the LightningModule is registered as the model).
 

@@ -88,7 +88,12 @@ class HookSource:
             return Hook(**self.hook_kwargs)
         if self.json_config_path is not None:
             return Hook.create_from_json_file(self.json_config_path)
-        return configured_hook(get_hook, self.owner)
+        hook = configured_hook(get_hook, self.owner)  # a bad config has warned
+        if hook is None and cfg.smdebug_enabled() and not os.environ.get(cfg.CONFIG_FILE_ENV):
+            logger.warning("smdebug: %s DebuggerCallback() has nothing to write to: give it out_dir=... (or "
+                           "json_config_path=...), or set %s; training runs without capture", self.owner,
+                           cfg.CONFIG_FILE_ENV)
+        return hook
 
 
 def _check_hook_arguments(kwargs: dict) -> None:

@@ -143,3 +143,14 @@ def test_an_unwritable_run_costs_the_capture_not_the_training(tmp_path, caplog):
         hook.close()
     assert t.global_step == 6 and not hook.enabled
     assert len([r for r in caplog.records if r.name.startswith("smdebug")]) == 1
+
+
+def test_without_arguments_or_config_it_says_so_and_training_runs(tmp_path, caplog, monkeypatch):
+    monkeypatch.delenv("SMDEBUG_CONFIG_FILE_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    callback = DebuggerCallback()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        t = trainer([callback])
+        t.fit(TinyModule(), loader(2))
+    assert t.global_step == 2 and callback.hook is None
+    assert [r.getMessage() for r in caplog.records if "nothing to write to" in r.getMessage()]
