@@ -71,6 +71,7 @@ class DebuggerCallback(pl.Callback):
         self._source = HookSource(OWNER, hook=hook, json_config_path=json_config_path, **hook_kwargs)
         self._driver: Optional[StepDriver] = None
         self._built = False
+        self._metrics_before_loop: dict = {}  # trainer.callback_metrics when a validation/test loop started
 
     @property
     def hook(self) -> Optional[Hook]:
@@ -143,6 +144,12 @@ class DebuggerCallback(pl.Callback):
         self._end_loop("on_train_end", None)
 
     # --- evaluation and prediction ----------------------------------------------------------
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._metrics_before_loop = dict(trainer.callback_metrics)
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._metrics_before_loop = dict(trainer.callback_metrics)
+
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         if not trainer.sanity_checking:
             self._begin_batch(ModeKeys.EVAL, "on_validation_batch_start")
@@ -184,10 +191,13 @@ class DebuggerCallback(pl.Callback):
                 driver.finish(None, log_scalars=False)
 
     def _end_loop(self, where: str, metrics) -> None:
-        """A loop ended: its metrics go into its last step, which ends."""
+        """A loop ended: the metrics it logged (new value objects since it started) go into
+        its last step, which ends."""
         driver = self._active()
+        before, self._metrics_before_loop = self._metrics_before_loop, {}
         if driver is not None:
             with driver.hook.guard(f"Lightning {where}"):
                 if metrics is not None and driver.open is not None:
-                    driver.save_metrics(metrics)
+                    driver.save_metrics({name: value for name, value in metrics.items() if before.get(name) is not value},
+                                        only_changed=False)
                 driver.end()

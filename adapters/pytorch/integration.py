@@ -194,10 +194,10 @@ class StepDriver:
         new tensor per logging call), however equal to the last one."""
         if not metrics:
             return
+        seen = self._seen_metrics
         if only_changed:
-            seen = self._seen_metrics
             metrics = {name: value for name, value in metrics.items() if seen.get(name) is not value}
-            seen.update(metrics)  # keeping them keeps their ids from being reused
+        seen.update(metrics)  # keeping them keeps their ids from being reused
         for name, value in scalar_items(metrics):
             self.hook.save_scalar(name, value)
 

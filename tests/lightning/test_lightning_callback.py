@@ -67,6 +67,7 @@ def test_modes_and_steps_follow_the_trainer(tmp_path):
     val = trial.tensor("scalar/val_loss")
     assert [trial.mode(s).name for s in val.steps()] == ["EVAL", "EVAL"]
     assert val.steps() == [4, 9]
+    assert [trial.mode(s).name for s in trial.tensor("scalar/train_loss").steps()] == ["TRAIN"] * 6  # not in EVAL
     assert trial.tensor("scalar/train/loss").steps() == [0, 1, 2, 5, 6, 7]
     np.testing.assert_allclose(trial.tensor("scalar/train/loss").value(0), module.losses[0], rtol=1e-6)
     assert trial.tensor("scalar/test_loss").steps() == [11]
