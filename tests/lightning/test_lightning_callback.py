@@ -46,12 +46,13 @@ def test_gradient_accumulation_gives_one_step_with_the_accumulated_gradients(tmp
 
 def test_modes_and_steps_follow_the_trainer(tmp_path):
     out = str(tmp_path / "run")
-    callback = DebuggerCallback(out_dir=out, include_collections=["weights", "gradients"], **EVERY_STEP)
+    callback = DebuggerCallback(out_dir=out, include_collections=["weights", "gradients"],
+                                include_regex=["^net.2_output_0$"], **EVERY_STEP)
     module = TinyModule()
     t = trainer([callback], max_epochs=2, num_sanity_val_steps=2)
     t.fit(module, loader(3), loader(2, seed=1))
     t.test(module, loader(2, seed=2))
-    t.predict(module, loader(1, seed=3))
+    predictions = t.predict(module, loader(1, seed=3))
     callback.close()
     trial = create_trial(out)
     modes = [(trial.mode(s).name, trial.mode_step(s)) for s in trial.steps()]
@@ -63,6 +64,10 @@ def test_modes_and_steps_follow_the_trainer(tmp_path):
     assert t.global_step == 6
     assert trial.tensor("gradient/TinyModule_net.0.weight").steps() == [0, 1, 2, 5, 6, 7]  # TRAIN only
     assert trial.tensor("TinyModule_net.0.weight").steps() == trial.steps()
+    # module outputs through the PyTorch hook's module hooks, in every mode (the logits of each batch)
+    assert trial.tensor("net.2_output_0").steps() == trial.steps()
+    assert trial.tensor("net.2_output_0").value(0).shape == (4, 3)
+    np.testing.assert_array_equal(trial.tensor("net.2_output_0").value(trial.steps()[-1]), predictions[0].numpy())
     # Logged metrics as scalars: the training loss at each step, val_loss after each validation.
     val = trial.tensor("scalar/val_loss")
     assert [trial.mode(s).name for s in val.steps()] == ["EVAL", "EVAL"]
