@@ -129,7 +129,9 @@ class DebuggerCallback(pl.Callback):
             driver.add_loss(loss_of(outputs))
             step = driver.open[1]
             if step is not None and trainer.global_step > step:  # the optimizer stepped: the step is complete
-                driver.finish(trainer.callback_metrics, log_scalars=self._logs_at(trainer, step))
+                logs = self._logs_at(trainer, step)
+                # callback_metrics is computed on access: only at logging steps
+                driver.finish(trainer.callback_metrics if logs else None, log_scalars=logs)
                 driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
             if driver.hook.stop_requested and not trainer.should_stop:
                 logger.warning("smdebug: stopping the Lightning Trainer: %s", driver.hook.stop_reason)
