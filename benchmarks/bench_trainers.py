@@ -207,18 +207,22 @@ def bench(integration: str, config: str, width: int, steps: int, rounds: int, wa
     fit = INTEGRATIONS[integration][1]
     base, hooked, own = [], [], []
     for r in range(rounds):
-        starts, _ = fit(width, steps, lambda: None)
-        base += step_times(starts, warmup)
-        out_dir = os.path.join(work_dir, f"{integration}_{config}_{r}")
-        calls: list = []
-        factory = (lambda: None) if config == "control" else (lambda: timed_events(smd_module.DebuggerCallback(
-            **callback_kwargs(smd_module, config, out_dir)), calls))
-        starts, callback = fit(width, steps, factory)
-        hooked += step_times(starts, warmup)
-        own += callback_time_per_step(starts, calls, warmup)
-        if callback is not None:
-            callback.close()
-        shutil.rmtree(out_dir, ignore_errors=True)
+        # ABBA: which fit of a round runs first alternates (the second of two fits runs warmer)
+        for with_callback in ((False, True) if r % 2 == 0 else (True, False)):
+            if not with_callback:
+                starts, _ = fit(width, steps, lambda: None)
+                base += step_times(starts, warmup)
+                continue
+            out_dir = os.path.join(work_dir, f"{integration}_{config}_{r}")
+            calls: list = []
+            factory = (lambda: None) if config == "control" else (
+                lambda: timed_events(smd_module.DebuggerCallback(**callback_kwargs(smd_module, config, out_dir)), calls))
+            starts, callback = fit(width, steps, factory)
+            hooked += step_times(starts, warmup)
+            own += callback_time_per_step(starts, calls, warmup)
+            if callback is not None:
+                callback.close()
+            shutil.rmtree(out_dir, ignore_errors=True)
     b, h = statistics.median(base), statistics.median(hooked)
     return {"integration": integration, "config": config, "base_ms": b * 1e3, "hooked_ms": h * 1e3,
             "ratio": h / b, "added_ms": (h - b) * 1e3, "steps": len(hooked),
