@@ -102,6 +102,10 @@ class DebuggerCallback(pl.Callback):
                 driver.end()
                 driver.hook.flush()
 
+    def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+        # Training failed or was interrupted: the steps so far are written (the user's exception propagates).
+        self.teardown(trainer, pl_module, "exception")
+
     def _active(self) -> Optional[StepDriver]:
         driver = self._driver
         return driver if driver is not None and driver.active else None

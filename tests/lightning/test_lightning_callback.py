@@ -160,3 +160,20 @@ def test_without_arguments_or_config_it_says_so_and_training_runs(tmp_path, capl
         t.fit(TinyModule(), loader(2))
     assert t.global_step == 2 and callback.hook is None
     assert [r.getMessage() for r in caplog.records if "nothing to write to" in r.getMessage()]
+
+
+class Failing(TinyModule):
+    def training_step(self, batch, batch_idx):
+        if self.trainer.global_step == 3:
+            raise RuntimeError("the user's bug")
+        return super().training_step(batch, batch_idx)
+
+
+def test_when_training_fails_the_steps_so_far_are_on_disk(tmp_path):
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, include_collections=["gradients"], **EVERY_STEP)
+    with pytest.raises(RuntimeError, match="the user's bug"):
+        trainer([callback]).fit(Failing(), loader(8))
+    # read while the hook is still open (no close): the failure flushed the finished steps
+    assert create_trial(out).tensor("gradient/Failing_net.0.weight").steps() == [0, 1, 2]
+    callback.close()
