@@ -177,3 +177,14 @@ def test_when_training_fails_the_steps_so_far_are_on_disk(tmp_path):
     # read while the hook is still open (no close): the failure flushed the finished steps
     assert create_trial(out).tensor("gradient/Failing_net.0.weight").steps() == [0, 1, 2]
     callback.close()
+
+
+def test_a_json_config_configures_the_hook(tmp_path):
+    from trainer_helpers import write_config
+
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "hook.json", out, {"save_interval": "2"}, ["gradients"])
+    callback = DebuggerCallback(json_config_path=config)
+    trainer([callback]).fit(TinyModule(), loader(6))
+    callback.close()
+    assert create_trial(str(out)).tensor("gradient/TinyModule_net.0.weight").steps() == [0, 2, 4]
