@@ -12,7 +12,8 @@ What is a step
 What is recorded, and when
     * Weights and gradients (collections ``weights``, ``biases``, ``gradients``) in
       ``on_before_optimizer_step``: the gradients accumulated over the step's micro-batches,
-      after AMP's unscaling and before gradient clipping (Lightning clips after this hook),
+      after AMP's unscaling and before gradient clipping (Lightning clips after this hook,
+      in place: with ``gradient_clip_val`` set, they are read before the hook returns),
       and the weights the step's forward passes used. EVAL/PREDICT steps save weights only.
     * The step's loss as the tensor ``loss`` (``losses`` collection): the sum over its
       micro-batches of the loss ``training_step`` returned, as Lightning reports it
@@ -123,7 +124,9 @@ class DebuggerCallback(pl.Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         driver = self._active()
         if driver is not None:
-            driver.hook.capture_parameters(getattr(optimizer, "optimizer", optimizer))  # LightningOptimizer wraps it
+            # Lightning clips gradients in place right after this hook: read them first then.
+            driver.hook.capture_parameters(getattr(optimizer, "optimizer", optimizer),  # LightningOptimizer wraps it
+                                           wait_for_gradients=bool(trainer.gradient_clip_val))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         driver = self._active()

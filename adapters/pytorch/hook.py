@@ -244,7 +244,8 @@ class Hook(CoreHook):
         self._sync_capture_hooks()
 
     @never_raises("capture_parameters")
-    def capture_parameters(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+    def capture_parameters(self, optimizer: Optional[torch.optim.Optimizer] = None,
+                           wait_for_gradients: bool = False) -> None:
         """Hand over the registered models' weights and (accumulated) gradients now.
 
         Called by the step owner (see :meth:`own_steps`) right before ``optimizer``
@@ -256,12 +257,16 @@ class Hook(CoreHook):
         needs no wait; ``zero_grad(set_to_none=False)`` of ``optimizer`` or of a registered
         model waits for the read first. A gradient written into by other means before it
         was read is detected by its version counter and not saved for that step (one
-        warning), never saved half-updated.
+        warning), never saved half-updated. ``wait_for_gradients``: read them before
+        returning, for an owner whose trainer changes them in place before the update
+        (gradient clipping after this point).
         """
         if optimizer is not None and isinstance(optimizer, torch.optim.Optimizer):
             self._install_zero_grad_fence(optimizer)
         if self.saving_step and self._step_open and self.mode in _TRAINING_MODES:
             self._capture_parameters(with_gradients=True)
+            if wait_for_gradients:
+                self._fence_gradients()
 
     def _begin_owned_step(self) -> None:
         if self.saving_step or self._capture_handles:

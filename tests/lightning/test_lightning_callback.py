@@ -188,3 +188,23 @@ def test_a_json_config_configures_the_hook(tmp_path):
     trainer([callback]).fit(TinyModule(), loader(6))
     callback.close()
     assert create_trial(str(out)).tensor("gradient/TinyModule_net.0.weight").steps() == [0, 2, 4]
+
+
+class Wide(TinyModule):
+    """Gradients large enough (131k elements) to be read on the step pipeline's worker."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
+                                       torch.nn.ReLU(), torch.nn.Linear(256, 3))
+
+
+def test_gradients_are_those_before_lightnings_clipping(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        module, t, trial = fit(tmp_path, {"include_collections": ["gradients"]}, module=Wide(), gradient_clip_val=1e-3)
+    grad = trial.tensor("gradient/Wide_net.2.weight")
+    assert grad.steps() == [0, 1, 2, 3, 4, 5, 6, 7]
+    for step, params in module.seen.items():  # seen before Lightning clipped them in place
+        np.testing.assert_array_equal(grad.value(step), params["net.2.weight"][1].numpy())
+    assert np.linalg.norm(grad.value(7)) > 1e-3  # unclipped: clipping to a norm of 1e-3 would show
+    assert not [r for r in caplog.records if r.name.startswith("smdebug")]
