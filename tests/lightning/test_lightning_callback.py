@@ -27,17 +27,18 @@ def fit(tmp_path, callback_kwargs=None, module=None, val_batches=0, **trainer_kw
     return module, t, create_trial(out)
 
 
-def test_gradient_accumulation_gives_one_step_with_the_accumulated_gradients(tmp_path):
+@pytest.mark.parametrize("module_class", ["TinyModule", "Wide"])  # read on the training thread / the worker
+def test_gradient_accumulation_gives_one_step_with_the_accumulated_gradients(tmp_path, module_class):
     module, t, trial = fit(tmp_path, {"include_collections": ["weights", "biases", "gradients", "losses"]},
-                           accumulate_grad_batches=4)
+                           module=globals()[module_class](), accumulate_grad_batches=4)
     assert t.global_step == 2  # 8 batches, 4 per optimizer step
     assert trial.steps() == [0, 1]
     assert [trial.mode_step(s) for s in trial.steps()] == [0, 1]
     assert sorted(module.seen) == [0, 1]
     for step, params in module.seen.items():
         for name, (weight, grad) in params.items():
-            np.testing.assert_array_equal(trial.tensor(f"TinyModule_{name}").value(step), weight.numpy())
-            np.testing.assert_array_equal(trial.tensor(f"gradient/TinyModule_{name}").value(step), grad.numpy())
+            np.testing.assert_array_equal(trial.tensor(f"{module_class}_{name}").value(step), weight.numpy())
+            np.testing.assert_array_equal(trial.tensor(f"gradient/{module_class}_{name}").value(step), grad.numpy())
     # The step's loss: the mean of its 4 micro-batches' training_step losses.
     for step in (0, 1):
         np.testing.assert_allclose(trial.tensor("loss").value(step), np.mean(module.losses[4 * step:4 * step + 4]),

@@ -16,12 +16,13 @@ from smdebug.trials import create_trial
 EVERY_STEP = {"save_config": SaveConfig(save_interval=1)}
 
 
-def test_gradient_accumulation_gives_one_step_with_the_accumulated_gradients(tmp_path):
+@pytest.mark.parametrize("hidden", [16, 128])  # gradients read on the training thread / the worker
+def test_gradient_accumulation_gives_one_step_with_the_accumulated_gradients(tmp_path, hidden):
     out = str(tmp_path / "run")
     callback = DebuggerCallback(out_dir=out, include_collections=["weights", "biases", "gradients", "losses"],
                                 **EVERY_STEP)
     recorder = Recorder()
-    trainer = make_trainer(tmp_path, [callback, recorder], train_n=32, gradient_accumulation_steps=4)
+    trainer = make_trainer(tmp_path, [callback, recorder], train_n=32, gradient_accumulation_steps=4, hidden=hidden)
     trainer.train()
     callback.close()
     trial = create_trial(out)
