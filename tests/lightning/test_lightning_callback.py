@@ -209,3 +209,19 @@ def test_gradients_are_those_before_lightnings_clipping(tmp_path, caplog):
         np.testing.assert_array_equal(grad.value(step), params["net.2.weight"][1].numpy())
     assert np.linalg.norm(grad.value(7)) > 1e-3  # unclipped: clipping to a norm of 1e-3 would show
     assert not [r for r in caplog.records if r.name.startswith("smdebug")]
+
+
+def test_a_resumed_fit_goes_on_from_the_trainers_global_step(tmp_path):
+    first = trainer([], max_steps=3)
+    module = TinyModule()
+    first.fit(module, loader(8))
+    checkpoint = str(tmp_path / "three.ckpt")
+    first.save_checkpoint(checkpoint)
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, include_collections=["gradients"], **EVERY_STEP)
+    resumed = trainer([callback], max_steps=6, max_epochs=3)
+    resumed.fit(TinyModule(), loader(8), ckpt_path=checkpoint)
+    callback.close()
+    trial = create_trial(out)
+    assert [(trial.mode(s).name, trial.mode_step(s)) for s in trial.steps()] == [("TRAIN", 3), ("TRAIN", 4),
+                                                                                  ("TRAIN", 5)]
