@@ -106,9 +106,12 @@ def configured_hook(get_hook: Callable, framework: str, **kwargs):
     try:
         return get_hook(create_if_not_exists=True, **kwargs)
     except Exception as exc:  # noqa: BLE001 - never stop training for the debugger's sake
-        if framework not in _warned:
-            _warned.add(framework)
-            source = os.environ.get(CONFIG_FILE_ENV) or "the default config path"
+        source = os.environ.get(CONFIG_FILE_ENV) or "the default config path"
+        # One warning per problem: two instrumentors of one process (Lightning's and
+        # PyTorch's) meeting the same bad config say it once.
+        problem = (source, type(exc).__name__, str(exc))
+        if problem not in _warned:
+            _warned.add(problem)
             what = "the config is not usable" if isinstance(exc, SMDebugError) else "the hook could not be created"
             logger.warning("smdebug: zero code change: %s (%s: %s); %s trains without tensor capture. "
                            "Fix %s (or unset %s) to capture.", what, type(exc).__name__, exc, framework, source,

@@ -11,9 +11,10 @@ How it starts
 What it does
     :func:`bootstrap` returns at once when ``USE_SMDEBUG`` is 0/false/no/off. Otherwise
     :func:`install` puts an import watcher first in ``sys.meta_path``. When the script
-    imports a framework named in :data:`INSTRUMENTORS` (``torch``, ``tensorflow``,
-    ``keras``, ``xgboost``, ``mxnet``), the watcher lets the normal import run and, right
-    after the framework's top-level module has finished executing, imports that
+    imports a module named in :data:`INSTRUMENTORS` (``torch``, ``tensorflow``,
+    ``keras``, ``xgboost``, ``mxnet``, ``pytorch_lightning``, ``transformers.trainer``), the
+    watcher lets the normal import run and, right after that module has finished executing,
+    imports that
     framework's instrumentor (``smdebug.<framework>._instrument``) and calls its
     ``instrument()``. A framework imported before :func:`install` is instrumented at once.
     Instrumentors use only the frameworks' public hooks and callbacks; each creates its
@@ -37,12 +38,12 @@ from .logger import get_logger
 logger = get_logger("smdebug.zero_code_change")
 
 #: The entry-point group through which adapters declare their instrumentors: the entry
-#: point's name is the framework's top-level module, its value the instrumentor module (with
+#: point's name is the framework's module (top-level, or a submodule), its value the instrumentor module (with
 #: ``instrument()`` and ``uninstrument()``). Ours are declared in setup.cfg; a third-party
 #: adapter declares its own the same way, and the core names none of them.
 ENTRY_POINT_GROUP = "smdebug.instrumentors"
 
-#: Top-level framework module -> instrumentor module: the entry points, read at install(),
+#: Framework module -> instrumentor module: the entry points, read at install(),
 #: plus those added with register_instrumentor().
 INSTRUMENTORS: Dict[str, str] = {}
 
@@ -185,13 +186,14 @@ class _InstrumentingLoader(importlib.abc.Loader):
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader of a watched framework's top-level module."""
+    """Finds nothing itself: wraps the loader of a watched module (a framework's top-level
+    module, or a submodule such as ``transformers.trainer`` that its package imports lazily)."""
 
     def __init__(self):
         self._busy = threading.local()
 
     def find_spec(self, fullname, path=None, target=None):
-        if path is not None or fullname not in INSTRUMENTORS or getattr(self._busy, "active", False):
+        if fullname not in INSTRUMENTORS or getattr(self._busy, "active", False):
             return None
         self._busy.active = True
         try:

@@ -18,6 +18,10 @@ hook's own ``optimizer.step()`` hooks. Once the model has started its second ste
 loss module of the first iteration has been seen and the global hooks are removed:
 from then on only the registered model's and losses' own hooks run.
 
+A hook whose steps a trainer integration owns (``Hook.own_steps``: the Lightning and
+Transformers callbacks, added by their own instrumentors) is left to it: the global hooks
+are removed at the first top-level forward that finds it.
+
 Losses computed with functions (``F.cross_entropy``) rather than modules are not seen.
 Nothing is done inside DataLoader worker processes (they only prepare data), and a
 script that registered its model with a hook itself keeps that registration.
@@ -136,6 +140,12 @@ def _on_top_level_forward(state: _State, module: torch.nn.Module, args) -> None:
             _remove_global_hooks(state)
             return
     hook = state.hook
+    if hook.step_owner is not None:
+        # A trainer integration (smdebug.lightning, smdebug.transformers) drives this hook
+        # and registered its model: one hook, one set of steps. Stop watching.
+        state.gave_up = True
+        _remove_global_hooks(state)
+        return
     if is_loss:
         hook.register_loss(module)
         return

@@ -245,6 +245,8 @@ class Hook(CoreHook):
         self._sharded_weights = None
         self._sharded_blocks: Dict[tuple, tuple] = {}
         self._warned_sharded: set = set()
+        #: The integration (a trainer callback) that owns the step boundaries, see own_steps().
+        self.step_owner: Optional[str] = None
 
     # --- core overrides ------------------------------------------------------------------
     def _distributed_info(self) -> Tuple[int, int]:
@@ -278,7 +280,14 @@ class Hook(CoreHook):
             self._capture_sharded(with_gradients=self.mode in _TRAINING_MODES)
         if self._sharded_inflight is not None:
             self._finish_sharded()
+        if self.step_owner is not None and self._weights_batch is not None and self._step_open:
+            # An owned step that ended without capture_parameters() (no optimizer update): keep its weights.
+            self._fence_weights_guarded()
         super().end_step()
+
+    @never_raises("filing the step's weights")
+    def _fence_weights_guarded(self) -> None:
+        self._fence_weights()
 
     @never_raises("copying module tensors")
     def _copy_deferred_guarded(self) -> None:
@@ -289,7 +298,65 @@ class Hook(CoreHook):
         self._params_captured = False
         if self._tensor_counts:
             self._tensor_counts = {}
+        if self.step_owner is not None:
+            self._begin_owned_step()
         return saving
+
+    # --- integrations that own the step boundaries (trainer callbacks) ----------------------
+    def own_steps(self, owner: str) -> None:
+        """Hand the step boundaries to an integration for the rest of the run.
+
+        For trainers whose loop the hook cannot see from module and optimizer hooks
+        (Lightning runs the forward inside ``optimizer.step(closure)``; a Trainer's
+        callbacks know the accumulation boundaries). From this call on the hook starts no
+        step and sets no mode by itself, and raises no ``TrainingStopRequested`` in the
+        forward pass. The owner calls ``set_mode(mode)`` and ``begin_step()`` when a step
+        starts, :meth:`capture_parameters` just before the optimizer updates the weights,
+        ``end_step()`` (optional: the next ``begin_step`` ends a step), and reads
+        ``stop_requested`` to stop its trainer. Module outputs and losses are still
+        captured by the module hooks. ``owner`` names the integration in logs.
+        """
+        if not isinstance(owner, str) or not owner:
+            raise ConfigError(f"own_steps: owner must name the integration (a non-empty string), got {owner!r}")
+        if self.step_owner is not None and self.step_owner != owner:
+            raise ConfigError(f"own_steps: the steps of this hook are already owned by {self.step_owner}; "
+                              f"{owner} cannot own them too (one integration per hook)")
+        self.step_owner = owner
+        # Gradients come from capture_parameters(), never from per-parameter hooks.
+        self.step_by_optimizer = True
+        self._sync_capture_hooks()
+
+    @never_raises("capture_parameters")
+    def capture_parameters(self, optimizer: Optional[torch.optim.Optimizer] = None,
+                           wait_for_gradients: bool = False) -> None:
+        """Hand over the registered models' weights and (accumulated) gradients now.
+
+        Called by the step owner (see :meth:`own_steps`) right before ``optimizer``
+        updates the weights; the values are those the step's forward and backward passes
+        used. Does nothing in a step that saves nothing or outside TRAIN/GLOBAL mode.
+
+        The gradients are read on the step pipeline's worker while training goes on.
+        Trainers drop them after the update (``zero_grad()``, ``set_to_none=True``), which
+        needs no wait; ``zero_grad(set_to_none=False)`` of ``optimizer`` or of a registered
+        model waits for the read first. A gradient written into by other means before it
+        was read is detected by its version counter and not saved for that step (one
+        warning), never saved half-updated. ``wait_for_gradients``: read them before
+        returning, for an owner whose trainer changes them in place before the update
+        (gradient clipping after this point).
+        """
+        if optimizer is not None and isinstance(optimizer, torch.optim.Optimizer):
+            self._install_zero_grad_fence(optimizer)
+        if self.saving_step and self._step_open and self.mode in _TRAINING_MODES:
+            self._capture_parameters(with_gradients=True)
+            if wait_for_gradients:
+                self._fence_gradients()
+
+    def _begin_owned_step(self) -> None:
+        if self.saving_step or self._capture_handles:
+            self._sync_capture_hooks()
+        if self.saving_step:
+            # TRAIN: fenced and filed at capture_parameters(); otherwise nothing updates them.
+            self._start_weights(file_now=self.mode not in _TRAINING_MODES)
 
     def close(self) -> None:
         """Flush the last step, finish the run's files and remove every torch hook."""
@@ -926,6 +993,8 @@ class Hook(CoreHook):
                 self._locator.remove()
                 self._locator = None
             return
+        if self.step_owner is not None:
+            return  # steps, modes and stopping belong to the owner (own_steps)
         if self.stop_reason is not None:
             if self._step_open:
                 self.end_step()
@@ -956,7 +1025,7 @@ class Hook(CoreHook):
 
     @never_raises("optimizer pre-step hook")
     def _on_optimizer_pre_step(self, optimizer, args, kwargs) -> None:
-        if not self._owns(optimizer):
+        if self.step_owner is not None or not self._owns(optimizer):
             return
         if not self.step_by_optimizer:
             self.step_by_optimizer = True
@@ -974,7 +1043,7 @@ class Hook(CoreHook):
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
         # The step is over; it is closed (written) when the next one begins, as without an
         # optimizer, so that save_scalar() calls after optimizer.step() land in this step.
-        if self._owns(optimizer):
+        if self.step_owner is None and self._owns(optimizer):
             self._optimizer_stepped = True
 
     def _owns(self, optimizer) -> bool:

@@ -50,8 +50,22 @@ Limits worth knowing:
 
 Other Keras backends (``KERAS_BACKEND=torch``/``jax``): the callback part works the same
 (steps, modes, logs, weights, optimizer variables); the optimizer and layer wrappers work
-wherever Keras runs them eagerly (torch), values are copied to numpy and reduced there.
-``wrap_tape`` is TensorFlow-only. TensorFlow is not imported.
+wherever Keras runs them eagerly (torch; JAX with ``run_eagerly=True``), values are copied
+to numpy and reduced there. ``wrap_tape`` is TensorFlow-only. TensorFlow is not imported.
+Under JAX, fit/evaluate/predict keep the current variable values in the trainer's state:
+on saved steps the hook calls Keras' public ``model.jax_state_sync()`` before reading them.
+What each backend captures in ``fit`` (docs/keras_backends.md):
+
+==========================  ==========  =====  ==========================
+collection                  TensorFlow  torch  JAX (jit / run_eagerly)
+==========================  ==========  =====  ==========================
+weights, biases             yes         yes    yes / yes
+optimizer_variables         yes         yes    yes / yes
+losses, metrics (logs)      yes         yes    yes / yes
+gradients                   yes         yes    no (one warning) / yes
+inputs, labels, predictions yes         yes    predict only / yes
+layer inputs/outputs        yes         yes    no (one warning) / yes
+==========================  ==========  =====  ==========================
 """
 from __future__ import annotations
 
@@ -85,19 +99,38 @@ def _keras_backend() -> str:
     return keras.backend.backend()
 
 
+def _is_traced(value) -> bool:
+    """Whether ``value`` is a JAX tracer: a placeholder inside ``jax.jit``, with no values to copy."""
+    jax_core = getattr(sys.modules.get("jax"), "core", None)
+    tracer = getattr(jax_core, "Tracer", None)
+    return tracer is not None and isinstance(value, tracer)
+
+
 class _EagerCapture:
-    """Capture for Keras backends that run eagerly (torch): record at once, on saved steps."""
+    """Capture for Keras backends without TensorFlow's graph capture (torch, JAX): record at
+    once, on saved steps. Under JAX, Keras compiles the train and predict steps with
+    ``jax.jit`` (unless ``run_eagerly=True``): what the wrappers see there are tracers,
+    which are skipped, with one warning per tensor name."""
 
     def __init__(self, hook):
         self._hook = weakref.proxy(hook)
+        self._warned_traced: set = set()
 
     def offer(self, key, named) -> None:
         hook = self._hook
         if not (hook.enabled and hook.saving_step and hook._step_active):
             return
         for name, value in named:
-            if value is not None and hook.wants(name):
-                hook.record(name, hook._host_or_tensor(value))
+            if value is None or not hook.wants(name):
+                continue
+            if _is_traced(value):
+                if name not in self._warned_traced:
+                    self._warned_traced.add(name)
+                    logger.warning("smdebug: %s is computed inside a jax.jit-compiled step, where it has no values "
+                                   "to save; it is not saved (compile the model with run_eagerly=True to save it)",
+                                   name)
+                continue
+            hook.record(name, hook._host_or_tensor(value))
 
     def arm(self) -> None:
         pass
@@ -431,13 +464,15 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             original_predict = model.predict_step
 
             @functools.wraps(original_predict)
-            def predict_step(data):
+            def predict_step(*args, **kwargs):
+                # predict_step(data); the JAX trainer's is predict_step(state, data): data comes last.
                 hook = hook_ref()
                 if hook is not None and hook.enabled:
                     with hook.guard("capturing model inputs"):
+                        data = kwargs["data"] if "data" in kwargs else args[-1]
                         x = data[0] if isinstance(data, tuple) else data
                         hook._offer_model_io(model, {"inputs": x})
-                return original_predict(data)
+                return original_predict(*args, **kwargs)
 
             self._patches.set(model, "predict_step", predict_step)
             changed = True
@@ -483,6 +518,12 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             from .backend import read_variables
 
             return read_variables(variables)
+        for model in self._models:
+            # JAX: inside fit/evaluate/predict the current values live in the trainer's state,
+            # not in the variables; Keras' public jax_state_sync() puts them back (saved steps only).
+            sync = getattr(model, "jax_state_sync", None)
+            if callable(sync):
+                sync()
         return [self._host_or_tensor(v) for v in variables]
 
     def _host_or_tensor(self, value):

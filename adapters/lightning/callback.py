@@ -1,0 +1,212 @@
+"""DebuggerCallback for PyTorch Lightning: the PyTorch hook, driven by the Trainer's loops.
+
+What is a step
+    One TRAIN step per optimizer step: with ``accumulate_grad_batches=k`` the ``k``
+    micro-batches before an optimizer step are one step. A TRAIN step's mode step is
+    ``trainer.global_step`` at its start (the index of the optimizer step it ends with).
+    Each batch of a validation loop (``fit``'s validation and ``trainer.validate``) or of
+    ``trainer.test`` is one EVAL step; each batch of ``trainer.predict`` one PREDICT step.
+    The sanity check's validation batches are not steps (nothing was trained yet). The
+    global step counts the steps of all modes.
+
+What is recorded, and when
+    * Weights and gradients (collections ``weights``, ``biases``, ``gradients``) in
+      ``on_before_optimizer_step``: the gradients accumulated over the step's micro-batches,
+      after AMP's unscaling and before gradient clipping (Lightning clips after this hook,
+      in place: with ``gradient_clip_val`` set, they are read before the hook returns),
+      and the weights the step's forward passes used. EVAL/PREDICT steps save weights only.
+    * The step's loss as the tensor ``loss`` (``losses`` collection): the sum over its
+      micro-batches of the loss ``training_step`` returned, as Lightning reports it
+      (divided by ``accumulate_grad_batches``, so the sum is their mean).
+    * Scalars every ``trainer.log_every_n_steps`` optimizer steps: ``train/loss`` and the
+      values in ``trainer.callback_metrics`` (what ``self.log`` logged) logged anew since
+      last saved; after each validation/test loop, its metrics, in its last step.
+    * Module outputs and inputs that collections ask for, through the PyTorch hook's
+      module hooks (the LightningModule is registered as the model).
+
+Stopping
+    A rule's ``StopTraining`` sets ``trainer.should_stop``: the Trainer ends fit at the
+    end of that batch (after ``min_steps``/``min_epochs``, as for any callback's stop).
+
+Distributed
+    The hook is made in ``setup``, once the strategy has started the processes, so the
+    worker name (``worker_<rank>``) and ``include_workers`` work as for the PyTorch hook.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import pytorch_lightning as pl
+
+from smdebug.logger import get_logger
+from smdebug.modes import ModeKeys
+from smdebug.pytorch import Hook
+from smdebug.pytorch.integration import HookSource, StepDriver, loss_of
+
+logger = get_logger("smdebug.lightning")
+OWNER = "Lightning"
+
+
+class DebuggerCallback(pl.Callback):
+    """Saves tensors of a LightningModule's training with smdebug.
+
+    ``Trainer(callbacks=[DebuggerCallback(out_dir="/tmp/run", save_config=...)])``.
+
+    Args:
+        out_dir and the other keyword arguments: those of :class:`smdebug.pytorch.Hook`
+            (``save_config``, ``reduction_config``, ``include_regex``,
+            ``include_collections``, ``save_all``, ``include_workers``,
+            ``export_tensorboard``, ``tensorboard_dir``, ``dry_run``, ``overwrite``).
+            They are checked here; the hook is made when the Trainer sets up.
+        json_config_path: a hook JSON config instead of the arguments.
+        hook: an ``smdebug.pytorch.Hook`` you made instead (its steps become the callback's).
+
+    With none of these, the hook configured by ``SMDEBUG_CONFIG_FILE_PATH`` is used (zero
+    code change); without a usable config, training runs without capture (one warning).
+    See :mod:`smdebug.lightning.callback` for steps, modes and what is saved.
+    """
+
+    def __init__(self, out_dir=None, *, json_config_path=None, hook: Optional[Hook] = None, **hook_kwargs):
+        if out_dir is not None:
+            hook_kwargs["out_dir"] = out_dir
+        self._source = HookSource(OWNER, hook=hook, json_config_path=json_config_path, **hook_kwargs)
+        self._driver: Optional[StepDriver] = None
+        self._built = False
+        self._metrics_before_loop: dict = {}  # trainer.callback_metrics when a validation/test loop started
+
+    @property
+    def hook(self) -> Optional[Hook]:
+        """The hook this callback drives (None before the Trainer's set-up, or without a config)."""
+        return self._driver.hook if self._driver is not None else None
+
+    def close(self) -> None:
+        """Write the last step and finish the run's files (also done at interpreter exit)."""
+        if self._driver is not None:
+            self._driver.close()
+
+    # --- set-up -----------------------------------------------------------------------------
+    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        if not self._built:
+            self._built = True
+            hook = self._source.build()
+            if hook is not None:
+                self._driver = StepDriver(hook, OWNER)
+        driver = self._active()
+        if driver is not None:
+            with driver.hook.guard("Lightning setup"):
+                driver.hook.register_module(pl_module)
+
+    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        driver = self._active()
+        if driver is not None:
+            with driver.hook.guard("Lightning teardown"):
+                driver.end()
+                driver.hook.flush()
+
+    def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+        # Training failed or was interrupted: the steps so far are written (the user's exception propagates).
+        self.teardown(trainer, pl_module, "exception")
+
+    def _active(self) -> Optional[StepDriver]:
+        driver = self._driver
+        return driver if driver is not None and driver.active else None
+
+    # --- training -----------------------------------------------------------------------------
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        driver = self._active()
+        if driver is None:
+            return
+        with driver.hook.guard("Lightning on_train_batch_start"):
+            step = trainer.global_step
+            if not driver.is_open(ModeKeys.TRAIN, step):  # else: the same optimizer step goes on (accumulation)
+                driver.begin(ModeKeys.TRAIN, step, log_scalars=self._logs_at(trainer, step))
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        driver = self._active()
+        if driver is not None:
+            # Lightning clips gradients in place right after this hook: read them first then.
+            driver.hook.capture_parameters(getattr(optimizer, "optimizer", optimizer),  # LightningOptimizer wraps it
+                                           wait_for_gradients=bool(trainer.gradient_clip_val))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        driver = self._active()
+        if driver is None or driver.open is None:
+            return
+        with driver.hook.guard("Lightning on_train_batch_end"):
+            driver.add_loss(loss_of(outputs))
+            step = driver.open[1]
+            if step is not None and trainer.global_step > step:  # the optimizer stepped: the step is complete
+                logs = self._logs_at(trainer, step)
+                # callback_metrics is computed on access: only at logging steps
+                driver.finish(trainer.callback_metrics if logs else None, log_scalars=logs)
+                driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
+            if driver.hook.stop_requested and not trainer.should_stop:
+                logger.warning("smdebug: stopping the Lightning Trainer: %s", driver.hook.stop_reason)
+                trainer.should_stop = True
+
+    @staticmethod
+    def _logs_at(trainer, step: int) -> bool:
+        """Whether the TRAIN step before optimizer step ``step`` saves its scalars (Lightning's log interval)."""
+        return step % max(trainer.log_every_n_steps, 1) == 0
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._end_loop("on_train_end", None)
+
+    # --- evaluation and prediction ----------------------------------------------------------
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._metrics_before_loop = dict(trainer.callback_metrics)
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._metrics_before_loop = dict(trainer.callback_metrics)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            self._begin_batch(ModeKeys.EVAL, "on_validation_batch_start")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            self._end_batch(outputs)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self._end_loop("on_validation_end", trainer.callback_metrics)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._begin_batch(ModeKeys.EVAL, "on_test_batch_start")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._end_batch(outputs)
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        self._end_loop("on_test_end", trainer.callback_metrics)
+
+    def on_predict_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._begin_batch(ModeKeys.PREDICT, "on_predict_batch_start")
+
+    def on_predict_end(self, trainer, pl_module) -> None:
+        self._end_loop("on_predict_end", None)
+
+    def _begin_batch(self, mode: ModeKeys, where: str) -> None:
+        driver = self._active()
+        if driver is not None:
+            with driver.hook.guard(f"Lightning {where}"):
+                driver.begin(mode)
+
+    def _end_batch(self, outputs) -> None:
+        driver = self._active()
+        if driver is not None and driver.open is not None:
+            with driver.hook.guard("Lightning batch end"):
+                driver.add_loss(loss_of(outputs))
+                driver.finish(None, log_scalars=False)
+
+    def _end_loop(self, where: str, metrics) -> None:
+        """A loop ended: the metrics it logged (new value objects since it started) go into
+        its last step, which ends."""
+        driver = self._active()
+        before, self._metrics_before_loop = self._metrics_before_loop, {}
+        if driver is not None:
+            with driver.hook.guard(f"Lightning {where}"):
+                if metrics is not None and driver.open is not None:
+                    driver.save_metrics({name: value for name, value in metrics.items() if before.get(name) is not value},
+                                        only_changed=False)
+                driver.end()

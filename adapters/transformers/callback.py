@@ -1,0 +1,202 @@
+"""DebuggerCallback for the Hugging Face ``Trainer``: the PyTorch hook, driven by its events.
+
+What is a step
+    One TRAIN step per optimizer step (``on_step_begin`` to the step's end): with
+    ``gradient_accumulation_steps=k`` the ``k`` micro-batches are one step. A TRAIN step's
+    mode step is ``state.global_step`` at its start. Each forward pass of the model in
+    evaluation mode (one per batch of ``Trainer.evaluate``, and of ``Trainer.predict``,
+    which the Trainer's events do not tell apart from evaluation) is one EVAL step. The
+    global step counts the steps of all modes.
+
+What is recorded, and when
+    * Weights and gradients (collections ``weights``, ``biases``, ``gradients``) in
+      ``on_pre_optimizer_step``: the gradients accumulated over the step's micro-batches,
+      after gradient clipping (``max_grad_norm``) and accelerate's unscaling, and the
+      weights the step used. ``on_optimizer_step`` sees the same gradients, but the
+      weights already updated: the next step's.
+    * The step's loss as the tensor ``loss`` (``losses`` collection): the mean over its
+      micro-batches of the model output's ``loss``; an EVAL step's, that batch's loss.
+    * Scalars: what ``on_log`` receives (``loss``, ``learning_rate``, ``grad_norm``,
+      ``eval_*``, ...) in the step being logged, and ``train/loss`` at those steps.
+    * Module outputs and inputs that collections ask for, through the PyTorch hook's module
+      hooks (the Trainer's model, unwrapped, is registered).
+
+Stopping
+    A rule's ``StopTraining`` sets ``control.should_training_stop``: the Trainer ends
+    training after the step the rule fired on.
+
+Distributed
+    The hook is made at ``on_init_end``; ``TrainingArguments`` has set up the process group
+    by then (accelerate, torchrun), so worker names are ``worker_<rank>`` as for the
+    PyTorch hook.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from transformers import TrainerCallback
+
+from smdebug.logger import get_logger
+from smdebug.modes import ModeKeys
+from smdebug.pytorch import Hook
+from smdebug.pytorch.integration import HookSource, StepDriver, loss_of
+
+logger = get_logger("smdebug.transformers")
+OWNER = "Transformers"
+
+
+class DebuggerCallback(TrainerCallback):
+    """Saves tensors of a ``transformers.Trainer`` run with smdebug.
+
+    ``Trainer(..., callbacks=[DebuggerCallback(out_dir="/tmp/run", save_config=...)])``.
+
+    Args:
+        out_dir and the other keyword arguments: those of :class:`smdebug.pytorch.Hook`
+            (``save_config``, ``reduction_config``, ``include_regex``,
+            ``include_collections``, ``save_all``, ``include_workers``,
+            ``export_tensorboard``, ``tensorboard_dir``, ``dry_run``, ``overwrite``).
+            They are checked here; the hook is made when the Trainer is built.
+        json_config_path: a hook JSON config instead of the arguments.
+        hook: an ``smdebug.pytorch.Hook`` you made instead (its steps become the callback's).
+
+    With none of these, the hook configured by ``SMDEBUG_CONFIG_FILE_PATH`` is used (zero
+    code change); without a usable config, training runs without capture (one warning).
+    For a Trainer the callback is added to after it was built (``trainer.add_callback``),
+    call :meth:`attach` with ``trainer.model``. Steps and what is saved:
+    :mod:`smdebug.transformers.callback`.
+    """
+
+    def __init__(self, out_dir=None, *, json_config_path=None, hook: Optional[Hook] = None, **hook_kwargs):
+        if out_dir is not None:
+            hook_kwargs["out_dir"] = out_dir
+        self._source = HookSource(OWNER, hook=hook, json_config_path=json_config_path, **hook_kwargs)
+        self._driver: Optional[StepDriver] = None
+        self._built = False
+        self._model: Optional[torch.nn.Module] = None
+        self._handles: list = []
+        self._loss_weight = 1.0  # 1 / gradient_accumulation_steps
+
+    @property
+    def hook(self) -> Optional[Hook]:
+        """The hook this callback drives (None before the Trainer is built, or without a config)."""
+        return self._driver.hook if self._driver is not None else None
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Make the hook (once) and register ``model``, the Trainer's (unwrapped) model."""
+        if not self._built:
+            self._built = True
+            hook = self._source.build()
+            if hook is not None:
+                self._driver = StepDriver(hook, OWNER)
+        driver = self._active()
+        if driver is None or model is None or model is self._model:
+            return
+        with driver.hook.guard("Transformers attach"):
+            self._model = model
+            driver.hook.register_module(model)
+            # Ours run before the hook's own: an EVAL step begins before the forward it holds.
+            self._handles.append(model.register_forward_pre_hook(self._on_forward_pre, prepend=True))
+            self._handles.append(model.register_forward_hook(self._on_forward))
+
+    def close(self) -> None:
+        """Write the last step, finish the run's files and remove the model hooks (also at exit)."""
+        while self._handles:
+            self._handles.pop().remove()
+        if self._driver is not None:
+            self._driver.close()
+
+    def _active(self) -> Optional[StepDriver]:
+        driver = self._driver
+        return driver if driver is not None and driver.active else None
+
+    # --- the model's forward passes -----------------------------------------------------------
+    def _on_forward_pre(self, module, args) -> None:
+        driver = self._active()
+        if driver is not None and not module.training:
+            with driver.hook.guard("Transformers evaluation forward"):
+                driver.begin(ModeKeys.EVAL)
+
+    def _on_forward(self, module, args, output) -> None:
+        driver = self._active()
+        if driver is not None and driver.open is not None:
+            with driver.hook.guard("Transformers forward"):
+                driver.add_loss(loss_of(output), 1.0 if driver.open[0] is ModeKeys.EVAL else self._loss_weight)
+
+    # --- Trainer events -------------------------------------------------------------------------
+    def on_init_end(self, args, state, control, model=None, **kwargs):
+        self.attach(model)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.attach(model)
+        self._loss_weight = 1.0 / max(args.gradient_accumulation_steps, 1)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        driver = self._active()
+        if driver is not None:
+            with driver.hook.guard("Transformers on_step_begin"):
+                driver.begin(ModeKeys.TRAIN, state.global_step)
+
+    def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        driver = self._active()
+        if driver is not None:
+            driver.hook.capture_parameters(getattr(optimizer, "optimizer", optimizer))  # accelerate wraps it
+
+    def on_step_end(self, args, state, control, **kwargs):
+        driver = self._active()
+        if driver is None or driver.open is None:
+            return None
+        with driver.hook.guard("Transformers on_step_end"):
+            driver.finish(None, log_scalars=False)
+            if control.should_log:
+                return None  # on_log comes next: its values belong to this step, which it ends
+            driver.end()
+        return self._stop_if_requested(driver, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        driver = self._active()
+        if driver is None:
+            return None
+        with driver.hook.guard("Transformers on_log"):
+            if driver.open is None:
+                return None
+            if driver.open[0] is ModeKeys.TRAIN and "loss" in (logs or {}):
+                driver.hook.save_scalar("train/loss", float(logs["loss"]))
+            driver.save_metrics(logs, only_changed=False)  # each on_log is a fresh report
+            if driver.open[0] is ModeKeys.TRAIN:
+                driver.end()
+        return self._stop_if_requested(driver, control)
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        driver = self._active()
+        if driver is not None and driver.open is not None and driver.open[0] is ModeKeys.EVAL:
+            with driver.hook.guard("Transformers on_prediction_step"):
+                driver.finish(None, log_scalars=False)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self._end_evaluation(None)  # the Trainer gave these metrics to on_log just before
+
+    def on_predict(self, args, state, control, metrics=None, **kwargs):
+        self._end_evaluation(metrics)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        driver = self._active()
+        if driver is not None:
+            with driver.hook.guard("Transformers on_train_end"):
+                driver.end()
+                driver.hook.flush()
+
+    def _end_evaluation(self, metrics) -> None:
+        driver = self._active()
+        if driver is not None and driver.open is not None and driver.open[0] is ModeKeys.EVAL:
+            with driver.hook.guard("Transformers end of evaluation"):
+                if metrics:
+                    driver.save_metrics(metrics, only_changed=False)
+                driver.end()
+
+    @staticmethod
+    def _stop_if_requested(driver: StepDriver, control):
+        if driver.hook.stop_requested and not control.should_training_stop:
+            logger.warning("smdebug: stopping the Transformers Trainer: %s", driver.hook.stop_reason)
+            control.should_training_stop = True
+        return control

@@ -1,0 +1,27 @@
+"""Two-process Lightning DDP (gloo, CPU) with the DebuggerCallback; run by test_lightning_ddp.py.
+
+Lightning's DDP strategy starts rank 1 by running this script again. Each rank prints
+its trainer's global step and rank as JSON.
+Usage: python ddp_train.py OUT_DIR INCLUDE_WORKERS
+"""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lightning_helpers import TinyModule, loader, trainer  # noqa: E402
+from smdebug.lightning import DebuggerCallback, SaveConfig  # noqa: E402
+
+if __name__ == "__main__":
+    out_dir, include_workers = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    callback = DebuggerCallback(out_dir=out_dir, include_workers=include_workers,
+                                include_collections=["weights", "gradients", "losses"],
+                                save_config=SaveConfig(save_interval=1))
+    t = trainer([callback], strategy="ddp", devices=2, accumulate_grad_batches=2)
+    t.fit(TinyModule(), loader(8))
+    callback.close()
+    print(json.dumps({"rank": t.global_rank, "global_step": t.global_step,
+                      "worker": callback.hook.worker_name}), flush=True)
