@@ -252,7 +252,7 @@ class ShardedCapture:
     def _start(self, with_gradients: bool) -> None:
         """Partials of this rank's pieces and the start of their exchange, on the step pipeline's
         worker (the weights' since the step's forward: waited for here, before the optimizer
-        changes them); :meth:`_finish_sharded_now` records the results at the end of the step.
+        changes them); :meth:`_finish_now` records the results at the end of the step.
         Full tensors wanted: all of it here, on the training thread."""
         sharded = self.params
         n = len(sharded)
