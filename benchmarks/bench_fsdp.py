@@ -67,7 +67,7 @@ def measure(rank: int, layers: int, width: int, steps: int, block: int, out_dir:
         step(plain, opt_plain, x)
         step(hooked, opt_hooked, x)
     times = {"plain": [], "hooked": []}
-    collectives_before, saved_steps = hook._shard_groups.collectives, 0
+    collectives_before, saved_steps = hook._sharded.groups.collectives, 0
     for _ in range(max(1, steps // block)):
         for name, model, optimizer in (("plain", plain, opt_plain), ("hooked", hooked, opt_hooked)):
             for _ in range(block):
@@ -75,7 +75,7 @@ def measure(rank: int, layers: int, width: int, steps: int, block: int, out_dir:
                 step(model, optimizer, x)
                 times[name].append(time.perf_counter() - start)
                 saved_steps += name == "hooked"
-    collectives = (hook._shard_groups.collectives - collectives_before) / max(1, saved_steps)
+    collectives = (hook._sharded.groups.collectives - collectives_before) / max(1, saved_steps)
     hook.close()
     plain_ms, hooked_ms = statistics.median(times["plain"]) * 1e3, statistics.median(times["hooked"]) * 1e3
     return {"layers": layers, "width": width, "parameters": 2 * layers, "plain_ms": plain_ms,

@@ -37,17 +37,14 @@ are installed only while steps save and removed when a step saves nothing.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import os
 import re
 import sys
 import warnings
 import weakref
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -61,12 +58,10 @@ from smdebug.hook import never_raises
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
-from .backend import TorchBackend, TorchSnapshot, plain_tensor, tensor_leaves
+from .backend import TorchBackend, tensor_leaves
 from .nonfinite import NonfiniteLocator
-from .sharded import (EXACT_REDUCTIONS, CollectiveFailed, Placement, ShardedParam, ShardGroups, assemble,
-                      columns_needed, combine_partials, decode_pieces, dtensor_shard_dims, encode_piece, encoded_size,
-                      fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials, reductions_table,
-                      shard_partials)
+from .sharded import clean_path, fsdp_classes, model_name
+from .sharded_capture import ShardedCapture
 
 logger = get_logger("smdebug.pytorch")
 
@@ -75,48 +70,10 @@ _compiler_disable = getattr(getattr(torch, "compiler", None), "disable", lambda 
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
-def _fsdp_classes() -> tuple:
-    """(FSDP v1 wrapper class, FSDP2 module mixin), each None where torch lacks it."""
-    try:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-    except ImportError:  # pragma: no cover - torch built without distributed
-        FullyShardedDataParallel = None
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch before FSDP2
-        FSDPModule = None
-    return FullyShardedDataParallel, FSDPModule
-
-
-#: Path segments FSDP v1 and activation checkpointing insert between a model and its
-#: submodules: left out of tensor names, as DDP's ``module.`` is.
-_WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module")
-
-
-def _clean_path(path: str) -> str:
-    """A parameter or module path without wrapper segments (``_fsdp_wrapped_module.0.weight``
-    -> ``0.weight``)."""
-    if "_wrapped_module" not in path:
-        return path
-    return ".".join(part for part in path.split(".") if part not in _WRAPPER_SEGMENTS)
-
-
-def _model_name(module: torch.nn.Module) -> str:
-    """The class name of the user's module: ``fully_shard`` (FSDP2) swaps a module's class for a
-    generated subclass ``FSDP<Class>``; the user's class names the tensors, as without FSDP."""
-    _, fsdp_module = _fsdp_classes()
-    cls = type(module)
-    if fsdp_module is not None and isinstance(module, fsdp_module):
-        for base in cls.__mro__[1:]:
-            if not issubclass(base, fsdp_module):
-                return base.__name__
-    return cls.__name__
-
-
 def _unwrap(module: torch.nn.Module) -> torch.nn.Module:
     """The user's model inside DataParallel/DistributedDataParallel, FSDP (v1) and torch.compile
-    wrappers (FSDP2 changes no structure: see :func:`_model_name`)."""
-    fsdp_v1, _ = _fsdp_classes()
+    wrappers (FSDP2 changes no structure: see :func:`.sharded.model_name`)."""
+    fsdp_v1, _ = fsdp_classes()
     wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel) + \
         ((fsdp_v1,) if fsdp_v1 is not None else ())
     while True:
@@ -134,27 +91,6 @@ def _is_compiled(module: torch.nn.Module) -> bool:
             or getattr(module, "_compiled_call_impl", None) is not None)
 
 
-class _WeightsJob(NamedTuple):
-    """The partials of a step's sharded weights, computed on the step pipeline since its forward."""
-
-    step: int
-    chosen: tuple  # indices of the weights, as select() chose them
-    columns: tuple  # the partials computed
-    ticket: object  # the pipeline's Ticket: its result is the partials
-    pieces: list
-    versions: list  # the pieces' version counters at hand-over
-
-
-class _Exchange(NamedTuple):
-    """A step's sharded statistics under way, from the capture point to the end of the step."""
-
-    chosen: list  # (index into the sharded names, plan)
-    tensors: list  # the parameters and gradients
-    pieces: list  # this rank's pieces of them (None: read by the weights' job, or missing)
-    shapes: list  # their full shapes
-    by_group: dict  # shard group -> positions in chosen
-    job: object  # the exchange job's Ticket, or its result (tuple or exception) when run here
-    raw_wanted: list  # positions whose full tensors are saved
 
 
 def _weak_method(method):
@@ -234,17 +170,8 @@ class Hook(CoreHook):
         # Flight recorder: notes where a NaN/Inf first appears in each step (nonfinite.py).
         self._locator = NonfiniteLocator() if self._recorder is not None and self.flight_recorder.locate else None
         # Sharded parameters (FSDP2/DTensor, FSDP v1 use_orig_params): reduced from their shards
-        # with a fixed number of collectives per saved step (sharded.py), apart from _params.
-        self._sharded: List[ShardedParam] = []
-        self._sharded_names: Tuple[str, ...] = ()  # weights, then gradients
-        self._shard_groups = ShardGroups()
-        self._sharded_step = -1  # the global step whose sharded parameters were captured
-        self._sharded_muted = False  # after a local failure: join the collectives, record nothing
-        self._sharded_inflight = None  # a step's statistics being exchanged (_start_sharded)
-        # the weights' partials job: (step, weights chosen, columns, ticket, pieces, their versions)
-        self._sharded_weights = None
-        self._sharded_blocks: Dict[tuple, tuple] = {}
-        self._warned_sharded: set = set()
+        # with a fixed number of collectives per saved step (sharded_capture.py), apart from _params.
+        self._sharded = ShardedCapture(self)
         #: The integration (a trainer callback) that owns the step boundaries, see own_steps().
         self.step_owner: Optional[str] = None
 
@@ -275,11 +202,10 @@ class Hook(CoreHook):
             if not self.flight_recording and locator.installed:
                 locator.remove()  # the recorder fired or was disabled: no more notes
                 self._locator = None
-        if self._sharded_due():  # a TRAIN step with no optimizer step (manual updates)
-            self._sharded_weights = None  # read at the forward, maybe updated since: read them now
-            self._capture_sharded(with_gradients=self.mode in _TRAINING_MODES)
-        if self._sharded_inflight is not None:
-            self._finish_sharded()
+        if self._sharded.due():  # a TRAIN step with no optimizer step (manual updates)
+            self._sharded.capture(with_gradients=self.mode in _TRAINING_MODES, reread_weights=True)
+        if self._sharded.inflight is not None:
+            self._sharded.finish()
         if self.step_owner is not None and self._weights_batch is not None and self._step_open:
             # An owned step that ended without capture_parameters() (no optimizer update): keep its weights.
             self._fence_weights_guarded()
@@ -350,6 +276,8 @@ class Hook(CoreHook):
             self._capture_parameters(with_gradients=True)
             if wait_for_gradients:
                 self._fence_gradients()
+        if self.mode in _TRAINING_MODES and self._sharded.due():  # every rank joins its collectives
+            self._sharded.capture(with_gradients=True)
 
     def _begin_owned_step(self) -> None:
         if self.saving_step or self._capture_handles:
@@ -402,19 +330,19 @@ class Hook(CoreHook):
         if any(outer is module for outer, _, _ in self._roots):
             return
         inner = _unwrap(module)
-        root_name = _model_name(inner)
+        root_name = model_name(inner)
         compiled = _is_compiled(module) or _is_compiled(inner)
         self._roots.append((module, inner, root_name))
         if module is not inner:
             self._module_names[id(module)] = (module, root_name)
-        fsdp_v1, _ = _fsdp_classes()
+        fsdp_v1, _ = fsdp_classes()
         for path, sub in inner.named_modules():
             if fsdp_v1 is not None and isinstance(sub, fsdp_v1):
                 continue  # its wrapped module takes the name (the path without wrapper segments)
-            self._module_names[id(sub)] = (sub, _clean_path(path) or root_name)
+            self._module_names[id(sub)] = (sub, clean_path(path) or root_name)
             if compiled and sub is not inner:
                 self._compiled_module_ids.add(id(sub))
-        self._add_parameters(module, inner, root_name)
+        self._params.extend(self._sharded.add_model(module, inner, root_name, self._param_ids))
         self._param_names = tuple(name for name, _ in self._params)
         if self._pending_params:
             pending, self._pending_params = self._pending_params, []
@@ -459,370 +387,6 @@ class Hook(CoreHook):
         if isinstance(exc, Exception) and not isinstance(exc, TrainingStopRequested):
             self.dump_flight_recorder(f"{type(exc).__name__} in the forward of {root_name}: {exc}",
                                       trigger="exception")
-    def _add_parameters(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str) -> None:
-        """Sort a registered model's parameters into plain ones (``_params``, the batched path)
-        and sharded ones (``_sharded``, reduced from their shards). The statistics' process
-        groups are created here: every rank registers the same model, in the same order."""
-        try:
-            flat_v1 = fsdp1_flat_params(outer)  # the FSDP (v1) wrappers, the outermost included
-        except ValueError as exc:
-            logger.warning("smdebug: not saving the parameters of %s: %s", root_name, exc)
-            flat_v1 = None
-            skip_flat = True
-        else:
-            skip_flat = False
-        added = False
-        for pname, param in inner.named_parameters():
-            if id(param) in self._param_ids:
-                continue
-            self._param_ids.add(id(param))
-            name = f"{root_name}_{_clean_path(pname)}"
-            if skip_flat and pname.endswith("_flat_param"):
-                continue
-            try:
-                sharded = self._sharded_param(name, param, flat_v1)
-            except CollectiveFailed as exc:  # the same for every parameter of that mesh: said once
-                if str(exc) not in self._warned_sharded:
-                    self._warned_sharded.add(str(exc))
-                    logger.warning("smdebug: not saving the sharded parameters of %s: %s", root_name, exc)
-                continue
-            except Exception as exc:  # noqa: BLE001 - that parameter is not saved; training goes on
-                logger.warning("smdebug: not saving sharded parameter %s: %s: %s", name, type(exc).__name__, exc)
-                continue
-            if sharded is None:
-                self._params.append((name, param))
-            elif sharded is not False:
-                self._sharded.append(sharded)
-                added = True
-        if added:
-            weights = tuple(s.name for s in self._sharded)
-            self._sharded_names = weights + tuple(f"gradient/{name}" for name in weights)
-            self._sharded_blocks.clear()
-            self._warn_inexact_reductions()
-
-    def _sharded_param(self, name: str, param, flat_v1):
-        """A :class:`ShardedParam` for a sharded ``param``, None for a plain one, False for one
-        that cannot be saved (with one warning)."""
-        if is_dtensor(param):
-            dims, why = dtensor_shard_dims(param)
-            if why is None and not (dist.is_available() and dist.is_initialized()):
-                why = "torch.distributed is not initialized"
-            if why is not None:
-                logger.warning("smdebug: not saving DTensor parameter %s: %s", name, why)
-                return False
-            return ShardedParam(name, param, self._shard_groups.ensure_mesh(param.device_mesh, dims))
-        if flat_v1 is not None and id(param) in flat_v1:
-            group, offset, shape = flat_v1[id(param)]
-            ranks = dist.get_process_group_ranks(group)
-            if len(ranks) != dist.get_world_size():
-                # Each rank would need every other rank's group to create them collectively.
-                logger.warning("smdebug: not saving FSDP (v1) parameter %s: it is sharded over a subset of the "
-                               "ranks (hybrid sharding); use fully_shard (FSDP2) with a 2D mesh for HSDP", name)
-                return False
-            return ShardedParam(name, param, self._shard_groups.ensure_ranks(sorted(ranks)),
-                                flat=Placement(shape, flat_offset=offset))
-        return None
-
-    def _warn_inexact_reductions(self) -> None:
-        """One warning for the reductions asked of collections that shard partials cannot give
-        exactly (median, prod): sharded tensors are saved without them."""
-        asked = set()
-        for coll in self.collection_manager:
-            config = coll.reduction_config or self.reduction_config
-            asked.update(inexact_reductions(config.all_reductions()))
-        if asked:
-            logger.warning("smdebug: %s cannot be computed exactly from the shards of sharded parameters (FSDP/"
-                           "DTensor) without gathering them; they are not saved for those tensors (the exact "
-                           "ones are: %s, and their abs_ forms). Save full tensors to compute them in the Trial.",
-                           ", ".join(sorted(asked)), ", ".join(sorted(EXACT_REDUCTIONS)))
-
-    # --- sharded parameters: one pack of partials, one collective per shard group ---------------
-    def _sharded_due(self) -> bool:
-        """Whether this step's sharded parameters are still to be reduced. The same answer on
-        every rank (the save configuration and step counters are), whether this rank writes
-        or not: all ranks take part in the collectives."""
-        return bool(self._sharded) and self.enabled and self._step_open and self.step_saves_somewhere \
-            and self._sharded_step != self.global_step
-
-    def _capture_sharded(self, with_gradients: bool) -> None:
-        """Reduce this step's sharded weights (and gradients) from their shards and record them.
-
-        Called on the training thread at a point every rank reaches in the same order: the
-        optimizer's pre-step hook in TRAIN steps (the end of the step if none came), the
-        step's first forward in others (see docs/architecture.md); the work runs on the step
-        pipeline, in order. One ``all_gather`` per shard group, however many parameters.
-        A failure turns off sharded capture only (one warning); the rest of the hook goes on.
-        A collective that a peer never joins gives up after ``sharded.COLLECTIVE_TIMEOUT``.
-        """
-        self._sharded_step = self.global_step
-        with self._sharded_guard():
-            self._start_sharded(with_gradients)
-            if self._sharded_inflight is not None and self._sharded_inflight.raw_wanted:
-                self._finish_sharded_now()  # full tensors: gathered from the pieces now, before they change
-
-    @contextlib.contextmanager
-    def _sharded_guard(self):
-        """The fail-open policy of sharded capture: a failure turns it off alone (one warning)."""
-        try:
-            yield
-        except CollectiveFailed as exc:  # the peers are gone or out of step: issue no more collectives
-            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.global_step, exc)
-            self._sharded, self._sharded_names, self._sharded_inflight = [], (), None
-        except Exception as exc:  # noqa: BLE001 - record nothing more, but keep joining the peers' collectives
-            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s", self.global_step,
-                           type(exc).__name__, exc)
-            self._sharded_muted, self._sharded_inflight = True, None
-
-    def _finish_sharded(self) -> None:
-        """The end of a step: the statistics' exchange started at the capture point is waited
-        for (it went on meanwhile), combined and recorded into the step."""
-        with self._sharded_guard():
-            self._finish_sharded_now()
-
-    def _start_sharded_weights(self) -> None:
-        """The first forward of a TRAIN step: the weights' partials are computed on the step
-        pipeline's worker while the forward and backward run (nothing changes the sharded
-        weights before ``optimizer.step()``, whose pre-step hook waits for them)."""
-        with self._sharded_guard():
-            n = len(self._sharded)
-            chosen = self.select(self._sharded_names[:n])
-            if chosen and not self._sharded_muted:
-                pieces = [self._piece(self._sharded[i], self._sharded[i].param, False) for i, _ in chosen]
-                columns = self._partial_columns([plan for _, plan in chosen])
-                versions = [None if p is None else p._version for p in pieces]
-                ticket = self.submit_work("sharded weights' partials", self._safe_partials, pieces, columns)
-                self._sharded_weights = _WeightsJob(self.global_step, tuple(i for i, _ in chosen), columns, ticket,
-                                                    pieces, versions)
-
-    def _safe_partials(self, pieces, columns) -> np.ndarray:
-        """Partials of ``pieces``; rows of NaN if that fails (the collective still takes place)."""
-        try:
-            return shard_partials(pieces, self.backend, columns)
-        except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
-            self._warn_sharded("shard partials", f"{type(exc).__name__}: {exc}")
-            return shard_partials([None] * len(pieces), self.backend)
-
-    def _partial_columns(self, plans) -> Tuple[str, ...]:
-        """The partials the saved reductions of ``plans`` need (the same on every rank)."""
-        keys = {k for plan in plans for k in plan.reductions}
-        return columns_needed(keys)
-
-    def _start_sharded(self, with_gradients: bool) -> None:
-        """Partials of this rank's pieces and the start of their exchange, on the step pipeline's
-        worker (the weights' since the step's forward: waited for here, before the optimizer
-        changes them); :meth:`_finish_sharded_now` records the results at the end of the step.
-        Full tensors wanted: all of it here, on the training thread."""
-        sharded = self._sharded
-        n = len(sharded)
-        names = self._sharded_names if with_gradients else self._sharded_names[:n]
-        chosen = self.select(names)
-        weights_job, self._sharded_weights = self._sharded_weights, None
-        if not chosen:
-            return
-        muted = self._sharded_muted
-        tensors, pieces, shapes = [], [], []
-        for i, _ in chosen:
-            one = sharded[i % n]
-            tensor = one.param if i < n else one.param.grad
-            tensors.append(tensor)
-            shapes.append(one.flat.global_shape if one.flat is not None else tuple(one.param.shape))
-        weights_at = [pos for pos, (i, _) in enumerate(chosen) if i < n]
-        raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
-        columns = self._partial_columns([plan for _, plan in chosen])
-        if weights_job is not None and (raw_wanted or weights_job.step != self.global_step or
-                                        weights_job.chosen != tuple(chosen[pos][0] for pos in weights_at) or
-                                        weights_job.columns != columns or
-                                        [None if p is None else p._version for p in weights_job.pieces]
-                                        != weights_job.versions):
-            # another step's, other plans, pieces needed whole, or weights changed in place since the
-            # forward (not by the optimizer: it comes next): read them again
-            weights_job = None
-        for pos, (i, _) in enumerate(chosen):
-            known = weights_job is not None and i < n
-            pieces.append(None if muted or known else self._piece(sharded[i % n], tensors[pos], i >= n))
-        by_group: Dict[tuple, List[int]] = {}
-        for pos, (i, _) in enumerate(chosen):
-            by_group.setdefault(sharded[i % n].group, []).append(pos)
-        ticket = weights_job.ticket if weights_job is not None else None
-        args = (pieces, columns, ticket, weights_at, by_group)
-        if raw_wanted:  # the pieces are encoded below, before anything changes them
-            job = self._pipeline_exchange(*args)
-        else:
-            job = self.submit_work("sharded statistics", self._pipeline_exchange, *args)
-            # The fence: in a TRAIN step the optimizer changes the weights next (EVAL steps: nothing
-            # changes them before the step ends, where the job is waited for).
-            if ticket is not None:
-                ticket.wait()
-            elif weights_at and with_gradients:
-                job.wait()  # the weights are read by this job: wait until it read them
-        self._sharded_inflight = _Exchange(chosen, tensors, pieces, shapes, by_group, job, raw_wanted)
-
-    def _pipeline_exchange(self, pieces, columns, weights_ticket, weights_at, by_group):
-        """Worker: all partials of the step (the weights' from their own job) and the start
-        of one all_gather per shard group, in the same order on every rank (the pipeline runs
-        jobs in order). Returns ``(partials, {group: Gathering})``, or the exception that
-        stopped the exchange (raised on the training thread at the end of the step)."""
-        try:
-            partials = self._safe_partials(pieces, columns)
-            if weights_ticket is not None:
-                known = weights_ticket.wait()
-                partials[weights_at] = known if known is not None else np.nan
-            started = {key: self._shard_groups.all_gather(key, partials[positions])
-                       for key, positions in by_group.items()}
-            return partials, started
-        except Exception as exc:  # noqa: BLE001 - reported on the training thread
-            return exc
-
-    def _finish_sharded_now(self) -> None:
-        inflight, self._sharded_inflight = self._sharded_inflight, None
-        if inflight is None:
-            return
-        chosen, tensors, pieces, shapes, by_group, job, raw_wanted = inflight
-        exchanged = job if isinstance(job, (tuple, Exception)) else job.wait()
-        if exchanged is None:
-            raise CollectiveFailed("the statistics job did not run (the step pipeline is closed)")
-        if isinstance(exchanged, Exception):
-            raise exchanged
-        partials, started = exchanged
-        combined = np.full_like(partials, np.nan)
-        gathered: Dict[tuple, np.ndarray] = {}
-        for key, positions in by_group.items():
-            gathered[key] = started[key].result()
-            combined[positions] = combine_partials(gathered[key])
-        full = self._gather_full(chosen, tensors, pieces, gathered, by_group, raw_wanted) if raw_wanted else {}
-        # missing on some rank (no gradient yet, a frozen parameter), or empty: not saved
-        present = np.isfinite(combined[:, 0]) & (combined[:, 0] > 0)
-        for pos in raw_wanted:
-            if not present[pos]:
-                continue
-            plan = chosen[pos][1]
-            if isinstance(full.get(pos), tuple):
-                self._record_piece(plan, full[pos], reductions_from_partials(combined[pos], [
-                    k for k in plan.reductions if k[0] in EXACT_REDUCTIONS]))
-            elif pos in full:
-                self.record(plan.name, full[pos], self.backend)
-        reduced = tuple(pos for pos, (_, plan) in enumerate(chosen) if present[pos] and not plan.raw)
-        if not (reduced and self.saving_step):
-            return
-        key = (self.plans_version, len(chosen), reduced)
-        laid_out = self._sharded_blocks.get(key)
-        if laid_out is None:
-            if len(self._sharded_blocks) > 16:
-                self._sharded_blocks.clear()
-            laid_out = self._sharded_blocks[key] = self._lay_out_block(chosen, shapes, reduced)
-        block, by_keys = laid_out
-        if len(by_keys) == 1:  # the usual case: every tensor saves the same reductions
-            (keys, positions), = by_keys.items()
-            values = reductions_table(combined[list(positions)], keys).ravel()
-        else:
-            per_position = {}
-            for keys, positions in by_keys.items():
-                for pos, row in zip(positions, reductions_table(combined[list(positions)], keys)):
-                    per_position[pos] = row
-            values = np.concatenate([per_position[pos] for pos in reduced])
-        self.record_reduced(block, values)
-
-    def _lay_out_block(self, chosen, shapes, reduced):
-        """The ReducedBlock of the sharded tensors of ``reduced`` (positions in ``chosen``), each
-        with the reductions exact from shards, and those positions by reductions asked."""
-        entries, by_keys = [], {}
-        for pos in reduced:
-            plan = chosen[pos][1]
-            keys = tuple(k for k in plan.reductions if k[0] in EXACT_REDUCTIONS)
-            if keys != plan.reductions:
-                plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
-                    tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
-            entries.append((plan, shapes[pos]))
-            by_keys.setdefault(keys, []).append(pos)
-        return self.reduced_block(entries), by_keys
-
-    def _gather_full(self, chosen, tensors, pieces, gathered: Dict[tuple, np.ndarray], by_group,
-                     raw_wanted) -> Dict[int, object]:
-        """The sharded tensors saved whole, by position in ``chosen``.
-
-        ``include_workers="one"``: the chief gathers only these (one ``gather`` over its shard
-        group: other replicas of an HSDP mesh hold the same values and send nothing) and gets
-        the full tensors. ``"all"``: each worker keeps its own piece, saved with its placement
-        (see :meth:`_record_piece`). Pieces missing on any rank leave the tensor out.
-        """
-        wanted = set(raw_wanted)
-        out: Dict[int, object] = {}
-        n = len(self._sharded)
-        for key, positions in by_group.items():
-            mine = [(j, pos) for j, pos in enumerate(positions) if pos in wanted]
-            if not mine:
-                continue
-            counts = gathered[key][..., 0]  # [ranks of the group, tensors]: each rank's piece size
-            mine = [(j, pos) for j, pos in mine if np.isfinite(counts[:, j]).all()]
-            if self.include_workers == "all":
-                for _, pos in mine:
-                    out[pos] = (pieces[pos], self._sharded[chosen[pos][0] % n].placement_of(tensors[pos]))
-                continue
-            ranks = self._shard_groups.ranks(key)
-            if 0 not in ranks or not mine:
-                continue
-            layouts, payload = [], []
-            for j, pos in mine:
-                one = self._sharded[chosen[pos][0] % n]
-                placement = one.placement_of(tensors[pos])
-                ndim = 1 if placement.flat_offset is not None else len(placement.global_shape)
-                layouts.append((j, pos, ndim, pieces[pos].dtype, placement))
-                payload.append(encode_piece(pieces[pos], placement))
-            sizes = [sum(encoded_size(int(counts[r, j]), torch.empty((), dtype=dtype).element_size(), ndim)
-                         for j, _, ndim, dtype, _ in layouts) for r in range(len(ranks))]
-            received = self._shard_groups.gather_bytes(key, np.concatenate(payload), sizes, dst_global_rank=0)
-            if received is None:
-                continue
-            blocks: Dict[int, list] = {pos: [] for _, pos, _, _, _ in layouts}
-            for r, data in enumerate(received):
-                decoded = decode_pieces(data, [(ndim, dtype, int(counts[r, j])) for j, _, ndim, dtype, _ in layouts])
-                for (_, pos, _, _, _), block in zip(layouts, decoded):
-                    blocks[pos].append(block)
-            for _, pos, _, dtype, placement in layouts:
-                out[pos] = assemble(blocks[pos], placement.global_shape, dtype, placement.flat_offset is not None)
-        return out
-
-    def _record_piece(self, plan, piece_and_placement, exact_values) -> None:
-        """``include_workers="all"``: this worker's piece of a full tensor, with its placement
-        (written next to the record: docs/format.md) and the full tensor's exact reductions."""
-        piece, placement = piece_and_placement
-        keys = tuple(k for k in plan.reductions if k[0] in EXACT_REDUCTIONS)
-        snap = TorchSnapshot(plain_tensor(piece).clone(), owned=True,
-                             reduced=(keys, torch.tensor(exact_values, dtype=torch.float64)) if keys else None)
-        if keys != plan.reductions:
-            plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
-                tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
-        if self.record_planned(plan, snap, self.backend):
-            self.note_placement(plan.name, placement.as_json(piece.shape))
-
-    def _piece(self, one: ShardedParam, tensor, is_grad: bool):
-        """This rank's piece of a sharded parameter or gradient, or None (with one warning when
-        it cannot be reduced exactly: a gradient laid out unlike its parameter)."""
-        if tensor is None:
-            if one.flat is not None and is_grad and one.param.numel() == 0:
-                # FSDP v1 leaves .grad None where this rank holds none of the parameter: an empty piece
-                return one.param.detach().reshape(-1)
-            return None
-        try:
-            return self._piece_of(one, tensor, is_grad)
-        except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor
-            self._warn_sharded(f"gradient/{one.name}" if is_grad else one.name, f"{type(exc).__name__}: {exc}")
-            return None
-
-    def _piece_of(self, one: ShardedParam, tensor, is_grad: bool):
-        if is_dtensor(tensor) and is_grad and tuple(tensor.placements) != tuple(one.param.placements):
-            self._warn_sharded(f"gradient/{one.name}", f"its placements {tuple(tensor.placements)} differ from its "
-                                                       f"parameter's {tuple(one.param.placements)}")
-            return None
-        piece = one.local(tensor)
-        if piece is None:
-            self._warn_sharded(one.name, f"a {type(tensor).__name__} where a sharded tensor was expected")
-        return piece
-
-    def _warn_sharded(self, name: str, why: str) -> None:
-        if name not in self._warned_sharded:
-            self._warned_sharded.add(name)
-            logger.warning("smdebug: %s is not saved: %s (warned once)", name, why)
 
     @property
     def registered_models(self) -> Tuple[torch.nn.Module, ...]:
@@ -842,7 +406,7 @@ class Hook(CoreHook):
             raise ConfigError(f"register_loss expects a torch.nn.Module, got {type(loss_module).__name__}")
         if any(m is loss_module for m in self._losses):
             return
-        name = _model_name(loss_module)
+        name = model_name(loss_module)
         self._losses.append(loss_module)
         self._module_names[id(loss_module)] = (loss_module, name)
         losses = self.get_collection(CollectionKeys.LOSSES)
@@ -890,8 +454,7 @@ class Hook(CoreHook):
             coll.add_module_tensors(obj)
             self._resolve_layer_requests()
         elif isinstance(obj, torch.nn.Parameter):
-            name = next((n for n, p in self._params if p is obj), None) or \
-                next((s.name for s in self._sharded if s.param is obj), None)
+            name = next((n for n, p in self._params if p is obj), None) or self._sharded.param_named(obj)
             if name is None:
                 self._pending_params.append((coll.name, obj))
             else:
@@ -914,7 +477,7 @@ class Hook(CoreHook):
         known = self._module_names.get(id(module))
         if known is not None and known[0] is module:
             return known[1]
-        name = _model_name(module)
+        name = model_name(module)
         self._module_names[id(module)] = (module, name)
         return name
 
@@ -1011,11 +574,11 @@ class Hook(CoreHook):
         self._optimizer_stepped = False
         self._fence_gradients(before_backward=True)
         self.begin_step()
-        if self._sharded_due():
+        if self._sharded.due():
             if self.mode not in _TRAINING_MODES:  # no gradients, no optimizer step: all of it now
-                self._capture_sharded(with_gradients=False)
+                self._sharded.capture(with_gradients=False)
             else:
-                self._start_sharded_weights()
+                self._sharded.start_weights()
         if self.saving_step or self._capture_handles:
             self._sync_capture_hooks()
             if self.saving_step:
@@ -1036,8 +599,8 @@ class Hook(CoreHook):
             self._capture_parameters(with_gradients=True)
         else:
             self._fence_weights()
-        if self.mode in _TRAINING_MODES and self._sharded_due():
-            self._capture_sharded(with_gradients=True)
+        if self.mode in _TRAINING_MODES and self._sharded.due():
+            self._sharded.capture(with_gradients=True)
 
     @never_raises("optimizer post-step hook")
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
@@ -1275,9 +838,7 @@ class Hook(CoreHook):
         None by ``zero_grad()`` are never written again and the worker may go on reading them
         while training goes on.
         """
-        inflight = self._sharded_inflight
-        if inflight is not None and not isinstance(inflight.job, (tuple, Exception)):
-            inflight.job.wait()  # sharded gradients' partials are read on the worker
+        self._sharded.fence_gradients()  # sharded gradients' partials are read on the worker
         batch = self._grads_batch
         if batch is None:
             return

@@ -62,6 +62,45 @@ def inexact_reductions(keys: Sequence[ReductionKey]) -> List[str]:
     return [("abs_" if is_abs else "") + op for op, is_abs in keys if op not in EXACT_REDUCTIONS]
 
 
+# --------------------------------------------------------------------------- names
+def fsdp_classes() -> tuple:
+    """(FSDP v1 wrapper class, FSDP2 module mixin), each None where torch lacks it."""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:  # pragma: no cover - torch built without distributed
+        FullyShardedDataParallel = None
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch before FSDP2
+        FSDPModule = None
+    return FullyShardedDataParallel, FSDPModule
+
+
+#: Path segments FSDP v1 and activation checkpointing insert between a model and its
+#: submodules: left out of tensor names, as DDP's ``module.`` is.
+_WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module")
+
+
+def clean_path(path: str) -> str:
+    """A parameter or module path without wrapper segments (``_fsdp_wrapped_module.0.weight``
+    -> ``0.weight``)."""
+    if "_wrapped_module" not in path:
+        return path
+    return ".".join(part for part in path.split(".") if part not in _WRAPPER_SEGMENTS)
+
+
+def model_name(module: torch.nn.Module) -> str:
+    """The class name of the user's module: ``fully_shard`` (FSDP2) swaps a module's class for a
+    generated subclass ``FSDP<Class>``; the user's class names the tensors, as without FSDP."""
+    _, fsdp_module = fsdp_classes()
+    cls = type(module)
+    if fsdp_module is not None and isinstance(module, fsdp_module):
+        for base in cls.__mro__[1:]:
+            if not issubclass(base, fsdp_module):
+                return base.__name__
+    return cls.__name__
+
+
 # --------------------------------------------------------------------------- what a shard is
 @dataclass(frozen=True)
 class Placement:

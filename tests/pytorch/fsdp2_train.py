@@ -138,7 +138,7 @@ def run(scenario, out_base, rank, world):
     gen = torch.Generator().manual_seed(rank)  # each rank its own data
     collectives = []
     for _ in range(STEPS):
-        before = hook._shard_groups.collectives
+        before = hook._sharded.groups.collectives
         x, y = torch.randn(4, 5, generator=gen), torch.randn(4, 1, generator=gen)
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
@@ -147,7 +147,7 @@ def run(scenario, out_base, rank, world):
                 for param in model.parameters():
                     param.to_local().mul_(1.5)
         optimizer.step()
-        collectives.append(hook._shard_groups.collectives - before)
+        collectives.append(hook._sharded.groups.collectives - before)
     if scenario == "reductions":  # an EVAL step: weights captured at its forward
         model.eval()
         eval_reference()

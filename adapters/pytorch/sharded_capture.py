@@ -1,0 +1,467 @@
+"""The PyTorch hook's capture of sharded parameters: when, on which thread, and what is recorded.
+
+:class:`ShardedCapture` is owned by :class:`smdebug.pytorch.Hook` and called at its step
+points; the arithmetic, the process groups and the pieces' encoding are in
+:mod:`smdebug.pytorch.sharded`. The schedule (docs/architecture.md, "Sharded parameters"):
+
+* the first forward of a saved TRAIN step hands the sharded weights to the step pipeline,
+  which computes their partials while the forward and backward run (:meth:`start_weights`);
+* the optimizer's pre-step hook waits for them (the optimizer changes the weights next) and
+  hands over the gradients' partials and the start of the step's ``all_gather``
+  (:meth:`capture`); EVAL/PREDICT steps do this at their first forward, TRAIN steps without
+  an optimizer step at their end;
+* the end of the step waits for the exchange, combines and records (:meth:`finish`).
+
+The pipeline runs jobs in submission order and every rank submits the same jobs, so the
+collectives are issued in the same order on every rank, on groups of their own.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Dict, List, NamedTuple, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from smdebug.logger import get_logger
+
+from .backend import TorchSnapshot, plain_tensor
+from .sharded import (EXACT_REDUCTIONS, CollectiveFailed, Placement, ShardedParam, ShardGroups, assemble,
+                      columns_needed, combine_partials, decode_pieces, dtensor_shard_dims, encode_piece, encoded_size,
+                      clean_path, fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials,
+                      reductions_table, shard_partials)
+
+logger = get_logger("smdebug.pytorch")
+
+
+class _WeightsJob(NamedTuple):
+    """The partials of a step's sharded weights, computed on the step pipeline since its forward."""
+
+    step: int
+    chosen: tuple  # indices of the weights, as select() chose them
+    columns: tuple  # the partials computed
+    ticket: object  # the pipeline's Ticket: its result is the partials
+    pieces: list
+    versions: list  # the pieces' version counters at hand-over
+
+
+class _Exchange(NamedTuple):
+    """A step's sharded statistics under way, from the capture point to the end of the step."""
+
+    chosen: list  # (index into the sharded names, plan)
+    tensors: list  # the parameters and gradients
+    pieces: list  # this rank's pieces of them (None: read by the weights' job, or missing)
+    shapes: list  # their full shapes
+    by_group: dict  # shard group -> positions in chosen
+    job: object  # the exchange job's Ticket, or its result (tuple or exception) when run here
+    raw_wanted: list  # positions whose full tensors are saved
+
+
+
+class ShardedCapture:
+    """The sharded parameters of a hook's registered models, and their capture step by step.
+
+    ``hook`` is the PyTorch hook; this calls only its public contract (``select``,
+    ``submit_work``, ``record_reduced``, ``record_planned``, ``note_placement``, ...).
+    A failure turns off sharded capture alone, with one warning (:meth:`_guard`).
+    """
+
+    def __init__(self, hook):
+        self.hook = hook
+        self.params: List[ShardedParam] = []
+        self.names: Tuple[str, ...] = ()  # weights, then gradients
+        self.groups = ShardGroups()
+        self._step = -1  # the global step whose sharded parameters were captured
+        self._muted = False  # after a local failure: join the collectives, record nothing
+        self.inflight = None  # a step's statistics being exchanged (_Exchange)
+        self._weights_job = None  # the weights' partials job of the step (_WeightsJob)
+        self._blocks: Dict[tuple, tuple] = {}
+        self._warned: set = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.params)
+
+    def param_named(self, obj):
+        """The name of a registered sharded parameter, or None."""
+        return next((s.name for s in self.params if s.param is obj), None)
+
+    def fence_gradients(self) -> None:
+        """Before gradients are written in place: wait until their partials were read."""
+        inflight = self.inflight
+        if inflight is not None and not isinstance(inflight.job, (tuple, Exception)):
+            inflight.job.wait()
+
+    def add_model(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str,
+                  seen: set) -> List[Tuple[str, torch.nn.Parameter]]:
+        """Take the sharded parameters of a registered model (``outer``, the module registered;
+        ``inner``, the user's model inside its wrappers) and return its plain ones, named, for
+        the hook's batched path. ``seen``: ids of parameters already registered (updated).
+        The statistics' process groups are created here: every rank registers the same model,
+        in the same order."""
+        plain = []
+        try:
+            flat_v1 = fsdp1_flat_params(outer)  # the FSDP (v1) wrappers, the outermost included
+        except ValueError as exc:
+            logger.warning("smdebug: not saving the parameters of %s: %s", root_name, exc)
+            flat_v1 = None
+            skip_flat = True
+        else:
+            skip_flat = False
+        added = False
+        for pname, param in inner.named_parameters():
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            name = f"{root_name}_{clean_path(pname)}"
+            if skip_flat and pname.endswith("_flat_param"):
+                continue
+            try:
+                sharded = self._classify(name, param, flat_v1)
+            except CollectiveFailed as exc:  # the same for every parameter of that mesh: said once
+                if str(exc) not in self._warned:
+                    self._warned.add(str(exc))
+                    logger.warning("smdebug: not saving the sharded parameters of %s: %s", root_name, exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - that parameter is not saved; training goes on
+                logger.warning("smdebug: not saving sharded parameter %s: %s: %s", name, type(exc).__name__, exc)
+                continue
+            if sharded is None:
+                plain.append((name, param))
+            elif sharded is not False:
+                self.params.append(sharded)
+                added = True
+        if added:
+            weights = tuple(s.name for s in self.params)
+            self.names = weights + tuple(f"gradient/{name}" for name in weights)
+            self._blocks.clear()
+            self._warn_inexact_reductions()
+        return plain
+
+
+    def _classify(self, name: str, param, flat_v1):
+        """A :class:`ShardedParam` for a sharded ``param``, None for a plain one, False for one
+        that cannot be saved (with one warning)."""
+        if is_dtensor(param):
+            dims, why = dtensor_shard_dims(param)
+            if why is None and not (dist.is_available() and dist.is_initialized()):
+                why = "torch.distributed is not initialized"
+            if why is not None:
+                logger.warning("smdebug: not saving DTensor parameter %s: %s", name, why)
+                return False
+            return ShardedParam(name, param, self.groups.ensure_mesh(param.device_mesh, dims))
+        if flat_v1 is not None and id(param) in flat_v1:
+            group, offset, shape = flat_v1[id(param)]
+            ranks = dist.get_process_group_ranks(group)
+            if len(ranks) != dist.get_world_size():
+                # Each rank would need every other rank's group to create them collectively.
+                logger.warning("smdebug: not saving FSDP (v1) parameter %s: it is sharded over a subset of the "
+                               "ranks (hybrid sharding); use fully_shard (FSDP2) with a 2D mesh for HSDP", name)
+                return False
+            return ShardedParam(name, param, self.groups.ensure_ranks(sorted(ranks)),
+                                flat=Placement(shape, flat_offset=offset))
+        return None
+
+    def _warn_inexact_reductions(self) -> None:
+        """One warning for the reductions asked of collections that shard partials cannot give
+        exactly (median, prod): sharded tensors are saved without them."""
+        asked = set()
+        for coll in self.hook.collection_manager:
+            config = coll.reduction_config or self.hook.reduction_config
+            asked.update(inexact_reductions(config.all_reductions()))
+        if asked:
+            logger.warning("smdebug: %s cannot be computed exactly from the shards of sharded parameters (FSDP/"
+                           "DTensor) without gathering them; they are not saved for those tensors (the exact "
+                           "ones are: %s, and their abs_ forms). Save full tensors to compute them in the Trial.",
+                           ", ".join(sorted(asked)), ", ".join(sorted(EXACT_REDUCTIONS)))
+
+    # --- sharded parameters: one pack of partials, one collective per shard group ---------------
+    def due(self) -> bool:
+        """Whether this step's sharded parameters are still to be reduced. The same answer on
+        every rank (the save configuration and step counters are), whether this rank writes
+        or not: all ranks take part in the collectives."""
+        return bool(self.params) and self.hook.enabled and self.hook._step_open and self.hook.step_saves_somewhere \
+            and self._step != self.hook.global_step
+
+    def capture(self, with_gradients: bool, reread_weights: bool = False) -> None:
+        """Reduce this step's sharded weights (and gradients) from their shards and record them.
+
+        Called on the training thread at a point every rank reaches in the same order: the
+        optimizer's pre-step hook in TRAIN steps (the end of the step if none came), the
+        step's first forward in others (see docs/architecture.md); the work runs on the step
+        pipeline, in order. One ``all_gather`` per shard group, however many parameters.
+        A failure turns off sharded capture only (one warning); the rest of the hook goes on.
+        A collective that a peer never joins gives up after ``sharded.COLLECTIVE_TIMEOUT``.
+        """
+        self._step = self.hook.global_step
+        if reread_weights:  # read at the forward, maybe updated since (no optimizer step): read them now
+            self._weights_job = None
+        with self._guard():
+            self._start(with_gradients)
+            if self.inflight is not None and self.inflight.raw_wanted:
+                self._finish_now()  # full tensors: gathered from the pieces now, before they change
+
+    @contextlib.contextmanager
+    def _guard(self):
+        """The fail-open policy of sharded capture: a failure turns it off alone (one warning)."""
+        try:
+            yield
+        except CollectiveFailed as exc:  # the peers are gone or out of step: issue no more collectives
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.hook.global_step, exc)
+            self.params, self.names, self.inflight = [], (), None
+        except Exception as exc:  # noqa: BLE001 - record nothing more, but keep joining the peers' collectives
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s", self.hook.global_step,
+                           type(exc).__name__, exc)
+            self._muted, self.inflight = True, None
+
+    def finish(self) -> None:
+        """The end of a step: the statistics' exchange started at the capture point is waited
+        for (it went on meanwhile), combined and recorded into the step."""
+        with self._guard():
+            self._finish_now()
+
+    def start_weights(self) -> None:
+        """The first forward of a TRAIN step: the weights' partials are computed on the step
+        pipeline's worker while the forward and backward run (nothing changes the sharded
+        weights before ``optimizer.step()``, whose pre-step hook waits for them)."""
+        with self._guard():
+            n = len(self.params)
+            chosen = self.hook.select(self.names[:n])
+            if chosen and not self._muted:
+                pieces = [self._piece(self.params[i], self.params[i].param, False) for i, _ in chosen]
+                columns = self._partial_columns([plan for _, plan in chosen])
+                versions = [None if p is None else p._version for p in pieces]
+                ticket = self.hook.submit_work("sharded weights' partials", self._safe_partials, pieces, columns)
+                self._weights_job = _WeightsJob(self.hook.global_step, tuple(i for i, _ in chosen), columns, ticket,
+                                                    pieces, versions)
+
+    def _safe_partials(self, pieces, columns) -> np.ndarray:
+        """Partials of ``pieces``; rows of NaN if that fails (the collective still takes place)."""
+        try:
+            return shard_partials(pieces, self.hook.backend, columns)
+        except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
+            self._warn("shard partials", f"{type(exc).__name__}: {exc}")
+            return shard_partials([None] * len(pieces), self.hook.backend)
+
+    def _partial_columns(self, plans) -> Tuple[str, ...]:
+        """The partials the saved reductions of ``plans`` need (the same on every rank)."""
+        keys = {k for plan in plans for k in plan.reductions}
+        return columns_needed(keys)
+
+    def _start(self, with_gradients: bool) -> None:
+        """Partials of this rank's pieces and the start of their exchange, on the step pipeline's
+        worker (the weights' since the step's forward: waited for here, before the optimizer
+        changes them); :meth:`_finish_now` records the results at the end of the step.
+        Full tensors wanted: all of it here, on the training thread."""
+        sharded = self.params
+        n = len(sharded)
+        names = self.names if with_gradients else self.names[:n]
+        chosen = self.hook.select(names)
+        weights_job, self._weights_job = self._weights_job, None
+        if not chosen:
+            return
+        muted = self._muted
+        tensors, pieces, shapes = [], [], []
+        for i, _ in chosen:
+            one = sharded[i % n]
+            tensor = one.param if i < n else one.param.grad
+            tensors.append(tensor)
+            shapes.append(one.flat.global_shape if one.flat is not None else tuple(one.param.shape))
+        weights_at = [pos for pos, (i, _) in enumerate(chosen) if i < n]
+        raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
+        columns = self._partial_columns([plan for _, plan in chosen])
+        if weights_job is not None and (raw_wanted or weights_job.step != self.hook.global_step or
+                                        weights_job.chosen != tuple(chosen[pos][0] for pos in weights_at) or
+                                        weights_job.columns != columns or
+                                        [None if p is None else p._version for p in weights_job.pieces]
+                                        != weights_job.versions):
+            # another step's, other plans, pieces needed whole, or weights changed in place since the
+            # forward (not by the optimizer: it comes next): read them again
+            weights_job = None
+        for pos, (i, _) in enumerate(chosen):
+            known = weights_job is not None and i < n
+            pieces.append(None if muted or known else self._piece(sharded[i % n], tensors[pos], i >= n))
+        by_group: Dict[tuple, List[int]] = {}
+        for pos, (i, _) in enumerate(chosen):
+            by_group.setdefault(sharded[i % n].group, []).append(pos)
+        ticket = weights_job.ticket if weights_job is not None else None
+        args = (pieces, columns, ticket, weights_at, by_group)
+        if raw_wanted:  # the pieces are encoded below, before anything changes them
+            job = self._pipeline_exchange(*args)
+        else:
+            job = self.hook.submit_work("sharded statistics", self._pipeline_exchange, *args)
+            # The fence: in a TRAIN step the optimizer changes the weights next (EVAL steps: nothing
+            # changes them before the step ends, where the job is waited for).
+            if ticket is not None:
+                ticket.wait()
+            elif weights_at and with_gradients:
+                job.wait()  # the weights are read by this job: wait until it read them
+        self.inflight = _Exchange(chosen, tensors, pieces, shapes, by_group, job, raw_wanted)
+
+    def _pipeline_exchange(self, pieces, columns, weights_ticket, weights_at, by_group):
+        """Worker: all partials of the step (the weights' from their own job) and the start
+        of one all_gather per shard group, in the same order on every rank (the pipeline runs
+        jobs in order). Returns ``(partials, {group: Gathering})``, or the exception that
+        stopped the exchange (raised on the training thread at the end of the step)."""
+        try:
+            partials = self._safe_partials(pieces, columns)
+            if weights_ticket is not None:
+                known = weights_ticket.wait()
+                partials[weights_at] = known if known is not None else np.nan
+            started = {key: self.groups.all_gather(key, partials[positions])
+                       for key, positions in by_group.items()}
+            return partials, started
+        except Exception as exc:  # noqa: BLE001 - reported on the training thread
+            return exc
+
+    def _finish_now(self) -> None:
+        inflight, self.inflight = self.inflight, None
+        if inflight is None:
+            return
+        chosen, tensors, pieces, shapes, by_group, job, raw_wanted = inflight
+        exchanged = job if isinstance(job, (tuple, Exception)) else job.wait()
+        if exchanged is None:
+            raise CollectiveFailed("the statistics job did not run (the step pipeline is closed)")
+        if isinstance(exchanged, Exception):
+            raise exchanged
+        partials, started = exchanged
+        combined = np.full_like(partials, np.nan)
+        gathered: Dict[tuple, np.ndarray] = {}
+        for key, positions in by_group.items():
+            gathered[key] = started[key].result()
+            combined[positions] = combine_partials(gathered[key])
+        full = self._gather_full(chosen, tensors, pieces, gathered, by_group, raw_wanted) if raw_wanted else {}
+        # missing on some rank (no gradient yet, a frozen parameter), or empty: not saved
+        present = np.isfinite(combined[:, 0]) & (combined[:, 0] > 0)
+        for pos in raw_wanted:
+            if not present[pos]:
+                continue
+            plan = chosen[pos][1]
+            if isinstance(full.get(pos), tuple):
+                self._record_piece(plan, full[pos], reductions_from_partials(combined[pos], [
+                    k for k in plan.reductions if k[0] in EXACT_REDUCTIONS]))
+            elif pos in full:
+                self.hook.record(plan.name, full[pos], self.hook.backend)
+        reduced = tuple(pos for pos, (_, plan) in enumerate(chosen) if present[pos] and not plan.raw)
+        if not (reduced and self.hook.saving_step):
+            return
+        key = (self.hook.plans_version, len(chosen), reduced)
+        laid_out = self._blocks.get(key)
+        if laid_out is None:
+            if len(self._blocks) > 16:
+                self._blocks.clear()
+            laid_out = self._blocks[key] = self._lay_out_block(chosen, shapes, reduced)
+        block, by_keys = laid_out
+        if len(by_keys) == 1:  # the usual case: every tensor saves the same reductions
+            (keys, positions), = by_keys.items()
+            values = reductions_table(combined[list(positions)], keys).ravel()
+        else:
+            per_position = {}
+            for keys, positions in by_keys.items():
+                for pos, row in zip(positions, reductions_table(combined[list(positions)], keys)):
+                    per_position[pos] = row
+            values = np.concatenate([per_position[pos] for pos in reduced])
+        self.hook.record_reduced(block, values)
+
+    def _lay_out_block(self, chosen, shapes, reduced):
+        """The ReducedBlock of the sharded tensors of ``reduced`` (positions in ``chosen``), each
+        with the reductions exact from shards, and those positions by reductions asked."""
+        entries, by_keys = [], {}
+        for pos in reduced:
+            plan = chosen[pos][1]
+            keys = tuple(k for k in plan.reductions if k[0] in EXACT_REDUCTIONS)
+            if keys != plan.reductions:
+                plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
+                    tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
+            entries.append((plan, shapes[pos]))
+            by_keys.setdefault(keys, []).append(pos)
+        return self.hook.reduced_block(entries), by_keys
+
+    def _gather_full(self, chosen, tensors, pieces, gathered: Dict[tuple, np.ndarray], by_group,
+                     raw_wanted) -> Dict[int, object]:
+        """The sharded tensors saved whole, by position in ``chosen``.
+
+        ``include_workers="one"``: the chief gathers only these (one ``gather`` over its shard
+        group: other replicas of an HSDP mesh hold the same values and send nothing) and gets
+        the full tensors. ``"all"``: each worker keeps its own piece, saved with its placement
+        (see :meth:`_record_piece`). Pieces missing on any rank leave the tensor out.
+        """
+        wanted = set(raw_wanted)
+        out: Dict[int, object] = {}
+        n = len(self.params)
+        for key, positions in by_group.items():
+            mine = [(j, pos) for j, pos in enumerate(positions) if pos in wanted]
+            if not mine:
+                continue
+            counts = gathered[key][..., 0]  # [ranks of the group, tensors]: each rank's piece size
+            mine = [(j, pos) for j, pos in mine if np.isfinite(counts[:, j]).all()]
+            if self.hook.include_workers == "all":
+                for _, pos in mine:
+                    out[pos] = (pieces[pos], self.params[chosen[pos][0] % n].placement_of(tensors[pos]))
+                continue
+            ranks = self.groups.ranks(key)
+            if 0 not in ranks or not mine:
+                continue
+            layouts, payload = [], []
+            for j, pos in mine:
+                one = self.params[chosen[pos][0] % n]
+                placement = one.placement_of(tensors[pos])
+                ndim = 1 if placement.flat_offset is not None else len(placement.global_shape)
+                layouts.append((j, pos, ndim, pieces[pos].dtype, placement))
+                payload.append(encode_piece(pieces[pos], placement))
+            sizes = [sum(encoded_size(int(counts[r, j]), torch.empty((), dtype=dtype).element_size(), ndim)
+                         for j, _, ndim, dtype, _ in layouts) for r in range(len(ranks))]
+            received = self.groups.gather_bytes(key, np.concatenate(payload), sizes, dst_global_rank=0)
+            if received is None:
+                continue
+            blocks: Dict[int, list] = {pos: [] for _, pos, _, _, _ in layouts}
+            for r, data in enumerate(received):
+                decoded = decode_pieces(data, [(ndim, dtype, int(counts[r, j])) for j, _, ndim, dtype, _ in layouts])
+                for (_, pos, _, _, _), block in zip(layouts, decoded):
+                    blocks[pos].append(block)
+            for _, pos, _, dtype, placement in layouts:
+                out[pos] = assemble(blocks[pos], placement.global_shape, dtype, placement.flat_offset is not None)
+        return out
+
+    def _record_piece(self, plan, piece_and_placement, exact_values) -> None:
+        """``include_workers="all"``: this worker's piece of a full tensor, with its placement
+        (written next to the record: docs/format.md) and the full tensor's exact reductions."""
+        piece, placement = piece_and_placement
+        keys = tuple(k for k in plan.reductions if k[0] in EXACT_REDUCTIONS)
+        snap = TorchSnapshot(plain_tensor(piece).clone(), owned=True,
+                             reduced=(keys, torch.tensor(exact_values, dtype=torch.float64)) if keys else None)
+        if keys != plan.reductions:
+            plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
+                tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
+        if self.hook.record_planned(plan, snap, self.hook.backend):
+            self.hook.note_placement(plan.name, placement.as_json(piece.shape))
+
+    def _piece(self, one: ShardedParam, tensor, is_grad: bool):
+        """This rank's piece of a sharded parameter or gradient, or None (with one warning when
+        it cannot be reduced exactly: a gradient laid out unlike its parameter)."""
+        if tensor is None:
+            if one.flat is not None and is_grad and one.param.numel() == 0:
+                # FSDP v1 leaves .grad None where this rank holds none of the parameter: an empty piece
+                return one.param.detach().reshape(-1)
+            return None
+        try:
+            return self._piece_of(one, tensor, is_grad)
+        except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor
+            self._warn(f"gradient/{one.name}" if is_grad else one.name, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _piece_of(self, one: ShardedParam, tensor, is_grad: bool):
+        if is_dtensor(tensor) and is_grad and tuple(tensor.placements) != tuple(one.param.placements):
+            self._warn(f"gradient/{one.name}", f"its placements {tuple(tensor.placements)} differ from its "
+                                                       f"parameter's {tuple(one.param.placements)}")
+            return None
+        piece = one.local(tensor)
+        if piece is None:
+            self._warn(one.name, f"a {type(tensor).__name__} where a sharded tensor was expected")
+        return piece
+
+    def _warn(self, name: str, why: str) -> None:
+        if name not in self._warned:
+            self._warned.add(name)
+            logger.warning("smdebug: %s is not saved: %s (warned once)", name, why)
