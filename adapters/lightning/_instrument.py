@@ -10,50 +10,30 @@ nothing itself: one hook, one set of steps, per process.
 """
 from __future__ import annotations
 
-import functools
-
-from smdebug.instrumentation import Patches
 from smdebug.logger import get_logger
+from smdebug.pytorch.integration import TrainerInstrumentor
 
 logger = get_logger("smdebug.lightning")
-_patches = Patches()
-_warned = False
 
 
-def instrument() -> None:
-    """Wrap ``pytorch_lightning.Trainer.__init__`` (idempotent)."""
-    import pytorch_lightning as pl
+class LightningInstrumentor(TrainerInstrumentor):
+    framework = "Lightning"
+    distribution = "pytorch-lightning"
+    supported = ((2, 0), (3,))
 
-    with _patches.lock:
-        if not _patches.has(pl.Trainer, "__init__"):
-            _patches.replace(pl.Trainer, "__init__", _wrap_init)
+    def trainer_class(self) -> type:
+        import pytorch_lightning as pl
 
+        return pl.Trainer
 
-def uninstrument() -> None:
-    """Put ``Trainer.__init__`` back (callbacks already added stay with their Trainers)."""
-    with _patches.lock:
-        _patches.restore()
+    def add_callback(self, trainer) -> None:
+        from .callback import DebuggerCallback
 
-
-def _wrap_init(original):
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        try:
-            _add_callback(self)
-        except Exception as exc:  # noqa: BLE001 - zero code change never stops a script
-            global _warned
-            if not _warned:
-                _warned = True
-                logger.warning("smdebug: zero code change could not add its callback to the Lightning Trainer; "
-                               "training runs without capture: %s: %s", type(exc).__name__, exc)
-
-    return __init__
+        if not any(isinstance(callback, DebuggerCallback) for callback in trainer.callbacks):
+            trainer.callbacks.append(DebuggerCallback())
+            logger.info("smdebug: zero code change added a DebuggerCallback to the Lightning Trainer")
 
 
-def _add_callback(trainer) -> None:
-    from .callback import DebuggerCallback
-
-    if not any(isinstance(callback, DebuggerCallback) for callback in trainer.callbacks):
-        trainer.callbacks.append(DebuggerCallback())
-        logger.info("smdebug: zero code change added a DebuggerCallback to the Lightning Trainer")
+INSTRUMENTOR = LightningInstrumentor()
+instrument, uninstrument, is_instrumented = \
+    INSTRUMENTOR.instrument, INSTRUMENTOR.uninstrument, INSTRUMENTOR.is_instrumented

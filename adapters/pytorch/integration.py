@@ -11,10 +11,13 @@ both callbacks need, defined once:
   distributed launcher started the process, so the rank and worker name are right);
 * :class:`StepDriver`: begin a step in a mode (TRAIN steps numbered like the trainer's
   global step), take the loss and the logged metrics, and report stop requests;
-* :func:`scalar_items`: the numeric values of a trainer's metrics dict.
+* :func:`scalar_items`: the numeric values of a trainer's metrics dict;
+* :class:`TrainerInstrumentor`: zero code change for a trainer: its constructor is wrapped
+  so that every trainer built gets a callback (each integration says which class and how).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import os
@@ -27,7 +30,7 @@ from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
 from smdebug.hook import get_hook as _core_current_hook
 from smdebug.hook import set_hook
-from smdebug.instrumentation import configured_hook
+from smdebug.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
@@ -222,3 +225,39 @@ def loss_of(outputs) -> Optional[torch.Tensor]:
     value = getattr(outputs, "loss", None)  # a transformers ModelOutput
     return value if isinstance(value, torch.Tensor) else None
 
+
+
+class TrainerInstrumentor(Instrumentor):
+    """Zero code change for a trainer: ``Trainer.__init__`` is wrapped so that, once a
+    trainer is built, :meth:`add_callback` gives it a DebuggerCallback (the hook configured
+    by ``SMDEBUG_CONFIG_FILE_PATH``) through the trainer's public callback list, unless the
+    script added one itself. The callback owns the process's PyTorch hook, so the PyTorch
+    instrumentor captures nothing itself: one hook per process. A failure to add it is one
+    warning; the script runs on uncaptured."""
+
+    def trainer_class(self) -> type:  # pragma: no cover - every integration overrides it
+        raise NotImplementedError
+
+    def add_callback(self, trainer) -> None:  # pragma: no cover - every integration overrides it
+        raise NotImplementedError
+
+    def install(self) -> None:
+        self._warned = False
+        self.patches.replace(self.trainer_class(), "__init__", self._wrap_init)
+
+    def _wrap_init(self, original):
+        instrumentor = self
+
+        @functools.wraps(original)
+        def __init__(trainer, *args, **kwargs):
+            original(trainer, *args, **kwargs)
+            try:
+                instrumentor.add_callback(trainer)
+            except Exception as exc:  # noqa: BLE001 - zero code change never stops a script
+                if not instrumentor._warned:
+                    instrumentor._warned = True
+                    logger.warning("smdebug: zero code change could not add its callback to the %s Trainer; "
+                                   "training runs without capture: %s: %s", instrumentor.framework,
+                                   type(exc).__name__, exc)
+
+        return __init__

@@ -10,53 +10,33 @@ instrumentor captures nothing itself: one hook per process.
 """
 from __future__ import annotations
 
-import functools
-
-from smdebug.instrumentation import Patches
 from smdebug.logger import get_logger
+from smdebug.pytorch.integration import TrainerInstrumentor
 
 logger = get_logger("smdebug.transformers")
-_patches = Patches()
-_warned = False
 
 
-def instrument() -> None:
-    """Wrap ``transformers.Trainer.__init__`` (idempotent)."""
-    from transformers.trainer import Trainer
+class TransformersInstrumentor(TrainerInstrumentor):
+    framework = "Transformers"
+    distribution = "transformers"
+    supported = ((5,), None)  # the versions tested (tox env transformers)
 
-    with _patches.lock:
-        if not _patches.has(Trainer, "__init__"):
-            _patches.replace(Trainer, "__init__", _wrap_init)
+    def trainer_class(self) -> type:
+        from transformers.trainer import Trainer
 
+        return Trainer
 
-def uninstrument() -> None:
-    """Put ``Trainer.__init__`` back (callbacks already added stay with their Trainers)."""
-    with _patches.lock:
-        _patches.restore()
+    def add_callback(self, trainer) -> None:
+        from .callback import DebuggerCallback
 
-
-def _wrap_init(original):
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        try:
-            _add_callback(self)
-        except Exception as exc:  # noqa: BLE001 - zero code change never stops a script
-            global _warned
-            if not _warned:
-                _warned = True
-                logger.warning("smdebug: zero code change could not add its callback to the Transformers Trainer; "
-                               "training runs without capture: %s: %s", type(exc).__name__, exc)
-
-    return __init__
+        if any(isinstance(callback, DebuggerCallback) for callback in trainer.callback_handler.callbacks):
+            return
+        callback = DebuggerCallback()
+        trainer.add_callback(callback)
+        callback.attach(trainer.model)  # its on_init_end has passed
+        logger.info("smdebug: zero code change added a DebuggerCallback to the Transformers Trainer")
 
 
-def _add_callback(trainer) -> None:
-    from .callback import DebuggerCallback
-
-    if any(isinstance(callback, DebuggerCallback) for callback in trainer.callback_handler.callbacks):
-        return
-    callback = DebuggerCallback()
-    trainer.add_callback(callback)
-    callback.attach(trainer.model)  # its on_init_end has passed
-    logger.info("smdebug: zero code change added a DebuggerCallback to the Transformers Trainer")
+INSTRUMENTOR = TransformersInstrumentor()
+instrument, uninstrument, is_instrumented = \
+    INSTRUMENTOR.instrument, INSTRUMENTOR.uninstrument, INSTRUMENTOR.is_instrumented
