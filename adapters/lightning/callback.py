@@ -41,56 +41,28 @@ import pytorch_lightning as pl
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 from smdebug.pytorch import Hook
-from smdebug.pytorch.integration import HookSource, StepDriver, loss_of
+from smdebug.pytorch.integration import CallbackHook, loss_of
 
 logger = get_logger("smdebug.lightning")
-OWNER = "Lightning"
-
-
-class DebuggerCallback(pl.Callback):
+class DebuggerCallback(CallbackHook, pl.Callback):
     """Saves tensors of a LightningModule's training with smdebug.
 
     ``Trainer(callbacks=[DebuggerCallback(out_dir="/tmp/run", save_config=...)])``.
 
-    Args:
-        out_dir and the other keyword arguments: those of :class:`smdebug.pytorch.Hook`
-            (``save_config``, ``reduction_config``, ``include_regex``,
-            ``include_collections``, ``save_all``, ``include_workers``,
-            ``export_tensorboard``, ``tensorboard_dir``, ``dry_run``, ``overwrite``).
-            They are checked here; the hook is made when the Trainer sets up.
-        json_config_path: a hook JSON config instead of the arguments.
-        hook: an ``smdebug.pytorch.Hook`` you made instead (its steps become the callback's).
-
-    With none of these, the hook configured by ``SMDEBUG_CONFIG_FILE_PATH`` is used (zero
-    code change); without a usable config, training runs without capture (one warning).
+    Arguments: those of :class:`smdebug.pytorch.integration.CallbackHook` (the hook's
+    arguments, ``json_config_path`` or ``hook``); the hook is made when the Trainer sets up.
     See :mod:`smdebug.lightning.callback` for steps, modes and what is saved.
     """
 
+    OWNER = "Lightning"
+
     def __init__(self, out_dir=None, *, json_config_path=None, hook: Optional[Hook] = None, **hook_kwargs):
-        if out_dir is not None:
-            hook_kwargs["out_dir"] = out_dir
-        self._source = HookSource(OWNER, hook=hook, json_config_path=json_config_path, **hook_kwargs)
-        self._driver: Optional[StepDriver] = None
-        self._built = False
+        CallbackHook.__init__(self, out_dir, json_config_path=json_config_path, hook=hook, **hook_kwargs)
         self._metrics_before_loop: dict = {}  # trainer.callback_metrics when a validation/test loop started
-
-    @property
-    def hook(self) -> Optional[Hook]:
-        """The hook this callback drives (None before the Trainer's set-up, or without a config)."""
-        return self._driver.hook if self._driver is not None else None
-
-    def close(self) -> None:
-        """Write the last step and finish the run's files (also done at interpreter exit)."""
-        if self._driver is not None:
-            self._driver.close()
 
     # --- set-up -----------------------------------------------------------------------------
     def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
-        if not self._built:
-            self._built = True
-            hook = self._source.build()
-            if hook is not None:
-                self._driver = StepDriver(hook, OWNER)
+        self._build()
         driver = self._active()
         if driver is not None:
             with driver.hook.guard("Lightning setup"):
@@ -106,10 +78,6 @@ class DebuggerCallback(pl.Callback):
     def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
         # Training failed or was interrupted: the steps so far are written (the user's exception propagates).
         self.teardown(trainer, pl_module, "exception")
-
-    def _active(self) -> Optional[StepDriver]:
-        driver = self._driver
-        return driver if driver is not None and driver.active else None
 
     # --- training -----------------------------------------------------------------------------
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

@@ -12,6 +12,8 @@ both callbacks need, defined once:
 * :class:`StepDriver`: begin a step in a mode (TRAIN steps numbered like the trainer's
   global step), take the loss and the logged metrics, and report stop requests;
 * :func:`scalar_items`: the numeric values of a trainer's metrics dict;
+* :class:`CallbackHook`: the part of a DebuggerCallback that holds its hook (arguments,
+  built once, the active driver);
 * :class:`TrainerInstrumentor`: zero code change for a trainer: its constructor is wrapped
   so that every trainer built gets a callback (each integration says which class and how).
 """
@@ -261,3 +263,47 @@ class TrainerInstrumentor(Instrumentor):
                                    type(exc).__name__, exc)
 
         return __init__
+
+
+class CallbackHook:
+    """Mixed into each trainer's DebuggerCallback (before the trainer's callback class): the
+    hook it drives. Subclasses set ``OWNER`` (``"Lightning"``...).
+
+    Constructor arguments: ``out_dir`` and the other keyword arguments of
+    :class:`smdebug.pytorch.Hook` (checked here; the hook is made when the trainer sets
+    up), or ``json_config_path`` (a hook JSON config), or ``hook`` (a hook you made: its
+    steps become the callback's). With none of these, the hook configured by
+    ``SMDEBUG_CONFIG_FILE_PATH`` is used (zero code change); without a usable config,
+    training runs without capture (one warning).
+    """
+
+    OWNER = "a trainer"
+
+    def __init__(self, out_dir=None, *, json_config_path=None, hook: Optional[Hook] = None, **hook_kwargs):
+        if out_dir is not None:
+            hook_kwargs["out_dir"] = out_dir
+        self._source = HookSource(self.OWNER, hook=hook, json_config_path=json_config_path, **hook_kwargs)
+        self._driver: Optional[StepDriver] = None
+        self._built = False
+
+    @property
+    def hook(self) -> Optional[Hook]:
+        """The hook this callback drives (None before the trainer sets up, or without a config)."""
+        return self._driver.hook if self._driver is not None else None
+
+    def _build(self) -> None:
+        """Make the hook, once (when the trainer sets up: the rank is known then)."""
+        if not self._built:
+            self._built = True
+            hook = self._source.build()
+            if hook is not None:
+                self._driver = StepDriver(hook, self.OWNER)
+
+    def _active(self) -> Optional[StepDriver]:
+        driver = self._driver
+        return driver if driver is not None and driver.active else None
+
+    def close(self) -> None:
+        """Write the last step and finish the run's files (also done at interpreter exit)."""
+        if self._driver is not None:
+            self._driver.close()

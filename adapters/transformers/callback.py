@@ -40,55 +40,32 @@ from transformers import TrainerCallback
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 from smdebug.pytorch import Hook
-from smdebug.pytorch.integration import HookSource, StepDriver, loss_of
+from smdebug.pytorch.integration import CallbackHook, StepDriver, loss_of
 
 logger = get_logger("smdebug.transformers")
-OWNER = "Transformers"
-
-
-class DebuggerCallback(TrainerCallback):
+class DebuggerCallback(CallbackHook, TrainerCallback):
     """Saves tensors of a ``transformers.Trainer`` run with smdebug.
 
     ``Trainer(..., callbacks=[DebuggerCallback(out_dir="/tmp/run", save_config=...)])``.
 
-    Args:
-        out_dir and the other keyword arguments: those of :class:`smdebug.pytorch.Hook`
-            (``save_config``, ``reduction_config``, ``include_regex``,
-            ``include_collections``, ``save_all``, ``include_workers``,
-            ``export_tensorboard``, ``tensorboard_dir``, ``dry_run``, ``overwrite``).
-            They are checked here; the hook is made when the Trainer is built.
-        json_config_path: a hook JSON config instead of the arguments.
-        hook: an ``smdebug.pytorch.Hook`` you made instead (its steps become the callback's).
-
-    With none of these, the hook configured by ``SMDEBUG_CONFIG_FILE_PATH`` is used (zero
-    code change); without a usable config, training runs without capture (one warning).
+    Arguments: those of :class:`smdebug.pytorch.integration.CallbackHook` (the hook's
+    arguments, ``json_config_path`` or ``hook``); the hook is made when the Trainer is built.
     For a Trainer the callback is added to after it was built (``trainer.add_callback``),
     call :meth:`attach` with ``trainer.model``. Steps and what is saved:
     :mod:`smdebug.transformers.callback`.
     """
 
+    OWNER = "Transformers"
+
     def __init__(self, out_dir=None, *, json_config_path=None, hook: Optional[Hook] = None, **hook_kwargs):
-        if out_dir is not None:
-            hook_kwargs["out_dir"] = out_dir
-        self._source = HookSource(OWNER, hook=hook, json_config_path=json_config_path, **hook_kwargs)
-        self._driver: Optional[StepDriver] = None
-        self._built = False
+        CallbackHook.__init__(self, out_dir, json_config_path=json_config_path, hook=hook, **hook_kwargs)
         self._model: Optional[torch.nn.Module] = None
         self._handles: list = []
         self._loss_weight = 1.0  # 1 / gradient_accumulation_steps
 
-    @property
-    def hook(self) -> Optional[Hook]:
-        """The hook this callback drives (None before the Trainer is built, or without a config)."""
-        return self._driver.hook if self._driver is not None else None
-
     def attach(self, model: torch.nn.Module) -> None:
         """Make the hook (once) and register ``model``, the Trainer's (unwrapped) model."""
-        if not self._built:
-            self._built = True
-            hook = self._source.build()
-            if hook is not None:
-                self._driver = StepDriver(hook, OWNER)
+        self._build()
         driver = self._active()
         if driver is None or model is None or model is self._model:
             return
@@ -103,12 +80,7 @@ class DebuggerCallback(TrainerCallback):
         """Write the last step, finish the run's files and remove the model hooks (also at exit)."""
         while self._handles:
             self._handles.pop().remove()
-        if self._driver is not None:
-            self._driver.close()
-
-    def _active(self) -> Optional[StepDriver]:
-        driver = self._driver
-        return driver if driver is not None and driver.active else None
+        CallbackHook.close(self)
 
     # --- the model's forward passes -----------------------------------------------------------
     def _on_forward_pre(self, module, args) -> None:
