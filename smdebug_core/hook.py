@@ -930,7 +930,7 @@ class Hook:
                 # Kept whole (scalars too); now only the scalars are written, as without the recorder.
                 kept = tensors + [(tag, array) for _, tag, array in timed]
                 try:
-                    self._recorder_keep(identity, kept, shapes, flight[1])
+                    self._recorder_keep(identity, kept, shapes, flight[1], placements)
                 except Exception as exc:  # noqa: BLE001 - costs the recorder, not the hook: this step is written
                     self._recorder.disable(f"keeping step {step}: {type(exc).__name__}: {exc}")
                     ring_only, bad = False, None
@@ -976,12 +976,14 @@ class Hook:
             # Spot training: a run killed later still resumes after this step.
             self._save_step_counters(identity)
 
-    def _recorder_keep(self, identity: tuple, tensors: list, shapes: list, probe) -> None:
+    def _recorder_keep(self, identity: tuple, tensors: list, shapes: list, probe,
+                       placements: Optional[Dict[str, dict]] = None) -> None:
         from .writer import StepData
 
         step, mode, mode_step = identity
+        # Placements too: a kept piece of a sharded tensor is reassembled like a saved one.
         data = StepData(global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name,
-                        tensors=tensors, shapes=shapes, wall_time=time.time())
+                        tensors=tensors, shapes=shapes, wall_time=time.time(), placements=placements or {})
         self._recorder.keep(identity, data, step_nbytes(tensors, shapes), probe)
 
     def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual") -> Optional[dict]:
