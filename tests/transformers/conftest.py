@@ -1,6 +1,5 @@
 """The Transformers tests need transformers and accelerate (tox env ``transformers``); elsewhere skipped.
 Nothing is downloaded: models are built from configs with random weights."""
-import importlib.util
 import os
 import sys
 
@@ -12,19 +11,6 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # hf_helpers
-
-
-def _load_shared_helpers():
-    """tests/trainer_helpers.py, shared with the other trainer folder, as ``trainer_helpers``.
-
-    Loaded by path: putting tests/ itself on sys.path would make its framework-named
-    folders (tests/tensorflow, tests/mxnet) importable as those frameworks.
-    """
-    path = os.path.join(os.path.dirname(HERE), "trainer_helpers.py")
-    spec = importlib.util.spec_from_file_location("trainer_helpers", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["trainer_helpers"] = module
-    spec.loader.exec_module(module)
-
-
-_load_shared_helpers()
+# trainer_helpers, shared with the other trainer folder (tests/support, not tests/: its
+# framework-named folders would shadow the frameworks)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import sysconfig
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PTH_NAME = "smdebug_zero_code_change.pth"
 
 
