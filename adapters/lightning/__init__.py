@@ -4,15 +4,15 @@
 and logged metrics with one smdebug step per optimizer step; it drives the PyTorch hook
 (:class:`smdebug.pytorch.Hook`). Steps and what is saved: :mod:`smdebug.lightning.callback`.
 With ``SMDEBUG_CONFIG_FILE_PATH`` set, an unmodified Lightning script gets the callback
-added (:mod:`smdebug.lightning._instrument`).
+added (:mod:`smdebug.lightning._instrument`). Both ``pytorch_lightning`` and the unified
+``lightning.pytorch`` Trainers take the callback.
 """
-try:
-    import pytorch_lightning  # noqa: F401
-except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
-    if exc.name != "pytorch_lightning":
-        raise
+import importlib.util
+
+if importlib.util.find_spec("pytorch_lightning") is None and importlib.util.find_spec("lightning") is None:
     raise ModuleNotFoundError("smdebug.lightning needs PyTorch Lightning: pip install 'smdebug-core[lightning]' "
-                              "(pytorch-lightning>=2.0)", name="pytorch_lightning") from None
+                              "(pytorch-lightning>=2.0), or the unified package (pip install lightning)",
+                              name="pytorch_lightning")
 
 from smdebug import create_trial, modes
 from smdebug.modes import ModeKeys

@@ -10,6 +10,8 @@ nothing itself: one hook, one set of steps, per process.
 """
 from __future__ import annotations
 
+import importlib
+
 from smdebug.logger import get_logger
 from smdebug.pytorch.integration import TrainerInstrumentor
 
@@ -20,11 +22,10 @@ class LightningInstrumentor(TrainerInstrumentor):
     framework = "Lightning"
     distribution = "pytorch-lightning"
     supported = ((2, 0), (3,))
+    package = "pytorch_lightning"
 
     def trainer_class(self) -> type:
-        import pytorch_lightning as pl
-
-        return pl.Trainer
+        return importlib.import_module(self.package).Trainer
 
     def add_callback(self, trainer) -> None:
         from .callback import DebuggerCallback

@@ -28,15 +28,20 @@ Stopping
     A rule's ``StopTraining`` sets ``trainer.should_stop``: the Trainer ends fit at the
     end of that batch (after ``min_steps``/``min_epochs``, as for any callback's stop).
 
+Both Lightning packages
+    ``pytorch_lightning`` and the unified ``lightning`` package (``import lightning as L``;
+    ``lightning.pytorch``) are separate installs with separate ``Callback`` classes, and
+    each Trainer accepts only its own. The callback derives from the ``Callback`` of each
+    one installed, so one class serves both Trainers.
+
 Distributed
     The hook is made in ``setup``, once the strategy has started the processes, so the
     worker name (``worker_<rank>``) and ``include_workers`` work as for the PyTorch hook.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Optional
-
-import pytorch_lightning as pl
 
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
@@ -44,7 +49,21 @@ from smdebug.pytorch import Hook
 from smdebug.pytorch.integration import CallbackHook, loss_of
 
 logger = get_logger("smdebug.lightning")
-class DebuggerCallback(CallbackHook, pl.Callback):
+def _lightning_callback_classes() -> tuple:
+    """``Callback`` of each Lightning package installed (see the module docstring)."""
+    found = []
+    for package in ("pytorch_lightning", "lightning.pytorch"):
+        try:
+            found.append(importlib.import_module(package).Callback)
+        except ImportError:
+            continue
+    if not found:
+        raise ModuleNotFoundError("smdebug.lightning needs PyTorch Lightning: pip install "
+                                  "'smdebug-core[lightning]' (or pip install lightning)", name="pytorch_lightning")
+    return tuple(found)
+
+
+class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
     """Saves tensors of a LightningModule's training with smdebug.
 
     ``Trainer(callbacks=[DebuggerCallback(out_dir="/tmp/run", save_config=...)])``.
@@ -61,21 +80,21 @@ class DebuggerCallback(CallbackHook, pl.Callback):
         self._metrics_before_loop: dict = {}  # trainer.callback_metrics when a validation/test loop started
 
     # --- set-up -----------------------------------------------------------------------------
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer, pl_module, stage: str) -> None:
         self._build()
         driver = self._active()
         if driver is not None:
             with driver.hook.guard("Lightning setup"):
                 driver.hook.register_module(pl_module)
 
-    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def teardown(self, trainer, pl_module, stage: str) -> None:
         driver = self._active()
         if driver is not None:
             with driver.hook.guard("Lightning teardown"):
                 driver.end()
                 driver.hook.flush()
 
-    def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         # Training failed or was interrupted: the steps so far are written (the user's exception propagates).
         self.teardown(trainer, pl_module, "exception")
 

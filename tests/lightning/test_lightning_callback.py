@@ -225,3 +225,37 @@ def test_a_resumed_fit_goes_on_from_the_trainers_global_step(tmp_path):
     trial = create_trial(out)
     assert [(trial.mode(s).name, trial.mode_step(s)) for s in trial.steps()] == [("TRAIN", 3), ("TRAIN", 4),
                                                                                   ("TRAIN", 5)]
+
+
+def test_the_unified_lightning_packages_trainer_takes_the_same_callback(tmp_path):
+    """``lightning.pytorch`` (``import lightning as L``) is a separate copy of Lightning whose
+    Trainer accepts only its own Callback subclasses: DebuggerCallback derives from both."""
+    L = pytest.importorskip("lightning.pytorch")
+
+    class Unified(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 3)
+            self.seen = {}
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def on_before_optimizer_step(self, optimizer):
+            self.seen[self.trainer.global_step] = self.net.weight.grad.detach().clone()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, include_collections=["gradients"], **EVERY_STEP)
+    assert isinstance(callback, L.Callback) and isinstance(callback, pl.Callback)
+    module = Unified()
+    t = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                  enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
+    t.fit(module, loader(3))
+    callback.close()
+    trial = create_trial(out)
+    assert trial.steps() == [0, 1, 2] and t.global_step == 3
+    for step, grad in module.seen.items():
+        np.testing.assert_array_equal(trial.tensor("gradient/Unified_net.weight").value(step), grad.numpy())

@@ -1,5 +1,6 @@
 """Zero code change: an unmodified Lightning script, configured only by SMDEBUG_CONFIG_FILE_PATH."""
 import numpy as np
+import pytest
 
 from trainer_helpers import run_unmodified, write_config
 from smdebug.trials import create_trial
@@ -48,10 +49,15 @@ print(json.dumps({"losses": model.losses, "global_step": trainer.global_step,
 """
 
 
-def test_unmodified_lightning_script_is_captured_by_one_callback(tmp_path):
+@pytest.mark.parametrize("package", ["pytorch_lightning", "lightning.pytorch"])
+def test_unmodified_lightning_script_is_captured_by_one_callback(tmp_path, package):
+    """With either Lightning package: ``pytorch_lightning`` or the unified ``lightning``,
+    whose Trainer is a class of its own (it accepts only its own Callback subclasses)."""
+    pytest.importorskip(package)
     out = tmp_path / "run"
     config = write_config(tmp_path / "hook.json", out, {"save_interval": "1"}, ["weights", "gradients", "losses"])
-    result, _ = run_unmodified(tmp_path, SCRIPT, {"SMDEBUG_CONFIG_FILE_PATH": config})
+    script = SCRIPT.replace("import pytorch_lightning as pl", f"import {package} as pl")
+    result, _ = run_unmodified(tmp_path, script, {"SMDEBUG_CONFIG_FILE_PATH": config})
     assert result["global_step"] == 4
     assert result["callbacks"].count("DebuggerCallback") == 1
     assert result["torch_instrumentor_hooks"] == 0  # the PyTorch instrumentor stood down: the callback owns the hook
