@@ -17,6 +17,7 @@ The numpy backend is the reference; every backend's results are tested against i
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -66,22 +67,26 @@ class BatchResult:
     lost: Dict[int, str] = field(default_factory=dict)
 
 
-class TensorBackend:
-    """Base class; adapters subclass it for their tensor type."""
+class TensorBackend(ABC):
+    """The tensor half of the adapter contract; adapters subclass it for their tensor type.
+
+    ``accepts``, ``snapshot`` and ``materialize`` are required (a backend that lacks one
+    cannot be instantiated: the error names it); the batch methods have defaults built on
+    them. ``tests/contract`` checks every installed backend against the numpy reference."""
 
     name = "abstract"
 
+    @abstractmethod
     def accepts(self, value) -> bool:
         """Whether this backend handles ``value``'s type."""
-        raise NotImplementedError
 
+    @abstractmethod
     def snapshot(self, value, needs_copy: bool):
         """A stable reference to ``value`` for the end of the step (copy if it may mutate)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
         """Compute reductions and copy raw values to numpy for every request, batched."""
-        raise NotImplementedError
 
     # --- batches: start on the training thread, finish on the pipeline's worker ---------------
     def start_batch(self, tensors: Sequence, keys: Tuple[ReductionKey, ...], raw: bool):

@@ -38,6 +38,7 @@ import numpy as np
 from . import config as cfg
 from . import remote
 from .backend import BatchResult, Materialized, NumpyBackend, Request, TensorBackend
+from .contract import check_adapter
 from .collections import (
     NUMPY_PROFILE, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
     Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list, describe_object,
@@ -254,6 +255,7 @@ class Hook:
         self.global_step = -1
         self.mode_steps: Dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
         self.saving_step = False
+        check_adapter(self)  # an adapter that breaks the contract fails here, not at its first step
         self.enabled = True
         self._step_open = False
         # (global step, mode, mode step) of the open step; scalars before any step go to step 0.

@@ -40,3 +40,44 @@ def test_adapter_hooks_share_the_core_arguments(cls, tmp_path):
     hook = cls(str(tmp_path / "positional"), False, None, True)
     assert hook.dry_run and hook.out_dir == str(tmp_path / "positional")
     hook.close()
+
+
+@pytest.mark.parametrize("cls", _hook_classes() or [pytest.param(None, marks=pytest.mark.skip("no framework here"))],
+                         ids=lambda c: getattr(c, "__qualname__", "none"))
+def test_adapter_hooks_keep_the_declared_contract(cls, tmp_path):
+    from smdebug.backend import TensorBackend
+    from smdebug.contract import StepSession
+
+    hook = cls(out_dir=str(tmp_path / "run"))
+    try:
+        assert isinstance(hook, StepSession)
+        assert isinstance(hook.backend, TensorBackend)
+    finally:
+        hook.close()
+
+
+def test_an_adapter_that_breaks_the_contract_fails_at_construction(tmp_path):
+    from smdebug.backend import TensorBackend
+
+    class NoBackend(smd.Hook):
+        def _make_backend(self):
+            return object()
+
+    class BadRank(smd.Hook):
+        def _distributed_info(self):
+            return 2, 2
+
+    with pytest.raises(TypeError, match=r"NoBackend._make_backend\(\) must return a smdebug.backend.TensorBackend"):
+        NoBackend(out_dir=str(tmp_path / "a"))
+    with pytest.raises(TypeError, match=r"0 <= rank < world size, got \(2, 2\)"):
+        BadRank(out_dir=str(tmp_path / "b"))
+
+    class Incomplete(TensorBackend):  # no materialize
+        def accepts(self, value):
+            return True
+
+        def snapshot(self, value, needs_copy):
+            return value
+
+    with pytest.raises(TypeError, match="materialize"):
+        Incomplete()
