@@ -13,8 +13,8 @@ tensor type, and calls, from the framework's own hooks (docs/architecture.md):
   computed itself (TensorFlow's compiled step);
 * :meth:`Hook.end_step` (optional: the next ``begin_step`` or ``close`` does it).
 
-A saved step's records are made in recording order (:meth:`Hook._finish_step`, step_records.py) and handed
-to the writer thread, which encodes and writes them. Training waits for neither, except at
+A saved step's records are made in recording order (:meth:`Hook._finish_step`, in
+step_records.py) and handed to the writer thread, which encodes and writes them. Training waits for neither, except at
 fences and for live rules. A failure inside the hook never reaches training: it logs one
 warning and disables the hook (:meth:`Hook.guard`, :func:`never_raises`); one tensor the
 backend cannot handle costs that tensor.
