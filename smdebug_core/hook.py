@@ -30,7 +30,6 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -38,20 +37,21 @@ import numpy as np
 from . import config as cfg
 from . import remote
 from .backend import NumpyBackend, TensorBackend
-from .contract import check_adapter
 from .collections import (
-    NUMPY_PROFILE, RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
+    NUMPY_PROFILE, RAW_ONLY_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
     Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list, describe_object,
 )
+from .contract import check_adapter
 from .exceptions import ConfigError, OutDirError
 from .flight_recorder import MARKER_DIR, FlightRecorder, Recorder, step_nbytes
 from .logger import get_logger
-from .modes import ALL_MODES, ModeKeys
+from .modes import ModeKeys
 from .pipeline import StepPipeline
-from .reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig, reduction_tag
+from .plans import PreparedCollection, StepPlans
+from .reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig
 from .rules.stop_protocol import STOP_REQUEST_FILE, StopRequestPoller
 from .run_files import StepCounters, prepare_out_dir
-from .save_config import SaveConfig, SaveConfigMode
+from .save_config import SaveConfig
 from .step import ReducedBlock, Selection, StepValues, TensorBatch, TensorPlan
 from .step_records import StepRecords
 
@@ -61,19 +61,7 @@ logger = get_logger()
 _RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE, MARKER_DIR)
 #: Longest close() waits for the step pipeline to finish the last steps (seconds).
 CLOSE_TIMEOUT_S = 300.0
-_SM_METRIC_COLLECTIONS = frozenset({CollectionKeys.LOSSES, CollectionKeys.METRICS, CollectionKeys.SM_METRICS})
 
-
-@dataclass
-class _Prepared:
-    """A collection's configs resolved against the hook's, computed when configs change."""
-
-    collection: Collection
-    save_config: SaveConfig
-    reduction_config: ReductionConfig
-    histogram: bool
-    #: ``save_config`` of each mode, looked up once: checked for every collection at every step.
-    by_mode: Dict[ModeKeys, SaveConfigMode]
 
 
 def never_raises(where: str):
@@ -128,7 +116,7 @@ def takes_hook_arguments(cls):
     return cls
 
 
-class Hook(StepRecords):
+class Hook(StepPlans, StepRecords):
     """Captures tensors during training and writes them in the smdebug format.
 
     Usable directly with numpy (custom loops); framework adapters subclass it.
@@ -262,7 +250,7 @@ class Hook(StepRecords):
         # (global step, mode, mode step) of the open step; scalars before any step go to step 0.
         self._step_identity = (0, ModeKeys.GLOBAL, 0)
         self._prepared_key = None
-        self._prepared: List[_Prepared] = []
+        self._prepared: List[PreparedCollection] = []
         # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
         self._quiet: Dict[ModeKeys, Tuple[int, float]] = {}
         self._saving_colls: frozenset = frozenset()
@@ -564,118 +552,6 @@ class Hook(StepRecords):
         part (collectives over sharded tensors) take part whenever it is True."""
         return bool(self._saving_colls) and self.enabled
 
-    def _prepare_if_changed(self) -> None:
-        key = (self.collection_manager.version, tuple(self.include_collections))
-        if key == self._prepared_key:
-            return
-        prepared = []
-        for name in self.include_collections:
-            coll = self.collection_manager.get(name)
-            save_config = coll.save_config.resolved(self.save_config, self.profile.default_save_interval)
-            if name in RAW_ONLY_COLLECTIONS:
-                reduction_config = ReductionConfig(save_raw_tensor=True)
-            else:
-                reduction_config = coll.reduction_config or self.reduction_config
-            histogram = bool(self.tensorboard_dir) and coll.save_histogram and name not in RAW_ONLY_COLLECTIONS
-            by_mode = {mode: save_config.get_save_config(mode) for mode in ALL_MODES}
-            prepared.append(_Prepared(coll, save_config, reduction_config, histogram, by_mode))
-        self._prepared = prepared
-        self._by_name = {p.collection.name: p for p in prepared}
-        self._plan_caches.clear()
-        self._selection_caches.clear()
-        self._selections.clear()
-        self._plans_epoch += 1
-        self._quiet.clear()
-        self._prepared_key = key
-        if self._step_open and self._inclusion.pending:  # from the first step on: configs are set by then
-            self._inclusion.check_configured(self.collection_manager, logger)
-
-    def _refresh_if_configs_changed(self) -> None:
-        """Collections may change between steps (and inside one): plans follow them."""
-        if self._prepared_key != (self.collection_manager.version, tuple(self.include_collections)):
-            self._update_saving()
-
-    def plan_for(self, name: str) -> Optional[TensorPlan]:
-        """What to save of tensor ``name`` at this step, or None. Cached per name."""
-        self._refresh_if_configs_changed()
-        cache = self._plan_caches.setdefault(self._saving_colls, {})
-        try:
-            return cache[name]
-        except KeyError:
-            pass
-        self._inclusion.seen[name] = None
-        if REDUCTION_TAG_PREFIX in name:
-            # The reader would take it for a reduction of another tensor.
-            if name not in self._inclusion.refused:
-                self._inclusion.refused.add(name)
-                logger.warning("smdebug: not saving tensor %r: names containing %r are reserved for reductions; "
-                               "rename it", name, REDUCTION_TAG_PREFIX)
-            cache[name] = None
-            return None
-        members = [self._by_name[c.name] for c in self.collection_manager.collections_for(name)
-                   if c.name in self._saving_colls]
-        plan = None
-        if members:
-            raw = any(p.reduction_config.save_raw_tensor for p in members)
-            reductions = []
-            for p in members:
-                if p.collection.name not in RAW_ONLY_COLLECTIONS:
-                    reductions += [r for r in p.reduction_config.all_reductions() if r not in reductions]
-            hist = next((p.collection.name for p in members if p.histogram), None)
-            tb_scalar = any(p.collection.name in SCALAR_COLLECTIONS for p in members)
-            strip = self.profile.strip_output_index_in_reduction_tags
-            plan = TensorPlan(
-                name=name,
-                raw=raw,
-                # A shape next to the raw value would hide the value from the original reader.
-                shape=not raw and any(p.reduction_config.save_shape for p in members),
-                reductions=tuple(reductions),
-                histogram_tag=f"{hist}/{name}" if hist else None,
-                tb_scalar=tb_scalar,
-                sm_metric=any(p.collection.name in _SM_METRIC_COLLECTIONS for p in members),
-                needs_value=raw or bool(reductions) or hist is not None,
-                needs_host=raw or hist is not None or tb_scalar,
-                reduction_tags=tuple(reduction_tag(name, op, is_abs, strip) for op, is_abs in reductions),
-            )
-            if not (plan.raw or plan.shape or plan.reductions or plan.histogram_tag):
-                plan = None
-        cache[name] = plan
-        return plan
-
-    def select(self, names: tuple) -> List[Tuple[int, TensorPlan]]:
-        """``(index, plan)`` of the ``names`` saved at this step, remembered per tuple of names.
-
-        For adapters that offer the same long list of tensors at every step (a model's
-        parameters): one lookup instead of one per name.
-        """
-        self._refresh_if_configs_changed()
-        cache = self._selection_caches.setdefault(self._saving_colls, {})
-        selected = cache.get(names)
-        if selected is None:
-            selected = cache[names] = [(i, plan) for i, plan in enumerate(map(self.plan_for, names))
-                                       if plan is not None]
-        return selected
-
-    @property
-    def plans_version(self) -> tuple:
-        """A value that changes whenever :meth:`plan_for`, :meth:`select` or :meth:`selection`
-        may answer differently (configuration changed, another set of collections saved):
-        adapters key what they derive from plans by it, not by the identity of what the core
-        returned."""
-        self._refresh_if_configs_changed()
-        return self._plans_epoch, self._saving_colls
-
-    def selection(self, names: tuple) -> Selection:
-        """The :class:`Selection` of ``names`` (a tuple the adapter reuses) saved at this
-        step, for :meth:`start_batch`; cached per tuple of names while the plans stay."""
-        self._refresh_if_configs_changed()
-        cache = self._selections.setdefault(self._saving_colls, {})
-        selection = cache.get(names)
-        if selection is None:
-            chosen = self.select(names)
-            selection = cache[names] = Selection([i for i, _ in chosen], [plan for _, plan in chosen])
-        return selection
-
     @never_raises("handing over tensors")
     def start_batch(self, selection: Selection, tensors: Sequence, backend: TensorBackend) -> Optional[TensorBatch]:
         """Hand over ``tensors`` (one per ``selection.plans``, in order) without waiting:
@@ -701,10 +577,6 @@ class Hook(StepRecords):
         with self._lock:
             self._pending[batch] = (None, batch, None)
             self._blocks_pending = True
-
-    def wants(self, name: str) -> bool:
-        """Whether tensor ``name`` is saved at this step (adapters call this before copying)."""
-        return self.saving_step and self.enabled and self.plan_for(name) is not None
 
     # --- recording ---------------------------------------------------------------------
     @never_raises("record")
