@@ -253,6 +253,9 @@ class Hook(StepPlans, StepRecords):
         self._prepared: List[PreparedCollection] = []
         # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
         self._quiet: Dict[ModeKeys, Tuple[int, float]] = {}
+        self._recorder_by_mode: Dict[ModeKeys, frozenset] = {}  # _recorder_collections
+        self._saves_somewhere = False  # step_saves_somewhere
+        self._everywhere_colls: frozenset = frozenset()  # saved at this step by some worker (select_everywhere)
         self._saving_colls: frozenset = frozenset()
         self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
         self._selection_caches: Dict[frozenset, Dict[tuple, List[Tuple[int, TensorPlan]]]] = {}
@@ -480,14 +483,21 @@ class Hook(StepPlans, StepRecords):
         _, mode, step = self._step_identity  # the open step's mode, even after set_mode()
         self._ring_only = False
         recording = self.flight_recording
+        # The recorder's collections in this mode whenever one is configured, whether it still
+        # records here or not (fired, disabled, no writer on this rank): what every rank agrees on.
+        configured_keep = self._recorder_collections(mode)
         quiet = self._quiet.get(mode)
         if quiet is not None and quiet[0] <= step < quiet[1] and not recording:  # between two saves: one comparison
             self._saving_colls = frozenset()
+            self._everywhere_colls = configured_keep
+            self._saves_somewhere = bool(configured_keep)
             self.saving_step = False
             return
         relevant = [p for p in self._prepared
                     if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
         self._saving_colls = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
+        self._everywhere_colls = self._saving_colls | configured_keep
+        self._saves_somewhere = bool(self._everywhere_colls)
         if recording:
             # Every step captures the recorder's collections; one that saves nothing else
             # goes to the recorder's ring instead of the writer. A step that saves anyway
@@ -547,10 +557,23 @@ class Hook(StepPlans, StepRecords):
     @property
     def step_saves_somewhere(self) -> bool:
         """Whether some worker saves something at this step: the same answer on every worker
-        (it follows the save configuration and the step counters only), including those that
-        write nothing (``include_workers="one"``). Adapters whose capture needs every worker's
-        part (collectives over sharded tensors) take part whenever it is True."""
-        return bool(self._saving_colls) and self.enabled
+        (it follows the save configuration, the step counters and whether a flight recorder
+        is configured, never a worker's own state), including those that write nothing
+        (``include_workers="one"``). Adapters whose capture needs every worker's part
+        (collectives over sharded tensors) take part whenever it is True."""
+        return self._saves_somewhere and self.enabled
+
+    def _recorder_collections(self, mode: ModeKeys) -> frozenset:
+        """The configured flight recorder's collections saved in ``mode`` (cached per mode)."""
+        if self.flight_recorder is None:
+            return frozenset()
+        kept = self._recorder_by_mode.get(mode)
+        if kept is None:
+            kept = self._recorder_by_mode[mode] = frozenset(
+                p.collection.name for p in self._prepared
+                if p.collection.name in self.flight_recorder.collections
+                and (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS))
+        return kept
 
     @never_raises("handing over tensors")
     def start_batch(self, selection: Selection, tensors: Sequence, backend: TensorBackend) -> Optional[TensorBatch]:
@@ -934,9 +957,11 @@ class Hook(StepPlans, StepRecords):
         return self
 
     def __exit__(self, kind, exc, tb):
-        if isinstance(exc, Exception) and self._recorder is not None:
-            # An exception escaped the training loop inside ``with hook:``.
-            self.dump_flight_recorder(f"{type(exc).__name__}: {exc}", trigger="exception")
+        if isinstance(exc, Exception):
+            self.step_failed()
+            if self._recorder is not None:
+                # An exception escaped the training loop inside ``with hook:``.
+                self.dump_flight_recorder(f"{type(exc).__name__}: {exc}", trigger="exception")
         self.close()
         return False
 
@@ -944,8 +969,15 @@ class Hook(StepPlans, StepRecords):
         """The process is about to end with ``exc`` (sys.excepthook): write the recorder's
         steps, then finish the run's files (atexit would too, but later and only if it runs)."""
         if isinstance(exc, Exception) and not self._closed:
+            self.step_failed()
             self.dump_flight_recorder(f"uncaught {type(exc).__name__}: {exc}", trigger="exception")
             self.close()
+
+    def step_failed(self) -> None:
+        """An exception left the training step on this worker. Adapters whose capture needs
+        every worker's part (collectives) start no more of it for this step: the other
+        workers may never reach them. Nothing to do for the core; step owners (trainer
+        callbacks) call it from their trainers' exception events."""
 
     def __repr__(self):
         return (f"<{type(self).__name__} out_dir={self.out_dir!r} worker={self.worker_name} "

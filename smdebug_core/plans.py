@@ -63,6 +63,7 @@ class StepPlans:
         self._selections.clear()
         self._plans_epoch += 1
         self._quiet.clear()
+        self._recorder_by_mode.clear()
         self._prepared_key = key
         if self._step_open and self._inclusion.pending:  # from the first step on: configs are set by then
             self._inclusion.check_configured(self.collection_manager, logger)
@@ -75,7 +76,11 @@ class StepPlans:
     def plan_for(self, name: str) -> Optional[TensorPlan]:
         """What to save of tensor ``name`` at this step, or None. Cached per name."""
         self._refresh_if_configs_changed()
-        cache = self._plan_caches.setdefault(self._saving_colls, {})
+        return self._plan_in(name, self._saving_colls)
+
+    def _plan_in(self, name: str, saving: frozenset) -> Optional[TensorPlan]:
+        """The plan of ``name`` when the collections ``saving`` are saved (cached per set)."""
+        cache = self._plan_caches.setdefault(saving, {})
         try:
             return cache[name]
         except KeyError:
@@ -90,7 +95,7 @@ class StepPlans:
             cache[name] = None
             return None
         members = [self._by_name[c.name] for c in self.collection_manager.collections_for(name)
-                   if c.name in self._saving_colls]
+                   if c.name in saving]
         plan = None
         if members:
             raw = any(p.reduction_config.save_raw_tensor for p in members)
@@ -130,6 +135,23 @@ class StepPlans:
         selected = cache.get(names)
         if selected is None:
             selected = cache[names] = [(i, plan) for i, plan in enumerate(map(self.plan_for, names))
+                                       if plan is not None]
+        return selected
+
+    def select_everywhere(self, names: tuple) -> List[Tuple[int, TensorPlan]]:
+        """Like :meth:`select`, for the collections saved at this step by *some* worker: the
+        same answer on every worker (save configs, step counters, a configured flight
+        recorder; see ``step_saves_somewhere``). For adapters whose capture is collective:
+        every worker must take part for the same tensors, whatever it writes itself; what a
+        worker records is still what :meth:`plan_for` says for it."""
+        self._refresh_if_configs_changed()
+        colls = self._everywhere_colls
+        if colls == self._saving_colls:
+            return self.select(names)
+        cache = self._selection_caches.setdefault(("everywhere", colls), {})
+        selected = cache.get(names)
+        if selected is None:
+            selected = cache[names] = [(i, plan) for i, plan in enumerate(self._plan_in(n, colls) for n in names)
                                        if plan is not None]
         return selected
 

@@ -81,11 +81,23 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
 
     # --- set-up -----------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
-        self._build()
+        self._build()  # here: the strategy has started the processes, so the rank is known
+
+    def _register(self, trainer) -> None:
+        """Register the LightningModule once the strategy has set it up: after
+        ``configure_model`` and after sharding (FSDP replaces the parameters; registered
+        earlier, the hook would keep the unsharded ones)."""
         driver = self._active()
-        if driver is not None:
-            with driver.hook.guard("Lightning setup"):
-                driver.hook.register_module(pl_module)
+        module = trainer.lightning_module
+        if driver is not None and module is not None and not driver.hook.is_registered(module):
+            with driver.hook.guard("Lightning registering the model"):
+                driver.hook.register_module(module)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._register(trainer)
+
+    def on_predict_start(self, trainer, pl_module) -> None:
+        self._register(trainer)
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         driver = self._active()
@@ -95,7 +107,12 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
                 driver.hook.flush()
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        # Training failed or was interrupted: the steps so far are written (the user's exception propagates).
+        # Training failed or was interrupted: the steps so far are written (the user's exception
+        # propagates), without collectives the other ranks may never reach.
+        driver = self._active()
+        if driver is not None:
+            with driver.hook.guard("Lightning on_exception"):
+                driver.hook.step_failed()
         self.teardown(trainer, pl_module, "exception")
 
     # --- training -----------------------------------------------------------------------------
@@ -141,9 +158,11 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
 
     # --- evaluation and prediction ----------------------------------------------------------
     def on_validation_start(self, trainer, pl_module) -> None:
+        self._register(trainer)  # trainer.validate() has no fit start
         self._metrics_before_loop = dict(trainer.callback_metrics)
 
     def on_test_start(self, trainer, pl_module) -> None:
+        self._register(trainer)
         self._metrics_before_loop = dict(trainer.callback_metrics)
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:

@@ -274,10 +274,10 @@ class Hook(CoreHook):
             self._install_zero_grad_fence(optimizer)
         if self.saving_step and self._step_open and self.mode in _TRAINING_MODES:
             self._capture_parameters(with_gradients=True)
-            if wait_for_gradients:
-                self._fence_gradients()
         if self.mode in _TRAINING_MODES and self._sharded.due():  # every rank joins its collectives
             self._sharded.capture(with_gradients=True)
+        if wait_for_gradients:  # plain and sharded gradients read before the owner changes them
+            self._fence_gradients()
 
     def _begin_owned_step(self) -> None:
         if self.saving_step or self._capture_handles:
@@ -369,7 +369,14 @@ class Hook(CoreHook):
         self._handles.append(outer.register_forward_hook(
             functools.partial(_weak_method(self._on_root_forward_exit), root_name), always_call=True))
 
+    def step_failed(self) -> None:
+        self._sharded.abandon()
+
+    step_failed.__doc__ = CoreHook.step_failed.__doc__
+
     def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual"):
+        if trigger == "exception":
+            self.step_failed()  # the step is ended below: no collectives the other ranks may not reach
         if trigger == "exception" and self.flight_recording and self._step_open \
                 and not self._pipeline.on_worker_thread:
             with self.guard("flight recorder: filing the failed step's weights"):

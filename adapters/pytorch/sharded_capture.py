@@ -202,6 +202,14 @@ class ShardedCapture:
             if self.inflight is not None and self.inflight.raw_wanted:
                 self._finish_now()  # full tensors: gathered from the pieces now, before they change
 
+    def abandon(self) -> None:
+        """This rank's step failed (an exception left it): start no more collectives for it,
+        since the other ranks may never reach them. An exchange already started finishes (or
+        times out) on the step pipeline; nothing of this step is recorded."""
+        self._step = self.hook.global_step
+        self._weights_job = None
+        self.inflight = None
+
     @contextlib.contextmanager
     def _guard(self):
         """The fail-open policy of sharded capture: a failure turns it off alone (one warning)."""
@@ -227,7 +235,7 @@ class ShardedCapture:
         weights before ``optimizer.step()``, whose pre-step hook waits for them)."""
         with self._guard():
             n = len(self.params)
-            chosen = self.hook.select(self.names[:n])
+            chosen = self.hook.select_everywhere(self.names[:n])
             if chosen and not self._muted:
                 pieces = [self._piece(self.params[i], self.params[i].param, False) for i, _ in chosen]
                 columns = self._partial_columns([plan for _, plan in chosen])
@@ -257,7 +265,7 @@ class ShardedCapture:
         sharded = self.params
         n = len(sharded)
         names = self.names if with_gradients else self.names[:n]
-        chosen = self.hook.select(names)
+        chosen = self.hook.select_everywhere(names)
         weights_job, self._weights_job = self._weights_job, None
         if not chosen:
             return
@@ -332,8 +340,10 @@ class ShardedCapture:
             gathered[key] = started[key].result()
             combined[positions] = combine_partials(gathered[key])
         full = self._gather_full(chosen, tensors, pieces, gathered, by_group, raw_wanted) if raw_wanted else {}
-        # missing on some rank (no gradient yet, a frozen parameter), or empty: not saved
+        # missing on some rank (no gradient yet, a frozen parameter), or empty: not saved; nor
+        # what this rank does not save itself (every rank joins for what any rank saves)
         present = np.isfinite(combined[:, 0]) & (combined[:, 0] > 0)
+        present &= np.fromiter((self.hook.plan_for(plan.name) is not None for _, plan in chosen), bool, len(chosen))
         for pos in raw_wanted:
             if not present[pos]:
                 continue

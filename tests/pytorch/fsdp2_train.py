@@ -126,12 +126,15 @@ def run(scenario, out_base, rank, world):
     reduction_config = smd.ReductionConfig(save_raw_tensor=True) if full_values else smd.ReductionConfig(
         reductions=REDUCTIONS + (["median"] if scenario == "reductions" else []), abs_reductions=REDUCTIONS,
         norms=NORMS, abs_norms=NORMS)
+    # flight: a flight recorder (on the chief only: the one rank that writes), nothing saved by the
+    # save config; every rank must still take part in every step's statistics collectives
+    flight = smd.FlightRecorder(steps=2) if scenario == "flight" else None
     hook = smd.Hook(out_dir=out, include_workers="all" if scenario.endswith("full_all") else "one",
-                    save_config=smd.SaveConfig(save_interval=1), reduction_config=reduction_config,
-                    include_collections=["weights", "biases", "gradients"])
+                    save_config=smd.SaveConfig(save_interval=100 if flight else 1), reduction_config=reduction_config,
+                    include_collections=["weights", "biases", "gradients"], flight_recorder=flight)
     hook.register_module(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    if scenario == "fsdp1_flat":  # nothing saved, nothing to compare (FSDP cannot give its full gradients)
+    if scenario in ("fsdp1_flat", "flight"):  # nothing saved to compare (FSDP v1: no full gradients)
         save_reference = eval_reference = lambda: None
     else:
         save_reference, eval_reference = reference(model, optimizer, rank, out)
@@ -156,7 +159,8 @@ def run(scenario, out_base, rank, world):
     hook.close()
     save_reference()
     with open(os.path.join(out, f"collectives_{rank}.json"), "w") as f:
-        json.dump({"per_step": collectives, "parameters": len(list(model.parameters()))}, f)
+        json.dump({"per_step": collectives, "parameters": len(list(model.parameters())),
+                   "total": hook._sharded.groups.collectives}, f)
     dist.barrier()
 
 

@@ -47,7 +47,7 @@ def launch(base, world, scenarios):
 def runs(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2"), 2,
                   ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat",
-                   "inplace", "tp", "tp_full_all"])
+                   "inplace", "tp", "tp_full_all", "flight"])
 
 
 @pytest.fixture(scope="module")
@@ -237,3 +237,13 @@ def test_only_the_partials_the_saved_reductions_need_are_computed():
     assert columns_needed([("variance", True)]) == ("sum", "sum_abs", "m2_abs")
     row = shard_partials([torch.arange(4.0)], BACKEND, columns_needed([("l1", False)]))[0]
     assert row[PARTIAL_COLUMNS.index("sum_abs")] == 6.0 and np.isnan(row[PARTIAL_COLUMNS.index("m2")])
+
+
+def test_a_flight_recorder_on_the_chief_alone_keeps_every_rank_in_the_collectives(runs):
+    """The recorder exists only where files are written (include_workers="one": the chief)
+    and keeps steps the save config does not save: every rank must still join each step's
+    statistics collective, or the chief would wait for peers that never come."""
+    counts = [json.load(open(runs / "flight" / f"collectives_{rank}.json")) for rank in (0, 1)]
+    # One per step on each rank, counted once the run is closed (issued on the step pipeline).
+    assert counts[0]["total"] == counts[1]["total"] == len(counts[0]["per_step"])
+    assert "not saved from step" not in (runs / "stderr.txt").read_text()  # no collective timed out
