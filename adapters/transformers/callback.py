@@ -64,17 +64,25 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
         self._loss_weight = 1.0  # 1 / gradient_accumulation_steps
 
     def attach(self, model: torch.nn.Module) -> None:
-        """Make the hook (once) and register ``model``, the Trainer's (unwrapped) model."""
+        """Make the hook (once) and watch ``model``, the Trainer's (unwrapped) model. It is
+        registered with the hook later (:meth:`_register`): accelerate may still shard its
+        parameters (FSDP replaces them) when the Trainer prepares it for training."""
         self._build()
         driver = self._active()
         if driver is None or model is None or model is self._model:
             return
         with driver.hook.guard("Transformers attach"):
             self._model = model
-            driver.hook.register_module(model)
             # Ours run before the hook's own: an EVAL step begins before the forward it holds.
             self._handles.append(model.register_forward_pre_hook(self._on_forward_pre, prepend=True))
             self._handles.append(model.register_forward_hook(self._on_forward))
+
+    def _register(self, driver) -> None:
+        """Register the model once the Trainer has prepared it: at the start of training, or
+        at the first evaluation forward of a Trainer that only evaluates."""
+        model = self._model
+        if model is not None and not driver.hook.is_registered(model):
+            driver.hook.register_module(model)
 
     def close(self) -> None:
         """Write the last step, finish the run's files and remove the model hooks (also at exit)."""
@@ -87,6 +95,7 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
         driver = self._active()
         if driver is not None and not module.training:
             with driver.hook.guard("Transformers evaluation forward"):
+                self._register(driver)
                 driver.begin(ModeKeys.EVAL)
 
     def _on_forward(self, module, args, output) -> None:
@@ -102,6 +111,10 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.attach(model)
         self._loss_weight = 1.0 / max(args.gradient_accumulation_steps, 1)
+        driver = self._active()
+        if driver is not None:
+            with driver.hook.guard("Transformers registering the model"):
+                self._register(driver)
 
     def on_step_begin(self, args, state, control, **kwargs):
         driver = self._active()

@@ -23,5 +23,6 @@ if __name__ == "__main__":
     t = trainer([callback], strategy="ddp", devices=2, accumulate_grad_batches=2)
     t.fit(TinyModule(), loader(8))
     callback.close()
-    print(json.dumps({"rank": t.global_rank, "global_step": t.global_step,
-                      "worker": callback.hook.worker_name}), flush=True)
+    # A file per rank (in the working directory): the ranks' stdout lines may interleave.
+    with open(f"report_{t.global_rank}.json", "w") as f:
+        json.dump({"rank": t.global_rank, "global_step": t.global_step, "worker": callback.hook.worker_name}, f)

@@ -21,5 +21,7 @@ if __name__ == "__main__":
                            ddp_backend="gloo")
     trainer.train()
     callback.close()
-    print(json.dumps({"rank": trainer.args.process_index, "global_step": trainer.state.global_step,
-                      "worker": callback.hook.worker_name}), flush=True)
+    # A file per rank: the ranks' stdout lines may interleave.
+    rank = trainer.args.process_index
+    with open(f"report_{rank}.json", "w") as f:
+        json.dump({"rank": rank, "global_step": trainer.state.global_step, "worker": callback.hook.worker_name}, f)

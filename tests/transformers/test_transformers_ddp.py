@@ -22,7 +22,7 @@ def test_each_rank_writes_as_its_worker(tmp_path):
                            "--master_port", port, SCRIPT, str(out)], env=env, cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
-    reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"rank"')]
+    reports = [json.loads((tmp_path / f"report_{rank}.json").read_text()) for rank in (0, 1)]
     # 32 samples, batches of 4 on each of 2 ranks, 2 per optimizer step: 2 steps
     assert sorted((r["rank"], r["worker"], r["global_step"]) for r in reports) == [
         (0, "worker_0", 2), (1, "worker_1", 2)]
