@@ -193,8 +193,8 @@ class ShardGroups:
         return key
 
     def ensure_ranks(self, ranks: Sequence[int]) -> tuple:
-        """The key of one explicit group (FSDP v1: its process group's ranks). Every rank must
-        call this with the groups of every rank, in the same order (see FSDP v1 notes)."""
+        """The key of one explicit group (FSDP v1: its process group's ranks). Its members
+        create it together (local synchronization: other ranks need not take part)."""
         key = ("ranks", tuple(ranks))
         if key in self._failed:
             raise CollectiveFailed(self._failed[key])
@@ -218,11 +218,12 @@ class ShardGroups:
         for row in rows:
             if me in row:
                 my_row = tuple(sorted(row))  # group ranks follow the global ranks' order
-            if len(row) < 2:
-                continue  # a group of one rank exchanges nothing
-            group = dist.new_group(ranks=row, backend="gloo", timeout=COLLECTIVE_TIMEOUT)
-            if me in row:
-                mine = group
+            if len(row) < 2 or me not in row:
+                continue  # a group of one rank exchanges nothing; another row's members make theirs
+            # Only the row's members take part: ranks whose meshes differ (pipeline stages)
+            # never wait on groups they are not in.
+            mine = dist.new_group(ranks=row, backend="gloo", timeout=COLLECTIVE_TIMEOUT,
+                                  use_local_synchronization=True)
         return mine, my_row
 
     def ranks(self, key: tuple) -> Tuple[int, ...]:
