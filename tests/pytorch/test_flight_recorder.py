@@ -374,3 +374,22 @@ def test_two_ddp_workers_each_write_their_steps_and_marker(tmp_path):
         assert found["first_nonfinite"]["module"] == "1"  # the Divide module, inside the DDP wrapper
     assert trial.steps() == [0, 2, 3, 4]  # complete: both workers wrote them
     assert sorted(trial.tensor("gradient/Sequential_0.weight").workers(3)) == ["worker_0", "worker_1"]
+
+
+def test_a_sharded_activations_note_is_this_ranks_part_not_a_dtensor(tmp_path):
+    """Sequence-parallel modules return DTensors: a note keeps this rank's local sum, so
+    reading it when the recorder fires starts no collective on that one rank."""
+    script = (
+        "import os, socket, torch, torch.distributed as dist\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.tensor import DTensor, Shard, distribute_tensor\n"
+        "from smdebug.pytorch.nonfinite import _finite_note\n"
+        "note = _finite_note(distribute_tensor(torch.tensor([1.0, float('nan')]), init_device_mesh('cpu', (1,)), [Shard(0)]))\n"
+        "print(type(note) is torch.Tensor and not isinstance(note, DTensor), bool(torch.isnan(note)))\n"
+        "dist.destroy_process_group()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True"]
