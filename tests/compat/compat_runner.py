@@ -73,3 +73,15 @@ def run_original(python, script, *args, cwd, timeout=180):
 def load_json(path):
     with open(path) as fh:
         return json.load(fh)
+
+
+def ranked_hook(rank, **kwargs):
+    """The numpy hook as worker ``rank`` of a 2-process job (``_distributed_info`` is the
+    adapters' extension point for rank and world size)."""
+    import smdebug as smd
+
+    class RankedHook(smd.Hook):
+        def _distributed_info(self):
+            return rank, 2
+
+    return RankedHook(**kwargs)

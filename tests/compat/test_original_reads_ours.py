@@ -20,7 +20,7 @@ import pytest
 
 import smdebug as smd
 from compat_json import decode_array
-from compat_runner import load_json, run_original
+from compat_runner import load_json, ranked_hook, run_original
 from smdebug.format import layout
 from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
@@ -43,16 +43,6 @@ REDUCED_ONLY = smd.ReductionConfig(reductions=["min", "max", "mean"], norms=["l2
                                    abs_norms=["l1"])
 SHAPES = smd.ReductionConfig(save_shape=True, reductions=["mean"])
 
-
-class RankedHook(smd.Hook):
-    """The numpy hook as one worker of a 2-process job (``_distributed_info`` is the extension point)."""
-
-    def __init__(self, rank, **kwargs):
-        self._rank = rank
-        super().__init__(**kwargs)
-
-    def _distributed_info(self):
-        return self._rank, 2
 
 
 def _dtype_values(rng, g, rank):
@@ -101,7 +91,7 @@ def _step_values(g, mode, rank):
 def write_our_run(run_dir):
     """Write the run; returns what was written: {"steps": {g: (mode, mode_step)}, "values": {(g, worker): {...}}}."""
     hooks = [
-        RankedHook(rank, out_dir=run_dir, save_config=smd.SaveConfig(save_interval=SAVE_INTERVAL),
+        ranked_hook(rank, out_dir=run_dir, save_config=smd.SaveConfig(save_interval=SAVE_INTERVAL),
                    include_workers="all")
         for rank in (0, 1)
     ]

@@ -11,28 +11,18 @@ import numpy as np
 
 import smdebug as smd
 from compat_json import decode_array
-from compat_runner import load_json, run_original
+from compat_runner import load_json, ranked_hook, run_original
 from smdebug.trials import create_trial
 
 FULL = np.arange(15, dtype=np.float32).reshape(3, 5)
 PIECES = {0: (FULL[:2], [0, 0]), 1: (FULL[2:], [2, 0])}
 
 
-class RankedHook(smd.Hook):
-    """The numpy hook as one worker of a 2-process job."""
-
-    def __init__(self, rank, **kwargs):
-        self._rank = rank
-        super().__init__(**kwargs)
-
-    def _distributed_info(self):
-        return self._rank, 2
-
 
 def test_original_reads_each_workers_piece_and_we_reassemble_the_full_tensor(original_python, tmp_path):
     run_dir = tmp_path / "run"
     for rank, (piece, offsets) in PIECES.items():
-        hook = RankedHook(rank, out_dir=str(run_dir), include_workers="all",
+        hook = ranked_hook(rank, out_dir=str(run_dir), include_workers="all",
                           save_config=smd.SaveConfig(save_interval=1))
         assert hook.begin_step()
         hook.save_tensor("w", piece, "weights")

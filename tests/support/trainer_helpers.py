@@ -52,3 +52,17 @@ def run_unmodified(tmp_path, script_text, env_overrides, timeout=240):
                           cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def hook_with_failing_backend(out_dir, **hook_args):
+    """A PyTorch hook saving weights and gradients whose backend raises on every hand-over
+    (an injected fault: the hook must disable itself with one warning, training goes on)."""
+    from smdebug.pytorch import Hook
+
+    hook = Hook(out_dir=str(out_dir), include_collections=["weights", "gradients"], **hook_args)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected fault")
+
+    hook.backend.start_batch = broken
+    return hook

@@ -93,14 +93,9 @@ def test_a_rules_stop_training_stops_the_trainer(tmp_path):
 
 
 def test_a_fault_inside_the_hook_costs_the_capture_not_the_training(tmp_path, caplog):
-    from smdebug.pytorch import Hook
+    from trainer_helpers import hook_with_failing_backend
 
-    hook = Hook(out_dir=str(tmp_path / "run"), include_collections=["weights", "gradients"], **EVERY_STEP)
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("injected fault")
-
-    hook.backend.start_batch = broken
+    hook = hook_with_failing_backend(tmp_path / "run", **EVERY_STEP)
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         trainer = make_trainer(tmp_path, [DebuggerCallback(hook=hook)], train_n=16, eval_n=8)
         trainer.train()
