@@ -161,12 +161,13 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=()) ->
             from .writer.siblings import is_previous_run, job_start_time
 
             # Not what this job's other workers may already have uploaded.
+            siblings = set(siblings)
             job_start = job_start_time() if siblings else float("inf")
             old = []
             for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR,
                         layout.END_OF_JOB_FILE):
                 for path, info in fs.find(join(root, sub), detail=True).items():
-                    if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), set(siblings), job_start):
+                    if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), siblings, job_start):
                         old.append(path)
             if old:
                 fs.rm(old)
