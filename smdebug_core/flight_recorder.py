@@ -236,7 +236,9 @@ class Recorder:
     ``keep`` and ``keep_saved`` are called once per step, in step order, on whichever thread
     finishes steps (the step pipeline's worker or the training thread); ``fire`` from that
     thread (a non-finite value) or another (an exception, a rule's action). One lock makes
-    them safe together. It fires once: the steps before the first trigger are what explains
+    them safe together; the thread finishing a kept step holds it (:attr:`lock`) from
+    keeping the step until its scalars are handed to the writer, so a fire from another
+    thread never writes the whole step between the two (which would file its scalars twice). It fires once: the steps before the first trigger are what explains
     it, and after a NaN every later step is usually NaN too. ``submit(step_data)`` and
     ``write_file(relpath, bytes)`` are the writer's; any failure disables the recorder
     (one warning), never the hook or training.
@@ -248,11 +250,17 @@ class Recorder:
         self.ring = StepRing(config.steps, config.max_bytes)
         self._submit = submit
         self._write_file = write_file
-        self._lock = threading.Lock()
+        # Re-entrant: a step's finisher fires (NaN) while holding it across keep and submit.
+        self._lock = threading.RLock()
         self.enabled = True
         #: the marker written (a dict) once the recorder fired, else None
         self.fired: Optional[Dict[str, Any]] = None
         self._warned_too_large = False
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held by the thread finishing a step across keep, fire and the scalars' submit."""
+        return self._lock
 
     def disable(self, reason: str) -> None:
         """Stop keeping steps after a failure (one warning); the hook saves as configured."""

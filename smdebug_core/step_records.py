@@ -9,6 +9,7 @@ step to the writer (docs/architecture.md, "The data path").
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -100,41 +101,60 @@ class StepRecords:
                 if sm_metric:
                     metrics.append((f"{tag}_{mode.name}", float(array.reshape(-1)[0]), timestamp))
 
-        self._last_identity = identity
-        if flight is not None:
-            if ring_only:
-                # Kept whole (scalars too); now only the scalars are written, as without the recorder.
-                kept = tensors + [(tag, array) for _, tag, array in timed]
-                try:
-                    self._recorder_keep(identity, kept, shapes, flight[1], placements)
-                except Exception as exc:  # noqa: BLE001 - costs the recorder, not the hook: this step is written
-                    self._recorder.disable(f"keeping step {step}: {type(exc).__name__}: {exc}")
-                    ring_only, bad = False, None
+        # A kept step is kept, checked and its scalars submitted under the recorder's lock: a
+        # fire from another thread (a rule, an exception) comes before or after, never between.
+        with self._recorder.lock if flight is not None else contextlib.nullcontext():
+            self._last_identity = identity
+            if flight is not None:
+                if ring_only:
+                    # Kept whole (scalars too); now only the scalars are written, as without the recorder.
+                    kept = tensors + [(tag, array) for _, tag, array in timed]
+                    try:
+                        self._recorder_keep(identity, kept, shapes, flight[1], placements)
+                    except Exception as exc:  # noqa: BLE001 - costs the recorder, not the hook: this step is written
+                        self._recorder.disable(f"keeping step {step}: {type(exc).__name__}: {exc}")
+                        ring_only, bad = False, None
+                    else:
+                        tensors, shapes = tensors[scalars_from[0]:], []
+                        tb_scalars, tb_hists, metrics = tb_scalars[scalars_from[1]:], [], metrics[scalars_from[2]:]
                 else:
-                    tensors, shapes = tensors[scalars_from[0]:], []
-                    tb_scalars, tb_hists, metrics = tb_scalars[scalars_from[1]:], [], metrics[scalars_from[2]:]
+                    self._recorder.keep_saved(identity, flight[1])
+            if metrics:
+                self._write_sm_metrics(metrics, step)
+            if bad:
+                marker = self._recorder.fire("nonfinite", f"{bad[0]} holds NaN or Inf at step {step}", identity, bad,
+                                             flight[1])
+                if ring_only and marker is not None and step in marker["steps_written"]:
+                    tensors, timed = [], []  # its scalars were written with the kept step
+            writer = self.writer
+            if writer is None:
+                if self.dry_run:
+                    logger.info("dry run: step %d (%s %d) would save %d records", step, mode.name, mode_step,
+                                len(tensors) + len(shapes))
+            elif writer.failed is not None:
+                self._pipeline_failure = self._pipeline_failure or (f"writer failed: {writer.failed}", True)
+                writer = None
             else:
-                self._recorder.keep_saved(identity, flight[1])
-        if metrics:
-            self._write_sm_metrics(metrics, step)
+                self._submit_step(writer, identity, tensors, shapes, tb_scalars, tb_hists, timed, placements,
+                                  ring_only)
+        # Outside the lock: a live rule's action may fire the recorder from the rules thread
+        # while this thread waits for its verdict.
         if seen is not None:
             self._notify_listeners(seen)
-        if bad:
-            marker = self._recorder.fire("nonfinite", f"{bad[0]} holds NaN or Inf at step {step}", identity, bad,
-                                         flight[1])
-            if ring_only and marker is not None and step in marker["steps_written"]:
-                tensors, timed = [], []  # its scalars were written with the kept step
-        writer = self.writer
         if writer is None:
-            if self.dry_run:
-                logger.info("dry run: step %d (%s %d) would save %d records", step, mode.name, mode_step,
-                            len(tensors) + len(shapes))
             return
-        if writer.failed is not None:
-            self._pipeline_failure = self._pipeline_failure or (f"writer failed: {writer.failed}", True)
-            return
+        if collections is not None:
+            writer.write_collections(collections)
+        if self._step_counters is not None and not ring_only:
+            # Spot training: a run killed later still resumes after this step.
+            self._save_step_counters(identity)
+
+    def _submit_step(self, writer, identity, tensors, shapes, tb_scalars, tb_hists, timed, placements,
+                     ring_only) -> None:
+        """A finished step's records to the writer; timed scalars as records of their own."""
         from .writer import StepData
 
+        step, mode, mode_step = identity
         if tensors or shapes or not ring_only:  # a step kept by the recorder may have nothing to write now
             writer.submit(StepData(
                 global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
@@ -146,11 +166,6 @@ class StepRecords:
                 global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=[(tag, array)],
                 tb_scalars=[(tag, float(array.reshape(-1)[0]))] if array.size == 1 else [], wall_time=wall_time,
             ), publish=i == len(timed) - 1)
-        if collections is not None:
-            writer.write_collections(collections)
-        if self._step_counters is not None and not ring_only:
-            # Spot training: a run killed later still resumes after this step.
-            self._save_step_counters(identity)
 
     def _emit_one(self, plan: TensorPlan, result: Materialized, strip: bool, out, seen, bad=None) -> None:
         self._emit(plan, result, strip, *out)

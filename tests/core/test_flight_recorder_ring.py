@@ -164,3 +164,46 @@ def test_a_failing_recorder_costs_the_recorder_not_the_run(tmp_path, monkeypatch
     assert "flight recorder disabled after an internal error (keeping step 1: MemoryError: no room)" in caplog.text
     # Step 1 was written rather than lost; afterwards the hook saves as configured.
     assert smd.create_trial(run_dir).tensor("w").steps() == [0, 1]
+
+
+def test_a_fire_from_another_thread_never_lands_between_keeping_a_step_and_writing_its_scalars(tmp_path, caplog):
+    """A rule's dump (another thread) that comes while a kept step is being finished waits for
+    its scalars to reach the writer: each step's scalar is filed once, none is dropped."""
+    import threading
+
+    run_dir = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=run_dir, include_regex=["w"], save_config=smd.SaveConfig(save_interval=100),
+                    flight_recorder=smd.FlightRecorder(steps=3, collections="default"))
+    recorder = hook._recorder
+    keep, rule, fired = recorder.keep, [], []
+
+    def keep_then_fire_elsewhere(identity, *args, **kwargs):
+        keep(identity, *args, **kwargs)
+        if identity[0] == 3:  # the dump runs on its own thread in the window it used to slip into
+            rule.append(threading.Thread(target=lambda: fired.append(hook.dump_flight_recorder("rule", trigger="rule"))))
+            rule[0].start()
+            rule[0].join(0.5)  # it waits for the recorder's lock, held by this thread until the scalars are submitted
+
+    recorder.keep = keep_then_fire_elsewhere
+    for step in range(6):
+        hook.begin_step()  # ends the previous step
+        if rule:
+            rule[0].join(30)
+        hook.record("w", np.arange(3.0) + step)
+        hook.save_scalar("loss", float(step))
+    hook.close()
+    assert fired[0]["trigger"] == "rule" and 3 in fired[0]["steps_written"]
+    trial = smd.create_trial(run_dir)
+    assert [float(trial.tensor("scalar/loss").value(s)) for s in range(6)] == [float(s) for s in range(6)]
+    assert trial.tensor("w").value(3).tolist() == [3.0, 4.0, 5.0]
+    from smdebug.format.codec import decode_tensor_event
+    from smdebug.format.records import iter_records
+
+    names = []  # every tensor record of step 3's event file, by name
+    for root, _, files in os.walk(os.path.join(run_dir, "events")):
+        for name in files:
+            if name.startswith("000000000003_"):
+                with open(os.path.join(root, name), "rb") as fh:
+                    names += [decode_tensor_event(bytes(payload)).tag for payload in iter_records(fh.read())]
+    assert names.count("scalar/loss") == 1 and names.count("w") == 1
+    assert "already published" not in caplog.text
