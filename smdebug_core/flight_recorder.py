@@ -271,6 +271,13 @@ class Recorder:
                 logger.warning("smdebug flight recorder disabled after an internal error (%s); the hook goes on "
                                "saving as configured", reason)
 
+    def close(self) -> None:
+        """The run is ending: a dump in flight on another thread finishes first (the lock),
+        later ones find nothing to write into and return None."""
+        with self._lock:
+            self.enabled = False
+            self.ring.take()
+
     def keep(self, identity: Tuple, step_data, nbytes: int, probe=None) -> None:
         """Keep a step that was not saved normally (``step_data``: a writer StepData)."""
         with self._lock:

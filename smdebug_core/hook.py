@@ -941,6 +941,8 @@ class Hook(StepPlans, StepRecords):
                     close()
             except Exception as exc:  # noqa: BLE001
                 logger.warning("smdebug: step listener %r failed to close: %s", listener, exc)
+        if self._recorder is not None:
+            self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
         if self.writer is not None:
             try:
                 self._write_collections()

@@ -3,6 +3,7 @@ the NaN/Inf check from reductions, and a numpy-hook run end to end (docs/flight_
 import json
 import os
 import random
+import time
 
 import numpy as np
 import pytest
@@ -207,3 +208,33 @@ def test_a_fire_from_another_thread_never_lands_between_keeping_a_step_and_writi
                     names += [decode_tensor_event(bytes(payload)).tag for payload in iter_records(fh.read())]
     assert names.count("scalar/loss") == 1 and names.count("w") == 1
     assert "already published" not in caplog.text
+
+
+def test_close_waits_for_a_dump_in_flight_on_another_thread(tmp_path, caplog):
+    import threading
+
+    run_dir = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=run_dir, include_regex=["w"], save_config=smd.SaveConfig(save_interval=100),
+                    flight_recorder=smd.FlightRecorder(steps=2, collections="default"))
+    for step in range(4):
+        hook.begin_step()
+        hook.record("w", np.arange(3.0) + step)
+    hook.end_step()
+    hook.flush()
+    recorder, inside, markers = hook._recorder, threading.Event(), []
+
+    def slow_dump():  # a rule's dump that is still writing when the training thread closes the hook
+        with recorder.lock:
+            inside.set()
+            time.sleep(0.3)
+            markers.append(recorder.fire("rule", "slow", (3, smd.modes.GLOBAL, 3)))
+
+    rule = threading.Thread(target=slow_dump)
+    rule.start()
+    inside.wait(10)
+    hook.close()
+    rule.join(10)
+    assert markers[0]["steps_written"] == [2, 3]
+    assert smd.create_trial(run_dir).tensor("w").steps() == [0, 2, 3]
+    assert "after close" not in caplog.text
+    assert recorder.fire("rule", "too late", None) is None  # closed: nothing to write into
