@@ -7,7 +7,10 @@ What is a step
     Each batch of a validation loop (``fit``'s validation and ``trainer.validate``) or of
     ``trainer.test`` is one EVAL step; each batch of ``trainer.predict`` one PREDICT step.
     The sanity check's validation batches are not steps (nothing was trained yet). The
-    global step counts the steps of all modes.
+    global step counts the steps of all modes. A validation that Lightning runs in the
+    middle of an optimizer step's accumulation (``val_check_interval`` not a multiple of
+    ``accumulate_grad_batches``) is not captured, with one warning: its EVAL steps would
+    cut that TRAIN step in two.
 
 What is recorded, and when
     * Weights and gradients (collections ``weights``, ``biases``, ``gradients``) in
@@ -78,6 +81,9 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
     def __init__(self, out_dir=None, *, json_config_path=None, hook: Optional[Hook] = None, **hook_kwargs):
         CallbackHook.__init__(self, out_dir, json_config_path=json_config_path, hook=hook, **hook_kwargs)
         self._metrics_before_loop: dict = {}  # trainer.callback_metrics when a validation/test loop started
+        # A validation run inside a half-accumulated optimizer step (set while it runs); warned once.
+        self._validation_skipped = False
+        self._warned_mid_accumulation = False
 
     # --- set-up -----------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -160,21 +166,35 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
     def on_validation_start(self, trainer, pl_module) -> None:
         self._register(trainer)  # trainer.validate() has no fit start
         self._metrics_before_loop = dict(trainer.callback_metrics)
+        driver = self._active()
+        # The hook has one open step: EVAL steps begun now would end the TRAIN step whose
+        # gradients are still accumulating, and the rest of it would become a second TRAIN step.
+        self._validation_skipped = driver is not None and driver.open is not None \
+            and driver.open[0] is ModeKeys.TRAIN
+        if self._validation_skipped and not self._warned_mid_accumulation:
+            self._warned_mid_accumulation = True
+            logger.warning("smdebug: a validation runs in the middle of gradient accumulation (optimizer step %d, "
+                           "accumulate_grad_batches=%s, val_check_interval=%s); it is not captured, so that the "
+                           "TRAIN step stays whole. Validations after a completed optimizer step are captured: make "
+                           "val_check_interval a multiple of accumulate_grad_batches to capture every one",
+                           driver.open[1], trainer.accumulate_grad_batches, trainer.val_check_interval)
 
     def on_test_start(self, trainer, pl_module) -> None:
         self._register(trainer)
         self._metrics_before_loop = dict(trainer.callback_metrics)
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
-        if not trainer.sanity_checking:
+        if not (trainer.sanity_checking or self._validation_skipped):
             self._begin_batch(ModeKeys.EVAL, "on_validation_batch_start")
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        if not trainer.sanity_checking:
+        if not (trainer.sanity_checking or self._validation_skipped):
             self._end_batch(outputs)
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking:
+        if self._validation_skipped:
+            self._validation_skipped = False
+        elif not trainer.sanity_checking:
             self._end_loop("on_validation_end", trainer.callback_metrics)
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:

@@ -254,3 +254,25 @@ def test_the_unified_lightning_packages_trainer_takes_the_same_callback(tmp_path
     assert trial.steps() == [0, 1, 2] and t.global_step == 3
     for step, grad in module.seen.items():
         np.testing.assert_array_equal(trial.tensor("gradient/Unified_net.weight").value(step), grad.numpy())
+
+
+def test_a_validation_in_the_middle_of_gradient_accumulation_leaves_the_train_step_whole(tmp_path, caplog):
+    # Validation every 2 batches, optimizer steps every 4: every other validation runs while an
+    # optimizer step is half accumulated. That TRAIN step stays one step (weights, accumulated
+    # gradients, loss); the validation run inside it is not captured, and says so once.
+    module, t, trial = fit(tmp_path, {"include_collections": ["weights", "biases", "gradients", "losses"]},
+                           accumulate_grad_batches=4, val_batches=1, val_check_interval=2)
+    assert t.global_step == 2
+    train = [s for s in trial.steps() if trial.mode(s).name == "TRAIN"]
+    assert [trial.mode_step(s) for s in train] == [0, 1]
+    for step, params in module.seen.items():
+        for name, (weight, grad) in params.items():
+            np.testing.assert_array_equal(trial.tensor(f"TinyModule_{name}").value(train[step]), weight.numpy())
+            np.testing.assert_array_equal(trial.tensor(f"gradient/TinyModule_{name}").value(train[step]),
+                                          grad.numpy())
+        np.testing.assert_allclose(trial.tensor("loss").value(train[step]),
+                                   np.mean(module.losses[4 * step:4 * step + 4]), rtol=1e-5)
+    # The validations after each complete optimizer step are captured (one batch each).
+    assert [(trial.mode(s).name, trial.mode_step(s)) for s in trial.steps()] == [
+        ("TRAIN", 0), ("EVAL", 0), ("TRAIN", 1), ("EVAL", 1)]
+    assert caplog.text.count("in the middle of gradient accumulation") == 1
