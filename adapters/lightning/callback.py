@@ -4,6 +4,9 @@ What is a step
     One TRAIN step per optimizer step: with ``accumulate_grad_batches=k`` the ``k``
     micro-batches before an optimizer step are one step. A TRAIN step's mode step is
     ``trainer.global_step`` at its start (the index of the optimizer step it ends with).
+    With manual optimization (``automatic_optimization = False``, several optimizers), one
+    TRAIN step per training batch; Lightning counts each optimizer's step in
+    ``global_step``, so two optimizers give mode steps 0, 2, 4, ...
     Each batch of a validation loop (``fit``'s validation and ``trainer.validate``) or of
     ``trainer.test`` is one EVAL step; each batch of ``trainer.predict`` one PREDICT step.
     The sanity check's validation batches are not steps (nothing was trained yet). The

@@ -276,3 +276,54 @@ def test_a_validation_in_the_middle_of_gradient_accumulation_leaves_the_train_st
     assert [(trial.mode(s).name, trial.mode_step(s)) for s in trial.steps()] == [
         ("TRAIN", 0), ("EVAL", 0), ("TRAIN", 1), ("EVAL", 1)]
     assert caplog.text.count("in the middle of gradient accumulation") == 1
+
+
+def test_amp_gradients_are_saved_unscaled(tmp_path):
+    # fp16 AMP with a real GradScaler (Lightning picks bf16 without one on CPU unless given the plugin).
+    from pytorch_lightning.plugins.precision import MixedPrecision
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    module, t, trial = fit(tmp_path, {"include_collections": ["weights", "biases", "gradients"]},
+                           accumulate_grad_batches=2, plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)])
+    assert scaler.get_scale() > 1 and trial.steps() == [0, 1, 2, 3]
+    for step, params in module.seen.items():  # what the optimizer steps with: after unscale_
+        for name, (weight, grad) in params.items():
+            np.testing.assert_array_equal(trial.tensor(f"gradient/TinyModule_{name}").value(step), grad.numpy())
+            np.testing.assert_array_equal(trial.tensor(f"TinyModule_{name}").value(step), weight.numpy())
+
+
+class TwoOptimizers(pl.LightningModule):
+    """Manual optimization with one optimizer per layer, as GANs do: Lightning counts each
+    optimizer's step in ``global_step`` (2 per batch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+        self.seen = {}
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        first, second = self.optimizers()
+        loss = torch.nn.functional.cross_entropy(self.b(torch.relu(self.a(x))), y)
+        first.zero_grad()
+        second.zero_grad()
+        self.manual_backward(loss)
+        self.seen[len(self.seen)] = {n: (p.detach().clone(), p.grad.detach().clone()) for n, p in self.named_parameters()}
+        first.step()
+        second.step()
+        return loss
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.a.parameters(), lr=0.1), torch.optim.SGD(self.b.parameters(), lr=0.1)]
+
+
+def test_two_optimizers_stepped_by_hand_give_one_step_per_batch(tmp_path):
+    module, t, trial = fit(tmp_path, {"include_collections": ["weights", "biases", "gradients", "losses"]},
+                           module=TwoOptimizers())
+    assert t.global_step == 16  # 8 batches, two optimizer steps each
+    assert [(trial.mode(s).name, trial.mode_step(s)) for s in trial.steps()] == [("TRAIN", 2 * i) for i in range(8)]
+    for step, params in module.seen.items():  # both layers' weights before either optimizer stepped
+        for name, (weight, grad) in params.items():
+            np.testing.assert_array_equal(trial.tensor(f"TwoOptimizers_{name}").value(step), weight.numpy())
+            np.testing.assert_array_equal(trial.tensor(f"gradient/TwoOptimizers_{name}").value(step), grad.numpy())
