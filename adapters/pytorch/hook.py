@@ -833,6 +833,7 @@ class Hook(CoreHook):
         else:
             held = [params[index[names[i]]][1] for i in selection.indices]
         grads = [param.grad for param in held]
+        self._pipeline.discard(self._grads_held)  # last step's gradients, freed off this thread
         self._grads_batch = self.start_batch(selection, grads, self.backend)
         self._grads_held = (held, grads)
         self.record_batch(self._grads_batch)
@@ -853,6 +854,7 @@ class Hook(CoreHook):
             held, grads = self._grads_held
             if not any(param.grad is grad for param, grad in zip(held, grads)):
                 return
+        self._pipeline.discard(self._grads_held)
         self._grads_batch, self._grads_held = None, ([], [])
         batch.wait()
 
