@@ -27,7 +27,10 @@ optimizer step; the smdebug end of step happens inside the next one); the first
 each, pooled over rounds, their ratio and the added time per step; and, less sensitive to
 a noisy machine, the median per step of the time spent inside the callback's own events
 on the training thread ("in callback": not the PyTorch hook's module hooks, nor what the
-step pipeline's worker costs the training thread through the GIL). Set-up and the hook's
+step pipeline's worker costs the training thread through the GIL); and the median of the
+training thread's own CPU time per step (``time.thread_time``: what the callback and the
+hook add to that thread's work, not the time it spends waiting for the GIL or for a core,
+so it reads the same on a busy machine). Set-up and the hook's
 ``close()`` are outside the timed steps.
 """
 from __future__ import annotations
@@ -103,10 +106,10 @@ def lightning_fit(width: int, steps: int, callback_factory):
             self.starts = []
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            self.starts.append(time.perf_counter())
+            self.starts.append((time.perf_counter(), time.thread_time()))
 
         def on_train_end(self, trainer, pl_module):
-            self.starts.append(time.perf_counter())
+            self.starts.append((time.perf_counter(), time.thread_time()))
 
     x, y = dataset(width, steps * BATCH)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=BATCH)
@@ -129,10 +132,10 @@ def transformers_fit(width: int, steps: int, callback_factory):
             self.starts = []
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self.starts.append(time.perf_counter())
+            self.starts.append((time.perf_counter(), time.thread_time()))
 
         def on_train_end(self, args, state, control, **kwargs):
-            self.starts.append(time.perf_counter())
+            self.starts.append((time.perf_counter(), time.thread_time()))
 
     class Data(torch.utils.data.Dataset):
         def __init__(self):
@@ -164,8 +167,9 @@ INTEGRATIONS = {"lightning": ("smdebug.lightning", lightning_fit),
                 "transformers": ("smdebug.transformers", transformers_fit)}
 
 
-def step_times(starts, warmup):
-    times = [b - a for a, b in zip(starts, starts[1:])]
+def step_times(starts, warmup, clock=0):
+    """Per-step times from the step starts: wall (``clock=0``) or training-thread CPU (1)."""
+    times = [b[clock] - a[clock] for a, b in zip(starts, starts[1:])]
     return times[warmup:]
 
 
@@ -190,7 +194,7 @@ def timed_events(callback, calls: list):
 
 def callback_time_per_step(starts, calls, warmup):
     """The callback's own time in each timed step (its events between two step starts)."""
-    spans = list(zip(starts, starts[1:]))[warmup:]
+    spans = list(zip([s[0] for s in starts], [s[0] for s in starts[1:]]))[warmup:]
     per_step = [0.0] * len(spans)
     for start, seconds in calls:
         for i, (a, b) in enumerate(spans):
@@ -205,13 +209,14 @@ def bench(integration: str, config: str, width: int, steps: int, rounds: int, wa
 
     smd_module = importlib.import_module(INTEGRATIONS[integration][0])
     fit = INTEGRATIONS[integration][1]
-    base, hooked, own = [], [], []
+    base, hooked, own, base_cpu, hooked_cpu = [], [], [], [], []
     for r in range(rounds):
         # ABBA: which fit of a round runs first alternates (the second of two fits runs warmer)
         for with_callback in ((False, True) if r % 2 == 0 else (True, False)):
             if not with_callback:
                 starts, _ = fit(width, steps, lambda: None)
                 base += step_times(starts, warmup)
+                base_cpu += step_times(starts, warmup, clock=1)
                 continue
             out_dir = os.path.join(work_dir, f"{integration}_{config}_{r}")
             calls: list = []
@@ -219,13 +224,16 @@ def bench(integration: str, config: str, width: int, steps: int, rounds: int, wa
                 lambda: timed_events(smd_module.DebuggerCallback(**callback_kwargs(smd_module, config, out_dir)), calls))
             starts, callback = fit(width, steps, factory)
             hooked += step_times(starts, warmup)
+            hooked_cpu += step_times(starts, warmup, clock=1)
             own += callback_time_per_step(starts, calls, warmup)
             if callback is not None:
                 callback.close()
             shutil.rmtree(out_dir, ignore_errors=True)
     b, h = statistics.median(base), statistics.median(hooked)
+    bc, hc = statistics.median(base_cpu), statistics.median(hooked_cpu)
     return {"integration": integration, "config": config, "base_ms": b * 1e3, "hooked_ms": h * 1e3,
             "ratio": h / b, "added_ms": (h - b) * 1e3, "steps": len(hooked),
+            "cpu_ratio": hc / bc, "cpu_added_ms": (hc - bc) * 1e3,
             "callback_us": statistics.median(own) * 1e6 if own else 0.0}
 
 
@@ -247,13 +255,14 @@ def main():
     print(f"# {args.width}-wide 6-layer MLP, batch {BATCH}, torch threads {args.threads}, {args.rounds} rounds x "
           f"{args.steps} steps (first {args.warmup} of each dropped); median per-step times")
     print(f"{'integration':<13} {'config':<11} {'no callback':>12} {'callback':>10} {'ratio':>6} {'added':>9} "
-          f"{'in callback':>12}")
+          f"{'in callback':>12} {'thread CPU':>11} {'CPU added':>10}")
     try:
         for integration in args.integrations.split(","):
             for config in args.configs.split(","):
                 r = bench(integration, config, args.width, args.steps, args.rounds, args.warmup, work_dir)
                 print(f"{r['integration']:<13} {r['config']:<11} {r['base_ms']:>9.2f} ms {r['hooked_ms']:>7.2f} ms "
-                      f"{r['ratio']:>5.2f}x {r['added_ms']:>+6.2f} ms {r['callback_us']:>9.0f} us", flush=True)
+                      f"{r['ratio']:>5.2f}x {r['added_ms']:>+6.2f} ms {r['callback_us']:>9.0f} us "
+                      f"{r['cpu_ratio']:>10.2f}x {r['cpu_added_ms']:>+7.2f} ms", flush=True)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     return 0

@@ -302,14 +302,14 @@ class Hook(StepPlans, StepRecords):
 
             uploader = None
             if self.out_url is not None:
-                from .writer.uploader import Uploader
+                from .writer.uploader import make_uploader
 
                 # Several workers into one prefix: the chief's end marker waits for the others' uploads.
                 multi = self.include_workers == "all" and self.world_size > 1
                 others = ([f"worker_{r}" for r in range(self.world_size) if r != self.rank]
                           if multi and self.is_chief and self.worker_name == f"worker_{self.rank}" else [])
-                uploader = Uploader(self.out_dir, self.out_url, extra_dirs=remote_extra,
-                                    worker=self.worker_name if multi else None, wait_for_workers=others)
+                uploader = make_uploader(self.out_dir, self.out_url, extra_dirs=remote_extra,
+                                         worker=self.worker_name if multi else None, wait_for_workers=others)
             self.writer = RunWriter(self.out_dir, self.worker_name, tensorboard_dir=self.tensorboard_dir,
                                     uploader=uploader)
             if flight_recorder is not None:

@@ -61,10 +61,46 @@ RETRY_BUDGET_ENV = "SMDEBUG_UPLOAD_RETRY_BUDGET"
 CLOSE_TIMEOUT_ENV = "SMDEBUG_UPLOAD_CLOSE_TIMEOUT"
 MAX_SPOOL_ENV = "SMDEBUG_SPOOL_MAX_BYTES"
 CONCURRENCY_ENV = "SMDEBUG_UPLOAD_CONCURRENCY"
+#: Set to 1 to upload from a thread of the training process instead of a process of its own.
+IN_PROCESS_ENV = "SMDEBUG_UPLOAD_IN_PROCESS"
 
 
 def sync_command(spool: str, url: str) -> str:
     return f"smdebug-sync {spool} {url}"
+
+
+def spool_limit(max_spool_bytes: Optional[int] = None) -> int:
+    """Bytes the spool may hold not yet uploaded: the argument, else ``$SMDEBUG_SPOOL_MAX_BYTES`` or 8 GiB."""
+    return int(env_nonnegative_float(MAX_SPOOL_ENV, DEFAULT_MAX_SPOOL_BYTES)
+               if max_spool_bytes is None else max_spool_bytes)
+
+
+def warn_spool_full(uploader) -> None:
+    logger.warning("smdebug: the spool %s holds %d MiB not yet uploaded to %s (limit %d MiB, %s); new steps are "
+                   "skipped until the upload catches up", uploader.spool, uploader.pending_bytes >> 20,
+                   uploader.url, uploader.max_spool_bytes >> 20, MAX_SPOOL_ENV)
+
+
+def warn_left_behind(reason: str, spool: str, url: str) -> None:
+    logger.warning("smdebug: %s. The rest of the run is in the spool %s; finish the upload with: %s",
+                   reason, spool, sync_command(spool, url))
+
+
+def make_uploader(spool: str, url: str, **kwargs):
+    """The uploader of a hook's spool: in a process of its own (upload_process.py) unless
+    the store lives in this process (``memory://``) or ``$SMDEBUG_UPLOAD_IN_PROCESS`` is set;
+    then (or if the process cannot start) a thread of this one. Same interface either way."""
+    from .. import remote
+
+    url = remote.normalize_url(url)
+    if url.split("://", 1)[0] != "memory" and os.environ.get(IN_PROCESS_ENV, "") in ("", "0"):
+        from .upload_process import UploaderProcess
+
+        try:
+            return UploaderProcess(spool, url, **kwargs)
+        except OSError as exc:  # no fork/exec here (a sandbox): upload from a thread instead
+            logger.info("smdebug: uploading from this process (could not start an upload process: %s)", exc)
+    return Uploader(spool, url, **kwargs)
 
 
 class _GaveUp(Exception):
@@ -96,8 +132,7 @@ class Uploader:
         self.concurrency = int(concurrency or env_nonnegative_float(CONCURRENCY_ENV, DEFAULT_CONCURRENCY)) or 1
         self.retry_budget_s = (env_nonnegative_float(RETRY_BUDGET_ENV, DEFAULT_RETRY_BUDGET_S)
                                if retry_budget_s is None else float(retry_budget_s))
-        self.max_spool_bytes = int(env_nonnegative_float(MAX_SPOOL_ENV, DEFAULT_MAX_SPOOL_BYTES)
-                                   if max_spool_bytes is None else max_spool_bytes)
+        self.max_spool_bytes = spool_limit(max_spool_bytes)
         self.extra_dirs = list(extra_dirs)
         self.worker = worker
         self.wait_for_workers = list(wait_for_workers)
@@ -138,10 +173,7 @@ class Uploader:
         full = self._backlog_bytes > self.max_spool_bytes
         if full and not self._warned_full:
             self._warned_full = True
-            logger.warning(
-                "smdebug: the spool %s holds %d MiB not yet uploaded to %s (limit %d MiB, %s); new steps are "
-                "skipped until the upload catches up", self.spool, self._backlog_bytes >> 20, self.url,
-                self.max_spool_bytes >> 20, MAX_SPOOL_ENV)
+            warn_spool_full(self)
         return full
 
     @property
@@ -294,8 +326,7 @@ class Uploader:
             if self._warned_left:
                 return
             self._warned_left = True
-        logger.warning("smdebug: %s. The rest of the run is in the spool %s; finish the upload with: %s",
-                       self._gave_up, self.spool, sync_command(self.spool, self.url))
+        warn_left_behind(self._gave_up, self.spool, self.url)
 
     def _take(self) -> Tuple[List[Tuple[str, int]], bool]:
         with self._cond:

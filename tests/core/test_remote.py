@@ -450,3 +450,56 @@ def test_endpoint_and_credentials_from_an_aws_profile(endpoint, bucket, tmp_path
     hook.close()
     assert hook.writer is None or hook.writer.uploader.gave_up is None
     assert create_trial(url).steps() == [0, 1, 2]
+
+
+def test_uploads_run_in_a_process_of_their_own_and_outlive_a_killed_training_process(endpoint, bucket, tmp_path):
+    """The uploader is a child process (the training process keeps its GIL). A training
+    process killed without close(): the child sees its pipe close and uploads every step
+    that was published; the end marker is not there (the run did not end)."""
+    from smdebug.writer.upload_process import UploaderProcess
+
+    url = f"s3://{bucket}/killed"
+    hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
+    assert isinstance(hook.writer.uploader, UploaderProcess)
+    hook.close()
+
+    script = tmp_path / "train_and_die.py"
+    script.write_text(
+        "import os, time, numpy as np, smdebug as smd\n"
+        f"hook = smd.Hook(out_dir={url + '2'!r}, save_config=smd.SaveConfig(save_interval=1))\n"
+        "for step in range(5):\n"
+        "    hook.begin_step()\n"
+        "    hook.save_tensor('w', np.full(3, step, dtype=np.float32), 'weights')\n"
+        "    hook.end_step()\n"
+        "hook.writer.publish()\n"
+        "time.sleep(1.0)  # the steps are in the spool; the slow store has not taken them all\n"
+        "print('pending', hook.writer.uploader.pending_bytes, flush=True)\n"
+        "os._exit(3)  # killed: no close(), no atexit\n")
+    proxy = SlowProxy(endpoint.port, delay=0.3)  # every request takes >= 0.3 s
+    try:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AWS_ENDPOINT_URL": proxy.url}
+        done = subprocess.run([sys.executable, str(script)], env=env, timeout=120, capture_output=True, text=True)
+        assert done.returncode == 3, done.stderr
+        assert int(done.stdout.split("pending")[1]) > 0  # the process died with uploads to do
+        deadline = time.monotonic() + 60
+        while True:
+            found = endpoint.client().list_objects_v2(Bucket=bucket, Prefix="killed2/").get("Contents", [])
+            if len([o for o in found if "/index/" in o["Key"]]) == 5 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        proxy.close()
+    trial = create_trial(url + "2")
+    assert trial.steps() == [0, 1, 2, 3, 4] and trial.tensor("w").value(4).tolist() == [4.0, 4.0, 4.0]
+    assert not trial.training_ended()
+
+
+def test_in_process_uploads_on_request(endpoint, bucket, monkeypatch):
+    from smdebug.writer.uploader import Uploader
+
+    monkeypatch.setenv("SMDEBUG_UPLOAD_IN_PROCESS", "1")
+    hook = smd.Hook(out_dir=f"s3://{bucket}/thread", save_config=smd.SaveConfig(save_interval=1))
+    assert type(hook.writer.uploader) is Uploader
+    _train(hook, 3)
+    hook.close()
+    assert create_trial(f"s3://{bucket}/thread").steps() == [0, 1, 2]
