@@ -869,12 +869,15 @@ class StepSession(StepPlans, StepRecords):
         """Whether the run's collections file was written (its worker name is fixed then)."""
         return self._collections_written
 
-    def adopt_worker(self, worker: Worker) -> bool:
-        """Write as ``worker`` from now on (a distribution strategy met after construction);
-        False, keeping the current name, once something was written under it."""
+    def adopt_worker(self, worker: Worker, include_workers: Optional[str] = None) -> bool:
+        """Write as ``worker`` from now on (a distribution strategy met after construction),
+        and with ``include_workers`` if given; False, changing nothing, once something was
+        written under the current name."""
         if self._collections_written or self.global_step >= 0:
             return False
         self.rank, self.world_size, self.worker_name = worker
+        if include_workers is not None:
+            self.include_workers = include_workers
         self.is_chief = self.rank == 0
         if self.writer is not None:
             self.writer.worker = worker.name  # only names the collections file, not yet written
