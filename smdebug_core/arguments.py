@@ -112,5 +112,6 @@ def takes_hook_arguments(cls):
     self_param = next(iter(inspect.signature(init).parameters.values()))
     own = [p for p in inspect.signature(init).parameters.values() if p.kind is p.KEYWORD_ONLY]
     init.__signature__ = core.replace(parameters=[self_param, *core.parameters.values(), *own])
-    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n    Hook arguments (shared by every framework's hook):\n" + _ARGS_DOC
+    shared = "\n\n    Hook arguments (shared by every framework's hook):\n" + _ARGS_DOC
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + shared
     return cls

@@ -25,12 +25,20 @@ from .backend import NumpyBackend, TensorBackend
 from .collections import NUMPY_PROFILE, Collection, CollectionManager, FrameworkProfile, describe_object
 from .contract import Worker
 from .exceptions import ConfigError, OutDirError
-from .modes import ModeKeys
 from .save_config import SaveConfig
 from .reduction_config import ReductionConfig
-from .session import CLOSE_TIMEOUT_S, StepSession, never_raises  # noqa: F401 - re-exported for adapters
+from .session import StepSession
 
-__all__ = ["Hook", "takes_hook_arguments", "never_raises", "get_hook", "set_hook", "del_hook"]
+__all__ = ["Hook", "takes_hook_arguments", "get_hook", "set_hook", "del_hook"]
+
+
+def _doc_of(method):
+    """The session's docstring on the hook's method that forwards to it (one text, one place)."""
+    def wrap(fn):
+        fn.__doc__ = method.__doc__
+        return fn
+
+    return wrap
 
 
 def _session_view(name: str, doc: str) -> property:
@@ -173,22 +181,21 @@ class Hook:
             hook.session.include(name)
         return hook
 
+    @_doc_of(StepSession.collections_json)
     def collections_json(self) -> bytes:
-        """The collections file: every collection with its resolved configs (docs/format.md 4.3)."""
         return self._session.collections_json()
 
+    @_doc_of(StepSession.seen_tensor_names)
     def seen_tensor_names(self) -> List[str]:
-        """Every tensor name this hook was offered so far (saved or not), in order of first
-        sight: the names to match when a collection's regex saves nothing."""
         return self._session.seen_tensor_names()
 
     # --- steps and values ------------------------------------------------------------------
+    @_doc_of(StepSession.set_mode)
     def set_mode(self, mode) -> None:
-        """Switch to TRAIN, EVAL, PREDICT or GLOBAL; each mode counts its own steps from 0."""
         self._session.set_mode(mode)
 
+    @_doc_of(StepSession.begin_step)
     def begin_step(self, step: Optional[int] = None) -> bool:
-        """Start the next step (or step ``step``); returns whether anything is saved in it."""
         return self._session.begin_step(step)
 
     def end_step(self) -> None:
@@ -196,22 +203,16 @@ class Hook:
         Its values are reduced and written off the training thread."""
         self._session.end_step()
 
+    @_doc_of(StepSession.record)
     def record(self, name: str, value, backend: Optional[TensorBackend] = None) -> bool:
-        """Offer a tensor for the current step; returns whether it will be saved."""
         return self._session.record(name, value, backend)
 
+    @_doc_of(StepSession.save_tensor)
     def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
-        """Save a tensor you computed yourself, in the given collection(s) (they become included)."""
         self._session.save_tensor(tensor_name, tensor_value, collections_to_write)
 
+    @_doc_of(StepSession.save_scalar)
     def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: Optional[float] = None) -> None:
-        """Save a scalar as ``scalar/<name>`` in the current step, whatever the save config.
-
-        With ``sm_metric=True`` it is also written to SageMaker Metrics when
-        ``SAGEMAKER_METRICS_DIRECTORY`` is set. ``timestamp`` (seconds since the epoch) is
-        stored as the record's ``wall_time`` in the event file and in TensorBoard, as in
-        1.0.34; by default the time the step is written.
-        """
         self._session.save_scalar(name, value, sm_metric=sm_metric, timestamp=timestamp)
 
     # --- rules, stopping, the flight recorder -------------------------------------------------
@@ -225,30 +226,19 @@ class Hook:
 
         return attach_rule(self, rule, actions=actions, **kwargs)
 
+    @_doc_of(StepSession.add_step_listener)
     def add_step_listener(self, listener) -> None:
-        """Call ``listener(StepValues)`` after every saved step, on the training thread.
-
-        Listeners must return quickly (hand the values to their own thread); an exception
-        in a listener is logged once and the listener removed. Live rules use this.
-        """
         self._session.add_step_listener(listener)
 
     def remove_step_listener(self, listener) -> None:
         self._session.remove_step_listener(listener)
 
+    @_doc_of(StepSession.request_stop)
     def request_stop(self, reason: str) -> None:
-        """Ask the adapter to end training at the next step boundary (rules' StopTraining)."""
         self._session.request_stop(reason)
 
+    @_doc_of(StepSession.dump_flight_recorder)
     def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual") -> Optional[dict]:
-        """Write the flight recorder's kept steps and its marker now; returns the marker (a
-        dict), or None when there is no recorder or it already fired.
-
-        ``trigger`` names why in the marker (``"manual"``, ``"rule"``, ``"exception"``).
-        Rules' :class:`~smdebug.rules.DumpFlightRecorder` action calls it. Safe from any
-        thread; from the training thread with ``trigger="exception"`` the open step is
-        ended first, so that the step that failed is written too.
-        """
         return self._session.dump_flight_recorder(reason, trigger)
 
     def step_failed(self) -> None:
@@ -259,24 +249,16 @@ class Hook:
         self._session.step_failed()
 
     # --- fail-open policy and lifecycle ------------------------------------------------------
+    @_doc_of(StepSession.guard)
     def guard(self, where: str):
-        """The one fail-open policy, for a block: ``with hook.guard("on_epoch_end"): ...``.
-
-        An exception inside disables the hook with one warning naming ``where`` and is not
-        raised into training (``never_raises`` does the same for a whole method)."""
         return self._session.guard(where)
 
+    @_doc_of(StepSession.disable)
     def disable(self, reason: str, already_reported: bool = False) -> None:
-        """Stop capturing for the rest of the run (training goes on). Logs once."""
         self._session.disable(reason, already_reported)
 
+    @_doc_of(StepSession.flush)
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every step ended so far is finished and on disk (its files published).
-
-        Steps are finished on the step pipeline's thread and written by the writer thread in
-        batches; call this before reading a run that is still training. Returns False if
-        ``timeout`` (seconds) passed first or the hook failed.
-        """
         return self._session.flush(timeout)
 
     def close(self) -> None:

@@ -846,28 +846,13 @@ class StepSession(StepPlans, StepRecords):
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called."""
         return self._closed
-
-    @property
-    def lock(self) -> threading.RLock:
-        """The lock that guards the open step's records (adapters holding their own step
-        state across threads take it too, never while waiting for the pipeline)."""
-        return self._lock
 
     @property
     def recorder(self) -> Optional[Recorder]:
         """The flight recorder of this worker (None: not configured, or this worker writes nothing)."""
         return self._recorder
-
-    @property
-    def on_worker_thread(self) -> bool:
-        """Whether the caller runs on the step pipeline's worker (not the training thread)."""
-        return self._pipeline.on_worker_thread
-
-    @property
-    def collections_written(self) -> bool:
-        """Whether the run's collections file was written (its worker name is fixed then)."""
-        return self._collections_written
 
     def adopt_worker(self, worker: Worker, include_workers: Optional[str] = None) -> bool:
         """Write as ``worker`` from now on (a distribution strategy met after construction),

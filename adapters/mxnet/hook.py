@@ -48,7 +48,7 @@ from smdebug.contract import Worker
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as core_get_hook
-from smdebug.hook import never_raises
+from smdebug.session import never_raises
 from smdebug.logger import get_logger
 
 from .backend import MXNetBackend
@@ -244,7 +244,9 @@ class Hook(CoreHook):
         self._synced_key = self._sync_key()
 
     def _sync_key(self):
-        return (self._session.collection_manager.version, tuple(self._session.include_collections), id(self.model), len(self._losses))
+        session = self._session
+        return (session.collection_manager.version, tuple(session.include_collections), id(self.model),
+                len(self._losses))
 
     def _blind_blocks(self) -> List[gluon.Block]:
         """Hooked blocks whose hooks MXNet skips: descendants of a hybridized block."""

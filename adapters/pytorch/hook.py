@@ -1,4 +1,4 @@
-"""The PyTorch hook: module, loss and optimizer hooks that feed the core Hook.
+"""The PyTorch hook: module, loss and optimizer hooks that feed its step session.
 
 What is a step
     A step starts at the forward pre-hook of a registered top-level module; the first
@@ -55,7 +55,7 @@ from smdebug.contract import Worker
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as _core_get_hook
-from smdebug.hook import never_raises
+from smdebug.session import never_raises
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
@@ -568,28 +568,30 @@ class Hook(CoreHook):
 
     @never_raises("forward pre-hook")
     def _root_forward_pre(self, module) -> None:
+        session = self._session
         mode = self._user_mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
-        if mode is not self._session.mode:
-            self._session.set_mode(mode)  # not the user's: module.training may change it back
-        elif self.step_by_optimizer and mode in _TRAINING_MODES and self._session.step_open and not self._optimizer_stepped:
+        if mode is not session.mode:
+            session.set_mode(mode)  # not the user's: module.training may change it back
+        elif self.step_by_optimizer and mode in _TRAINING_MODES and session.step_open and not self._optimizer_stepped:
             return  # the same optimizer step goes on (gradient accumulation, several forwards)
         self._optimizer_stepped = False
         self._fence_gradients(before_backward=True)
         self.begin_step()
         if self._sharded.due():
-            if self._session.mode not in _TRAINING_MODES:  # no gradients, no optimizer step: all of it now
+            if session.mode not in _TRAINING_MODES:  # no gradients, no optimizer step: all of it now
                 self._sharded.capture(with_gradients=False)
             else:
                 self._sharded.start_weights()
-        if self._session.saving_step or self._capture_handles:
+        if session.saving_step or self._capture_handles:
             self._sync_capture_hooks()
-            if self._session.saving_step:
+            if session.saving_step:
                 # Weights are read on the pipeline's worker during this forward and backward;
                 # in an optimizer step they are filed (and fenced) before optimizer.step().
-                self._start_weights(file_now=not (self.step_by_optimizer and self._session.mode in _TRAINING_MODES))
+                self._start_weights(file_now=not (self.step_by_optimizer and session.mode in _TRAINING_MODES))
 
     @never_raises("optimizer pre-step hook")
     def _on_optimizer_pre_step(self, optimizer, args, kwargs) -> None:
+        session = self._session
         if self.step_owner is not None or not self._owns(optimizer):
             return
         if not self.step_by_optimizer:
@@ -597,11 +599,12 @@ class Hook(CoreHook):
             logger.debug("smdebug: %s updates the registered model; a TRAIN step is now one optimizer step",
                          type(optimizer).__name__)
             self._sync_capture_hooks()  # gradients are read here from now on
-        if self._session.saving_step and self._session.step_open and self._session.mode in _TRAINING_MODES and not self._optimizer_stepped:
+        if session.saving_step and session.step_open and session.mode in _TRAINING_MODES \
+                and not self._optimizer_stepped:
             self._capture_parameters(with_gradients=True)
         else:
             self._fence_weights()
-        if self._session.mode in _TRAINING_MODES and self._sharded.due():
+        if session.mode in _TRAINING_MODES and self._sharded.due():
             self._sharded.capture(with_gradients=True)
 
     @never_raises("optimizer post-step hook")
@@ -681,6 +684,7 @@ class Hook(CoreHook):
         something changes them in place before the forward ends (``nn.ReLU(inplace=True)``
         after a Linear does), that module's tensors are always copied at once.
         """
+        session = self._session
         tensors = (value,) if isinstance(value, torch.Tensor) else tensor_leaves(value, [])
         if not tensors:
             return
@@ -693,11 +697,12 @@ class Hook(CoreHook):
         self._tensor_counts[key] = first + len(tensors)
         for i, tensor in enumerate(tensors, first):
             tname = f"{key}{i}"
-            if self._session.record(tname, tensor, self._session.backend) and deferrable is None and not tensor.is_inference():
+            if session.record(tname, tensor, session.backend) and deferrable is None and not tensor.is_inference():
                 self._observed.append((key, tensor, tensor._version))
 
     def _copy_deferred(self) -> None:
         """The end of a forward pass: name the noted module tensors and copy them in one batch."""
+        session = self._session
         if self._observed:
             changed = {key for key, tensor, version in self._observed if tensor._version != version}
             for key, _, _ in self._observed:
@@ -715,8 +720,8 @@ class Hook(CoreHook):
                 counts[key] = counts.get(key, 0) + 1
         else:
             names, tensors = self._name_deferred(deferred, keys)
-        selection = self._session.selection(names)
-        self._session.record_batch(self._session.start_batch(selection, [tensors[i] for i in selection.indices], self._session.backend))
+        selection = session.selection(names)
+        session.record_batch(session.start_batch(selection, [tensors[i] for i in selection.indices], session.backend))
 
     def _name_deferred(self, deferred, keys: tuple) -> Tuple[tuple, list]:
         """Name the noted tensors of a forward, dropping those changed in place since their

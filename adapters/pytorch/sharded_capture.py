@@ -182,8 +182,9 @@ class ShardedCapture:
         """Whether this step's sharded parameters are still to be reduced. The same answer on
         every rank (the save configuration and step counters are), whether this rank writes
         or not: all ranks take part in the collectives."""
-        return bool(self.params) and self.session.enabled and self.session.step_open and self.session.step_saves_somewhere \
-            and self._step != self.session.global_step
+        session = self.session
+        return bool(self.params) and session.enabled and session.step_open and session.step_saves_somewhere \
+            and self._step != session.global_step
 
     def capture(self, with_gradients: bool, reread_weights: bool = False) -> None:
         """Reduce this step's sharded weights (and gradients) from their shards and record them.
@@ -217,10 +218,12 @@ class ShardedCapture:
         try:
             yield
         except CollectiveFailed as exc:  # the peers are gone or out of step: issue no more collectives
-            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.session.global_step, exc)
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.session.global_step,
+                           exc)
             self.params, self.names, self.inflight = [], (), None
         except Exception as exc:  # noqa: BLE001 - record nothing more, but keep joining the peers' collectives
-            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s", self.session.global_step,
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s",
+                           self.session.global_step,
                            type(exc).__name__, exc)
             self._muted, self.inflight = True, None
 

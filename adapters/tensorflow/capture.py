@@ -179,7 +179,7 @@ class _Variant:
     def read_reduced(self, selected, skip, session):
         """After a REDUCE step: ``(count, complete, partial)`` from one read of ``vector``,
         the reductions of the selected names not in ``skip``. ``complete`` is ``(block,
-        values)`` for :meth:`Hook.record_reduced` (the tensors whose plans get every
+        values)`` for :meth:`StepSession.record_reduced` (the tensors whose plans get every
         reduction they ask for; the block is laid out once per selection), or None;
         ``partial`` holds ``(name, ReducedValue)`` for a plan with keys the layout lacks
         (configuration changed within the step): those are left out, never made up."""
@@ -472,7 +472,7 @@ class GraphCapture:
         ``extra`` ``(name, eager tensor)`` pairs read earlier in the step (the tracked variables).
 
         A REDUCE variant's reductions come from one eager read of its vector, and go to the
-        hook as they are (:meth:`Hook.record_reduced`). Everything
+        session as they are (:meth:`StepSession.record_reduced`). Everything
         else (``extra``, COPY variants, the WHOLE tensors of REDUCE variants) is read by one
         call of a cached :class:`_StepReader`, which reads those stashes and counters and
         computes their reductions; its reductions and counters come to the host in one

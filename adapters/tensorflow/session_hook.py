@@ -188,7 +188,7 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
 
     def end(self, session):
         """End of the MonitoredSession: publish what was saved (``close()`` ends the run)."""
-        if self._session.enabled and self._session.writes_files:
+        if self._session.enabled:
             self.end_step()
             self._session.publish()
 

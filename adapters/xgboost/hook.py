@@ -1,4 +1,4 @@
-"""The XGBoost hook: a core Hook that is also an ``xgboost.callback.TrainingCallback``.
+"""The XGBoost hook: a ``smdebug.Hook`` that is also an ``xgboost.callback.TrainingCallback``.
 
 Pass it in ``callbacks=[hook]`` to ``xgb.train`` / ``xgb.cv`` or to a scikit-learn
 estimator (``XGBClassifier(callbacks=[hook])``). Each boosting round is one step: the

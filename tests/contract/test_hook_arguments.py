@@ -104,7 +104,8 @@ def test_an_adapter_that_breaks_the_contract_fails_at_construction(tmp_path):
             pass
 
     assert "on_step_failed" in ADAPTER_CALLBACKS
-    with pytest.raises(TypeError, match=r"Partial is not a smdebug adapter: it lacks the callbacks \['on_step_failed'\]"):
+    with pytest.raises(TypeError, match=r"Partial is not a smdebug adapter: it lacks the callbacks "
+                                        r"\['on_step_failed'\]"):
         StepSession(Partial(), HookArguments(out_dir=str(tmp_path / "c")))
     assert not (tmp_path / "c").exists()  # refused before touching the disk
 
@@ -117,3 +118,22 @@ def test_an_adapter_that_breaks_the_contract_fails_at_construction(tmp_path):
 
     with pytest.raises(TypeError, match="materialize"):
         Incomplete()
+
+
+def test_adapters_call_only_the_declared_session_surface():
+    """Every adapter reaches the core through its session's declared surface
+    (``smdebug.contract.SessionSurface``), never through the session's other members."""
+    import pathlib
+    import re
+
+    from smdebug.contract import SESSION_MEMBERS
+
+    package = pathlib.Path(smd.__file__).parent
+    calls = re.compile(r"(?:self\._session|self\.session|hook\._session|hook\.session|(?<![\w.`])session)\.(\w+)")
+    undeclared = {}
+    for framework in ("pytorch", "tensorflow", "xgboost", "mxnet", "lightning", "transformers"):
+        for path in sorted((package / framework).glob("*.py")):
+            for name in calls.findall(path.read_text()):
+                if name not in SESSION_MEMBERS:
+                    undeclared.setdefault(name, set()).add(f"{framework}/{path.name}")
+    assert not undeclared, undeclared

@@ -119,7 +119,8 @@ def test_reductions_computed_by_the_adapter_are_written_as_handed_over(tmp_path)
     assert block.tags == plan.reduction_tags
     assert hook.session.record_reduced(block, [np.float64(-1.5), np.float64(2.0), np.float64(7.25)]) == 1
     hook.begin_step()
-    hook.session.record_reduced(hook.session.reduced_block([(hook.session.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
+    session = hook.session
+    session.record_reduced(session.reduced_block([(session.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
     hook.record("net.weight", np.full((3, 4), 5.0))  # the same name again in the step: the last value is kept
     hook.close()
     t = create_trial(str(tmp_path / "run")).tensor("net.weight")
