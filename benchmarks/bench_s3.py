@@ -116,7 +116,7 @@ def _write_run(url, steps, tensors, size):
         for i, a in enumerate(arrays):
             hook.save_tensor(f"t{i}", a, "weights")
         hook.end_step()
-    uploader = hook.writer.uploader
+    uploader = hook.session.writer.uploader
     t0 = time.perf_counter()
     hook.close()
     return uploader.stats, time.perf_counter() - t0

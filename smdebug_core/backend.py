@@ -1,4 +1,4 @@
-"""The contract between the core Hook and a framework's tensors.
+"""The contract between the step session and a framework's tensors.
 
 An adapter gives the hook a :class:`TensorBackend` for its tensor type. Two ways in:
 

@@ -84,7 +84,7 @@ PARAMETER_REGEXES = {
     K.GRADIENTS: (r"^gradient",),
 }
 
-#: The core Hook's (numpy arrays saved by hand); adapters declare their own.
+#: smd.Hook's (numpy arrays saved by hand); adapters declare their own.
 NUMPY_PROFILE = FrameworkProfile(
     "numpy", {**PARAMETER_REGEXES, K.LOSSES: (r"[Ll]oss",)}, (K.LOSSES,), extra_collections=(K.SCALARS,)
 )

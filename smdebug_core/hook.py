@@ -1,145 +1,58 @@
-"""The core Hook: steps and modes, the per-step save plan, hand-over of tensors, end of step.
+"""The user-facing hook: a thin facade over the step session it owns.
 
-It knows no framework. An adapter subclasses it, supplies a :class:`TensorBackend` for its
-tensor type, and calls, from the framework's own hooks (docs/architecture.md):
+``smd.Hook`` (numpy values, custom loops) and every framework's hook (``smdebug.pytorch.Hook``,
+``KerasHook``, ``SessionHook``, ...) are :class:`Hook`. A hook
 
-* :meth:`Hook.begin_step` when an iteration starts (it ends the previous step);
-* :meth:`Hook.selection` + :meth:`Hook.start_batch` + :meth:`Hook.record_batch` to hand
-  over a batch of tensors (the hot path: references only; the backend reduces them on the
-  step pipeline's worker, or at once for small batches), and ``batch.wait()`` before
-  anything may change them (the adapter's fence);
-* :meth:`Hook.record` for a tensor on its own (copied if it may change before the step ends);
-* :meth:`Hook.reduced_block` + :meth:`Hook.record_reduced` for reductions the adapter
-  computed itself (TensorFlow's compiled step);
-* :meth:`Hook.end_step` (optional: the next ``begin_step`` or ``close`` does it).
-
-A saved step's records are made in recording order (:meth:`Hook._finish_step`, in
-step_records.py) and handed to the writer thread, which encodes and writes them. Training waits for neither, except at
-fences and for live rules. A failure inside the hook never reaches training: it logs one
-warning and disables the hook (:meth:`Hook.guard`, :func:`never_raises`); one tensor the
-backend cannot handle costs that tensor.
+* is the **adapter** of its session (``smdebug.contract.Adapter``): it names its framework,
+  makes its tensor backend, says which worker it is, and reacts to the session's few step
+  events. ``Hook`` implements them for numpy values; a framework's hook overrides those it
+  needs and builds its own state *before* ``Hook.__init__`` builds the session;
+* **owns** a :class:`~smdebug.session.StepSession` (``hook.session``), built from the hook
+  arguments (``smdebug.arguments.HookArguments``, their one definition), which holds the
+  run's state and machinery. Adapters drive it through its declared surface
+  (``smdebug.contract.SessionSurface``);
+* forwards the **public API** below to it, explicitly (what users and rules call).
 """
 from __future__ import annotations
 
 import atexit
-import functools
-import inspect
-import json
-import math
-import os
-import threading
-import time
 import weakref
-from typing import Dict, List, Optional, Sequence, Tuple
-
-import numpy as np
+from typing import Dict, List, Optional
 
 from . import config as cfg
-from . import remote
+from .arguments import HookArguments, takes_hook_arguments
 from .backend import NumpyBackend, TensorBackend
-from .collections import (
-    NUMPY_PROFILE, RAW_ONLY_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
-    Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list, describe_object,
-)
-from .contract import check_adapter
+from .collections import NUMPY_PROFILE, Collection, CollectionManager, FrameworkProfile, describe_object
+from .contract import Worker
 from .exceptions import ConfigError, OutDirError
-from .flight_recorder import MARKER_DIR, FlightRecorder, Recorder, step_nbytes
-from .logger import get_logger
-from .modes import ModeKeys
-from .pipeline import StepPipeline
-from .plans import PreparedCollection, StepPlans
-from .reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig
-from .rules.stop_protocol import STOP_REQUEST_FILE, StopRequestPoller
-from .run_files import StepCounters, prepare_out_dir
 from .save_config import SaveConfig
-from .step import ReducedBlock, Selection, StepValues, TensorBatch, TensorPlan
-from .step_records import StepRecords
+from .reduction_config import ReductionConfig
+from .session import StepSession
 
-logger = get_logger()
-
-# Left by rules in a run directory; removed with the run on overwrite.
-_RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE, MARKER_DIR)
-#: Longest close() waits for the step pipeline to finish the last steps (seconds).
-CLOSE_TIMEOUT_S = 300.0
+__all__ = ["Hook", "takes_hook_arguments", "get_hook", "set_hook", "del_hook"]
 
 
-
-def never_raises(where: str):
-    """Decorator for entry points called from training: errors disable the hook instead
-    (the same policy as :meth:`Hook.guard`, for a whole method)."""
-
+def _doc_of(method):
+    """The session's docstring on the hook's method that forwards to it (one text, one place)."""
     def wrap(fn):
-        @functools.wraps(fn)
-        def guarded(self, *args, **kwargs):
-            if not self.enabled:
-                return None
-            with self.guard(where):
-                return fn(self, *args, **kwargs)
-            return None
-
-        return guarded
+        fn.__doc__ = method.__doc__
+        return fn
 
     return wrap
 
 
-class _Guard:
-    """``with hook.guard(where):`` — the fail-open policy as a context manager."""
-
-    __slots__ = ("hook", "where")
-
-    def __init__(self, hook: "Hook", where: str):
-        self.hook, self.where = hook, where
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if exc is None or not isinstance(exc, Exception):
-            return False  # KeyboardInterrupt and SystemExit are the user's, not ours: they pass
-        self.hook.disable(f"{self.where}: {type(exc).__name__}: {exc}")
-        return True  # the contract is to never break training
+def _session_view(name: str, doc: str) -> property:
+    """A read-only view of the session's attribute ``name`` on the hook."""
+    return property(lambda self: getattr(self._session, name), doc=doc)
 
 
-def takes_hook_arguments(cls):
-    """Class decorator for an adapter's hook whose ``__init__`` is ``(self, *args, <its own
-    keyword-only arguments>, **kwargs)`` and passes ``*args, **kwargs`` on to
-    :class:`Hook`: the hook arguments have one definition, ``Hook.__init__`` (and the Args
-    of Hook's docstring). This shows them on the adapter (``help()``, IDEs,
-    ``inspect.signature``), followed by the adapter's own arguments, and adds the shared
-    Args to the adapter's docstring."""
-    init = cls.__init__
-    core = inspect.signature(Hook.__init__)
-    own = [p for p in inspect.signature(init).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    init.__signature__ = core.replace(parameters=list(core.parameters.values()) + own)
-    shared = Hook.__doc__.split("    Args:\n", 1)[1]
-    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n    Hook arguments (shared by every framework's hook):\n" + shared
-    return cls
-
-
-class Hook(StepPlans, StepRecords):
+@takes_hook_arguments
+class Hook:
     """Captures tensors during training and writes them in the smdebug format.
 
-    Usable directly with numpy (custom loops); framework adapters subclass it.
-
-    Args:
-        out_dir: run directory to write (must not already hold a run, unless ``overwrite``).
-        export_tensorboard: also write TensorBoard scalars/histograms (to ``out_dir/tensorboard``
-            unless ``tensorboard_dir`` is given).
-        tensorboard_dir: where to write TensorBoard files (implies export_tensorboard).
-        dry_run: decide and log what would be saved, write nothing.
-        reduction_config: default ReductionConfig (None: save full tensors).
-        save_config: default SaveConfig, or a dict of mode -> SaveConfigMode (None: every 500 steps).
-        include_regex: regexes of tensor names to save (they go to the ``default`` collection).
-        include_collections: names of collections to save, in addition to the framework's
-            default-saved ones (one name may be given as a string). ``"all"`` saves every
-            collection, as in the original library.
-        save_all: save every tensor the adapter sees (the ``all`` collection).
-        include_workers: ``"one"`` (the chief only) or ``"all"`` workers write.
-        overwrite: remove a previous run's smdebug files from ``out_dir`` instead of refusing it.
-        flight_recorder: a :class:`~smdebug.FlightRecorder` (or a dict of its arguments): keep
-            the last N steps of its collections in memory whatever the save config, and write
-            them when a captured tensor turns NaN or infinite, a rule's action asks, or an
-            exception escapes the training step (docs/flight_recorder.md).
+    Usable directly with numpy values in custom loops (``hook.begin_step()``,
+    ``hook.record(name, value)``, ``hook.save_scalar(...)``); each framework's hook is a
+    ``Hook`` that adapts its framework.
     """
 
     #: The framework's name (in messages and the run's metadata); adapters override.
@@ -148,242 +61,30 @@ class Hook(StepPlans, StepRecords):
     #: declare their framework's (``smdebug.collections.FrameworkProfile``).
     profile: FrameworkProfile = NUMPY_PROFILE
 
-    def __init__(
-        self,
-        out_dir=None,
-        export_tensorboard: bool = False,
-        tensorboard_dir: Optional[str] = None,
-        dry_run: bool = False,
-        reduction_config: Optional[ReductionConfig] = None,
-        save_config=None,
-        include_regex=None,
-        include_collections: Optional[Sequence[str]] = None,
-        save_all: bool = False,
-        include_workers: str = "one",
-        overwrite: bool = False,
-        flight_recorder=None,
-    ):
-        if out_dir is None:
-            raise ConfigError("out_dir is required: the directory the run is written to")
-        if not isinstance(out_dir, (str, os.PathLike)):
-            raise ConfigError(f"out_dir must be a path, got {out_dir!r}")
-        out_dir = os.fspath(out_dir).strip()
-        # A URL (s3://, any fsspec URL; smdebug_core/remote.py): the run is written into a
-        # local spool directory, which becomes out_dir once the worker is known, and uploaded.
-        self.out_url: Optional[str] = None
-        if remote.is_url(out_dir):
-            if remote.scheme(out_dir) == "file":
-                out_dir = remote.split_url(out_dir)[1]
-            else:
-                self.out_url = remote.normalize_url(out_dir)
-        self.out_dir = os.path.abspath(os.path.expanduser(out_dir))
-        for flag, value in (("export_tensorboard", export_tensorboard), ("dry_run", dry_run),
-                            ("save_all", save_all), ("overwrite", overwrite)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{flag} must be True or False, got {value!r}")
-        if include_workers not in ("one", "all"):
-            raise ConfigError(f"include_workers must be 'one' or 'all', got {include_workers!r}")
-        if reduction_config is not None and not isinstance(reduction_config, ReductionConfig):
-            raise ConfigError(f"reduction_config must be a ReductionConfig, got {reduction_config!r}")
-        save_config = SaveConfig.coerce(save_config)
-        flight_recorder = FlightRecorder.coerce(flight_recorder)
-        include_collections = as_name_list(include_collections, "include_collections")
-        include_regex = as_name_list(include_regex, "include_regex")
-
-        self.dry_run = dry_run
-        self.include_workers = include_workers
-        self.reduction_config = reduction_config or ReductionConfig(save_raw_tensor=True)
-        self.save_config = save_config or SaveConfig()
-        self.save_all = save_all
-        self.collection_manager = CollectionManager(self.profile)
-        self.collection_manager.on_new_collection = self._on_new_collection
-        self.collection_manager.object_handler = self._collection_object
-        self.include_collections: List[str] = list(self.profile.default_included)
-        self._inclusion = InclusionCheck(self.profile.collection_names(), self.framework)
-        for name in include_collections:
-            self._include(name)
-            self._inclusion.expect(name)
-        if include_regex:
-            self.collection_manager.get(CollectionKeys.DEFAULT).include(include_regex)
-            self._include(CollectionKeys.DEFAULT)
-            self._inclusion.expect(CollectionKeys.DEFAULT)
-        if save_all:
-            self.collection_manager.get(CollectionKeys.ALL).include(".*")
-            self._include(CollectionKeys.ALL)
-        #: The flight recorder's configuration (None: off). Its collections are included:
-        #: saved as usual at their save config's steps, kept in memory at every other step.
-        self.flight_recorder: Optional[FlightRecorder] = flight_recorder
-        if flight_recorder is not None:
-            for name in flight_recorder.collections:
-                self._include(name)
-                self._inclusion.expect(name)
-
-        self.rank, self.world_size = self._distributed_info()
-        self.worker_name = self._worker_name()
-        self.is_chief = self.rank == 0
-        self.writes_files = (include_workers == "all" or self.is_chief) and not dry_run
-        remote_extra: list = []
-        if self.out_url is not None and self.writes_files:
-            # As for a local out_dir, only the chief checks for (and may remove) an earlier run.
-            self.out_dir, tb_local, remote_extra = remote.start_remote_writer(
-                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, overwrite, check=self.is_chief,
-                siblings=self._sibling_workers())
-            tensorboard_dir, export_tensorboard = tb_local, False
-        elif self.out_url is not None:  # writes nothing: no spool (out_dir names where one would be)
-            self.out_dir = os.path.join(remote.default_spool_root(), "unwritten")
-            tensorboard_dir, export_tensorboard = None, False
-        elif tensorboard_dir is not None and remote.is_url(os.fspath(tensorboard_dir)):
-            raise ConfigError(f"tensorboard_dir {tensorboard_dir!r} is a URL but out_dir {out_dir!r} is local; "
-                              "give a local tensorboard_dir, or a URL out_dir (its spool uploads both)")
-        self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
-        self.backend: TensorBackend = self._make_backend()
-        self._numpy_backend = NumpyBackend()
-
-        # Step state (docs/format.md 8.1): global step and one counter per mode.
-        self.mode = ModeKeys.GLOBAL
-        self.global_step = -1
-        self.mode_steps: Dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
-        self.saving_step = False
-        check_adapter(self)  # an adapter that breaks the contract fails here, not at its first step
-        self.enabled = True
-        self._step_open = False
-        # (global step, mode, mode step) of the open step; scalars before any step go to step 0.
-        self._step_identity = (0, ModeKeys.GLOBAL, 0)
-        self._prepared_key = None
-        self._prepared: List[PreparedCollection] = []
-        # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
-        self._quiet: Dict[ModeKeys, Tuple[int, float]] = {}
-        self._recorder_by_mode: Dict[ModeKeys, frozenset] = {}  # _recorder_collections
-        self._saves_somewhere = False  # step_saves_somewhere
-        self._everywhere_colls: frozenset = frozenset()  # saved at this step by some worker (select_everywhere)
-        self._saving_colls: frozenset = frozenset()
-        self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
-        self._selection_caches: Dict[frozenset, Dict[tuple, List[Tuple[int, TensorPlan]]]] = {}
-        # name -> (plan, snapshot, backend); ReducedBlock -> (None, (block, values), None) for
-        # reductions the adapter computed. Insertion order is recording order (a name recorded
-        # again moves to the end): the last record wins.
-        self._pending: Dict[object, Tuple[Optional[TensorPlan], object, Optional[TensorBackend]]] = {}
-        self._blocks_pending = False  # whether _pending holds a ReducedBlock
-        self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
-        self._pending_placements: Dict[str, dict] = {}  # name -> where its saved piece lies (note_placement)
-        self._early_tensors: List[Tuple[str, object]] = []  # save_tensor before the first step
-        self._collections_written = False
-        self._closed = False
-        self._lock = threading.RLock()
-        self._step_listeners: List = []
-        # Saved steps are finished (reductions, host copies, records) on this worker thread.
-        self._pipeline = StepPipeline(on_error=self._on_pipeline_error)
-        self._pipeline_failure: Optional[Tuple[str, bool]] = None  # (reason, already reported)
-        self._selections: Dict[frozenset, Dict[tuple, Selection]] = {}
-        self._plans_epoch = 0  # counts the times plans were made again (plans_version)
-        self._metrics_failed = False
-        self._warned_lost: set = set()
-        self._skipped_tensors: set = set()  # tensors the backend could not handle: never recorded again
-        #: Set by request_stop(); adapters end training at the next step boundary.
-        self.stop_reason: Optional[str] = None
-        # Flight recorder (smdebug_core/flight_recorder.py): made once the writer exists.
-        self._recorder: Optional[Recorder] = None
-        self._ring_only = False  # the open step is captured for the recorder only (not saved)
-        self._step_probe = None  # the adapter's non-finite probe of the open step (set_step_probe)
-        self._last_identity: Optional[tuple] = None  # the last step finished
-
-        checkpoint_dir = cfg.checkpoint_dir()
-        self._step_counters = StepCounters(checkpoint_dir) if checkpoint_dir else None
-        if self._step_counters is not None:
-            self._resume_step_counters()
-
-        self.writer = None
-        if self.writes_files:
-            # As for a URL (remote.py), only the chief checks for (and may remove) an earlier run.
-            prepare_out_dir(self.out_dir, check=self.is_chief and self.out_url is None, overwrite=overwrite,
-                            siblings=self._sibling_workers(), world_size=self.world_size,
-                            side_files=_RUN_SIDE_FILES)
-            from .writer import RunWriter  # the writer thread starts only for hooks that write
-
-            uploader = None
-            if self.out_url is not None:
-                from .writer.uploader import make_uploader
-
-                # Several workers into one prefix: the chief's end marker waits for the others' uploads.
-                multi = self.include_workers == "all" and self.world_size > 1
-                others = ([f"worker_{r}" for r in range(self.world_size) if r != self.rank]
-                          if multi and self.is_chief and self.worker_name == f"worker_{self.rank}" else [])
-                uploader = make_uploader(self.out_dir, self.out_url, extra_dirs=remote_extra,
-                                         worker=self.worker_name if multi else None, wait_for_workers=others)
-            self.writer = RunWriter(self.out_dir, self.worker_name, tensorboard_dir=self.tensorboard_dir,
-                                    uploader=uploader)
-            if flight_recorder is not None:
-                writer = self.writer
-                self._recorder = Recorder(flight_recorder, self.worker_name, submit=lambda d: writer.submit(d, True),
-                                          write_file=writer.write_file)
-                from .flight_recorder import watch_uncaught_exceptions
-
-                watch_uncaught_exceptions(self)
-        # Another process (a rule) may ask this run to stop through a file in out_dir.
-        self._stop_poller = None if dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
+    def __init__(self, *args, **kwargs):
+        # A framework's hook may pass the arguments it already parsed (and narrowed).
+        if len(args) == 1 and not kwargs and isinstance(args[0], HookArguments):
+            arguments = args[0]
+        else:
+            arguments = HookArguments(*args, **kwargs)
+        self._session = StepSession(self, arguments)
         _register_hook(self)
+        if self._session.recorder is not None:
+            from .flight_recorder import watch_uncaught_exceptions
+
+            watch_uncaught_exceptions(self)
         self_ref = weakref.ref(self)
         atexit.register(lambda: self_ref() is not None and self_ref().close())
-        logger.debug("smdebug hook writing to %s as %s (dry_run=%s)", self.out_dir, self.worker_name, dry_run)
 
-    # --- construction helpers adapters may override --------------------------------------
-    def _distributed_info(self) -> Tuple[int, int]:
-        """(rank, world size). Adapters ask their framework's distributed runtime."""
-        return 0, 1
+    # --- the adapter callbacks (smdebug.contract.Adapter), for numpy values -------------------
+    def worker(self) -> Worker:
+        """This process's worker: a single process, unless an adapter knows better."""
+        return Worker.numbered(0, 1)
 
-    def _worker_name(self) -> str:
-        return f"worker_{self.rank}"
-
-    def _make_backend(self) -> TensorBackend:
+    def make_backend(self) -> TensorBackend:
         return NumpyBackend()
 
-    def _sibling_workers(self) -> List[str]:
-        """The other workers of this job that write into the same run."""
-        if self.include_workers != "all":
-            return []
-        return [f"worker_{r}" for r in range(self.world_size) if r != self.rank]
-
-    # --- step counters kept across restarts (spot training): run_files.StepCounters ---------
-    def _resume_step_counters(self) -> None:
-        """Continue the step numbering of a previous run of this job, if it left its state."""
-        state = self._step_counters.load()
-        if state is None:
-            return
-        seen, mode_steps = state
-        self.global_step = seen
-        self.mode_steps.update(mode_steps)
-        self.mode_steps[ModeKeys.GLOBAL] = seen
-        logger.info("smdebug: resuming after global step %d (state in %s)", seen, self._step_counters.dir)
-
-    def _save_step_counters(self, identity: Optional[tuple] = None) -> None:
-        """At the end of each saved step (``identity``, on the step pipeline's thread) and at
-        close (the training thread's counters)."""
-        if identity is None:
-            step, mode_steps = self.global_step, dict(self.mode_steps)
-        else:
-            step, mode, mode_step = identity
-            try:
-                mode_steps = dict(self.mode_steps)  # other modes' counters, as the training thread has them
-            except RuntimeError:  # changed while copied: this mode's counter is the one that matters
-                mode_steps = {}
-            mode_steps[mode] = mode_step
-            mode_steps[ModeKeys.GLOBAL] = step
-        self._step_counters.save(self.out_dir, step, mode_steps)
-
-    def _include(self, name: str) -> None:
-        self.collection_manager.get(name)
-        if name not in self.include_collections:
-            self.include_collections.append(name)
-        if name == CollectionKeys.ALL:  # as in the original: "all" includes every collection
-            for other in list(self.collection_manager.collections):
-                if other not in self.include_collections:
-                    self.include_collections.append(other)
-
-    def _on_new_collection(self, collection: Collection) -> None:
-        if CollectionKeys.ALL in self.include_collections:
-            self._include(collection.name)
-
-    def _collection_object(self, collection: Collection, obj) -> None:
+    def collection_object(self, collection: Collection, obj) -> None:
         """``coll.add(obj)`` with something other than a tensor name. Adapters that can name
         their framework's objects override this; here it is a clear error, not a no-op."""
         raise ConfigError(
@@ -391,23 +92,69 @@ class Hook(StepPlans, StepRecords):
             "tensor names and regexes (strings); to save a value you computed, call "
             f"hook.save_tensor('<name>', value, {collection.name!r}) at each step")
 
-    def _nothing_to_save(self, collection: str, reason: str) -> None:
-        """For adapters: ``collection`` cannot hold tensors in this training (no warning)."""
-        self._inclusion.not_applicable(collection, reason, logger)
+    def on_step_end(self) -> None:
+        """Nothing held outside the session: numpy values are recorded when offered."""
 
-    def seen_tensor_names(self) -> List[str]:
-        """Every tensor name this hook was offered so far (saved or not), in order of first
-        sight: the names to match when a collection's regex saves nothing."""
-        return list(self._inclusion.seen)
+    def on_disabled(self, reason: str) -> None:
+        """Nothing to detach: the numpy hook installs nothing in a framework."""
 
-    # --- public configuration API -----------------------------------------------------
+    def on_step_failed(self) -> None:
+        """Nothing to abandon: the numpy hook starts no collective work."""
+
+    # --- the session -------------------------------------------------------------------
+    @property
+    def session(self) -> StepSession:
+        """The step session this hook owns (what adapters and integrations drive)."""
+        return self._session
+
+    enabled = _session_view("enabled", "False once the hook disabled itself (fail-open) or was closed by a failure.")
+    out_dir = _session_view("out_dir", "The run directory (a local spool when the run goes to a URL).")
+    out_url = _session_view("out_url", "The run's URL when it is written remotely, else None.")
+    tensorboard_dir = _session_view("tensorboard_dir", "Where TensorBoard files go, or None.")
+    dry_run = _session_view("dry_run", "Whether the hook only logs what it would save.")
+    include_workers = _session_view("include_workers", "``'one'`` or ``'all'``: which workers write.")
+    save_all = _session_view("save_all", "Whether every tensor is saved (the ``all`` collection).")
+    worker_name = _session_view("worker_name", "This worker's name in the run's files.")
+    rank = _session_view("rank", "This worker's rank.")
+    world_size = _session_view("world_size", "The number of workers.")
+    is_chief = _session_view("is_chief", "Whether this is worker 0.")
+    writes_files = _session_view("writes_files", "Whether this worker writes the run's files.")
+    global_step = _session_view("global_step", "The current global step (-1 before the first).")
+    mode = _session_view("mode", "The current mode (``smd.modes``).")
+    mode_step = _session_view("mode_step", "The current step of the current mode.")
+    stop_reason = _session_view("stop_reason", "Why training was asked to stop, or None.")
+    stop_requested = _session_view("stop_requested", "Whether a rule (or ``request_stop``) asked training to stop.")
+    flight_recorder = _session_view("flight_recorder", "The flight recorder's configuration, or None.")
+
+    @property
+    def save_config(self) -> SaveConfig:
+        """The default SaveConfig of the hook's collections."""
+        return self._session.save_config
+
+    @property
+    def reduction_config(self) -> ReductionConfig:
+        """The default ReductionConfig of the hook's collections."""
+        return self._session.reduction_config
+
+    @property
+    def collection_manager(self) -> CollectionManager:
+        """Every collection of this hook (``get_collection`` is the usual way in)."""
+        return self._session.collection_manager
+
+    @property
+    def include_collections(self) -> List[str]:
+        """Names of the collections saved (framework defaults, then the hook arguments' and
+        those given to ``save_tensor``)."""
+        return self._session.include_collections
+
+    # --- configuration -------------------------------------------------------------------
     def get_collection(self, name: str) -> Collection:
         """The named collection, created (matching nothing yet) if it does not exist."""
-        return self.collection_manager.get(name)
+        return self._session.collection_manager.get(name)
 
     def get_collections(self) -> Dict[str, Collection]:
         """All collections, keyed by name."""
-        return dict(self.collection_manager.collections)
+        return dict(self._session.collection_manager.collections)
 
     def add_to_collection(self, collection_name: str, args) -> None:
         """``get_collection(collection_name).add(args)``."""
@@ -431,436 +178,44 @@ class Hook(StepPlans, StepRecords):
                               "its HookParameters to replace the previous run, or point LocalPath at a new "
                               "directory") from None
         for name in settings.apply_collections(hook.collection_manager):
-            hook._include(name)
-            hook._inclusion.expect(name)
+            hook.session.include(name)
         return hook
 
-    # --- modes and steps --------------------------------------------------------------
-    def set_mode(self, mode) -> None:
-        """Switch to TRAIN, EVAL, PREDICT or GLOBAL; each mode counts its own steps from 0."""
-        mode = ModeKeys.parse(mode)
-        self.mode_steps.setdefault(mode, -1)
-        self.mode = mode
-
-    @property
-    def mode_step(self) -> int:
-        return self.mode_steps.get(self.mode, -1)
-
-    def begin_step(self, step: Optional[int] = None) -> bool:
-        """Start the next step (or step ``step``); returns whether anything is saved in it."""
-        if not self.enabled:
-            return False
-        if self._step_open:
-            self.end_step()
-        if self._pipeline_failure is not None and not self._disable_after_pipeline_failure():
-            return False
-        try:
-            if step is None:
-                self.global_step += 1
-                self.mode_steps[self.mode] = self.mode_steps.get(self.mode, -1) + 1
-            else:
-                if step < 0:
-                    raise ValueError(f"step must be >= 0, got {step}")
-                self.global_step = step
-                self.mode_steps[self.mode] = step if self.mode == ModeKeys.GLOBAL else self.mode_step + 1
-            self.mode_steps[ModeKeys.GLOBAL] = self.global_step
-            # The step keeps the mode it began in, even if set_mode() is called before it ends.
-            self._step_identity = (self.global_step, self.mode, self.mode_step)
-            self._step_open = True
-            self._update_saving()
-            if self._early_tensors:
-                early, self._early_tensors = self._early_tensors, []
-                for name, value in early:
-                    self.record(name, value)
-            if self._stop_poller is not None and self.stop_reason is None:
-                self._stop_poller.check(self)
-        except Exception as exc:  # noqa: BLE001
-            self.disable(f"begin_step: {type(exc).__name__}: {exc}")
-        return self.saving_step
-
-    def _update_saving(self) -> None:
-        self._prepare_if_changed()
-        _, mode, step = self._step_identity  # the open step's mode, even after set_mode()
-        self._ring_only = False
-        recording = self.flight_recording
-        # The recorder's collections in this mode whenever one is configured, whether it still
-        # records here or not (fired, disabled, no writer on this rank): what every rank agrees on.
-        configured_keep = self._recorder_collections(mode)
-        quiet = self._quiet.get(mode)
-        if quiet is not None and quiet[0] <= step < quiet[1] and not recording:  # between two saves: one comparison
-            self._saving_colls = frozenset()
-            self._everywhere_colls = configured_keep
-            self._saves_somewhere = bool(configured_keep)
-            self.saving_step = False
-            return
-        relevant = [p for p in self._prepared
-                    if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
-        self._saving_colls = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
-        self._everywhere_colls = self._saving_colls | configured_keep
-        self._saves_somewhere = bool(self._everywhere_colls)
-        if recording:
-            # Every step captures the recorder's collections; one that saves nothing else
-            # goes to the recorder's ring instead of the writer. A step that saves anyway
-            # writes them with it (they are on disk: the recorder never writes it again).
-            kept = frozenset(p.collection.name for p in relevant if p.collection.name in self.flight_recorder.collections)
-            self._ring_only = not self._saving_colls and bool(kept)
-            self._saving_colls = self._saving_colls | kept
-        elif not self._saving_colls:
-            upcoming = [n for n in (p.by_mode[mode].next_save_step(step) for p in relevant) if n is not None]
-            self._quiet[mode] = (step, min(upcoming, default=math.inf))
-        # A worker that writes nothing (include_workers="one", not the chief) touches no
-        # tensor, unless a dry run or a live rule wants the values.
-        consumes = self.writes_files or self.dry_run or bool(self._step_listeners)
-        self.saving_step = bool(self._saving_colls) and consumes
-
-    @property
-    def flight_recording(self) -> bool:
-        """Whether the flight recorder keeps steps now (on, not fired, not disabled): adapters
-        install their non-finite probes only then."""
-        recorder = self._recorder
-        return recorder is not None and recorder.enabled and recorder.fired is None and self.enabled
-
-    def set_step_probe(self, probe) -> None:
-        """For adapters, before the step ends: an object whose ``locate()`` returns where the
-        first non-finite value of the open step appeared (a dict: ``module``, ``phase``, ...)
-        or None. It is called only if the flight recorder fires for that step, so it may
-        hold device values and read them then."""
-        self._step_probe = probe
-
-    @property
-    def saving_collections(self) -> frozenset:
-        """Names of the collections saved at this step; empty when the step saves nothing.
-
-        Adapters that prepare per-step work (a compiled function per kind of saved step)
-        key it by this set: two steps with the same set and configuration save the same way.
-        """
-        return self._saving_colls if self.saving_step else frozenset()
-
-    def submit_work(self, what: str, fn, *args):
-        """Run ``fn(*args)`` on the step pipeline's worker, in order with the step's other jobs,
-        on every worker whether or not it writes, and return its ``Ticket`` (``wait()`` is the
-        adapter's fence; it gives ``fn``'s result, None if it raised). For adapter work that
-        every rank must do (sharded tensors' partial statistics before their collective);
-        ``fn`` should catch its own errors: one that escapes disables the hook."""
-        return self._pipeline.submit(what, fn, *args)
-
-    def note_placement(self, name: str, placement: dict) -> None:
-        """Say that the value recorded as ``name`` in this step is one piece of a larger tensor
-        (a shard of a sharded parameter): ``placement`` (``global_shape``, ``local_shape`` and
-        ``offsets`` of the block, or ``flat_offset`` in the flattened tensor) is written into the
-        step's index file (docs/format.md 3.3), where our Trial finds it to reassemble the full
-        tensor from every worker's piece and readers of the original format do not look."""
-        if self.saving_step:
-            with self._lock:
-                self._pending_placements[name] = placement
-
-    @property
-    def step_saves_somewhere(self) -> bool:
-        """Whether some worker saves something at this step: the same answer on every worker
-        (it follows the save configuration, the step counters and whether a flight recorder
-        is configured, never a worker's own state), including those that write nothing
-        (``include_workers="one"``). Adapters whose capture needs every worker's part
-        (collectives over sharded tensors) take part whenever it is True."""
-        return self._saves_somewhere and self.enabled
-
-    def _recorder_collections(self, mode: ModeKeys) -> frozenset:
-        """The configured flight recorder's collections saved in ``mode`` (cached per mode)."""
-        if self.flight_recorder is None:
-            return frozenset()
-        kept = self._recorder_by_mode.get(mode)
-        if kept is None:
-            kept = self._recorder_by_mode[mode] = frozenset(
-                p.collection.name for p in self._prepared
-                if p.collection.name in self.flight_recorder.collections
-                and (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS))
-        return kept
-
-    @never_raises("handing over tensors")
-    def start_batch(self, selection: Selection, tensors: Sequence, backend: TensorBackend) -> Optional[TensorBatch]:
-        """Hand over ``tensors`` (one per ``selection.plans``, in order) without waiting:
-        ``backend.start_batch`` runs now, ``backend.finish_batch`` on the step pipeline's
-        worker. The tensors must not change until ``batch.wait()`` returns (the adapter's
-        fence). File the batch into the step with :meth:`record_batch` (where it is filed
-        decides its records' place in the step's files). None when nothing is saved.
-        """
-        if not (self.saving_step and self.enabled and selection.plans):
-            return None
-        tickets = []
-        for positions, keys, raw, _ in selection.groups:
-            members = tensors if len(selection.groups) == 1 else [tensors[p] for p in positions]
-            started = backend.start_batch(members, keys, raw)
-            run = self._pipeline.run_here if backend.finish_here(started) else self._pipeline.submit
-            tickets.append(run("reducing tensors", backend.finish_batch, started))
-        return TensorBatch(selection, tickets)
-
-    def record_batch(self, batch: Optional[TensorBatch]) -> None:
-        """File a :class:`TensorBatch` into the current step (the last record of a name wins)."""
-        if batch is None or not self.saving_step:
-            return
-        with self._lock:
-            self._pending[batch] = (None, batch, None)
-            self._blocks_pending = True
-
-    # --- recording ---------------------------------------------------------------------
-    @never_raises("record")
-    def record(self, name: str, value, backend: Optional[TensorBackend] = None) -> bool:
-        """Offer a tensor for the current step; returns whether it will be saved."""
-        if not self.saving_step:
-            return False
-        return self._hold(((name, value),), backend or self._backend_for(value)) == 1
-
-    @never_raises("record")
-    def record_planned(self, plan: TensorPlan, value, backend: TensorBackend) -> bool:
-        """Offer a tensor under ``plan``: this step's plan of its name, narrowed by the adapter
-        (``dataclasses.replace``) to what it can save faithfully (a shard of a sharded tensor:
-        the reductions exact from its shards' partials, which its snapshot carries)."""
-        if not self.saving_step:
-            return False
-        return self._hold(((plan.name, value),), backend, plan) == 1
-
-    @never_raises("record")
-    def record_many(self, items, backend: TensorBackend) -> int:
-        """Offer several ``(name, value)`` of one backend at once; returns how many will be saved.
-
-        The same as :meth:`record` for each, with one lock for all: adapters use it for
-        tensors they gathered (parameters before an optimizer step, a forward's outputs).
-        """
-        if not self.saving_step:
-            return 0
-        return self._hold(items, backend)
-
-    def _hold(self, items, backend: TensorBackend, given: Optional[TensorPlan] = None) -> int:
-        """Snapshot the wanted ``(name, value)`` items and keep them for the end of the step."""
-        held = []
-        for name, value in items:
-            plan = given or self.plan_for(name)
-            if plan is not None and name not in self._skipped_tensors:
-                try:
-                    held.append((name, plan, backend.snapshot(value, plan.needs_value)))
-                except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor only
-                    self._skip_tensor(name, exc)
-        with self._lock:
-            pending = self._pending
-            for name, plan, snap in held:
-                if pending.pop(name, None) is not None:
-                    logger.debug("tensor %s recorded twice in step %d; keeping the last value", name,
-                                 self.global_step)
-                pending[name] = (plan, snap, backend)
-        return len(held)
-
-    def reduced_block(self, entries: Sequence[Tuple[TensorPlan, Optional[tuple]]]) -> ReducedBlock:
-        """Lay out tensors whose reductions the adapter computes itself, for
-        :meth:`record_reduced`: ``entries`` are ``(plan, shape)``, ``plan`` this step's plan of
-        the tensor (from :meth:`select` or :meth:`plan_for`) asking for reductions only,
-        ``shape`` the tensor's shape (for a shape record) or None. Build it once and keep it
-        while :meth:`select` returns the same plans."""
-        return ReducedBlock(entries)
-
-    @never_raises("record")
-    def record_reduced(self, block: ReducedBlock, values: Sequence) -> int:
-        """Offer this step's reductions of the tensors of ``block`` (:meth:`reduced_block`):
-        every reduction of every tensor, tensor after tensor, each in its plan's order, as
-        numpy float64 scalars (written as they are). Returns how many tensors were taken.
-        Skips the per-tensor backend round trip and per-tensor Python: an adapter that
-        reduces in its own graph hands a step over at the cost of one call.
-        """
-        if not self.saving_step:
-            return 0
-        if len(values) != len(block.tags):
-            raise ValueError(f"record_reduced: {len(values)} values for a block of {len(block.tags)} reductions")
-        with self._lock:
-            pending = self._pending
-            pending.pop(block, None)
-            pending[block] = (None, (block, values), None)
-            self._blocks_pending = True
-        return len(block.entries)
-
-    def _backend_for(self, value) -> TensorBackend:
-        return self.backend if self.backend.accepts(value) else self._numpy_backend
-
-    def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
-        """Save a tensor you computed yourself, in the given collection(s) (they become included)."""
-        if not isinstance(tensor_name, str) or not tensor_name:
-            raise ConfigError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
-        for coll_name in as_name_list(collections_to_write, "collections_to_write"):
-            self.collection_manager.get(coll_name).add_tensor_name(tensor_name)
-            self._include(coll_name)
-        if not self._step_open and self.global_step < 0 and self.enabled:
-            # Before the first step (as 1.0.34 allows): kept, and saved in the first step.
-            self._early_tensors.append((tensor_name, tensor_value))
-            return
-        self.record(tensor_name, tensor_value)
-
-    def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: Optional[float] = None) -> None:
-        """Save a scalar as ``scalar/<name>`` in the current step, whatever the save config.
-
-        With ``sm_metric=True`` it is also written to SageMaker Metrics when
-        ``SAGEMAKER_METRICS_DIRECTORY`` is set. ``timestamp`` (seconds since the epoch) is
-        stored as the record's ``wall_time`` in the event file and in TensorBoard, as in
-        1.0.34; by default the time the step is written.
-        """
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"scalar name must be a non-empty string, got {name!r}")
-        if REDUCTION_TAG_PREFIX in name:
-            raise ConfigError(f"scalar name {name!r}: names containing {REDUCTION_TAG_PREFIX!r} are reserved for "
-                              "reductions (the reader would take it for one); rename it")
-        if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, (int, float, np.number))
-                                      or not math.isfinite(timestamp)):
-            raise ConfigError(f"save_scalar timestamp must be seconds since the epoch (a finite number, e.g. "
-                              f"time.time()) or None, got {timestamp!r}")
-        if not self.enabled:
-            return
-        self._pending_scalars.append((name, value, bool(sm_metric), timestamp))
-
-    # --- end of step: hand-off to the step pipeline, then to the writer ----------------------
-    @never_raises("end_step")
-    def end_step(self) -> None:
-        """Finish the current step: its reductions, host copies and records are made on the
-        step pipeline's worker thread, then handed to the writer. Training does not wait,
-        except for live rules (a stop they request lands at the next step boundary) and
-        dry runs (their log lines come in step order)."""
-        self._step_open = False
-        if self._inclusion.pending and self.saving_step:
-            self._inclusion.check_configured(self.collection_manager, logger)  # if not done at the first step
-            self._inclusion.check_matches(self.collection_manager, self._saving_colls, self._step_identity[0],
-                                          logger)
-        with self._lock:
-            pending, self._pending = self._pending, {}
-            placements, self._pending_placements = self._pending_placements, {}
-            has_blocks, self._blocks_pending = self._blocks_pending, False
-            scalars, self._pending_scalars = self._pending_scalars, []
-        if not pending and not scalars:
-            return
-        collections = None
-        if not self._collections_written and self.writer is not None:
-            collections = self.collections_json()  # here: the training thread changes collections
-            self._collections_written = True
-        # On the worker while it still reduces this step's batches (steps stay in order);
-        # else here: making the records costs less than waking the worker for them.
-        # Live rules and dry runs see each step finished before the next begins.
-        flight = None
-        if self._recorder is not None and self.flight_recording:
-            flight = (self._ring_only, self._step_probe)
-        self._step_probe = None
-        args = (pending, has_blocks, scalars, self._step_identity, collections, flight, placements)
-        if self._pipeline.idle or self._step_listeners or self.writer is None:
-            self._pipeline.drain()
-            self._pipeline.run_here("finishing a step", self._finish_step, *args)
-        else:
-            self._pipeline.submit("finishing a step", self._finish_step, *args)
-        if self._pipeline_failure is not None:
-            self._disable_after_pipeline_failure()
-
-    def _recorder_keep(self, identity: tuple, tensors: list, shapes: list, probe,
-                       placements: Optional[Dict[str, dict]] = None) -> None:
-        from .writer import StepData
-
-        step, mode, mode_step = identity
-        # Placements too: a kept piece of a sharded tensor is reassembled like a saved one.
-        data = StepData(global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name,
-                        tensors=tensors, shapes=shapes, wall_time=time.time(), placements=placements or {})
-        self._recorder.keep(identity, data, step_nbytes(tensors, shapes), probe)
-
-    def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual") -> Optional[dict]:
-        """Write the flight recorder's kept steps and its marker now; returns the marker (a
-        dict), or None when there is no recorder or it already fired.
-
-        ``trigger`` names why in the marker (``"manual"``, ``"rule"``, ``"exception"``).
-        Rules' :class:`~smdebug.rules.DumpFlightRecorder` action calls it. Safe from any
-        thread; from the training thread with ``trigger="exception"`` the open step is
-        ended first, so that the step that failed is written too.
-        """
-        recorder = self._recorder
-        if recorder is None or not self.flight_recording:
-            return None
-        with self.guard("flight recorder"):
-            identity = self._last_identity
-            if trigger == "exception" and self._step_open and not self._pipeline.on_worker_thread:
-                identity = self._step_identity
-                self.end_step()
-            if not self._pipeline.on_worker_thread:
-                self._pipeline.drain(timeout=30)  # steps ended so far reach the ring first
-            return recorder.fire(trigger, reason, identity)
-        return None
-
-    def flush(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every step ended so far is finished and on disk (its files published).
-
-        Steps are finished on the step pipeline's thread and written by the writer thread in
-        batches; call this before reading a run that is still training. Returns False if
-        ``timeout`` (seconds) passed first or the hook failed.
-        """
-        done = self._pipeline.drain(timeout)
-        if self._pipeline_failure is not None and self.enabled:
-            self._disable_after_pipeline_failure()
-        writer = self.writer
-        if done and writer is not None:
-            done = bool(writer.flush(timeout))
-        return done and self.enabled
-
-    def _on_pipeline_error(self, what: str, exc: BaseException) -> None:
-        if self._pipeline_failure is None:
-            self._pipeline_failure = (f"{what}: {type(exc).__name__}: {exc}", False)
-
-    def _disable_after_pipeline_failure(self) -> bool:
-        reason, reported = self._pipeline_failure
-        self.disable(reason, already_reported=reported)
-        return False
-
+    @_doc_of(StepSession.collections_json)
     def collections_json(self) -> bytes:
-        """The collections file: every collection with its resolved configs (docs/format.md 4.3)."""
-        self._prepare_if_changed()
-        # Names matched by an included collection's regexes are listed under it, as 1.0.34
-        # did: its readers take a collection's tensors from these lists.
-        matched: Dict[str, set] = {}
-        for tensor in self.seen_tensor_names():
-            for coll in self.collection_manager.collections_for(tensor):
-                if coll.name in self._by_name:
-                    matched.setdefault(coll.name, set()).add(tensor)
-        doc = {}
-        for name, coll in sorted(self.collection_manager.collections.items()):
-            entry = coll.to_json_dict()
-            if name in matched:
-                entry["tensor_names"] = sorted(matched[name].union(entry["tensor_names"]))
-            prepared = self._by_name.get(name)
-            save_config = prepared.save_config if prepared else coll.save_config.resolved(
-                self.save_config, self.profile.default_save_interval)
-            reduction_config = prepared.reduction_config if prepared else (coll.reduction_config or
-                                                                           self.reduction_config)
-            entry["save_config"] = save_config.to_json_dict()
-            entry["reduction_config"] = reduction_config.to_json_dict()
-            if name in RAW_ONLY_COLLECTIONS:
-                entry["save_histogram"] = False
-            doc[name] = entry
-        num_workers = self.world_size if self.include_workers == "all" else 1
-        return json.dumps({"collections": doc, "_meta": {"num_workers": num_workers}}).encode()
+        return self._session.collections_json()
 
-    def _write_collections(self) -> None:
-        if self.writer is not None:
-            self.writer.write_collections(self.collections_json())
-            self._collections_written = True
+    @_doc_of(StepSession.seen_tensor_names)
+    def seen_tensor_names(self) -> List[str]:
+        return self._session.seen_tensor_names()
 
-    # --- live consumers of saved values (rules) and stopping ---------------------------
-    def add_step_listener(self, listener) -> None:
-        """Call ``listener(StepValues)`` after every saved step, on the training thread.
+    # --- steps and values ------------------------------------------------------------------
+    @_doc_of(StepSession.set_mode)
+    def set_mode(self, mode) -> None:
+        self._session.set_mode(mode)
 
-        Listeners must return quickly (hand the values to their own thread); an exception
-        in a listener is logged once and the listener removed. Live rules use this.
-        """
-        self._step_listeners.append(listener)
+    @_doc_of(StepSession.begin_step)
+    def begin_step(self, step: Optional[int] = None) -> bool:
+        return self._session.begin_step(step)
 
-    def remove_step_listener(self, listener) -> None:
-        if listener in self._step_listeners:
-            self._step_listeners.remove(listener)
+    def end_step(self) -> None:
+        """Finish the current step (optional: the next ``begin_step`` or ``close`` does it).
+        Its values are reduced and written off the training thread."""
+        self._session.end_step()
 
-    def _notify_listeners(self, values: StepValues) -> None:
-        for listener in list(self._step_listeners):
-            try:
-                listener(values)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("smdebug: step listener %r failed and was removed: %s", listener, exc)
-                self.remove_step_listener(listener)
+    @_doc_of(StepSession.record)
+    def record(self, name: str, value, backend: Optional[TensorBackend] = None) -> bool:
+        return self._session.record(name, value, backend)
 
+    @_doc_of(StepSession.save_tensor)
+    def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
+        self._session.save_tensor(tensor_name, tensor_value, collections_to_write)
+
+    @_doc_of(StepSession.save_scalar)
+    def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: Optional[float] = None) -> None:
+        self._session.save_scalar(name, value, sm_metric=sm_metric, timestamp=timestamp)
+
+    # --- rules, stopping, the flight recorder -------------------------------------------------
     def add_rule(self, rule, actions=None, **kwargs):
         """Evaluate ``rule`` live on the values this hook saves, in a background thread.
 
@@ -871,88 +226,44 @@ class Hook(StepPlans, StepRecords):
 
         return attach_rule(self, rule, actions=actions, **kwargs)
 
+    @_doc_of(StepSession.add_step_listener)
+    def add_step_listener(self, listener) -> None:
+        self._session.add_step_listener(listener)
+
+    def remove_step_listener(self, listener) -> None:
+        self._session.remove_step_listener(listener)
+
+    @_doc_of(StepSession.request_stop)
     def request_stop(self, reason: str) -> None:
-        """Ask the adapter to end training at the next step boundary (rules' StopTraining)."""
-        if self.stop_reason is None:
-            self.stop_reason = reason
-            logger.warning("smdebug: stopping training: %s", reason)
-            if self.writes_files and self.is_chief:
-                try:
-                    with open(os.path.join(self.out_dir, "training_stop_reason.json"), "w") as fh:
-                        json.dump({"reason": reason, "global_step": self.global_step, "time": time.time()}, fh)
-                except OSError as exc:
-                    logger.warning("smdebug: could not record the stop reason in %s: %s", self.out_dir, exc)
+        self._session.request_stop(reason)
 
-    @property
-    def stop_requested(self) -> bool:
-        return self.stop_reason is not None
+    @_doc_of(StepSession.dump_flight_recorder)
+    def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual") -> Optional[dict]:
+        return self._session.dump_flight_recorder(reason, trigger)
 
-    # --- lifecycle -------------------------------------------------------------------
-    def _writer_failed(self) -> bool:
-        """Whether the writer has failed; if so the hook is disabled (the writer logged why)."""
-        writer = self.writer
-        if writer is None or writer.failed is None:
-            return False
-        self.disable(f"writer failed: {writer.failed}", already_reported=True)
-        return True
+    def step_failed(self) -> None:
+        """An exception left the training step on this worker. Adapters whose capture needs
+        every worker's part (collectives) start no more of it for this step: the other
+        workers may never reach them. Step owners (trainer callbacks) call it from their
+        trainers' exception events."""
+        self._session.step_failed()
 
-    def guard(self, where: str) -> _Guard:
-        """The one fail-open policy, for a block: ``with hook.guard("on_epoch_end"): ...``.
+    # --- fail-open policy and lifecycle ------------------------------------------------------
+    @_doc_of(StepSession.guard)
+    def guard(self, where: str):
+        return self._session.guard(where)
 
-        An exception inside disables the hook with one warning naming ``where`` and is not
-        raised into training (``never_raises`` does the same for a whole method)."""
-        return _Guard(self, where)
-
+    @_doc_of(StepSession.disable)
     def disable(self, reason: str, already_reported: bool = False) -> None:
-        """Stop capturing for the rest of the run (training goes on). Logs once."""
-        if not self.enabled:
-            return
-        self.enabled = False
-        self.saving_step = False
-        if not already_reported:
-            logger.warning("smdebug: hook disabled after an internal error (%s); training continues without "
-                           "tensor capture. Steps written before this are intact.", reason)
-        if not self._pipeline.on_worker_thread:
-            self._pipeline.close(timeout=10)  # steps finished before the failure still reach the writer
-        writer, self.writer = self.writer, None
-        if writer is not None:
-            try:
-                writer.close(write_end_marker=False, timeout=10)
-            except Exception:  # noqa: BLE001
-                pass
+        self._session.disable(reason, already_reported)
+
+    @_doc_of(StepSession.flush)
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        return self._session.flush(timeout)
 
     def close(self) -> None:
         """Flush the last step, write the collections file and the end-of-training marker."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        if (self.enabled and self._step_open) or self._pending or self._pending_scalars:
-            self.end_step()
-        if not self._pipeline.close(timeout=CLOSE_TIMEOUT_S):
-            logger.warning("smdebug: steps still being reduced after %.0f s at close; the run may miss its last "
-                           "steps", CLOSE_TIMEOUT_S)
-        if self._pipeline_failure is not None and self.enabled:
-            self._disable_after_pipeline_failure()
-        for listener in list(self._step_listeners):  # live rules finish their reports
-            try:
-                close = getattr(listener, "close", None)
-                if callable(close):
-                    close()
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("smdebug: step listener %r failed to close: %s", listener, exc)
-        if self._recorder is not None:
-            self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
-        if self.writer is not None:
-            try:
-                self._write_collections()
-                marker = self.is_chief and not cfg.on_sagemaker()
-                self.writer.close(write_end_marker=marker)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
-            self._writer_failed()  # the writer works in batches: a disk error may surface only now
-        if self._step_counters is not None and self.global_step >= 0:
-            self._save_step_counters()
+        self._session.close()
         _unregister_hook(self)
 
     def __enter__(self):
@@ -961,7 +272,7 @@ class Hook(StepPlans, StepRecords):
     def __exit__(self, kind, exc, tb):
         if isinstance(exc, Exception):
             self.step_failed()
-            if self._recorder is not None:
+            if self._session.recorder is not None:
                 # An exception escaped the training loop inside ``with hook:``.
                 self.dump_flight_recorder(f"{type(exc).__name__}: {exc}", trigger="exception")
         self.close()
@@ -970,20 +281,15 @@ class Hook(StepPlans, StepRecords):
     def _on_uncaught_exception(self, exc: BaseException) -> None:
         """The process is about to end with ``exc`` (sys.excepthook): write the recorder's
         steps, then finish the run's files (atexit would too, but later and only if it runs)."""
-        if isinstance(exc, Exception) and not self._closed:
+        if isinstance(exc, Exception) and not self._session.closed:
             self.step_failed()
             self.dump_flight_recorder(f"uncaught {type(exc).__name__}: {exc}", trigger="exception")
             self.close()
 
-    def step_failed(self) -> None:
-        """An exception left the training step on this worker. Adapters whose capture needs
-        every worker's part (collectives) start no more of it for this step: the other
-        workers may never reach them. Nothing to do for the core; step owners (trainer
-        callbacks) call it from their trainers' exception events."""
-
     def __repr__(self):
-        return (f"<{type(self).__name__} out_dir={self.out_dir!r} worker={self.worker_name} "
-                f"step={self.global_step} mode={self.mode.name} collections={self.include_collections}>")
+        s = self._session
+        return (f"<{type(self).__name__} out_dir={s.out_dir!r} worker={s.worker_name} "
+                f"step={s.global_step} mode={s.mode.name} collections={s.include_collections}>")
 
 
 # --- the process-wide current hook (zero-code-change and get_hook) -------------------------

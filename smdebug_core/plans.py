@@ -1,6 +1,6 @@
-"""What to save of each tensor at the current step: the plans of the core Hook.
+"""What to save of each tensor at the current step: the plans of the step session.
 
-A mixin of :class:`~smdebug.hook.Hook`. When collections or configs change, each included
+A mixin of :class:`~smdebug.session.StepSession`. When collections or configs change, each included
 collection's save and reduction configs are resolved against the hook's (``PreparedCollection``);
 from those, :meth:`StepPlans.plan_for` makes a tensor's :class:`~smdebug.step.TensorPlan`
 (raw value, reductions, histogram, TensorBoard scalar, SageMaker metric) for the set of
@@ -39,7 +39,7 @@ class PreparedCollection:
 
 
 class StepPlans:
-    """The plan-making half of the core Hook (see the module docstring)."""
+    """The plan-making half of the step session (see the module docstring)."""
 
     def _prepare_if_changed(self) -> None:
         key = (self.collection_manager.version, tuple(self.include_collections))

@@ -2,7 +2,7 @@
 ``overwrite``, removing an earlier run) and the step counters kept across restarts.
 
 Both are about the run as a whole, not about any one step, so they live apart from the
-hook's step logic (``hook.py``) and the step files (``writer/``).
+session's step logic (``session.py``) and the step files (``writer/``).
 """
 from __future__ import annotations
 

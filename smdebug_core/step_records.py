@@ -1,7 +1,7 @@
-"""A finished step's records: what :class:`~smdebug.hook.Hook` hands the writer at the end of
+"""A finished step's records: what :class:`~smdebug.session.StepSession` hands the writer at the end of
 each saved step, made on the step pipeline's worker (or inline when that is cheaper).
 
-A mixin of the core Hook, apart from its step and mode logic (``hook.py``): it turns the
+A mixin of the step session, apart from its step and mode logic (``session.py``): it turns the
 step's handed-over batches, single tensors and scalars into records in recording order
 (raw values, reduction records, TensorBoard scalars and histograms, SageMaker metric
 lines), resolves names saved twice, checks values for the flight recorder, and submits the
@@ -28,7 +28,7 @@ logger = get_logger()
 
 
 class StepRecords:
-    """The record-making half of the core Hook (see the module docstring)."""
+    """The record-making half of the step session (see the module docstring)."""
 
     def _finish_step(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple,
                      collections: Optional[bytes], flight: Optional[tuple] = None,

@@ -37,17 +37,18 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional
 
 import mxnet as mx
 from mxnet import gluon
 
 from smdebug.collections import PARAMETER_REGEXES, CollectionKeys, FrameworkProfile, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
+from smdebug.contract import Worker
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as core_get_hook
-from smdebug.hook import never_raises
+from smdebug.session import never_raises
 from smdebug.logger import get_logger
 
 from .backend import MXNetBackend
@@ -103,7 +104,7 @@ class Hook(CoreHook):
     )
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        # The adapter's own state first, then the session (which may call back into it).
         self.model: Optional[gluon.Block] = None
         self._losses: List[gluon.Block] = []
         self._extra_blocks: Dict[int, gluon.Block] = {}  # blocks named by add_block_tensors
@@ -114,20 +115,24 @@ class Hook(CoreHook):
         self._tensor_counts: Dict[str, int] = {}
         self._deferred_params: list = []
         self._warned_hybrid = False
+        super().__init__(*args, **kwargs)
 
-    # --- construction hooks of the core ------------------------------------------------
-    def _make_backend(self):
+    # --- the adapter callbacks (smdebug.contract.Adapter) -----------------------------------
+    def make_backend(self):
         return MXNetBackend()
 
-    def _distributed_info(self) -> Tuple[int, int]:
+    def worker(self) -> Worker:
         """Horovod's rank and size when ``horovod.mxnet`` is imported and initialized."""
         hvd = sys.modules.get("horovod.mxnet")
         if hvd is not None:
             try:
-                return int(hvd.rank()), int(hvd.size())
+                return Worker.numbered(int(hvd.rank()), int(hvd.size()))
             except Exception:  # noqa: BLE001 - imported but not initialized: single process
                 pass
-        return 0, 1
+        return Worker.numbered(0, 1)
+
+    def on_disabled(self, reason: str) -> None:
+        self._detach_all()
 
     # --- registration --------------------------------------------------------------
     def register_hook(self, block: gluon.Block) -> None:
@@ -183,7 +188,7 @@ class Hook(CoreHook):
             stack.extend(_children(block))
         return ordered
 
-    def _collection_object(self, collection, obj) -> None:
+    def collection_object(self, collection, obj) -> None:
         """``coll.add(block)``: the block's outputs join the collection, which becomes included."""
         if not isinstance(obj, gluon.Block):
             raise ConfigError(
@@ -192,11 +197,11 @@ class Hook(CoreHook):
                 "inputs=True) for inputs too); for a value you computed, hook.save_tensor('<name>', value, "
                 f"{collection.name!r})")
         collection.add_block_tensors(obj)
-        self._include(collection.name)
+        self._session.include(collection.name, expect=False)
 
     def _resolve_layer_requests(self) -> None:
         """Turn ``coll.add_block_tensors(block, ...)`` into name regexes on that collection."""
-        for coll in list(self.collection_manager):
+        for coll in list(self._session.collection_manager):
             for request in coll.layer_requests:
                 key = (coll.name, id(request[0]), request[1], request[2])
                 if key in self._resolved_layer_requests:
@@ -217,7 +222,7 @@ class Hook(CoreHook):
 
         Regexes are tried on the name of the block's first tensor (index 0).
         """
-        included = [self.collection_manager.get(n) for n in self.include_collections]
+        included = [self._session.collection_manager.get(n) for n in self._session.include_collections]
         for kind in (INPUT, OUTPUT):
             prefix = f"{block.name}_{kind}_"
             for coll in included:
@@ -239,7 +244,9 @@ class Hook(CoreHook):
         self._synced_key = self._sync_key()
 
     def _sync_key(self):
-        return (self.collection_manager.version, tuple(self.include_collections), id(self.model), len(self._losses))
+        session = self._session
+        return (session.collection_manager.version, tuple(session.include_collections), id(self.model),
+                len(self._losses))
 
     def _blind_blocks(self) -> List[gluon.Block]:
         """Hooked blocks whose hooks MXNet skips: descendants of a hybridized block."""
@@ -269,14 +276,14 @@ class Hook(CoreHook):
     def _on_model_forward_pre(self, block, inputs) -> None:
         # A live rule's StopTraining (request_stop): the next forward of the model raises,
         # once the step before it is closed (outside never_raises, which would swallow it).
-        if self.stop_reason is not None and block is self.model:
+        if self._session.stop_reason is not None and block is self.model:
             self._close_step_before_stopping()
-            raise TrainingStopRequested(f"smdebug stopped training: {self.stop_reason}")
+            raise TrainingStopRequested(f"smdebug stopped training: {self._session.stop_reason}")
         self._on_model_forward_begin(block, inputs)
 
     @never_raises("stopping")
     def _close_step_before_stopping(self) -> None:
-        if self._step_open:
+        if self._session.step_open:
             self._record_gradients()
             self.end_step()
 
@@ -294,21 +301,21 @@ class Hook(CoreHook):
 
     @never_raises("forward hook")
     def _on_model_forward_end(self, block, inputs, outputs) -> None:
-        if self._deferred_params and self.saving_step:
+        if self._deferred_params and self._session.saving_step:
             params, self._deferred_params = self._deferred_params, []
             for param in params:
-                self.record(param.name, param.data(param.list_ctx()[0]))
+                self._session.record(param.name, param.data(param.list_ctx()[0]))
 
     @never_raises("block forward hook")
     def _on_block_forward_end(self, block, inputs, outputs) -> None:
-        if not self.saving_step:
+        if not self._session.saving_step:
             return
         for kind, values in ((INPUT, inputs), (OUTPUT, outputs)):
             base = f"{block.name}_{kind}_"
             for array in _iter_arrays(values):
                 index = self._tensor_counts.get(base, 0)
                 self._tensor_counts[base] = index + 1
-                self.record(f"{base}{index}", array)
+                self._session.record(f"{base}{index}", array)
 
     # --- parameters and gradients ----------------------------------------------------
     def _parameters(self):
@@ -316,31 +323,31 @@ class Hook(CoreHook):
 
     def _record_parameters(self) -> None:
         for param in self._parameters():
-            if not self.wants(param.name):
+            if not self._session.wants(param.name):
                 continue
             try:
-                self.record(param.name, param.data(param.list_ctx()[0]))
+                self._session.record(param.name, param.data(param.list_ctx()[0]))
             except gluon.parameter.DeferredInitializationError:
                 self._deferred_params.append(param)  # its shape is known after this forward pass
             except RuntimeError as exc:  # not initialized at all: nothing to save
                 logger.debug("smdebug: parameter %s not saved: %s", param.name, exc)
 
     def _record_gradients(self) -> None:
-        if not (self._step_open and self.saving_step):
+        if not (self._session.step_open and self._session.saving_step):
             return
         for param in self._parameters():
             name = GRADIENT_PREFIX + param.name
-            if param.grad_req == "null" or not self.wants(name):
+            if param.grad_req == "null" or not self._session.wants(name):
                 continue
             try:
-                self.record(name, param.grad(param.list_ctx()[0]))
+                self._session.record(name, param.grad(param.list_ctx()[0]))
             except RuntimeError as exc:  # includes DeferredInitializationError: no backward ran yet
                 logger.debug("smdebug: gradient of %s not saved: %s", param.name, exc)
 
     # --- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         """Save the last step's gradients, detach from the blocks, and finish the run."""
-        if self.enabled:
+        if self._session.enabled:
             try:
                 self._record_gradients()
             except Exception as exc:  # noqa: BLE001 - closing must always finish the files
@@ -348,12 +355,8 @@ class Hook(CoreHook):
         self._detach_all()
         super().close()
 
-    def disable(self, reason: str, already_reported: bool = False) -> None:
-        super().disable(reason, already_reported)
-        self._detach_all()
-
     def _detach_all(self) -> None:
-        handles = list(getattr(self, "_model_handles", [])) + list(getattr(self, "_tensor_handles", {}).values())
+        handles = self._model_handles + list(self._tensor_handles.values())
         for handle in handles:
             try:
                 handle.detach()

@@ -154,6 +154,8 @@ class TorchBackend(TensorBackend):
         if isinstance(value, TorchSnapshot):
             return value
         t = plain_tensor(value)
+        if t.is_meta or t.is_nested:  # the session skips the tensor, with one warning naming it
+            raise ValueError(f"{'meta' if t.is_meta else 'nested'} tensors hold no values to copy")
         if needs_copy:
             return TorchSnapshot(t.clone(), owned=True)
         return TorchSnapshot(t, owned=False)

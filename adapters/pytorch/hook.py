@@ -1,4 +1,4 @@
-"""The PyTorch hook: module, loss and optimizer hooks that feed the core Hook.
+"""The PyTorch hook: module, loss and optimizer hooks that feed its step session.
 
 What is a step
     A step starts at the forward pre-hook of a registered top-level module; the first
@@ -51,10 +51,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from smdebug.collections import PARAMETER_REGEXES, CollectionKeys, FrameworkProfile, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
+from smdebug.contract import Worker
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as _core_get_hook
-from smdebug.hook import never_raises
+from smdebug.session import never_raises
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
@@ -125,7 +126,7 @@ class Hook(CoreHook):
     )
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        # The adapter's own state first: the session built next may call back into it.
         self._user_mode: Optional[ModeKeys] = None
         # Registered models: (the module the user passed, the unwrapped model, its name).
         self._roots: List[Tuple[torch.nn.Module, torch.nn.Module, str]] = []
@@ -164,52 +165,63 @@ class Hook(CoreHook):
         self._deferrable: Dict[str, bool] = {}
         self._warned_changed: set = set()
         self._warned_compiled = False
-        self._warned_bad_tensor: set = set()
         self._optimizer_hooks_installed = False
         self._pending_params: List[Tuple[str, torch.nn.Parameter]] = []  # added before their model
-        # Flight recorder: notes where a NaN/Inf first appears in each step (nonfinite.py).
-        self._locator = NonfiniteLocator() if self._recorder is not None and self.flight_recorder.locate else None
-        # Sharded parameters (FSDP2/DTensor, FSDP v1 use_orig_params): reduced from their shards
-        # with a fixed number of collectives per saved step (sharded_capture.py), apart from _params.
-        self._sharded = ShardedCapture(self)
         #: The integration (a trainer callback) that owns the step boundaries, see own_steps().
         self.step_owner: Optional[str] = None
+        super().__init__(*args, **kwargs)
+        session = self._session
+        # Flight recorder: notes where a NaN/Inf first appears in each step (nonfinite.py).
+        self._locator = NonfiniteLocator() if session.recorder is not None and session.flight_recorder.locate \
+            else None
+        # Sharded parameters (FSDP2/DTensor, FSDP v1 use_orig_params): reduced from their shards
+        # with a fixed number of collectives per saved step (sharded_capture.py), apart from _params.
+        self._sharded = ShardedCapture(session)
 
-    # --- core overrides ------------------------------------------------------------------
-    def _distributed_info(self) -> Tuple[int, int]:
+    # --- the adapter callbacks (smdebug.contract.Adapter) ---------------------------------------
+    def worker(self) -> Worker:
         if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
+            return Worker.numbered(dist.get_rank(), dist.get_world_size())
         # Launchers (torchrun, torch.distributed.launch) set these before init_process_group.
         try:
-            return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+            return Worker.numbered(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
         except ValueError:
-            return 0, 1
+            return Worker.numbered(0, 1)
 
-    def _make_backend(self) -> TorchBackend:
+    def make_backend(self) -> TorchBackend:
         return TorchBackend()
+
+    def on_step_end(self) -> None:
+        """What the step still holds: module tensors noted outside a registered model's
+        forward, the flight recorder's probe, sharded statistics, an owned step's weights."""
+        if self._deferred or self._observed:  # module calls outside a registered model's forward
+            self._copy_deferred_guarded()
+        session = self._session
+        locator = self._locator
+        if locator is not None:
+            session.set_step_probe(locator.take_probe())
+            if not session.flight_recording and locator.installed:
+                locator.remove()  # the recorder fired or was disabled: no more notes
+                self._locator = None
+        if self._sharded.due():  # a TRAIN step with no optimizer step (manual updates)
+            self._sharded.capture(with_gradients=session.mode in _TRAINING_MODES, reread_weights=True)
+        if self._sharded.inflight is not None:
+            self._sharded.finish()
+        if self.step_owner is not None and self._weights_batch is not None:
+            # An owned step that ended without capture_parameters() (no optimizer update): keep its weights.
+            self._fence_weights_guarded()
+
+    def on_step_failed(self) -> None:
+        """No sharded collectives the other ranks may not reach; the failed step keeps the
+        weights its forward used, for the flight recorder."""
+        self._sharded.abandon()
+        if self._session.flight_recording and self._session.step_open:
+            self._fence_weights_guarded()
 
     def set_mode(self, mode) -> None:
         """Set TRAIN, EVAL, PREDICT or GLOBAL; from now on it overrides ``module.training``."""
         super().set_mode(mode)
-        self._user_mode = self.mode
-
-    def end_step(self) -> None:
-        if self._deferred or self._observed:  # module calls outside a registered model's forward
-            self._copy_deferred_guarded()
-        locator = self._locator
-        if locator is not None:
-            self.set_step_probe(locator.take_probe())
-            if not self.flight_recording and locator.installed:
-                locator.remove()  # the recorder fired or was disabled: no more notes
-                self._locator = None
-        if self._sharded.due():  # a TRAIN step with no optimizer step (manual updates)
-            self._sharded.capture(with_gradients=self.mode in _TRAINING_MODES, reread_weights=True)
-        if self._sharded.inflight is not None:
-            self._sharded.finish()
-        if self.step_owner is not None and self._weights_batch is not None and self._step_open:
-            # An owned step that ended without capture_parameters() (no optimizer update): keep its weights.
-            self._fence_weights_guarded()
-        super().end_step()
+        self._user_mode = self._session.mode
 
     @never_raises("filing the step's weights")
     def _fence_weights_guarded(self) -> None:
@@ -272,19 +284,19 @@ class Hook(CoreHook):
         """
         if optimizer is not None and isinstance(optimizer, torch.optim.Optimizer):
             self._install_zero_grad_fence(optimizer)
-        if self.saving_step and self._step_open and self.mode in _TRAINING_MODES:
+        if self._session.saving_step and self._session.step_open and self._session.mode in _TRAINING_MODES:
             self._capture_parameters(with_gradients=True)
-        if self.mode in _TRAINING_MODES and self._sharded.due():  # every rank joins its collectives
+        if self._session.mode in _TRAINING_MODES and self._sharded.due():  # every rank joins its collectives
             self._sharded.capture(with_gradients=True)
         if wait_for_gradients:  # plain and sharded gradients read before the owner changes them
             self._fence_gradients()
 
     def _begin_owned_step(self) -> None:
-        if self.saving_step or self._capture_handles:
+        if self._session.saving_step or self._capture_handles:
             self._sync_capture_hooks()
-        if self.saving_step:
+        if self._session.saving_step:
             # TRAIN: fenced and filed at capture_parameters(); otherwise nothing updates them.
-            self._start_weights(file_now=self.mode not in _TRAINING_MODES)
+            self._start_weights(file_now=self._session.mode not in _TRAINING_MODES)
 
     def close(self) -> None:
         """Flush the last step, finish the run's files and remove every torch hook."""
@@ -347,7 +359,7 @@ class Hook(CoreHook):
         if self._pending_params:
             pending, self._pending_params = self._pending_params, []
             for coll_name, param in pending:
-                self._collection_object(self.get_collection(coll_name), param)
+                self.collection_object(self.get_collection(coll_name), param)
         self._grad_names = tuple(f"gradient/{name}" for name in self._param_names)
         self._install_zero_grad_fence(module)
         self._handles.append(module.register_forward_pre_hook(_weak_method(self._on_root_forward_pre)))
@@ -369,26 +381,10 @@ class Hook(CoreHook):
         self._handles.append(outer.register_forward_hook(
             functools.partial(_weak_method(self._on_root_forward_exit), root_name), always_call=True))
 
-    def step_failed(self) -> None:
-        self._sharded.abandon()
-
-    step_failed.__doc__ = CoreHook.step_failed.__doc__
-
-    def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual"):
-        if trigger == "exception":
-            self.step_failed()  # the step is ended below: no collectives the other ranks may not reach
-        if trigger == "exception" and self.flight_recording and self._step_open \
-                and not self._pipeline.on_worker_thread:
-            with self.guard("flight recorder: filing the failed step's weights"):
-                self._fence_weights()  # the failed step keeps the weights its forward used
-        return super().dump_flight_recorder(reason, trigger)
-
-    dump_flight_recorder.__doc__ = CoreHook.dump_flight_recorder.__doc__
-
     def _on_root_forward_exit(self, root_name: str, module, args, output) -> None:
         """After every forward of a registered model; when the forward raised, torch calls it
         with no output from inside its ``except``: the flight recorder writes its steps."""
-        if output is not None or self._recorder is None:
+        if output is not None or self._session.recorder is None:
             return
         exc = sys.exc_info()[1]
         if isinstance(exc, Exception) and not isinstance(exc, TrainingStopRequested):
@@ -450,7 +446,7 @@ class Hook(CoreHook):
             handles.pop().remove()
 
     # --- torch objects in collections: coll.add(obj), hook.add_to_collection(name, obj) ------
-    def _collection_object(self, coll, obj) -> None:
+    def collection_object(self, coll, obj) -> None:
         """Resolve a torch object added to a collection, which then becomes included.
 
         A module saves its outputs (``add_module_tensors``'s default); a parameter of a
@@ -466,7 +462,7 @@ class Hook(CoreHook):
                 self._pending_params.append((coll.name, obj))
             else:
                 coll.add_tensor_name(name)
-            self._include(coll.name)
+            self._session.include(coll.name, expect=False)
         elif isinstance(obj, torch.Tensor):
             raise ConfigError(
                 f"cannot add a tensor (shape {tuple(obj.shape)}) to collection {coll.name!r}: a plain tensor has "
@@ -490,7 +486,7 @@ class Hook(CoreHook):
 
     def _resolve_layer_requests(self) -> None:
         """Turn ``add_module_tensors`` requests into name regexes of their collections."""
-        manager = self.collection_manager
+        manager = self._session.collection_manager
         if manager.version == self._resolved_layer_version:
             return
         for coll in list(manager):
@@ -505,21 +501,20 @@ class Hook(CoreHook):
                 if outputs:
                     coll.include(rf"^{name}_output_\d+$")
                 # Asking for a module's tensors means wanting them saved.
-                self._include(coll.name)
+                self._session.include(coll.name, expect=False)
         self._resolved_layer_version = manager.version
 
     # --- capture hooks, installed while steps save ----------------------------------------------
     def _sync_capture_hooks(self) -> None:
         """Install the hooks this step needs; keep them while consecutive steps need the same."""
-        if not (self.saving_step and self.enabled):
+        if not (self._session.saving_step and self._session.enabled):
             if self._capture_handles:
                 self._remove_handles(self._capture_handles)
                 self._capture_key = None
             return
         self._resolve_layer_requests()
-        grads_by_hooks = self.mode in _TRAINING_MODES and not self.step_by_optimizer
-        key = (self.collection_manager.version, tuple(self.include_collections), self._saving_colls,
-               grads_by_hooks, len(self._module_names), len(self._params))
+        grads_by_hooks = self._session.mode in _TRAINING_MODES and not self.step_by_optimizer
+        key = (self._session.plans_version, grads_by_hooks, len(self._module_names), len(self._params))
         if key == self._capture_key:
             return
         self._remove_handles(self._capture_handles)
@@ -530,8 +525,8 @@ class Hook(CoreHook):
         for module_id, (module, name) in self._module_names.items():
             if module_id in permanent:
                 continue
-            want_inputs = self.plan_for(f"{name}_input_0") is not None
-            want_outputs = self.plan_for(f"{name}_output_0") is not None
+            want_inputs = self._session.plan_for(f"{name}_input_0") is not None
+            want_outputs = self._session.plan_for(f"{name}_output_0") is not None
             if not (want_inputs or want_outputs):
                 continue
             if module_id in self._compiled_module_ids:
@@ -549,13 +544,13 @@ class Hook(CoreHook):
                 ", ".join(skipped[:5]), ", ..." if len(skipped) > 5 else "")
         if grads_by_hooks:
             for name, param in self._params:
-                if param.requires_grad and self.plan_for(f"gradient/{name}") is not None:
+                if param.requires_grad and self._session.plan_for(f"gradient/{name}") is not None:
                     self._capture_handles.append(param.register_post_accumulate_grad_hook(
                         functools.partial(_weak_method(self._on_grad_accumulated), f"gradient/{name}")))
 
     # --- torch callbacks (an error in one disables the hook, training goes on) --------------------
     def _on_root_forward_pre(self, module, args) -> None:
-        if not self.enabled:
+        if not self._session.enabled:
             # Disabled after an error: drop the hooks here, where torch is not iterating them.
             self._remove_handles(self._capture_handles)
             self._remove_handles(self._handles)
@@ -565,36 +560,38 @@ class Hook(CoreHook):
             return
         if self.step_owner is not None:
             return  # steps, modes and stopping belong to the owner (own_steps)
-        if self.stop_reason is not None:
-            if self._step_open:
+        if self._session.stop_reason is not None:
+            if self._session.step_open:
                 self.end_step()
-            raise TrainingStopRequested(f"smdebug stopped training: {self.stop_reason}")
+            raise TrainingStopRequested(f"smdebug stopped training: {self._session.stop_reason}")
         self._root_forward_pre(module)
 
     @never_raises("forward pre-hook")
     def _root_forward_pre(self, module) -> None:
+        session = self._session
         mode = self._user_mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
-        if mode is not self.mode:
-            CoreHook.set_mode(self, mode)
-        elif self.step_by_optimizer and mode in _TRAINING_MODES and self._step_open and not self._optimizer_stepped:
+        if mode is not session.mode:
+            session.set_mode(mode)  # not the user's: module.training may change it back
+        elif self.step_by_optimizer and mode in _TRAINING_MODES and session.step_open and not self._optimizer_stepped:
             return  # the same optimizer step goes on (gradient accumulation, several forwards)
         self._optimizer_stepped = False
         self._fence_gradients(before_backward=True)
         self.begin_step()
         if self._sharded.due():
-            if self.mode not in _TRAINING_MODES:  # no gradients, no optimizer step: all of it now
+            if session.mode not in _TRAINING_MODES:  # no gradients, no optimizer step: all of it now
                 self._sharded.capture(with_gradients=False)
             else:
                 self._sharded.start_weights()
-        if self.saving_step or self._capture_handles:
+        if session.saving_step or self._capture_handles:
             self._sync_capture_hooks()
-            if self.saving_step:
+            if session.saving_step:
                 # Weights are read on the pipeline's worker during this forward and backward;
                 # in an optimizer step they are filed (and fenced) before optimizer.step().
-                self._start_weights(file_now=not (self.step_by_optimizer and self.mode in _TRAINING_MODES))
+                self._start_weights(file_now=not (self.step_by_optimizer and session.mode in _TRAINING_MODES))
 
     @never_raises("optimizer pre-step hook")
     def _on_optimizer_pre_step(self, optimizer, args, kwargs) -> None:
+        session = self._session
         if self.step_owner is not None or not self._owns(optimizer):
             return
         if not self.step_by_optimizer:
@@ -602,11 +599,12 @@ class Hook(CoreHook):
             logger.debug("smdebug: %s updates the registered model; a TRAIN step is now one optimizer step",
                          type(optimizer).__name__)
             self._sync_capture_hooks()  # gradients are read here from now on
-        if self.saving_step and self._step_open and self.mode in _TRAINING_MODES and not self._optimizer_stepped:
+        if session.saving_step and session.step_open and session.mode in _TRAINING_MODES \
+                and not self._optimizer_stepped:
             self._capture_parameters(with_gradients=True)
         else:
             self._fence_weights()
-        if self.mode in _TRAINING_MODES and self._sharded.due():
+        if session.mode in _TRAINING_MODES and self._sharded.due():
             self._sharded.capture(with_gradients=True)
 
     @never_raises("optimizer post-step hook")
@@ -645,7 +643,7 @@ class Hook(CoreHook):
 
         def capture(module, args, output):
             hook = hook_ref()
-            if hook is None or not hook.saving_step:
+            if hook is None or not hook._session.saving_step:
                 return
             if outputs_only and type(output) is torch.Tensor and hook._deferrable.get(key) \
                     and not output.is_inference():  # inference tensors have no version counter
@@ -667,9 +665,9 @@ class Hook(CoreHook):
 
     @never_raises("module forward hook")
     def _on_module_forward(self, name: str, want_inputs, want_outputs, inputs, outputs, flush: bool) -> None:
-        if want_inputs or (want_inputs is None and self.plan_for(f"{name}_input_0") is not None):
+        if want_inputs or (want_inputs is None and self._session.plan_for(f"{name}_input_0") is not None):
             self._offer(name + "_input_", inputs, defer=not flush)
-        if want_outputs or (want_outputs is None and self.plan_for(f"{name}_output_0") is not None):
+        if want_outputs or (want_outputs is None and self._session.plan_for(f"{name}_output_0") is not None):
             self._offer(name + "_output_", outputs, defer=not flush)
         if flush:
             self._copy_deferred()
@@ -686,6 +684,7 @@ class Hook(CoreHook):
         something changes them in place before the forward ends (``nn.ReLU(inplace=True)``
         after a Linear does), that module's tensors are always copied at once.
         """
+        session = self._session
         tensors = (value,) if isinstance(value, torch.Tensor) else tensor_leaves(value, [])
         if not tensors:
             return
@@ -698,13 +697,12 @@ class Hook(CoreHook):
         self._tensor_counts[key] = first + len(tensors)
         for i, tensor in enumerate(tensors, first):
             tname = f"{key}{i}"
-            if not self._usable(tname, tensor):
-                continue
-            if self.record(tname, tensor, self.backend) and deferrable is None and not tensor.is_inference():
+            if session.record(tname, tensor, session.backend) and deferrable is None and not tensor.is_inference():
                 self._observed.append((key, tensor, tensor._version))
 
     def _copy_deferred(self) -> None:
         """The end of a forward pass: name the noted module tensors and copy them in one batch."""
+        session = self._session
         if self._observed:
             changed = {key for key, tensor, version in self._observed if tensor._version != version}
             for key, _, _ in self._observed:
@@ -722,8 +720,8 @@ class Hook(CoreHook):
                 counts[key] = counts.get(key, 0) + 1
         else:
             names, tensors = self._name_deferred(deferred, keys)
-        selection = self.selection(names)
-        self.record_batch(self.start_batch(selection, [tensors[i] for i in selection.indices], self.backend))
+        selection = session.selection(names)
+        session.record_batch(session.start_batch(selection, [tensors[i] for i in selection.indices], session.backend))
 
     def _name_deferred(self, deferred, keys: tuple) -> Tuple[tuple, list]:
         """Name the noted tensors of a forward, dropping those changed in place since their
@@ -743,7 +741,7 @@ class Hook(CoreHook):
                     self._warned_changed.add(tname)
                     logger.warning("smdebug: %s was changed in place after its module returned it, so it is not "
                                    "saved at step %d; it is copied as soon as it is produced from now on",
-                                   tname, self.global_step)
+                                   tname, self._session.global_step)
                 continue
             names.append(tname)
             tensors.append(tensor)
@@ -755,24 +753,8 @@ class Hook(CoreHook):
         return names, tensors
 
     def _on_grad_accumulated(self, name: str, param) -> None:
-        if self.saving_step and self.enabled and param.grad is not None:
-            self.record(name, param.grad, self.backend)
-
-    def record(self, name: str, value, backend=None) -> bool:
-        # save_tensor() and direct records: the same filter as captured module tensors.
-        if self.saving_step and self.enabled and isinstance(value, torch.Tensor) and not self._usable(name, value):
-            return False
-        return super().record(name, value, backend)
-
-    def _usable(self, name: str, tensor: torch.Tensor) -> bool:
-        """False (with one warning per name) for tensors that hold no data to save."""
-        if not (tensor.is_meta or tensor.is_nested):
-            return True
-        if name not in self._warned_bad_tensor:
-            self._warned_bad_tensor.add(name)
-            logger.warning("smdebug: cannot save %s: %s tensors hold no values to copy", name,
-                           "meta" if tensor.device.type == "meta" else "nested")
-        return False
+        if self._session.saving_step and self._session.enabled and param.grad is not None:
+            self._session.record(name, param.grad, self._session.backend)
 
     def _start_weights(self, file_now: bool) -> None:
         """Hand this step's wanted parameters to the step pipeline (by reference).
@@ -784,15 +766,15 @@ class Hook(CoreHook):
         if self._params_captured:
             return
         self._params_captured = True
-        selection = self.selection(self._param_names)
+        selection = self._session.selection(self._param_names)
         params = self._params
         tensors = [params[i][1] for i in selection.indices]
-        batch = self.start_batch(selection, tensors, self.backend)
+        batch = self._session.start_batch(selection, tensors, self._session.backend)
         if batch is None:
             return
         self._weights_batch = (batch, tensors, [t._version for t in tensors], file_now)
         if file_now:
-            self.record_batch(batch)
+            self._session.record_batch(batch)
 
     def _fence_weights(self) -> None:
         """The weights handed over at the step's start are read; file them if not yet filed.
@@ -808,9 +790,9 @@ class Hook(CoreHook):
         if filed:
             return
         if [t._version for t in tensors] != versions:
-            batch = self.start_batch(batch.selection, tensors, self.backend)
+            batch = self._session.start_batch(batch.selection, tensors, self._session.backend)
             batch.wait()
-        self.record_batch(batch)
+        self._session.record_batch(batch)
 
     def _capture_parameters(self, with_gradients: bool) -> None:
         """Before ``optimizer.step()``: fence and file the weights, hand over the gradients."""
@@ -825,7 +807,7 @@ class Hook(CoreHook):
         else:
             names = tuple(name for name, (_, param) in zip(self._grad_names, params) if param.grad is not None)
             index = {name: i for i, name in enumerate(self._grad_names)}
-        selection = self.selection(names)
+        selection = self._session.selection(names)
         if not selection.plans:
             return
         if names is self._grad_names:
@@ -833,10 +815,10 @@ class Hook(CoreHook):
         else:
             held = [params[index[names[i]]][1] for i in selection.indices]
         grads = [param.grad for param in held]
-        self._pipeline.discard(self._grads_held)  # last step's gradients, freed off this thread
-        self._grads_batch = self.start_batch(selection, grads, self.backend)
+        self._session.discard(self._grads_held)  # last step's gradients, freed off this thread
+        self._grads_batch = self._session.start_batch(selection, grads, self._session.backend)
         self._grads_held = (held, grads)
-        self.record_batch(self._grads_batch)
+        self._session.record_batch(self._grads_batch)
 
     def _fence_gradients(self, before_backward: bool = False) -> None:
         """Wait until the last handed-over gradients were read, if they can change now.
@@ -854,7 +836,7 @@ class Hook(CoreHook):
             held, grads = self._grads_held
             if not any(param.grad is grad for param, grad in zip(held, grads)):
                 return
-        self._pipeline.discard(self._grads_held)
+        self._session.discard(self._grads_held)
         self._grads_batch, self._grads_held = None, ([], [])
         batch.wait()
 

@@ -142,6 +142,7 @@ class StepDriver:
 
     def __init__(self, hook: Hook, owner: str):
         self.hook = hook
+        self.session = hook.session  # modes, step counters, what the step saves
         hook.own_steps(owner)
         hook.get_collection(LOSSES).add_tensor_name(LOSS_TENSOR)
         self.open: Optional[Tuple[ModeKeys, Optional[int]]] = None  # (mode, trainer step) of the open step
@@ -151,22 +152,21 @@ class StepDriver:
 
     @property
     def active(self) -> bool:
-        return self.hook.enabled
+        return self.session.enabled
 
     def begin(self, mode: ModeKeys, trainer_step: Optional[int] = None, log_scalars: bool = False) -> None:
         """Start a step in ``mode`` (TRAIN: the one before optimizer step ``trainer_step``);
         ``log_scalars``: its loss is wanted as a scalar whatever the save config."""
-        hook = self.hook
-        if hook.mode is not mode:
+        hook, session = self.hook, self.session
+        if session.mode is not mode:
             hook.set_mode(mode)
-        if mode is ModeKeys.TRAIN and trainer_step is not None \
-                and hook.mode_steps.get(ModeKeys.TRAIN, -1) + 1 != trainer_step:
-            hook.mode_steps[ModeKeys.TRAIN] = trainer_step - 1  # a resumed run: TRAIN steps go on from there
+        if mode is ModeKeys.TRAIN and trainer_step is not None:
+            session.continue_mode_steps(ModeKeys.TRAIN, trainer_step)  # a resumed run: TRAIN steps go on from there
         self._loss = None
         hook.begin_step()
         self.open = (mode, trainer_step)
         # Most steps want no loss: no tensor op then (the default config's cost).
-        self._wants_loss = log_scalars or LOSSES in hook.saving_collections
+        self._wants_loss = log_scalars or LOSSES in session.saving_collections
 
     def is_open(self, mode: ModeKeys, trainer_step: Optional[int] = None) -> bool:
         return self.open == (mode, trainer_step)
@@ -184,7 +184,7 @@ class StepDriver:
         ``log_scalars``, the loss and the metrics whose values changed, as scalars."""
         hook, loss = self.hook, self._loss
         self._loss = None
-        if loss is not None and hook.saving_step:
+        if loss is not None and self.session.saving_step:
             hook.record(LOSS_TENSOR, loss.reshape(()))
         if not log_scalars:
             return

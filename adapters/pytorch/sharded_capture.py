@@ -63,13 +63,14 @@ class _Exchange(NamedTuple):
 class ShardedCapture:
     """The sharded parameters of a hook's registered models, and their capture step by step.
 
-    ``hook`` is the PyTorch hook; this calls only its public contract (``select``,
-    ``submit_work``, ``record_reduced``, ``record_planned``, ``note_placement``, ...).
+    ``session`` is the PyTorch hook's step session; this calls only its declared surface
+    (``select_everywhere``, ``submit_work``, ``record_reduced``, ``record_planned``,
+    ``note_placement``, ...).
     A failure turns off sharded capture alone, with one warning (:meth:`_guard`).
     """
 
-    def __init__(self, hook):
-        self.hook = hook
+    def __init__(self, session):
+        self.session = session
         self.params: List[ShardedParam] = []
         self.names: Tuple[str, ...] = ()  # weights, then gradients
         self.groups = ShardGroups()
@@ -167,8 +168,8 @@ class ShardedCapture:
         """One warning for the reductions asked of collections that shard partials cannot give
         exactly (median, prod): sharded tensors are saved without them."""
         asked = set()
-        for coll in self.hook.collection_manager:
-            config = coll.reduction_config or self.hook.reduction_config
+        for coll in self.session.collection_manager:
+            config = coll.reduction_config or self.session.reduction_config
             asked.update(inexact_reductions(config.all_reductions()))
         if asked:
             logger.warning("smdebug: %s cannot be computed exactly from the shards of sharded parameters (FSDP/"
@@ -181,8 +182,9 @@ class ShardedCapture:
         """Whether this step's sharded parameters are still to be reduced. The same answer on
         every rank (the save configuration and step counters are), whether this rank writes
         or not: all ranks take part in the collectives."""
-        return bool(self.params) and self.hook.enabled and self.hook._step_open and self.hook.step_saves_somewhere \
-            and self._step != self.hook.global_step
+        session = self.session
+        return bool(self.params) and session.enabled and session.step_open and session.step_saves_somewhere \
+            and self._step != session.global_step
 
     def capture(self, with_gradients: bool, reread_weights: bool = False) -> None:
         """Reduce this step's sharded weights (and gradients) from their shards and record them.
@@ -194,7 +196,7 @@ class ShardedCapture:
         A failure turns off sharded capture only (one warning); the rest of the hook goes on.
         A collective that a peer never joins gives up after ``sharded.COLLECTIVE_TIMEOUT``.
         """
-        self._step = self.hook.global_step
+        self._step = self.session.global_step
         if reread_weights:  # read at the forward, maybe updated since (no optimizer step): read them now
             self._weights_job = None
         with self._guard():
@@ -206,7 +208,7 @@ class ShardedCapture:
         """This rank's step failed (an exception left it): start no more collectives for it,
         since the other ranks may never reach them. An exchange already started finishes (or
         times out) on the step pipeline; nothing of this step is recorded."""
-        self._step = self.hook.global_step
+        self._step = self.session.global_step
         self._weights_job = None
         self.inflight = None
 
@@ -216,10 +218,12 @@ class ShardedCapture:
         try:
             yield
         except CollectiveFailed as exc:  # the peers are gone or out of step: issue no more collectives
-            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.hook.global_step, exc)
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.session.global_step,
+                           exc)
             self.params, self.names, self.inflight = [], (), None
         except Exception as exc:  # noqa: BLE001 - record nothing more, but keep joining the peers' collectives
-            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s", self.hook.global_step,
+            logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s",
+                           self.session.global_step,
                            type(exc).__name__, exc)
             self._muted, self.inflight = True, None
 
@@ -235,22 +239,22 @@ class ShardedCapture:
         weights before ``optimizer.step()``, whose pre-step hook waits for them)."""
         with self._guard():
             n = len(self.params)
-            chosen = self.hook.select_everywhere(self.names[:n])
+            chosen = self.session.select_everywhere(self.names[:n])
             if chosen and not self._muted:
                 pieces = [self._piece(self.params[i], self.params[i].param, False) for i, _ in chosen]
                 columns = self._partial_columns([plan for _, plan in chosen])
                 versions = [None if p is None else p._version for p in pieces]
-                ticket = self.hook.submit_work("sharded weights' partials", self._safe_partials, pieces, columns)
-                self._weights_job = _WeightsJob(self.hook.global_step, tuple(i for i, _ in chosen), columns, ticket,
+                ticket = self.session.submit_work("sharded weights' partials", self._safe_partials, pieces, columns)
+                self._weights_job = _WeightsJob(self.session.global_step, tuple(i for i, _ in chosen), columns, ticket,
                                                     pieces, versions)
 
     def _safe_partials(self, pieces, columns) -> np.ndarray:
         """Partials of ``pieces``; rows of NaN if that fails (the collective still takes place)."""
         try:
-            return shard_partials(pieces, self.hook.backend, columns)
+            return shard_partials(pieces, self.session.backend, columns)
         except Exception as exc:  # noqa: BLE001 - still take part in the collectives (peers wait for them)
             self._warn("shard partials", f"{type(exc).__name__}: {exc}")
-            return shard_partials([None] * len(pieces), self.hook.backend)
+            return shard_partials([None] * len(pieces), self.session.backend)
 
     def _partial_columns(self, plans) -> Tuple[str, ...]:
         """The partials the saved reductions of ``plans`` need (the same on every rank)."""
@@ -265,7 +269,7 @@ class ShardedCapture:
         sharded = self.params
         n = len(sharded)
         names = self.names if with_gradients else self.names[:n]
-        chosen = self.hook.select_everywhere(names)
+        chosen = self.session.select_everywhere(names)
         weights_job, self._weights_job = self._weights_job, None
         if not chosen:
             return
@@ -279,7 +283,7 @@ class ShardedCapture:
         weights_at = [pos for pos, (i, _) in enumerate(chosen) if i < n]
         raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
         columns = self._partial_columns([plan for _, plan in chosen])
-        if weights_job is not None and (raw_wanted or weights_job.step != self.hook.global_step or
+        if weights_job is not None and (raw_wanted or weights_job.step != self.session.global_step or
                                         weights_job.chosen != tuple(chosen[pos][0] for pos in weights_at) or
                                         weights_job.columns != columns or
                                         [None if p is None else p._version for p in weights_job.pieces]
@@ -298,7 +302,7 @@ class ShardedCapture:
         if raw_wanted:  # the pieces are encoded below, before anything changes them
             job = self._pipeline_exchange(*args)
         else:
-            job = self.hook.submit_work("sharded statistics", self._pipeline_exchange, *args)
+            job = self.session.submit_work("sharded statistics", self._pipeline_exchange, *args)
             # The fence: in a TRAIN step the optimizer changes the weights next (EVAL steps: nothing
             # changes them before the step ends, where the job is waited for).
             if ticket is not None:
@@ -343,7 +347,7 @@ class ShardedCapture:
         # missing on some rank (no gradient yet, a frozen parameter), or empty: not saved; nor
         # what this rank does not save itself (every rank joins for what any rank saves)
         present = np.isfinite(combined[:, 0]) & (combined[:, 0] > 0)
-        present &= np.fromiter((self.hook.plan_for(plan.name) is not None for _, plan in chosen), bool, len(chosen))
+        present &= np.fromiter((self.session.plan_for(plan.name) is not None for _, plan in chosen), bool, len(chosen))
         for pos in raw_wanted:
             if not present[pos]:
                 continue
@@ -352,11 +356,11 @@ class ShardedCapture:
                 self._record_piece(plan, full[pos], reductions_from_partials(combined[pos], [
                     k for k in plan.reductions if k[0] in EXACT_REDUCTIONS]))
             elif pos in full:
-                self.hook.record(plan.name, full[pos], self.hook.backend)
+                self.session.record(plan.name, full[pos], self.session.backend)
         reduced = tuple(pos for pos, (_, plan) in enumerate(chosen) if present[pos] and not plan.raw)
-        if not (reduced and self.hook.saving_step):
+        if not (reduced and self.session.saving_step):
             return
-        key = (self.hook.plans_version, len(chosen), reduced)
+        key = (self.session.plans_version, len(chosen), reduced)
         laid_out = self._blocks.get(key)
         if laid_out is None:
             if len(self._blocks) > 16:
@@ -372,7 +376,7 @@ class ShardedCapture:
                 for pos, row in zip(positions, reductions_table(combined[list(positions)], keys)):
                     per_position[pos] = row
             values = np.concatenate([per_position[pos] for pos in reduced])
-        self.hook.record_reduced(block, values)
+        self.session.record_reduced(block, values)
 
     def _lay_out_block(self, chosen, shapes, reduced):
         """The ReducedBlock of the sharded tensors of ``reduced`` (positions in ``chosen``), each
@@ -386,7 +390,7 @@ class ShardedCapture:
                     tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
             entries.append((plan, shapes[pos]))
             by_keys.setdefault(keys, []).append(pos)
-        return self.hook.reduced_block(entries), by_keys
+        return self.session.reduced_block(entries), by_keys
 
     def _gather_full(self, chosen, tensors, pieces, gathered: Dict[tuple, np.ndarray], by_group,
                      raw_wanted) -> Dict[int, object]:
@@ -406,7 +410,7 @@ class ShardedCapture:
                 continue
             counts = gathered[key][..., 0]  # [ranks of the group, tensors]: each rank's piece size
             mine = [(j, pos) for j, pos in mine if np.isfinite(counts[:, j]).all()]
-            if self.hook.include_workers == "all":
+            if self.session.include_workers == "all":
                 for _, pos in mine:
                     out[pos] = (pieces[pos], self.params[chosen[pos][0] % n].placement_of(tensors[pos]))
                 continue
@@ -444,8 +448,8 @@ class ShardedCapture:
         if keys != plan.reductions:
             plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
                 tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
-        if self.hook.record_planned(plan, snap, self.hook.backend):
-            self.hook.note_placement(plan.name, placement.as_json(piece.shape))
+        if self.session.record_planned(plan, snap, self.session.backend):
+            self.session.note_placement(plan.name, placement.as_json(piece.shape))
 
     def _piece(self, one: ShardedParam, tensor, is_grad: bool):
         """This rank's piece of a sharded parameter or gradient, or None (with one warning when

@@ -18,8 +18,10 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional, Tuple
 
+from smdebug.arguments import HookArguments
 from smdebug.backend import NumpyBackend, TensorBackend
 from smdebug.collections import CollectionKeys, FrameworkProfile
+from smdebug.contract import Worker
 from smdebug.hook import Hook
 from smdebug.logger import get_logger
 
@@ -51,9 +53,11 @@ class TFHookBase(Hook):
         strip_output_index_in_reduction_tags=False,
     )
 
+    #: The capture sites of graphs (capture.py), or None; a subclass sets it before this
+    #: constructor runs.
+    _capture = None
+
     def __init__(self, *args, **kwargs):
-        self._identity = None
-        self._capture = None
         self._step_active = False
         # True while a step begins from inside a graph (tf.py_function): there, Python is not
         # ordered with the graph's variable updates, so variables are read by the graph.
@@ -65,31 +69,29 @@ class TFHookBase(Hook):
         # with the captured tensors: their reductions then take the same single call.
         self._step_reads: List[Tuple[str, object]] = []
         self._unread_names: Optional[tuple] = None  # (delivered names, tracked names, the rest)
-        super().__init__(*args, **kwargs)
+        arguments = HookArguments(*args, **kwargs)
+        self._identity: Worker = distributed.from_environment()
+        if self._identity.world_size == 1 and tensorflow_loaded():
+            mirrored = self._identity_from_current_strategy()
+            if mirrored is not None:
+                self._identity = mirrored
+                arguments = arguments.replace(include_workers=self._one_writer_for_devices(arguments.include_workers))
+        super().__init__(arguments)
         # docs/format.md 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
         # also catch optimizer slots such as "adam/dense_bias_momentum".
-        biases = self.collection_manager.get(CollectionKeys.BIASES)
+        biases = self._session.collection_manager.get(CollectionKeys.BIASES)
         if biases.include_regex == tuple(self.profile.regexes.get(CollectionKeys.BIASES, ())):
             biases.include_regex = []
 
-    # --- identity and backend ----------------------------------------------------------
-    def _distributed_info(self) -> Tuple[int, int]:
-        identity = distributed.from_environment()
-        if identity.world_size == 1 and tensorflow_loaded():
-            mirrored = self._identity_from_current_strategy()
-            if mirrored is not None:
-                self._one_writer_for_devices()
-                identity = mirrored
-        self._identity = identity
-        return identity.rank, identity.world_size
-
-    def _one_writer_for_devices(self) -> None:
+    # --- identity and backend (the adapter callbacks) ------------------------------------
+    @staticmethod
+    def _one_writer_for_devices(include_workers: str) -> str:
         # The hook writes one worker's files per process; the devices of a MirroredStrategy
         # would each need their own (include_workers="all" is not supported there yet).
-        if self.include_workers == "all":
+        if include_workers == "all":
             logger.warning("smdebug: include_workers='all' is not supported with MirroredStrategy; saving the "
                            "first replica only (include_workers='one')")
-            self.include_workers = "one"
+        return "one"
 
     def _identity_from_current_strategy(self):
         try:
@@ -101,10 +103,10 @@ class TFHookBase(Hook):
             return None
         return None
 
-    def _worker_name(self) -> str:
-        return self._identity.name if self._identity is not None else f"worker_{self.rank}"
+    def worker(self) -> Worker:
+        return self._identity
 
-    def _make_backend(self) -> TensorBackend:
+    def make_backend(self) -> TensorBackend:
         if tensorflow_loaded():
             from .backend import TFBackend
 
@@ -114,47 +116,43 @@ class TFHookBase(Hook):
     def _adopt_strategy(self, strategy) -> None:
         """Take the worker name of a MirroredStrategy met after construction (before any write)."""
         identity = distributed.mirrored_identity(strategy)
-        if identity is None or identity.name == self.worker_name:
+        session = self._session
+        if identity is None or identity.name == session.worker_name:
             return
-        if self._collections_written or self.global_step >= 0:
+        if not session.adopt_worker(identity, self._one_writer_for_devices(session.include_workers)):
             logger.warning("smdebug: the model uses %s but the hook already wrote as %s; keeping that name",
-                           type(strategy).__name__, self.worker_name)
+                           type(strategy).__name__, session.worker_name)
             return
-        self._one_writer_for_devices()
         self._identity = identity
-        self.rank, self.world_size, self.worker_name = identity.rank, identity.world_size, identity.name
-        self.is_chief = True
-        if self.writer is not None:
-            self.writer.worker = identity.name  # only names the collections file, not yet written
 
     # --- steps -----------------------------------------------------------------------
     def set_mode(self, mode) -> None:
         """Switch mode; a step still open (its tensors captured by a graph) is finished first."""
-        if self._step_active and self.enabled:
+        if self._step_active and self._session.enabled:
             self.end_step()
         super().set_mode(mode)
 
     def begin_step(self, step: Optional[int] = None) -> bool:
         saving = super().begin_step(step)
-        self._step_active = self.enabled
-        if self._capture is not None and self.enabled:
+        self._step_active = self._session.enabled
+        if self._capture is not None and self._session.enabled:
             try:
                 self._choose_graphs()
                 self._capture.arm()
             except Exception as exc:  # noqa: BLE001
                 self.disable(f"arming capture sites: {type(exc).__name__}: {exc}")
                 return False
-        if saving and self.enabled and self._tracked and not self._graph_driven:
+        if saving and self._session.enabled and self._tracked and not self._graph_driven:
             self._record_tracked()
-        return self.saving_step
+        return self._session.saving_step
 
-    def end_step(self) -> None:
+    def on_step_end(self) -> None:
+        """Read what the capture sites copied in this step (and the variables read when it began)."""
         reads, self._step_reads = self._step_reads, []
-        if self.enabled and self._capture is not None and self._step_active:
+        if self._capture is not None and self._step_active:
             with self.guard("reading captured tensors"):
                 self._capture.collect(reads)
         self._step_active = False
-        super().end_step()
 
     def _record_tracked(self) -> None:
         names = self._tracked_names
@@ -168,14 +166,14 @@ class TFHookBase(Hook):
             if cached is None or cached[0] is not delivered or cached[1] is not names:
                 cached = self._unread_names = (delivered, names, tuple(n for n in names if n not in delivered))
             names = cached[2]
-        wanted = [(names[i], self._tracked[names[i]]) for i, _ in self.select(names)]
+        wanted = [(names[i], self._tracked[names[i]]) for i, _ in self._session.select(names)]
         if wanted:
             values = self._read_variables([var for _, var in wanted])
             if self._capture is not None:
                 self._step_reads = [(name, value) for (name, _), value in zip(wanted, values)]
             else:
                 for (name, _), value in zip(wanted, values):
-                    self.record(name, value)
+                    self._session.record(name, value)
 
     def _choose_graphs(self) -> None:
         """Once the core decided what this step saves, before the sites are armed: choose
@@ -197,15 +195,14 @@ class TFHookBase(Hook):
     def _track(self, name: str, var, collection: Optional[str]) -> None:
         """Save ``var`` as ``name`` (in ``collection``) at the start of steps that save it."""
         if collection is not None:
-            coll = self.collection_manager.get(collection)
+            coll = self._session.collection_manager.get(collection)
             if name not in coll.tensor_names:
                 coll.add_tensor_name(name)
         if self._tracked.get(name) is not var:
             self._tracked[name] = var
             self._tracked_names = None
 
-    def disable(self, reason: str, already_reported: bool = False) -> None:
-        super().disable(reason, already_reported)
+    def on_disabled(self, reason: str) -> None:
         self._step_active = False
         self._step_reads = []
         if self._capture is not None:
@@ -222,15 +219,15 @@ class TFHookBase(Hook):
             if self._capture is not None:
                 self._capture.disarm_all()
 
-    def _collection_object(self, collection, obj) -> None:
+    def collection_object(self, collection, obj) -> None:
         """``coll.add(variable or tensor)``: kept until the model or graph is known, then named."""
         collection.framework_objects.append(obj)
 
     def _is_included(self, name: str, home: Optional[str] = None) -> bool:
         """Whether tensor ``name`` would be saved in some mode (its home collection or a regex)."""
-        if self.save_all:
+        if self._session.save_all:
             return True
-        included = set(self.include_collections)
+        included = set(self._session.include_collections)
         if home is not None and home in included:
             return True
-        return any(c.name in included for c in self.collection_manager.collections_for(name))
+        return any(c.name in included for c in self._session.collection_manager.collections_for(name))

@@ -176,10 +176,10 @@ class _Variant:
         self._mode_cache = (version, mode)
         return mode
 
-    def read_reduced(self, selected, skip, hook):
+    def read_reduced(self, selected, skip, session):
         """After a REDUCE step: ``(count, complete, partial)`` from one read of ``vector``,
         the reductions of the selected names not in ``skip``. ``complete`` is ``(block,
-        values)`` for :meth:`Hook.record_reduced` (the tensors whose plans get every
+        values)`` for :meth:`StepSession.record_reduced` (the tensors whose plans get every
         reduction they ask for; the block is laid out once per selection), or None;
         ``partial`` holds ``(name, ReducedValue)`` for a plan with keys the layout lacks
         (configuration changed within the step): those are left out, never made up."""
@@ -187,7 +187,7 @@ class _Variant:
         vector = _read_variable_op(self.vector.handle, tf.float64).numpy()
         count = int(vector[-1])
         cached = self._unpack_cache
-        version = hook.plans_version
+        version = session.plans_version
         if cached is None or cached[0] != version or cached[1] != skip:
             # Where each wanted reduction is in the vector ([keys, reduced tensors], row-major):
             # the complete plans' first, in one run for the block, then the partial ones'.
@@ -206,7 +206,7 @@ class _Variant:
                     partial_entries.append((self.names[i], len(partial_positions),
                                             len(partial_positions) + len(keys), keys, self.shapes[i]))
                     partial_positions += where
-            block = hook.reduced_block(block_entries) if block_entries else None
+            block = session.reduced_block(block_entries) if block_entries else None
             cached = self._unpack_cache = (version, skip, block, np.asarray(complete_positions, dtype=np.int64),
                                            np.asarray(partial_positions, dtype=np.int64), partial_entries)
         _, _, block, complete_positions, partial_positions, partial_entries = cached
@@ -262,13 +262,14 @@ class GraphCapture:
     def offer(self, key, named: Sequence[Tuple[str, object]]) -> None:
         """Offer ``(name, tensor)`` pairs at site ``key`` (eager: recorded now if saved)."""
         hook = self._hook
-        if not named or not hook.enabled:
+        session = hook.session
+        if not named or not session.enabled:
             return
         if not in_graph():
-            if hook.saving_step and hook._step_active:
+            if session.saving_step and hook._step_active:
                 for name, value in named:
-                    if value is not None and hook.wants(name):
-                        hook.record(name, value)
+                    if value is not None and session.wants(name):
+                        session.record(name, value)
             return
         self._add_graph_capture(key, named)
 
@@ -349,10 +350,11 @@ class GraphCapture:
     def _layout(self, usable) -> tuple:
         """What REDUCE mode does with each tensor, from the plans of the step being traced."""
         hook = self._hook
-        saving = hook.saving_step and hook.enabled
+        session = hook.session
+        saving = session.saving_step and session.enabled
         layout = []
         for name, _, shape, dtype in usable:
-            plan = hook.plan_for(name) if saving else None
+            plan = session.plan_for(name) if saving else None
             if plan is None:
                 layout.append(None)
             elif plan.needs_host or not plan.reductions or not reducible(shape, dtype):
@@ -405,7 +407,8 @@ class GraphCapture:
         """At the start of a step: set the mode of every variant (OFF when it holds no tensor
         saved at this step)."""
         hook = self._hook
-        saving = hook.saving_step and hook.enabled
+        session = hook.session
+        saving = session.saving_step and session.enabled
         with self._lock:
             sites = list(self._sites.values())
         for site in sites:
@@ -415,7 +418,7 @@ class GraphCapture:
                     variant.mode = self._owned_mode(variant) if saving else OFF
                     armed = armed or variant.mode != OFF
                     continue
-                mode = variant.mode_for(hook.select(variant.names), hook.plans_version) if saving else OFF
+                mode = variant.mode_for(session.select(variant.names), session.plans_version) if saving else OFF
                 if mode != variant.mode:
                     variant.flag.assign(mode)
                     variant.mode = mode
@@ -436,7 +439,8 @@ class GraphCapture:
         """Whether the sites traced into ``function`` deliver everything the plans of this
         step ask for of their tensors (False: the configuration changed since it was traced)."""
         hook = self._hook
-        return all(v.mode_for(hook.select(v.names), hook.plans_version) != COPY for v in function.variants)
+        session = hook.session
+        return all(v.mode_for(session.select(v.names), session.plans_version) != COPY for v in function.variants)
 
     def forget(self, function: "SpecializedFunction") -> None:
         """Drop the sites' variants traced into ``function`` (it will not run again)."""
@@ -450,12 +454,13 @@ class GraphCapture:
 
     def _arm_variant_if_wanted(self, site, variant) -> None:
         hook = self._hook
-        if hook.saving_step and hook.enabled and hook._step_active:
+        session = hook.session
+        if session.saving_step and session.enabled and hook._step_active:
             if variant.owner is not None:
                 variant.mode = self._owned_mode(variant)
                 site.armed = site.armed or variant.mode != OFF
                 return
-            mode = variant.mode_for(hook.select(variant.names), hook.plans_version)
+            mode = variant.mode_for(session.select(variant.names), session.plans_version)
             if mode != OFF:
                 with tf.init_scope():
                     variant.flag.assign(mode)
@@ -467,7 +472,7 @@ class GraphCapture:
         ``extra`` ``(name, eager tensor)`` pairs read earlier in the step (the tracked variables).
 
         A REDUCE variant's reductions come from one eager read of its vector, and go to the
-        hook as they are (:meth:`Hook.record_reduced`). Everything
+        session as they are (:meth:`StepSession.record_reduced`). Everything
         else (``extra``, COPY variants, the WHOLE tensors of REDUCE variants) is read by one
         call of a cached :class:`_StepReader`, which reads those stashes and counters and
         computes their reductions; its reductions and counters come to the host in one
@@ -478,16 +483,17 @@ class GraphCapture:
         of it is recorded.
         """
         hook = self._hook
+        session = hook.session
         with self._lock:
             sites = [s for s in self._sites.values() if s.armed]
-        if not hook.saving_step or not (sites or extra):
+        if not session.saving_step or not (sites or extra):
             return
         variants = [v for site in sites for v in list(site.variants.values()) if v.mode != OFF]
         extra_names = tuple(name for name, _ in extra)
         items, reduced, counts = [], [], {}
         for variant in variants:
             if variant.mode == REDUCE and variant.vector is not None:
-                count, complete, partial = variant.read_reduced(hook.select(variant.names), extra_names, hook)
+                count, complete, partial = variant.read_reduced(session.select(variant.names), extra_names, session)
                 if count > variant.seen:
                     if complete is not None:
                         reduced.append(complete)
@@ -506,17 +512,18 @@ class GraphCapture:
         for site in sites:
             site.fresh = tuple(v for v in site.variants.values() if id(v) in counts)
         for block, values in reduced:
-            hook.record_reduced(block, values)
+            session.record_reduced(block, values)
         if items:
-            hook.record_many(items, hook.backend)
+            session.record_many(items, session.backend)
 
     def _read_stashes(self, variants, extra, extra_names):
         """The reader's part of :meth:`collect`: the ``extra`` items, and per variant
         ``(variant, count, [(name, value)])`` of what the step needs from it."""
         hook = self._hook
+        session = hook.session
         n_extra = len(extra)
         names = extra_names + tuple(name for v in variants for name in v.names)
-        selected = hook.select(names)  # [(index, plan)] of the names saved now, cached by the core
+        selected = session.select(names)  # [(index, plan)] of the names saved now, cached by the core
         modes = tuple(v.mode for v in variants)
         key = (tuple(map(id, variants)), modes, names, tuple((tuple(t.shape), t.dtype) for _, t in extra))
         entry = self._readers.get(key)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from typing import Optional
 
+from smdebug.contract import Worker
 from smdebug.exceptions import ConfigError
 from smdebug.format.layout import serialize_worker_name
 
@@ -26,14 +26,7 @@ from smdebug.format.layout import serialize_worker_name
 _TRAINING_TASKS = ("chief", "worker")
 
 
-@dataclass(frozen=True)
-class WorkerIdentity:
-    rank: int
-    world_size: int
-    name: str
-
-
-def from_environment() -> WorkerIdentity:
+def from_environment() -> Worker:
     """The identity from Horovod or ``TF_CONFIG``; ``worker_0`` of 1 when neither applies."""
     identity = _horovod_identity()
     if identity is not None:
@@ -41,10 +34,10 @@ def from_environment() -> WorkerIdentity:
     identity = _tf_config_identity(os.environ.get("TF_CONFIG"))
     if identity is not None:
         return identity
-    return WorkerIdentity(0, 1, "worker_0")
+    return Worker(0, 1, "worker_0")
 
 
-def _horovod_identity() -> Optional[WorkerIdentity]:
+def _horovod_identity() -> Optional[Worker]:
     for module_name in ("horovod.tensorflow", "horovod.tensorflow.keras"):
         hvd = sys.modules.get(module_name)
         if hvd is None:
@@ -52,13 +45,13 @@ def _horovod_identity() -> Optional[WorkerIdentity]:
         try:
             if hvd.is_initialized():
                 rank, size = int(hvd.rank()), int(hvd.size())
-                return WorkerIdentity(rank, size, f"worker_{rank}")
+                return Worker(rank, size, f"worker_{rank}")
         except Exception:  # noqa: BLE001 - a half-initialized Horovod is "no Horovod"
             return None
     return None
 
 
-def _tf_config_identity(raw: Optional[str]) -> Optional[WorkerIdentity]:
+def _tf_config_identity(raw: Optional[str]) -> Optional[Worker]:
     """Parse ``TF_CONFIG``; None when it is unset or names no cluster."""
     if not raw or not raw.strip():
         return None
@@ -76,7 +69,7 @@ def _tf_config_identity(raw: Optional[str]) -> Optional[WorkerIdentity]:
     ordered = [(t, i) for t in _TRAINING_TASKS for i in range(len(cluster.get(t) or []))]
     world_size = max(len(ordered), 1)
     rank = ordered.index((task_type, index)) if (task_type, index) in ordered else world_size
-    return WorkerIdentity(rank, world_size, f"{task_type}_{index}")
+    return Worker(rank, world_size, f"{task_type}_{index}")
 
 
 def mirrored_devices(strategy) -> Optional[list]:
@@ -92,10 +85,10 @@ def mirrored_devices(strategy) -> Optional[list]:
     return devices if len(devices) > 1 else None
 
 
-def mirrored_identity(strategy) -> Optional[WorkerIdentity]:
+def mirrored_identity(strategy) -> Optional[Worker]:
     """Identity for a MirroredStrategy: the lexically first device is the chief (docs/format.md 1.2)."""
     devices = mirrored_devices(strategy)
     if not devices:
         return None
     first = sorted(devices)[0]
-    return WorkerIdentity(0, len(devices), serialize_worker_name(first))
+    return Worker(0, len(devices), serialize_worker_name(first))

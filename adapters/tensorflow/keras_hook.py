@@ -118,10 +118,10 @@ class _EagerCapture:
 
     def offer(self, key, named) -> None:
         hook = self._hook
-        if not (hook.enabled and hook.saving_step and hook._step_active):
+        if not (hook._session.enabled and hook._session.saving_step and hook._step_active):
             return
         for name, value in named:
-            if value is None or not hook.wants(name):
+            if value is None or not hook._session.wants(name):
                 continue
             if _is_traced(value):
                 if name not in self._warned_traced:
@@ -130,7 +130,7 @@ class _EagerCapture:
                                    "to save; it is not saved (compile the model with run_eagerly=True to save it)",
                                    name)
                 continue
-            hook.record(name, hook._host_or_tensor(value))
+            hook._session.record(name, hook._host_or_tensor(value))
 
     def arm(self) -> None:
         pass
@@ -138,7 +138,7 @@ class _EagerCapture:
     def collect(self, extra=()) -> None:
         hook = self._hook
         for name, value in extra:  # tracked variables read when the step began
-            hook.record(name, value)
+            hook._session.record(name, value)
 
     def disarm_all(self) -> None:
         pass
@@ -152,7 +152,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     """
 
     def __init__(self, *args, **kwargs):
-        TFHookBase.__init__(self, *args, **kwargs)
+        # Keras' and this adapter's state first, then the session (TFHookBase.__init__).
         keras.callbacks.Callback.__init__(self)
         self._tf = _keras_backend() == "tensorflow"
         self._step_functions = None
@@ -182,13 +182,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         # (site.fresh, len(self._tracked), names) of the last check: the same variants ran
         # again, and no variable was tracked since, so the same names (see _confirm_site_weights).
         self._fresh_names: Optional[tuple] = None
+        TFHookBase.__init__(self, *args, **kwargs)
 
     # ====================================================================== registration
     def set_model(self, model):
         """Keras calls this when the hook is passed to fit/evaluate/predict; call it yourself
         in a custom loop to name variables by layer and capture layer tensors."""
         keras.callbacks.Callback.set_model(self, model)
-        if not self.enabled:
+        if not self._session.enabled:
             return
         with self.guard("set_model"):
             self._register_model(model)
@@ -232,7 +233,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:
             self._scan_optimizer(optimizer)
-        for coll in list(self.collection_manager):
+        for coll in list(self._session.collection_manager):
             for obj in list(coll.framework_objects):
                 if _looks_like_variable(obj):
                     self._track(self._variable_name(obj), obj, coll.name)
@@ -265,7 +266,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             raise ConfigError(
                 f"wrap_optimizer takes a Keras 3 optimizer (keras.optimizers.Optimizer), got "
                 f"{type(optimizer).__name__}; for tf.compat.v1 optimizers use smd.SessionHook.wrap_optimizer")
-        if self.enabled:
+        if self._session.enabled:
             self._patch_optimizer(optimizer)
             self._scan_optimizer(optimizer)
         return optimizer
@@ -279,7 +280,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         @functools.wraps(original)
         def apply(grads, trainable_variables=None):
             hook = hook_ref()
-            if hook is not None and hook.enabled:
+            if hook is not None and hook._session.enabled:
                 with hook.guard("capturing gradients"):
                     hook._offer_gradients(optimizer, grads, trainable_variables)
             return original(grads, trainable_variables)
@@ -361,7 +362,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             # steps begin from Python, which reads them (eagerly) when the step begins.
             named += [(self._weight_names[id(v)], v) for v in variables]
         self._capture.offer(("tape",), named)
-        if newly_seen and self.saving_step and self._step_active and not self._graph_driven:
+        if newly_seen and self._session.saving_step and self._step_active and not self._graph_driven:
             # Sources met for the first time were not known when this step (begun from
             # Python) began; they have not been updated yet, so they are this step's values.
             import tensorflow as tf
@@ -369,8 +370,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             with tf.init_scope():
                 for var in newly_seen:
                     name = self._weight_names[id(var)]
-                    if self.wants(name):
-                        self.record(name, var)
+                    if self._session.wants(name):
+                        self._session.record(name, var)
 
     def _patch_layers(self, model) -> bool:
         requests: Dict[int, Tuple[object, Dict[str, List[str]]]] = {}  # id -> (layer, kind -> collections)
@@ -380,7 +381,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             if collection not in entry[1][kind]:
                 entry[1][kind].append(collection)
 
-        for coll in self.collection_manager:
+        for coll in self._session.collection_manager:
             for layer, inputs, outputs in coll.layer_requests:
                 if inputs:
                     want(layer, "inputs", coll.name)
@@ -392,7 +393,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             for kind in ("inputs", "outputs"):
                 base = naming.layer_tensor_base(layer.name, kind)
                 if self._is_included(base, K.LAYERS) or self._is_included(base + "_0", K.LAYERS):
-                    want(layer, kind, K.LAYERS if K.LAYERS in self.include_collections else None)
+                    want(layer, kind, K.LAYERS if K.LAYERS in self._session.include_collections else None)
         changed = False
         for layer, kinds in requests.values():
             changed |= self._patch_layer(layer, kinds)
@@ -414,7 +415,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         def call(*args, **kwargs):
             outputs = original(*args, **kwargs)
             hook = hook_ref()
-            if hook is not None and hook.enabled:
+            if hook is not None and hook._session.enabled:
                 with hook.guard(f"capturing layer {layer.name}"):
                     hook._offer_layer(layer, args, kwargs, outputs)
             return outputs
@@ -451,7 +452,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             @functools.wraps(original)
             def compute_loss(*args, **kwargs):
                 hook = hook_ref()
-                if hook is not None and hook.enabled:
+                if hook is not None and hook._session.enabled:
                     with hook.guard("capturing model inputs/outputs"):
                         bound = signature.bind_partial(*args, **kwargs).arguments
                         hook._offer_model_io(model, {"inputs": bound.get("x"), "labels": bound.get("y"),
@@ -467,7 +468,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             def predict_step(*args, **kwargs):
                 # predict_step(data); the JAX trainer's is predict_step(state, data): data comes last.
                 hook = hook_ref()
-                if hook is not None and hook.enabled:
+                if hook is not None and hook._session.enabled:
                     with hook.guard("capturing model inputs"):
                         data = kwargs["data"] if "data" in kwargs else args[-1]
                         x = data[0] if isinstance(data, tuple) else data
@@ -494,7 +495,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         for coll_name in collections:
             if coll_name is None:
                 continue
-            coll = self.collection_manager.get(coll_name)
+            coll = self._session.collection_manager.get(coll_name)
             known = coll.tensor_names
             for name in names:
                 if name not in known:
@@ -534,12 +535,12 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     # ====================================================================== save API in graphs
     def save_tensor(self, tensor_name, tensor_value, collections_to_write="default"):
         """Save a tensor in the given collection(s); works eagerly and inside tf.function."""
-        if self._tf and not _executing_eagerly() and self.enabled:
+        if self._tf and not _executing_eagerly() and self._session.enabled:
             if not isinstance(tensor_name, str) or not tensor_name:
                 raise ConfigError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
             names = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
             for coll_name in names:
-                self._include(coll_name)
+                self._session.include(coll_name, expect=False)
             self._register_names([tensor_name], names)
             self._capture.offer(("save_tensor", tensor_name), [(tensor_name, tensor_value)])
             return
@@ -548,7 +549,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def save_scalar(self, name, value, sm_metric: bool = False, timestamp: Optional[float] = None):
         """Save a scalar as ``scalar/<name>`` in the current step (eagerly or inside tf.function)."""
-        if self._tf and not _executing_eagerly() and self.enabled:
+        if self._tf and not _executing_eagerly() and self._session.enabled:
             import tensorflow as tf
 
             if in_xla_context():
@@ -578,7 +579,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         ``steps_per_execution > 1``, custom loops) reads them when the step begins.
         """
         confirmed = self._site_weights
-        if confirmed is None or self.mode != ModeKeys.TRAIN or not self._in_fit or self._graph_driven:
+        if confirmed is None or self._session.mode != ModeKeys.TRAIN or not self._in_fit or self._graph_driven:
             return NO_NAMES
         model, function, names = confirmed
         current = self.model
@@ -611,19 +612,20 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             return  # unchanged: keep the same objects (their identity keys caches)
         self._site_weights = (model, function, names)
 
-    def end_step(self) -> None:
-        if self._unbuilt and self.enabled:
+    def on_step_end(self) -> None:
+        session = self._session
+        if self._unbuilt:
             with self.guard("scanning a model built at its first batch"):
                 self._scan_built_models()  # built by the batch that just ran: saved from the next step
-        confirm = self._tf and self._in_fit and self._step_active and self.enabled and self.saving_step and \
-            self.mode == ModeKeys.TRAIN and self.model is not None
-        super().end_step()
-        if confirm and self.enabled:
+        confirm = self._tf and self._in_fit and self._step_active and session.enabled and session.saving_step and \
+            session.mode == ModeKeys.TRAIN and self.model is not None
+        super().on_step_end()  # the capture sites' tensors
+        if confirm and session.enabled:
             try:
                 self._confirm_site_weights()
             except Exception as exc:  # noqa: BLE001 - the hook never stops training
                 self._site_weights = None
-                self.disable(f"end of step: {type(exc).__name__}: {exc}")
+                session.disable(f"end of step: {type(exc).__name__}: {exc}")
 
     # ====================================================================== callbacks
     def _scan_built_models(self) -> None:
@@ -636,14 +638,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 self._scan_variables(model)
                 for name in self._tracked:
                     if name not in before:
-                        self.plan_for(name)  # seen by now: no "matched nothing" warning for weights
+                        self._session.plan_for(name)  # seen by now: no "matched nothing" warning for weights
 
     def _start_step(self, mode: ModeKeys) -> None:
         if self._step_active:
             self.end_step()
         if self._unbuilt:
             self._scan_built_models()
-        if self.mode != mode:
+        if self._session.mode != mode:
             self.set_mode(mode)
         self._batch_function = _LOOP_FUNCTIONS[mode]
         try:
@@ -658,10 +660,10 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if self._batch_function is None or self.model is None or self._graph_driven:
             self._capture.running = None  # a custom loop's step: no specialized function runs
             return
-        functions.install(self.model, self._batch_function, self.saving_collections)
+        functions.install(self.model, self._batch_function, self._session.saving_collections)
 
     def _record_logs(self, logs, only=None) -> None:
-        if not logs or not self.saving_step or not self._step_active:
+        if not logs or not self._session.saving_step or not self._step_active:
             return
         items = []
         for key, value in logs.items():
@@ -674,17 +676,16 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 self._register_names([key], [coll])
             items.append((key, np.asarray(float(value))))
         if items:
-            self.record_many(items, self._numpy_backend)  # keeps the names saved at this step
+            self._session.record_many(items)  # host values; keeps the names saved at this step
 
     def _guarded(self, where, fn, *args):
-        if not self.enabled:
+        if not self._session.enabled:
             return
         with self.guard(where):
             fn(*args)
 
     def _publish(self) -> None:
-        if self.writer is not None:
-            self.writer.publish()
+        self._session.publish()
 
     def on_train_begin(self, logs=None):
         self._in_fit = True
@@ -695,7 +696,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         def body():
-            if self._step_active and self.mode == ModeKeys.EVAL:
+            if self._step_active and self._session.mode == ModeKeys.EVAL:
                 self._record_logs(logs, only=lambda k: k.startswith("val_"))
             if self._step_active:
                 self.end_step()
@@ -724,13 +725,13 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_predict_batch_end(self, batch, logs=None):
         def body():
-            if self.saving_step and self._step_active and logs and "outputs" in logs:
+            if self._session.saving_step and self._step_active and logs and "outputs" in logs:
                 tensors = [t for t in keras.tree.flatten(logs["outputs"]) if t is not None]
                 names = naming.numbered("predictions", len(tensors))
                 self._register_names(names, [K.OUTPUTS])
                 for name, value in zip(names, tensors):
-                    if self.wants(name):
-                        self.record(name, self._host_or_tensor(value))
+                    if self._session.wants(name):
+                        self._session.record(name, self._host_or_tensor(value))
             self.end_step()
             self._stop_if_requested()
 
@@ -747,14 +748,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def _stop_if_requested(self) -> None:
         """A live rule's StopTraining (``request_stop``): Keras ends the loop after this batch."""
-        model = self.model if self.stop_requested else None
+        model = self.model if self._session.stop_requested else None
         if model is None:
             return
         flag = {ModeKeys.TRAIN: "stop_training", ModeKeys.EVAL: "stop_evaluating",
-                ModeKeys.PREDICT: "stop_predicting"}.get(self.mode)
+                ModeKeys.PREDICT: "stop_predicting"}.get(self._session.mode)
         if flag is not None:
             setattr(model, flag, True)
-        if self.mode == ModeKeys.EVAL and self._in_fit:
+        if self._session.mode == ModeKeys.EVAL and self._in_fit:
             model.stop_training = True
 
     def _finish(self) -> None:
@@ -763,11 +764,10 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._publish()
 
     # ====================================================================== lifecycle
-    def disable(self, reason: str, already_reported: bool = False) -> None:
-        super().disable(reason, already_reported)
-        functions = getattr(self, "_step_functions", None)  # None while constructing
-        if functions is not None:
-            functions.restore()  # Keras' own functions, even in the middle of a fit
+    def on_disabled(self, reason: str) -> None:
+        super().on_disabled(reason)
+        if self._step_functions is not None:
+            self._step_functions.restore()  # Keras' own functions, even in the middle of a fit
 
     def close(self):
         """Finish the last step, write everything, and remove the wrappers from the model."""
@@ -818,7 +818,7 @@ def _hooked_tape_class(base: type) -> type:
     class HookedTape(base):
         def __enter__(self):
             hook = self._smdebug_hook()
-            if hook is not None and hook.enabled:
+            if hook is not None and hook._session.enabled:
                 with hook.guard("wrap_tape enter"):
                     hook._tape_entered()
             return super().__enter__()
@@ -826,7 +826,7 @@ def _hooked_tape_class(base: type) -> type:
         def gradient(self, target, sources, *args, **kwargs):
             grads = super().gradient(target, sources, *args, **kwargs)
             hook = self._smdebug_hook()
-            if hook is not None and hook.enabled:
+            if hook is not None and hook._session.enabled:
                 with hook.guard("wrap_tape gradient"):
                     hook._tape_gradient(target, sources, grads)
             return grads

@@ -1,4 +1,4 @@
-"""The XGBoost hook: a core Hook that is also an ``xgboost.callback.TrainingCallback``.
+"""The XGBoost hook: a ``smdebug.Hook`` that is also an ``xgboost.callback.TrainingCallback``.
 
 Pass it in ``callbacks=[hook]`` to ``xgb.train`` / ``xgb.cv`` or to a scikit-learn
 estimator (``XGBClassifier(callbacks=[hook])``). Each boosting round is one step: the
@@ -25,7 +25,7 @@ SHAP value over the rows of ``train_data`` (one value per output for multi-outpu
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import xgboost as xgb
@@ -33,6 +33,7 @@ from xgboost.callback import TrainingCallback
 
 from smdebug.collections import CollectionKeys, FrameworkProfile
 from smdebug.exceptions import ConfigError
+from smdebug.contract import Worker
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as _core_get_hook
@@ -108,7 +109,7 @@ class Hook(CoreHook, TrainingCallback):
         _check_data(train_data, "train_data", labels_required=False)
         _check_data(validation_data, "validation_data", labels_required=True)
         TrainingCallback.__init__(self)
-        super().__init__(*args, **kwargs)
+        # The adapter's own state first, then the session (which may call back into it).
         self.hyperparameters = dict(hyperparameters) if hyperparameters is not None else None
         self._train_data = train_data
         self._validation_data = validation_data
@@ -121,6 +122,7 @@ class Hook(CoreHook, TrainingCallback):
         self._names: Optional[Dict[str, List[str]]] = None
         self._failed: set = set()
         self._seen_metrics: set = set()
+        super().__init__(*args, **kwargs)
 
     # --- data ---------------------------------------------------------------------------
     @property
@@ -182,17 +184,17 @@ class Hook(CoreHook, TrainingCallback):
         return matrix
 
     # --- framework integration --------------------------------------------------------
-    def _distributed_info(self) -> Tuple[int, int]:
+    def worker(self) -> Worker:
         """Rank and world size from xgboost's collective communicator, when it is running."""
         try:
             collective = getattr(xgb, "collective", None)
             if collective is None:  # xgboost < 2.0
                 collective = getattr(xgb, "rabit", None)
             if collective is not None and collective.is_distributed():
-                return int(collective.get_rank()), int(collective.get_world_size())
+                return Worker.numbered(int(collective.get_rank()), int(collective.get_world_size()))
         except Exception as exc:  # noqa: BLE001 - a broken communicator must not stop training
             logger.warning("smdebug: could not read the xgboost rank (%s); assuming a single worker", exc)
-        return 0, 1
+        return Worker.numbered(0, 1)
 
     def __deepcopy__(self, memo):
         # scikit-learn's clone() deep-copies estimator parameters, callbacks included. A hook
@@ -210,23 +212,23 @@ class Hook(CoreHook, TrainingCallback):
 
     def before_training(self, model):
         """Continue step numbering after the hook's last step when it is reused."""
-        if self.enabled:
-            self._step_offset = self.global_step + 1 if self.global_step >= 0 else 0
+        if self._session.enabled:
+            self._step_offset = self._session.global_step + 1 if self._session.global_step >= 0 else 0
             self._names = None
         return model
 
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
         """One boosting round = one step. Returns True (stop training) only when a rule's
         action asked for it (:meth:`request_stop`)."""
-        if self.enabled:
+        if self._session.enabled:
             with self.guard("after_iteration"):
                 if self.begin_step(epoch + self._step_offset):
                     self._record_round(model, evals_log)
-        return self.stop_requested
+        return self._session.stop_requested
 
     def after_training(self, model):
         """End the last step and hand everything to the writer; the hook stays open."""
-        if self.enabled:
+        if self._session.enabled:
             self.end_step()
             with self.guard("after_training"):
                 self.flush(timeout=60)
@@ -238,7 +240,7 @@ class Hook(CoreHook, TrainingCallback):
         if not isinstance(model, xgb.Booster):
             return  # xgb.cv hands over its folds: only the (mean) metrics apply
         names = self._tensor_names(model)
-        wanted = {group: any(self.plan_for(n) is not None for n in group_names)
+        wanted = {group: any(self._session.plan_for(n) is not None for n in group_names)
                   for group, group_names in names.items()}
         if wanted["hyperparameters"]:
             self._compute("hyperparameters", self._hyperparameter_tensors, model)
@@ -271,7 +273,7 @@ class Hook(CoreHook, TrainingCallback):
         except Exception as exc:  # noqa: BLE001 - one collection must not stop training or the rest
             self._failed.add(what)
             logger.warning("smdebug: could not compute %s at step %d (%s: %s); it is skipped for the rest of "
-                           "this run, other collections are still saved", what, self.global_step,
+                           "this run, other collections are still saved", what, self._session.global_step,
                            type(exc).__name__, exc)
             return
         for name, value in tensors.items():
@@ -287,7 +289,7 @@ class Hook(CoreHook, TrainingCallback):
         # A linear booster has no trees and only the "weight" importance.
         linear = settings.get("booster") == "gblinear"
         if linear:
-            self._nothing_to_save(K.TREES, "a gblinear booster has no trees")
+            self._session.nothing_to_save(K.TREES, "a gblinear booster has no trees")
         names = {
             "hyperparameters": [f"hyperparameters/{k}" for k in params],
             "validation": ["predictions", "labels"],
@@ -308,9 +310,9 @@ class Hook(CoreHook, TrainingCallback):
 
     def _claim(self, collection: str, names) -> None:
         """Add to ``collection`` the names its regexes miss (only when it is saved at all)."""
-        if collection not in self.include_collections:
+        if collection not in self._session.include_collections:
             return
-        coll = self.collection_manager.get(collection)
+        coll = self._session.collection_manager.get(collection)
         for name in names:
             if not coll.matches(name):
                 coll.add_tensor_name(name)
@@ -323,9 +325,9 @@ class Hook(CoreHook, TrainingCallback):
     def _validation_tensors(self, booster) -> Dict[str, np.ndarray]:
         matrix = self._dmatrix("validation", booster)
         out = {}
-        if self.plan_for("predictions") is not None:
+        if self._session.plan_for("predictions") is not None:
             out["predictions"] = booster.predict(matrix)
-        if self.plan_for("labels") is not None:
+        if self._session.plan_for("labels") is not None:
             if self._labels is None:
                 self._labels = matrix.get_label()
             out["labels"] = self._labels

@@ -76,12 +76,13 @@ def load_json(path):
 
 
 def ranked_hook(rank, **kwargs):
-    """The numpy hook as worker ``rank`` of a 2-process job (``_distributed_info`` is the
-    adapters' extension point for rank and world size)."""
+    """The numpy hook as worker ``rank`` of a 2-process job (``worker()`` is the adapter
+    callback that says which worker this is)."""
     import smdebug as smd
+    from smdebug.contract import Worker
 
     class RankedHook(smd.Hook):
-        def _distributed_info(self):
-            return rank, 2
+        def worker(self):
+            return Worker.numbered(rank, 2)
 
     return RankedHook(**kwargs)

@@ -157,7 +157,9 @@ def test_a_failing_backend_costs_the_capture_not_the_loop(tmp_path, caplog, wher
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         for step in range(4):
             hook.begin_step()
-            hook.record_batch(hook.start_batch(hook.selection(("w",)), [np.full(3, step, np.float32)], backend))
+            session = hook.session
+            batch = session.start_batch(session.selection(("w",)), [np.full(3, step, np.float32)], backend)
+            session.record_batch(batch)
             steps_run += 1
         hook.close()
     assert steps_run == 4 and not hook.enabled

@@ -135,7 +135,7 @@ def test_no_recorder_no_marker(tmp_path):
     hook = smd.Hook(out_dir=run_dir, include_regex=["w"])
     hook.begin_step()
     hook.record("w", np.array([np.nan]))
-    assert hook.dump_flight_recorder() is None and not hook.flight_recording
+    assert hook.dump_flight_recorder() is None and not hook.session.flight_recording
     hook.close()
     assert smd.create_trial(run_dir).flight_recorder_trigger() is None
 
@@ -156,12 +156,12 @@ def test_a_failing_recorder_costs_the_recorder_not_the_run(tmp_path, monkeypatch
     def broken(*args):
         raise MemoryError("no room")
 
-    monkeypatch.setattr(hook._recorder, "keep", broken)  # an injected fault: the recorder's own step store
+    monkeypatch.setattr(hook.session.recorder, "keep", broken)  # an injected fault: the recorder's own step store
     for step in range(4):
         hook.begin_step()
         hook.record("w", np.arange(3.0) + step)
     hook.close()
-    assert hook.enabled and not hook.flight_recording
+    assert hook.enabled and not hook.session.flight_recording
     assert "flight recorder disabled after an internal error (keeping step 1: MemoryError: no room)" in caplog.text
     # Step 1 was written rather than lost; afterwards the hook saves as configured.
     assert smd.create_trial(run_dir).tensor("w").steps() == [0, 1]

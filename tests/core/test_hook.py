@@ -113,13 +113,14 @@ def test_reductions_computed_by_the_adapter_are_written_as_handed_over(tmp_path)
     seen = []
     hook.add_step_listener(seen.append)
     hook.begin_step()
-    plan = hook.plan_for("net.weight")
+    plan = hook.session.plan_for("net.weight")
     assert plan.reductions == (("min", False), ("max", False), ("l2", False))
-    block = hook.reduced_block([(plan, (3, 4))])
+    block = hook.session.reduced_block([(plan, (3, 4))])
     assert block.tags == plan.reduction_tags
-    assert hook.record_reduced(block, [np.float64(-1.5), np.float64(2.0), np.float64(7.25)]) == 1
+    assert hook.session.record_reduced(block, [np.float64(-1.5), np.float64(2.0), np.float64(7.25)]) == 1
     hook.begin_step()
-    hook.record_reduced(hook.reduced_block([(hook.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
+    session = hook.session
+    session.record_reduced(session.reduced_block([(session.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
     hook.record("net.weight", np.full((3, 4), 5.0))  # the same name again in the step: the last value is kept
     hook.close()
     t = create_trial(str(tmp_path / "run")).tensor("net.weight")
@@ -139,22 +140,22 @@ def test_a_reduced_block_files_many_tensors_and_the_last_record_of_a_name_wins(t
     names = ["a.weight", "b.weight", "c.weight"]
 
     def block_of(*chosen):
-        return hook.reduced_block([(hook.plan_for(name), (2,)) for name in chosen])
+        return hook.session.reduced_block([(hook.session.plan_for(name), (2,)) for name in chosen])
 
     def values(*pairs):
         return [np.float64(v) for pair in pairs for v in pair]
 
     hook.begin_step()  # step 0: one block, nothing else
-    hook.record_reduced(block_of(*names), values((0, 1), (2, 3), (4, 5)))
+    hook.session.record_reduced(block_of(*names), values((0, 1), (2, 3), (4, 5)))
     hook.begin_step()  # step 1: a.weight recorded, then the block (the block's value wins)
     hook.record("a.weight", np.array([-9.0, 9.0]))
-    hook.record_reduced(block_of(*names), values((10, 11), (12, 13), (14, 15)))
+    hook.session.record_reduced(block_of(*names), values((10, 11), (12, 13), (14, 15)))
     hook.begin_step()  # step 2: the block, then b.weight recorded (the record wins)
-    hook.record_reduced(block_of(*names), values((20, 21), (22, 23), (24, 25)))
+    hook.session.record_reduced(block_of(*names), values((20, 21), (22, 23), (24, 25)))
     hook.record("b.weight", np.array([-7.0, 7.0]))
     hook.begin_step()  # step 3: two blocks overlapping on c.weight (the second wins)
-    hook.record_reduced(block_of("a.weight", "c.weight"), values((30, 31), (32, 33)))
-    hook.record_reduced(block_of("c.weight"), values((34, 35)))
+    hook.session.record_reduced(block_of("a.weight", "c.weight"), values((30, 31), (32, 33)))
+    hook.session.record_reduced(block_of("c.weight"), values((34, 35)))
     hook.close()
     assert hook.enabled
 
@@ -176,9 +177,9 @@ def test_record_reduced_with_the_wrong_number_of_values_disables_the_hook(tmp_pa
     hook = smd.Hook(out_dir=tmp_path / "run", reduction_config=smd.ReductionConfig(reductions=["min", "max"]),
                     include_collections=["weights"], save_config=smd.SaveConfig(save_interval=1))
     hook.begin_step()
-    block = hook.reduced_block([(hook.plan_for("net.weight"), None)])
+    block = hook.session.reduced_block([(hook.session.plan_for("net.weight"), None)])
     with caplog.at_level("WARNING"):
-        assert hook.record_reduced(block, [np.float64(1.0)]) is None
+        assert hook.session.record_reduced(block, [np.float64(1.0)]) is None
     assert not hook.enabled
     assert "1 values for a block of 2 reductions" in caplog.text
     hook.close()
@@ -189,11 +190,11 @@ def test_shape_only_and_collection_overrides(tmp_path):
     shapes = hook.get_collection("shapes")
     shapes.include("^big")
     shapes.reduction_config = smd.ReductionConfig(save_shape=True)
-    hook._include("shapes")
+    hook.session.include("shapes")
     sparse = hook.get_collection("sparse")
     sparse.include("^rare")
     sparse.save_config = smd.SaveConfig(save_interval=3)
-    hook._include("sparse")
+    hook.session.include("sparse")
     for _ in range(4):
         hook.begin_step()
         hook.record("big.weight", np.zeros((7, 2)))
@@ -359,7 +360,7 @@ def test_failure_inside_hook_disables_it_with_one_warning(tmp_path, caplog):
         hook.begin_step()
         hook.record("good", np.ones(2))
         hook.begin_step()
-        hook.backend.materialize = broken  # the backend itself fails: every tensor fails
+        hook.session.backend.materialize = broken  # the backend itself fails: every tensor fails
         hook.record("a", np.ones(2))
         hook.record("b", np.ones(2))
         for _ in range(3):  # training goes on; the hook stays quiet
@@ -384,11 +385,11 @@ def test_plan_is_cached_per_name(tmp_path):
     hook = smd.Hook(out_dir=tmp_path / "run", dry_run=True, include_collections=["weights"],
                     save_config=smd.SaveConfig(save_interval=1))
     hook.begin_step()
-    first = hook.plan_for("fc.weight")
-    assert first is not None and hook.plan_for("fc.weight") is first
+    first = hook.session.plan_for("fc.weight")
+    assert first is not None and hook.session.plan_for("fc.weight") is first
     hook.begin_step()
-    assert hook.plan_for("fc.weight") is first
-    assert hook.plan_for("fc.bias") is None
+    assert hook.session.plan_for("fc.weight") is first
+    assert hook.session.plan_for("fc.bias") is None
 
 
 def test_step_numbering_resumes_from_checkpoint_state(tmp_path, monkeypatch):

@@ -102,7 +102,7 @@ def test_s3_run_has_the_local_layout_and_reads_back(endpoint, bucket, tmp_path):
 def test_each_object_is_uploaded_once_bytes_up_equal_bytes_written(endpoint, bucket):
     hook = smd.Hook(out_dir=f"s3://{bucket}/once", save_config=smd.SaveConfig(save_interval=1))
     _train(hook, 12)
-    uploader = hook.writer.uploader
+    uploader = hook.session.writer.uploader
     hook.close()
     stats = uploader.stats
     stored = sum(obj["Size"] for obj in endpoint.client().list_objects_v2(Bucket=bucket)["Contents"])
@@ -199,7 +199,7 @@ def test_endpoint_stopped_mid_run_and_started_again(endpoint, bucket, tmp_path, 
     try:
         with caplog.at_level(logging.WARNING, logger=UPLOAD_LOGGER):
             times = _train(hook, 20, start=3)
-            hook.writer.flush(timeout=0.5)  # the writer publishes into the spool; the upload fails
+            hook.session.writer.flush(timeout=0.5)  # the writer publishes into the spool; the upload fails
             time.sleep(1.0)
     finally:
         endpoint.start()
@@ -347,7 +347,7 @@ def test_stop_requests_for_a_remote_run_go_through_the_spool(endpoint, bucket):
     with pytest.raises(NotImplementedError, match="spool directory"):
         write_stop_request(url, "loss exploded")
     write_stop_request(hook.out_dir, "loss exploded")  # hook.out_dir is the spool
-    hook._stop_poller._next_check = 0.0
+    hook.session._stop_poller._next_check = 0.0
     _train(hook, 1)
     assert hook.stop_requested and "loss exploded" in hook.stop_reason
     hook.close()
@@ -362,7 +362,7 @@ def test_a_hook_that_writes_nothing_makes_no_spool_and_contacts_no_store(tmp_pat
     hook = smd.Hook(out_dir="s3://no-such-bucket-anywhere/run", dry_run=True)
     _train(hook, 2)
     hook.close()
-    assert hook.writer is None and not (tmp_path / "spools").exists()
+    assert hook.session.writer is None and not (tmp_path / "spools").exists()
 
 
 class SlowProxy:
@@ -448,7 +448,7 @@ def test_endpoint_and_credentials_from_an_aws_profile(endpoint, bucket, tmp_path
     hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
     _train(hook, 3)
     hook.close()
-    assert hook.writer is None or hook.writer.uploader.gave_up is None
+    assert hook.session.writer is None or hook.session.writer.uploader.gave_up is None
     assert create_trial(url).steps() == [0, 1, 2]
 
 

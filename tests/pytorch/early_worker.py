@@ -31,7 +31,7 @@ def main(out_dir, steps, done_file, wait_for=None):
         hook.begin_step()
         hook.save_tensor("x", torch.full((2,), float(step + 10 * hook.rank)), "mine")
     hook.end_step()
-    hook.writer.flush()
+    hook.session.writer.flush()
     open(done_file, "w").close()
     _wait_for(wait_for)
     hook.close()

@@ -196,7 +196,7 @@ def test_memory_stays_within_the_budget_and_old_steps_are_dropped(tmp_path):
     seen = []
 
     def watch(hook, step):
-        ring = hook._recorder.ring
+        ring = hook.session.recorder.ring
         seen.append((ring.bytes_used, len(ring), ring.peak_bytes))
 
     budget = 3000
@@ -233,7 +233,7 @@ def test_an_exception_in_the_forward_writes_the_recorder(tmp_path):
     trial = smd.create_trial(run_dir)
     assert trial.steps() == [0, 2, 3, 4]
     assert trial.tensor("FailingNet_fc1.weight").steps() == [0, 2, 3, 4]  # the failing step's weights too
-    assert not hook.enabled or not hook.flight_recording
+    assert not hook.enabled or not hook.session.flight_recording
 
 
 def test_with_hook_writes_the_recorder_when_backward_raises(tmp_path):

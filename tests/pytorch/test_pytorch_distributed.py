@@ -194,7 +194,7 @@ def test_a_previous_run_is_still_refused_by_the_chief_of_a_multi_worker_job(tmp_
         hook.begin_step()
         hook.save_tensor("x", torch.ones(2), "mine")
         hook.end_step()
-        hook.writer.flush()
+        hook.session.writer.flush()
         if end:
             hook.close()
             open(run / "training_job_end.ts", "w").close()

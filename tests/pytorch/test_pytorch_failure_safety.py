@@ -60,7 +60,7 @@ def test_error_inside_the_hook_disables_it_and_training_goes_on(run_dir, caplog,
     def broken(*args, **kwargs):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(hook.backend, where, broken)
+    monkeypatch.setattr(hook.session.backend, where, broken)
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         train(model, loss_fn, batches(3))
         hook.close()

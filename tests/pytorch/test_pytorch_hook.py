@@ -453,7 +453,7 @@ def test_steps_that_save_nothing_touch_no_tensor(run_dir, monkeypatch):
         raise AssertionError("a tensor was touched on a step that saves nothing")
 
     for method in ("snapshot", "capture", "materialize", "start_batch", "finish_batch"):
-        monkeypatch.setattr(hook.backend, method, touched)
+        monkeypatch.setattr(hook.session.backend, method, touched)
     train(model, loss_fn, batches(3))
     assert hook.global_step == 3 and hook.enabled
     assert not model.fc1._forward_hooks and not model.fc1.weight._post_accumulate_grad_hooks

@@ -64,5 +64,5 @@ def hook_with_failing_backend(out_dir, **hook_args):
     def broken(*args, **kwargs):
         raise RuntimeError("injected fault")
 
-    hook.backend.start_batch = broken
+    hook.session.backend.start_batch = broken
     return hook
