@@ -175,7 +175,7 @@ def test_a_fire_from_another_thread_never_lands_between_keeping_a_step_and_writi
     run_dir = str(tmp_path / "run")
     hook = smd.Hook(out_dir=run_dir, include_regex=["w"], save_config=smd.SaveConfig(save_interval=100),
                     flight_recorder=smd.FlightRecorder(steps=3, collections="default"))
-    recorder = hook._recorder
+    recorder = hook.session.recorder
     keep, rule, fired = recorder.keep, [], []
 
     def keep_then_fire_elsewhere(identity, *args, **kwargs):
@@ -221,7 +221,7 @@ def test_close_waits_for_a_dump_in_flight_on_another_thread(tmp_path, caplog):
         hook.record("w", np.arange(3.0) + step)
     hook.end_step()
     hook.flush()
-    recorder, inside, markers = hook._recorder, threading.Event(), []
+    recorder, inside, markers = hook.session.recorder, threading.Event(), []
 
     def slow_dump():  # a rule's dump that is still writing when the training thread closes the hook
         with recorder.lock:

@@ -460,7 +460,7 @@ def test_uploads_run_in_a_process_of_their_own_and_outlive_a_killed_training_pro
 
     url = f"s3://{bucket}/killed"
     hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
-    assert isinstance(hook.writer.uploader, UploaderProcess)
+    assert isinstance(hook.session.writer.uploader, UploaderProcess)
     hook.close()
 
     script = tmp_path / "train_and_die.py"
@@ -471,9 +471,9 @@ def test_uploads_run_in_a_process_of_their_own_and_outlive_a_killed_training_pro
         "    hook.begin_step()\n"
         "    hook.save_tensor('w', np.full(3, step, dtype=np.float32), 'weights')\n"
         "    hook.end_step()\n"
-        "hook.writer.publish()\n"
+        "hook.session.writer.publish()\n"
         "time.sleep(1.0)  # the steps are in the spool; the slow store has not taken them all\n"
-        "print('pending', hook.writer.uploader.pending_bytes, flush=True)\n"
+        "print('pending', hook.session.writer.uploader.pending_bytes, flush=True)\n"
         "os._exit(3)  # killed: no close(), no atexit\n")
     proxy = SlowProxy(endpoint.port, delay=0.3)  # every request takes >= 0.3 s
     try:
@@ -499,7 +499,7 @@ def test_in_process_uploads_on_request(endpoint, bucket, monkeypatch):
 
     monkeypatch.setenv("SMDEBUG_UPLOAD_IN_PROCESS", "1")
     hook = smd.Hook(out_dir=f"s3://{bucket}/thread", save_config=smd.SaveConfig(save_interval=1))
-    assert type(hook.writer.uploader) is Uploader
+    assert type(hook.session.writer.uploader) is Uploader
     _train(hook, 3)
     hook.close()
     assert create_trial(f"s3://{bucket}/thread").steps() == [0, 1, 2]
