@@ -74,9 +74,11 @@ def never_raises(where: str):
         def guarded(self, *args, **kwargs):
             if not self.enabled:
                 return None
-            with self.guard(where):
+            try:  # the guard's policy without making a guard: this runs several times a step
                 return fn(self, *args, **kwargs)
-            return None
+            except Exception as exc:  # noqa: BLE001 - never into training
+                _fail_open(self, where, exc)
+                return None
 
         return guarded
 
@@ -97,8 +99,14 @@ class _Guard:
     def __exit__(self, kind, exc, tb) -> bool:
         if exc is None or not isinstance(exc, Exception):
             return False  # KeyboardInterrupt and SystemExit are the user's, not ours: they pass
-        self.session.disable(f"{self.where}: {type(exc).__name__}: {exc}")
+        _fail_open(self.session, self.where, exc)
         return True  # the contract is to never break training
+
+
+def _fail_open(owner, where: str, exc: Exception) -> None:
+    """The fail-open policy: the failing part (capture) is disabled with one warning naming
+    ``where``; training goes on."""
+    owner.disable(f"{where}: {type(exc).__name__}: {exc}")
 
 
 class StepSession(StepPlans, StepRecords):
