@@ -295,6 +295,7 @@ def _walk(u: np.ndarray, off: np.ndarray, length: np.ndarray, avail: np.ndarray,
         sub = _Walk(u, np.ones(len(other), bool))
         _plugin_entries(sub, m_pos[other], m_end[other])
         w.ok[other] &= sub.ok
+    w.same = same
     return w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe
 
 
@@ -469,6 +470,11 @@ class _Rows:
     def __len__(self):
         return len(self.columns["step"])
 
+    def subset(self, idx: np.ndarray) -> "_Rows":
+        """The rows ``idx`` only."""
+        return _Rows({k: v[idx] for k, v in self.columns.items()}, self.files, self.names,
+                     {k: (codes[idx], cats) for k, (codes, cats) in self.texts.items()})
+
     def location(self, i: int):
         """Row ``i`` as the TensorLocation ``value()`` reads."""
         from .tensor import TensorLocation
@@ -479,21 +485,42 @@ class _Rows:
                               None if crc < 0 else crc, self.names[int(c["name"][i])])
 
 
+_MODE_NUMBER = {m: m.value for m in ModeKeys}
+
+
 def _step_table(trial):
-    """``(global steps, mode numbers, mode steps)`` of every loaded step, as arrays."""
+    """``(global steps, mode numbers, mode steps)`` of every loaded step, as arrays.
+
+    Kept on the trial until more steps are loaded: steps are only ever added, and a step's
+    mode and mode step never change once loaded (the first index file of a step wins)."""
     to_mode = trial._global_to_mode
     n = len(to_mode)
+    cached = trial.__dict__.get("_bulk_step_table")
+    if cached is not None and cached[0] == n:
+        return cached[1]
     steps = np.fromiter(to_mode, np.int64, n)
     pairs = list(to_mode.values())
-    modes = np.fromiter((m.value for m, _ in pairs), np.int64, n)
-    mode_steps = np.fromiter((s for _, s in pairs), np.int64, n)
-    order = np.argsort(steps)
-    return steps[order], modes[order], mode_steps[order]
+    modes = np.fromiter(map(_MODE_NUMBER.__getitem__, map(_FIRST, pairs)), np.int64, n)
+    mode_steps = np.fromiter(map(_SECOND, pairs), np.int64, n)
+    if n > 1 and not (steps[1:] > steps[:-1]).all():  # loaded bucket by bucket: usually sorted already
+        order = np.argsort(steps)
+        steps, modes, mode_steps = steps[order], modes[order], mode_steps[order]
+    table = (steps, modes, mode_steps)
+    trial._bulk_step_table = (n, table)
+    return table
+
+
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+
+
+def _used(codes: np.ndarray, size: int) -> np.ndarray:
+    """The distinct values of ``codes`` (ids below ``size``), sorted."""
+    return np.flatnonzero(np.bincount(codes, minlength=size)) if len(codes) else np.zeros(0, np.int64)
 
 
 def _sorted_codes(codes: np.ndarray, items: List[str]) -> Tuple[np.ndarray, List[str]]:
     """Codes into ``items`` recoded into the sorted list of the items they use."""
-    used = np.unique(codes).tolist()
+    used = _used(codes, len(items)).tolist()
     categories = sorted(items[i] for i in used)
     lookup = np.zeros(len(items), np.int64)
     rank = {c: k for k, c in enumerate(categories)}
@@ -549,21 +576,350 @@ def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> 
             late_steps = np.unique(c["step"][late])
             done = late_steps[np.fromiter(map(trial._is_complete, late_steps.tolist()), bool, len(late_steps))]
             mask &= ~late | np.isin(c["step"], done)
-    c = {k: v[mask] for k, v in c.items()}
+    if not mask.all():
+        c = {k: v[mask] for k, v in c.items()}
     texts = {"tensor": _sorted_codes(c["tensor"], log.tensors.items),
              "worker": _sorted_codes(c["worker"], log.workers.items),
              "reduction": _sorted_codes(c["label"], log.labels.items)}
     return _Rows(c, log.files.items, log.names.items, texts)
 
 
+class _FilePlan:
+    """The rows grouped by event file: ``order`` sorts them by (file, offset); file ``k``'s
+    rows are ``order[first[k]:first[k] + count[k]]``, its wanted bytes ``lo[k]:hi[k]``, read
+    with one read when ``coalesce[k]`` (else record by record)."""
+
+    def __init__(self, c: Dict[str, np.ndarray]):
+        start, length, file_key = c["start"], c["length"], c["file"]
+        n = len(start)
+        self.order = order = np.lexsort((start, file_key))
+        s_key = file_key[order]
+        self.first = first = np.flatnonzero(np.r_[True, s_key[1:] != s_key[:-1]])
+        self.count = np.diff(np.r_[first, n])
+        s_start = start[order]
+        s_end = s_start + length[order]
+        self.lo = s_start[first]
+        self.hi = np.maximum.reduceat(s_end, first)
+        needed = np.add.reduceat(s_end - s_start, first)
+        self.coalesce = (self.hi - self.lo) <= needed + _COALESCE_SLACK
+        self.file_of_sorted = np.repeat(np.arange(len(first)), self.count)
+
+
 def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "warn") -> "Table":
-    """Read the values of ``rows`` (from :func:`collect`) into a :class:`Table`."""
-    from .tensor import _Request, read_event_file
+    """Read the values of ``rows`` (from :func:`collect`) into a :class:`Table`.
+
+    Files whose wanted records have the layout of many others are checked and decoded
+    together (:func:`_read_layouts`); the other rows, and rows those checks do not accept,
+    go through :func:`_read_general`, which reports what is wrong with them.
+    """
     from .trial import _progress_bar, _progress_wanted
 
     n = len(rows)
     if not n:
         return Table.empty()
+    c = rows.columns
+    step_table = _step_table(trial)
+    plan = _FilePlan(c)
+    nfiles = len(plan.first)
+    wanted = nfiles >= _PROGRESS_MIN_FILES and _progress_wanted(trial.progress if progress is None else progress)
+    bar = _progress_bar(wanted, nfiles, "reading event files")
+    values = np.full(n, np.nan)
+    keep = np.zeros(n, bool)
+    errors: List[str] = []
+    try:
+        done = _read_layouts(trial, rows, plan, step_table, values, keep, bar)
+        rest = np.flatnonzero(~done)
+        lost = 0
+        if len(rest):
+            sub_values, sub_keep, lost = _read_general(trial, rows.subset(rest), step_table, bar, on_error, errors)
+            values[rest] = sub_values
+            keep[rest] = sub_keep
+    finally:
+        if bar is not None:
+            bar.close()
+    if errors:
+        logger.warning("smdebug: %d record(s) could not be read and are left out of the table (%d error(s)); "
+                       "the first: %s", lost, len(errors), errors[0])
+    return Table.build(trial, keep, c["step"], rows.texts, values, step_table)
+
+
+# ---------------------------------------------------------------- files of one layout
+#
+# Runs write the same records step after step, so most event files of a run hold their
+# wanted records at the same offsets, with the same lengths and names. Such files are read
+# side by side into one buffer (a row per file) and compared with one of them, the
+# *model*, fully checked by _walk: every byte of its records must be equal in the others,
+# except the bytes that legitimately vary (wall time, step varint, value, mode step
+# digits), which get their own checks. A file that passes is therefore parsed exactly as
+# the model, and its values lie at the model's offsets. Payload CRC32Cs are computed for
+# all files at once from the model's: CRC32C is affine in its input, so the CRC of a file's
+# record is the model's CRC XOR, per varying byte, a table entry for (byte XOR model's
+# byte) at that byte's distance from the payload's end.
+
+_LAYOUT_MIN_FILES = 8  # fewer files of one layout: the general walk
+_LAYOUT_MAX_SPAN = 1 << 20  # longer spans: the general walk
+_LAYOUT_BATCH_BYTES = 32 << 20  # buffer for one batch of files of one layout
+_LAYOUT_MODELS = 3  # files tried as the model of a batch
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(x) -> np.ndarray:
+    """A 64-bit hash of each integer (splitmix64's finalizer); wraps modulo 2^64."""
+    x = np.asarray(x).astype(np.uint64)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _crc_table(distance: int) -> np.ndarray:
+    """The linear part of CRC32C for one byte followed by ``distance`` bytes: 256 uint32,
+    entry v = crc(v, 0 * distance) XOR crc(0 * (distance + 1))."""
+    zeros = google_crc32c.value(bytes(distance + 1))
+    tail = bytes(distance)
+    basis = np.array([google_crc32c.value(bytes((1 << b,)) + tail) ^ zeros for b in range(8)], np.uint32)
+    bits = (np.arange(256)[:, None] >> np.arange(8)) & 1
+    return np.bitwise_xor.reduce(np.where(bits == 1, basis, np.uint32(0)), axis=1).astype(np.uint32)
+
+
+def _digit_count(x: np.ndarray) -> np.ndarray:
+    return np.searchsorted(10 ** np.arange(1, 19, dtype=np.int64), x, side="right") + 1
+
+
+def _varint_size(x: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.int64(1) << (7 * np.arange(1, 9, dtype=np.int64)), x, side="right") + 1
+
+
+def _layout_groups(c, plan: _FilePlan, step_table) -> List[np.ndarray]:
+    """Files (indices into the plan) whose wanted records have exactly the same offsets in
+    their span, lengths and names, and whose steps have the same mode and the same number of
+    step varint bytes and mode step digits: one array per group of at least
+    ``_LAYOUT_MIN_FILES`` files."""
+    order, first, count, fos = plan.order, plan.first, plan.count, plan.file_of_sorted
+    rel = c["start"][order] - plan.lo[fos]
+    length = c["length"][order]
+    name = c["name"][order]
+    rank = np.arange(len(order)) - first[fos]
+    span = plan.hi - plan.lo
+    longest = np.maximum.reduceat(length, first)
+    eligible = plan.coalesce & (span <= _LAYOUT_MAX_SPAN) & (longest <= _FAST_MAX_RECORD)
+    known, mode_of, mode_step_of = step_table
+    steps = c["step"][order[first]]
+    at = np.searchsorted(known, steps)
+    # Per file: a hash of its records' (offset, length, name, rank) and of its step's kind;
+    # equal hashes are checked for exact equality below.
+    record_hash = _mix(_mix(rel + (rank << 40)) + _mix(length + (name << 24)))
+    kind = mode_of[at] + 8 * (_digit_count(mode_step_of[at]) + 32 * _varint_size(steps))
+    key = np.add.reduceat(record_hash, first) ^ _mix(count + (span << 24)) ^ _mix(kind + (1 << 50))
+    candidates = np.flatnonzero(eligible)
+    if len(candidates) < _LAYOUT_MIN_FILES:
+        return []
+    keys, inverse, sizes = np.unique(key[candidates], return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    groups = []
+    by_group = np.argsort(inverse, kind="stable")
+    bounds = np.r_[0, np.cumsum(sizes)]
+    for g in np.flatnonzero(sizes >= _LAYOUT_MIN_FILES).tolist():
+        files = candidates[by_group[bounds[g]:bounds[g + 1]]]
+        m = int(count[files[0]])
+        if not (count[files] == m).all():
+            files = files[count[files] == m]
+        at_rows = first[files][:, None] + np.arange(m)
+        same = (span[files] == span[files[0]]) & (kind[files] == kind[files[0]])
+        for column in (rel, length, name):
+            block = column[at_rows]
+            same &= (block == block[0]).all(axis=1)
+        files = files[same]
+        if len(files) >= _LAYOUT_MIN_FILES:
+            groups.append(files)
+    return groups
+
+
+def _read_into(storage, spans, buffer: np.ndarray, places: List[int]) -> list:
+    """Per span the number of bytes read into ``buffer`` at its place, or the exception."""
+    reader = getattr(storage, "read_spans_into", None)
+    if reader is not None:
+        return reader(spans, memoryview(buffer), places)
+    out = []
+    for place, data in zip(places, storage.read_spans(spans)):
+        if isinstance(data, bytes):
+            buffer[place:place + len(data)] = np.frombuffer(data, np.uint8)
+            data = len(data)
+        out.append(data)
+    return out
+
+
+def _read_layouts(trial, rows: _Rows, plan: _FilePlan, step_table, values, keep, bar) -> np.ndarray:
+    """Read and decode the files of :func:`_layout_groups`; returns the rows settled (a
+    value, or left out as a tensor of several elements)."""
+    c = rows.columns
+    done = np.zeros(len(rows), bool)
+    groups = _layout_groups(c, plan, step_table)
+    if not groups:
+        return done
+    names = rows.names
+    crc_sorted = c["crc"][plan.order]
+    by_layout = 0
+    for files in groups:
+        span = int(plan.hi[files[0]] - plan.lo[files[0]])
+        stride = -(-span // 8) * 8
+        per_batch = max(_LAYOUT_MIN_FILES, _LAYOUT_BATCH_BYTES // stride)
+        for at in range(0, len(files), per_batch):
+            batch = files[at:at + per_batch]
+            settled = _read_layout_batch(trial, rows, plan, step_table, batch, span, stride, names, crc_sorted,
+                                         values, keep, done)
+            by_layout += settled
+            if bar is not None:
+                bar.update(settled)
+    stats = trial.stats
+    stats["table_records_bulk"] = stats.get("table_records_bulk", 0) + int(keep.sum())
+    stats["table_files_by_layout"] = stats.get("table_files_by_layout", 0) + by_layout
+    return done
+
+
+def _read_layout_batch(trial, rows, plan, step_table, batch, span, stride, names, crc_sorted,
+                       values, keep, done) -> int:
+    """One batch of files of one layout (see above); returns how many files it settled."""
+    c = rows.columns
+    order, first = plan.order, plan.first
+    m = int(plan.count[batch[0]])
+    g = len(batch)
+    buffer = np.zeros(g * stride + _PAD, np.uint8)
+    files = rows.files
+    lo = plan.lo[batch].tolist()
+    file_ids = c["file"][order[first[batch]]].tolist()
+    spans = [(files[f], o, span) for f, o in zip(file_ids, lo)]
+    results = _read_into(trial._storage, spans, buffer, list(range(0, g * stride, stride)))
+    got = np.fromiter((r == span if type(r) is int else False for r in results), bool, g)
+    at_rows = first[batch][:, None] + np.arange(m)  # positions in plan.order, a row per file
+    row_ids = order[at_rows]
+    rel = (c["start"][row_ids[0]] - plan.lo[batch[0]]).astype(np.int64)
+    length = c["length"][row_ids[0]]
+    model = _layout_model(trial, c, names, buffer, stride, row_ids, rel, length, got, step_table)
+    if model is None:
+        return 0
+    j, mask, klass, wall, varying, digit_cols, crcs, content = model
+    table = buffer[:g * stride].reshape(g, stride)
+    words = table.view("<u8")
+    differ = np.bitwise_xor(words, words[j])
+    differ &= mask.view("<u8")
+    ok = got & ~differ.any(axis=1)
+    del differ
+    if len(digit_cols):
+        ok &= ((table[:, digit_cols] - np.uint8(0x30)) < 10).all(axis=1)
+    files_ok = np.flatnonzero(ok)
+    if not len(files_ok):
+        return 0
+    rows_ok = row_ids[files_ok]
+    sub = table if len(files_ok) == g else table[files_ok]
+    scalar = klass == 1
+    good = np.zeros((len(files_ok), m), bool)
+    good[:, klass == 2] = True  # several elements: well formed, not a scalar; no row
+    # Payload CRC32C of every scalar record, where the index gives one.
+    cols, tables, firsts = varying
+    if len(cols):
+        flat = np.concatenate([_crc_table(d) for d in tables[1]])
+        index = np.empty((len(files_ok), len(cols)), np.intp)
+        np.bitwise_xor(sub[:, cols], table[j, cols], out=index, casting="unsafe")
+        index += tables[0]
+        got_crc = np.bitwise_xor.reduceat(flat.take(index), firsts, axis=1) ^ crcs
+        expected = crc_sorted[at_rows[files_ok]][:, scalar]
+        good[:, scalar] = (expected < 0) | (got_crc == expected)
+    else:
+        good[:, scalar] = True
+    for code, slots, starts in content:
+        np_dtype = _FAST_DTYPES[code]
+        size = np_dtype.itemsize
+        picked = sub[:, (starts[:, None] + np.arange(size)).reshape(-1)]
+        numbers = np.ascontiguousarray(picked).view(np_dtype).astype(np.float64)
+        ids = rows_ok[:, slots]
+        fine = good[:, slots]
+        values[ids[fine]] = numbers[fine]
+        keep[ids[fine]] = True
+    settled = good & (klass != 0)
+    done[rows_ok[settled]] = True
+    return int(settled.all(axis=1).sum())
+
+
+def _layout_model(trial, c, names, buffer, stride, row_ids, rel, length, got, step_table):
+    """Check a model file of the batch with :func:`_walk` and describe its layout: ``(file,
+    mask, klass, wall, varying, digit_cols, crcs, content)`` or None. ``klass`` per record:
+    1 a scalar, 2 a well-formed tensor of several elements, 0 anything else (left to the
+    general walk); ``mask`` per byte of a span: 0xFF must equal the model, 0x80 only the
+    high bit (varint bytes), 0 anything (varying bytes and bytes of other records)."""
+    known, mode_of, mode_step_of = step_table
+    m = len(rel)
+    best = None
+    for j in np.flatnonzero(got)[:_LAYOUT_MODELS].tolist():
+        off = j * stride + rel
+        step = int(c["step"][row_ids[j, 0]])
+        at = int(np.searchsorted(known, step))
+        metadata = metadata_field(int(mode_of[at]), int(mode_step_of[at]))
+        w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe = _walk(
+            buffer, off, length, off + length, trial._record_check, ([metadata], np.zeros(m, np.int64)))
+        name_ids = c["name"][row_ids[j]]
+        tags = np.fromiter((bytes(buffer[a:b]) == names[i].encode("utf-8")
+                            for a, b, i in zip(tag_start.tolist(), tag_stop.tolist(), name_ids.tolist())), bool, m)
+        ok = w.ok & w.same & tags
+        size = np.array([_FAST_DTYPES[d].itemsize if d in _FAST_DTYPES else 0 for d in dtype.tolist()])
+        ok &= size > 0
+        c_len = c_stop - c_start
+        klass = np.where(ok & unit & (c_len == size), 1, np.where(ok & (c_len > size) & (c_len % np.maximum(size, 1) == 0), 2, 0))
+        if best is None or (klass != 0).sum() > (best[1] != 0).sum():
+            best = (j, klass, dtype, c_start - j * stride, c_stop - j * stride, p - j * stride, pe - j * stride,
+                    len(b"%d" % int(mode_step_of[at])))
+        if (klass != 0).all():
+            break
+    if best is None or not (best[1] != 0).any():
+        return None
+    j, klass, dtype, c_start, c_stop, p, pe, digits_len = best
+    row = buffer[j * stride:(j + 1) * stride]
+    mask = np.zeros(stride, np.uint8)
+    digit_cols, crc_cols, crc_dist, firsts, crcs, content = [], [], [], [], [], {}
+    for r in np.flatnonzero(klass).tolist():
+        a, b = int(rel[r]), int(rel[r] + length[r])
+        mask[a:b] = 0xFF
+        varying = []
+        pos = int(p[r])
+        if row[pos] == 0x09:  # wall_time: any 8 bytes
+            varying += range(pos + 1, pos + 9)
+            pos += 9
+        if row[pos] == 0x10:  # Event.step: a varint of the model's length
+            q = pos + 1
+            while row[q] >= 0x80:
+                q += 1
+            mask[pos + 1:q + 1] = 0x80
+            varying += range(pos + 1, q + 1)
+        cs, ce = int(c_start[r]), int(c_stop[r])
+        varying += range(cs, ce)
+        # The metadata starts where the tensor ends (its 0x4A key); digits at 17 past it.
+        digits = range(ce + 17, ce + 17 + digits_len)
+        digit_cols += digits
+        varying += digits
+        for v in varying:
+            if mask[v] == 0xFF:
+                mask[v] = 0
+        if klass[r] == 1:
+            payload_end = int(pe[r])
+            firsts.append(len(crc_cols))
+            crc_cols += varying
+            crc_dist += [payload_end - 1 - v for v in varying]
+            crcs.append(google_crc32c.value(bytes(row[int(p[r]):payload_end])))
+            content.setdefault(int(dtype[r]), []).append((r, cs))
+    crc_cols = np.asarray(crc_cols, np.intp)
+    tables_base = (np.arange(len(crc_cols)) * 256).astype(np.intp)
+    content_list = [(code, np.asarray([r for r, _ in items]), np.asarray([s for _, s in items], np.intp))
+                    for code, items in content.items()]
+    return (j, mask, klass, None, (crc_cols, (tables_base, crc_dist), np.asarray(firsts, np.intp)),
+            np.asarray(digit_cols, np.intp), np.asarray(crcs, np.int64), content_list)
+
+
+def _read_general(trial, rows: _Rows, step_table, bar, on_error: str, errors: List[str]):
+    """Read the values of ``rows`` record by record: ``(values, keep, lost)``. Errors are
+    appended to ``errors`` (or raised, with ``on_error="raise"``)."""
+    from .tensor import _Request, read_event_file
+
+    n = len(rows)
     c = rows.columns
     start, length, g_all = c["start"], c["length"], c["step"]
     texts = rows.texts
@@ -587,14 +943,11 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     file_start = np.zeros(nfiles, np.int64)  # where a coalesced span is in the joined buffer
     file_end = np.zeros(nfiles, np.int64)
     failed = np.zeros(n, bool)
-    errors: List[str] = []
     chunks: List[bytes] = []
     cursor = 0
     storage = trial._storage
     tensor_names = texts["tensor"][1]
     tensor_codes = texts["tensor"][0]
-    wanted = nfiles >= _PROGRESS_MIN_FILES and _progress_wanted(trial.progress if progress is None else progress)
-    bar = _progress_bar(wanted, nfiles, "reading event files")
     # Each event file once, through the storage's checked reads: the span of its wanted
     # records, or each record when they lie far apart.
     spans = []
@@ -611,15 +964,11 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
                 spans.append((files[f], int(start[i]), int(length[i])))
                 owners.append((k, i))
     datas: List[object] = []
-    try:
-        step_size = 512 if bar is not None else len(spans)
-        for at in range(0, len(spans), max(1, step_size)):
-            datas += storage.read_spans(spans[at:at + step_size])
-            if bar is not None:
-                bar.update(len({k for k, _ in owners[at:at + step_size]}))
-    finally:
+    step_size = 512 if bar is not None else len(spans)
+    for at in range(0, len(spans), max(1, step_size)):
+        datas += storage.read_spans(spans[at:at + step_size])
         if bar is not None:
-            bar.close()
+            bar.update(len({k for k, _ in owners[at:at + step_size]}))
     for (k, i), span, data in zip(owners, spans, datas):
         if not isinstance(data, bytes):
             row = i if i >= 0 else order_list[firsts[k]]
@@ -657,7 +1006,7 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
     u = np.frombuffer(joined, np.uint8)
 
     # The metadata each record should have, from the index's mode and mode step of its step.
-    known, mode_of, mode_step_of = _step_table(trial)
+    known, mode_of, mode_step_of = step_table
     used, which = np.unique(np.searchsorted(known, g_all), return_inverse=True)
     texts_md = list(map(metadata_field, mode_of[used].tolist(), mode_step_of[used].tolist()))
     w, dtype, unit, c_start, c_stop, tag_start, tag_stop, p, pe = _walk(
@@ -717,18 +1066,17 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
             if number is not None:
                 values[i] = number
                 keep[i] = True
-    if errors:
-        logger.warning("smdebug: %d record(s) could not be read and are left out of the table (%d error(s)); "
-                       "the first: %s", lost, len(errors), errors[0])
-    return Table.build(trial, keep, g_all, texts, values)
+    return values, keep, lost
 
 
 def _compact(codes: np.ndarray, categories: List[str]):
     """Codes and categories with the categories no row uses dropped (order kept)."""
-    used = np.unique(codes)
+    used = _used(codes, len(categories))
     if len(used) == len(categories):
         return codes, categories
-    return np.searchsorted(used, codes), [categories[i] for i in used.tolist()]
+    lookup = np.zeros(len(categories), np.int64)
+    lookup[used] = np.arange(len(used))
+    return lookup[codes], [categories[i] for i in used.tolist()]
 
 
 class Table:
@@ -756,19 +1104,29 @@ class Table:
                    {name: (zeros, []) for name in cls.TEXT})
 
     @classmethod
-    def build(cls, trial, keep, steps, texts, values):
+    def build(cls, trial, keep, steps, texts, values, step_table=None):
         """The rows marked in ``keep``; ``texts``: column -> (codes per row, categories)."""
         if not keep.any():
             return cls.empty()
-        steps = steps[keep]
-        known, mode_of, mode_step_of = _step_table(trial)
+        every = keep.all()
+        if not every:
+            steps, values = steps[keep], values[keep]
+        known, mode_of, mode_step_of = _step_table(trial) if step_table is None else step_table
         at = np.searchsorted(known, steps)
         mode_numbers = mode_of[at]
-        present = np.unique(mode_numbers)
-        texts = {k: _compact(codes[keep], cats) for k, (codes, cats) in texts.items()}
-        texts["mode"] = (np.searchsorted(present, mode_numbers), [ModeKeys(int(v)).name for v in present])
-        order = np.lexsort((steps, texts["worker"][0], texts["reduction"][0], texts["tensor"][0]))
-        numbers = {"step": steps[order], "mode_step": mode_step_of[at][order], "value": values[keep][order]}
+        present = _used(mode_numbers, max(_MODE_NUMBER.values()) + 1)
+        mode_codes = np.zeros(len(present) and int(present[-1]) + 1, np.int64)
+        mode_codes[present] = np.arange(len(present))
+        texts = {k: _compact(codes if every else codes[keep], cats) for k, (codes, cats) in texts.items()}
+        texts["mode"] = (mode_codes[mode_numbers], [ModeKeys(int(v)).name for v in present])
+        (t, t_cats), (r, r_cats), (w, w_cats) = texts["tensor"], texts["reduction"], texts["worker"]
+        # Sorted by tensor, reduction, worker, step: one integer key when it fits in 63 bits
+        # (a step's rank among the loaded steps stands for the step).
+        if len(t_cats) * len(r_cats) * len(w_cats) * len(known) < 1 << 62:
+            order = np.argsort(((t * len(r_cats) + r) * len(w_cats) + w) * len(known) + at, kind="stable")
+        else:
+            order = np.lexsort((steps, w, r, t))
+        numbers = {"step": steps[order], "mode_step": mode_step_of[at[order]], "value": values[order]}
         return cls(numbers, {k: (codes[order], cats) for k, (codes, cats) in texts.items()})
 
     def column(self, name: str):

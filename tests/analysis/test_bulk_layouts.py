@@ -1,0 +1,145 @@
+"""Trial.to_table's reading of many event files of one layout side by side
+(smdebug.trials.bulk._read_layouts): the same rows, the same errors, as the record by
+record walk, on clean and on damaged runs."""
+import logging
+import os
+import random
+import shutil
+
+import google_crc32c
+import numpy as np
+import pytest
+
+from check_rows import assert_rows_equal_value_api
+from smdebug.collections import CollectionManager
+from smdebug.modes import ModeKeys
+from smdebug.trials import bulk, create_trial
+from smdebug.writer import RunWriter, StepData
+
+
+def _tensors(step):
+    return [
+        ("scalar/loss", np.asarray(1.0 / (step + 1))),
+        ("f32", np.asarray(np.float32(step * 0.5))),
+        ("i64", np.asarray(np.int64(-step))),
+        ("flag", np.asarray(step % 3 == 0)),
+        ("vec3", np.arange(3.0) + step),  # several elements: no row
+        ("smdebug/reductions/l2/vec3", np.asarray(np.float64(step + 0.25))),
+        ("smdebug/reductions/abs_max/vec3", np.asarray(np.float32(step + 2.0))),
+    ]
+
+
+def _write_run(out, train=40, evals=15):
+    writer = RunWriter(out, "worker_0")
+    writer.write_collections(CollectionManager().to_json_bytes(num_workers=1))
+    for step in range(train + evals):
+        mode, mode_step = (ModeKeys.TRAIN, step) if step < train else (ModeKeys.EVAL, step - train)
+        writer.submit(StepData(global_step=step, mode=mode, mode_step=mode_step, worker="worker_0",
+                               tensors=_tensors(step)))
+    writer.close()
+    open(os.path.join(out, "training_job_end.ts"), "w").close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def layout_run(tmp_path_factory):
+    return _write_run(str(tmp_path_factory.mktemp("layouts") / "run"))
+
+
+def _table(path, monkeypatch, by_layout, caplog):
+    """(rows, warning text, stats) of to_table with or without the side-by-side reading."""
+    monkeypatch.setattr(bulk, "_LAYOUT_MIN_FILES", 8 if by_layout else 10**9)
+    trial = create_trial(path, wait_timeout=0)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="smdebug.trials"):
+        rows = list(trial.to_table().rows())
+    return rows, caplog.text, trial
+
+
+def test_most_files_are_read_side_by_side_and_give_the_same_rows(layout_run, monkeypatch, caplog):
+    rows, text, trial = _table(layout_run, monkeypatch, True, caplog)
+    general, general_text, general_trial = _table(layout_run, monkeypatch, False, caplog)
+    assert rows == general and text == general_text == ""
+    # Step 0 (no Event.step field) and steps 10-39's first... each layout group has at least
+    # 8 files; every file of such a group is settled without the general walk.
+    assert trial.stats["table_files_by_layout"] >= 40
+    assert general_trial.stats.get("table_files_by_layout", 0) == 0
+    assert len(rows) == 55 * 6
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=list(bulk.COLUMNS))
+    assert assert_rows_equal_value_api(trial, df) == len(rows)
+
+
+def test_crc32c_from_the_model_and_byte_tables_equals_crc32c():
+    """The side-by-side CRC: the model's CRC XOR one table entry per changed byte."""
+    rng = np.random.default_rng(3)
+    for length in (1, 7, 80, 300):
+        model = rng.integers(0, 256, length, dtype=np.uint8)
+        for _ in range(20):
+            other = model.copy()
+            where = rng.choice(length, size=min(length, rng.integers(1, 6)), replace=False)
+            other[where] = rng.integers(0, 256, len(where), dtype=np.uint8)
+            crc = google_crc32c.value(model.tobytes())
+            for p in where.tolist():
+                crc ^= int(bulk._crc_table(length - 1 - p)[model[p] ^ other[p]])
+            assert crc == google_crc32c.value(other.tobytes())
+
+
+def _damage(path, rng, kind):
+    data = bytearray(open(path, "rb").read())
+    if kind == "flip":
+        for _ in range(rng.randint(1, 3)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif kind == "digit":  # a mode step digit that is no digit
+        at = data.find(b"mode_step\x12")
+        data[at + 11] = ord("x")
+    elif kind == "value":  # one byte of a value: only the payload CRC tells
+        at = data.find(b"\x22\x08")
+        data[at + 2 + rng.randrange(8)] ^= 0x10
+    elif kind == "wall":
+        data[13 + rng.randrange(8)] ^= 0x01
+    elif kind == "truncate":
+        del data[rng.randrange(len(data)):]
+    elif kind == "missing":
+        os.remove(path)
+        return
+    elif kind == "fifo":
+        os.remove(path)
+        os.mkfifo(path)
+        return
+    open(path, "wb").write(bytes(data))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_damaged_files_give_the_same_rows_and_errors_as_the_general_walk(layout_run, tmp_path, monkeypatch,
+                                                                        caplog, seed):
+    rng = random.Random(seed)
+    out = str(tmp_path / "copy")
+    shutil.copytree(layout_run, out)
+    events = sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(out, "events")) for f in fs)
+    kinds = ["flip", "digit", "value", "wall", "truncate", "missing", "fifo"]
+    # Always damage the first file of a group (a model candidate), and a few others.
+    for path in [events[1], events[10]] + rng.sample(events, 6):
+        if os.path.isfile(path) and not os.path.islink(path):
+            _damage(path, rng, rng.choice(kinds))
+    rows, text, trial = _table(out, monkeypatch, True, caplog)
+    general, general_text, _ = _table(out, monkeypatch, False, caplog)
+    assert rows == general
+    assert text == general_text and "could not be read" in text
+    assert trial.stats["table_files_by_layout"] > 0
+    import pandas as pd
+
+    assert assert_rows_equal_value_api(trial, pd.DataFrame(rows, columns=list(bulk.COLUMNS))) == len(rows)
+
+
+def test_every_file_damaged_the_same_way_still_reads(layout_run, tmp_path, monkeypatch, caplog):
+    """A wrong payload CRC in every file (the model's too): every row is an error."""
+    out = str(tmp_path / "copy")
+    shutil.copytree(layout_run, out)
+    for d, _, fs in os.walk(os.path.join(out, "events")):
+        for f in fs:
+            _damage(os.path.join(d, f), random.Random(0), "value")
+    rows, text, _ = _table(out, monkeypatch, True, caplog)
+    general, general_text, _ = _table(out, monkeypatch, False, caplog)
+    assert rows == general and text == general_text
