@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import queue
+import threading
 from array import array
 from itertools import chain
 from operator import itemgetter
@@ -431,28 +433,59 @@ class RecordLog:
         ``crc`` (-1: none). The caller may keep them: later records make new arrays."""
         pending, self._pending = self._pending, []
         if pending or not self._columns:
-            n = sum(map(len, pending))
-            locations = list(chain.from_iterable(pending))
-            start_length = np.fromiter(chain.from_iterable(map(_START_LENGTH, locations)), np.int64, 2 * n)
-            crcs = list(map(_CRC, locations))
-            if crcs.count(None):
-                crcs = [-1 if c is None else c for c in crcs]
-            new = {"start": start_length[0::2], "length": start_length[1::2], "crc": np.array(crcs, np.int64)}
+            # Offsets and lengths: files of one run mostly share them (the same records,
+            # of the same sizes), so they are taken per file and kept once per layout.
+            layouts: Dict[tuple, int] = {}
+            layout_of = []
+            crc_parts = []
+            for locations in pending:
+                _, starts, lengths, crcs, _ = zip(*locations)
+                key = (starts, lengths)
+                found = layouts.get(key)
+                if found is None:
+                    found = layouts[key] = len(layouts)
+                layout_of.append(found)
+                crc_parts.append(crcs)
+            n = sum(map(len, crc_parts))
+            try:
+                crc = np.fromiter(chain.from_iterable(crc_parts), np.int64, n)
+            except TypeError:  # runs of other writers may have none: -1
+                crc = np.array([-1 if c is None else c for c in chain.from_iterable(crc_parts)], np.int64)
+            counts = np.fromiter(map(len, crc_parts), np.int64, len(crc_parts))
+            which = np.asarray(layout_of, np.int64)
+            new = {"crc": crc}
+            for column, part in (("start", 0), ("length", 1)):
+                new[column] = _per_record([key[part] for key in layouts], which, counts)
             for column, values in new.items():
                 old = self._columns.get(column)
                 self._columns[column] = values if old is None else np.concatenate((old, values))
-            # Per-file columns and templates: rebuilt whole (one pass over the files, in C).
+            # Per-file columns and templates: rebuilt whole (a few passes over the files, in C).
             f = {k: np.array(v, np.int64) for k, v in self._file_columns.items()}
             for column in ("step", "worker", "file"):
                 self._columns[column] = np.repeat(f[column], f["count"])
-            templates = f["template"].tolist()
             for j, column in enumerate(("tensor", "label", "name")):
-                parts = [self._template_ids[t][j] for t in templates]
-                self._columns[column] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+                self._columns[column] = _per_record([ids[j] for ids in self._template_ids], f["template"],
+                                                    f["count"])
         return dict(self._columns)
 
 
-_START_LENGTH, _CRC = itemgetter(1, 2), itemgetter(3)
+def _per_record(sequences, which: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The int64 column made of ``sequences[which[k]]`` for each file k in turn (each
+    ``counts[k]`` long). Few distinct sequences (the usual case): one gather from a padded
+    table; when padding would cost more than the column itself, joined one by one."""
+    width = max(map(len, sequences), default=0)
+    total = int(counts.sum())
+    if len(sequences) * width > 2 * total + 4096:
+        arrays = [np.asarray(seq, np.int64) for seq in sequences]
+        return np.concatenate([arrays[i] for i in which.tolist()]) if len(which) else np.zeros(0, np.int64)
+    table = np.zeros((len(sequences), width), np.int64)
+    for i, seq in enumerate(sequences):
+        table[i, :len(seq)] = seq
+    starts = np.cumsum(counts) - counts
+    rank = np.arange(total) - np.repeat(starts, counts)
+    return table[np.repeat(which, counts), rank]
+
+
 
 
 class _Rows:
@@ -592,7 +625,11 @@ class _FilePlan:
     def __init__(self, c: Dict[str, np.ndarray]):
         start, length, file_key = c["start"], c["length"], c["file"]
         n = len(start)
-        self.order = order = np.lexsort((start, file_key))
+        # Rows come file after file, in each file's order: usually sorted already.
+        if n < 2 or ((file_key[1:] > file_key[:-1]) | ((file_key[1:] == file_key[:-1]) & (start[1:] > start[:-1]))).all():
+            self.order = order = np.arange(n)
+        else:
+            self.order = order = np.lexsort((start, file_key))
         s_key = file_key[order]
         self.first = first = np.flatnonzero(np.r_[True, s_key[1:] != s_key[:-1]])
         self.count = np.diff(np.r_[first, n])
@@ -658,7 +695,7 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
 
 _LAYOUT_MIN_FILES = 8  # fewer files of one layout: the general walk
 _LAYOUT_MAX_SPAN = 1 << 20  # longer spans: the general walk
-_LAYOUT_BATCH_BYTES = 32 << 20  # buffer for one batch of files of one layout
+_LAYOUT_BATCH_BYTES = 8 << 20  # buffer for one batch of files of one layout
 _LAYOUT_MODELS = 3  # files tried as the model of a batch
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -669,17 +706,6 @@ def _mix(x) -> np.ndarray:
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
-
-
-@functools.lru_cache(maxsize=1 << 12)
-def _crc_table(distance: int) -> np.ndarray:
-    """The linear part of CRC32C for one byte followed by ``distance`` bytes: 256 uint32,
-    entry v = crc(v, 0 * distance) XOR crc(0 * (distance + 1))."""
-    zeros = google_crc32c.value(bytes(distance + 1))
-    tail = bytes(distance)
-    basis = np.array([google_crc32c.value(bytes((1 << b,)) + tail) ^ zeros for b in range(8)], np.uint32)
-    bits = (np.arange(256)[:, None] >> np.arange(8)) & 1
-    return np.bitwise_xor.reduce(np.where(bits == 1, basis, np.uint32(0)), axis=1).astype(np.uint32)
 
 
 def _digit_count(x: np.ndarray) -> np.ndarray:
@@ -735,11 +761,11 @@ def _layout_groups(c, plan: _FilePlan, step_table) -> List[np.ndarray]:
     return groups
 
 
-def _read_into(storage, spans, buffer: np.ndarray, places: List[int]) -> list:
+def _read_into(storage, spans, buffer: np.ndarray, places: List[int], threads: bool = True) -> list:
     """Per span the number of bytes read into ``buffer`` at its place, or the exception."""
     reader = getattr(storage, "read_spans_into", None)
     if reader is not None:
-        return reader(spans, memoryview(buffer), places)
+        return reader(spans, memoryview(buffer), places, threads=threads)
     out = []
     for place, data in zip(places, storage.read_spans(spans)):
         if isinstance(data, bytes):
@@ -747,6 +773,63 @@ def _read_into(storage, spans, buffer: np.ndarray, places: List[int]) -> list:
             data = len(data)
         out.append(data)
     return out
+
+
+def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
+    """Per batch ``(files, span, stride)``: ``(table, results)``, its files' spans read into
+    a ``(files, stride)`` uint8 array (followed by ``_PAD`` zero bytes), a row per file.
+
+    The arrays are views of a few reused buffers (fresh memory costs a page fault per 4 KiB
+    written). With several batches on local storage, a second thread reads the next batch
+    while the caller checks this one: the reads wait on system calls, the checks are numpy
+    loops that release the GIL. A batch's array is valid until the next one is asked for."""
+    size = max(len(files) * stride for files, _, stride in batches) + _PAD
+
+    def read(buffer, batch, span, stride, threads=True):
+        g = len(batch)
+        table = buffer[:g * stride].reshape(g, stride)
+        buffer[g * stride:g * stride + _PAD] = 0
+        file_ids = rows.columns["file"][plan.order[plan.first[batch]]].tolist()
+        spans = [(rows.files[f], o, span) for f, o in zip(file_ids, plan.lo[batch].tolist())]
+        results = _read_into(storage, spans, buffer, list(range(0, g * stride, stride)), threads)
+        if span < stride:
+            table[:, span:] = 0
+        return table, buffer[:g * stride + _PAD], results
+
+    if len(batches) == 1 or not hasattr(storage, "read_spans_into"):
+        buffer = np.zeros(size, np.uint8)
+        for batch in batches:
+            yield read(buffer, *batch)
+        return
+    free: "queue.Queue" = queue.Queue()
+    for _ in range(3):  # one being checked, one read and waiting, one being read
+        free.put(np.zeros(size, np.uint8))
+    ready: "queue.Queue" = queue.Queue()
+    stop = threading.Event()
+
+    def reader():
+        try:
+            for batch in batches:
+                buffer = free.get()
+                if stop.is_set():
+                    return
+                ready.put((buffer, read(buffer, *batch, threads=False)))
+        except BaseException as exc:  # handed to the caller, raised there
+            ready.put((None, exc))
+
+    thread = threading.Thread(target=reader, name="smdebug-table-reader", daemon=True)
+    thread.start()
+    try:
+        for _ in batches:
+            buffer, item = ready.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            free.put(buffer)
+    finally:
+        stop.set()
+        free.put(None)  # wakes a reader waiting for a buffer
+        thread.join()
 
 
 def _read_layouts(trial, rows: _Rows, plan: _FilePlan, step_table, values, keep, bar) -> np.ndarray:
@@ -757,99 +840,92 @@ def _read_layouts(trial, rows: _Rows, plan: _FilePlan, step_table, values, keep,
     groups = _layout_groups(c, plan, step_table)
     if not groups:
         return done
-    names = rows.names
     crc_sorted = c["crc"][plan.order]
-    by_layout = 0
-    for files in groups:
+    batches = []
+    for number, files in enumerate(groups):
         span = int(plan.hi[files[0]] - plan.lo[files[0]])
         stride = -(-span // 8) * 8
         per_batch = max(_LAYOUT_MIN_FILES, _LAYOUT_BATCH_BYTES // stride)
-        for at in range(0, len(files), per_batch):
-            batch = files[at:at + per_batch]
-            settled = _read_layout_batch(trial, rows, plan, step_table, batch, span, stride, names, crc_sorted,
-                                         values, keep, done)
-            by_layout += settled
-            if bar is not None:
-                bar.update(settled)
+        batches += [(files[at:at + per_batch], span, stride, number) for at in range(0, len(files), per_batch)]
+    by_layout = 0
+    models = {}  # group -> its model, from the group's first batch
+    reads = _read_batches(trial._storage, rows, plan, [b[:3] for b in batches])
+    for (batch, span, stride, number), (table, flat, results) in zip(batches, reads):
+        settled = _read_layout_batch(trial, rows, plan, step_table, batch, span, crc_sorted, values, keep, done,
+                                     table, flat, results, models, number)
+        by_layout += settled
+        if bar is not None:
+            bar.update(settled)
     stats = trial.stats
     stats["table_records_bulk"] = stats.get("table_records_bulk", 0) + int(keep.sum())
     stats["table_files_by_layout"] = stats.get("table_files_by_layout", 0) + by_layout
     return done
 
 
-def _read_layout_batch(trial, rows, plan, step_table, batch, span, stride, names, crc_sorted,
-                       values, keep, done) -> int:
-    """One batch of files of one layout (see above); returns how many files it settled."""
+def _read_layout_batch(trial, rows, plan, step_table, batch, span, crc_sorted, values, keep, done,
+                       table, flat, results, models, number) -> int:
+    """One batch of files of one layout, read (see above); returns how many files it settled."""
     c = rows.columns
     order, first = plan.order, plan.first
     m = int(plan.count[batch[0]])
-    g = len(batch)
-    buffer = np.zeros(g * stride + _PAD, np.uint8)
-    files = rows.files
-    lo = plan.lo[batch].tolist()
-    file_ids = c["file"][order[first[batch]]].tolist()
-    spans = [(files[f], o, span) for f, o in zip(file_ids, lo)]
-    results = _read_into(trial._storage, spans, buffer, list(range(0, g * stride, stride)))
+    g, stride = table.shape
     got = np.fromiter((r == span if type(r) is int else False for r in results), bool, g)
     at_rows = first[batch][:, None] + np.arange(m)  # positions in plan.order, a row per file
     row_ids = order[at_rows]
     rel = (c["start"][row_ids[0]] - plan.lo[batch[0]]).astype(np.int64)
     length = c["length"][row_ids[0]]
-    model = _layout_model(trial, c, names, buffer, stride, row_ids, rel, length, got, step_table)
+    model = models.get(number)
     if model is None:
+        model = models[number] = _layout_model(trial, c, rows.names, table, flat, row_ids, rel, length, got,
+                                               step_table)
+    if model is False:
         return 0
-    j, mask, klass, wall, varying, digit_cols, crcs, content = model
-    table = buffer[:g * stride].reshape(g, stride)
+    model_row, mask, klass, digit_cols, content = model
     words = table.view("<u8")
-    differ = np.bitwise_xor(words, words[j])
-    differ &= mask.view("<u8")
-    ok = got & ~differ.any(axis=1)
-    del differ
+    model_words, mask_words = model_row.view("<u8"), mask.view("<u8")
+    ok = got.copy()
+    chunk = max(1, (1 << 18) // stride)  # a few hundred files at a time: stays in cache
+    differ = np.empty((min(chunk, g), stride // 8), np.uint64)
+    for at in range(0, g, chunk):
+        part = words[at:at + chunk]
+        d = differ[:len(part)]
+        np.bitwise_xor(part, model_words, out=d)
+        d &= mask_words
+        ok[at:at + chunk] &= ~d.any(axis=1)
     if len(digit_cols):
         ok &= ((table[:, digit_cols] - np.uint8(0x30)) < 10).all(axis=1)
     files_ok = np.flatnonzero(ok)
+    if len(files_ok):
+        ok[files_ok] = _runs_match_index_crcs(table, files_ok, model_row, _runs(rel, length), rel, length,
+                                              crc_sorted[at_rows[files_ok]])
+        files_ok = np.flatnonzero(ok)
     if not len(files_ok):
         return 0
     rows_ok = row_ids[files_ok]
     sub = table if len(files_ok) == g else table[files_ok]
-    scalar = klass == 1
-    good = np.zeros((len(files_ok), m), bool)
-    good[:, klass == 2] = True  # several elements: well formed, not a scalar; no row
-    # Payload CRC32C of every scalar record, where the index gives one.
-    cols, tables, firsts = varying
-    if len(cols):
-        flat = np.concatenate([_crc_table(d) for d in tables[1]])
-        index = np.empty((len(files_ok), len(cols)), np.intp)
-        np.bitwise_xor(sub[:, cols], table[j, cols], out=index, casting="unsafe")
-        index += tables[0]
-        got_crc = np.bitwise_xor.reduceat(flat.take(index), firsts, axis=1) ^ crcs
-        expected = crc_sorted[at_rows[files_ok]][:, scalar]
-        good[:, scalar] = (expected < 0) | (got_crc == expected)
-    else:
-        good[:, scalar] = True
     for code, slots, starts in content:
         np_dtype = _FAST_DTYPES[code]
-        size = np_dtype.itemsize
-        picked = sub[:, (starts[:, None] + np.arange(size)).reshape(-1)]
-        numbers = np.ascontiguousarray(picked).view(np_dtype).astype(np.float64)
-        ids = rows_ok[:, slots]
-        fine = good[:, slots]
-        values[ids[fine]] = numbers[fine]
-        keep[ids[fine]] = True
-    settled = good & (klass != 0)
-    done[rows_ok[settled]] = True
-    return int(settled.all(axis=1).sum())
+        picked = sub[:, (starts[:, None] + np.arange(np_dtype.itemsize)).reshape(-1)]
+        ids = rows_ok[:, slots].reshape(-1)
+        values[ids] = np.ascontiguousarray(picked).view(np_dtype).astype(np.float64).reshape(-1)
+        keep[ids] = True
+    # Records of several elements are well formed and no scalar: settled, without a row.
+    done[rows_ok[:, klass != 0]] = True
+    return len(files_ok) if (klass != 0).all() else 0
 
 
-def _layout_model(trial, c, names, buffer, stride, row_ids, rel, length, got, step_table):
-    """Check a model file of the batch with :func:`_walk` and describe its layout: ``(file,
-    mask, klass, wall, varying, digit_cols, crcs, content)`` or None. ``klass`` per record:
+def _layout_model(trial, c, names, table, flat, row_ids, rel, length, got, step_table):
+    """Check a model file of the batch (``table``, the same bytes as ``flat`` followed by
+    ``_PAD`` zeros) with :func:`_walk` and describe its layout: ``(model's bytes, mask, klass,
+    digit_cols, content)``, or False when no file of the first few is one. ``klass`` per record:
     1 a scalar, 2 a well-formed tensor of several elements, 0 anything else (left to the
     general walk); ``mask`` per byte of a span: 0xFF must equal the model, 0x80 only the
     high bit (varint bytes), 0 anything (varying bytes and bytes of other records)."""
     known, mode_of, mode_step_of = step_table
     m = len(rel)
     best = None
+    buffer = flat
+    stride = table.shape[1]
     for j in np.flatnonzero(got)[:_LAYOUT_MODELS].tolist():
         off = j * stride + rel
         step = int(c["step"][row_ids[j, 0]])
@@ -871,47 +947,117 @@ def _layout_model(trial, c, names, buffer, stride, row_ids, rel, length, got, st
         if (klass != 0).all():
             break
     if best is None or not (best[1] != 0).any():
-        return None
+        return False
     j, klass, dtype, c_start, c_stop, p, pe, digits_len = best
     row = buffer[j * stride:(j + 1) * stride]
     mask = np.zeros(stride, np.uint8)
-    digit_cols, crc_cols, crc_dist, firsts, crcs, content = [], [], [], [], [], {}
+    digit_cols, content = [], {}
     for r in np.flatnonzero(klass).tolist():
-        a, b = int(rel[r]), int(rel[r] + length[r])
-        mask[a:b] = 0xFF
+        mask[int(rel[r]):int(rel[r] + length[r])] = 0xFF
         varying = []
         pos = int(p[r])
         if row[pos] == 0x09:  # wall_time: any 8 bytes
             varying += range(pos + 1, pos + 9)
             pos += 9
-        if row[pos] == 0x10:  # Event.step: a varint of the model's length
+        if row[pos] == 0x10:  # Event.step: a varint of the model's length (high bits checked)
             q = pos + 1
             while row[q] >= 0x80:
                 q += 1
             mask[pos + 1:q + 1] = 0x80
-            varying += range(pos + 1, q + 1)
         cs, ce = int(c_start[r]), int(c_stop[r])
         varying += range(cs, ce)
-        # The metadata starts where the tensor ends (its 0x4A key); digits at 17 past it.
+        # The metadata starts where the tensor ends (its 0x4A key); the digits 17 bytes on.
         digits = range(ce + 17, ce + 17 + digits_len)
         digit_cols += digits
         varying += digits
-        for v in varying:
-            if mask[v] == 0xFF:
-                mask[v] = 0
+        mask[varying] = 0
         if klass[r] == 1:
-            payload_end = int(pe[r])
-            firsts.append(len(crc_cols))
-            crc_cols += varying
-            crc_dist += [payload_end - 1 - v for v in varying]
-            crcs.append(google_crc32c.value(bytes(row[int(p[r]):payload_end])))
             content.setdefault(int(dtype[r]), []).append((r, cs))
-    crc_cols = np.asarray(crc_cols, np.intp)
-    tables_base = (np.arange(len(crc_cols)) * 256).astype(np.intp)
     content_list = [(code, np.asarray([r for r, _ in items]), np.asarray([s for _, s in items], np.intp))
                     for code, items in content.items()]
-    return (j, mask, klass, None, (crc_cols, (tables_base, crc_dist), np.asarray(firsts, np.intp)),
-            np.asarray(digit_cols, np.intp), np.asarray(crcs, np.int64), content_list)
+    return row.copy(), mask, klass, np.asarray(digit_cols, np.intp), content_list
+
+
+def _runs(rel: np.ndarray, length: np.ndarray) -> List[Tuple[int, int, int, int]]:
+    """The records (sorted by offset) as runs of adjacent ones: ``(first, stop, start byte,
+    end byte)`` each."""
+    runs = []
+    first = 0
+    for r in range(1, len(rel) + 1):
+        if r == len(rel) or rel[r] != rel[r - 1] + length[r - 1]:
+            runs.append((first, r, int(rel[first]), int(rel[r - 1] + length[r - 1])))
+            first = r
+    return runs
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _shift_table(distance: int) -> np.ndarray:
+    """CRC32C's register advanced over ``distance`` zero bytes, a linear map of its 32 bits,
+    as four 256-entry tables (one per byte of the register), flattened."""
+    zeros = bytes(distance)
+    table = np.zeros((4, 256), np.uint32)
+    for bit in range(32):
+        image = google_crc32c.extend((1 << bit) ^ 0xFFFFFFFF, zeros) ^ 0xFFFFFFFF
+        k, b = divmod(bit, 8)
+        table[k, 1 << b:2 << b] = table[k, :1 << b] ^ np.uint32(image)  # every v with top bit b
+    return table.reshape(-1)
+
+
+def _shift(register: np.ndarray, distance: int) -> np.ndarray:
+    """Each uint32 ``register`` advanced over ``distance`` zero bytes."""
+    flat = _shift_table(distance)
+    parts = register.view(np.uint8).reshape(len(register), 4)
+    out = flat[parts[:, 0]]
+    for k in range(1, 4):
+        out ^= flat[parts[:, k].astype(np.intp) + 256 * k]
+    return out
+
+
+def _shifted_xor(values: np.ndarray, distances: List[int]) -> np.ndarray:
+    """Per row of ``values`` (uint32, a column per distance, distances decreasing): the XOR
+    of each value's register advanced over its column's distance of zero bytes, by Horner's
+    scheme (a run's records are usually of one length: one table for all)."""
+    out = np.zeros(len(values), np.uint32)
+    for k, distance in enumerate(distances):
+        nxt = distances[k + 1] if k + 1 < len(distances) else 0
+        out ^= values[:, k]
+        if distance > nxt:
+            out = _shift(out, distance - nxt)
+    return out
+
+
+def _runs_match_index_crcs(table: np.ndarray, files: np.ndarray, model: np.ndarray, runs, rel, length,
+                           crcs: np.ndarray):
+    """Per file (rows ``files`` of ``table``): the CRC32C of each run of its records equals
+    the one its index's payload CRC32Cs imply.
+
+    CRC32C is affine: two byte strings of one length that differ only inside payloads have
+    CRCs that differ by the payloads' CRC differences, each advanced over the bytes that
+    follow it. With the ``model``'s bytes (whose framing bytes every checked file shares), a run's
+    expected CRC is the model's XOR, per record, (index CRC XOR the model's payload CRC)
+    advanced to the end of the run; one CRC32C call per file and run checks all its records.
+    Records without an index CRC (other writers) are not checked, as value() does not;
+    a run where only some have one is not accepted here."""
+    ok = np.ones(len(files), bool)
+    for first, stop, start, end in runs:
+        want = crcs[:, first:stop]
+        has = want >= 0
+        every = has.all(axis=1)
+        ok &= every | ~has.any(axis=1)
+        check = np.flatnonzero(ok & every)
+        if not len(check):
+            continue
+        picked = files[check]
+        rows = table[:, start:end] if len(picked) == len(table) else table[picked, start:end]
+        actual = np.fromiter(map(google_crc32c.value, rows), np.int64, len(rows))
+        ends = [int(rel[r] + length[r] - 4) for r in range(first, stop)]
+        model_payload = np.array([google_crc32c.value(model[int(rel[r]) + 12:e].tobytes())
+                                  for r, e in zip(range(first, stop), ends)], np.int64)
+        delta = np.ascontiguousarray((want[check] ^ model_payload).astype("<u4"))
+        expected = _shifted_xor(delta, [end - e for e in ends]).astype(np.int64)
+        expected ^= google_crc32c.value(model[start:end].tobytes())
+        ok[check[actual != expected]] = False
+    return ok
 
 
 def _read_general(trial, rows: _Rows, step_table, bar, on_error: str, errors: List[str]):

@@ -449,14 +449,14 @@ class LocalStorage:
         return out
 
     def read_spans_into(self, spans: Sequence[Tuple[str, int, int]], buffer: memoryview,
-                        places: Sequence[int]) -> List[Union[int, Exception]]:
+                        places: Sequence[int], threads: bool = True) -> List[Union[int, Exception]]:
         """Like :meth:`read_spans`, but each span's bytes go into ``buffer`` at its place
         (``places[i]``, room for ``length`` bytes): per span the number of bytes read (fewer
         if the file is shorter), or the exception its file raised.
 
         The buffer is the caller's, sized by the spans, so a corrupt index cannot make
-        this allocate; nothing is joined afterwards. Large batches are split between two
-        threads: the system calls release the GIL, so opening and reading overlap.
+        this allocate; nothing is joined afterwards. With ``threads``, large batches are
+        split between two threads: the system calls release the GIL, so they overlap.
         """
         out: List[Union[int, Exception]] = [0] * len(spans)
         open_in_run, close = self._open_in_run, os.close
@@ -484,7 +484,7 @@ class LocalStorage:
                     close(fd)
 
         n = len(spans)
-        if n >= _THREADED_SPANS:
+        if threads and n >= _THREADED_SPANS:
             half = n // 2
             helper = threading.Thread(target=run, args=(half, n), name="smdebug-read", daemon=True)
             helper.start()

@@ -71,19 +71,27 @@ def test_most_files_are_read_side_by_side_and_give_the_same_rows(layout_run, mon
     assert assert_rows_equal_value_api(trial, df) == len(rows)
 
 
-def test_crc32c_from_the_model_and_byte_tables_equals_crc32c():
-    """The side-by-side CRC: the model's CRC XOR one table entry per changed byte."""
+def test_a_runs_crc32c_follows_from_its_payloads_crc32cs():
+    """The side-by-side CRC check: a run of records differing from the model only inside
+    payloads has the model's CRC XOR each payload's CRC change advanced to the run's end."""
     rng = np.random.default_rng(3)
-    for length in (1, 7, 80, 300):
-        model = rng.integers(0, 256, length, dtype=np.uint8)
-        for _ in range(20):
+    for payloads in ([1], [7, 80], [80, 300, 5]):
+        spans, at = [], 0
+        for n in payloads:
+            spans.append((at + 12, at + 12 + n))
+            at += n + 16
+        model = rng.integers(0, 256, at, dtype=np.uint8)
+        for _ in range(10):
             other = model.copy()
-            where = rng.choice(length, size=min(length, rng.integers(1, 6)), replace=False)
-            other[where] = rng.integers(0, 256, len(where), dtype=np.uint8)
-            crc = google_crc32c.value(model.tobytes())
-            for p in where.tolist():
-                crc ^= int(bulk._crc_table(length - 1 - p)[model[p] ^ other[p]])
-            assert crc == google_crc32c.value(other.tobytes())
+            for a, b in spans:
+                if rng.random() < 0.7:
+                    where = rng.integers(a, b, size=3)
+                    other[where] = rng.integers(0, 256, 3, dtype=np.uint8)
+            delta = np.array([[google_crc32c.value(model[a:b].tobytes()) ^ google_crc32c.value(other[a:b].tobytes())
+                               for a, b in spans]], np.uint32)
+            shifted = bulk._shifted_xor(delta, [at - b for _, b in spans])
+            expected = google_crc32c.value(model.tobytes()) ^ int(shifted[0])
+            assert expected == google_crc32c.value(other.tobytes())
 
 
 def _damage(path, rng, kind):
