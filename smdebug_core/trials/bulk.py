@@ -28,7 +28,8 @@ import logging
 import queue
 import threading
 from array import array
-from itertools import chain
+import operator
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Dict, List, Optional, Tuple
 
@@ -452,10 +453,11 @@ class RecordLog:
             except TypeError:  # runs of other writers may have none: -1
                 crc = np.array([-1 if c is None else c for c in chain.from_iterable(crc_parts)], np.int64)
             counts = np.fromiter(map(len, crc_parts), np.int64, len(crc_parts))
-            which = np.asarray(layout_of, np.int64)
+            per_record = _PerRecord(np.asarray(layout_of, np.int64), counts,
+                                    max((len(key[0]) for key in layouts), default=0), len(layouts))
             new = {"crc": crc}
             for column, part in (("start", 0), ("length", 1)):
-                new[column] = _per_record([key[part] for key in layouts], which, counts)
+                new[column] = per_record.column([key[part] for key in layouts])
             for column, values in new.items():
                 old = self._columns.get(column)
                 self._columns[column] = values if old is None else np.concatenate((old, values))
@@ -463,29 +465,38 @@ class RecordLog:
             f = {k: np.array(v, np.int64) for k, v in self._file_columns.items()}
             for column in ("step", "worker", "file"):
                 self._columns[column] = np.repeat(f[column], f["count"])
+            per_record = _PerRecord(f["template"], f["count"], max((len(ids[0]) for ids in self._template_ids),
+                                                                   default=0), len(self._template_ids))
             for j, column in enumerate(("tensor", "label", "name")):
-                self._columns[column] = _per_record([ids[j] for ids in self._template_ids], f["template"],
-                                                    f["count"])
+                self._columns[column] = per_record.column([ids[j] for ids in self._template_ids])
         return dict(self._columns)
 
 
-def _per_record(sequences, which: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The int64 column made of ``sequences[which[k]]`` for each file k in turn (each
-    ``counts[k]`` long). Few distinct sequences (the usual case): one gather from a padded
-    table; when padding would cost more than the column itself, joined one by one."""
-    width = max(map(len, sequences), default=0)
-    total = int(counts.sum())
-    if len(sequences) * width > 2 * total + 4096:
-        arrays = [np.asarray(seq, np.int64) for seq in sequences]
-        return np.concatenate([arrays[i] for i in which.tolist()]) if len(which) else np.zeros(0, np.int64)
-    table = np.zeros((len(sequences), width), np.int64)
-    for i, seq in enumerate(sequences):
-        table[i, :len(seq)] = seq
-    starts = np.cumsum(counts) - counts
-    rank = np.arange(total) - np.repeat(starts, counts)
-    return table[np.repeat(which, counts), rank]
+class _PerRecord:
+    """Columns made of one of a few int sequences per file: file k contributes
+    ``sequences[which[k]]`` (``counts[k]`` long). Few distinct sequences (the usual case):
+    one gather from a padded table, the gather's index computed once for all columns; when
+    padding would cost more than the column itself, joined one by one."""
 
+    def __init__(self, which: np.ndarray, counts: np.ndarray, width: int, distinct: int):
+        self.which, self.counts = which, counts
+        total = int(counts.sum())
+        self.width = width
+        self.index = None
+        if distinct * width <= 2 * total + 4096:
+            index = np.repeat(which * width - (np.cumsum(counts) - counts), counts)
+            index += np.arange(total)
+            self.index = index
 
+    def column(self, sequences) -> np.ndarray:
+        if self.index is None:
+            arrays = [np.asarray(seq, np.int64) for seq in sequences]
+            parts = [arrays[i] for i in self.which.tolist()]
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        table = np.zeros((len(sequences), self.width), np.int64)
+        for i, seq in enumerate(sequences):
+            table[i, :len(seq)] = seq
+        return table.reshape(-1).take(self.index)
 
 
 class _Rows:
@@ -555,7 +566,7 @@ def _sorted_codes(codes: np.ndarray, items: List[str]) -> Tuple[np.ndarray, List
     """Codes into ``items`` recoded into the sorted list of the items they use."""
     used = _used(codes, len(items)).tolist()
     categories = sorted(items[i] for i in used)
-    lookup = np.zeros(len(items), np.int64)
+    lookup = np.zeros(len(items), _code_dtype(len(categories)))
     rank = {c: k for k, c in enumerate(categories)}
     for i in used:
         lookup[i] = rank[items[i]]
@@ -628,8 +639,10 @@ class _FilePlan:
         # Rows come file after file, in each file's order: usually sorted already.
         if n < 2 or ((file_key[1:] > file_key[:-1]) | ((file_key[1:] == file_key[:-1]) & (start[1:] > start[:-1]))).all():
             self.order = order = np.arange(n)
+            self.in_order = True
         else:
             self.order = order = np.lexsort((start, file_key))
+            self.in_order = False
         s_key = file_key[order]
         self.first = first = np.flatnonzero(np.r_[True, s_key[1:] != s_key[:-1]])
         self.count = np.diff(np.r_[first, n])
@@ -640,6 +653,10 @@ class _FilePlan:
         needed = np.add.reduceat(s_end - s_start, first)
         self.coalesce = (self.hi - self.lo) <= needed + _COALESCE_SLACK
         self.file_of_sorted = np.repeat(np.arange(len(first)), self.count)
+
+    def sorted(self, column: np.ndarray) -> np.ndarray:
+        """``column`` in the plan's order (the column itself when rows are in order)."""
+        return column if self.in_order else column[self.order]
 
 
 def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "warn") -> "Table":
@@ -695,17 +712,22 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
 
 _LAYOUT_MIN_FILES = 8  # fewer files of one layout: the general walk
 _LAYOUT_MAX_SPAN = 1 << 20  # longer spans: the general walk
-_LAYOUT_BATCH_BYTES = 8 << 20  # buffer for one batch of files of one layout
+_LAYOUT_BATCH_BYTES = 2 << 20  # buffer for one batch of files of one layout (a few are reused)
 _LAYOUT_MODELS = 3  # files tried as the model of a batch
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-def _mix(x) -> np.ndarray:
-    """A 64-bit hash of each integer (splitmix64's finalizer); wraps modulo 2^64."""
-    x = np.asarray(x).astype(np.uint64)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+def _mix(x, in_place: bool = False) -> np.ndarray:
+    """A 64-bit hash of each integer (splitmix64's finalizer); wraps modulo 2^64.
+    ``in_place``: ``x`` is a uint64 array that may be overwritten."""
+    x = x if in_place else np.asarray(x).astype(np.uint64)
+    shifted = np.empty_like(x)
+    for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None)):
+        np.right_shift(x, np.uint64(shift), out=shifted)
+        x ^= shifted
+        if factor is not None:
+            x *= np.uint64(factor)
+    return x
 
 
 def _digit_count(x: np.ndarray) -> np.ndarray:
@@ -722,10 +744,9 @@ def _layout_groups(c, plan: _FilePlan, step_table) -> List[np.ndarray]:
     step varint bytes and mode step digits: one array per group of at least
     ``_LAYOUT_MIN_FILES`` files."""
     order, first, count, fos = plan.order, plan.first, plan.count, plan.file_of_sorted
-    rel = c["start"][order] - plan.lo[fos]
-    length = c["length"][order]
-    name = c["name"][order]
-    rank = np.arange(len(order)) - first[fos]
+    rel = plan.sorted(c["start"]) - plan.lo[fos]
+    length = plan.sorted(c["length"])
+    name = plan.sorted(c["name"])
     span = plan.hi - plan.lo
     longest = np.maximum.reduceat(length, first)
     eligible = plan.coalesce & (span <= _LAYOUT_MAX_SPAN) & (longest <= _FAST_MAX_RECORD)
@@ -734,9 +755,16 @@ def _layout_groups(c, plan: _FilePlan, step_table) -> List[np.ndarray]:
     at = np.searchsorted(known, steps)
     # Per file: a hash of its records' (offset, length, name, rank) and of its step's kind;
     # equal hashes are checked for exact equality below.
-    record_hash = _mix(_mix(rel + (rank << 40)) + _mix(length + (name << 24)))
+    # (Fields may overlap in the packed value: that only makes more hashes collide.)
+    packed = np.arange(len(order), dtype=np.uint64)
+    packed -= first[fos].astype(np.uint64)  # the record's rank in its file
+    packed <<= np.uint64(37)
+    packed += rel.astype(np.uint64)
+    packed += length.astype(np.uint64) << np.uint64(20)
+    record_hash = _mix(packed, in_place=True)
+    record_hash += name.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     kind = mode_of[at] + 8 * (_digit_count(mode_step_of[at]) + 32 * _varint_size(steps))
-    key = np.add.reduceat(record_hash, first) ^ _mix(count + (span << 24)) ^ _mix(kind + (1 << 50))
+    key = _mix(np.add.reduceat(record_hash, first) + _mix(count + (span << 24))) ^ _mix(kind + (1 << 50))
     candidates = np.flatnonzero(eligible)
     if len(candidates) < _LAYOUT_MIN_FILES:
         return []
@@ -840,7 +868,7 @@ def _read_layouts(trial, rows: _Rows, plan: _FilePlan, step_table, values, keep,
     groups = _layout_groups(c, plan, step_table)
     if not groups:
         return done
-    crc_sorted = c["crc"][plan.order]
+    crc_sorted = plan.sorted(c["crc"])
     batches = []
     for number, files in enumerate(groups):
         span = int(plan.hi[files[0]] - plan.lo[files[0]])
@@ -869,7 +897,7 @@ def _read_layout_batch(trial, rows, plan, step_table, batch, span, crc_sorted, v
     order, first = plan.order, plan.first
     m = int(plan.count[batch[0]])
     g, stride = table.shape
-    got = np.fromiter((r == span if type(r) is int else False for r in results), bool, g)
+    got = np.fromiter(map(operator.eq, results, repeat(span)), bool, g)  # an exception is no int
     at_rows = first[batch][:, None] + np.arange(m)  # positions in plan.order, a row per file
     row_ids = order[at_rows]
     rel = (c["start"][row_ids[0]] - plan.lo[batch[0]]).astype(np.int64)
@@ -1003,27 +1031,20 @@ def _shift_table(distance: int) -> np.ndarray:
     return table.reshape(-1)
 
 
-def _shift(register: np.ndarray, distance: int) -> np.ndarray:
-    """Each uint32 ``register`` advanced over ``distance`` zero bytes."""
-    flat = _shift_table(distance)
-    parts = register.view(np.uint8).reshape(len(register), 4)
-    out = flat[parts[:, 0]]
-    for k in range(1, 4):
-        out ^= flat[parts[:, k].astype(np.intp) + 256 * k]
-    return out
+@functools.lru_cache(maxsize=64)
+def _shift_tables(distances: Tuple[int, ...]) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`_shift_table` of each distance, concatenated, and where each byte's table starts."""
+    return (np.concatenate([_shift_table(d) for d in distances]),
+            np.arange(4 * len(distances), dtype=np.intp) * 256)
 
 
-def _shifted_xor(values: np.ndarray, distances: List[int]) -> np.ndarray:
-    """Per row of ``values`` (uint32, a column per distance, distances decreasing): the XOR
-    of each value's register advanced over its column's distance of zero bytes, by Horner's
-    scheme (a run's records are usually of one length: one table for all)."""
-    out = np.zeros(len(values), np.uint32)
-    for k, distance in enumerate(distances):
-        nxt = distances[k + 1] if k + 1 < len(distances) else 0
-        out ^= values[:, k]
-        if distance > nxt:
-            out = _shift(out, distance - nxt)
-    return out
+def _shifted_xor(values: np.ndarray, distances: Tuple[int, ...]) -> np.ndarray:
+    """Per row of ``values`` (uint32, a column per distance): the XOR of each value's
+    register advanced over its column's distance of zero bytes; one table lookup per byte."""
+    flat, base = _shift_tables(distances)
+    index = np.ascontiguousarray(values, "<u4").view(np.uint8).reshape(len(values), -1).astype(np.intp)
+    index += base
+    return np.bitwise_xor.reduce(flat.take(index), axis=1)
 
 
 def _runs_match_index_crcs(table: np.ndarray, files: np.ndarray, model: np.ndarray, runs, rel, length,
@@ -1054,7 +1075,7 @@ def _runs_match_index_crcs(table: np.ndarray, files: np.ndarray, model: np.ndarr
         model_payload = np.array([google_crc32c.value(model[int(rel[r]) + 12:e].tobytes())
                                   for r, e in zip(range(first, stop), ends)], np.int64)
         delta = np.ascontiguousarray((want[check] ^ model_payload).astype("<u4"))
-        expected = _shifted_xor(delta, [end - e for e in ends]).astype(np.int64)
+        expected = _shifted_xor(delta, tuple(end - e for e in ends)).astype(np.int64)
         expected ^= google_crc32c.value(model[start:end].tobytes())
         ok[check[actual != expected]] = False
     return ok
@@ -1220,9 +1241,18 @@ def _compact(codes: np.ndarray, categories: List[str]):
     used = _used(codes, len(categories))
     if len(used) == len(categories):
         return codes, categories
-    lookup = np.zeros(len(categories), np.int64)
+    lookup = np.zeros(len(categories), _code_dtype(len(used)))
     lookup[used] = np.arange(len(used))
     return lookup[codes], [categories[i] for i in used.tolist()]
+
+
+def _code_dtype(categories: int):
+    """The smallest signed integer type for codes into that many categories (pandas's own
+    choice for categoricals: no conversion when the DataFrame is made)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if categories < np.iinfo(dtype).max:
+            return dtype
+    return np.int64
 
 
 class Table:
@@ -1261,7 +1291,7 @@ class Table:
         at = np.searchsorted(known, steps)
         mode_numbers = mode_of[at]
         present = _used(mode_numbers, max(_MODE_NUMBER.values()) + 1)
-        mode_codes = np.zeros(len(present) and int(present[-1]) + 1, np.int64)
+        mode_codes = np.zeros(len(present) and int(present[-1]) + 1, np.int8)
         mode_codes[present] = np.arange(len(present))
         texts = {k: _compact(codes if every else codes[keep], cats) for k, (codes, cats) in texts.items()}
         texts["mode"] = (mode_codes[mode_numbers], [ModeKeys(int(v)).name for v in present])
@@ -1269,10 +1299,18 @@ class Table:
         # Sorted by tensor, reduction, worker, step: one integer key when it fits in 63 bits
         # (a step's rank among the loaded steps stands for the step).
         if len(t_cats) * len(r_cats) * len(w_cats) * len(known) < 1 << 62:
-            order = np.argsort(((t * len(r_cats) + r) * len(w_cats) + w) * len(known) + at, kind="stable")
+            key = t.astype(np.int64)
+            for codes, size in ((r, len(r_cats)), (w, len(w_cats))):
+                key *= size
+                key += codes
+            key *= len(known)
+            key += at
+            order = np.argsort(key, kind="stable")
+            del key
         else:
             order = np.lexsort((steps, w, r, t))
-        numbers = {"step": steps[order], "mode_step": mode_step_of[at[order]], "value": values[order]}
+        at = at[order]
+        numbers = {"step": known[at], "mode_step": mode_step_of[at], "value": values[order]}
         return cls(numbers, {k: (codes[order], cats) for k, (codes, cats) in texts.items()})
 
     def column(self, name: str):

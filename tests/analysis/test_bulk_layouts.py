@@ -89,7 +89,7 @@ def test_a_runs_crc32c_follows_from_its_payloads_crc32cs():
                     other[where] = rng.integers(0, 256, 3, dtype=np.uint8)
             delta = np.array([[google_crc32c.value(model[a:b].tobytes()) ^ google_crc32c.value(other[a:b].tobytes())
                                for a, b in spans]], np.uint32)
-            shifted = bulk._shifted_xor(delta, [at - b for _, b in spans])
+            shifted = bulk._shifted_xor(delta, tuple(at - b for _, b in spans))
             expected = google_crc32c.value(model.tobytes()) ^ int(shifted[0])
             assert expected == google_crc32c.value(other.tobytes())
 
