@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
-import threading
-from array import array
 import operator
+from array import array
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import Dict, List, Optional, Tuple
@@ -66,7 +66,6 @@ _MODE = b"mode"
 #: Longer records are left to the one-by-one decoder (a scalar record is far shorter).
 _FAST_MAX_RECORD = 1 << 16
 _MAX_DIMS = 8
-_RECORD_NAME = itemgetter(4)  # TensorLocation.record_name, read in C
 _MAX_PLUGIN_ENTRIES = 3
 
 
@@ -366,13 +365,14 @@ class _Interner:
 
 class RecordLog:
     """Every record the trial's index files name, in columns: filled while the index is
-    loaded (a few appends per index file), read by :func:`collect` with numpy masks instead
-    of walking per-tensor dicts record by record. Rows are only ever added.
+    loaded (a few tuple operations per index file), read by :func:`collect` with numpy masks
+    instead of walking per-tensor dicts record by record. Rows are only ever added.
 
-    Per index file it keeps the step, worker, event file and the file's *template* (its list
+    Per index file it keeps the step, worker, event file, the file's *template* (its list
     of record names: runs save the same records step after step, so the per-name work, the
-    tensor and reduction each name stands for, is done once per distinct list); per record
-    only offset, length and payload CRC.
+    tensor and reduction each name stands for, is done once per distinct list) and its
+    *layout* (its records' offsets and lengths, likewise shared by most files of a run);
+    per record only the payload CRC.
     """
 
     def __init__(self):
@@ -381,13 +381,15 @@ class RecordLog:
         self.labels = _Interner([""])  # label 0: a tensor's own value
         self.files = _Interner()
         self.names = _Interner()
-        self._file_columns = {k: array("q") for k in ("step", "worker", "file", "template", "count")}
-        # Each index file's TensorLocations, turned into columns at the next arrays() call:
-        # loading pays one append per file, a bulk read converts them all in C loops.
-        self._pending: List[list] = []
+        self._file_columns = {k: array("q") for k in ("step", "worker", "file", "template", "layout", "count")}
+        # Each index file's payload CRCs (a tuple), turned into a column at the next
+        # arrays() call: one C loop over all of them.
+        self._pending_crcs: List[tuple] = []
+        self._converted_files = 0  # files whose records arrays() has turned into columns
         self._columns: Dict[str, np.ndarray] = {}
         self._templates: Dict[Tuple[str, ...], int] = {}
         self._template_ids: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # tensor, label, name ids
+        self._layouts: Dict[Tuple[tuple, tuple], int] = {}  # (offsets, lengths) -> layout id
         # Set when one index file names a (tensor, reduction) twice: the last one counts, as
         # for value(); collect() then drops the earlier rows.
         self.has_repeats = False
@@ -397,18 +399,23 @@ class RecordLog:
         n = len(locations)
         if not n:
             return
-        names = tuple(map(_RECORD_NAME, locations))
+        event_file, starts, lengths, crcs, names = zip(*locations)  # one C call: the fields as tuples
         template = self._templates.get(names)
         if template is None:
             template = self._templates[names] = len(self._template_ids)
             self._template_ids.append(self._template(names))
+        key = (starts, lengths)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = len(self._layouts)
         f = self._file_columns
         f["step"].append(step)
         f["worker"].append(self.workers.id(worker))
-        f["file"].append(self.files.id(locations[0].event_file))
+        f["file"].append(self.files.id(event_file[0]))
         f["template"].append(template)
+        f["layout"].append(layout)
         f["count"].append(n)
-        self._pending.append(locations)
+        self._pending_crcs.append(crcs)
 
     def _template(self, names: Tuple[str, ...]):
         tensors, labels = [], []
@@ -432,28 +439,18 @@ class RecordLog:
         """One int64 array per column, a row per record: ``step``, ``worker``, ``file``,
         ``tensor``, ``label``, ``name`` (ids into the interners), ``start``, ``length``,
         ``crc`` (-1: none). The caller may keep them: later records make new arrays."""
-        pending, self._pending = self._pending, []
+        pending, self._pending_crcs = self._pending_crcs, []
         if pending or not self._columns:
-            # Offsets and lengths: files of one run mostly share them (the same records,
-            # of the same sizes), so they are taken per file and kept once per layout.
-            layouts: Dict[tuple, int] = {}
-            layout_of = []
-            crc_parts = []
-            for locations in pending:
-                _, starts, lengths, crcs, _ = zip(*locations)
-                key = (starts, lengths)
-                found = layouts.get(key)
-                if found is None:
-                    found = layouts[key] = len(layouts)
-                layout_of.append(found)
-                crc_parts.append(crcs)
-            n = sum(map(len, crc_parts))
+            n = sum(map(len, pending))
             try:
-                crc = np.fromiter(chain.from_iterable(crc_parts), np.int64, n)
+                crc = np.fromiter(chain.from_iterable(pending), np.int64, n)
             except TypeError:  # runs of other writers may have none: -1
-                crc = np.array([-1 if c is None else c for c in chain.from_iterable(crc_parts)], np.int64)
-            counts = np.fromiter(map(len, crc_parts), np.int64, len(crc_parts))
-            per_record = _PerRecord(np.asarray(layout_of, np.int64), counts,
+                crc = np.array([-1 if c is None else c for c in chain.from_iterable(pending)], np.int64)
+            f = {k: np.array(v, np.int64) for k, v in self._file_columns.items()}
+            done = self._converted_files
+            self._converted_files = len(f["count"])
+            layouts = list(self._layouts)
+            per_record = _PerRecord(f["layout"][done:], f["count"][done:],
                                     max((len(key[0]) for key in layouts), default=0), len(layouts))
             new = {"crc": crc}
             for column, part in (("start", 0), ("length", 1)):
@@ -462,7 +459,6 @@ class RecordLog:
                 old = self._columns.get(column)
                 self._columns[column] = values if old is None else np.concatenate((old, values))
             # Per-file columns and templates: rebuilt whole (a few passes over the files, in C).
-            f = {k: np.array(v, np.int64) for k, v in self._file_columns.items()}
             for column in ("step", "worker", "file"):
                 self._columns[column] = np.repeat(f[column], f["count"])
             per_record = _PerRecord(f["template"], f["count"], max((len(ids[0]) for ids in self._template_ids),
@@ -714,6 +710,7 @@ _LAYOUT_MIN_FILES = 8  # fewer files of one layout: the general walk
 _LAYOUT_MAX_SPAN = 1 << 20  # longer spans: the general walk
 _LAYOUT_BATCH_BYTES = 2 << 20  # buffer for one batch of files of one layout (a few are reused)
 _LAYOUT_MODELS = 3  # files tried as the model of a batch
+_READ_AHEAD = 3  # batches being read (or read and waiting) while one is checked
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -808,7 +805,7 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
     a ``(files, stride)`` uint8 array (followed by ``_PAD`` zero bytes), a row per file.
 
     The arrays are views of a few reused buffers (fresh memory costs a page fault per 4 KiB
-    written). With several batches on local storage, a second thread reads the next batch
+    written). With several batches on local storage, two threads read the next batches
     while the caller checks this one: the reads wait on system calls, the checks are numpy
     loops that release the GIL. A batch's array is valid until the next one is asked for."""
     size = max(len(files) * stride for files, _, stride in batches) + _PAD
@@ -829,35 +826,29 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
         for batch in batches:
             yield read(buffer, *batch)
         return
-    free: "queue.Queue" = queue.Queue()
-    for _ in range(3):  # one being checked, one read and waiting, one being read
-        free.put(np.zeros(size, np.uint8))
-    ready: "queue.Queue" = queue.Queue()
-    stop = threading.Event()
+    # Two threads read the next batches (each its own) while the caller checks this one.
+    free = [np.zeros(size, np.uint8) for _ in range(_READ_AHEAD + 1)]
+    pending: "deque" = deque()
+    todo = iter(batches)
 
-    def reader():
+    def submit():
+        batch = next(todo, None)
+        if batch is not None:
+            buffer = free.pop()
+            pending.append((buffer, pool.submit(read, buffer, *batch, threads=False)))
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="smdebug-table-reader") as pool:
         try:
-            for batch in batches:
-                buffer = free.get()
-                if stop.is_set():
-                    return
-                ready.put((buffer, read(buffer, *batch, threads=False)))
-        except BaseException as exc:  # handed to the caller, raised there
-            ready.put((None, exc))
-
-    thread = threading.Thread(target=reader, name="smdebug-table-reader", daemon=True)
-    thread.start()
-    try:
-        for _ in batches:
-            buffer, item = ready.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-            free.put(buffer)
-    finally:
-        stop.set()
-        free.put(None)  # wakes a reader waiting for a buffer
-        thread.join()
+            for _ in range(_READ_AHEAD):
+                submit()
+            while pending:
+                buffer, future = pending.popleft()
+                yield future.result()
+                free.append(buffer)
+                submit()
+        finally:
+            for _, future in pending:
+                future.cancel()
 
 
 def _read_layouts(trial, rows: _Rows, plan: _FilePlan, step_table, values, keep, bar) -> np.ndarray:
@@ -1018,24 +1009,20 @@ def _runs(rel: np.ndarray, length: np.ndarray) -> List[Tuple[int, int, int, int]
     return runs
 
 
-@functools.lru_cache(maxsize=1 << 12)
-def _shift_table(distance: int) -> np.ndarray:
-    """CRC32C's register advanced over ``distance`` zero bytes, a linear map of its 32 bits,
-    as four 256-entry tables (one per byte of the register), flattened."""
-    zeros = bytes(distance)
-    table = np.zeros((4, 256), np.uint32)
-    for bit in range(32):
-        image = google_crc32c.extend((1 << bit) ^ 0xFFFFFFFF, zeros) ^ 0xFFFFFFFF
-        k, b = divmod(bit, 8)
-        table[k, 1 << b:2 << b] = table[k, :1 << b] ^ np.uint32(image)  # every v with top bit b
-    return table.reshape(-1)
-
-
 @functools.lru_cache(maxsize=64)
 def _shift_tables(distances: Tuple[int, ...]) -> Tuple[np.ndarray, np.ndarray]:
-    """:func:`_shift_table` of each distance, concatenated, and where each byte's table starts."""
-    return (np.concatenate([_shift_table(d) for d in distances]),
-            np.arange(4 * len(distances), dtype=np.intp) * 256)
+    """For each distance, CRC32C's register advanced over that many zero bytes (a linear
+    map of its 32 bits) as four 256-entry tables, one per byte of the register; all
+    concatenated, and where each byte's table starts."""
+    images = []
+    for distance in distances:
+        zeros = bytes(distance)
+        images += [google_crc32c.extend((1 << bit) ^ 0xFFFFFFFF, zeros) ^ 0xFFFFFFFF for bit in range(32)]
+    basis = np.array(images, np.uint32).reshape(len(distances), 4, 8)
+    tables = np.zeros((len(distances), 4, 256), np.uint32)
+    for b in range(8):  # the entries whose top set bit is b
+        tables[:, :, 1 << b:2 << b] = tables[:, :, :1 << b] ^ basis[:, :, b:b + 1]
+    return tables.reshape(-1), np.arange(4 * len(distances), dtype=np.intp) * 256
 
 
 def _shifted_xor(values: np.ndarray, distances: Tuple[int, ...]) -> np.ndarray:
