@@ -801,16 +801,17 @@ def _read_into(storage, spans, buffer: np.ndarray, places: List[int], threads: b
 
 
 def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
-    """Per batch ``(files, span, stride)``: ``(table, results)``, its files' spans read into
-    a ``(files, stride)`` uint8 array (followed by ``_PAD`` zero bytes), a row per file.
+    """Per batch ``(files, span, stride, ...)``: ``(batch, table, flat, results)``, its
+    files' spans read into ``table``, a ``(files, stride)`` uint8 array, a row per file
+    (``flat``: the same bytes followed by ``_PAD`` zero bytes).
 
     The arrays are views of a few reused buffers (fresh memory costs a page fault per 4 KiB
     written). With several batches on local storage, two threads read the next batches
     while the caller checks this one: the reads wait on system calls, the checks are numpy
     loops that release the GIL. A batch's array is valid until the next one is asked for."""
-    size = max(len(files) * stride for files, _, stride in batches) + _PAD
+    size = max(len(b[0]) * b[2] for b in batches) + _PAD
 
-    def read(buffer, batch, span, stride, threads=True):
+    def read(buffer, batch, span, stride, *_, threads=True):
         g = len(batch)
         table = buffer[:g * stride].reshape(g, stride)
         buffer[g * stride:g * stride + _PAD] = 0
@@ -824,7 +825,7 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
     if len(batches) == 1 or not hasattr(storage, "read_spans_into"):
         buffer = np.zeros(size, np.uint8)
         for batch in batches:
-            yield read(buffer, *batch)
+            yield (batch,) + read(buffer, *batch)
         return
     # Two threads read the next batches (each its own) while the caller checks this one.
     free = [np.zeros(size, np.uint8) for _ in range(_READ_AHEAD + 1)]
@@ -835,19 +836,19 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
         batch = next(todo, None)
         if batch is not None:
             buffer = free.pop()
-            pending.append((buffer, pool.submit(read, buffer, *batch, threads=False)))
+            pending.append((batch, buffer, pool.submit(read, buffer, *batch, threads=False)))
 
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="smdebug-table-reader") as pool:
         try:
             for _ in range(_READ_AHEAD):
                 submit()
             while pending:
-                buffer, future = pending.popleft()
-                yield future.result()
+                batch, buffer, future = pending.popleft()
+                yield (batch,) + future.result()
                 free.append(buffer)
                 submit()
         finally:
-            for _, future in pending:
+            for _, _, future in pending:
                 future.cancel()
 
 
@@ -868,8 +869,7 @@ def _read_layouts(trial, rows: _Rows, plan: _FilePlan, step_table, values, keep,
         batches += [(files[at:at + per_batch], span, stride, number) for at in range(0, len(files), per_batch)]
     by_layout = 0
     models = {}  # group -> its model, from the group's first batch
-    reads = _read_batches(trial._storage, rows, plan, [b[:3] for b in batches])
-    for (batch, span, stride, number), (table, flat, results) in zip(batches, reads):
+    for (batch, span, stride, number), table, flat, results in _read_batches(trial._storage, rows, plan, batches):
         settled = _read_layout_batch(trial, rows, plan, step_table, batch, span, crc_sorted, values, keep, done,
                                      table, flat, results, models, number)
         by_layout += settled

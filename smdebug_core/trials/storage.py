@@ -494,8 +494,9 @@ class LocalStorage:
                 helper.join()
         else:
             run(0, n)
-        self.stats["event_file_opens"] += n
-        self.stats["event_reads"] += n
+        with self._lock:  # callers may read batches from several threads
+            self.stats["event_file_opens"] += n
+            self.stats["event_reads"] += n
         return out
 
     def _fd(self, relpath: str) -> Tuple[int, int]:
