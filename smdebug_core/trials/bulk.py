@@ -6,14 +6,22 @@ records, so this module reads them in bulk instead:
 
 1. the records to read are selected from the trial's :class:`RecordLog` (the index files'
    entries in columns, kept as they are loaded) with numpy masks, grouped by event file;
-2. each event file is opened once through the trial's storage (the checks of
-   docs/reader_safety.md: regular files only, links leaving the run refused, reads
-   bounded by the file's size) and the byte span holding its wanted records is read;
-3. all records of all files are parsed together with numpy, field by field, as
-   arrays of positions into one buffer (:func:`_walk`). The walk accepts only the exact
-   layout of a one-tensor ``Event`` (docs/format.md 2.2, 2.3): framing and length CRC,
-   the index's payload CRC32C, the tag the index names, a numeric dtype, one element,
-   mode/mode step metadata of digits;
+2. files whose wanted records have the same layout as many others (the usual case: runs
+   save the same records step after step) are read side by side, a row per file, into a
+   few reused buffers, by two threads while the previous batch is checked
+   (:func:`_read_layouts`). One file of each group, the model, is checked by :func:`_walk`
+   (below); every other file must have the model's bytes except where records
+   legitimately differ (wall time, step, value, mode step digits), and each run of
+   adjacent records the CRC32C that the index's payload CRC32Cs imply (one CRC32C call
+   per file and run: :func:`_runs_match_index_crcs`). The values are then read at the
+   model's offsets;
+3. the other files, and the files those checks refuse, are opened once each through the
+   trial's storage (the checks of docs/reader_safety.md: regular files only, links leaving
+   the run refused, reads bounded by the file's size), and all their records are parsed
+   together with numpy, field by field, as arrays of positions into one buffer
+   (:func:`_walk`). The walk accepts only the exact layout of a one-tensor ``Event``
+   (docs/format.md 2.2, 2.3): framing and length CRC, the index's payload CRC32C, the tag
+   the index names, a numeric dtype, one element, mode/mode step metadata of digits;
 4. every record the walk does not accept (a dtype marker, typed value lists, a damaged
    record...) is decoded one by one by the same code as ``Tensor.value()``, which either
    returns the value or raises the error ``value()`` would raise.
@@ -701,10 +709,10 @@ def read_rows(trial, rows: _Rows, progress: Optional[bool], on_error: str = "war
 # *model*, fully checked by _walk: every byte of its records must be equal in the others,
 # except the bytes that legitimately vary (wall time, step varint, value, mode step
 # digits), which get their own checks. A file that passes is therefore parsed exactly as
-# the model, and its values lie at the model's offsets. Payload CRC32Cs are computed for
-# all files at once from the model's: CRC32C is affine in its input, so the CRC of a file's
-# record is the model's CRC XOR, per varying byte, a table entry for (byte XOR model's
-# byte) at that byte's distance from the payload's end.
+# the model, and its values lie at the model's offsets. Payload CRC32Cs: one CRC32C per
+# file over each run of adjacent records, compared with the CRC that the index's payload
+# CRC32Cs imply (CRC32C is affine: see _runs_match_index_crcs). A file that fails any check
+# goes to the record by record walk, which says which records are damaged.
 
 _LAYOUT_MIN_FILES = 8  # fewer files of one layout: the general walk
 _LAYOUT_MAX_SPAN = 1 << 20  # longer spans: the general walk
@@ -865,7 +873,7 @@ def _read_layouts(trial, rows: _Rows, plan: _FilePlan, step_table, values, keep,
     for number, files in enumerate(groups):
         span = int(plan.hi[files[0]] - plan.lo[files[0]])
         stride = -(-span // 8) * 8
-        per_batch = max(_LAYOUT_MIN_FILES, _LAYOUT_BATCH_BYTES // stride)
+        per_batch = max(1, _LAYOUT_BATCH_BYTES // stride)
         batches += [(files[at:at + per_batch], span, stride, number) for at in range(0, len(files), per_batch)]
     by_layout = 0
     models = {}  # group -> its model, from the group's first batch
@@ -1041,11 +1049,14 @@ def _runs_match_index_crcs(table: np.ndarray, files: np.ndarray, model: np.ndarr
 
     CRC32C is affine: two byte strings of one length that differ only inside payloads have
     CRCs that differ by the payloads' CRC differences, each advanced over the bytes that
-    follow it. With the ``model``'s bytes (whose framing bytes every checked file shares), a run's
-    expected CRC is the model's XOR, per record, (index CRC XOR the model's payload CRC)
-    advanced to the end of the run; one CRC32C call per file and run checks all its records.
-    Records without an index CRC (other writers) are not checked, as value() does not;
-    a run where only some have one is not accepted here."""
+    follow it. With the ``model``'s bytes (whose framing bytes every checked file shares),
+    a run's expected CRC is the model's XOR, per record, (index CRC XOR the model's payload
+    CRC) advanced to the end of the run; one CRC32C call per file and run checks all its
+    records. A file fails when any record's payload differs from what its index CRC says,
+    unless the CRC changes of two or more damaged records cancel exactly (for random damage
+    as likely, 2^-32, as one record's CRC32C missing it). Records without an index CRC
+    (other writers) are not checked, as value() does not check them; a run where only some
+    have one is not accepted here (the record by record walk checks those)."""
     ok = np.ones(len(files), bool)
     for first, stop, start, end in runs:
         want = crcs[:, first:stop]
