@@ -444,9 +444,10 @@ class RecordLog:
                 np.asarray(self.names.ids_of(names), np.int64))
 
     def arrays(self) -> Dict[str, np.ndarray]:
-        """One int64 array per column, a row per record: ``step``, ``worker``, ``file``,
-        ``tensor``, ``label``, ``name`` (ids into the interners), ``start``, ``length``,
-        ``crc`` (-1: none). The caller may keep them: later records make new arrays."""
+        """One array per column, a row per record: ``step``, ``worker``, ``file``,
+        ``tensor``, ``label``, ``name`` (int32 ids into the interners), ``start``,
+        ``length``, ``crc`` (-1: none). The caller may keep them: later records make new
+        arrays."""
         pending, self._pending_crcs = self._pending_crcs, []
         if pending or not self._columns:
             n = sum(map(len, pending))
@@ -467,12 +468,14 @@ class RecordLog:
                 old = self._columns.get(column)
                 self._columns[column] = values if old is None else np.concatenate((old, values))
             # Per-file columns and templates: rebuilt whole (a few passes over the files, in C).
-            for column in ("step", "worker", "file"):
-                self._columns[column] = np.repeat(f[column], f["count"])
+            # Ids as int32 (half the memory to fill; interners stay far below 2^31 entries).
+            self._columns["step"] = np.repeat(f["step"], f["count"])
+            for column in ("worker", "file"):
+                self._columns[column] = np.repeat(f[column].astype(np.int32), f["count"])
             per_record = _PerRecord(f["template"], f["count"], max((len(ids[0]) for ids in self._template_ids),
                                                                    default=0), len(self._template_ids))
             for j, column in enumerate(("tensor", "label", "name")):
-                self._columns[column] = per_record.column([ids[j] for ids in self._template_ids])
+                self._columns[column] = per_record.column([ids[j] for ids in self._template_ids], np.int32)
         return dict(self._columns)
 
 
@@ -492,12 +495,12 @@ class _PerRecord:
             index += np.arange(total)
             self.index = index
 
-    def column(self, sequences) -> np.ndarray:
+    def column(self, sequences, dtype=np.int64) -> np.ndarray:
         if self.index is None:
-            arrays = [np.asarray(seq, np.int64) for seq in sequences]
+            arrays = [np.asarray(seq, dtype) for seq in sequences]
             parts = [arrays[i] for i in self.which.tolist()]
-            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        table = np.zeros((len(sequences), self.width), np.int64)
+            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+        table = np.zeros((len(sequences), self.width), dtype)
         for i, seq in enumerate(sequences):
             table[i, :len(seq)] = seq
         return table.reshape(-1).take(self.index)
