@@ -564,6 +564,16 @@ def _step_table(trial):
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
+def _positions(known: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Where each of ``steps`` (all loaded steps) is in the sorted ``known``: a lookup table
+    when the steps are dense (a gather instead of a binary search per row), else a search."""
+    if len(known) and len(steps) > 4096 and known[-1] - known[0] < 4 * len(known) + 4096:
+        table = np.zeros(int(known[-1] - known[0]) + 1, np.int64)
+        table[known - known[0]] = np.arange(len(known))
+        return table[steps - known[0]]
+    return np.searchsorted(known, steps)
+
+
 def _used(codes: np.ndarray, size: int) -> np.ndarray:
     """The distinct values of ``codes`` (ids below ``size``), sorted."""
     return np.flatnonzero(np.bincount(codes, minlength=size)) if len(codes) else np.zeros(0, np.int64)
@@ -615,7 +625,7 @@ def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> 
         mask &= wanted[c["worker"]]
     if modes is not None or steps is not None:
         known, mode_of, mode_step_of = _step_table(trial)
-        at = np.searchsorted(known, c["step"])
+        at = _positions(known, c["step"])
         if modes is not None:
             mask &= np.isin(mode_of[at], np.asarray(sorted(m.value for m in modes)))
         if steps is not None:
@@ -1289,7 +1299,7 @@ class Table:
         if not every:
             steps, values = steps[keep], values[keep]
         known, mode_of, mode_step_of = _step_table(trial) if step_table is None else step_table
-        at = np.searchsorted(known, steps)
+        at = _positions(known, steps)
         mode_numbers = mode_of[at]
         present = _used(mode_numbers, max(_MODE_NUMBER.values()) + 1)
         mode_codes = np.zeros(len(present) and int(present[-1]) + 1, np.int8)
