@@ -425,6 +425,21 @@ class RecordLog:
         f["count"].append(n)
         self._pending_crcs.append(crcs)
 
+    def file_info(self) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per event file id: the template and layout of the index file that names it, and
+        its number of records (-1 where several index files name the same event file)."""
+        f = {k: np.array(self._file_columns[k], np.int64) for k in ("file", "template", "layout", "count")}
+        n = len(self.files.items)
+        template = np.zeros(n, np.int64)
+        layout = np.zeros(n, np.int64)
+        records = np.full(n, -1, np.int64)
+        template[f["file"]] = f["template"]
+        layout[f["file"]] = f["layout"]
+        records[f["file"]] = f["count"]
+        named = np.bincount(f["file"], minlength=n)
+        records[named > 1] = -1
+        return template, layout, records
+
     def _template(self, names: Tuple[str, ...]):
         tensors, labels = [], []
         for name in names:
@@ -517,6 +532,7 @@ class _Rows:
         self.files = files
         self.names = names
         self.texts = texts
+        self.file_info = None  # RecordLog.file_info(), for grouping files by layout
 
     def __len__(self):
         return len(self.columns["step"])
@@ -642,7 +658,9 @@ def collect(trial, tensors, modes, steps, workers, include_incomplete: bool) -> 
     texts = {"tensor": _sorted_codes(c["tensor"], log.tensors.items),
              "worker": _sorted_codes(c["worker"], log.workers.items),
              "reduction": _sorted_codes(c["label"], log.labels.items)}
-    return _Rows(c, log.files.items, log.names.items, texts)
+    rows = _Rows(c, log.files.items, log.names.items, texts)
+    rows.file_info = log.file_info()
+    return rows
 
 
 class _FilePlan:
@@ -756,21 +774,34 @@ def _varint_size(x: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.int64(1) << (7 * np.arange(1, 9, dtype=np.int64)), x, side="right") + 1
 
 
-def _layout_groups(c, plan: _FilePlan, step_table) -> List[np.ndarray]:
+def _layout_groups(c, plan: _FilePlan, step_table, file_info=None) -> List[np.ndarray]:
     """Files (indices into the plan) whose wanted records have exactly the same offsets in
     their span, lengths and names, and whose steps have the same mode and the same number of
     step varint bytes and mode step digits: one array per group of at least
-    ``_LAYOUT_MIN_FILES`` files."""
+    ``_LAYOUT_MIN_FILES`` files. ``file_info``: :meth:`RecordLog.file_info`."""
     order, first, count, fos = plan.order, plan.first, plan.count, plan.file_of_sorted
-    rel = plan.sorted(c["start"]) - plan.lo[fos]
     length = plan.sorted(c["length"])
-    name = plan.sorted(c["name"])
     span = plan.hi - plan.lo
     longest = np.maximum.reduceat(length, first)
     eligible = plan.coalesce & (span <= _LAYOUT_MAX_SPAN) & (longest <= _FAST_MAX_RECORD)
+    candidates = np.flatnonzero(eligible)
+    if len(candidates) < _LAYOUT_MIN_FILES:
+        return []
     known, mode_of, mode_step_of = step_table
     steps = c["step"][order[first]]
     at = np.searchsorted(known, steps)
+    kind = mode_of[at] + 8 * (_digit_count(mode_step_of[at]) + 32 * _varint_size(steps))
+    if file_info is not None:
+        # Files read whole (every record of their index file wanted): the index file's
+        # template (names) and layout (offsets, lengths) say everything; no hashing needed.
+        template, layout, records = file_info
+        file_id = c["file"][order[first[candidates]]]
+        if (records[file_id] == count[candidates]).all():
+            key = (template[file_id] * (int(layout.max(initial=0)) + 1) + layout[file_id]) * 4096 + kind[candidates]
+            if int(template.max(initial=0) + 1) * (int(layout.max(initial=0)) + 1) < 1 << 50:
+                return _groups_of(candidates, key)
+    rel = plan.sorted(c["start"]) - plan.lo[fos]
+    name = plan.sorted(c["name"])
     # Per file: a hash of its records' (offset, length, name, rank) and of its step's kind;
     # equal hashes are checked for exact equality below.
     # (Fields may overlap in the packed value: that only makes more hashes collide.)
@@ -781,18 +812,9 @@ def _layout_groups(c, plan: _FilePlan, step_table) -> List[np.ndarray]:
     packed += length.astype(np.uint64) << np.uint64(20)
     record_hash = _mix(packed, in_place=True)
     record_hash += name.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    kind = mode_of[at] + 8 * (_digit_count(mode_step_of[at]) + 32 * _varint_size(steps))
     key = _mix(np.add.reduceat(record_hash, first) + _mix(count + (span << 24))) ^ _mix(kind + (1 << 50))
-    candidates = np.flatnonzero(eligible)
-    if len(candidates) < _LAYOUT_MIN_FILES:
-        return []
-    keys, inverse, sizes = np.unique(key[candidates], return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
     groups = []
-    by_group = np.argsort(inverse, kind="stable")
-    bounds = np.r_[0, np.cumsum(sizes)]
-    for g in np.flatnonzero(sizes >= _LAYOUT_MIN_FILES).tolist():
-        files = candidates[by_group[bounds[g]:bounds[g + 1]]]
+    for files in _groups_of(candidates, key[candidates]):
         m = int(count[files[0]])
         if not (count[files] == m).all():
             files = files[count[files] == m]
@@ -805,6 +827,15 @@ def _layout_groups(c, plan: _FilePlan, step_table) -> List[np.ndarray]:
         if len(files) >= _LAYOUT_MIN_FILES:
             groups.append(files)
     return groups
+
+
+def _groups_of(items: np.ndarray, key: np.ndarray) -> List[np.ndarray]:
+    """``items`` grouped by equal ``key`` (order kept within a group); groups of at least
+    ``_LAYOUT_MIN_FILES``."""
+    _, inverse, sizes = np.unique(key, return_inverse=True, return_counts=True)
+    by_group = np.argsort(inverse.reshape(-1), kind="stable")
+    bounds = np.r_[0, np.cumsum(sizes)]
+    return [items[by_group[bounds[g]:bounds[g + 1]]] for g in np.flatnonzero(sizes >= _LAYOUT_MIN_FILES).tolist()]
 
 
 def _read_into(storage, spans, buffer: np.ndarray, places: List[int], threads: bool = True) -> list:
@@ -878,7 +909,7 @@ def _read_layouts(trial, rows: _Rows, plan: _FilePlan, step_table, values, keep,
     value, or left out as a tensor of several elements)."""
     c = rows.columns
     done = np.zeros(len(rows), bool)
-    groups = _layout_groups(c, plan, step_table)
+    groups = _layout_groups(c, plan, step_table, rows.file_info)
     if not groups:
         return done
     crc_sorted = plan.sorted(c["crc"])

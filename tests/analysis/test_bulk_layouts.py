@@ -169,3 +169,19 @@ def test_runs_on_object_stores_give_the_same_rows(layout_run, monkeypatch, caplo
         assert trial.stats["table_files_by_layout"] >= 40
     finally:
         fs.rm("/bulk-layouts", recursive=True)
+
+
+def test_a_selection_reads_part_of_each_file_side_by_side(layout_run, monkeypatch):
+    """Some tensors only: each file's wanted records are a subset (runs of adjacent records
+    with gaps between them), grouped by their own offsets and names."""
+    selections = [dict(names=["f32", "vec3"]), dict(regex="^(i64|scalar/loss)$", mode="eval"),
+                  dict(names=["flag"], steps=range(3, 30, 2))]
+    for selection in selections:
+        got = {}
+        for by_layout in (True, False):
+            monkeypatch.setattr(bulk, "_LAYOUT_MIN_FILES", 8 if by_layout else 10**9)
+            trial = create_trial(layout_run)
+            got[by_layout] = list(trial.to_table(**selection).rows())
+            if by_layout and "steps" not in selection:
+                assert trial.stats["table_files_by_layout"] >= 8, selection
+        assert got[True] == got[False] and got[True], selection
