@@ -672,7 +672,8 @@ class _FilePlan:
         start, length, file_key = c["start"], c["length"], c["file"]
         n = len(start)
         # Rows come file after file, in each file's order: usually sorted already.
-        if n < 2 or ((file_key[1:] > file_key[:-1]) | ((file_key[1:] == file_key[:-1]) & (start[1:] > start[:-1]))).all():
+        same_file = file_key[1:] == file_key[:-1]
+        if n < 2 or ((file_key[1:] > file_key[:-1]) | (same_file & (start[1:] > start[:-1]))).all():
             self.order = order = np.arange(n)
             self.in_order = True
         else:
@@ -947,10 +948,10 @@ def _read_layout_batch(trial, rows, plan, step_table, batch, span, crc_sorted, v
     length = c["length"][row_ids[0]]
     model = models.get(number)
     if model is None:
-        model = models[number] = _layout_model(trial, c, rows.names, table, flat, row_ids, rel, length, got,
-                                               step_table)
-    if model is False:
-        return 0
+        model = _layout_model(trial, c, rows.names, table, flat, row_ids, rel, length, got, step_table)
+        if model is None:  # no good model in this batch: its files take the general walk
+            return 0
+        models[number] = model
     model_row, mask, klass, digit_cols, content = model
     words = table.view("<u8")
     model_words, mask_words = model_row.view("<u8"), mask.view("<u8")
@@ -988,7 +989,7 @@ def _read_layout_batch(trial, rows, plan, step_table, batch, span, crc_sorted, v
 def _layout_model(trial, c, names, table, flat, row_ids, rel, length, got, step_table):
     """Check a model file of the batch (``table``, the same bytes as ``flat`` followed by
     ``_PAD`` zeros) with :func:`_walk` and describe its layout: ``(model's bytes, mask, klass,
-    digit_cols, content)``, or False when no file of the first few is one. ``klass`` per record:
+    digit_cols, content)``, or None when none of the files tried is one. ``klass`` per record:
     1 a scalar, 2 a well-formed tensor of several elements, 0 anything else (left to the
     general walk); ``mask`` per byte of a span: 0xFF must equal the model, 0x80 only the
     high bit (varint bytes), 0 anything (varying bytes and bytes of other records)."""
@@ -997,7 +998,10 @@ def _layout_model(trial, c, names, table, flat, row_ids, rel, length, got, step_
     best = None
     buffer = flat
     stride = table.shape[1]
-    for j in np.flatnonzero(got)[:_LAYOUT_MODELS].tolist():
+    readable = np.flatnonzero(got)
+    # Files tried: the first, the middle and the last one read (damage tends to come in runs).
+    tried = dict.fromkeys(readable[[0, len(readable) // 2, -1]].tolist()) if len(readable) else {}
+    for j in list(tried)[:_LAYOUT_MODELS]:
         off = j * stride + rel
         step = int(c["step"][row_ids[j, 0]])
         at = int(np.searchsorted(known, step))
@@ -1011,14 +1015,15 @@ def _layout_model(trial, c, names, table, flat, row_ids, rel, length, got, step_
         size = np.array([_FAST_DTYPES[d].itemsize if d in _FAST_DTYPES else 0 for d in dtype.tolist()])
         ok &= size > 0
         c_len = c_stop - c_start
-        klass = np.where(ok & unit & (c_len == size), 1, np.where(ok & (c_len > size) & (c_len % np.maximum(size, 1) == 0), 2, 0))
+        several = ok & (c_len > size) & (c_len % np.maximum(size, 1) == 0)
+        klass = np.where(ok & unit & (c_len == size), 1, np.where(several, 2, 0))
         if best is None or (klass != 0).sum() > (best[1] != 0).sum():
             best = (j, klass, dtype, c_start - j * stride, c_stop - j * stride, p - j * stride, pe - j * stride,
                     len(b"%d" % int(mode_step_of[at])))
         if (klass != 0).all():
             break
     if best is None or not (best[1] != 0).any():
-        return False
+        return None
     j, klass, dtype, c_start, c_stop, p, pe, digits_len = best
     row = buffer[j * stride:(j + 1) * stride]
     mask = np.zeros(stride, np.uint8)

@@ -185,3 +185,18 @@ def test_a_selection_reads_part_of_each_file_side_by_side(layout_run, monkeypatc
             if by_layout and "steps" not in selection:
                 assert trial.stats["table_files_by_layout"] >= 8, selection
         assert got[True] == got[False] and got[True], selection
+
+
+def test_damaged_first_files_do_not_spoil_their_group(layout_run, tmp_path, monkeypatch, caplog):
+    """The first files of a group (steps 10-12) damaged in a record's structure: the model
+    is taken from another file, and only the damaged files take the general walk."""
+    out = str(tmp_path / "copy")
+    shutil.copytree(layout_run, out)
+    for step in (10, 11, 12):
+        _damage(os.path.join(out, "events", f"{step:012d}", f"{step:012d}_worker_0.tfevents"), random.Random(step),
+                "digit")
+    rows, text, trial = _table(out, monkeypatch, True, caplog)
+    general, general_text, _ = _table(out, monkeypatch, False, caplog)
+    assert rows == general and text == general_text
+    _, _, clean = _table(layout_run, monkeypatch, True, caplog)
+    assert trial.stats["table_files_by_layout"] == clean.stats["table_files_by_layout"] - 3
