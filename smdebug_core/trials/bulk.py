@@ -875,10 +875,13 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
             table[:, span:] = 0
         return table, buffer[:g * stride + _PAD], results
 
-    if len(batches) == 1 or not hasattr(storage, "read_spans_into"):
+    def one_by_one():
         buffer = np.zeros(size, np.uint8)
         for batch in batches:
             yield (batch,) + read(buffer, *batch)
+
+    if len(batches) == 1 or not hasattr(storage, "read_spans_into"):
+        yield from one_by_one()
         return
     # Two threads read the next batches (each its own) while the caller checks this one.
     free = [np.zeros(size, np.uint8) for _ in range(_READ_AHEAD + 1)]
@@ -893,7 +896,12 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
 
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="smdebug-table-reader") as pool:
         try:
-            for _ in range(_READ_AHEAD):
+            submit()
+        except RuntimeError:  # no thread can be started (interpreter shutting down...)
+            yield from one_by_one()
+            return
+        try:
+            for _ in range(_READ_AHEAD - 1):
                 submit()
             while pending:
                 batch, buffer, future = pending.popleft()

@@ -487,11 +487,16 @@ class LocalStorage:
         if threads and n >= _THREADED_SPANS:
             half = n // 2
             helper = threading.Thread(target=run, args=(half, n), name="smdebug-read", daemon=True)
-            helper.start()
+            try:
+                helper.start()
+            except RuntimeError:  # no thread can be started: all on this one
+                helper = None
+                run(half, n)
             try:
                 run(0, half)
             finally:
-                helper.join()
+                if helper is not None:
+                    helper.join()
         else:
             run(0, n)
         with self._lock:  # callers may read batches from several threads

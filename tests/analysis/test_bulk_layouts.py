@@ -200,3 +200,41 @@ def test_damaged_first_files_do_not_spoil_their_group(layout_run, tmp_path, monk
     assert rows == general and text == general_text
     _, _, clean = _table(layout_run, monkeypatch, True, caplog)
     assert trial.stats["table_files_by_layout"] == clean.stats["table_files_by_layout"] - 3
+
+
+def test_index_files_claiming_long_records_cost_their_rows_only(layout_run, tmp_path, monkeypatch, caplog):
+    """Index files of steps 10-39 claim records of 60,000 bytes (a span of 420,000 bytes per
+    file, inside the side-by-side limits) that the event files do not hold: short reads,
+    so those files take the general walk, which reports them; the buffers stay 2 MiB."""
+    import json
+
+    out = str(tmp_path / "copy")
+    shutil.copytree(layout_run, out)
+    for step in range(10, 40):
+        path = os.path.join(out, "index", "000000000", f"{step:012d}_worker_0.json")
+        index = json.load(open(path))
+        for k, entry in enumerate(index["tensor_payload"]):
+            entry["start_idx"], entry["length"] = k * 60_000, 60_000
+        open(path, "w").write(json.dumps(index))
+    rows, text, trial = _table(out, monkeypatch, True, caplog)
+    general, general_text, _ = _table(out, monkeypatch, False, caplog)
+    assert rows == general and text == general_text
+    assert "could not be read" in text
+    assert sorted({r[0] for r in rows} & set(range(10, 40))) == []
+
+
+def test_without_threads_the_reads_are_made_on_the_calling_thread(layout_run, monkeypatch, caplog):
+    """Where no thread can be started (an interpreter shutting down), the same rows."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected, _, _ = _table(layout_run, monkeypatch, True, caplog)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(bulk, "_LAYOUT_BATCH_BYTES", 4096)  # several batches: the threaded reader
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", refuse)
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    rows, text, trial = _table(layout_run, monkeypatch, True, caplog)
+    assert rows == expected and text == "" and trial.stats["table_files_by_layout"] >= 40
