@@ -751,7 +751,6 @@ _LAYOUT_MAX_SPAN = 1 << 20  # longer spans: the general walk
 _LAYOUT_BATCH_BYTES = 2 << 20  # buffer for one batch of files of one layout (a few are reused)
 _LAYOUT_MODELS = 3  # files tried as the model of a batch
 _READ_AHEAD = 3  # batches being read (or read and waiting) while one is checked
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def _mix(x, in_place: bool = False) -> np.ndarray:
@@ -768,10 +767,12 @@ def _mix(x, in_place: bool = False) -> np.ndarray:
 
 
 def _digit_count(x: np.ndarray) -> np.ndarray:
+    """Decimal digits of each non-negative integer (a mode step's text length)."""
     return np.searchsorted(10 ** np.arange(1, 19, dtype=np.int64), x, side="right") + 1
 
 
 def _varint_size(x: np.ndarray) -> np.ndarray:
+    """Bytes of each non-negative integer as a protobuf varint (an Event.step's length)."""
     return np.searchsorted(np.int64(1) << (7 * np.arange(1, 9, dtype=np.int64)), x, side="right") + 1
 
 

@@ -474,7 +474,7 @@ class LocalStorage:
                     place = places[i]
                     if preadv is not None:
                         out[i] = preadv(fd, [buffer[place:place + length]], offset)
-                    else:  # no preadv (Windows): a bounded read, copied
+                    else:  # a platform without preadv: a bounded read, copied
                         data = os.pread(fd, length, offset)
                         buffer[place:place + len(data)] = data
                         out[i] = len(data)
