@@ -1147,16 +1147,8 @@ def _read_general(trial, rows: _Rows, step_table, bar, on_error: str, errors: Li
     start, length, g_all = c["start"], c["length"], c["step"]
     texts = rows.texts
     worker_codes = texts["worker"][0]
-    file_key = c["file"]
-    order = np.lexsort((start, file_key))
-    s_key = file_key[order]
-    first = np.flatnonzero(np.r_[True, s_key[1:] != s_key[:-1]])
-    s_start = start[order]
-    s_end = s_start + length[order]
-    lo = s_start[first]
-    hi = np.maximum.reduceat(s_end, first)
-    needed = np.add.reduceat(s_end - s_start, first)
-    coalesce = (hi - lo) <= needed + _COALESCE_SLACK
+    plan = _FilePlan(c)
+    order, first, lo, hi, coalesce = plan.order, plan.first, plan.lo, plan.hi, plan.coalesce
     firsts = first.tolist()
     bounds = firsts[1:] + [n]
     order_list = order.tolist()
@@ -1217,7 +1209,7 @@ def _read_general(trial, rows: _Rows, step_table, bar, on_error: str, errors: Li
             avail[i] = cursor
         chunks.append(data)
     # Places of the records of coalesced spans, all at once.
-    file_of_sorted = np.repeat(np.arange(nfiles), np.diff(np.r_[first, n]))
+    file_of_sorted = plan.file_of_sorted
     dense = coalesce[file_of_sorted]
     rows_dense = order[dense]
     fk = file_of_sorted[dense]
