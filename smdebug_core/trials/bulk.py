@@ -8,7 +8,7 @@ records, so this module reads them in bulk instead:
    entries in columns, kept as they are loaded) with numpy masks, grouped by event file;
 2. files whose wanted records have the same layout as many others (the usual case: runs
    save the same records step after step) are read side by side, a row per file, into a
-   few reused buffers, by two threads while the previous batch is checked
+   few reused buffers, by another thread while the previous batch is checked
    (:func:`_read_layouts`). One file of each group, the model, is checked by :func:`_walk`
    (below); every other file must have the model's bytes except where records
    legitimately differ (wall time, step, value, mode step digits), and each run of
@@ -750,7 +750,10 @@ _LAYOUT_MIN_FILES = 8  # fewer files of one layout: the general walk
 _LAYOUT_MAX_SPAN = 1 << 20  # longer spans: the general walk
 _LAYOUT_BATCH_BYTES = 2 << 20  # buffer for one batch of files of one layout (a few are reused)
 _LAYOUT_MODELS = 3  # files tried as the model of a batch
-_READ_AHEAD = 3  # batches being read (or read and waiting) while one is checked
+_READ_AHEAD = 2  # batches being read, or read and waiting, while one is checked
+# One reading thread: a second one made the whole slower on two cores (more time waiting
+# for the GIL between system calls, for the thread checking the batches too).
+_READ_THREADS = 1
 
 
 def _mix(x, in_place: bool = False) -> np.ndarray:
@@ -860,9 +863,9 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
     (``flat``: the same bytes followed by ``_PAD`` zero bytes).
 
     The arrays are views of a few reused buffers (fresh memory costs a page fault per 4 KiB
-    written). With several batches on local storage, two threads read the next batches
-    while the caller checks this one: the reads wait on system calls, the checks are numpy
-    loops that release the GIL. A batch's array is valid until the next one is asked for."""
+    written). With several batches on local storage, a thread reads the next batches while
+    the caller checks this one: the reads wait on system calls, the checks are numpy loops
+    that release the GIL. A batch's array is valid until the next one is asked for."""
     size = max(len(b[0]) * b[2] for b in batches) + _PAD
 
     def read(buffer, batch, span, stride, *_, threads=True):
@@ -884,7 +887,7 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
     if len(batches) == 1 or not hasattr(storage, "read_spans_into"):
         yield from one_by_one()
         return
-    # Two threads read the next batches (each its own) while the caller checks this one.
+    # The next batches are read on another thread while the caller checks this one.
     free = [np.zeros(size, np.uint8) for _ in range(_READ_AHEAD + 1)]
     pending: "deque" = deque()
     todo = iter(batches)
@@ -895,7 +898,7 @@ def _read_batches(storage, rows: _Rows, plan: _FilePlan, batches):
             buffer = free.pop()
             pending.append((batch, buffer, pool.submit(read, buffer, *batch, threads=False)))
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="smdebug-table-reader") as pool:
+    with ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="smdebug-table-reader") as pool:
         try:
             submit()
         except RuntimeError:  # no thread can be started (interpreter shutting down...)
