@@ -1340,12 +1340,14 @@ class Table:
             steps, values = steps[keep], values[keep]
         known, mode_of, mode_step_of = _step_table(trial) if step_table is None else step_table
         at = _positions(known, steps)
-        mode_numbers = mode_of[at]
-        present = _used(mode_numbers, max(_MODE_NUMBER.values()) + 1)
+        # Modes: per loaded step first (few), then per row once the rows are sorted.
+        step_used = np.zeros(len(known), bool)
+        step_used[at] = True
+        present = _used(mode_of[step_used], max(_MODE_NUMBER.values()) + 1)
         mode_codes = np.zeros(len(present) and int(present[-1]) + 1, np.int8)
         mode_codes[present] = np.arange(len(present))
+        mode_code_of_step = mode_codes[mode_of]
         texts = {k: _compact(codes if every else codes[keep], cats) for k, (codes, cats) in texts.items()}
-        texts["mode"] = (mode_codes[mode_numbers], [ModeKeys(int(v)).name for v in present])
         (t, t_cats), (r, r_cats), (w, w_cats) = texts["tensor"], texts["reduction"], texts["worker"]
         # Sorted by tensor, reduction, worker, step: one integer key when it fits in 63 bits
         # (a step's rank among the loaded steps stands for the step).
@@ -1362,7 +1364,9 @@ class Table:
             order = np.lexsort((steps, w, r, t))
         at = at[order]
         numbers = {"step": known[at], "mode_step": mode_step_of[at], "value": values[order]}
-        return cls(numbers, {k: (codes[order], cats) for k, (codes, cats) in texts.items()})
+        texts = {k: (codes[order], cats) for k, (codes, cats) in texts.items()}
+        texts["mode"] = (mode_code_of_step[at], [ModeKeys(int(v)).name for v in present])
+        return cls(numbers, texts)
 
     def column(self, name: str):
         """One column: a numpy array of numbers, or a list of texts."""
