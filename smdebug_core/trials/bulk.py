@@ -955,7 +955,7 @@ def _read_layout_batch(trial, rows, plan, step_table, batch, span, crc_sorted, v
     g, stride = table.shape
     got = np.fromiter(map(operator.eq, results, repeat(span)), bool, g)  # an exception is no int
     at_rows = first[batch][:, None] + np.arange(m)  # positions in plan.order, a row per file
-    row_ids = order[at_rows]
+    row_ids = at_rows if plan.in_order else order[at_rows]
     rel = (c["start"][row_ids[0]] - plan.lo[batch[0]]).astype(np.int64)
     length = c["length"][row_ids[0]]
     model = models.get(number)
@@ -1344,7 +1344,7 @@ class Table:
         step_used = np.zeros(len(known), bool)
         step_used[at] = True
         present = _used(mode_of[step_used], max(_MODE_NUMBER.values()) + 1)
-        mode_codes = np.zeros(len(present) and int(present[-1]) + 1, np.int8)
+        mode_codes = np.zeros(max(_MODE_NUMBER.values()) + 1, np.int8)
         mode_codes[present] = np.arange(len(present))
         mode_code_of_step = mode_codes[mode_of]
         texts = {k: _compact(codes if every else codes[keep], cats) for k, (codes, cats) in texts.items()}
