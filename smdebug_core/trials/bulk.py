@@ -425,7 +425,7 @@ class RecordLog:
         f["count"].append(n)
         self._pending_crcs.append(crcs)
 
-    def file_info(self) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def file_info(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per event file id: the template and layout of the index file that names it, and
         its number of records (-1 where several index files name the same event file)."""
         f = {k: np.array(self._file_columns[k], np.int64) for k in ("file", "template", "layout", "count")}
