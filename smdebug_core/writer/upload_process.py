@@ -28,7 +28,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from typing import Optional, Sequence, Tuple
 
 from ..config import env_nonnegative_float
@@ -41,7 +40,7 @@ logger = _uploader.logger  # the same logger as in-process uploads: one place to
 _CLOSE_GRACE_S = 30.0
 
 
-class UploaderProcess:
+class UploaderProcess(_uploader.SpoolAccount):
     """Same interface as :class:`~smdebug.writer.uploader.Uploader` (notify, spool_full,
     gave_up, pending_bytes, wait_idle, close, stats), the uploads done by a child process."""
 
@@ -57,14 +56,9 @@ class UploaderProcess:
         self.max_spool_bytes = _uploader.spool_limit(max_spool_bytes)
         #: The child's counters (as Uploader.stats), filled in when it has closed.
         self.stats = {}
-        self._cond = threading.Condition()
+        self._init_account()
         self._send_lock = threading.Lock()
-        self._backlog_bytes = 0
-        self._outstanding = 0
-        self._end_held = False
-        self._gave_up: Optional[str] = None
         self._closed: Optional[bool] = None  # the child's close() result once it replied
-        self._warned_full = False
         self._warned_left = False
         # The child finds this package as the parent did: the parent's sys.path entries come
         # after its own (never ahead of them: a script's folder could shadow a library).
@@ -88,32 +82,6 @@ class UploaderProcess:
             if relpath == layout.END_OF_JOB_FILE:
                 self._end_held = True  # the child holds it until close, as Uploader does
         self._send(["n", relpath, nbytes])
-
-    def spool_full(self) -> bool:
-        full = self._backlog_bytes > self.max_spool_bytes
-        if full and not self._warned_full:
-            self._warned_full = True
-            _uploader.warn_spool_full(self)
-        return full
-
-    @property
-    def gave_up(self) -> Optional[str]:
-        return self._gave_up
-
-    @property
-    def pending_bytes(self) -> int:
-        return self._backlog_bytes
-
-    def wait_idle(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every file notified so far is uploaded (the end marker waits for close)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._gave_up is None and self._outstanding > (1 if self._end_held else 0):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left if left is not None else 1.0)
-            return self._gave_up is None
 
     def close(self, timeout: Optional[float] = None) -> bool:
         """Have the child upload what is left and exit; wait for it (see Uploader.close)."""

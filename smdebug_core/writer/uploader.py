@@ -107,7 +107,50 @@ class _GaveUp(Exception):
     pass
 
 
-class Uploader:
+class SpoolAccount:
+    """What the writer asks an uploader, answered from a count of the files notified and not
+    yet uploaded (shared by :class:`Uploader` and ``upload_process.UploaderProcess``). The
+    owner sets ``spool``, ``url``, ``max_spool_bytes`` and calls :meth:`_init_account`."""
+
+    def _init_account(self) -> None:
+        self._cond = threading.Condition()
+        self._backlog_bytes = 0  # published in the spool, not uploaded yet
+        self._outstanding = 0  # files notified and not uploaded yet
+        self._end_held = False  # the end marker was notified: it waits for close
+        self._gave_up: Optional[str] = None
+        self._warned_full = False
+
+    def spool_full(self) -> bool:
+        """Whether the spool holds more than ``max_spool_bytes`` not yet uploaded (the writer then skips steps)."""
+        full = self._backlog_bytes > self.max_spool_bytes
+        if full and not self._warned_full:
+            self._warned_full = True
+            warn_spool_full(self)
+        return full
+
+    @property
+    def gave_up(self) -> Optional[str]:
+        """Why the uploader stopped (the files are left in the spool), or None."""
+        return self._gave_up
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._backlog_bytes
+
+    def wait_idle(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every file notified so far is uploaded (not for the end marker, which
+        is held for close). False on timeout or when the uploader has given up."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._gave_up is None and self._outstanding > (1 if self._end_held else 0):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left if left is not None else 1.0)
+            return self._gave_up is None
+
+
+class Uploader(SpoolAccount):
     """Sends the files published in ``spool`` to ``url`` (see the module docstring).
 
     ``extra_dirs``: ``(local directory, URL)`` pairs uploaded whole at :meth:`close`, before
@@ -140,18 +183,13 @@ class Uploader:
         #: bytes the writer published, bytes of a collections file the hook rewrote that were not sent again.
         self.stats: Dict[str, int] = {"objects": 0, "bytes": 0, "put_requests": 0, "failed_attempts": 0,
                                       "bytes_published": 0, "bytes_not_resent": 0}
-        self._cond = threading.Condition()
+        self._init_account()
         self._incoming: List[Tuple[str, int]] = []
-        self._backlog_bytes = 0  # published in the spool, not uploaded yet
-        self._outstanding = 0  # files notified and not uploaded yet
         self._sent: set = set()  # relpaths uploaded (never sent twice, see _upload_batch)
         self._closing = False
         self._done = False
-        self._gave_up: Optional[str] = None
         self._warned_outage = False
-        self._warned_full = False
         self._warned_left = False
-        self._end_held = False
         self._uploaded_hashes: Dict[str, str] = {}  # relpath -> sha1 of the bytes sent (collections)
         self._failing_since: Optional[float] = None
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="smdebug-upload")
@@ -167,23 +205,6 @@ class Uploader:
             self._backlog_bytes += nbytes
             self.stats["bytes_published"] += nbytes
             self._cond.notify_all()
-
-    def spool_full(self) -> bool:
-        """Whether the spool holds more than ``max_spool_bytes`` not yet uploaded (the writer then skips steps)."""
-        full = self._backlog_bytes > self.max_spool_bytes
-        if full and not self._warned_full:
-            self._warned_full = True
-            warn_spool_full(self)
-        return full
-
-    @property
-    def gave_up(self) -> Optional[str]:
-        """Why the uploader stopped (the files are left in the spool), or None."""
-        return self._gave_up
-
-    @property
-    def pending_bytes(self) -> int:
-        return self._backlog_bytes
 
     def close(self, timeout: Optional[float] = None) -> bool:
         """Upload what is left (extra directories, then the end marker) and stop.
@@ -376,18 +397,6 @@ class Uploader:
             self._backlog_bytes -= nbytes
             self._outstanding -= 1
             self._cond.notify_all()
-
-    def wait_idle(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every file notified so far is uploaded (not for the end marker, which
-        is held for close). False on timeout or when the uploader has given up."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._gave_up is None and self._outstanding > (1 if self._end_held else 0):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left if left is not None else 1.0)
-            return self._gave_up is None
 
     def _upload_batch(self, items: List[Tuple[str, int]]) -> None:
         """Collections first; event objects concurrently; then index objects in order."""
