@@ -48,15 +48,9 @@ class UploaderProcess(_uploader.SpoolAccount):
                  retry_budget_s: Optional[float] = None, max_spool_bytes: Optional[int] = None,
                  extra_dirs: Sequence[Tuple[str, str]] = (), worker: Optional[str] = None,
                  wait_for_workers: Sequence[str] = ()):
-        from .. import remote
-
-        self.spool = os.path.abspath(spool)
-        self.url = remote.normalize_url(url)
-        remote.filesystem(self.url, for_writing=True)  # a bad URL or a missing extra fails here, named
-        self.max_spool_bytes = _uploader.spool_limit(max_spool_bytes)
+        self._init_account(spool, url, max_spool_bytes)
         #: The child's counters (as Uploader.stats), filled in when it has closed.
         self.stats = {}
-        self._init_account()
         self._send_lock = threading.Lock()
         self._closed: Optional[bool] = None  # the child's close() result once it replied
         self._warned_left = False

@@ -110,15 +110,23 @@ class _GaveUp(Exception):
 class SpoolAccount:
     """What the writer asks an uploader, answered from a count of the files notified and not
     yet uploaded (shared by :class:`Uploader` and ``upload_process.UploaderProcess``). The
-    owner sets ``spool``, ``url``, ``max_spool_bytes`` and calls :meth:`_init_account`."""
+    owner calls :meth:`_init_account` first."""
 
-    def _init_account(self) -> None:
+    def _init_account(self, spool: str, url: str, max_spool_bytes: Optional[int]):
+        """Set up the account; returns ``(filesystem, root)`` for ``url`` (a bad URL or a
+        missing extra fails here, named)."""
+        from .. import remote
+
+        self.spool = os.path.abspath(spool)
+        self.url = remote.normalize_url(url)
+        self.max_spool_bytes = spool_limit(max_spool_bytes)
         self._cond = threading.Condition()
         self._backlog_bytes = 0  # published in the spool, not uploaded yet
         self._outstanding = 0  # files notified and not uploaded yet
         self._end_held = False  # the end marker was notified: it waits for close
         self._gave_up: Optional[str] = None
         self._warned_full = False
+        return remote.filesystem(self.url, for_writing=True)
 
     def spool_full(self) -> bool:
         """Whether the spool holds more than ``max_spool_bytes`` not yet uploaded (the writer then skips steps)."""
@@ -167,15 +175,10 @@ class Uploader(SpoolAccount):
                  retry_budget_s: Optional[float] = None, max_spool_bytes: Optional[int] = None,
                  extra_dirs: Sequence[Tuple[str, str]] = (), worker: Optional[str] = None,
                  wait_for_workers: Sequence[str] = ()):
-        from .. import remote
-
-        self.spool = os.path.abspath(spool)
-        self.url = remote.normalize_url(url)
-        self._fs, self._root = remote.filesystem(self.url, for_writing=True)
+        self._fs, self._root = self._init_account(spool, url, max_spool_bytes)
         self.concurrency = int(concurrency or env_nonnegative_float(CONCURRENCY_ENV, DEFAULT_CONCURRENCY)) or 1
         self.retry_budget_s = (env_nonnegative_float(RETRY_BUDGET_ENV, DEFAULT_RETRY_BUDGET_S)
                                if retry_budget_s is None else float(retry_budget_s))
-        self.max_spool_bytes = spool_limit(max_spool_bytes)
         self.extra_dirs = list(extra_dirs)
         self.worker = worker
         self.wait_for_workers = list(wait_for_workers)
@@ -183,7 +186,6 @@ class Uploader(SpoolAccount):
         #: bytes the writer published, bytes of a collections file the hook rewrote that were not sent again.
         self.stats: Dict[str, int] = {"objects": 0, "bytes": 0, "put_requests": 0, "failed_attempts": 0,
                                       "bytes_published": 0, "bytes_not_resent": 0}
-        self._init_account()
         self._incoming: List[Tuple[str, int]] = []
         self._sent: set = set()  # relpaths uploaded (never sent twice, see _upload_batch)
         self._closing = False
