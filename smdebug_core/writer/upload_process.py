@@ -38,6 +38,8 @@ logger = _uploader.logger  # the same logger as in-process uploads: one place to
 
 #: Seconds close() waits for the child beyond the upload timeout it gave it.
 _CLOSE_GRACE_S = 30.0
+#: Seconds the child may take to start (import the store's client, build its uploader).
+_START_TIMEOUT_S = 60.0
 
 
 class UploaderProcess(_uploader.SpoolAccount):
@@ -64,8 +66,14 @@ class UploaderProcess(_uploader.SpoolAccount):
                                "retry_budget_s": retry_budget_s, "max_spool_bytes": self.max_spool_bytes,
                                "extra_dirs": [list(pair) for pair in extra_dirs], "worker": worker,
                                "wait_for_workers": list(wait_for_workers)}])
+        self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read_reports, name="smdebug-upload-reports", daemon=True)
         self._reader.start()
+        # Wait until the child runs (an interpreter that cannot run it, an embedded Python
+        # whose sys.executable is not one): else OSError, and make_uploader uses a thread.
+        if not self._ready.wait(_START_TIMEOUT_S) or self._closed is not None or self._gave_up is not None:
+            self._proc.kill()
+            raise OSError(f"the upload process did not start (status {self._proc.poll()})")
 
     # ------------------------------------------------------------ writer-thread API
     def notify(self, relpath: str, nbytes: int = 0) -> None:
@@ -115,7 +123,9 @@ class UploaderProcess(_uploader.SpoolAccount):
                 kind, *args = json.loads(raw)
             except ValueError:
                 continue
-            if kind == "r":
+            if kind == "ready":
+                self._ready.set()
+            elif kind == "r":
                 with self._cond:
                     self._backlog_bytes -= args[0]
                     self._outstanding -= 1
@@ -133,6 +143,10 @@ class UploaderProcess(_uploader.SpoolAccount):
                     self.stats.update(args[1])
                     self._closed = bool(args[0])
                     self._cond.notify_all()
+        if not self._ready.is_set():  # never started: the constructor says so (no warning here)
+            self._gave_up = "the upload process did not start"
+            self._ready.set()
+            return
         if self._closed is None:
             self._give_up(f"the upload process exited (status {self._proc.wait()}) before the upload finished")
         with self._cond:
@@ -195,6 +209,7 @@ def main() -> int:
                                  max_spool_bytes=config["max_spool_bytes"],
                                  extra_dirs=[tuple(pair) for pair in config["extra_dirs"]],
                                  worker=config["worker"], wait_for_workers=config["wait_for_workers"])
+            report(["ready"])
         elif kind == "n" and uploader is not None:
             uploader.notify(args[0], args[1])
         elif kind == "close":

@@ -503,3 +503,18 @@ def test_in_process_uploads_on_request(endpoint, bucket, monkeypatch):
     _train(hook, 3)
     hook.close()
     assert create_trial(f"s3://{bucket}/thread").steps() == [0, 1, 2]
+
+
+def test_an_interpreter_that_cannot_run_the_upload_process_falls_back_to_a_thread(endpoint, bucket, monkeypatch,
+                                                                                   caplog):
+    # An embedded Python whose sys.executable is something else: the child never starts.
+    from smdebug.writer.uploader import Uploader
+
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with caplog.at_level(logging.INFO, logger=UPLOAD_LOGGER):
+        hook = smd.Hook(out_dir=f"s3://{bucket}/fallback", save_config=smd.SaveConfig(save_interval=1))
+    assert type(hook.session.writer.uploader) is Uploader
+    assert "could not start an upload process" in caplog.text
+    _train(hook, 2)
+    hook.close()
+    assert create_trial(f"s3://{bucket}/fallback").steps() == [0, 1]
