@@ -120,6 +120,7 @@ class StepPipeline:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        self._discarded = []  # nothing runs after close to drop them: the caller does, now
         return drained
 
     @property
