@@ -50,6 +50,8 @@ COUNTS = (25, 100, 400)
 SIZES = {4096: 64, 65536: 256, 262144: 512, 1048576: 1024}  # elements of a weight -> MLP width
 CONFIGS = ("reductions", "full", "default", "flight", "flight-noloc", "control")
 BATCH = 64
+BLOCK = 16  # steps of one model before switching to the other
+SETTLE = 2  # steps at the start of each block left out of the figures
 
 
 def count_model(tensors: int) -> torch.nn.Module:
@@ -128,17 +130,31 @@ def run(smd, scenario, steps, warmup, work_dir):
         hook.register_loss(loss_fns[1])
     times = ([], [])
     clock = time.perf_counter
-    for i in range(warmup + steps):
-        x, y = data[i % len(data)]
-        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+    block, settle = BLOCK, SETTLE
+    done = [0, 0]  # timed steps of each model
+    for i in range(warmup):  # not timed: first calls, buffers, the hook's first steps
+        for which in (0, 1):
+            x, y = data[i % len(data)]
+            optimizers[which].zero_grad()
+            loss_fns[which](models[which](x), y).backward()
+            optimizers[which].step()
+    b = 0
+    while min(done) < steps:
+        for which in ((0, 1) if b % 2 == 0 else (1, 0)):  # which model goes first alternates
             model, optimizer = models[which], optimizers[which]
-            start = clock()
-            optimizer.zero_grad()
-            loss_fns[which](model(x), y).backward()
-            optimizer.step()
-            elapsed = clock() - start
-            if i >= warmup:
-                times[which].append(elapsed)
+            for j in range(block):
+                x, y = data[(done[which] + j) % len(data)]
+                start = clock()
+                optimizer.zero_grad()
+                loss_fns[which](model(x), y).backward()
+                optimizer.step()
+                elapsed = clock() - start
+                # The first steps after a switch still share the machine with the other
+                # model's background work (the hook's worker and writer after a hooked block).
+                if j >= settle and done[which] < steps:
+                    times[which].append(elapsed)
+                    done[which] += 1
+        b += 1
     start = clock()
     if hook is not None:
         (getattr(hook, "close", None) or hook._cleanup)()
@@ -194,6 +210,11 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--batch", type=int, default=BATCH,
                         help=f"rows per batch (default {BATCH}): a longer step for the same saved tensors")
+    parser.add_argument("--block", type=int, default=BLOCK,
+                        help=f"steps of one model before switching to the other (default {BLOCK}); 1 alternates "
+                             "every step, which lets the hook's background threads run inside the baseline's steps")
+    parser.add_argument("--settle", type=int, default=SETTLE,
+                        help=f"steps left out at the start of each block (default {SETTLE})")
     parser.add_argument("--max-mb", type=float, default=1500, help="bytes a full-tensor run may write")
     parser.add_argument("--original-python", help="also run the scenarios through smdebug 1.0.34 with this "
                                                   "interpreter (benchmarks/original_env.sh)")
@@ -204,6 +225,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     globals()["BATCH"] = args.batch  # read by run() and the scenarios' sizes
+    globals()["BLOCK"], globals()["SETTLE"] = args.block, args.settle
 
     import smdebug
     import smdebug.pytorch as smd
@@ -218,7 +240,7 @@ def main():
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
                "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),
                "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb),
-               "--batch", str(args.batch)]
+               "--batch", str(args.batch), "--block", str(args.block), "--settle", str(args.settle)]
         if args.scenarios:
             cmd += ["--scenarios", *args.scenarios]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -231,7 +253,8 @@ def main():
         if args.json == "/dev/stdout":
             return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s), batch {BATCH}, "
-          f"median of per-step times, baseline and hooked steps interleaved")
+          f"median of per-step times, baseline and hooked interleaved in blocks of {BLOCK} steps "
+          f"(the first {SETTLE} of each block left out)")
     print(HEADER)
     order = {(s[0], s[6]): i for i, s in enumerate(scenarios)}
     for r in sorted(rows, key=lambda r: (order.get((r["scenario"], r["config"]), 0), r["library"] != "ours")):
