@@ -23,7 +23,6 @@ only called for the step that fired, so a step that fires nothing costs no read 
 from __future__ import annotations
 
 import json
-import operator
 import sys
 import threading
 import time
@@ -35,6 +34,7 @@ import numpy as np
 
 from .exceptions import ConfigError
 from .logger import get_logger
+from .writer.run_writer import records_nbytes
 
 logger = get_logger()
 
@@ -187,18 +187,10 @@ class StepRing:
         return out
 
 
-_VALUE = operator.itemgetter(1)
-_NBYTES = operator.attrgetter("nbytes")
-
-
-def step_nbytes(tensors: Sequence[Tuple[str, Any]], shapes: Sequence) -> int:
-    """What a step's records hold in memory: array bytes plus a per-record cost. Runs every
-    step over hundreds of records: one pass in C when every value is numpy (the usual case)."""
-    total = RECORD_OVERHEAD_BYTES * (len(tensors) + len(shapes))
-    try:
-        return total + sum(map(_NBYTES, map(_VALUE, tensors)))
-    except AttributeError:  # a Python number among them
-        return total + sum(getattr(value, "nbytes", 8) for _, value in tensors)
+def step_nbytes(tensors: Sequence[Any], shapes: Sequence) -> int:
+    """What a step's records hold in memory: array bytes plus a per-record cost (a
+    :class:`~smdebug.writer.run_writer.ScalarRun` counts as one record: one array)."""
+    return RECORD_OVERHEAD_BYTES * (len(tensors) + len(shapes)) + records_nbytes(tensors)
 
 
 def nonfinite_rows(table: Optional[np.ndarray]) -> Optional[np.ndarray]:

@@ -23,6 +23,7 @@ from .flight_recorder import nonfinite_rows, value_is_nonfinite
 from .logger import get_logger
 from .reduction_config import reduction_tag
 from .step import ReducedBlock, Selection, StepValues, TensorBatch, TensorPlan
+from .writer.run_writer import ScalarRun
 
 logger = get_logger()
 
@@ -188,7 +189,7 @@ class StepRecords:
         tensors, shapes = out[0], out[1]
         if selection.fast_tags is not None and not (results[0].lost or results[0].unreduced):
             result = results[0]
-            tensors += zip(selection.fast_tags, result.reductions.ravel())
+            tensors.append(ScalarRun(selection.fast_tags, result.reductions))
             if bad is not None:  # one numpy call for the whole batch
                 rows = nonfinite_rows(result.reductions)
                 if rows is not None:

@@ -27,6 +27,8 @@ host memory with ``non_blocking=True`` and one synchronisation.
 from __future__ import annotations
 
 import functools
+import math
+import operator
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -188,8 +190,8 @@ class TorchBackend(TensorBackend):
         reads them before the adapter's fence). Accelerator tensors: their reductions and
         host copies are launched now, in stream order, before anything can change them;
         the worker only waits for the results."""
-        if all(t.is_cpu for t in tensors):  # the common case: two C-level passes, no per-tensor Python
-            return _CpuBatch(tensors, [t._version for t in tensors], keys, raw)
+        if all(map(_IS_CPU, tensors)):  # the common case: two C-level passes, no per-tensor Python
+            return _CpuBatch(tensors, list(map(_VERSION, tensors)), keys, raw)
         snaps = self.capture([(t, raw, keys) for t in tensors])
         return _DeviceBatch(snaps, keys, raw)
 
@@ -199,7 +201,7 @@ class TorchBackend(TensorBackend):
         device so that the training thread never does."""
         if isinstance(started, _DeviceBatch):
             return False
-        return sum([t.numel() for t in started.tensors]) < WORKER_MIN_NUMEL
+        return sum(map(torch.Tensor.numel, started.tensors)) < WORKER_MIN_NUMEL
 
     def finish_batch(self, started) -> BatchResult:
         """Worker thread: a batch's results (see :meth:`start_batch`)."""
@@ -553,33 +555,52 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> Batch
     n = len(tensors)
     table = np.full((n, len(keys)), np.nan) if keys else None
     raws: Optional[List[Optional[np.ndarray]]] = [None] * n if raw else None
-    shapes = [tuple(t.shape) for t in tensors]
+    # C-level passes over the tensors: this thread holds the GIL for its Python, and the
+    # training thread waits for it (a batch may hold hundreds of small tensors).
+    shapes = list(map(tuple, map(_SHAPE, tensors)))
+    chunks, unreduced = _stack_plan(tuple(map(_DTYPE, tensors)), tuple(shapes))
     lost: Dict[int, str] = {}
-    unreduced = []
-    # Tensors of one dtype and shape are stacked once: one copy serves their raw values and
-    # their reductions. Large tensors are read where they lie (copied only for raw values).
+    for chunk in chunks:
+        try:
+            _finish_group([tensors[i] for i in chunk], chunk, keys, raws, table, buffers)
+        except Exception:  # noqa: BLE001 - retried one by one below: one bad tensor, one loss
+            for i in chunk:
+                try:
+                    _finish_group([plain_tensor(tensors[i])], [i], keys, raws, table, buffers)
+                except Exception as exc:  # noqa: BLE001
+                    lost[i] = f"cannot read it ({type(exc).__name__}: {exc})"
+    if list(map(_VERSION, tensors)) != batch.versions:
+        for i, (t, version) in enumerate(zip(tensors, batch.versions)):
+            if t._version != version and i not in lost:
+                lost[i] = "it was changed in place between the hand-over and its reading"
+    return BatchResult(reductions=table, raw=raws, shapes=shapes, unreduced=unreduced, lost=lost)
+
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_VERSION = operator.attrgetter("_version")
+_IS_CPU = operator.attrgetter("is_cpu")
+
+
+@functools.lru_cache(maxsize=256)
+def _stack_plan(dtypes: tuple, shapes: tuple) -> Tuple[Tuple[List[int], ...], Tuple[int, ...]]:
+    """How a batch of tensors of these dtypes and shapes is read (the same every step of a
+    run): chunks of positions stacked together, and the positions of empty tensors.
+
+    Tensors of one dtype and shape are stacked once: one copy serves their raw values and
+    their reductions. Large tensors are read where they lie (copied only for raw values)."""
     groups: Dict[tuple, List[int]] = {}
-    for i, (t, shape) in enumerate(zip(tensors, shapes)):
-        numel = t.numel()
+    unreduced = []
+    for i, (dtype, shape) in enumerate(zip(dtypes, shapes)):
+        numel = math.prod(shape)
         if numel == 0:
             unreduced.append(i)
-        groups.setdefault((t.dtype, shape) if 0 < numel <= STACK_MAX_NUMEL else (i,), []).append(i)
+        groups.setdefault((dtype, shape) if 0 < numel <= STACK_MAX_NUMEL else (i,), []).append(i)
+    chunks = []
     for members in groups.values():
-        per_stack = max(1, STACK_MAX_TOTAL // max(1, tensors[members[0]].numel()))
-        for start in range(0, len(members), per_stack):
-            chunk = members[start:start + per_stack]
-            try:
-                _finish_group([tensors[i] for i in chunk], chunk, keys, raws, table, buffers)
-            except Exception:  # noqa: BLE001 - retried one by one below: one bad tensor, one loss
-                for i in chunk:
-                    try:
-                        _finish_group([plain_tensor(tensors[i])], [i], keys, raws, table, buffers)
-                    except Exception as exc:  # noqa: BLE001
-                        lost[i] = f"cannot read it ({type(exc).__name__}: {exc})"
-    for i, (t, version) in enumerate(zip(tensors, batch.versions)):
-        if t._version != version and i not in lost:
-            lost[i] = "it was changed in place between the hand-over and its reading"
-    return BatchResult(reductions=table, raw=raws, shapes=shapes, unreduced=tuple(unreduced), lost=lost)
+        per_stack = max(1, STACK_MAX_TOTAL // max(1, math.prod(shapes[members[0]])))
+        chunks += [members[start:start + per_stack] for start in range(0, len(members), per_stack)]
+    return tuple(chunks), tuple(unreduced)
 
 
 def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, table, buffers) -> None:

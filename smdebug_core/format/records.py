@@ -55,6 +55,41 @@ def crc32c_of_slices(data, slices):
     return list(map(google_crc32c.value, map(data.__getitem__, slices)))
 
 
+@functools.lru_cache(maxsize=32)
+def field_crc32c_table(width, trailing):
+    """CRC32C's share of each byte of a ``width``-byte field followed by ``trailing`` bytes:
+    ``table[k * 256 + b]`` for byte ``b`` at position ``k`` of the field (uint32).
+
+    CRC32C is affine over the bits of messages of one length, so the CRC of a payload whose
+    field holds ``x`` is the CRC of the same payload with zeros there, XOR the entries of
+    ``x``'s bytes (:func:`crc32c_field_shares`); where the field sits before it does not
+    matter, only what follows. Lets a writer checksum hundreds of records that differ in a
+    few bytes with a few numpy calls instead of one call per record."""
+    zero = google_crc32c.value(bytes(width + trailing))
+    basis = np.empty((width, 8), np.uint32)
+    message = bytearray(width + trailing)
+    for k in range(width):
+        for bit in range(8):
+            message[k] = 1 << bit
+            basis[k, bit] = google_crc32c.value(bytes(message)) ^ zero
+        message[k] = 0
+    table = np.zeros((width, 256), np.uint32)
+    for bit in range(8):  # entries whose highest set bit is ``bit``: XOR with the entries below it
+        table[:, 1 << bit:2 << bit] = table[:, :1 << bit] ^ basis[:, bit:bit + 1]
+    table.setflags(write=False)
+    return table.reshape(-1)
+
+
+def crc32c_field_shares(fields, trailing):
+    """Per row of ``fields`` (uint8, ``[n, width]``): the XOR of its bytes' shares in the
+    CRC32C of a payload where the field is followed by ``trailing`` bytes (see
+    :func:`field_crc32c_table`)."""
+    width = fields.shape[1]
+    index = fields.astype(np.intp)
+    index += np.arange(width, dtype=np.intp) * 256
+    return np.bitwise_xor.reduce(field_crc32c_table(width, trailing).take(index), axis=1)
+
+
 def mask_crc(crc):
     """TFRecord masking: rotate right by 15 bits and add a constant, mod 2**32."""
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _U32

@@ -25,6 +25,7 @@ Errors never reach the training thread: the first I/O error is logged once, the 
 marks itself failed (:attr:`RunWriter.failed`) and discards everything after it.
 """
 import collections
+import itertools
 import logging
 import operator
 import os
@@ -44,6 +45,7 @@ from ..format.records import (
     SMDEBUG_PAYLOAD_FOOTER,
     crc32c,
     crc32c_of_parts,
+    crc32c_field_shares,
     crc32c_of_slices,
     record_footer,
     record_header,
@@ -72,7 +74,8 @@ class StepData:
     """Everything one (global step, worker) contributes, handed from the hook to the writer.
 
     ``tensors`` are ``(final tag, array or numpy scalar)`` in write order (tags already include
-    ``smdebug/reductions/...`` prefixes). ``shapes`` are ``(name, shape)`` or
+    ``smdebug/reductions/...`` prefixes), or :class:`ScalarRun` items standing for many such
+    pairs of float64 scalars (a batch's reductions; :func:`iter_records` flattens them). ``shapes`` are ``(name, shape)`` or
     ``(name, original_name, shape)`` for tensors saved as shape only (a shape whose name
     is also written as a tensor in the same step is left out of the index, docs/format.md 3.2). ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
     names (tags are cleaned by the writer).
@@ -100,21 +103,61 @@ class StepData:
     def nbytes(self):
         """Approximate memory held by this item (array bytes plus a small per-item cost)."""
         items = 1 + len(self.tensors) + len(self.tb_histograms) + len(self.shapes) + len(self.tb_scalars)
-        return _values_nbytes(self.tensors) + _values_nbytes(self.tb_histograms) + _ITEM_OVERHEAD_BYTES * items
+        return records_nbytes(self.tensors) + records_nbytes(self.tb_histograms) + _ITEM_OVERHEAD_BYTES * items
+
+
+class ScalarRun:
+    """Many float64 scalar records in one array: record ``i`` is ``(tags[i], values[i])``.
+
+    What a batch of reductions becomes (hundreds of records a step). An item of
+    :attr:`StepData.tensors`, written from one cached template per list of tags
+    (:class:`_ScalarRunLayout`: a few numpy calls for the whole run), byte for byte as the
+    same pairs would be. ``values`` is copied: the caller may reuse its array.
+    """
+
+    __slots__ = ("tags", "values")
+
+    def __init__(self, tags, values):
+        values = np.array(values, dtype="<f8").reshape(-1)
+        if len(tags) != len(values):
+            raise ValueError(f"a ScalarRun needs one value per tag: {len(tags)} tags, {len(values)} values")
+        self.tags = tags
+        self.values = values
+
+    def __len__(self):
+        return len(self.tags)
+
+    @property
+    def nbytes(self):
+        return self.values.nbytes
+
+    def pairs(self):
+        """The run as ``(tag, numpy float64)`` pairs."""
+        return list(zip(self.tags, self.values))
+
+
+def iter_records(tensors):
+    """The ``(tag, value)`` pairs of a :attr:`StepData.tensors` list, runs flattened."""
+    for item in tensors:
+        if type(item) is ScalarRun:
+            yield from zip(item.tags, item.values)
+        else:
+            yield item
 
 
 _VALUE = operator.itemgetter(1)
 _NBYTES = operator.attrgetter("nbytes")
 
 
-def _values_nbytes(pairs) -> int:
-    """Bytes of the values of ``(name, value)`` pairs. Runs on the training thread at each
-    saved step, over every record (hundreds for a step of reductions): one pass in C when
-    every value is numpy (arrays and numpy scalars, the usual case); else only arrays count."""
+def records_nbytes(tensors) -> int:
+    """Bytes of the values of a list of ``(name, value)`` pairs and :class:`ScalarRun`s.
+    Runs on the training thread at each saved step: one pass in C when every item is a
+    pair of numpy values (the usual case without runs); else only numpy values count."""
     try:
-        return sum(map(_NBYTES, map(_VALUE, pairs)))
-    except AttributeError:
-        return sum([value.nbytes for _, value in pairs if isinstance(value, np.ndarray)])
+        return sum(map(_NBYTES, map(_VALUE, tensors)))
+    except (AttributeError, TypeError):  # a run, or a Python number among the values
+        return sum([item.nbytes if type(item) is ScalarRun else getattr(item[1], "nbytes", 0)
+                    for item in tensors])
 
 
 class _OpenStep:
@@ -218,6 +261,85 @@ class _SmallRecordsLayout:
         return b"".join(parts)
 
 
+class _ScalarRunLayout:
+    """The event-file bytes of a :class:`ScalarRun`, as a template for every step with the
+    same tags (and head and metadata lengths).
+
+    Its records differ from step to step only in the step's head and metadata bytes and in
+    the 8 bytes of each value, at fixed offsets: a step copies the template, scatters those
+    bytes in, and computes every record's CRC32C from the template's (CRC32C is affine:
+    :func:`~smdebug.format.records.crc32c_field_shares`), a few numpy calls for the run.
+    """
+
+    __slots__ = ("tags", "template", "head_at", "tail_at", "lengths", "codes", "zero_crcs", "distinct", "base_crcs",
+                 "index_templates")
+
+    def __init__(self, encoder, tags):
+        head_len, meta_len = len(encoder.head), len(encoder.metadata_field)
+        zero = np.float64(0.0)
+        parts, starts, middles = [], [], []
+        offset = 0
+        for tag in tags:
+            middle = encoder.middle(tag, zero)
+            if middle is None:
+                raise ValueError(f"tag {tag!r} cannot be written as a small record")
+            length = head_len + len(middle) + 8 + meta_len
+            parts += (record_header(length), bytes(head_len), middle, bytes(8 + meta_len), _EVENT_FOOTER)
+            starts.append(offset)
+            middles.append(len(middle))
+            offset += length + RECORD_OVERHEAD
+        self.tags = tags
+        self.template = np.frombuffer(b"".join(parts), np.uint8)
+        starts = np.array(starts, np.intp)
+        payload_at = starts + HEADER_SIZE
+        payload_len = head_len + np.array(middles, np.intp) + 8 + meta_len
+        self.lengths = (payload_len + RECORD_OVERHEAD).tolist()
+        self.head_at = payload_at[:, None] + np.arange(head_len, dtype=np.intp)
+        value_at = payload_at + head_len + np.array(middles, np.intp)  # the value, then the metadata
+        self.tail_at = value_at[:, None] + np.arange(8 + meta_len, dtype=np.intp)
+        # CRC32C of each payload with zeros in head, value and metadata (once), and what the
+        # head adds for each payload length (once a step: a handful of lengths).
+        self.base_crcs = np.array([crc32c(self.template[a:a + n]) for a, n in zip(payload_at.tolist(),
+                                                                                  payload_len.tolist())], np.uint32)
+        self.distinct, self.codes = np.unique(payload_len, return_inverse=True)
+        self.distinct = self.distinct.tolist()
+        self.zero_crcs = [crc32c(bytes(n)) for n in self.distinct]
+        self.index_templates = {}
+
+    def fill(self, encoder, values):
+        """The run's records at ``encoder``'s step as a uint8 array, and their payload CRC32Cs."""
+        head, meta = encoder.head, encoder.metadata_field
+        if len(head) != self.head_at.shape[1] or 8 + len(meta) != self.tail_at.shape[1]:
+            raise ValueError("the step's head or metadata length differs from the template's")
+        value_bytes = values.view(np.uint8).reshape(-1, 8)
+        tail = np.empty(self.tail_at.shape, np.uint8)
+        tail[:, :8] = value_bytes
+        tail[:, 8:] = np.frombuffer(meta, np.uint8)
+        data = self.template.copy()
+        data[self.head_at] = np.frombuffer(head, np.uint8)
+        data[self.tail_at] = tail
+        # The head's share depends on the payload's length (a handful), the metadata's on
+        # nothing (it ends every payload), the values' on each value.
+        head_shares = np.array([crc32c(head + bytes(n - len(head))) ^ z for n, z in zip(self.distinct, self.zero_crcs)],
+                               np.uint32)
+        meta_share = crc32c(meta) ^ crc32c(bytes(len(meta))) if meta else 0
+        crcs = crc32c_field_shares(value_bytes, len(meta))
+        crcs ^= self.base_crcs
+        crcs ^= head_shares[self.codes]
+        crcs ^= meta_share
+        return data, crcs
+
+    def index_template(self, base):
+        """The records' index entries, to complete with their CRCs, when the first lies at ``base``."""
+        template = self.index_templates.get(base)
+        if template is None:
+            if len(self.index_templates) > 4:
+                self.index_templates.clear()
+            starts = itertools.accumulate([base] + self.lengths[:-1])
+            template = self.index_templates[base] = entries_json_template(self.tags, list(starts), self.lengths)
+        return template
+
+
 _MAX_KNOWN_DIRS = 4096
 _DTYPE_AND_SHAPE = operator.attrgetter("dtype", "shape")
 # out_dir is absolute (os.path.abspath): joining with "/" gives a valid path on POSIX, even for out_dir "/".
@@ -270,6 +392,7 @@ class RunWriter:
         self._open_steps = {}  # worker -> _OpenStep
         self._known_dirs = set()
         self._layouts = {}  # -> _SmallRecordsLayout of recent steps
+        self._run_layouts = {}  # -> _ScalarRunLayout of recent ScalarRuns
         self._tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
         self._warned_encode = set()
         self._warned_late = set()
@@ -593,7 +716,7 @@ class RunWriter:
                 open_step.shapes.append((name, original[0] if original else name, tuple(int(s) for s in shape)))
         if self._tensorboard is not None:
             # Saved reductions go to TensorBoard as scalars too (docs/format.md 6).
-            reductions = reduction_scalars(step.tensors)
+            reductions = reduction_scalars(iter_records(step.tensors))
             if step.tb_scalars or step.tb_histograms or reductions:
                 self._write_tensorboard(mode, step, reductions)
 
@@ -607,9 +730,42 @@ class RunWriter:
         return open_step.handle
 
     def _write_records(self, open_step, encoder, tensors):
-        """Append records to the step's event file. This thread holds the GIL while it
-        encodes, and a step may hold hundreds of small records: see :class:`_SmallRecordsLayout`
-        for the usual case, a step like the previous one."""
+        """Append records to the step's event file, in order: runs of pairs and
+        :class:`ScalarRun` items."""
+        for kind, items in itertools.groupby(tensors, type):
+            if kind is ScalarRun:
+                for run in items:
+                    if not self._write_run(open_step, encoder, run):
+                        self._write_pairs(open_step, encoder, run.pairs())
+            else:
+                self._write_pairs(open_step, encoder, list(items))
+
+    def _write_run(self, open_step, encoder, run):
+        """Write a :class:`ScalarRun` through its cached :class:`_ScalarRunLayout`; False
+        (nothing written) when its tags cannot be small records."""
+        if len(run) < _LAYOUT_MIN_RECORDS:
+            return False
+        key = (run.tags, len(encoder.head), len(encoder.metadata_field))
+        layout_ = self._run_layouts.get(key)
+        try:
+            if layout_ is None:
+                layout_ = _ScalarRunLayout(encoder, run.tags)
+                if len(self._run_layouts) >= _MAX_LAYOUTS:  # steps keep changing: do not grow forever
+                    self._run_layouts.clear()
+                self._run_layouts[key] = layout_
+            data, crcs = layout_.fill(encoder, run.values)
+        except (ValueError, TypeError):
+            return False
+        self._event_file(open_step).write(data)
+        open_step.names += run.tags
+        open_step.index_items.append(layout_.index_template(open_step.offset) % tuple(crcs.tolist()))
+        open_step.offset += data.size
+        return True
+
+    def _write_pairs(self, open_step, encoder, tensors):
+        """Append ``(tag, value)`` records. This thread holds the GIL while it encodes, and
+        a step may hold hundreds of small records: see :class:`_SmallRecordsLayout` for the
+        usual case, a step like the previous one."""
         if len(tensors) >= _LAYOUT_MIN_RECORDS and self._write_like_before(open_step, encoder, tensors):
             return
         handle, names, items, offset = open_step.handle, open_step.names, open_step.index_items, open_step.offset
@@ -699,7 +855,7 @@ class RunWriter:
         key = (step.global_step, step.worker)
         if key not in self._warned_late:
             self._warned_late.add(key)
-            names = [name for name, _ in step.tensors] + [name for name, _ in step.shapes]
+            names = [name for name, _ in iter_records(step.tensors)] + [name for name, _ in step.shapes]
             logger.warning(
                 "smdebug dropped %d tensor(s) for step %d of %s: that step was already published (%s)",
                 len(names), step.global_step, step.worker, ", ".join(names[:5]) + ("..." if len(names) > 5 else ""),

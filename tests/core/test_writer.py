@@ -170,6 +170,60 @@ def test_steps_like_the_previous_one_are_written_from_a_template_byte_for_byte(t
     assert [float(t.value) for t in tensors] == list(range(20, 32)) + list(range(30, 39))
 
 
+def test_scalar_runs_are_written_byte_for_byte_as_their_pairs(tmp_path):
+    """A ScalarRun (a batch's reductions in one array) is written from a template with
+    vectorized CRCs: the files must be exactly those of the same (tag, float64) pairs, among
+    other records, across step and mode-step varint lengths, NaN and infinities included."""
+    tags = tuple(f"smdebug/reductions/{'abs_' if i % 3 == 0 else ''}{op}/{'x' * (i % 11)}layer{i}"
+                 for i in range(60) for op in ("min", "max", "l2"))
+    rng = np.random.default_rng(0)
+    steps = []
+    for global_step in [0, 1, 127, 128, 20000, 10 ** 11]:
+        values = rng.standard_normal(len(tags))
+        values[[3, 5, 7]] = [np.nan, np.inf, -np.inf]
+        steps.append((global_step, values))
+    written = []
+    for name, as_run in (("pairs", False), ("runs", True)):
+        out_dir = tmp_path / name
+        writer = RunWriter(str(out_dir), "worker_0")
+        for global_step, values in steps:
+            mode = ModeKeys.EVAL if global_step == 1 else ModeKeys.TRAIN
+            body = [run_writer_module.ScalarRun(tags, values)] if as_run else list(zip(tags, values))
+            few = [run_writer_module.ScalarRun(tags[:3], values[:3])] if as_run else list(zip(tags[:3], values[:3]))
+            tensors = [("scalar/loss", np.asarray(1.5, np.float32))] + body + few + [("x", np.arange(5.0))]
+            writer.submit(_step(global_step, mode, global_step * 3, tensors=tensors, wall_time=1000.25 + global_step),
+                          publish=True)
+        writer.close()
+        written.append({f: (out_dir / f).read_bytes() for f in _files(out_dir)})
+    assert written[0] == written[1] and len(written[0]) > 2 * len(steps)
+    published = read_published_steps(tmp_path / "runs")  # framing, offsets and CRCs check out
+    _, tensors = published[layout.index_file_relpath(128, "worker_0")]
+    values = steps[3][1]
+    assert [t.tag for t in tensors[1:1 + len(tags)]] == list(tags)
+    np.testing.assert_array_equal([float(t.value) for t in tensors[1:1 + len(tags)]], values)
+
+
+def test_scalar_run_needs_one_value_per_tag():
+    with pytest.raises(ValueError, match="2 tags, 3 values"):
+        run_writer_module.ScalarRun(("a", "b"), [1.0, 2.0, 3.0])
+
+
+def test_crc_of_a_field_from_its_bytes_shares():
+    """CRC32C is affine: the CRC of a payload whose field holds x is that of the payload with
+    zeros there, XOR x's bytes' shares (which depend only on what follows the field)."""
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        before, width, after = (int(v) for v in rng.integers([0, 1, 0], [40, 16, 40]))
+        payload = rng.integers(0, 256, before + width + after).astype(np.uint8)
+        fields = rng.integers(0, 256, (4, width)).astype(np.uint8)
+        zeroed = payload.copy()
+        zeroed[before:before + width] = 0
+        shares = records.crc32c_field_shares(fields, after)
+        for field, share in zip(fields, shares):
+            payload[before:before + width] = field
+            assert records.crc32c(payload.tobytes()) == records.crc32c(zeroed.tobytes()) ^ int(share)
+
+
 def test_publish_makes_a_step_visible_at_once(tmp_path):
     writer = RunWriter(tmp_path, "worker_0")
     writer.submit(_step(0, ModeKeys.TRAIN, 0, tensors=[("a", np.ones(2))]))
