@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import ml_dtypes
 import numpy as np
 import torch
+from torch._utils import _flatten_dense_tensors
 
 from smdebug.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
 
@@ -553,13 +554,25 @@ def _finish_cpu_batch(batch: _CpuBatch, buffers: "_BufferPool") -> BatchResult:
 def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> BatchResult:
     keys, tensors, raw = batch.keys, batch.tensors, batch.raw
     n = len(tensors)
-    table = np.full((n, len(keys)), np.nan) if keys else None
     raws: Optional[List[Optional[np.ndarray]]] = [None] * n if raw else None
     # C-level passes over the tensors: this thread holds the GIL for its Python, and the
     # training thread waits for it (a batch may hold hundreds of small tensors).
     shapes = list(map(tuple, map(_SHAPE, tensors)))
-    chunks, unreduced = _stack_plan(tuple(map(_DTYPE, tensors)), tuple(shapes))
+    dtypes = tuple(map(_DTYPE, tensors))
     lost: Dict[int, str] = {}
+    table = None
+    if not raw and keys:
+        segments = _segment_plan(dtypes, tuple(shapes), keys)
+        if segments is not None:
+            try:
+                table = _reduce_segments(tensors, segments, keys)
+            except Exception:  # noqa: BLE001 - the general path below reads them one group at a time
+                table = None
+    if table is not None:
+        chunks, unreduced = (), ()
+    else:
+        table = np.full((n, len(keys)), np.nan) if keys else None
+        chunks, unreduced = _stack_plan(dtypes, tuple(shapes))
     for chunk in chunks:
         try:
             _finish_group([tensors[i] for i in chunk], chunk, keys, raws, table, buffers)
@@ -601,6 +614,81 @@ def _stack_plan(dtypes: tuple, shapes: tuple) -> Tuple[Tuple[List[int], ...], Tu
         per_stack = max(1, STACK_MAX_TOTAL // max(1, math.prod(shapes[members[0]])))
         chunks += [members[start:start + per_stack] for start in range(0, len(members), per_stack)]
     return tuple(chunks), tuple(unreduced)
+
+
+#: Batches of at most this many elements in all (a step's biases, a small model's weights)
+#: are reduced as segments of one flat float64 copy (:func:`_reduce_segments`): a fixed
+#: handful of numpy calls whatever the number of tensors and shapes.
+SEGMENTS_MAX_NUMEL = 1 << 16
+_SEGMENT_OPS = frozenset({"min", "max", "sum", "mean", "variance", "std", "l1", "l2"})
+
+
+@functools.lru_cache(maxsize=256)
+def _segment_plan(dtypes: tuple, shapes: tuple, keys: tuple) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """Where each tensor starts in the flat copy and its length, for a batch that
+    :func:`_reduce_segments` can reduce (float32/float64 tensors of one dtype, none empty,
+    at most :data:`SEGMENTS_MAX_NUMEL` elements, reductions it knows); else None."""
+    sizes = [math.prod(shape) for shape in shapes]
+    if not sizes or len(set(dtypes)) != 1 or dtypes[0] not in (torch.float32, torch.float64) or 0 in sizes \
+            or sum(sizes) > SEGMENTS_MAX_NUMEL or any(op not in _SEGMENT_OPS for op, _ in keys):
+        return None
+    lengths = np.array(sizes, np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    return starts, lengths.astype(np.float64)
+
+
+def _reduce_segments(tensors, plan: Tuple[np.ndarray, np.ndarray], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
+    """``keys`` of each of ``tensors`` (small CPU tensors, see :func:`_segment_plan`): one flat
+    float64 copy and one ``reduceat`` per kind of pass. Variances from the sums (as
+    :func:`_reduce_rows`), in two passes where that would cancel."""
+    starts, n = plan
+    wide = _flatten_dense_tensors(tensors).numpy().astype(np.float64)
+    needs_abs = any(is_abs or op == "l1" for op, is_abs in keys)
+    magnitudes = np.abs(wide) if needs_abs else None
+    cache: Dict[object, np.ndarray] = {}
+
+    def total(is_abs):
+        if ("sum", is_abs) not in cache:
+            cache[("sum", is_abs)] = np.add.reduceat(magnitudes if is_abs else wide, starts)
+        return cache[("sum", is_abs)]
+
+    def sum_of_squares():  # the same for x and |x|
+        if "sumsq" not in cache:
+            cache["sumsq"] = np.add.reduceat(wide * wide, starts)
+        return cache["sumsq"]
+
+    def variance(is_abs):
+        if ("var", is_abs) not in cache:
+            mean = total(is_abs) / n
+            var = sum_of_squares() / n - mean * mean
+            for i in np.flatnonzero(~(var > CANCELLATION_LIMIT * mean * mean)):  # cancels, or not finite
+                start, stop = int(starts[i]), int(starts[i] + n[i])
+                centered = (magnitudes if is_abs else wide)[start:stop] - mean[i]
+                var[i] = (centered * centered).sum() / n[i]  # not np.dot: OpenBLAS threads spin after it
+            cache[("var", is_abs)] = var
+        return cache[("var", is_abs)]
+
+    out = np.empty((len(n), len(keys)), dtype=np.float64)
+    with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
+        for j, (op, is_abs) in enumerate(keys):
+            src = magnitudes if is_abs else wide
+            if op == "min":
+                out[:, j] = np.minimum.reduceat(src, starts)
+            elif op == "max":
+                out[:, j] = np.maximum.reduceat(src, starts)
+            elif op == "sum":
+                out[:, j] = total(is_abs)
+            elif op == "mean":
+                out[:, j] = total(is_abs) / n
+            elif op == "variance":
+                out[:, j] = variance(is_abs)
+            elif op == "std":
+                out[:, j] = np.sqrt(variance(is_abs))
+            elif op == "l1":
+                out[:, j] = total(True)
+            else:  # l2
+                out[:, j] = np.sqrt(sum_of_squares())
+    return out
 
 
 def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, table, buffers) -> None:

@@ -108,8 +108,9 @@ def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch, segmen
     for r in requests:
         r.reductions = (("min", False), ("max", False), ("l2", False), ("mean", True))
 
-    calls = {"cpu": 0, "segment_reduce": 0, "rows": 0}
+    calls = {"cpu": 0, "segment_reduce": 0, "rows": 0, "segments": 0}
     real_cpu, real_segment, real_rows = torch.Tensor.cpu, torch.segment_reduce, torch_backend._reduce_rows
+    real_segments = torch_backend._reduce_segments
 
     def counting_cpu(self, *args, **kwargs):
         calls["cpu"] += 1
@@ -125,14 +126,19 @@ def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch, segmen
 
     monkeypatch.setattr(torch.Tensor, "cpu", counting_cpu)
     monkeypatch.setattr(torch, "segment_reduce", counting_segment)
+    def counting_segments(*args, **kwargs):
+        calls["segments"] += 1
+        return real_segments(*args, **kwargs)
+
     monkeypatch.setattr(torch_backend, "_reduce_rows", counting_rows)
+    monkeypatch.setattr(torch_backend, "_reduce_segments", counting_segments)
     results = backend.materialize(requests)
     assert calls["cpu"] == 1
     if segment_ops == "device":
         # min, max, sum of squares (l2) and sum of |x| (abs mean): 4 kernels for 40 tensors.
         assert (calls["segment_reduce"], calls["rows"]) == (4, 0)
-    else:  # 40 tensors of one shape: one stack, its rows reduced in one call
-        assert (calls["segment_reduce"], calls["rows"]) == (0, 1)
+    else:  # 40 small tensors: one flat copy reduced in segments (_reduce_segments), one call
+        assert (calls["segment_reduce"], calls["rows"], calls["segments"]) == (0, 0, 1)
     for tensor, result in zip(tensors, results):
         np.testing.assert_allclose(result.reductions[("l2", False)], np.linalg.norm(tensor.numpy().ravel()),
                                    rtol=1e-6)
@@ -232,3 +238,40 @@ def test_cuda_capture_copies_raw_values_before_the_update():
     (result,) = backend.materialize([Request("w", snap, raw=True, shape=False, reductions=(("l2", False),))])
     np.testing.assert_array_equal(result.raw, expected)
     np.testing.assert_allclose(result.reductions[("l2", False)], np.linalg.norm(expected.ravel()), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_small_batches_reduced_as_segments_match_the_stacked_path(monkeypatch, dtype):
+    """A small batch (a step's biases, a small model) is reduced as segments of one flat
+    float64 copy: the same values as stacking its tensors by shape, for every reduction it
+    takes, including NaN, infinities and a tensor whose variance cancels in one pass."""
+    keys = tuple((op, is_abs) for op in ("min", "max", "sum", "mean", "variance", "std", "l1", "l2")
+                 for is_abs in (False, True) if not (op in ("l1", "l2") and is_abs))
+    gen = torch.Generator().manual_seed(3)
+    tensors = [torch.randn(64, 64, generator=gen, dtype=dtype), torch.randn(64, generator=gen, dtype=dtype),
+               torch.full((10,), 1e4, dtype=dtype) + torch.arange(10, dtype=dtype) * 1e-3,
+               torch.tensor([1.0, float("nan"), 2.0], dtype=dtype), torch.tensor([float("inf"), 1.0], dtype=dtype),
+               torch.tensor([-5.0], dtype=dtype), torch.randn(3, 5, 7, generator=gen, dtype=dtype)]
+    batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
+    calls = []
+    real = torch_backend._reduce_segments
+    monkeypatch.setattr(torch_backend, "_reduce_segments", lambda *a: calls.append(1) or real(*a))
+    segments = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    monkeypatch.setattr(torch_backend, "_segment_plan", lambda *a: None)
+    stacked = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    assert calls == [1] and not segments.lost and segments.shapes == stacked.shapes
+    np.testing.assert_allclose(segments.reductions, stacked.reductions, rtol=1e-12, atol=0, equal_nan=True)
+    # The one-pass variance would have cancelled for the 1e4 tensor: it took two passes.
+    assert segments.reductions[2, keys.index(("variance", False))] == pytest.approx(np.var(tensors[2].numpy().astype(np.float64)), rel=1e-9)
+
+
+def test_batches_the_segments_cannot_take_go_the_stacked_way():
+    keys = (("min", False), ("median", False))
+    tensors = [torch.randn(4, 4), torch.randn(4)]
+    assert torch_backend._segment_plan((torch.float32,) * 2, ((4, 4), (4,)), keys) is None  # median
+    assert torch_backend._segment_plan((torch.float32, torch.float64), ((4, 4), (4,)), keys[:1]) is None  # dtypes
+    assert torch_backend._segment_plan((torch.float32,) * 2, ((4, 4), (0,)), keys[:1]) is None  # empty
+    assert torch_backend._segment_plan((torch.float32,), ((300, 300),), keys[:1]) is None  # too large
+    batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
+    result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    assert result.reductions[0, 1] == pytest.approx(float(np.median(tensors[0].numpy())))
