@@ -2,6 +2,14 @@
 
     .venv/bin/python benchmarks/bench_writer.py                      # 64 x 1 MiB float32 per step, 50 steps, 5 reps
     .venv/bin/python benchmarks/bench_writer.py --tensors 2000 --tensor-kib 1 --steps 20   # many small tensors
+    .venv/bin/python benchmarks/bench_writer.py --reductions 402   # steps of reductions: pairs vs ScalarRun
+
+``--reductions N``: steps of min/max/mean/std/l2 of N tensors (5N float64 records), handed
+over as one ``(tag, numpy scalar)`` pair per value (how reductions travelled before
+``ScalarRun``) and as one :class:`~smdebug.writer.run_writer.ScalarRun` (how the hooks hand
+them over now), in turn; the table gives the median time per step of each over ``--reps``
+runs of ``--steps`` steps (submit, then close: the writer's whole work), on one core's worth
+of Python.
 
 Each repetition runs both methods back to back (alternating which goes first) in a fresh
 directory under ``--dir``; the table reports medians. ``ratio`` = writer time / plain time
@@ -19,6 +27,7 @@ import numpy as np
 
 from smdebug.modes import ModeKeys
 from smdebug.writer import RunWriter, StepData
+from smdebug.writer.run_writer import ScalarRun
 
 
 def make_tensors(count, elements):
@@ -49,6 +58,39 @@ def run_writer(directory, tensors, steps):
     return time.perf_counter() - started, in_submit
 
 
+def run_reductions(directory, tags, steps, as_run):
+    """Steps of reductions through a RunWriter: seconds for all (submits and close)."""
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(len(tags)) for _ in range(4)]
+    started = time.perf_counter()
+    writer = RunWriter(directory, "worker_0")
+    for step in range(steps):
+        step_values = values[step % 4]
+        tensors = [ScalarRun(tags, step_values)] if as_run else list(zip(tags, step_values))
+        writer.submit(StepData(step, ModeKeys.TRAIN, step, "worker_0", tensors=tensors), publish=True)
+    if not writer.close(timeout=600):
+        raise RuntimeError(f"writer failed: {writer.failed!r}")
+    return time.perf_counter() - started
+
+
+def bench_reductions(count, steps, reps, root):
+    tags = tuple(f"smdebug/reductions/{op}/{i}_output_0" for i in range(count)
+                 for op in ("min", "max", "mean", "std", "l2"))
+    times = {"pairs": [], "ScalarRun": []}
+    for rep in range(reps):
+        order = [("pairs", False), ("ScalarRun", True)]
+        if rep % 2:
+            order.reverse()
+        for name, as_run in order:
+            directory = os.path.join(root, f"{name}_{rep}")
+            times[name].append(run_reductions(directory, tags, steps, as_run))
+            shutil.rmtree(directory)
+    print(f"{len(tags)} reductions a step ({count} tensors) x {steps} steps, {reps} reps, medians")
+    print(f"{'handed over as':<15} {'ms a step':>10}")
+    for name, values in times.items():
+        print(f"{name:<15} {1e3 * statistics.median(values) / steps:10.3f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tensors", type=int, default=64, help="tensors per step (default 64)")
@@ -56,7 +98,17 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=50, help="steps per run (default 50)")
     parser.add_argument("--reps", type=int, default=5, help="repetitions of each method (default 5)")
     parser.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+    parser.add_argument("--reductions", type=int, default=0, metavar="N",
+                        help="instead: steps of the reductions of N tensors, as pairs and as a ScalarRun")
     args = parser.parse_args(argv)
+
+    if args.reductions:
+        root = tempfile.mkdtemp(prefix="bench_writer_", dir=args.dir)
+        try:
+            bench_reductions(args.reductions, args.steps if args.steps != 50 else 500, args.reps, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
 
     tensors = make_tensors(args.tensors, args.tensor_kib * 1024 // 4)
     total_bytes = sum(a.nbytes for _, a in tensors) * args.steps
