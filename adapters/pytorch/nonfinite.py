@@ -28,14 +28,11 @@ import torch
 from smdebug.logger import get_logger
 
 from .backend import tensor_leaves
+from .sharded import is_dtensor
 
 logger = get_logger("smdebug.pytorch")
 
 _HALF = (torch.float16, torch.bfloat16)
-try:
-    from torch.distributed.tensor import DTensor as _DTensor
-except ImportError:  # torch without distributed support
-    _DTensor = None
 
 
 def _finite_note(t: torch.Tensor) -> Optional[torch.Tensor]:
@@ -51,7 +48,7 @@ def _finite_note(t: torch.Tensor) -> Optional[torch.Tensor]:
     if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0 or t.is_meta:
         return None
     t = t.detach()  # records no graph (cheaper than entering no_grad for each note)
-    if _DTensor is not None and isinstance(t, _DTensor):
+    if is_dtensor(t):
         # A sharded activation: this rank's part. Reading a DTensor's sum later would start a
         # collective on the one rank that fired.
         t = t.to_local()

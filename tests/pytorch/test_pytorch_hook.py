@@ -1,5 +1,7 @@
 """The PyTorch hook with real training loops, read back with create_trial."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -548,3 +550,13 @@ def test_cuda_model(run_dir):
         np.testing.assert_array_equal(trial.tensor("gradient/Net_fc1.weight").value(step), grad.cpu().numpy())
         assert float(trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2")) == pytest.approx(
             float(np.linalg.norm(grad.cpu().numpy().ravel())), rel=1e-5)
+
+
+def test_importing_the_adapter_costs_no_sharding_or_compiler_modules():
+    """``import smdebug.pytorch`` must not pull in DTensor (and through it sympy and the
+    symbolic-shape machinery, 0.6 s on the CI machine): sharded tensors are recognised by
+    class name and their helpers imported when one is met."""
+    code = ("import sys, smdebug.pytorch; "
+            "print(sorted(m for m in ('torch.distributed.tensor', 'sympy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
