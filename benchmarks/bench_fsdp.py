@@ -10,7 +10,9 @@ models (``fully_shard`` per Linear layer and at the root): one trained without a
 registered with a hook that saves min, max, mean, std and l2 of every weight, bias and
 gradient at every step (``include_workers="one"``: the chief writes). The two are trained in
 the same processes, interleaved in blocks of ``--block`` steps (on a shared machine whose
-speed drifts, neighbouring blocks run at the same speed), after a warm-up. The table gives
+speed drifts, neighbouring blocks run at the same speed; which model goes first alternates,
+and the first ``--settle`` steps of each block are left out: they still share the machine
+with the other model's background work, the hook's worker and writer), after a warm-up. The table gives
 the MEDIAN per-step time of each and their ratio, per model size (``--layers`` Linear layers
 of ``--width``: 2 parameters per layer), and the statistics collectives per saved step (one
 all_gather, whatever the number of parameters). Figures are rank 0's.
@@ -52,7 +54,7 @@ def step(model, optimizer, x):
     optimizer.step()
 
 
-def measure(rank: int, layers: int, width: int, steps: int, block: int, out_dir: str) -> dict:
+def measure(rank: int, layers: int, width: int, steps: int, block: int, out_dir: str, settle: int = 2) -> dict:
     import smdebug.pytorch as smd
 
     plain, hooked = make_model(layers, width), make_model(layers, width)
@@ -68,12 +70,14 @@ def measure(rank: int, layers: int, width: int, steps: int, block: int, out_dir:
         step(hooked, opt_hooked, x)
     times = {"plain": [], "hooked": []}
     collectives_before, saved_steps = hook._sharded.groups.collectives, 0
-    for _ in range(max(1, steps // block)):
-        for name, model, optimizer in (("plain", plain, opt_plain), ("hooked", hooked, opt_hooked)):
-            for _ in range(block):
+    pair = [("plain", plain, opt_plain), ("hooked", hooked, opt_hooked)]
+    for round_ in range(max(1, steps // block)):
+        for name, model, optimizer in (pair if round_ % 2 == 0 else pair[::-1]):  # who goes first alternates
+            for j in range(block):
                 start = time.perf_counter()
                 step(model, optimizer, x)
-                times[name].append(time.perf_counter() - start)
+                if j >= settle:  # the first steps of a block share the machine with the other's background work
+                    times[name].append(time.perf_counter() - start)
                 saved_steps += name == "hooked"
     collectives = (hook._sharded.groups.collectives - collectives_before) / max(1, saved_steps)
     hook.close()
@@ -93,7 +97,7 @@ def worker(rank: int, port: int, args, result_path: str) -> None:
     dist.broadcast_object_list(holder)
     for layers in args.layers:
         out_dir = os.path.join(holder[0], f"layers_{layers}")
-        rows.append(measure(rank, layers, args.width, args.steps, args.block, out_dir))
+        rows.append(measure(rank, layers, args.width, args.steps, args.block, out_dir, args.settle))
         dist.barrier()
     if rank == 0:
         with open(result_path, "w") as f:
@@ -107,7 +111,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, nargs="+", default=[2, 8, 32])
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--steps", type=int, default=40, help="timed steps of each model")
-    parser.add_argument("--block", type=int, default=4, help="steps of one model before switching")
+    parser.add_argument("--block", type=int, default=8, help="steps of one model before switching")
+    parser.add_argument("--settle", type=int, default=2, help="steps left out at the start of each block")
     args = parser.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -118,7 +123,7 @@ def main() -> None:
         rows = json.load(f)
     os.unlink(result)
     print(f"FSDP2, 2 gloo processes on CPU, torch threads 1, width {args.width}, median of {rows[0]['steps_each']} "
-          f"steps each, interleaved in blocks of {args.block}")
+          f"steps each, interleaved in blocks of {args.block} (first {args.settle} left out)")
     print(f"{'layers':>6} {'params':>6} {'no hook ms':>10} {'hook ms':>8} {'ratio':>6} {'added ms':>8} "
           f"{'collectives/step':>16}")
     for r in rows:
