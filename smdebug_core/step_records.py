@@ -58,10 +58,7 @@ class StepRecords:
             if plan is None and isinstance(payload, tuple):  # a ReducedBlock: one extend for all its tensors
                 block, values = payload
                 shapes += block.shapes
-                if type(values) is np.ndarray and values.dtype == np.float64 and values.ndim == 1:
-                    tensors.append(ScalarRun(block.tags, values))  # as a batch's reductions: one array
-                else:
-                    tensors += zip(block.tags, values)
+                tensors += zip(block.tags, values)
                 if bad is not None and value_is_nonfinite(np.asarray(values, dtype=np.float64)):
                     bad += [one.name for one, _, vals in block.split(values) if value_is_nonfinite(np.asarray(vals))]
                 if seen is not None:
