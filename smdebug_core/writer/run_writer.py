@@ -186,6 +186,8 @@ _EVENT_FILE_BUFFER_BYTES = 1 << 20
 # Steps with fewer records are written one record at a time.
 _LAYOUT_MIN_RECORDS = 8
 _MAX_LAYOUTS = 64
+# A run's layout holds its template and byte offsets (~0.5 KB a record): at most this many.
+_MAX_RUN_LAYOUTS = 16
 
 
 class _SmallRecordsLayout:
@@ -294,9 +296,10 @@ class _ScalarRunLayout:
         payload_at = starts + HEADER_SIZE
         payload_len = head_len + np.array(middles, np.intp) + 8 + meta_len
         self.lengths = (payload_len + RECORD_OVERHEAD).tolist()
-        self.head_at = payload_at[:, None] + np.arange(head_len, dtype=np.intp)
+        offsets = np.int32 if self.template.size < 2 ** 31 else np.intp  # half the memory of intp
+        self.head_at = (payload_at[:, None] + np.arange(head_len, dtype=np.intp)).astype(offsets)
         value_at = payload_at + head_len + np.array(middles, np.intp)  # the value, then the metadata
-        self.tail_at = value_at[:, None] + np.arange(8 + meta_len, dtype=np.intp)
+        self.tail_at = (value_at[:, None] + np.arange(8 + meta_len, dtype=np.intp)).astype(offsets)
         # CRC32C of each payload with zeros in head, value and metadata (once), and what the
         # head adds for each payload length (once a step: a handful of lengths).
         self.base_crcs = np.array([crc32c(self.template[a:a + n]) for a, n in zip(payload_at.tolist(),
@@ -750,7 +753,7 @@ class RunWriter:
         try:
             if layout_ is None:
                 layout_ = _ScalarRunLayout(encoder, run.tags)
-                if len(self._run_layouts) >= _MAX_LAYOUTS:  # steps keep changing: do not grow forever
+                if len(self._run_layouts) >= _MAX_RUN_LAYOUTS:  # runs keep changing: do not grow forever
                     self._run_layouts.clear()
                 self._run_layouts[key] = layout_
             data, crcs = layout_.fill(encoder, run.values)
