@@ -562,7 +562,7 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> Batch
     lost: Dict[int, str] = {}
     table = None
     if not raw and keys:
-        segments = _segment_plan(dtypes, tuple(shapes), keys)
+        segments = _segment_plan(dtypes, tuple(shapes))
         if segments is not None:
             try:
                 table = _reduce_segments(tensors, segments, keys)
@@ -620,29 +620,46 @@ def _stack_plan(dtypes: tuple, shapes: tuple) -> Tuple[Tuple[List[int], ...], Tu
 #: are reduced as segments of one flat float64 copy (:func:`_reduce_segments`): a fixed
 #: handful of numpy calls whatever the number of tensors and shapes.
 SEGMENTS_MAX_NUMEL = 1 << 16
-_SEGMENT_OPS = frozenset({"min", "max", "sum", "mean", "variance", "std", "l1", "l2"})
 
 
 @functools.lru_cache(maxsize=256)
-def _segment_plan(dtypes: tuple, shapes: tuple, keys: tuple) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+def _segment_plan(dtypes: tuple, shapes: tuple) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """Where each tensor starts in the flat copy and its length, for a batch that
     :func:`_reduce_segments` can reduce (float32/float64 tensors of one dtype, none empty,
-    at most :data:`SEGMENTS_MAX_NUMEL` elements, reductions it knows); else None."""
+    at most :data:`SEGMENTS_MAX_NUMEL` elements); else None."""
     sizes = [math.prod(shape) for shape in shapes]
     if not sizes or len(set(dtypes)) != 1 or dtypes[0] not in (torch.float32, torch.float64) or 0 in sizes \
-            or sum(sizes) > SEGMENTS_MAX_NUMEL or any(op not in _SEGMENT_OPS for op, _ in keys):
+            or sum(sizes) > SEGMENTS_MAX_NUMEL:
         return None
-    lengths = np.array(sizes, np.int64)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    return starts, lengths.astype(np.float64)
+    return _segments(np.array(sizes, np.int64))
+
+
+def _segments(lengths: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """``(starts, lengths as float64)`` of consecutive segments, read-only (they are cached)."""
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.intp)
+    lengths = lengths.astype(np.float64)
+    starts.setflags(write=False)
+    lengths.setflags(write=False)
+    return starts, lengths
+
+
+@functools.lru_cache(maxsize=64)
+def _row_segments(rows: int, size: int) -> Tuple[np.ndarray, np.ndarray]:
+    return _segments(np.full(rows, size, np.int64))
 
 
 def _reduce_segments(tensors, plan: Tuple[np.ndarray, np.ndarray], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
     """``keys`` of each of ``tensors`` (small CPU tensors, see :func:`_segment_plan`): one flat
-    float64 copy and one ``reduceat`` per kind of pass. Variances from the sums (as
-    :func:`_reduce_rows`), in two passes where that would cancel."""
+    float64 copy, reduced in segments (:func:`_reduce_flat`)."""
+    return _reduce_flat(_flatten_dense_tensors(tensors).numpy().astype(np.float64), plan, keys)
+
+
+def _reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
+    """``keys`` of each segment of the flat float64 array ``wide`` (``plan``: the segments'
+    starts and lengths), a ``[segments, len(keys)]`` array: one ``reduceat`` per kind of
+    pass, whatever the number of segments. Definitions are those of :mod:`smdebug.reductions`;
+    variances from the sums (as :func:`_reduce_rows`), in two passes where that would cancel."""
     starts, n = plan
-    wide = _flatten_dense_tensors(tensors).numpy().astype(np.float64)
     needs_abs = any(is_abs or op == "l1" for op, is_abs in keys)
     magnitudes = np.abs(wide) if needs_abs else None
     cache: Dict[object, np.ndarray] = {}
@@ -686,8 +703,14 @@ def _reduce_segments(tensors, plan: Tuple[np.ndarray, np.ndarray], keys: Tuple[R
                 out[:, j] = np.sqrt(variance(is_abs))
             elif op == "l1":
                 out[:, j] = total(True)
-            else:  # l2
+            elif op == "l2":
                 out[:, j] = np.sqrt(sum_of_squares())
+            elif op == "prod":
+                out[:, j] = np.multiply.reduceat(src, starts)
+            elif op == "median":
+                out[:, j] = [np.median(src[a:a + int(k)]) for a, k in zip(starts.tolist(), n.tolist())]
+            else:
+                raise ValueError(f"unknown reduction {op!r}")
     return out
 
 
@@ -777,8 +800,8 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
     in the tensor's own dtype. Definitions are those of :mod:`smdebug.reductions`. With
     ``buffers``, the float64 copy the sums read is made into a buffer kept between steps.
     """
-    if rows.numel() <= NUMPY_ROWS_MAX_NUMEL:
-        return _reduce_small_rows(rows.numpy(), keys)
+    if rows.numel() <= NUMPY_ROWS_MAX_NUMEL:  # each row a segment of one flat float64 copy
+        return _reduce_flat(rows.numpy().astype(np.float64).reshape(-1), _row_segments(*rows.shape), keys)
     n = rows.shape[1]
     cache: Dict[object, object] = {}
     wide = None  # float64 copy of rows, made once for sums and norms (into a kept buffer)
@@ -858,58 +881,9 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
     return out
 
 
-#: Groups of at most this many elements are reduced in numpy, in float64, exactly as the
-#: reference does: for small arrays a numpy call costs a microsecond, a torch call several,
-#: and the two-pass variance's temporary is small.
+#: Groups of at most this many elements are reduced in numpy, in float64 (:func:`_reduce_flat`):
+#: for small arrays a numpy call costs a microsecond, a torch call several.
 NUMPY_ROWS_MAX_NUMEL = 1 << 16
-
-
-def _reduce_small_rows(x: np.ndarray, keys: Tuple[ReductionKey, ...]) -> np.ndarray:
-    """:func:`_reduce_rows` for a small ``[n, size]`` array: one float64 copy, few numpy calls."""
-    wide = x.astype(np.float64)
-    magnitudes = np.abs(wide) if any(is_abs for _, is_abs in keys) or any(op == "l1" for op, _ in keys) else None
-    n = wide.shape[1]
-    out = np.empty((wide.shape[0], len(keys)), dtype=np.float64)
-    cache: Dict[object, np.ndarray] = {}
-
-    def total(src, is_abs):
-        if ("sum", is_abs) not in cache:
-            cache[("sum", is_abs)] = src.sum(axis=1)
-        return cache[("sum", is_abs)]
-
-    def variance(src, is_abs):
-        if ("var", is_abs) not in cache:
-            centered = src - (total(src, is_abs) / n)[:, None]
-            centered *= centered  # small arrays: a multiply and a sum cost less than einsum's set-up
-            cache[("var", is_abs)] = centered.sum(axis=1) / n
-        return cache[("var", is_abs)]
-
-    with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
-        for j, (op, is_abs) in enumerate(keys):
-            src = magnitudes if is_abs else wide
-            if op == "min":
-                out[:, j] = src.min(axis=1)
-            elif op == "max":
-                out[:, j] = src.max(axis=1)
-            elif op == "sum":
-                out[:, j] = total(src, is_abs)
-            elif op == "mean":
-                out[:, j] = total(src, is_abs) / n
-            elif op == "variance":
-                out[:, j] = variance(src, is_abs)
-            elif op == "std":
-                out[:, j] = np.sqrt(variance(src, is_abs))
-            elif op == "l1":
-                out[:, j] = total(magnitudes, True)
-            elif op == "l2":
-                out[:, j] = np.sqrt((wide * wide).sum(axis=1))
-            elif op == "prod":
-                out[:, j] = src.prod(axis=1)
-            elif op == "median":
-                out[:, j] = np.median(src, axis=1)
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
-    return out
 
 
 def _two_pass_variance(rows: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:

@@ -243,8 +243,9 @@ def test_cuda_capture_copies_raw_values_before_the_update():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_small_batches_reduced_as_segments_match_the_stacked_path(monkeypatch, dtype):
     """A small batch (a step's biases, a small model) is reduced as segments of one flat
-    float64 copy: the same values as stacking its tensors by shape, for every reduction it
-    takes, including NaN, infinities and a tensor whose variance cancels in one pass."""
+    float64 copy: the reference's values (smdebug.reductions) and those of stacking its
+    tensors by shape, for every reduction it takes, including NaN, infinities and a tensor
+    whose variance cancels in one pass."""
     keys = tuple((op, is_abs) for op in ("min", "max", "sum", "mean", "variance", "std", "l1", "l2")
                  for is_abs in (False, True) if not (op in ("l1", "l2") and is_abs))
     gen = torch.Generator().manual_seed(3)
@@ -257,21 +258,34 @@ def test_small_batches_reduced_as_segments_match_the_stacked_path(monkeypatch, d
     real = torch_backend._reduce_segments
     monkeypatch.setattr(torch_backend, "_reduce_segments", lambda *a: calls.append(1) or real(*a))
     segments = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    assert calls == [1] and not segments.lost and segments.shapes == [tuple(t.shape) for t in tensors]
+    expected = [[float(reductions.reduce(t.numpy(), op, is_abs)) for op, is_abs in keys] for t in tensors]
+    np.testing.assert_allclose(segments.reductions, expected, rtol=1e-9, atol=1e-12, equal_nan=True)
+    # The stacked path (tensors of one shape as the rows of one array) gives the same.
     monkeypatch.setattr(torch_backend, "_segment_plan", lambda *a: None)
     stacked = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
-    assert calls == [1] and not segments.lost and segments.shapes == stacked.shapes
     np.testing.assert_allclose(segments.reductions, stacked.reductions, rtol=1e-12, atol=0, equal_nan=True)
     # The one-pass variance would have cancelled for the 1e4 tensor: it took two passes.
     assert segments.reductions[2, keys.index(("variance", False))] == pytest.approx(np.var(tensors[2].numpy().astype(np.float64)), rel=1e-9)
 
 
 def test_batches_the_segments_cannot_take_go_the_stacked_way():
-    keys = (("min", False), ("median", False))
-    tensors = [torch.randn(4, 4), torch.randn(4)]
-    assert torch_backend._segment_plan((torch.float32,) * 2, ((4, 4), (4,)), keys) is None  # median
-    assert torch_backend._segment_plan((torch.float32, torch.float64), ((4, 4), (4,)), keys[:1]) is None  # dtypes
-    assert torch_backend._segment_plan((torch.float32,) * 2, ((4, 4), (0,)), keys[:1]) is None  # empty
-    assert torch_backend._segment_plan((torch.float32,), ((300, 300),), keys[:1]) is None  # too large
+    assert torch_backend._segment_plan((torch.float32, torch.float64), ((4, 4), (4,))) is None  # dtypes
+    assert torch_backend._segment_plan((torch.float16,) * 2, ((4, 4), (4,))) is None  # half: widened by rows
+    assert torch_backend._segment_plan((torch.float32,) * 2, ((4, 4), (0,))) is None  # empty
+    assert torch_backend._segment_plan((torch.float32,), ((300, 300),)) is None  # too large
+    tensors = [torch.randn(4, 4), torch.randn(4, dtype=torch.float64)]
+    keys = (("min", False), ("median", False), ("prod", True))
     batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
     result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
-    assert result.reductions[0, 1] == pytest.approx(float(np.median(tensors[0].numpy())))
+    for row, tensor in zip(result.reductions, tensors):
+        values = tensor.numpy().astype(np.float64).ravel()
+        np.testing.assert_allclose(row, [values.min(), np.median(values), np.abs(values).prod()], rtol=1e-12)
+
+
+def test_median_and_prod_as_segments():
+    keys = (("median", False), ("median", True), ("prod", False))
+    tensors = [torch.tensor([3.0, -1.0, 2.0]), torch.tensor([-4.0, 5.0]), torch.tensor([7.0])]
+    batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
+    result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    np.testing.assert_array_equal(result.reductions, [[2.0, 2.0, -6.0], [0.5, 4.5, -20.0], [7.0, 7.0, 7.0]])
