@@ -24,9 +24,14 @@ Two axes, each with three hook configurations:
   ratio away from 1.00 there is the machine, not the hook).
 
 Method, as a user feels it: the baseline model and the hooked model (same architecture,
-same data) are trained in one process, one step of each in turn, so both see the machine
-at the same speed; each step is timed on its own (a whole iteration: zero_grad, forward,
-backward, optimizer step; the hook's end of step happens inside the next one). The
+same data) are trained in one process, in alternating blocks of ``--block`` steps (16),
+which one goes first alternating, so both see the machine at the same speed. The first
+``--settle`` steps (2) of each block are left out: they still share the machine with the
+other model's background work (after a hooked block, the hook's worker and writer finish
+its last steps). Alternating every step would put the hook's background work inside the
+baseline's steps and flatter the hook (docs/performance.md). Each step is timed on its own
+(a whole iteration: zero_grad, forward, backward, optimizer step; the hook's end of step
+happens inside the next one). The
 figures are the **median of per-step times** of each, their ratio, the added time per
 step and the added time per saved tensor. The hook's ``close()`` (the writer finishing
 the run's files) is timed apart. Batches of 64 rows (``--batch``); full-tensor runs are shortened so a
