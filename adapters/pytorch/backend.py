@@ -558,11 +558,11 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> Batch
     # C-level passes over the tensors: this thread holds the GIL for its Python, and the
     # training thread waits for it (a batch may hold hundreds of small tensors).
     shapes = list(map(tuple, map(_SHAPE, tensors)))
-    dtypes = tuple(map(_DTYPE, tensors))
+    signature = (tuple(map(_DTYPE, tensors)), tuple(shapes))  # the plans' cache key
     lost: Dict[int, str] = {}
     table = None
     if not raw and keys:
-        segments = _segment_plan(dtypes, tuple(shapes))
+        segments = _segment_plan(*signature)
         if segments is not None:
             try:
                 table = _reduce_segments(tensors, segments, keys)
@@ -572,7 +572,7 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> Batch
         chunks, unreduced = (), ()
     else:
         table = np.full((n, len(keys)), np.nan) if keys else None
-        chunks, unreduced = _stack_plan(dtypes, tuple(shapes))
+        chunks, unreduced = _stack_plan(*signature)
     for chunk in chunks:
         try:
             _finish_group([tensors[i] for i in chunk], chunk, keys, raws, table, buffers)

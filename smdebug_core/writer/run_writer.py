@@ -75,8 +75,8 @@ class StepData:
 
     ``tensors`` are ``(final tag, array or numpy scalar)`` in write order (tags already include
     ``smdebug/reductions/...`` prefixes), or :class:`ScalarRun` items standing for many such
-    pairs of float64 scalars (a batch's reductions; :func:`iter_records` flattens them). ``shapes`` are ``(name, shape)`` or
-    ``(name, original_name, shape)`` for tensors saved as shape only (a shape whose name
+    pairs of float64 scalars (a batch's reductions; :func:`iter_records` flattens them).
+    ``shapes`` are ``(name, shape)`` or ``(name, original_name, shape)`` for tensors saved as shape only (a shape whose name
     is also written as a tensor in the same step is left out of the index, docs/format.md 3.2). ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
     names (tags are cleaned by the writer).
 
@@ -152,11 +152,11 @@ _NBYTES = operator.attrgetter("nbytes")
 def records_nbytes(tensors) -> int:
     """Bytes of the values of a list of ``(name, value)`` pairs and :class:`ScalarRun`s.
     Runs on the training thread at each saved step: one pass in C when every item is a
-    pair of numpy values (the usual case without runs); else only numpy values count."""
+    pair of numpy values (the usual case without runs); a Python number counts 8 bytes."""
     try:
         return sum(map(_NBYTES, map(_VALUE, tensors)))
     except (AttributeError, TypeError):  # a run, or a Python number among the values
-        return sum([item.nbytes if type(item) is ScalarRun else getattr(item[1], "nbytes", 0)
+        return sum([item.nbytes if type(item) is ScalarRun else getattr(item[1], "nbytes", 8)
                     for item in tensors])
 
 
@@ -190,6 +190,18 @@ _MAX_LAYOUTS = 64
 _MAX_RUN_LAYOUTS = 16
 
 
+def _index_template(cache, tags, starts, lengths, base):
+    """The index entries of records laid out at ``starts`` (with ``lengths``) from ``base``,
+    a template to complete with their CRCs (format.index.entries_json_template), kept in
+    ``cache`` per ``base`` (usually one: a step's only list of records)."""
+    template = cache.get(base)
+    if template is None:
+        if len(cache) > 4:
+            cache.clear()
+        template = cache[base] = entries_json_template(tags, [base + start for start in starts], lengths)
+    return template
+
+
 class _SmallRecordsLayout:
     """The event-file bytes of a list of small records, as a template for later steps.
 
@@ -215,15 +227,7 @@ class _SmallRecordsLayout:
         self._index_templates = {}  # file offset of the first record -> format.index.entries_json_template
 
     def index_template(self, base):
-        """The records' index entries, a template to complete with their CRCs, when the
-        first record lies at ``base``."""
-        template = self._index_templates.get(base)
-        if template is None:
-            if len(self._index_templates) > 4:  # usually one base (0): a step's only list of records
-                self._index_templates.clear()
-            template = self._index_templates[base] = entries_json_template(
-                self.tags, [base + start for start in self.starts], self.lengths)
-        return template
+        return _index_template(self._index_templates, self.tags, self.starts, self.lengths, base)
 
     @classmethod
     def build(cls, encoder, tags, arrays):
@@ -273,8 +277,8 @@ class _ScalarRunLayout:
     :func:`~smdebug.format.records.crc32c_field_shares`), a few numpy calls for the run.
     """
 
-    __slots__ = ("tags", "template", "head_at", "tail_at", "lengths", "codes", "zero_crcs", "distinct", "base_crcs",
-                 "index_templates")
+    __slots__ = ("tags", "template", "head_at", "tail_at", "starts", "lengths", "codes", "zero_crcs", "distinct",
+                 "base_crcs", "index_templates")
 
     def __init__(self, encoder, tags):
         head_len, meta_len = len(encoder.head), len(encoder.metadata_field)
@@ -295,6 +299,7 @@ class _ScalarRunLayout:
         starts = np.array(starts, np.intp)
         payload_at = starts + HEADER_SIZE
         payload_len = head_len + np.array(middles, np.intp) + 8 + meta_len
+        self.starts = starts.tolist()
         self.lengths = (payload_len + RECORD_OVERHEAD).tolist()
         offsets = np.int32 if self.template.size < 2 ** 31 else np.intp  # half the memory of intp
         self.head_at = (payload_at[:, None] + np.arange(head_len, dtype=np.intp)).astype(offsets)
@@ -333,14 +338,7 @@ class _ScalarRunLayout:
         return data, crcs
 
     def index_template(self, base):
-        """The records' index entries, to complete with their CRCs, when the first lies at ``base``."""
-        template = self.index_templates.get(base)
-        if template is None:
-            if len(self.index_templates) > 4:
-                self.index_templates.clear()
-            starts = itertools.accumulate([base] + self.lengths[:-1])
-            template = self.index_templates[base] = entries_json_template(self.tags, list(starts), self.lengths)
-        return template
+        return _index_template(self.index_templates, self.tags, self.starts, self.lengths, base)
 
 
 _MAX_KNOWN_DIRS = 4096
@@ -759,11 +757,15 @@ class RunWriter:
             data, crcs = layout_.fill(encoder, run.values)
         except (ValueError, TypeError):
             return False
-        self._event_file(open_step).write(data)
-        open_step.names += run.tags
-        open_step.index_items.append(layout_.index_template(open_step.offset) % tuple(crcs.tolist()))
-        open_step.offset += data.size
+        self._append_records(open_step, data, run.tags, layout_, crcs.tolist())
         return True
+
+    def _append_records(self, open_step, data, tags, layout_, crcs):
+        """Records joined from a layout's template (``data``) into the step's event file and index."""
+        self._event_file(open_step).write(data)
+        open_step.names += tags
+        open_step.index_items.append(layout_.index_template(open_step.offset) % tuple(crcs))
+        open_step.offset += len(data)
 
     def _write_pairs(self, open_step, encoder, tensors):
         """Append ``(tag, value)`` records. This thread holds the GIL while it encodes, and
@@ -820,11 +822,7 @@ class RunWriter:
             data = layout_.join(encoder, arrays)
         except (AttributeError, BufferError, ValueError, TypeError):  # not arrays, not contiguous: one by one
             return False
-        self._event_file(open_step).write(data)
-        open_step.names += tags
-        open_step.index_items.append(layout_.index_template(open_step.offset)
-                                     % tuple(crc32c_of_slices(data, layout_.payloads)))
-        open_step.offset += len(data)
+        self._append_records(open_step, data, tags, layout_, crc32c_of_slices(data, layout_.payloads))
         return True
 
     def _publish(self, open_step):
