@@ -1,0 +1,114 @@
+"""How much more a small piece of work costs when its code and data have gone cold.
+
+The hook's work on the training thread is many small pieces (a callback, a hand-over, the
+reductions of a small batch), each run once per step, in between the framework's own work.
+On a machine whose caches are shared with other tenants (this project's 2-core CI VM), code
+and data not touched for a few milliseconds come back from memory, and such a piece costs
+several times what a loop that repeats it measures. This benchmark measures that factor on
+the machine it runs on, so that per-call figures can be read for what they are:
+
+1. a fixed bundle of small operations (a torch add, a numpy allocation, a short Python list
+   comprehension) timed right after ``pause`` microseconds of unrelated busy Python;
+2. the hook's own reductions of one small batch (``TorchBackend.start_batch`` and
+   ``finish_batch`` of a step's loss) right after a training step of a 6-layer 512-wide MLP,
+   and again at once.
+
+Run::
+
+    .venv/bin/python benchmarks/bench_cold_code.py
+    .venv/bin/python benchmarks/bench_cold_code.py --pauses 0 1000 10000 --repeats 200
+
+Figures: median of ``--repeats`` timings each (docs/performance.md).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def _spin(us: float) -> None:
+    """Busy Python for ``us`` microseconds, touching almost nothing else."""
+    end = time.perf_counter() + us / 1e6
+    while time.perf_counter() < end:
+        pass
+
+
+def _bundle(scalar: torch.Tensor) -> float:
+    start = time.perf_counter_ns()
+    scalar + 1
+    np.empty(8)
+    [x * 2.0 for x in range(20)]
+    return (time.perf_counter_ns() - start) / 1e3
+
+
+def bundle_after_pauses(pauses, repeats: int):
+    scalar = torch.tensor(0.5)
+    rows = []
+    for pause in pauses:
+        times = []
+        for _ in range(repeats):
+            _spin(pause)
+            times.append(_bundle(scalar))
+        rows.append((pause, statistics.median(times)))
+    return rows
+
+
+def hook_batch_after_step(repeats: int):
+    """(cold, warm) microseconds of one small batch's hand-over and reductions."""
+    from smdebug.pytorch.backend import TorchBackend  # the hook's own reduction path
+
+    backend = TorchBackend()
+    keys = (("min", False), ("max", False), ("mean", False), ("std", False), ("l2", False))
+    layers = []
+    for i in range(6):
+        layers.append(torch.nn.Linear(512, 512))
+        if i < 5:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
+    loss_fn = torch.nn.MSELoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 512), torch.randn(64, 512)
+
+    def reduce_once(loss: torch.Tensor) -> float:
+        start = time.perf_counter_ns()
+        backend.finish_batch(backend.start_batch([loss], keys, False))
+        return (time.perf_counter_ns() - start) / 1e3
+
+    cold, warm = [], []
+    for _ in range(repeats):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        loss = loss.detach()
+        cold.append(reduce_once(loss))
+        warm.append(reduce_once(loss))
+    return statistics.median(cold), statistics.median(warm)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pauses", type=float, nargs="+", default=[0, 100, 1000, 2000, 4000, 8000, 16000],
+                        help="microseconds of unrelated busy Python before each timing")
+    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    print("small operations (a torch add, np.empty, a list comprehension) after a pause of busy Python")
+    print(f"{'pause':>10} {'median':>10}")
+    rows = bundle_after_pauses(args.pauses, args.repeats)
+    for pause, us in rows:
+        print(f"{pause / 1000:>8.1f}ms {us:>8.1f}us")
+    cold, warm = hook_batch_after_step(args.repeats)
+    print("\nthe hook's reductions of one small batch (the loss): right after a training step, then again at once")
+    print(f"  after the step: {cold:8.1f} us")
+    print(f"  at once again:  {warm:8.1f} us   ({cold / warm:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
