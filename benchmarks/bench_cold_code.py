@@ -9,9 +9,10 @@ the machine it runs on, so that per-call figures can be read for what they are:
 
 1. a fixed bundle of small operations (a torch add, a numpy allocation, a short Python list
    comprehension) timed right after ``pause`` microseconds of unrelated busy Python;
-2. the hook's own reductions of one small batch (``TorchBackend.start_batch`` and
-   ``finish_batch`` of a step's loss) right after a training step of a 6-layer 512-wide MLP,
-   and again at once.
+2. the hook's own reductions of a small batch (``TorchBackend.start_batch`` and
+   ``finish_batch``) right after a training step of a 6-layer 512-wide MLP, and again at
+   once: the step's loss (one value: plain Python) and the model's six biases (numpy
+   segments).
 
 Run::
 
@@ -57,8 +58,8 @@ def bundle_after_pauses(pauses, repeats: int):
     return rows
 
 
-def hook_batch_after_step(repeats: int):
-    """(cold, warm) microseconds of one small batch's hand-over and reductions."""
+def hook_batches_after_step(repeats: int):
+    """{batch: (cold, warm)} microseconds of a small batch's hand-over and reductions."""
     from smdebug.pytorch.backend import TorchBackend  # the hook's own reduction path
 
     backend = TorchBackend()
@@ -73,21 +74,22 @@ def hook_batch_after_step(repeats: int):
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     x, y = torch.randn(64, 512), torch.randn(64, 512)
 
-    def reduce_once(loss: torch.Tensor) -> float:
+    def reduce_once(tensors) -> float:
         start = time.perf_counter_ns()
-        backend.finish_batch(backend.start_batch([loss], keys, False))
+        backend.finish_batch(backend.start_batch(tensors, keys, False))
         return (time.perf_counter_ns() - start) / 1e3
 
-    cold, warm = [], []
+    biases = [m.bias.detach() for m in model if isinstance(m, torch.nn.Linear)]
+    times = {"the loss (one value)": ([], []), "six biases (3,072 values)": ([], [])}
     for _ in range(repeats):
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-        loss = loss.detach()
-        cold.append(reduce_once(loss))
-        warm.append(reduce_once(loss))
-    return statistics.median(cold), statistics.median(warm)
+        for (cold, warm), tensors in zip(times.values(), ([loss.detach()], biases)):
+            cold.append(reduce_once(tensors))
+            warm.append(reduce_once(tensors))
+    return {name: (statistics.median(cold), statistics.median(warm)) for name, (cold, warm) in times.items()}
 
 
 def main(argv=None) -> None:
@@ -104,10 +106,10 @@ def main(argv=None) -> None:
     rows = bundle_after_pauses(args.pauses, args.repeats)
     for pause, us in rows:
         print(f"{pause / 1000:>8.1f}ms {us:>8.1f}us")
-    cold, warm = hook_batch_after_step(args.repeats)
-    print("\nthe hook's reductions of one small batch (the loss): right after a training step, then again at once")
-    print(f"  after the step: {cold:8.1f} us")
-    print(f"  at once again:  {warm:8.1f} us   ({cold / warm:.1f}x)")
+    print("\nthe hook's reductions of a small batch, right after a training step and again at once")
+    print(f"{'batch':>28} {'after the step':>15} {'again':>8}")
+    for name, (cold, warm) in hook_batches_after_step(args.repeats).items():
+        print(f"{name:>28} {cold:>13.1f}us {warm:>6.1f}us  ({cold / warm:.1f}x)")
 
 
 if __name__ == "__main__":

@@ -563,7 +563,12 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> Batch
     table = None
     if not raw and keys:
         segments = _segment_plan(*signature)
-        if segments is not None:
+        if segments is _ONE_VALUE_EACH:  # a step's losses and metrics: no numpy at all
+            try:
+                table = _reduce_values([t.item() for t in tensors], keys)
+            except Exception:  # noqa: BLE001 - the general path below reads them one at a time
+                table = None
+        elif segments is not None:
             try:
                 table = _reduce_segments(tensors, segments, keys)
             except Exception:  # noqa: BLE001 - the general path below reads them one group at a time
@@ -622,12 +627,22 @@ def _stack_plan(dtypes: tuple, shapes: tuple) -> Tuple[Tuple[List[int], ...], Tu
 SEGMENTS_MAX_NUMEL = 1 << 16
 
 
+#: :func:`_segment_plan`'s answer for a batch of a few one-element floating tensors.
+_ONE_VALUE_EACH = object()
+#: ... at most this many (each is read with its own ``.item()``).
+ONE_VALUE_MAX_TENSORS = 8
+
+
 @functools.lru_cache(maxsize=256)
-def _segment_plan(dtypes: tuple, shapes: tuple) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+def _segment_plan(dtypes: tuple, shapes: tuple):
     """Where each tensor starts in the flat copy and its length, for a batch that
     :func:`_reduce_segments` can reduce (float32/float64 tensors of one dtype, none empty,
-    at most :data:`SEGMENTS_MAX_NUMEL` elements); else None."""
+    at most :data:`SEGMENTS_MAX_NUMEL` elements); :data:`_ONE_VALUE_EACH` for a few
+    one-element floating tensors (:func:`_reduce_values`); else None."""
     sizes = [math.prod(shape) for shape in shapes]
+    if 0 < len(sizes) <= ONE_VALUE_MAX_TENSORS and all(size == 1 for size in sizes) \
+            and all(dtype.is_floating_point for dtype in dtypes):
+        return _ONE_VALUE_EACH
     if not sizes or len(set(dtypes)) != 1 or dtypes[0] not in (torch.float32, torch.float64) or 0 in sizes \
             or sum(sizes) > SEGMENTS_MAX_NUMEL:
         return None
@@ -711,6 +726,30 @@ def _reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tu
                 out[:, j] = [np.median(src[a:a + int(k)]) for a, k in zip(starts.tolist(), n.tolist())]
             else:
                 raise ValueError(f"unknown reduction {op!r}")
+    return out
+
+
+def _reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
+    """``keys`` of one-element tensors given as their values (a step's losses and metrics), in
+    plain Python: a handful of numpy and torch calls would cost the training thread far more
+    than the arithmetic, their code being cold between steps (docs/performance.md). The same
+    results as :func:`_reduce_flat` on one-element segments: variance ``(v - v)**2`` (0, or
+    NaN for an infinite or NaN value), ``l2`` as ``sqrt(v * v)``."""
+    out = np.empty((len(values), len(keys)), dtype=np.float64)
+    for i, value in enumerate(values):
+        row = []
+        for op, is_abs in keys:
+            v = abs(value) if (is_abs or op == "l1") else value
+            if op in ("min", "max", "sum", "mean", "prod", "median", "l1"):
+                row.append(v)
+            elif op in ("variance", "std"):
+                spread = v - v
+                row.append(spread * spread)  # std of one value: sqrt(0) = 0, sqrt(NaN) = NaN
+            elif op == "l2":
+                row.append(math.sqrt(v * v))  # NaN stays NaN
+            else:
+                raise ValueError(f"unknown reduction {op!r}")
+        out[i] = row
     return out
 
 

@@ -269,6 +269,31 @@ def test_small_batches_reduced_as_segments_match_the_stacked_path(monkeypatch, d
     assert segments.reductions[2, keys.index(("variance", False))] == pytest.approx(np.var(tensors[2].numpy().astype(np.float64)), rel=1e-9)
 
 
+def test_one_value_tensors_are_reduced_in_python_as_the_reference(monkeypatch):
+    """A step's losses and metrics (a few one-element tensors) are reduced from their
+    ``.item()`` in plain Python: the reference's value for every reduction and abs form,
+    for negative, zero, NaN, infinite and half-precision values; anything else, or more than
+    a few, takes the numpy path."""
+    keys = tuple((op, is_abs) for op in ("min", "max", "sum", "mean", "variance", "std", "l1", "l2", "prod", "median")
+                 for is_abs in (False, True) if not (op in ("l1", "l2") and is_abs))
+    tensors = [torch.tensor(-2.5), torch.tensor([0.0]), torch.tensor(float("nan")), torch.tensor(float("-inf")),
+               torch.tensor([[3.25]], dtype=torch.bfloat16), torch.tensor(1e300, dtype=torch.float64),
+               torch.tensor(0.1, dtype=torch.float16)]
+    assert torch_backend._segment_plan(tuple(t.dtype for t in tensors), tuple(tuple(t.shape) for t in tensors)) \
+        is torch_backend._ONE_VALUE_EACH
+    monkeypatch.setattr(torch_backend, "_reduce_segments", lambda *a: pytest.fail("numpy path taken"))
+    batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
+    result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    assert not result.lost and result.shapes == [tuple(t.shape) for t in tensors]
+    with np.errstate(all="ignore"):
+        expected = [[float(reductions.reduce(t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy(), op, is_abs))
+                     for op, is_abs in keys] for t in tensors]
+    np.testing.assert_array_equal(result.reductions, expected)
+    for shapes, dtypes in ((((),) * 9, (torch.float32,) * 9), (((), (2,)), (torch.float32,) * 2),
+                           (((),), (torch.int64,))):
+        assert torch_backend._segment_plan(dtypes, shapes) is not torch_backend._ONE_VALUE_EACH
+
+
 def test_batches_the_segments_cannot_take_go_the_stacked_way():
     assert torch_backend._segment_plan((torch.float32, torch.float64), ((4, 4), (4,))) is None  # dtypes
     assert torch_backend._segment_plan((torch.float16,) * 2, ((4, 4), (4,))) is None  # half: widened by rows
