@@ -153,7 +153,17 @@ def bench_uploads(args):
           f"{cpu / objects * 1000:.2f} ms per PUT")
 
 
-def bench_overhead(args):
+def _cpu_seconds(pid):
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def bench_overhead(args, endpoint_pid=None):
     import smdebug as smd
 
     rng = np.random.default_rng(1)
@@ -187,12 +197,21 @@ def bench_overhead(args):
             hook.end_step()
         times[kind].append(time.perf_counter() - t0)
 
+    # Who else uses the cores while the s3 hook saves: the endpoint and the upload process.
+    upload_proc = getattr(getattr(hooks["s3"]._session.writer, "uploader", None), "_proc", None)
+    others = {"endpoint": endpoint_pid, "upload process": getattr(upload_proc, "pid", None)}
+    cpu0 = {name: _cpu_seconds(pid) if pid else None for name, pid in others.items()}
+    wall0 = time.perf_counter()
     kinds = ("none", "local", "s3")
     for block in range(args.blocks):
         # Each kind takes each place in the round in turn: what runs first after a switch pays for it.
         for kind in kinds[block % 3:] + kinds[:block % 3]:
             for _ in range(args.block):
                 step(kind)
+    loop_s = time.perf_counter() - wall0
+    s3_steps = args.blocks * args.block
+    used = {name: _cpu_seconds(pid) - cpu0[name] for name, pid in others.items()
+            if pid and cpu0[name] is not None and _cpu_seconds(pid) is not None}
     closes = {}
     for kind, hook in hooks.items():
         t0 = time.perf_counter()
@@ -206,6 +225,10 @@ def bench_overhead(args):
           f"means (every step's cost, the saving ones included) s3/local {mean['s3'] / mean['local']:.3f}x, "
           f"local/none {mean['local'] / mean['none']:.3f}x; "
           f"close: local {closes['local']:.2f} s, s3 (waits for the upload) {closes['s3']:.2f} s")
+    if used:
+        print(f"    other processes' CPU during the loop ({loop_s:.1f} s, {os.cpu_count()} cores), per s3 step: "
+              + ", ".join(f"{name} {cpu / s3_steps * 1000:.2f} ms" for name, cpu in used.items())
+              + f" (the s3 step itself: {med['s3']:.2f} ms)")
 
 
 def bench_read(args):
@@ -257,7 +280,7 @@ def main():
         if "a" in parts:
             bench_uploads(args)
         if "b" in parts:
-            bench_overhead(args)
+            bench_overhead(args, server.pid)
         if "c" in parts:
             bench_read(args)
     finally:
