@@ -122,7 +122,17 @@ def _write_run(url, steps, tensors, size):
     return uploader.stats, time.perf_counter() - t0
 
 
-def bench_uploads(args):
+def _cpu_seconds(pid):
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def bench_uploads(args, endpoint_pid=None):
     stats, close_s = _write_run("s3://bench/a", args.steps, args.tensors, args.size)
     stored, objects = _stored_bytes("a/")
     sent = stats["bytes"]
@@ -146,21 +156,14 @@ def bench_uploads(args):
         hook.end_step()
     hook.close()
     objects = 2 * args.steps + 2
+    server0 = _cpu_seconds(endpoint_pid) if endpoint_pid else None
     cpu0, wall0 = time.process_time(), time.perf_counter()
     assert sync_spool(os.path.join(spool, "run"), "s3://bench/a-sync")
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    server = _cpu_seconds(endpoint_pid) - server0 if server0 is not None else None
     print(f"(a) uploading {objects} objects alone: {wall:.2f} s, this process's CPU {cpu:.2f} s = "
-          f"{cpu / objects * 1000:.2f} ms per PUT")
-
-
-def _cpu_seconds(pid):
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc; None elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+          f"{cpu / objects * 1000:.2f} ms per PUT"
+          + (f"; the endpoint's CPU {server / objects * 1000:.2f} ms per PUT" if server is not None else ""))
 
 
 def bench_overhead(args, endpoint_pid=None):
@@ -278,7 +281,7 @@ def main():
     try:
         parts = args.only or ["a", "b", "c"]
         if "a" in parts:
-            bench_uploads(args)
+            bench_uploads(args, server.pid)
         if "b" in parts:
             bench_overhead(args, server.pid)
         if "c" in parts:
