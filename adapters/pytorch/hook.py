@@ -38,6 +38,8 @@ are installed only while steps save and removed when a step saves nothing.
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import os
 import re
 import sys
@@ -65,6 +67,18 @@ from .sharded import clean_path, fsdp_classes, model_name
 from .sharded_capture import ShardedCapture
 
 logger = get_logger("smdebug.pytorch")
+
+_VERSION = operator.attrgetter("_version")
+_GRAD = operator.attrgetter("grad")
+
+
+def _pick(items: list, indices) -> list:
+    """``[items[i] for i in indices]`` as one C-level pass."""
+    return list(map(items.__getitem__, indices))
+
+
+def _any_none(items: list) -> bool:
+    return any(map(operator.is_, items, itertools.repeat(None)))
 
 _TRAINING_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
 _compiler_disable = getattr(getattr(torch, "compiler", None), "disable", lambda fn: fn)
@@ -132,6 +146,7 @@ class Hook(CoreHook):
         self._roots: List[Tuple[torch.nn.Module, torch.nn.Module, str]] = []
         self._params: List[Tuple[str, torch.nn.Parameter]] = []
         self._param_names: Tuple[str, ...] = ()  # of _params, and their gradients': looked up as one
+        self._param_tensors: List[torch.nn.Parameter] = []  # of _params, for C-level passes
         self._grad_names: Tuple[str, ...] = ()
         self._param_ids: set = set()
         self._module_names: Dict[int, Tuple[torch.nn.Module, str]] = {}  # id -> (module, tensor-name prefix)
@@ -356,6 +371,7 @@ class Hook(CoreHook):
                 self._compiled_module_ids.add(id(sub))
         self._params.extend(self._sharded.add_model(module, inner, root_name, self._param_ids))
         self._param_names = tuple(name for name, _ in self._params)
+        self._param_tensors = [param for _, param in self._params]
         if self._pending_params:
             pending, self._pending_params = self._pending_params, []
             for coll_name, param in pending:
@@ -767,12 +783,11 @@ class Hook(CoreHook):
             return
         self._params_captured = True
         selection = self._session.selection(self._param_names)
-        params = self._params
-        tensors = [params[i][1] for i in selection.indices]
+        tensors = _pick(self._param_tensors, selection.indices)
         batch = self._session.start_batch(selection, tensors, self._session.backend)
         if batch is None:
             return
-        self._weights_batch = (batch, tensors, [t._version for t in tensors], file_now)
+        self._weights_batch = (batch, tensors, list(map(_VERSION, tensors)), file_now)
         if file_now:
             self._session.record_batch(batch)
 
@@ -789,7 +804,7 @@ class Hook(CoreHook):
         batch.wait()
         if filed:
             return
-        if [t._version for t in tensors] != versions:
+        if list(map(_VERSION, tensors)) != versions:
             batch = self._session.start_batch(batch.selection, tensors, self._session.backend)
             batch.wait()
         self._session.record_batch(batch)
@@ -801,20 +816,20 @@ class Hook(CoreHook):
         self._fence_weights()  # the optimizer changes them next
         if not with_gradients:
             return
-        params = self._params
-        if all(param.grad is not None for _, param in params):
-            names = self._grad_names
+        # C-level passes over the parameters (their Python loops cost the training thread
+        # more than their work: docs/performance.md, "cold" code).
+        params = self._param_tensors
+        all_grads = list(map(_GRAD, params))
+        if not _any_none(all_grads):
+            names, held, grads = self._grad_names, params, all_grads
         else:
-            names = tuple(name for name, (_, param) in zip(self._grad_names, params) if param.grad is not None)
-            index = {name: i for i, name in enumerate(self._grad_names)}
+            having = [i for i, grad in enumerate(all_grads) if grad is not None]
+            names = tuple(_pick(self._grad_names, having))
+            held, grads = _pick(params, having), _pick(all_grads, having)
         selection = self._session.selection(names)
         if not selection.plans:
             return
-        if names is self._grad_names:
-            held = [params[i][1] for i in selection.indices]
-        else:
-            held = [params[index[names[i]]][1] for i in selection.indices]
-        grads = [param.grad for param in held]
+        held, grads = _pick(held, selection.indices), _pick(grads, selection.indices)
         self._session.discard(self._grads_held)  # last step's gradients, freed off this thread
         self._grads_batch = self._session.start_batch(selection, grads, self._session.backend)
         self._grads_held = (held, grads)
@@ -834,7 +849,7 @@ class Hook(CoreHook):
             return
         if before_backward:
             held, grads = self._grads_held
-            if not any(param.grad is grad for param, grad in zip(held, grads)):
+            if not any(map(operator.is_, map(_GRAD, held), grads)):
                 return
         self._session.discard(self._grads_held)
         self._grads_batch, self._grads_held = None, ([], [])
