@@ -37,6 +37,7 @@ are installed only while steps save and removed when a step saves nothing.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import operator
@@ -728,16 +729,14 @@ class Hook(CoreHook):
             return
         deferred, self._deferred = self._deferred, []
         counts = self._tensor_counts
-        keys = tuple([key for key, _, _ in deferred])
+        keys, tensors, versions = zip(*deferred)  # C-level passes from here on (hundreds of tensors)
         names = self._deferred_names.get(keys) if not counts else None
-        if names is not None and [t._version for _, t, _ in deferred] == [v for _, _, v in deferred]:
-            tensors = [t for _, t, _ in deferred]
-            for key in keys:
-                counts[key] = counts.get(key, 0) + 1
+        if names is not None and tuple(map(_VERSION, tensors)) == versions:
+            counts.update(collections.Counter(keys))  # counts was empty: each key's calls in this forward
         else:
             names, tensors = self._name_deferred(deferred, keys)
         selection = session.selection(names)
-        session.record_batch(session.start_batch(selection, [tensors[i] for i in selection.indices], session.backend))
+        session.record_batch(session.start_batch(selection, _pick(tensors, selection.indices), session.backend))
 
     def _name_deferred(self, deferred, keys: tuple) -> Tuple[tuple, list]:
         """Name the noted tensors of a forward, dropping those changed in place since their
