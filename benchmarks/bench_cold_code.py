@@ -9,7 +9,9 @@ the machine it runs on, so that per-call figures can be read for what they are:
 
 1. a fixed bundle of small operations (a torch add, a numpy allocation, a short Python list
    comprehension) timed right after ``pause`` microseconds of unrelated busy Python;
-2. the hook's own reductions of a small batch (``TorchBackend.start_batch`` and
+2. reading one byte of each of 2,048 cache lines (a 128 KiB array) after the same pauses:
+   the cost of memory that has left the caches, without any code to run;
+3. the hook's own reductions of a small batch (``TorchBackend.start_batch`` and
    ``finish_batch``) right after a training step of a 6-layer 512-wide MLP, and again at
    once: the step's loss (one value: plain Python) and the model's six biases (numpy
    segments).
@@ -58,6 +60,22 @@ def bundle_after_pauses(pauses, repeats: int):
     return rows
 
 
+def lines_after_pauses(pauses, repeats: int):
+    """Median microseconds to read one byte of each of 2,048 cache lines after each pause."""
+    data = np.ones(64 * 2048, dtype=np.uint8)
+    lines = np.arange(0, data.size, 64)
+    rows = []
+    for pause in pauses:
+        times = []
+        for _ in range(repeats):
+            _spin(pause)
+            start = time.perf_counter_ns()
+            data[lines].sum()
+            times.append((time.perf_counter_ns() - start) / 1e3)
+        rows.append((pause, statistics.median(times)))
+    return rows
+
+
 def hook_batches_after_step(repeats: int):
     """{batch: (cold, warm)} microseconds of a small batch's hand-over and reductions."""
     from smdebug.pytorch.backend import TorchBackend  # the hook's own reduction path
@@ -101,11 +119,12 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    print("small operations (a torch add, np.empty, a list comprehension) after a pause of busy Python")
-    print(f"{'pause':>10} {'median':>10}")
-    rows = bundle_after_pauses(args.pauses, args.repeats)
-    for pause, us in rows:
-        print(f"{pause / 1000:>8.1f}ms {us:>8.1f}us")
+    print("after a pause of busy Python: small operations (a torch add, np.empty, a list comprehension);")
+    print("one byte read from each of 2,048 cache lines")
+    print(f"{'pause':>10} {'operations':>12} {'lines':>10}")
+    rows = zip(bundle_after_pauses(args.pauses, args.repeats), lines_after_pauses(args.pauses, args.repeats))
+    for (pause, ops_us), (_, lines_us) in rows:
+        print(f"{pause / 1000:>8.1f}ms {ops_us:>10.1f}us {lines_us:>8.1f}us")
     print("\nthe hook's reductions of a small batch, right after a training step and again at once")
     print(f"{'batch':>28} {'after the step':>15} {'again':>8}")
     for name, (cold, warm) in hook_batches_after_step(args.repeats).items():
