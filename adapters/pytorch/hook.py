@@ -62,14 +62,13 @@ from smdebug.session import never_raises
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
-from .backend import TorchBackend, tensor_leaves
+from .backend import _VERSION, TorchBackend, tensor_leaves
 from .nonfinite import NonfiniteLocator
 from .sharded import clean_path, fsdp_classes, model_name
 from .sharded_capture import ShardedCapture
 
 logger = get_logger("smdebug.pytorch")
 
-_VERSION = operator.attrgetter("_version")
 _GRAD = operator.attrgetter("grad")
 
 
