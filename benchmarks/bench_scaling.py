@@ -35,7 +35,17 @@ happens inside the next one). The
 figures are the **median of per-step times** of each, their ratio, the added time per
 step and the added time per saved tensor. The hook's ``close()`` (the writer finishing
 the run's files) is timed apart. Batches of 64 rows (``--batch``); full-tensor runs are shortened so a
-run writes at most ``--max-mb`` megabytes.
+run writes at most ``--max-mb`` megabytes. ``--rounds N`` runs every scenario N times in
+turn and reports the median of each figure with every round's ratio: on a shared machine
+the hour moves a ratio more than most changes do, and the spread shows by how much.
+
+Each row runs in a fresh process (``--one-process`` runs them all in this one), with glibc's
+malloc told to serve every allocation from a heap it never trims (:data:`MALLOC_ENV`, unless
+the environment sets those variables). Both guard the baseline against the allocator's
+history: with the defaults, the gradients of whichever model sits at the top of the heap
+are given back to the system at each ``zero_grad()`` and faulted in again at the next
+backward, and two identical models without a hook read 1.11-1.31x at 1M elements (the
+``control`` rows); in one process, what earlier rows allocated decides which model that is.
 """
 from __future__ import annotations
 
@@ -194,14 +204,70 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
     return results
 
 
+def _common_args(args) -> list:
+    """The measurement's options, for a child run of this script."""
+    return ["--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb),
+            "--batch", str(args.batch), "--block", str(args.block), "--settle", str(args.settle)]
+
+
+#: glibc malloc settings of the child runs (unless set already): every allocation from the
+#: heap, which is never trimmed. With glibc's defaults, whichever model's gradients sit at the
+#: top of the heap have their pages returned to the system when zero_grad() frees them and
+#: faulted in again by the next backward: six 4 MB gradients cost that model 6-9 ms a step,
+#: and two identical models without a hook read 1.11-1.31x at 1M elements.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 28), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    for key, value in MALLOC_ENV.items():
+        env.setdefault(key, value)
+    return env
+
+
+def _measure_in_child(scenario, args) -> list:
+    """One row measured by a fresh run of this script (a fresh interpreter and heap)."""
+    label, axis, *_, config = scenario
+    cmd = [sys.executable, os.path.abspath(__file__), "--quiet", "--one-process", "--json", "/dev/stdout",
+           "--axis", axis, "--configs", config, "--scenarios", label, "--steps", str(args.steps), *_common_args(args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_child_env())
+    if proc.returncode:
+        sys.exit(f"the run of {label} / {config} failed:\n{proc.stderr[-3000:]}")
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    for row in rows:
+        if not args.quiet:
+            print_row(row, "", file=sys.stderr)
+    return rows
+
+
+def combine_rounds(rounds):
+    """One row per scenario and configuration from several rounds of :func:`measure`: the
+    median of each figure over the rounds (the ratio: the median of the rounds' ratios), and
+    every round's ratio in ``ratios``. On a shared machine the hour moves a ratio more than
+    most code changes do (docs/performance.md); the spread says how much."""
+    if len(rounds) == 1:
+        return rounds[0]
+    combined = []
+    for same in zip(*rounds):
+        row = dict(same[0])
+        for key in ("base_ms", "hooked_ms", "ratio", "added_us", "us_per_tensor", "close_ms"):
+            values = [r[key] for r in same if r[key] is not None]
+            row[key] = statistics.median(values) if values else None
+        row["ratios"] = [r["ratio"] for r in same]
+        combined.append(row)
+    return combined
+
+
 HEADER = (f"{'scenario':<11}{'config':<13}{'library':<10}{'steps':>6}{'base ms':>9}{'hooked ms':>10}{'ratio':>7}"
           f"{'added us':>10}{'us/tensor':>10}{'close ms':>9}")
 
 
 def print_row(r, library, file=sys.stdout):
     per = f"{r['us_per_tensor']:.1f}" if r.get("us_per_tensor") is not None else "-"
+    rounds = "  " + ", ".join(f"{x:.2f}" for x in r["ratios"]) if r.get("ratios") else ""
     print(f"{r['scenario']:<11}{r['config']:<13}{library:<10}{r['steps']:>6}{r['base_ms']:>9.2f}"
-          f"{r['hooked_ms']:>10.2f}{r['ratio']:>7.2f}{r['added_us']:>10.0f}{per:>10}{r['close_ms']:>9.0f}", file=file)
+          f"{r['hooked_ms']:>10.2f}{r['ratio']:>7.2f}{r['added_us']:>10.0f}{per:>10}{r['close_ms']:>9.0f}{rounds}",
+          file=file)
 
 
 def main():
@@ -220,12 +286,18 @@ def main():
                              "every step, which lets the hook's background threads run inside the baseline's steps")
     parser.add_argument("--settle", type=int, default=SETTLE,
                         help=f"steps left out at the start of each block (default {SETTLE})")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every scenario this many times, in turn, and report the median of each "
+                             "figure with every round's ratio (default 1)")
     parser.add_argument("--max-mb", type=float, default=1500, help="bytes a full-tensor run may write")
     parser.add_argument("--original-python", help="also run the scenarios through smdebug 1.0.34 with this "
                                                   "interpreter (benchmarks/original_env.sh)")
     parser.add_argument("--original-steps", type=int, default=40,
                         help="timed steps per scenario for smdebug 1.0.34 (its steps are up to 100x longer)")
     parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--one-process", action="store_true",
+                        help="run every row in this process, one after the other, instead of each row in a "
+                             "fresh process (what earlier rows allocated then biases later ones: see the docstring)")
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -237,18 +309,24 @@ def main():
 
     scenarios = [s for s in scenario_list(args.axis, args.configs) if not args.scenarios or s[0] in args.scenarios]
     library = "original" if getattr(smdebug, "__version__", "") == "1.0.34" else "ours"
-    rows = [dict(r, library=library) for r in measure(smd, scenarios, args.steps, args.warmup, args.max_mb,
-                                                       args.quiet)]
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.one_process:
+        rounds = [measure(smd, scenarios, args.steps, args.warmup, args.max_mb, args.quiet)
+                  for _ in range(args.rounds)]
+    else:
+        rounds = [[row for scenario in scenarios for row in _measure_in_child(scenario, args)]
+                  for _ in range(args.rounds)]
+    rows = [dict(r, library=library) for r in combine_rounds(rounds)]
     # control has no hook to compare; smdebug 1.0.34 has no flight recorder
     hooked_configs = [c for c in args.configs if c not in ("control", "flight", "flight-noloc")]
     if args.original_python and hooked_configs:
-        cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--json", "/dev/stdout",
+        cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--one-process", "--json", "/dev/stdout",
                "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),
-               "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb),
-               "--batch", str(args.batch), "--block", str(args.block), "--settle", str(args.settle)]
+               *_common_args(args)]
         if args.scenarios:
             cmd += ["--scenarios", *args.scenarios]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_child_env())
         if proc.returncode:
             sys.exit(f"the original's run failed:\n{proc.stderr[-3000:]}")
         rows += json.loads(proc.stdout.strip().splitlines()[-1])
@@ -259,8 +337,9 @@ def main():
             return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s), batch {BATCH}, "
           f"median of per-step times, baseline and hooked interleaved in blocks of {BLOCK} steps "
-          f"(the first {SETTLE} of each block left out)")
-    print(HEADER)
+          f"(the first {SETTLE} of each block left out)"
+          + (f"; {args.rounds} rounds: medians over the rounds, then every round's ratio" if args.rounds > 1 else ""))
+    print(HEADER + ("  ratio of each round" if args.rounds > 1 else ""))
     order = {(s[0], s[6]): i for i, s in enumerate(scenarios)}
     for r in sorted(rows, key=lambda r: (order.get((r["scenario"], r["config"]), 0), r["library"] != "ours")):
         print_row(r, r["library"])
