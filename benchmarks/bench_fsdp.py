@@ -15,7 +15,9 @@ and the first ``--settle`` steps of each block are left out: they still share th
 with the other model's background work, the hook's worker and writer), after a warm-up. The table gives
 the MEDIAN per-step time of each and their ratio, per model size (``--layers`` Linear layers
 of ``--width``: 2 parameters per layer), and the statistics collectives per saved step (one
-all_gather, whatever the number of parameters). Figures are rank 0's.
+all_gather, whatever the number of parameters). Figures are rank 0's. The ranks run with
+glibc's malloc set as ``bench_scaling.py``'s rows (``MALLOC_ENV``: every allocation from a
+heap that is never trimmed), unless the environment sets those variables.
 """
 from __future__ import annotations
 
@@ -118,6 +120,12 @@ def main() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     result = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
+    # The ranks' glibc malloc as bench_scaling's rows: every allocation from a heap never
+    # trimmed, so that neither model's gradients are faulted in again every step.
+    from bench_scaling import MALLOC_ENV
+
+    for key, value in MALLOC_ENV.items():
+        os.environ.setdefault(key, value)
     mp.spawn(worker, args=(port, args, result), nprocs=2)
     with open(result) as f:
         rows = json.load(f)
