@@ -89,7 +89,7 @@ class _SelectionRule(Rule):
             self.no_data("no tensor matches collection_names=%s tensor_regex=%s at step %d "
                            "(is the collection saved?)", list(self.collection_names), list(self.tensor_regex),
                            self.view.step)
-        return names
+        return self.reads(names)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,6 +101,7 @@ class VanishingGradient(Rule):
     """
 
     worst, measure_name = "min", "mean |gradient|"
+    reads_what = "their mean |value| (an abs 'mean' reduction) or their values"
 
     def __init__(self, base_trial=None, threshold=0.0000001, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
@@ -110,7 +111,7 @@ class VanishingGradient(Rule):
         return [Required(collections="gradients", reductions=[("mean", True)])]
 
     def invoke_at_step(self, step):
-        names = self.view.tensor_names(collection="gradients")
+        names = self.reads(self.view.tensor_names(collection="gradients"))
         if not names:
             self.no_data("step %d has no tensors in the 'gradients' collection (is it saved?)", step)
             return False

@@ -72,7 +72,7 @@ def series_of(name: str, mode: ModeKeys) -> Optional[Tuple[str, str]]:
 
 def _read_losses(rule: Rule, names: List[str]) -> Dict[str, float]:
     out = {}
-    for name in names:
+    for name in rule.reads(names):
         try:
             out[name] = rule.view.scalar(name)
         except DATA_MISSING:

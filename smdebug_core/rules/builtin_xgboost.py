@@ -107,7 +107,7 @@ class FeatureImportanceOverweight(Rule):
 
     def invoke_at_step(self, step):
         importance: Dict[str, float] = {}
-        names = self.view.tensor_names(regex=self.tensor_regex)
+        names = self.reads(self.view.tensor_names(regex=self.tensor_regex))
         if not names:
             self.no_data("step %d has no tensor matching %s (include the 'feature_importance' collection)", step,
                          list(self.tensor_regex))

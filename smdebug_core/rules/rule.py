@@ -162,6 +162,8 @@ class Rule:
         self._notes: List[_Note] = []
         self._warned: set = set()
         self._step_without_data = False
+        self._step_reads = 0  # tensors this step's evaluation declared it reads (reads())
+        self._step_unavailable = 0  # of them, those the step could not supply (unavailable())
         self._req_missing = None  # (step, error) when set_required_tensors lacked a tensor
 
     def __repr__(self):
@@ -214,8 +216,22 @@ class Rule:
 
     def unavailable(self, count: int = 1) -> None:
         """Count tensors the rule wanted but the step could not supply (shown in the report)."""
+        self._step_unavailable += count
         if self.report is not None:
             self.report.unavailable(count)
+
+    #: What the rule needs of each tensor it reads, for the report of steps that had none of it.
+    reads_what = "the values or reductions it needs"
+
+    def reads(self, names: List[str]) -> List[str]:
+        """Declare the tensors this step's evaluation reads, and return them.
+
+        When every one of them turns out :meth:`unavailable` (saved at this step, but not
+        with what the rule reads: other reductions, no full values), the step counts as one
+        without data, not as an evaluated one, and the report says what was missing.
+        """
+        self._step_reads = len(names)
+        return names
 
     def warn_once(self, key, message: str, *args) -> None:
         """Log a warning the first time ``key`` is seen (and record it in the report)."""
@@ -231,8 +247,8 @@ class Rule:
         The current step then counts as a step without data, not as an evaluated one.
         """
         self._step_without_data = True
-        if "no-data" not in self._warned:
-            self._warned.add("no-data")
+        if ("no-data", message) not in self._warned:  # once per kind of missing data
+            self._warned.add(("no-data", message))
             self.logger.info("smdebug rule %s: " + message, self.rule_name, *args)
             if self.report is not None:
                 # The report counts such steps; its notice says what is missing, not where first.
@@ -267,6 +283,7 @@ class Rule:
         self.view, self.other_views = view, list(other_views)
         self._notes = []
         self._step_without_data = False
+        self._step_reads = self._step_unavailable = 0
         try:
             missing, self._req_missing = self._req_missing, None
             if missing is not None and missing[0] == view.step:
@@ -277,6 +294,9 @@ class Rule:
             if self.report is not None:
                 self.report.no_data(view.mode)
             return False
+        if not fired and self._step_reads and self._step_unavailable >= self._step_reads:
+            self.no_data("step %d has %d tensors to read but none with %s", view.step, self._step_reads,
+                         self.reads_what)
         if self.report is not None:
             if self._step_without_data and not fired:
                 self.report.no_data(view.mode)

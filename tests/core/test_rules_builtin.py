@@ -193,6 +193,22 @@ def test_rules_count_steps_without_data_per_mode(tmp_path):
     assert report["steps_without_data_by_mode"] == {"EVAL": 2}
 
 
+def test_steps_whose_tensors_lack_what_the_rule_reads_are_not_counted_as_evaluated(tmp_path):
+    # Gradients saved as l2 norms only: VanishingGradient (mean |gradient|) has nothing to read.
+    def record(hook, step, mode):
+        hook.record("gradient/w", np.full(4, 1e-9, np.float32))
+
+    trial = make_run(tmp_path, record, 4, reductions=smd.ReductionConfig(norms=["l2"]))
+    report = invoke_rule(VanishingGradient(trial), report_path=None).to_dict()
+    assert report["datapoints"] == 0 and report["steps_without_data"] == 4
+    assert report["tensors_unavailable"] == 4
+    assert any("mean |value|" in notice for notice in report["notices"]), report["notices"]
+    # Full values at the same steps: every step is evaluated (and fires).
+    raw = make_run(tmp_path, record, 4, name="raw")
+    report = invoke_rule(VanishingGradient(raw), report_path=None).to_dict()
+    assert report["datapoints"] == 4 and report["steps_without_data"] == 0 and report["triggered"] == 4
+
+
 # --- AllZero ----------------------------------------------------------------------------------------
 def test_all_zero_raw_and_threshold(tmp_path):
     def record(hook, step, mode):
