@@ -2,7 +2,7 @@
 
     smdebug ls RUN                              modes, steps, workers, collections, tensors
     smdebug show RUN TENSOR [--step N] [--mode M]
-    smdebug plot RUN TENSOR... -o curves.png [--reduction l2] [--hist --step N]
+    smdebug plot RUN [TENSOR...] [--regex R] -o curves.png [--reduction l2] [--hist --step N]
     smdebug export RUN -o values.csv|values.parquet [--tensor T] [--regex R] [--mode M]
     smdebug rules RUN ...                       the built-in rules (also ``smdebug-rules``)
     smdebug --version
@@ -58,9 +58,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="tensors over the steps (or a histogram) to a PNG file")
     run_arg(p)
-    p.add_argument("tensors", nargs="+", metavar="TENSOR",
+    p.add_argument("tensors", nargs="*", metavar="TENSOR",
                    help="a tensor name, or NAME@REDUCTION for one of its saved reductions (loss gradient/fc@l2)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.png")
+    p.add_argument("--regex", action="append",
+                   help="also the tensors whose name matches (repeatable): --regex 'gradient/.*weight'")
+    p.add_argument("--collection", action="append", help="also the tensors of a collection (repeatable)")
     p.add_argument("--reduction", action="append",
                    help="plot this saved reduction (l2, max, abs_mean...) instead of the values; repeatable")
     p.add_argument("--mode", action="append", help="only this mode (repeatable; default: all)")
@@ -202,7 +205,18 @@ def _cmd_plot(args) -> int:
 
     if not args.output.lower().endswith(".png"):
         raise _Failure(f"-o {args.output}: give a .png file name", EXIT_USAGE)
+    if not (args.tensors or args.regex or args.collection):
+        raise _Failure("give a TENSOR, --regex or --collection to plot", EXIT_USAGE)
     trial = _open(args)
+    if args.regex or args.collection:
+        matched = trial.tensor_names(collection=args.collection, regex=args.regex)
+        if not matched:
+            raise _Failure(f"no saved tensor matches --regex {args.regex or []} --collection {args.collection or []}; "
+                           f"`smdebug ls {args.run}` lists them")
+        if len(matched) > _MAX_LINES:
+            raise _Failure(f"{len(matched)} tensors match (the first: {', '.join(matched[:3])}); a plot of more "
+                           f"than {_MAX_LINES} lines is unreadable: narrow the --regex", EXIT_USAGE)
+        args.tensors = list(args.tensors) + [name for name in matched if name not in args.tensors]
     if args.hist:
         if len(args.tensors) != 1:
             raise _Failure("--hist draws one tensor; give exactly one TENSOR", EXIT_USAGE)
@@ -224,6 +238,10 @@ def _cmd_plot(args) -> int:
     ax.figure.savefig(args.output, dpi=100)
     print(f"wrote {args.output}")
     return EXIT_OK
+
+
+#: The most tensors ``smdebug plot --regex``/``--collection`` draws on one figure.
+_MAX_LINES = 40
 
 
 def _has_value(tensor, step, mode) -> bool:

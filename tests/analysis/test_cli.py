@@ -86,6 +86,20 @@ def test_plot_lines_and_histogram_are_real_pngs(capsys, numpy_run, tmp_path):
     assert status == 2 and ".png" in err
 
 
+def test_plot_selects_tensors_by_regex_and_collection(capsys, numpy_run, tmp_path):
+    image = pytest.importorskip("matplotlib.image")
+    png = str(tmp_path / "selected.png")
+    status, out, err = run(capsys, "plot", numpy_run, "--regex", "^dense", "--reduction", "l2", "-o", png)
+    assert status == 0 and out.strip() == f"wrote {png}", err
+    assert image.imread(png).std() > 0.05
+    status, out, _ = run(capsys, "plot", numpy_run, "scalar/lr", "--collection", "losses", "-o", png)
+    assert status == 0
+    status, _, err = run(capsys, "plot", numpy_run, "--regex", "^nothing", "-o", png)
+    assert status == 3 and "no saved tensor matches --regex ['^nothing']" in err
+    status, _, err = run(capsys, "plot", numpy_run, "-o", png)
+    assert status == 2 and "give a TENSOR, --regex or --collection" in err
+
+
 def test_histogram_from_python(tmp_path):
     pytest.importorskip("matplotlib")
     import matplotlib
