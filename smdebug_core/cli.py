@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from typing import List, Optional
 
@@ -287,6 +288,12 @@ def _cmd_export(args) -> int:
     return EXIT_OK
 
 
+def _as_options(message: str) -> str:
+    """The reader's hints for Python callers ("pass mode=smd.modes.TRAIN") as this command's options."""
+    message = message.replace("pass mode=smd.modes.GLOBAL", "leave out --mode")
+    return re.sub(r"pass mode=smd\.modes\.(\w+)", r"add --mode \1", message)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``smdebug``; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -312,6 +319,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         return exc.status
     except (SMDebugError, ValueError, KeyError, OSError, NotImplementedError) as exc:
         # What the reader says is already the message: which value, what to do.
-        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"smdebug {args.command}: {text}", file=sys.stderr)
+        text = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+        print(f"smdebug {args.command}: {_as_options(text)}", file=sys.stderr)
         return EXIT_UNREADABLE

@@ -60,6 +60,12 @@ def test_show_unknown_tensor_is_a_clear_error(capsys, numpy_run):
     status, out, err = run(capsys, "show", numpy_run, "los")
     assert status == 3 and out == ""
     assert err.strip() == "smdebug show: tensor 'los' was not saved in trial 'run' (so far); did you mean 'loss'?"
+    # A step of another mode: the hint is this command's option, not the Python argument.
+    status, _, err = run(capsys, "show", numpy_run, "loss", "--step", "25", "--mode", "eval")
+    assert status == 3 and "leave out --mode" in err and "smd.modes" not in err, err
+    from smdebug.cli import _as_options
+    assert _as_options("mode EVAL has a step 5 (global step 25): pass mode=smd.modes.EVAL") == \
+        "mode EVAL has a step 5 (global step 25): add --mode EVAL"
     status, _, err = run(capsys, "ls", numpy_run + "-missing")
     assert status == 3 and "does not exist" in err
     status, _, err = run(capsys, "ls", "memory://smdebug-cli-test/no-run-here")  # a URL with nothing there
