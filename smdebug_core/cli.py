@@ -176,6 +176,8 @@ def _cmd_show(args) -> int:
         if not steps:
             raise _Failure(f"tensor {args.tensor!r} has no steps in mode {mode.name}")
         step = steps[-1]
+    elif step not in tensor.steps(mode=mode):
+        tensor.value(step, mode=mode, worker=args.worker)  # raises the reader's error: which steps it has
     g = trial.global_step(mode, step)
     m, ms = trial.mode_modestep(g)
     print(f"{tensor.name} at global step {g} ({m.name} step {ms}), workers {', '.join(tensor.workers(g))}")
@@ -289,8 +291,10 @@ def _cmd_export(args) -> int:
 
 
 def _as_options(message: str) -> str:
-    """The reader's hints for Python callers ("pass mode=smd.modes.TRAIN") as this command's options."""
+    """The reader's hints for Python callers ("pass mode=smd.modes.TRAIN", "pass reduction=...")
+    as this command's options."""
     message = message.replace("pass mode=smd.modes.GLOBAL", "leave out --mode")
+    message = message.replace("(pass reduction=...)", "(add --reduction NAME, or write TENSOR@NAME)")
     return re.sub(r"pass mode=smd\.modes\.(\w+)", r"add --mode \1", message)
 
 

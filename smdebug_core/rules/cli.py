@@ -45,6 +45,7 @@ from typing import Dict, List, Optional
 from ..exceptions import ConfigError, RunNotFound, SMDebugError
 from .actions import StopTraining
 from .builtin import BUILTIN_RULES, NEEDS_PARAMETERS, choose_rules, rule_parameters
+from .report import MAX_ERRORS_KEPT
 from .rule import run_rules
 
 EXIT_OK, EXIT_FIRED, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -179,7 +180,7 @@ def summary_line(rule, report: dict) -> str:
             label = getattr(rule, "measure_name", "") or "measure"
             what = f"{label} {measure:.4g} " if isinstance(measure, (int, float)) else ""
             line += f"; worst {what}at step {worst['step']}: {_shorten(worst['message'])}"
-        return line
+        return line + _errors_clause(report)
     line = f"did not fire: {evaluated} of {total} steps evaluated"
     if without:
         modes = ", ".join(f"{n} {m}" for m, n in sorted(report.get("steps_without_data_by_mode", {}).items()))
@@ -190,7 +191,17 @@ def summary_line(rule, report: dict) -> str:
         line += f" ({_shorten(report['notices'][0], 100)})"
     if report["tensors_unavailable"]:
         line += f"; {report['tensors_unavailable']} tensor reads found no data"
-    return line
+    return line + _errors_clause(report)
+
+
+def _errors_clause(report: dict) -> str:
+    """What the summary says of steps skipped because their files could not be read."""
+    errors = report.get("errors") or []
+    unreadable = [e for e in errors if e.startswith("step ") and " skipped: " in e]
+    if not unreadable:
+        return ""
+    count = f"{len(unreadable)}{'+' if len(errors) >= MAX_ERRORS_KEPT else ''}"
+    return f"; {count} step{'' if count == '1' else 's'} skipped, unreadable (first: {_shorten(unreadable[0], 100)})"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -218,6 +229,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise _UsageError("--idle-timeout must be >= 0")
         if not args.poll_interval > 0:
             raise _UsageError("--poll-interval must be > 0")
+        if args.report is not None and remote.is_url(args.report):
+            raise _UsageError(f"--report {args.report}: reports are written to a local directory (they are "
+                              "rewritten as the rules run); give a path, then copy it where you want it")
         if args.report is not None and os.path.isfile(args.report):
             raise _UsageError(f"--report {args.report}: is a file; give a directory for the reports")
         names = _rule_names(args.rules) if args.rules is not None else None
@@ -238,7 +252,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except RunNotFound as exc:
         print(f"smdebug-rules: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except SMDebugError as exc:
+    except (SMDebugError, OSError) as exc:
         print(f"smdebug-rules: cannot read {run_dir}: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
     except (ImportError, ValueError) as exc:  # a URL whose filesystem is not installed, an unknown scheme

@@ -55,7 +55,7 @@ logger = get_logger("smdebug.rules")
 
 REPORT_DIR = "rule_reports"
 MAX_VIOLATIONS_KEPT = 1000
-_MAX_ERRORS_KEPT = 20
+MAX_ERRORS_KEPT = 20
 _WRITE_EVERY_S = 1.0
 
 
@@ -166,13 +166,13 @@ class RuleReport:
 
     def error(self, message: str) -> None:
         with self._lock:
-            if len(self._doc["errors"]) < _MAX_ERRORS_KEPT:
+            if len(self._doc["errors"]) < MAX_ERRORS_KEPT:
                 self._doc["errors"].append(message)
         self.write(force=True)
 
     def notice(self, message: str) -> None:
         with self._lock:
-            if len(self._doc["notices"]) < _MAX_ERRORS_KEPT:
+            if len(self._doc["notices"]) < MAX_ERRORS_KEPT:
                 self._doc["notices"].append(message)
 
     def finish(self) -> None:

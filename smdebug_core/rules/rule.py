@@ -41,12 +41,14 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from ..exceptions import (
     ConfigError,
+    CorruptRecord,
     NoMoreData,
     RuleEvaluationConditionMet,
     StepNotYetAvailable,
     StepUnavailable,
     TensorUnavailable,
     TensorUnavailableForStep,
+    UnsafeRunFile,
 )
 from ..logger import get_logger
 from ..modes import ModeKeys
@@ -59,6 +61,10 @@ logger = get_logger("smdebug.rules")
 
 #: Exceptions meaning "the data this step needs is not there": the step is skipped, not an error.
 DATA_MISSING = (TensorUnavailable, TensorUnavailableForStep, StepUnavailable, StepNotYetAvailable, NoMoreData)
+#: Exceptions meaning "this step's data is there but cannot be read" (a damaged or refused
+#: file, permissions): the step is skipped, and the report keeps the error (one bad file
+#: costs its step, not the evaluation of the rest of the run).
+DATA_UNREADABLE = (CorruptRecord, UnsafeRunFile, OSError)
 DEFAULT_POLL_INTERVAL_S = 0.5
 _STEP_IN_TEXT = re.compile(r"^step \d+ has |,? at step \d+")
 
@@ -294,6 +300,12 @@ class Rule:
             if self.report is not None:
                 self.report.no_data(view.mode)
             return False
+        except DATA_UNREADABLE as exc:
+            self.warn_once(("unreadable", type(exc)), "step %d skipped: %s", view.step, exc)
+            if self.report is not None:
+                self.report.error(f"step {view.step} skipped: {exc}")
+                self.report.no_data(view.mode)
+            return False
         if not fired and self._step_reads and self._step_unavailable >= self._step_reads:
             self.no_data("step %d has %d tensors to read but none with %s", view.step, self._step_reads,
                          self.reads_what)
@@ -390,8 +402,8 @@ def _prefetch(view: StepView, others: Sequence[Optional[StepView]], requirements
             continue
         try:
             target.prefetch(requirements)
-        except DATA_MISSING:
-            pass  # a record the index names is missing: the rule meets it when it reads, and skips
+        except DATA_MISSING + DATA_UNREADABLE:
+            pass  # missing or unreadable: each rule meets it when it reads, and skips the step
 
 
 @contextlib.contextmanager

@@ -83,6 +83,11 @@ def _make_openat2():
 _openat2 = _make_openat2()
 
 
+def _unreadable(path: str, exc: OSError) -> UnsafeRunFile:
+    """A run file the system will not let this process read (permissions, I/O errors)."""
+    return UnsafeRunFile(f"{path} cannot be read: {exc.strerror or exc}")
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
@@ -344,8 +349,9 @@ class LocalStorage:
                     out.append(None)
                     continue
                 except OSError as exc:
-                    if exc.errno != errno.ELOOP:
-                        raise
+                    if exc.errno != errno.ELOOP:  # not readable (permissions, I/O): this file only
+                        out.append(_unreadable(f"{dir_path}/{name}", exc))
+                        continue
                     fd = None  # a link: the checked path below
                 try:
                     if fd is None:
@@ -360,6 +366,8 @@ class LocalStorage:
                     out.append(None)
                 except UnsafeRunFile as exc:
                     out.append(exc)
+                except OSError as exc:
+                    out.append(_unreadable(f"{dir_path}/{name}", exc))
                 finally:
                     if fd is not None:
                         os.close(fd)

@@ -8,6 +8,7 @@ entry never hides the raw value of the same step (docs/format.md 3.2).
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Set, Tuple
 
@@ -302,28 +303,39 @@ class Tensor:
             raise TensorUnavailableForStep(self.name, step, mode, hint=f"; its pieces disagree on the full shape "
                                                                        f"({sorted(shapes)})")
         global_shape = shapes.pop()
-        total = int(np.prod(global_shape, dtype=np.int64))
-        covered = sum(int(np.prod(placed[w].local_shape, dtype=np.int64)) for w in chosen.values())
+        # Python integers: shapes come from index files, and numpy's int64 products overflow.
+        total = math.prod(global_shape)
+        covered = sum(math.prod(placed[w].local_shape) for w in chosen.values())
         if covered != total:
             raise TensorUnavailableForStep(
                 self.name, step, mode, hint=f"; the saved pieces hold {covered} of its {total} elements (a worker's "
                                             f"piece is missing or not written yet); value(step, worker=...) reads one")
+        if len({placed[w].flat for w in chosen.values()}) != 1:
+            raise TensorUnavailableForStep(self.name, step, mode, hint="; its pieces mix flat and block placements")
         values = self._read([_Request(w, locations[w], g, w) for w in chosen.values()], progress=False)
+        for worker in chosen.values():  # before allocating: the full tensor is then no bigger than what was read
+            if tuple(values[worker].shape) != placed[worker].local_shape:
+                raise TensorUnavailableForStep(self.name, step, mode, hint=f"; {worker}'s piece has shape "
+                                               f"{values[worker].shape}, its placement says {placed[worker].local_shape}")
         dtypes = {values[w].dtype for w in chosen.values()}
         if len(dtypes) != 1:
             raise TensorUnavailableForStep(self.name, step, mode,
                                            hint=f"; its pieces have dtypes {sorted(map(str, dtypes))}")
         full = np.zeros(global_shape, dtype=dtypes.pop())
-        target = full.reshape(-1)
+        filled = np.zeros(global_shape, dtype=bool)  # the pieces must not overlap (then they cover it all)
         for worker in chosen.values():
             p, piece = placed[worker], values[worker]
-            if tuple(piece.shape) != p.local_shape:
-                raise TensorUnavailableForStep(self.name, step, mode, hint=f"; {worker}'s piece has shape "
-                                               f"{piece.shape}, its placement says {p.local_shape}")
             if p.flat:
-                target[p.offsets[0]:p.offsets[0] + p.local_shape[0]] = piece
+                where = slice(p.offsets[0], p.offsets[0] + p.local_shape[0])
+                target, seen = full.reshape(-1), filled.reshape(-1)
             else:
-                full[tuple(slice(o, o + n) for o, n in zip(p.offsets, p.local_shape))] = piece
+                where = tuple(slice(o, o + n) for o, n in zip(p.offsets, p.local_shape))
+                target, seen = full, filled
+            if seen[where].any():
+                raise TensorUnavailableForStep(self.name, step, mode, hint=f"; {worker}'s piece overlaps another "
+                                               "worker's (a damaged index): value(step, worker=...) reads one")
+            seen[where] = True
+            target[where] = piece
         full.setflags(write=False)
         return full
 
@@ -614,6 +626,9 @@ def read_event_file(trial, event_file: str, ranges: List[Tuple[int, int]], step:
             pass
         except (ValueError, UnsafeRunFile) as exc:
             raise CorruptRecord(f"index entry of tensor {tensor!r} at step {step}: {exc}") from None
+        except OSError as exc:  # permissions, I/O errors: this tensor at this step, named
+            raise CorruptRecord(f"tensor {tensor!r} at step {step}: its event file "
+                                f"{storage.local_path(event_file)} cannot be read: {exc.strerror or exc}") from None
         if deadline is None:
             deadline = time.monotonic() + trial.wait_timeout
         if storage.exists(END_OF_JOB_FILE) or time.monotonic() >= deadline:

@@ -11,6 +11,7 @@ import bisect
 import enum
 import gc
 import logging
+import numbers
 import os
 import sys
 import time
@@ -1074,7 +1075,7 @@ class Trial:
             parsed = {ModeKeys.parse(m) for m in ([mode] if isinstance(mode, (str, int, ModeKeys)) else mode)}
             modes = None if GLOBAL in parsed else parsed
         if steps is not None:
-            steps = {validate_step(s) for s in ([steps] if isinstance(steps, int) else steps)}
+            steps = {validate_step(s) for s in ([steps] if isinstance(steps, numbers.Integral) else steps)}
         if workers is not None:
             workers = {workers} if isinstance(workers, str) else set(workers)
             unknown = workers - self._workers

@@ -72,6 +72,23 @@ def test_show_unknown_tensor_is_a_clear_error(capsys, numpy_run):
     assert status == 3 and err.startswith("smdebug ls: ") and "memory://smdebug-cli-test/no-run-here" in err
 
 
+def test_show_a_step_of_the_mode_where_the_tensor_was_not_saved(capsys, tmp_path):
+    import smdebug as smd
+
+    out = str(tmp_path / "sparse")
+    hook = smd.Hook(out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"])
+    hook.set_mode(smd.modes.EVAL)
+    for step in range(3):
+        hook.begin_step()
+        hook.save_scalar("lr", 0.1)
+        if step != 1:
+            hook.save_tensor("loss", np.float32(step), "losses")
+    hook.close()
+    status, _, err = run(capsys, "show", out, "loss", "--step", "1", "--mode", "eval")
+    assert status == 3
+    assert "not available for step 1 (mode EVAL); steps of 'loss' in mode EVAL: 0, 2" in err, err
+
+
 def test_plot_lines_and_histogram_are_real_pngs(capsys, numpy_run, tmp_path):
     image = pytest.importorskip("matplotlib.image")
     png = str(tmp_path / "curves.png")

@@ -294,3 +294,83 @@ def test_catastrophic_regex_from_a_collections_file_is_refused_naming_the_collec
     assert trial.collection("evil").include_regex == ("^(a+)+$",)  # shown as the file has it
     assert trial.tensor_names(collection="weights") == ["fc.weight"]  # the rest still works
     assert trial.tensor_names(regex="^a+!$") == ["a" * 40 + "!"]  # the user's own regexes run as given
+
+
+# ----------------------------------------------------------------------------- unreadable files
+def run_bound_by_permissions(code):
+    """``code`` in a child interpreter that file permissions bind (as root: without the
+    capabilities that override them), its stdout."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", code]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: file permissions do not bind here")
+        caps = "-dac_override,-dac_read_search"
+        cmd = [setpriv, "--bounding-set", caps, "--inh-caps", caps] + cmd
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, done.stderr
+
+
+def test_unreadable_index_and_event_files_cost_their_step_with_named_errors(tmp_path):
+    run = write_run(tmp_path / "run", steps=(0, 1, 2))
+    os.chmod(path_of(run, index_file_relpath(1, "worker_0")), 0)
+    os.chmod(path_of(run, event_file_relpath(2, "worker_0")), 0)
+    out, err = run_bound_by_permissions(f"""
+from smdebug.exceptions import CorruptRecord
+from smdebug.trials import create_trial
+trial = create_trial({run!r}, wait_timeout=1)
+print(trial.steps())
+print(trial.tensor("fc.weight").value(0).sum())
+try:
+    trial.tensor("fc.weight").value(2)
+except CorruptRecord as exc:
+    print("CorruptRecord", exc)
+""")
+    steps, total, error = out.strip().splitlines()
+    assert steps == "[0, 2]" and float(total) == value_of(0).sum()
+    assert error.startswith("CorruptRecord") and "cannot be read: Permission denied" in error
+    assert "000000000001_worker_0.json cannot be read: Permission denied" in err  # the one warning
+
+
+# ----------------------------------------------------------------------------- sharded pieces
+def write_pieces(run, placements):
+    """A step-0 tensor 'w' of three elements from each of two workers, with these placements."""
+    for worker, base in (("worker_0", 0.0), ("worker_1", 100.0)):
+        manager = CollectionManager()
+        manager.add(Collection("weights", include_regex=["w"]))
+        writer = RunWriter(str(run), worker)
+        writer.write_collections(manager.to_json_bytes(num_workers=2))
+        writer.submit(StepData(global_step=0, mode=TRAIN, mode_step=0, worker=worker,
+                               tensors=[("w", np.full(3, base))], placements={"w": placements[worker]}))
+        assert writer.close(write_end_marker=worker == "worker_1", timeout=30)
+    return str(run)
+
+
+def test_pieces_that_overlap_or_claim_more_than_was_read_are_refused_before_allocating(tmp_path):
+    from smdebug.exceptions import TensorUnavailableForStep
+
+    exact = write_pieces(tmp_path / "exact", {"worker_0": {"global_shape": [6], "local_shape": [3], "offsets": [0]},
+                                              "worker_1": {"global_shape": [6], "local_shape": [3], "offsets": [3]}})
+    assert create_trial(exact).tensor("w").value(0).tolist() == [0, 0, 0, 100, 100, 100]
+    overlap = write_pieces(tmp_path / "overlap",
+                           {"worker_0": {"global_shape": [6], "local_shape": [3], "offsets": [0]},
+                            "worker_1": {"global_shape": [6], "local_shape": [3], "offsets": [1]}})
+    with pytest.raises(TensorUnavailableForStep, match="overlaps another worker's"):
+        create_trial(overlap).tensor("w").value(0)
+    half = 1 << 39  # 2 x 4 TiB of float64 claimed, 48 bytes saved
+    huge = write_pieces(tmp_path / "huge",
+                        {"worker_0": {"global_shape": [2 * half], "local_shape": [half], "offsets": [0]},
+                         "worker_1": {"global_shape": [2 * half], "local_shape": [half], "offsets": [half]}})
+    with pytest.raises(TensorUnavailableForStep, match="its placement says"):
+        bounded(lambda: create_trial(huge).tensor("w").value(0), seconds=20)
+    wide = 1 << 32  # the element count overflows int64
+    square = write_pieces(tmp_path / "square",
+                          {"worker_0": {"global_shape": [wide, wide], "local_shape": [wide // 2, wide], "offsets": [0, 0]},
+                           "worker_1": {"global_shape": [wide, wide], "local_shape": [wide // 2, wide],
+                                        "offsets": [wide // 2, 0]}})
+    with pytest.raises(TensorUnavailableForStep, match="its placement says"):
+        create_trial(square).tensor("w").value(0)

@@ -332,6 +332,9 @@ def test_cli_exit_codes_summary_lines_and_reports_only_when_asked(run, tmp_path,
     assert cli_main([str(tmp_path / "missing")]) == 2
     assert "missing does not exist; runs found below" in capsys.readouterr().err
     assert cli_main([run, "--bogus-flag"]) == 2
+    assert cli_main([run, "--report", "s3://bucket/reports"]) == 2
+    assert "reports are written to a local directory" in capsys.readouterr().err
+    assert not os.path.exists("s3:")
     os.makedirs(tmp_path / "empty")
     assert cli_main([str(tmp_path / "empty")]) == 3
     assert "cannot read" in capsys.readouterr().err
@@ -419,3 +422,20 @@ def test_cli_as_module_in_a_real_process(run):
     listing = subprocess.run([sys.executable, "-m", "smdebug.rules", "--list"], capture_output=True, text=True,
                              timeout=120)
     assert listing.returncode == 0 and "TreeDepth" in listing.stdout and "depth=4" in listing.stdout
+
+
+def test_a_step_whose_files_cannot_be_read_is_skipped_and_the_rest_evaluated(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"])
+    for step in range(6):
+        hook.begin_step()
+        hook.save_tensor("fc.weight", np.full(4, np.nan if step == 4 else 1.0, np.float32), "weights")
+    hook.close()
+    event = os.path.join(out, "events", "000000000001", "000000000001_worker_0.tfevents")
+    os.truncate(event, os.path.getsize(event) // 2)
+    report = invoke_rule(ExplodingTensor(create_trial(out)), report_path=None).to_dict()
+    assert report["violations"][0]["step"] == 4 and report["triggered"] == 1  # past the damaged step
+    assert report["datapoints"] == 5 and report["steps_without_data"] == 1
+    assert len(report["errors"]) == 1 and report["errors"][0].startswith("step 1 skipped: ")
+    assert cli_main([out, "--rules", "ExplodingTensor", "--no-progress"]) == 1
+    assert "1 step skipped, unreadable (first: step 1 skipped: " in capsys.readouterr().out
