@@ -47,6 +47,7 @@ class SessionSurface(Protocol):
     mode: object
     global_step: int
     step_open: bool
+    step_mode: object
 
     def set_mode(self, mode) -> None: ...
     def continue_mode_steps(self, mode, next_step: int) -> None: ...

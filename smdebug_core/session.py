@@ -861,6 +861,12 @@ class StepSession(StepPlans, StepRecords):
         return self._step_open
 
     @property
+    def step_mode(self) -> ModeKeys:
+        """The mode the open (or last) step began in: ``mode`` is where the next step begins,
+        and ``set_mode()`` changes it while a step is open."""
+        return self._step_identity[1]
+
+    @property
     def closed(self) -> bool:
         """Whether close() was called."""
         return self._closed

@@ -588,7 +588,8 @@ class Hook(CoreHook):
         mode = self._user_mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
         if mode is not session.mode:
             session.set_mode(mode)  # not the user's: module.training may change it back
-        elif self.step_by_optimizer and mode in _TRAINING_MODES and session.step_open and not self._optimizer_stepped:
+        elif self.step_by_optimizer and mode in _TRAINING_MODES and session.step_open \
+                and session.step_mode is mode and not self._optimizer_stepped:
             return  # the same optimizer step goes on (gradient accumulation, several forwards)
         self._optimizer_stepped = False
         self._fence_gradients(before_backward=True)
@@ -615,12 +616,12 @@ class Hook(CoreHook):
             logger.debug("smdebug: %s updates the registered model; a TRAIN step is now one optimizer step",
                          type(optimizer).__name__)
             self._sync_capture_hooks()  # gradients are read here from now on
-        if session.saving_step and session.step_open and session.mode in _TRAINING_MODES \
+        if session.saving_step and session.step_open and session.step_mode in _TRAINING_MODES \
                 and not self._optimizer_stepped:
             self._capture_parameters(with_gradients=True)
         else:
             self._fence_weights()
-        if session.mode in _TRAINING_MODES and self._sharded.due():
+        if session.step_mode in _TRAINING_MODES and self._sharded.due():
             self._sharded.capture(with_gradients=True)
 
     @never_raises("optimizer post-step hook")

@@ -263,6 +263,39 @@ def test_mode_follows_module_training_unless_set_mode(run_dir):
     assert trial.global_step(TRAIN, 3) == 5
 
 
+def test_set_mode_around_train_and_eval_loops_keeps_every_train_step(run_dir):
+    # smdebug 1.0.34's pattern: set_mode(TRAIN) / set_mode(EVAL) around each loop, the model
+    # left in train() mode. The first TRAIN iteration after an EVAL loop is a step of its own.
+    torch.manual_seed(0)
+    model, loss_fn = torch.nn.Linear(4, 2), torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = every_step(out_dir=run_dir, include_collections=["losses", "gradients"])
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    losses = []
+    for _ in range(2):
+        hook.set_mode(TRAIN)
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = loss_fn(model(torch.randn(3, 4)), torch.randint(0, 2, (3,)))
+            loss.backward()
+            optimizer.step()
+            losses.append((TRAIN, loss.item()))
+        hook.set_mode(EVAL)
+        with torch.no_grad():
+            for _ in range(2):
+                losses.append((EVAL, loss_fn(model(torch.randn(3, 4)), torch.randint(0, 2, (3,))).item()))
+    hook.close()
+
+    trial = create_trial(run_dir)
+    assert [trial.mode(s) for s in trial.steps()] == [mode for mode, _ in losses]
+    assert trial.steps(mode=TRAIN) == list(range(6)) and trial.steps(mode=EVAL) == list(range(4))
+    assert trial.tensor_names(regex="_output_1$") == []  # no step holds two losses
+    loss = trial.tensor("CrossEntropyLoss_output_0")
+    assert [float(loss.value(s)) for s in trial.steps()] == pytest.approx([v for _, v in losses], rel=1e-6)
+    assert trial.tensor("gradient/Linear_weight").steps(mode=TRAIN) == list(range(6))
+
+
 def test_json_config_and_get_hook(tmp_path, monkeypatch):
     out = tmp_path / "run"
     config = write_config(tmp_path / "config.json", out, {"save_interval": "2", "reductions": "max,l2_norm"},
