@@ -471,7 +471,10 @@ class Hook(CoreHook):
         """
         if isinstance(obj, torch.nn.Module):
             coll.add_module_tensors(obj)
-            self._resolve_layer_requests()
+            known = self._module_names.get(id(obj))
+            if known is not None and known[0] is obj:
+                self._resolve_layer_requests()
+            # else: named when a model holding it is registered (or, failing that, by its class at the first step)
         elif isinstance(obj, torch.nn.Parameter):
             name = next((n for n, p in self._params if p is obj), None) or self._sharded.param_named(obj)
             if name is None:

@@ -52,6 +52,19 @@ def test_add_to_collection_with_a_module_saves_its_outputs(run_dir):
     assert {"custom", "mine"} <= set(hook.include_collections)
 
 
+def test_adding_a_module_before_its_model_is_registered_saves_its_outputs(run_dir):
+    hook = every_step(out_dir=run_dir)
+    model = make_model()
+    hook.get_collection("early").add(model.fc1)  # named once its model is registered, not by its class
+    hook.add_to_collection("early2", model.fc2)
+    hook.register_module(model)
+    train(model, torch.nn.CrossEntropyLoss(), batches(1))
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.tensor_names(collection="early") == ["fc1_output_0"]
+    assert trial.tensor_names(collection="early2") == ["fc2_output_0"]
+
+
 def test_adding_a_parameter_saves_it_even_before_its_model_is_registered(run_dir):
     hook = every_step(out_dir=run_dir)
     model = make_model()
