@@ -555,6 +555,26 @@ class _Rows:
 _MODE_NUMBER = {m: m.value for m in ModeKeys}
 
 
+def _own_numbering(conflicts, numbers: dict, texts: dict) -> None:
+    """Give the rows of workers that number a step differently from the trial (see
+    ``Trial.worker_step_conflicts``) their own mode and mode step, in place."""
+    steps = numbers["step"]
+    rows = np.flatnonzero(np.isin(steps, np.fromiter(conflicts, np.int64, len(conflicts))))
+    if not len(rows):
+        return
+    worker_codes, workers = texts["worker"]
+    mode_codes, modes = texts["mode"]
+    mode_codes, modes, mode_steps = mode_codes.astype(np.int64), list(modes), numbers["mode_step"].copy()
+    for i in rows.tolist():
+        own = conflicts[int(steps[i])].get(workers[worker_codes[i]])
+        if own is not None:
+            if own[0].name not in modes:
+                modes.append(own[0].name)
+            mode_codes[i], mode_steps[i] = modes.index(own[0].name), own[1]
+    numbers["mode_step"] = mode_steps
+    texts["mode"] = (mode_codes, modes)
+
+
 def _step_table(trial):
     """``(global steps, mode numbers, mode steps)`` of every loaded step, as arrays.
 
@@ -1366,6 +1386,8 @@ class Table:
         numbers = {"step": known[at], "mode_step": mode_step_of[at], "value": values[order]}
         texts = {k: (codes[order], cats) for k, (codes, cats) in texts.items()}
         texts["mode"] = (mode_code_of_step[at], [ModeKeys(int(v)).name for v in present])
+        if trial.worker_step_conflicts:
+            _own_numbering(trial.worker_step_conflicts, numbers, texts)
         return cls(numbers, texts)
 
     def column(self, name: str):

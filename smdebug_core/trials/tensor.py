@@ -251,6 +251,13 @@ class Tensor:
                 f"worker {worker!r} saved nothing of tensor {self.name!r} at step {step} "
                 f"(mode {mode.name}); workers that did: {have}"
             )
+        if worker is not None and mode is not GLOBAL:
+            own = self._trial.worker_step_conflicts.get(g, {}).get(worker)
+            if own is not None:  # its global step g is another mode step of its own: not this one
+                raise TensorUnavailableForStep(
+                    self.name, step, mode, hint=f"; {worker} numbers its steps differently (its global step {g} "
+                                                f"is its {own[0].name} step {own[1]}): read it by global step, "
+                                                f"value({g}, worker={worker!r})")
 
     @staticmethod
     def _pick(by_worker: Optional[dict], worker: Optional[str]):

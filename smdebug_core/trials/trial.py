@@ -279,6 +279,9 @@ class Trial:
         self._seen_index_files: Dict[str, Set[str]] = {}
         self._bucket_mtime: Dict[str, int] = {}
         self.corrupt_index_files: List[str] = []
+        #: Global steps that workers number differently: ``{step: {worker: (mode, mode_step)}}``
+        #: for the workers whose own numbering differs from the trial's (the first worker read).
+        self.worker_step_conflicts: Dict[int, Dict[str, Tuple[ModeKeys, int]]] = {}
         self.stats: Dict[str, int] = self._storage.stats
         self.stats.update(index_files_parsed=0, refreshes=0)
 
@@ -630,6 +633,22 @@ class Trial:
         self.corrupt_index_files.append(relpath)
         logger.warning("smdebug: index file skipped, its step is left out of the trial: %s", reason)
 
+    def _note_conflict(self, step: int, worker: str, mode: ModeKeys, mode_step: int) -> None:
+        """``worker`` saved global ``step`` as another mode step than the worker read first: a
+        worker ran steps the others did not (evaluation on one rank only, say). Steps are
+        shared by every worker in the format, so the trial keeps the first numbering for
+        mode-based reads and this worker's own for its values (one warning per trial)."""
+        if not self.worker_step_conflicts:
+            first_mode, first_step = self._global_to_mode[step]
+            logger.warning(
+                "smdebug: workers number global step %d differently in %s: %s saved it as %s step %d, another "
+                "worker as %s step %d (a worker ran steps the others did not, e.g. evaluation on one rank only). "
+                "Mode steps follow the first worker read; each worker's values keep their own mode and mode step "
+                "(to_dataframe, value(step, worker=...) with global steps); trial.worker_step_conflicts lists "
+                "every such step. Running the same loops on every worker avoids it.",
+                step, self.path, worker, mode.name, mode_step, first_mode.name, first_step)
+        self.worker_step_conflicts.setdefault(step, {})[worker] = (mode, mode_step)
+
     def _register_index(self, step: int, worker: str, parsed) -> bool:
         """Add one parsed index file; returns True if ``step`` was new."""
         mode, mode_step = parsed.mode, parsed.mode_step
@@ -641,7 +660,9 @@ class Trial:
                     "%s: step %d is in GLOBAL mode with mode_step %d; GLOBAL-mode data must have "
                     "mode_step == global step (docs/format.md 1.5)", self.path, step, mode_step,
                 )
-        if mode is not GLOBAL:
+        elif self._global_to_mode[step] != (mode, mode_step):
+            self._note_conflict(step, worker, mode, mode_step)
+        if mode is not GLOBAL and self._global_to_mode[step] == (mode, mode_step):
             self._mode_to_global.setdefault(mode, {}).setdefault(mode_step, step)
 
         workers = self._workers_for_step.get(step)

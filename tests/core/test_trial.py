@@ -675,3 +675,33 @@ def test_training_end_delay_is_honoured_when_set(example_run, monkeypatch, varia
 def test_full_record_check_reads_our_files(example_run):
     trial = create_trial(example_run, check=True)
     np.testing.assert_array_equal(trial.tensor("fc.weight").value(7), fill(7))
+
+
+def test_workers_that_number_steps_differently_keep_their_own_numbering(tmp_path, caplog):
+    # worker_0 ran an EVAL step (global step 1) that worker_1 did not: their global step 1
+    # and 2 are different mode steps. Nothing is read under another step's numbering.
+    run = tmp_path / "run"
+    marker = {"worker_0": 0.0, "worker_1": 100.0}
+
+    def tensors_of(worker):
+        return lambda step: {"tensors": [("loss_output_0", np.array(marker[worker] + step))]}
+
+    write_run(run, [(0, TRAIN, 0), (1, EVAL, 0), (2, TRAIN, 1)], worker="worker_0", num_workers=2, end=False,
+              tensors=tensors_of("worker_0"))
+    write_run(run, [(0, TRAIN, 0), (1, TRAIN, 1)], worker="worker_1", num_workers=2,
+              tensors=tensors_of("worker_1"))
+    trial = create_trial(str(run))
+    warnings = [r.getMessage() for r in caplog.records if "number global step" in r.getMessage()]
+    assert len(warnings) == 1 and "worker_1 saved it as TRAIN step 1, another worker as EVAL step 0" in warnings[0]
+    assert trial.worker_step_conflicts == {1: {"worker_1": (TRAIN, 1)}}
+    loss = trial.tensor("loss_output_0")
+    assert float(loss.value(1, mode=TRAIN, worker="worker_0")) == 2.0  # worker_0's own TRAIN step 1
+    with pytest.raises(TensorUnavailableForStep, match=r"its global step 1 is its TRAIN step 1\): read it by global "
+                                                         r"step, value\(1, worker='worker_1'\)"):
+        loss.value(0, mode=EVAL, worker="worker_1")
+    assert float(loss.value(1, worker="worker_1")) == 101.0  # by global step: always its own
+    table = trial.to_table(["loss_output_0"])
+    rows = sorted((w, s, m, ms) for w, s, m, ms in zip(table.column("worker"), table.column("step").tolist(),
+                                                       table.column("mode"), table.column("mode_step").tolist()))
+    assert rows == [("worker_0", 0, "TRAIN", 0), ("worker_0", 1, "EVAL", 0), ("worker_0", 2, "TRAIN", 1),
+                    ("worker_1", 0, "TRAIN", 0), ("worker_1", 1, "TRAIN", 1)]
