@@ -616,8 +616,9 @@ class InclusionCheck:
     A hook keeps one. Two mistakes are reported, each once per collection, for the
     collections the user asked for (not the framework's defaults):
 
-    * at the first step, a collection that is neither built in nor configured (no regex,
-      no tensor names, no layers or framework objects): usually a typo of a built-in name;
+    * at the end of the first step, a collection that is neither built in nor configured (no
+      regex, no tensor names, no layers or framework objects, no ``save_tensor`` into it):
+      usually a typo of a built-in name;
     * at the end of the first step that saves it, a collection none of whose tensor names
       the hook had seen. The hook records every name it was offered (``seen``) so that the
       message can show the names to match.
@@ -633,6 +634,8 @@ class InclusionCheck:
         self.seen: Dict[str, None] = {}
         #: Names refused (reserved for reductions), warned about once each.
         self.refused: set = set()
+        #: Whether :meth:`check_configured` ran (it runs at the end of the first step).
+        self.configured_checked = False
 
     def expect(self, name: str) -> None:
         """``name`` was included by the user: check it."""
@@ -647,6 +650,7 @@ class InclusionCheck:
 
     def check_configured(self, manager: "CollectionManager", logger) -> None:
         """Warn about included collections that are neither built in nor configured."""
+        self.configured_checked = True
         for name in list(self.pending):
             coll = manager.get(name, create=False)
             if name in self.builtin or coll is None or coll.has_regex_or_names():

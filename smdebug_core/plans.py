@@ -65,8 +65,6 @@ class StepPlans:
         self._quiet.clear()
         self._recorder_by_mode.clear()
         self._prepared_key = key
-        if self._step_open and self._inclusion.pending:  # from the first step on: configs are set by then
-            self._inclusion.check_configured(self.collection_manager, logger)
 
     def _refresh_if_configs_changed(self) -> None:
         """Collections may change between steps (and inside one): plans follow them."""

@@ -617,10 +617,12 @@ class StepSession(StepPlans, StepRecords):
         if self._step_open:
             self.adapter.on_step_end()
         self._step_open = False
-        if self._inclusion.pending and self.saving_step:
-            self._inclusion.check_configured(self.collection_manager, logger)  # if not done at the first step
-            self._inclusion.check_matches(self.collection_manager, self._saving_colls, self._step_identity[0],
-                                          logger)
+        inclusion = self._inclusion
+        if inclusion.pending and (self.saving_step or not inclusion.configured_checked):
+            # At the end of the first step, not its start: save_tensor() calls in it define collections too.
+            inclusion.check_configured(self.collection_manager, logger)
+            if self.saving_step:
+                inclusion.check_matches(self.collection_manager, self._saving_colls, self._step_identity[0], logger)
         with self._lock:
             pending, self._pending = self._pending, {}
             placements, self._pending_placements = self._pending_placements, {}

@@ -96,6 +96,18 @@ def test_a_configured_custom_collection_does_not_warn(tmp_path, caplog):
     assert "fc.weight" in create_trial(str(tmp_path / "run")).tensor_names()
 
 
+def test_a_collection_filled_by_save_tensor_in_the_first_step_does_not_warn(tmp_path, caplog):
+    hook = smd.Hook(out_dir=tmp_path / "run", include_collections=["custom"],
+                    save_config=smd.SaveConfig(save_interval=1))
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        for step in range(3):
+            hook.begin_step()
+            hook.save_tensor("custom_t", np.arange(3.0) + step, "custom")  # after the step began
+        hook.close()
+    assert smdebug_warnings(caplog) == []
+    assert create_trial(str(tmp_path / "run")).tensor_names(collection="custom") == ["custom_t"]
+
+
 def test_an_included_collection_that_matched_nothing_warns_after_its_first_saved_step(tmp_path, caplog):
     hook = smd.Hook(out_dir=tmp_path / "run", include_collections=["outputs_of_fc"],
                     save_config=smd.SaveConfig(save_interval=1))
