@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--logy", action="store_true", help="logarithmic y axis")
     p.add_argument("--hist", action="store_true", help="a histogram of the value at --step instead (one tensor)")
     p.add_argument("--step", type=int, help="with --hist: the step (default: the last saved value)")
-    p.add_argument("--bins", type=int, default=50)
+    p.add_argument("--bins", type=_positive_int, default=50, help="with --hist: how many bins (default 50)")
 
     p = sub.add_parser("export", help="scalars and saved reductions as a long table (CSV or parquet)")
     run_arg(p)
@@ -86,6 +86,16 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rules", help="run the built-in rules (the smdebug-rules command)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def _open(args):

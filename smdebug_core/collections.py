@@ -596,10 +596,11 @@ class CollectionManager:
         if not isinstance(doc, dict) or not isinstance(doc.get("collections", {}), dict):
             raise ConfigError("collections file must be an object with a 'collections' object")
         meta = doc.get("_meta") or {}
-        try:
-            num_workers = int(meta.get("num_workers", 1)) if isinstance(meta, dict) else 1
-        except (TypeError, ValueError):
-            raise ConfigError(f"collections file: _meta.num_workers must be an integer, got {meta!r}") from None
+        raw = meta.get("num_workers", 1) if isinstance(meta, dict) else 1
+        # An integer (or its decimal string); not 2.5 read as 2, nor true as 1.
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)) or (isinstance(raw, str) and not raw.isdigit()):
+            raise ConfigError(f"collections file: _meta.num_workers must be an integer, got {raw!r}")
+        num_workers = int(raw)
         if num_workers < 1:
             raise ConfigError(f"collections file: _meta.num_workers must be >= 1, got {num_workers}")
         manager = cls()

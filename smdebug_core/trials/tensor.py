@@ -591,8 +591,8 @@ class Tensor:
         location = request.location
         if len(data) < location.length:
             raise CorruptRecord(
-                f"{self._source(request)}: the file ends {location.length - len(data)} bytes "
-                "before the end of the record"
+                f"{self._source(request)}: the file holds {len(data)} of the record's {location.length} bytes "
+                "there (it ends before the record does)"
             )
         try:
             payload, _ = read_record(data, 0, self._trial._record_check)

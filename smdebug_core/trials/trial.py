@@ -598,7 +598,7 @@ class Trial:
                 except (UnsafeRunFile, NotADirectoryError) as exc:
                     # The bucket itself leads outside the run (or loops): none of its steps.
                     seen.update(name for _, name, _ in files)
-                    self._skip_corrupt_index(rel, str(exc))
+                    self._skip_corrupt_index(rel, str(exc), steps=len({step for step, _, _ in files}))
                     continue
                 for (step, name, worker), data in zip(files, datas):
                     if data is None:
@@ -627,11 +627,16 @@ class Trial:
                 self._sorted_mode_steps.clear()
         return total
 
-    def _skip_corrupt_index(self, relpath: str, reason: str) -> None:
+    def _skip_corrupt_index(self, relpath: str, reason: str, steps: Optional[int] = None) -> None:
         """One bad index file costs its step, not the run: one warning, then it is skipped
-        for good (it is listed in ``corrupt_index_files`` and never read again)."""
+        for good (it is listed in ``corrupt_index_files`` and never read again). ``steps``: a
+        whole bucket of index files skipped, holding that many steps."""
         self.corrupt_index_files.append(relpath)
-        logger.warning("smdebug: index file skipped, its step is left out of the trial: %s", reason)
+        if steps is None:
+            logger.warning("smdebug: index file skipped, its step is left out of the trial: %s", reason)
+        else:
+            logger.warning("smdebug: index directory skipped, its %d steps are left out of the trial: %s", steps,
+                           reason)
 
     def _note_conflict(self, step: int, worker: str, mode: ModeKeys, mode_step: int) -> None:
         """``worker`` saved global ``step`` as another mode step than the worker read first: a

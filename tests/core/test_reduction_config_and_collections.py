@@ -139,3 +139,13 @@ def test_get_collection_creates_on_demand_and_json_round_trip():
 def test_untrusted_collections_file(data):
     with pytest.raises(ConfigError):
         CollectionManager.from_json(data)
+
+
+@pytest.mark.parametrize("value, expected", [(2, 2), ("3", 3), (2.5, None), (True, None), ("two", None), ([2], None)])
+def test_num_workers_of_a_collections_file_must_be_an_integer(value, expected):
+    data = json.dumps({"collections": {}, "_meta": {"num_workers": value}}).encode()
+    if expected is None:
+        with pytest.raises(ConfigError, match="num_workers must be an integer"):
+            CollectionManager.from_json(data)
+    else:
+        assert CollectionManager.from_json(data)[1] == expected
