@@ -229,6 +229,18 @@ def _cmd_plot(args) -> int:
         if len(matched) > _MAX_LINES:
             raise _Failure(f"{len(matched)} tensors match (the first: {', '.join(matched[:3])}); a plot of more "
                            f"than {_MAX_LINES} lines is unreadable: narrow the --regex", EXIT_USAGE)
+        if not args.hist:  # matches without a line to draw (not scalars, not that reduction) are left out
+            table = trial.to_table(matched, mode=args.mode)
+            wanted = set(args.reduction or [""])
+            drawable = {t for t, r in zip(table.column("tensor"), table.column("reduction")) if r in wanted}
+            left_out = [name for name in matched if name not in drawable]
+            matched = [name for name in matched if name in drawable]
+            if left_out:
+                what = f"reduction {', '.join(sorted(wanted))}" if args.reduction else "scalar values (pass --reduction)"
+                print(f"left out {len(left_out)} matching tensors without {what}: {', '.join(left_out[:5])}"
+                      + (", ..." if len(left_out) > 5 else ""), file=sys.stderr)
+            if not matched and not args.tensors:
+                raise _Failure(f"no tensor matching --regex/--collection has {what} to plot")
         args.tensors = list(args.tensors) + [name for name in matched if name not in args.tensors]
     if args.hist:
         if len(args.tensors) != 1:

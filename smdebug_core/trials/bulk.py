@@ -1344,6 +1344,13 @@ class Table:
     def __len__(self):
         return len(self.numbers["value"])
 
+    def __repr__(self):
+        steps = self.numbers["step"]
+        span = f", steps {int(steps.min())}..{int(steps.max())}" if len(steps) else ""
+        tensors, workers = (len(np.unique(self.texts[name][0])) for name in ("tensor", "worker"))
+        return (f"<Table: {len(self)} rows of {tensors} tensors, {workers} workers{span}; "
+                f"columns {', '.join(COLUMNS)}; .to_pandas() or .rows()>")
+
     @classmethod
     def empty(cls):
         zeros = np.zeros(0, np.int64)

@@ -117,6 +117,9 @@ def test_plot_selects_tensors_by_regex_and_collection(capsys, numpy_run, tmp_pat
     assert image.imread(png).std() > 0.05
     status, out, _ = run(capsys, "plot", numpy_run, "scalar/lr", "--collection", "losses", "-o", png)
     assert status == 0
+    # Everything: the tensors with no scalar values to draw are left out, and said so.
+    status, out, err = run(capsys, "plot", numpy_run, "--regex", ".*", "-o", png)
+    assert status == 0 and "left out 1 matching tensors without scalar values (pass --reduction): dense.weight" in err
     status, _, err = run(capsys, "plot", numpy_run, "--regex", "^nothing", "-o", png)
     assert status == 3 and "no saved tensor matches --regex ['^nothing']" in err
     status, _, err = run(capsys, "plot", numpy_run, "-o", png)

@@ -96,6 +96,9 @@ def test_original_rule_api_raises_at_the_first_firing(tmp_path):
     assert info.value.step == 0
     rule.invoke(3)  # 0.25: below the threshold, nothing raised
     assert rule.declared[-1] == ["fc.weight", "loss"]
+    from smdebug.rules.rule_invoker import invoke_rule as from_its_1034_module
+
+    assert from_its_1034_module is invoke_rule
 
 
 def test_original_rule_skips_steps_that_lack_a_declared_tensor(tmp_path):
