@@ -18,6 +18,7 @@ from .collections import RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, Collection, C
 from .logger import get_logger
 from .modes import ALL_MODES, ModeKeys
 from .reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig, reduction_tag
+from . import save_config as _save_config
 from .save_config import SaveConfig, SaveConfigMode
 from .step import Selection, TensorPlan
 
@@ -42,7 +43,7 @@ class StepPlans:
     """The plan-making half of the step session (see the module docstring)."""
 
     def _prepare_if_changed(self) -> None:
-        key = (self.collection_manager.version, tuple(self.include_collections))
+        key = (self.collection_manager.version, tuple(self.include_collections), _save_config.edits())
         if key == self._prepared_key:
             return
         prepared = []
@@ -68,7 +69,8 @@ class StepPlans:
 
     def _refresh_if_configs_changed(self) -> None:
         """Collections may change between steps (and inside one): plans follow them."""
-        if self._prepared_key != (self.collection_manager.version, tuple(self.include_collections)):
+        if self._prepared_key != (self.collection_manager.version, tuple(self.include_collections),
+                                  _save_config.edits()):
             self._update_saving()
 
     def plan_for(self, name: str) -> Optional[TensorPlan]:

@@ -55,6 +55,21 @@ def _check_steps(value) -> Optional[List[int]]:
     return sorted({_check_int("save_steps entry", v, 0, allow_none=False) for v in items})
 
 
+_edits = 0
+
+
+def _edited() -> None:
+    """A field of a SaveConfigMode was set after construction (``coll.save_config.end_step = 0``)."""
+    global _edits
+    _edits += 1
+
+
+def edits() -> int:
+    """How many times save config fields were set in place in this process: hooks make their
+    plans again when it changes (collections and their configs can change while training)."""
+    return _edits
+
+
 class SaveConfigMode:
     """How often to save in one mode. Any field left ``None`` is inherited.
 
@@ -89,6 +104,7 @@ class SaveConfigMode:
     @save_interval.setter
     def save_interval(self, value):
         self._save_interval = _check_int("save_interval", value, 1)
+        _edited()
 
     @property
     def start_step(self):
@@ -98,6 +114,7 @@ class SaveConfigMode:
     def start_step(self, value):
         self._start_step = _check_int("start_step", value, 0)
         self._check_range()
+        _edited()
 
     @property
     def end_step(self):
@@ -107,6 +124,7 @@ class SaveConfigMode:
     def end_step(self, value):
         self._end_step = _check_int("end_step", value, 0)
         self._check_range()
+        _edited()
 
     @property
     def save_steps(self):
@@ -116,6 +134,7 @@ class SaveConfigMode:
     def save_steps(self, value):
         self._save_steps = _check_steps(value)
         self._frozen_steps = frozenset(self._save_steps or ())
+        _edited()
 
     def fields(self) -> dict:
         return {f: getattr(self, f) for f in _FIELDS}

@@ -143,3 +143,20 @@ def test_hook_skips_steps_between_saves_and_follows_config_changes(tmp_path):
     hook.set_mode(smd.modes.EVAL)  # each mode has its own schedule
     assert hook.begin_step() and not hook.begin_step()
     hook.close()
+
+
+def test_a_save_config_changed_in_place_while_training_takes_effect(tmp_path):
+    import numpy as np
+
+    import smdebug as smd
+    from smdebug.trials import create_trial
+
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=100),
+                    include_collections=["custom"])
+    for step in range(12):
+        if step == 8:
+            hook.get_collection("custom").save_config.save_interval = 2  # in place, mid-training
+        hook.begin_step()
+        hook.save_tensor("t", np.float32(step), "custom")
+    hook.close()
+    assert create_trial(str(tmp_path / "run")).tensor("t").steps() == [0, 8, 10]
