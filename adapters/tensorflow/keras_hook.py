@@ -175,6 +175,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         # Models registered before they had weights (built lazily, at their first batch):
         # scanned again at step boundaries until they have some.
         self._unbuilt: List[object] = []
+        self._unbuilt_optimizers: List[object] = []
         self._tape_source_ids: set = set()
         # (model, its train_function, weight names): the optimizer site of that compiled train
         # function copied these trainable weights in a saved TRAIN step of fit; see _delivered_by_sites.
@@ -241,6 +242,9 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     def _scan_optimizer(self, optimizer) -> None:
         for var in getattr(optimizer, "variables", []) or []:
             self._track(naming.optimizer_variable_name(var), var, K.OPTIMIZER_VARIABLES)
+        if not getattr(optimizer, "built", True) and not any(o is optimizer for o in self._unbuilt_optimizers):
+            # Its slots (momentum, velocity) appear when it is built, in the first train step.
+            self._unbuilt_optimizers.append(optimizer)
 
     def _variable_name(self, var) -> str:
         name = self._weight_names.get(id(var))
@@ -251,7 +255,13 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def _wants_optimizer_site(self, model) -> bool:
         """Whether the optimizer's ``apply`` is wrapped: for gradients, and for trainable
-        weights, which the wrapper copies in the compiled train step before the update."""
+        weights, which the wrapper copies in the compiled train step before the update.
+
+        A model not built yet (a ``Sequential`` without an ``Input``, a subclassed model
+        not called before ``fit``) has no weights to ask about, and fit traces its train
+        step before they exist: the site is wrapped then (it keeps only what is included)."""
+        if not model.weights:
+            return True
         return any(self._is_included(naming.gradient_name(v), K.GRADIENTS) or
                    self._is_included(self._weight_names.get(id(v), ""))
                    for v in model.trainable_weights)
@@ -290,6 +300,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def _offer_gradients(self, optimizer, grads, trainable_variables) -> None:
         self._scan_optimizer(optimizer)  # slots appear when the optimizer is built, possibly just now
+        if self._unbuilt:  # built by this step's forward pass: its weights are named in time to be copied here
+            self._scan_built_models()
         variables = list(trainable_variables) if trainable_variables is not None else \
             list(getattr(optimizer, "_trainable_variables", []) or [])
         grads = list(grads)
@@ -614,7 +626,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_step_end(self) -> None:
         session = self._session
-        if self._unbuilt:
+        if self._unbuilt or self._unbuilt_optimizers:
             with self.guard("scanning a model built at its first batch"):
                 self._scan_built_models()  # built by the batch that just ran: saved from the next step
         confirm = self._tf and self._in_fit and self._step_active and session.enabled and session.saving_step and \
@@ -629,21 +641,26 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     # ====================================================================== callbacks
     def _scan_built_models(self) -> None:
-        """Name and track the weights of models that were built after set_model (a
-        ``Sequential`` without an ``Input`` builds at its first batch)."""
+        """Name and track the weights of models, and the slots of optimizers, that were built
+        after set_model (a ``Sequential`` without an ``Input`` builds at its first batch, an
+        optimizer at its first ``apply``)."""
+        before = set(self._tracked)
         for model in list(self._unbuilt):
             if model.weights:
                 self._unbuilt.remove(model)
-                before = set(self._tracked)
                 self._scan_variables(model)
-                for name in self._tracked:
-                    if name not in before:
-                        self._session.plan_for(name)  # seen by now: no "matched nothing" warning for weights
+        for optimizer in list(self._unbuilt_optimizers):
+            if getattr(optimizer, "built", True):
+                self._unbuilt_optimizers.remove(optimizer)
+                self._scan_optimizer(optimizer)
+        for name in self._tracked:
+            if name not in before:
+                self._session.plan_for(name)  # seen by now: no "matched nothing" warning for them
 
     def _start_step(self, mode: ModeKeys) -> None:
         if self._step_active:
             self.end_step()
-        if self._unbuilt:
+        if self._unbuilt or self._unbuilt_optimizers:
             self._scan_built_models()
         if self._session.mode != mode:
             self.set_mode(mode)

@@ -250,3 +250,24 @@ def test_hook_reused_across_fit_calls_continues_steps(tmp_path, data):
     # close() removed the wrappers: the model trains on without the hook.
     assert "apply" not in vars(model.optimizer)
     model.fit(x, y, batch_size=5, epochs=1, verbose=0)
+
+
+def test_a_model_built_by_fit_saves_gradients_weights_and_optimizer_slots(tmp_path, data):
+    # A Sequential without keras.Input is built by fit's first batch, its Adam slots by the
+    # first update: both after set_model, where the hook looks for what to capture.
+    x, y = data
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(3, activation="relu", name="d1"), keras.layers.Dense(2, name="d2")])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                         include_collections=["weights", "gradients", "optimizer_variables"])
+    model.fit(x, y, batch_size=5, epochs=2, shuffle=False, verbose=0, callbacks=[hook])
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    names = trial.tensor_names()
+    grads = [n for n in names if n.startswith("gradients/")]
+    assert len(grads) == 4 and all(trial.tensor(n).steps() == [0, 1, 2, 3] for n in grads), names
+    kernels = [n for n in names if n.endswith("kernel") and not n.startswith(("gradients/", "adam"))]
+    assert len(kernels) == 2 and all(trial.tensor(n).steps() == [0, 1, 2, 3] for n in kernels), names
+    slots = [n for n in names if n.endswith(("_momentum", "_velocity"))]
+    assert len(slots) == 8 and all(trial.tensor(n).steps() == [1, 2, 3] for n in slots), names

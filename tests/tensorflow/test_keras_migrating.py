@@ -57,11 +57,14 @@ def test_model_built_at_its_first_batch_saves_its_weights(tmp_path, caplog):
     weights = trial.tensor_names(collection="weights")
     assert len(weights) == 2 and len(trial.tensor_names(collection="biases")) == 2
     kernel = next(n for n in weights if n.startswith("a/") and n.endswith("kernel"))
-    # Step 0 ran the build: its weights did not exist when it began. From step 1 on, each
-    # step has the weights its batch used.
+    # Step 0 ran the build: its weights did not exist when it began, and are copied in its
+    # train step (where the optimizer applies the gradients). Every step has the weights its
+    # batch used (the recorder sees them from step 1 on: before step 0 there were none).
     steps = trial.tensor(kernel).steps()
-    assert steps == [1, 2, 3]
-    for step in steps:
+    assert steps == [0, 1, 2, 3]
+    assert recorder.weights[0] == {} and trial.tensor(kernel).value(0).shape == (3, 4)
+    assert not np.allclose(trial.tensor(kernel).value(0), trial.tensor(kernel).value(1))
+    for step in steps[1:]:
         np.testing.assert_allclose(trial.tensor(kernel).value(step), recorder.weights[step]["a"][0], rtol=1e-6)
 
 
