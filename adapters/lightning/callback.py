@@ -87,6 +87,7 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
         # A validation run inside a half-accumulated optimizer step (set while it runs); warned once.
         self._validation_skipped = False
         self._warned_mid_accumulation = False
+        self._voted_at = 0  # trainer.global_step at the last stop vote (every rank votes at each optimizer step)
 
     # --- set-up -----------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -143,17 +144,19 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         driver = self._active()
-        if driver is None or driver.open is None:
-            return
-        with driver.hook.guard("Lightning on_train_batch_end"):
-            driver.add_loss(loss_of(outputs))
-            step = driver.open[1]
-            if step is not None and trainer.global_step > step:  # the optimizer stepped: the step is complete
-                logs = self._logs_at(trainer, step)
-                # callback_metrics is computed on access: only at logging steps
-                driver.finish(trainer.callback_metrics if logs else None, log_scalars=logs)
-                driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
-            if driver.hook.stop_requested and not trainer.should_stop:
+        if driver is not None and driver.open is not None:
+            with driver.hook.guard("Lightning on_train_batch_end"):
+                driver.add_loss(loss_of(outputs))
+                step = driver.open[1]
+                if step is not None and trainer.global_step > step:  # the optimizer stepped: the step is complete
+                    logs = self._logs_at(trainer, step)
+                    # callback_metrics is computed on access: only at logging steps
+                    driver.finish(trainer.callback_metrics if logs else None, log_scalars=logs)
+                    driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
+        if trainer.global_step != self._voted_at:  # once per optimizer step, on every rank
+            self._voted_at = trainer.global_step
+            if self._stop_agreed() and not trainer.should_stop:
+                driver = self._driver
                 logger.warning("smdebug: stopping the Lightning Trainer: %s", driver.hook.stop_reason)
                 trainer.should_stop = True
 

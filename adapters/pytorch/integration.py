@@ -148,6 +148,7 @@ class StepDriver:
         self.open: Optional[Tuple[ModeKeys, Optional[int]]] = None  # (mode, trainer step) of the open step
         self._wants_loss = False
         self._loss: Optional[torch.Tensor] = None
+        self._averaged = 0  # micro-batch losses added with averaged=True in the open step
         self._seen_metrics: Dict[str, object] = {}  # name -> the value object last saved
 
     @property
@@ -162,7 +163,7 @@ class StepDriver:
             hook.set_mode(mode)
         if mode is ModeKeys.TRAIN and trainer_step is not None:
             session.continue_mode_steps(ModeKeys.TRAIN, trainer_step)  # a resumed run: TRAIN steps go on from there
-        self._loss = None
+        self._loss, self._averaged = None, 0
         hook.begin_step()
         self.open = (mode, trainer_step)
         # Most steps want no loss: no tensor op then (the default config's cost).
@@ -171,19 +172,24 @@ class StepDriver:
     def is_open(self, mode: ModeKeys, trainer_step: Optional[int] = None) -> bool:
         return self.open == (mode, trainer_step)
 
-    def add_loss(self, loss, weight: float = 1.0) -> None:
-        """Add a micro-batch's loss, times ``weight`` (its share of the step), to the step's."""
+    def add_loss(self, loss, weight: float = 1.0, averaged: bool = False) -> None:
+        """Add a micro-batch's loss, times ``weight`` (its share of the step), to the step's.
+        ``averaged``: the step's loss is the mean of such losses over the micro-batches it
+        ran (their number, known when it ends: an epoch's last step may run fewer)."""
         if self._wants_loss and isinstance(loss, torch.Tensor) and loss.numel() == 1:
             loss = loss.detach().float()
             if weight != 1.0:
                 loss = loss * weight
             self._loss = loss if self._loss is None else self._loss + loss
+            self._averaged += averaged
 
     def finish(self, metrics: Optional[dict], log_scalars: bool) -> None:
         """The step's work is done: save its loss (when the step saves) and, with
         ``log_scalars``, the loss and the metrics whose values changed, as scalars."""
         hook, loss = self.hook, self._loss
-        self._loss = None
+        if loss is not None and self._averaged > 1:
+            loss = loss / self._averaged
+        self._loss, self._averaged = None, 0
         if loss is not None and self.session.saving_step:
             hook.record(LOSS_TENSOR, loss.reshape(()))
         if not log_scalars:
@@ -265,6 +271,51 @@ class TrainerInstrumentor(Instrumentor):
         return __init__
 
 
+def is_distributed() -> bool:
+    """Whether this process is one rank of several in a torch.distributed job."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+class StopVote:
+    """Whether to stop, agreed by every rank of a torch.distributed job.
+
+    A trainer must stop all its ranks at the same optimizer step: a rank that stops alone
+    leaves the others waiting in their next collective (gloo: they fail; NCCL: they hang),
+    and a rule or a stop request may reach one rank only. Each optimizer step every rank
+    calls this once with its own verdict: it starts a non-blocking all-reduce (max) of it on
+    a gloo group of its own (CPU: no device sync) and returns the previous step's result, so
+    training does not wait for it and every rank stops at the same step, one step after the
+    first asked. One process: the verdict itself, at once.
+    """
+
+    def __init__(self):
+        self._group = None
+        self._pending = None  # (work, flag) of the vote in flight
+        self._broken = False
+
+    def __call__(self, mine: bool) -> bool:
+        if self._broken or not is_distributed():
+            return mine
+        dist = torch.distributed
+        try:
+            if self._group is None:  # every rank gets here at the same step: a collective call
+                self._group = dist.new_group(backend="gloo")
+            decided = False
+            if self._pending is not None:
+                work, flag = self._pending
+                work.wait()
+                decided = bool(flag.item())
+            flag = torch.tensor([1 if mine else 0], dtype=torch.int32)
+            self._pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True), flag)
+            return decided
+        except Exception as exc:  # noqa: BLE001 - the hook never stops training
+            self._broken = True
+            logger.warning("smdebug: the ranks cannot agree on stopping (%s: %s); each rank acts on its own stop "
+                           "requests from now on", type(exc).__name__, exc)
+            return mine
+
+
 class CallbackHook:
     """Mixed into each trainer's DebuggerCallback (before the trainer's callback class): the
     hook it drives. Subclasses set ``OWNER`` (``"Lightning"``...).
@@ -285,6 +336,7 @@ class CallbackHook:
         self._source = HookSource(self.OWNER, hook=hook, json_config_path=json_config_path, **hook_kwargs)
         self._driver: Optional[StepDriver] = None
         self._built = False
+        self._stop_vote = StopVote()
 
     @property
     def hook(self) -> Optional[Hook]:
@@ -302,6 +354,17 @@ class CallbackHook:
     def _active(self) -> Optional[StepDriver]:
         driver = self._driver
         return driver if driver is not None and driver.active else None
+
+    def _stop_agreed(self) -> bool:
+        """Whether the trainer stops now, every rank agreeing (:class:`StopVote`). Called once
+        per optimizer step on every rank, whatever the state of this rank's hook."""
+        if self._driver is None:  # no hook on any rank (the same arguments everywhere)
+            return False
+        driver = self._active()
+        stop = self._stop_vote(driver is not None and driver.hook.stop_requested)
+        if stop and driver is not None and not driver.hook.stop_requested:
+            driver.hook.request_stop("another rank of this job asked to stop")
+        return stop
 
     def close(self) -> None:
         """Write the last step and finish the run's files (also done at interpreter exit)."""

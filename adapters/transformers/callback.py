@@ -14,8 +14,11 @@ What is recorded, and when
       after gradient clipping (``max_grad_norm``) and accelerate's unscaling, and the
       weights the step used. ``on_optimizer_step`` sees the same gradients, but the
       weights already updated: the next step's.
-    * The step's loss as the tensor ``loss`` (``losses`` collection): the mean over its
-      micro-batches of the model output's ``loss``; an EVAL step's, that batch's loss.
+    * The step's loss as the tensor ``loss`` (``losses`` collection), as the Trainer
+      computes (and logs) it from the model output's ``loss``: the sum over the step's
+      micro-batches when the Trainer passed ``num_items_in_batch`` (the model then divided
+      each by the items of the whole step), else their mean over the micro-batches the step
+      ran; an EVAL step's, that batch's loss.
     * Scalars: what ``on_log`` receives (``loss``, ``learning_rate``, ``grad_norm``,
       ``eval_*``, ...) in the step being logged, and ``train/loss`` at those steps.
     * Module outputs and inputs that collections ask for, through the PyTorch hook's module
@@ -40,7 +43,7 @@ from transformers import TrainerCallback
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 from smdebug.pytorch import Hook
-from smdebug.pytorch.integration import CallbackHook, StepDriver, loss_of
+from smdebug.pytorch.integration import CallbackHook, StepDriver, is_distributed, loss_of
 
 logger = get_logger("smdebug.transformers")
 class DebuggerCallback(CallbackHook, TrainerCallback):
@@ -61,7 +64,6 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
         CallbackHook.__init__(self, out_dir, json_config_path=json_config_path, hook=hook, **hook_kwargs)
         self._model: Optional[torch.nn.Module] = None
         self._handles: list = []
-        self._loss_weight = 1.0  # 1 / gradient_accumulation_steps
 
     def attach(self, model: torch.nn.Module) -> None:
         """Make the hook (once) and watch ``model``, the Trainer's (unwrapped) model. It is
@@ -75,7 +77,7 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
             self._model = model
             # Ours run before the hook's own: an EVAL step begins before the forward it holds.
             self._handles.append(model.register_forward_pre_hook(self._on_forward_pre, prepend=True))
-            self._handles.append(model.register_forward_hook(self._on_forward))
+            self._handles.append(model.register_forward_hook(self._on_forward, with_kwargs=True))
 
     def _register(self, driver) -> None:
         """Register the model once the Trainer has prepared it: at the start of training, or
@@ -98,11 +100,18 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
                 self._register(driver)
                 driver.begin(ModeKeys.EVAL)
 
-    def _on_forward(self, module, args, output) -> None:
+    def _on_forward(self, module, args, kwargs, output) -> None:
         driver = self._active()
         if driver is not None and driver.open is not None:
             with driver.hook.guard("Transformers forward"):
-                driver.add_loss(loss_of(output), 1.0 if driver.open[0] is ModeKeys.EVAL else self._loss_weight)
+                if driver.open[0] is ModeKeys.EVAL:
+                    driver.add_loss(loss_of(output))
+                elif kwargs.get("num_items_in_batch") is not None:
+                    # The model divided its loss sum by the items of every micro-batch of the
+                    # step (the Trainer passes their number): the step's loss is the sum.
+                    driver.add_loss(loss_of(output))
+                else:  # each micro-batch's own mean: the step's loss is their mean
+                    driver.add_loss(loss_of(output), averaged=True)
 
     # --- Trainer events -------------------------------------------------------------------------
     def on_init_end(self, args, state, control, model=None, **kwargs):
@@ -110,7 +119,6 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.attach(model)
-        self._loss_weight = 1.0 / max(args.gradient_accumulation_steps, 1)
         driver = self._active()
         if driver is not None:
             with driver.hook.guard("Transformers registering the model"):
@@ -129,14 +137,15 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         driver = self._active()
-        if driver is None or driver.open is None:
-            return None
-        with driver.hook.guard("Transformers on_step_end"):
-            driver.finish(None, log_scalars=False)
-            if control.should_log:
-                return None  # on_log comes next: its values belong to this step, which it ends
-            driver.end()
-        return self._stop_if_requested(driver, control)
+        if driver is not None and driver.open is not None:
+            with driver.hook.guard("Transformers on_step_end"):
+                driver.finish(None, log_scalars=False)
+                if not control.should_log:  # else on_log comes next: its values belong to this step, which it ends
+                    driver.end()
+        if self._stop_agreed() and not control.should_training_stop:  # every rank votes, once per optimizer step
+            logger.warning("smdebug: stopping the Transformers Trainer: %s", self._driver.hook.stop_reason)
+            control.should_training_stop = True
+        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         driver = self._active()
@@ -150,6 +159,8 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
             driver.save_metrics(logs, only_changed=False)  # each on_log is a fresh report
             if driver.open[0] is ModeKeys.TRAIN:
                 driver.end()
+        if is_distributed():
+            return None  # ranks stop together, at the next step's vote (on_step_end)
         return self._stop_if_requested(driver, control)
 
     def on_prediction_step(self, args, state, control, **kwargs):

@@ -12,11 +12,11 @@ from smdebug.trials import create_trial
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_train.py")
 
 
-def run_ddp(tmp_path, include_workers):
+def run_ddp(tmp_path, include_workers, *extra):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMDEBUG_")}
     env.update(PL_DISABLE_FORK="1", OMP_NUM_THREADS="1", MASTER_PORT=str(29500 + os.getpid() % 1000))
-    done = subprocess.run([sys.executable, SCRIPT, str(out), include_workers], env=env, cwd=str(tmp_path),
+    done = subprocess.run([sys.executable, SCRIPT, str(out), include_workers, *extra], env=env, cwd=str(tmp_path),
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
     reports = [json.loads((tmp_path / f"report_{rank}.json").read_text()) for rank in (0, 1)]
@@ -45,3 +45,12 @@ def test_by_default_only_the_chief_writes(tmp_path):
     trial = create_trial(out)
     assert trial.workers() == ["worker_0"]
     assert trial.steps() == [0, 1]
+
+
+@pytest.mark.timeout(300)
+def test_a_stop_asked_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    # Rank 0 alone asks at optimizer step 2 (a rule firing on its loss, say): a rank that
+    # stopped alone would leave the other in its next gradient all-reduce.
+    out, reports = run_ddp(tmp_path, "all", "2")
+    steps = sorted(r["global_step"] for r in reports)
+    assert steps[0] == steps[1] and 2 < steps[0] < 12, reports  # 48 batches / 2 ranks / 2 accumulated = 12

@@ -38,6 +38,20 @@ def test_gradient_accumulation_gives_one_step_with_the_accumulated_gradients(tmp
     logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert trial.tensor("scalar/train/loss").steps() == [0, 1]
     np.testing.assert_allclose([trial.tensor("scalar/loss").value(s) for s in (0, 1)], logged, rtol=1e-6)
+    np.testing.assert_allclose([trial.tensor("loss").value(s) for s in (0, 1)], logged, rtol=1e-5)
+
+
+def test_the_loss_of_a_step_is_the_trainers_with_a_short_last_step(tmp_path):
+    # 10 batches, 4 a step: the epoch's last step runs 2. The saved loss is the one the Trainer logs.
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, include_collections=["losses"], **EVERY_STEP)
+    trainer = make_trainer(tmp_path, [callback], train_n=40, gradient_accumulation_steps=4)
+    trainer.train()
+    callback.close()
+    trial = create_trial(out)
+    logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert trainer.state.global_step == 3 and len(logged) == 3
+    np.testing.assert_allclose([trial.tensor("loss").value(s) for s in trial.steps()], logged, rtol=1e-5)
 
 
 def test_modes_and_steps_follow_the_trainer(tmp_path):
