@@ -139,13 +139,15 @@ def split_url(url: str) -> Tuple[str, str]:
     return scheme(url), url.split("://", 1)[1]
 
 
-def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=()) -> None:
+def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), unreachable: str = "log") -> bool:
     """Refuse a URL that already holds a run of this worker (its collections file or the end
     marker), as a local ``out_dir`` is refused; with ``overwrite`` remove that run's objects,
     but not those the other workers of this job (``siblings``) have already uploaded.
 
-    Best effort: an unreachable endpoint is logged and does not stop training (the
-    uploader retries, the spool keeps the data).
+    Returns whether the store could be checked. ``unreachable="log"``: an unreachable
+    endpoint is logged and does not stop training (the spool keeps the data, and the
+    uploader checks before its first upload: :data:`UNCHECKED_KEY`); ``"raise"``: its error
+    propagates (the uploader retries).
     """
     import logging
 
@@ -171,14 +173,37 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=()) ->
                         old.append(path)
             if old:
                 fs.rm(old)
-            return
+            return True
     except Exception as exc:  # noqa: BLE001 - the store is down: the uploader will retry
-        log.warning("smdebug: cannot check %s for an earlier run (%s: %s); writing into the spool, the upload "
-                    "retries", url, type(exc).__name__, exc)
-        return
+        if unreachable == "raise":
+            raise
+        log.warning("smdebug: cannot check %s for an earlier run (%s: %s); writing into the spool, the uploader "
+                    "checks before it uploads anything", url, type(exc).__name__, exc)
+        return False
     if existing:
         raise OutDirError(f"out_dir {url} already holds a run ({', '.join(existing)} exist); choose a new prefix, "
                           "delete it, or pass overwrite=True to replace that run")
+    return True
+
+
+#: Spool manifest key of a prefix not checked yet for an earlier run (the store was down when
+#: the hook started): ``{"worker", "overwrite", "siblings"}``; the uploader checks first.
+UNCHECKED_KEY = "unchecked_prefix"
+
+
+def set_manifest(spool: str, **entries) -> None:
+    """Add or (with None) remove entries of a spool's manifest, atomically."""
+    path = os.path.join(spool, SPOOL_MANIFEST)
+    with open(path) as fh:
+        manifest = json.load(fh)
+    for key, value in entries.items():
+        if value is None:
+            manifest.pop(key, None)
+        else:
+            manifest[key] = value
+    with open(path + ".tmp", "w") as fh:
+        json.dump(manifest, fh)
+    os.replace(path + ".tmp", path)
 
 
 def _modified_at(info: dict) -> float:
@@ -205,9 +230,11 @@ def start_remote_writer(url: str, worker: str, tensorboard_dir, export_tensorboa
     uploader sends at close (TensorBoard's files, appended to until then).
     """
     filesystem(url, for_writing=True)  # ImportError now, naming the package, not in the writer thread
-    if check:
-        check_remote_out_dir(url, worker, overwrite, siblings)
+    checked = check_remote_out_dir(url, worker, overwrite, siblings) if check else True
     spool = make_spool(url, worker)
+    if not checked:
+        set_manifest(spool, **{UNCHECKED_KEY: {"worker": worker, "overwrite": bool(overwrite),
+                                               "siblings": sorted(siblings)}})
     extra = []
     tb_local = None
     if tensorboard_dir is not None and is_url(os.fspath(tensorboard_dir)):
@@ -223,10 +250,5 @@ def start_remote_writer(url: str, worker: str, tensorboard_dir, export_tensorboa
         tb_local = os.path.join(spool, "tensorboard")
         extra.append((tb_local, normalize_url(url) + "/tensorboard"))
     if extra:
-        manifest_path = os.path.join(spool, SPOOL_MANIFEST)
-        with open(manifest_path) as fh:
-            manifest = json.load(fh)
-        manifest["extra_dirs"] = {os.path.relpath(local, spool): target for local, target in extra}
-        with open(manifest_path, "w") as fh:
-            json.dump(manifest, fh)
+        set_manifest(spool, extra_dirs={os.path.relpath(local, spool): target for local, target in extra})
     return spool, tb_local, extra

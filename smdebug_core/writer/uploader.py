@@ -358,9 +358,46 @@ class Uploader(SpoolAccount):
             items, self._incoming = self._incoming, []
             return items, self._closing and not self._incoming
 
+    def _check_prefix(self) -> None:
+        """Before the first upload, the check for an earlier run in the prefix that the hook
+        could not make (the store was down then): retried like an upload; a prefix holding
+        another run receives nothing (the spool keeps this run, and the warning says how to
+        send it elsewhere)."""
+        from .. import remote
+        from ..exceptions import OutDirError
+
+        try:
+            with open(os.path.join(self.spool, remote.SPOOL_MANIFEST)) as fh:
+                pending = json.load(fh).get(remote.UNCHECKED_KEY)
+        except (OSError, ValueError, AttributeError):
+            return
+        if not isinstance(pending, dict):
+            return
+        backoff = _BACKOFF_FIRST_S
+        while True:
+            if self._gave_up is not None:
+                raise _GaveUp(self._gave_up)
+            try:
+                remote.check_remote_out_dir(self.url, str(pending.get("worker")), bool(pending.get("overwrite")),
+                                            pending.get("siblings") or (), unreachable="raise")
+            except OutDirError as exc:
+                with self._cond:
+                    self._gave_up = f"nothing was uploaded: {exc}"
+                    self._cond.notify_all()
+                raise _GaveUp(self._gave_up) from None
+            except Exception as exc:  # noqa: BLE001 - the store is still down: retried
+                self._note_failure(self.url, exc)
+                with self._cond:
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                continue
+            remote.set_manifest(self.spool, **{remote.UNCHECKED_KEY: None})
+            return
+
     def _run(self) -> None:
         end_marker: Optional[int] = None
         try:
+            self._check_prefix()
             while True:
                 items, closing = self._take()
                 if self._gave_up is not None:

@@ -240,6 +240,36 @@ def test_endpoint_gone_for_good_leaves_the_spool_and_the_sync_command(endpoint, 
     assert _spool_left(tmp_path)[1] == []
 
 
+def test_a_prefix_holding_a_run_is_checked_before_the_first_upload_when_the_store_was_down(
+        endpoint, bucket, tmp_path, caplog, monkeypatch):
+    # Run A ends in the prefix; run B starts there while the store is down, so the hook
+    # cannot refuse it: the uploader checks before it sends anything, and B never mixes into A.
+    monkeypatch.setenv("SMDEBUG_UPLOAD_IN_PROCESS", "1")
+    url = f"s3://{bucket}/twice"
+    hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
+    _train(hook, 5)
+    hook.close()
+    endpoint.stop()
+    try:
+        with caplog.at_level(logging.WARNING):
+            hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
+            assert any("cannot check" in r.getMessage() for r in caplog.records)
+            _train(hook, 3, start=0, size=4)
+    finally:
+        endpoint.start()
+    with caplog.at_level(logging.WARNING, logger=UPLOAD_LOGGER):
+        hook.close()
+    messages = [r.getMessage() for r in caplog.records if r.name == UPLOAD_LOGGER]
+    assert any("nothing was uploaded" in m and "already holds a run" in m for m in messages), messages
+    trial = create_trial(url)  # run A, untouched
+    assert trial.steps() == list(range(5)) and [float(trial.tensor("scalar/loss").value(s)) for s in range(5)] == \
+        [0.0, 1.0, 2.0, 3.0, 4.0]
+    spool, left = _spool_left(tmp_path)
+    assert len([r for r in left if r.startswith("index/")]) == 3  # run B waits in the spool
+    assert sync_main([spool, f"s3://{bucket}/elsewhere"]) == 0  # ... for a prefix of its own
+    assert create_trial(f"s3://{bucket}/elsewhere").steps() == [0, 1, 2]
+
+
 def test_sync_command_is_installed_and_reads_the_url_from_the_spool(endpoint, bucket, tmp_path, monkeypatch):
     monkeypatch.setenv("SMDEBUG_UPLOAD_RETRY_BUDGET", "0.5")
     url = f"s3://{bucket}/cli"
