@@ -524,6 +524,23 @@ class StepSession(StepPlans, StepRecords):
             return 0
         return self._hold(items, backend or self._numpy_backend)
 
+    @never_raises("record")
+    def record_whatever_the_config(self, items) -> int:
+        """Save host ``(name, value)`` items in the open step even where the save config
+        skips it, as their included collections would save them (1.0.34's ``force_save``:
+        what a trainer reports once an epoch, such as Keras' ``val_*`` logs, would otherwise
+        be lost on most steps). Returns how many will be saved."""
+        if self.saving_step:
+            return self._hold(items, self._numpy_backend)
+        if not (self._step_open and (self.writes_files or self.dry_run or self._step_listeners)):
+            return 0
+        everything = frozenset(p.collection.name for p in self._prepared)
+        held = sum(self._hold(((name, value),), self._numpy_backend, plan)
+                   for name, value in items if (plan := self._plan_in(name, everything)) is not None)
+        if held:
+            self._ring_only = False  # written with its step, not kept for the flight recorder only
+        return held
+
     def _hold(self, items, backend: TensorBackend, given: Optional[TensorPlan] = None) -> int:
         """Snapshot the wanted ``(name, value)`` items and keep them for the end of the step."""
         held = []

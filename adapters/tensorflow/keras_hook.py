@@ -8,7 +8,7 @@ As a ``keras.callbacks.Callback``:
 * ``losses`` and ``metrics`` come from the batch logs (``loss`` and ``*_loss`` keys are
   losses; the rest metrics). Keras reports the running mean over the epoch so far, which
   is what is saved. ``val_*`` values of ``fit`` are saved in the last EVAL step of that
-  validation run;
+  validation run, whatever the save config (as 1.0.34 did: they come once an epoch);
 * ``weights``, ``biases`` and ``optimizer_variables`` are saved with the values the
   batch's forward and backward passes used: read when a saved step begins, except the
   trainable weights in TRAIN steps of a compiled fit, which the optimizer's ``apply``
@@ -679,8 +679,10 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             return
         functions.install(self.model, self._batch_function, self._session.saving_collections)
 
-    def _record_logs(self, logs, only=None) -> None:
-        if not logs or not self._session.saving_step or not self._step_active:
+    def _record_logs(self, logs, only=None, every_time: bool = False) -> None:
+        """Save Keras' logs (losses, metrics) in the open step; ``every_time``: even where the
+        save config skips the step (the ``val_*`` logs of an epoch come once, as in 1.0.34)."""
+        if not logs or not self._step_active or not (self._session.saving_step or every_time):
             return
         items = []
         for key, value in logs.items():
@@ -692,7 +694,9 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 coll = self._log_keys[key] = K.LOSSES if naming.is_loss_log(key) else K.METRICS
                 self._register_names([key], [coll])
             items.append((key, np.asarray(float(value))))
-        if items:
+        if items and every_time:
+            self._session.record_whatever_the_config(items)
+        elif items:
             self._session.record_many(items)  # host values; keeps the names saved at this step
 
     def _guarded(self, where, fn, *args):
@@ -714,7 +718,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         def body():
             if self._step_active and self._session.mode == ModeKeys.EVAL:
-                self._record_logs(logs, only=lambda k: k.startswith("val_"))
+                self._record_logs(logs, only=lambda k: k.startswith("val_"), every_time=True)
             if self._step_active:
                 self.end_step()
 

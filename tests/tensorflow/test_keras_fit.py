@@ -76,11 +76,14 @@ def test_default_config_saves_losses_and_metrics_at_step_zero_of_each_mode(tmp_p
     hook = smd.KerasHook(out_dir=tmp_path / "run")
     run_scenario(make_model(), hook, x, y)
     trial = create_trial(str(tmp_path / "run"))
-    assert trial.steps() == [0, 3]  # TRAIN step 0 and EVAL step 0; PREDICT has no losses
+    # TRAIN step 0 and EVAL step 0; PREDICT has no losses. Each epoch's val_* logs in its
+    # last validation step (4, 9), whatever the config, as 1.0.34 saved them.
+    assert trial.steps() == [0, 3, 4, 9]
     assert trial.mode_modestep(3) == (smd.modes.EVAL, 0)
-    assert sorted(trial.tensor_names()) == ["loss", "mae"]
-    assert trial.tensor_names(collection="losses") == ["loss"]
-    assert trial.tensor_names(collection="metrics") == ["mae"]
+    assert sorted(trial.tensor_names()) == ["loss", "mae", "val_loss", "val_mae"]
+    assert trial.tensor_names(collection="losses") == ["loss", "val_loss"]
+    assert trial.tensor_names(collection="metrics") == ["mae", "val_mae"]
+    assert trial.tensor("val_loss").steps() == [4, 9]
 
 
 def test_weights_equal_get_weights_before_each_batch(full_run):
@@ -271,3 +274,20 @@ def test_a_model_built_by_fit_saves_gradients_weights_and_optimizer_slots(tmp_pa
     assert len(kernels) == 2 and all(trial.tensor(n).steps() == [0, 1, 2, 3] for n in kernels), names
     slots = [n for n in names if n.endswith(("_momentum", "_velocity"))]
     assert len(slots) == 8 and all(trial.tensor(n).steps() == [1, 2, 3] for n in slots), names
+
+
+def test_val_logs_of_every_epoch_are_saved_whatever_the_save_interval(tmp_path, data):
+    # 1.0.34 saved them at each epoch's end whatever the config: on most steps they would be lost.
+    x, y = data
+    model = make_model()
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=100),
+                         include_collections=["losses", "metrics"])
+    history = model.fit(x, y, batch_size=5, epochs=3, validation_data=(x, y), shuffle=False, verbose=0,
+                        callbacks=[hook])
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    val_loss = trial.tensor("val_loss")
+    assert len(val_loss.steps()) == 3 and all(trial.mode(s) == smd.modes.EVAL for s in val_loss.steps())
+    np.testing.assert_allclose([float(val_loss.value(s)) for s in val_loss.steps()], history.history["val_loss"],
+                               rtol=1e-5)
+    assert len(trial.tensor("val_mae").steps()) == 3
