@@ -26,13 +26,17 @@ What is recorded, and when
       (divided by ``accumulate_grad_batches``, so the sum is their mean).
     * Scalars every ``trainer.log_every_n_steps`` optimizer steps: ``train/loss`` and the
       values in ``trainer.callback_metrics`` (what ``self.log`` logged) logged anew since
-      last saved; after each validation/test loop, its metrics, in its last step.
+      last saved; after each validation/test loop, its metrics, in its last step; epoch-level
+      values (``on_epoch=True``) in the epoch's last step when no validation runs between
+      that step and the epoch's end (else at the next logging step).
     * Module outputs and inputs that collections ask for, through the PyTorch hook's
       module hooks (the LightningModule is registered as the model).
 
 Stopping
     A rule's ``StopTraining`` sets ``trainer.should_stop``: the Trainer ends fit at the
     end of that batch (after ``min_steps``/``min_epochs``, as for any callback's stop).
+    Under a distributed strategy every rank stops at the same optimizer step, one step
+    later (:class:`smdebug.pytorch.integration.StopVote`).
 
 Both Lightning packages
     ``pytorch_lightning`` and the unified ``lightning`` package (``import lightning as L``;
@@ -152,13 +156,22 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
                     logs = self._logs_at(trainer, step)
                     # callback_metrics is computed on access: only at logging steps
                     driver.finish(trainer.callback_metrics if logs else None, log_scalars=logs)
-                    driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
+                    if not trainer.is_last_batch:  # the epoch's last step stays open for its epoch-level metrics
+                        driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
         if trainer.global_step != self._voted_at:  # once per optimizer step, on every rank
             self._voted_at = trainer.global_step
             if self._stop_agreed() and not trainer.should_stop:
                 driver = self._driver
                 logger.warning("smdebug: stopping the Lightning Trainer: %s", driver.hook.stop_reason)
                 trainer.should_stop = True
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # self.log(..., on_epoch=True) values are reduced now: saved in the epoch's last step.
+        driver = self._active()
+        if driver is not None and driver.open is not None and driver.open[0] is ModeKeys.TRAIN:
+            with driver.hook.guard("Lightning on_train_epoch_end"):
+                driver.save_metrics(trainer.callback_metrics)
+                driver.end()
 
     @staticmethod
     def _logs_at(trainer, step: int) -> bool:
@@ -173,6 +186,10 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
         self._register(trainer)  # trainer.validate() has no fit start
         self._metrics_before_loop = dict(trainer.callback_metrics)
         driver = self._active()
+        if driver is not None and driver.open is not None and driver.open[0] is ModeKeys.TRAIN \
+                and driver.open[1] is not None and trainer.global_step > driver.open[1]:
+            with driver.hook.guard("Lightning on_validation_start"):
+                driver.end()  # an epoch's last step, kept open for its epoch-level metrics: validation comes first
         # The hook has one open step: EVAL steps begun now would end the TRAIN step whose
         # gradients are still accumulating, and the rest of it would become a second TRAIN step.
         self._validation_skipped = driver is not None and driver.open is not None \

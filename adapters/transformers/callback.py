@@ -20,13 +20,17 @@ What is recorded, and when
       each by the items of the whole step), else their mean over the micro-batches the step
       ran; an EVAL step's, that batch's loss.
     * Scalars: what ``on_log`` receives (``loss``, ``learning_rate``, ``grad_norm``,
-      ``eval_*``, ...) in the step being logged, and ``train/loss`` at those steps.
+      ``eval_*``, ...) in the step being logged, and ``train/loss`` at those steps; with
+      ``logging_strategy="epoch"``, in each epoch's last step; the training's summary
+      (``train_loss``, ``train_runtime``...) in the last step, unless an evaluation ran after
+      it (then no step is open for it).
     * Module outputs and inputs that collections ask for, through the PyTorch hook's module
       hooks (the Trainer's model, unwrapped, is registered).
 
 Stopping
     A rule's ``StopTraining`` sets ``control.should_training_stop``: the Trainer ends
-    training after the step the rule fired on.
+    training after the step the rule fired on. Under torch.distributed every rank stops at
+    the same step, one step later (:class:`smdebug.pytorch.integration.StopVote`).
 
 Distributed
     The hook is made at ``on_init_end``; ``TrainingArguments`` has set up the process group
@@ -140,8 +144,9 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
         if driver is not None and driver.open is not None:
             with driver.hook.guard("Transformers on_step_end"):
                 driver.finish(None, log_scalars=False)
-                if not control.should_log:  # else on_log comes next: its values belong to this step, which it ends
-                    driver.end()
+                if not (control.should_log or self._last_of_epoch(state) or self._last_of_training(state)):
+                    driver.end()  # else on_log comes next (the epoch's logs, the training's summary): its values
+                    #                belong to this step; it ends it (or the next step, evaluation or close does)
         if self._stop_agreed() and not control.should_training_stop:  # every rank votes, once per optimizer step
             logger.warning("smdebug: stopping the Transformers Trainer: %s", self._driver.hook.stop_reason)
             control.should_training_stop = True
@@ -157,8 +162,8 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
             if driver.open[0] is ModeKeys.TRAIN and "loss" in (logs or {}):
                 driver.hook.save_scalar("train/loss", float(logs["loss"]))
             driver.save_metrics(logs, only_changed=False)  # each on_log is a fresh report
-            if driver.open[0] is ModeKeys.TRAIN:
-                driver.end()
+            if driver.open[0] is ModeKeys.TRAIN and not self._last_of_training(state):
+                driver.end()  # the last step stays open for the training's summary (on_train_end ends it)
         if is_distributed():
             return None  # ranks stop together, at the next step's vote (on_step_end)
         return self._stop_if_requested(driver, control)
@@ -189,6 +194,16 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
                 if metrics:
                     driver.save_metrics(metrics, only_changed=False)
                 driver.end()
+
+    @staticmethod
+    def _last_of_epoch(state) -> bool:
+        """Whether the step that just ended an optimizer step ends an epoch (the Trainer logs
+        the epoch's values next, with ``logging_strategy="epoch"``)."""
+        return state.epoch is not None and float(state.epoch).is_integer()
+
+    @staticmethod
+    def _last_of_training(state) -> bool:
+        return bool(state.max_steps) and state.global_step >= state.max_steps
 
     @staticmethod
     def _stop_if_requested(driver: StepDriver, control):

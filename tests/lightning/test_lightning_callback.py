@@ -327,3 +327,24 @@ def test_two_optimizers_stepped_by_hand_give_one_step_per_batch(tmp_path):
         for name, (weight, grad) in params.items():
             np.testing.assert_array_equal(trial.tensor(f"TwoOptimizers_{name}").value(step), weight.numpy())
             np.testing.assert_array_equal(trial.tensor(f"gradient/TwoOptimizers_{name}").value(step), grad.numpy())
+
+
+class EpochLogging(TinyModule):
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("epoch_loss", loss, on_step=False, on_epoch=True)
+        return loss
+
+
+def test_epoch_level_metrics_are_saved_in_each_epochs_last_step(tmp_path):
+    # Lightning reduces on_epoch=True values at the epoch's end, after its last batch.
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, include_collections=["losses"], save_config=SaveConfig(save_interval=1))
+    t = trainer([callback], max_epochs=2, log_every_n_steps=1)
+    module = EpochLogging()
+    t.fit(module, loader(4))
+    callback.close()
+    trial = create_trial(out)
+    epoch_loss = trial.tensor("scalar/epoch_loss")
+    assert epoch_loss.steps()[:1] == [3] and 7 in epoch_loss.steps()  # 4 batches an epoch: steps 3 and 7
+    np.testing.assert_allclose(epoch_loss.value(7), float(t.callback_metrics["epoch_loss"]), rtol=1e-6)

@@ -54,6 +54,24 @@ def test_the_loss_of_a_step_is_the_trainers_with_a_short_last_step(tmp_path):
     np.testing.assert_allclose([trial.tensor("loss").value(s) for s in trial.steps()], logged, rtol=1e-5)
 
 
+def test_epoch_logs_and_the_training_summary_are_saved(tmp_path):
+    # logging_strategy="epoch": the Trainer logs after each epoch's last step has ended; the
+    # training's summary (train_loss, train_runtime) after the last one.
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, include_collections=["losses"], **EVERY_STEP)
+    trainer = make_trainer(tmp_path, [callback], train_n=12, num_train_epochs=2, logging_strategy="epoch")
+    trainer.train()
+    callback.close()
+    trial = create_trial(out)
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert trial.tensor("scalar/loss").steps() == [2, 5]  # each epoch's last step (3 a epoch)
+    np.testing.assert_allclose([trial.tensor("scalar/loss").value(s) for s in (2, 5)],
+                               [entry["loss"] for entry in logged], rtol=1e-6)
+    summary = trainer.state.log_history[-1]
+    assert trial.tensor("scalar/train_loss").steps() == [5]
+    np.testing.assert_allclose(trial.tensor("scalar/train_loss").value(5), summary["train_loss"], rtol=1e-6)
+
+
 def test_modes_and_steps_follow_the_trainer(tmp_path):
     out = str(tmp_path / "run")
     callback = DebuggerCallback(out_dir=out, include_collections=["weights", "gradients", "losses"], **EVERY_STEP)
