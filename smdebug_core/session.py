@@ -220,6 +220,7 @@ class StepSession(StepPlans, StepRecords):
         # Flight recorder (smdebug_core/flight_recorder.py): made once the writer exists.
         self._recorder: Optional[Recorder] = None
         self._ring_only = False  # the open step is captured for the recorder only (not saved)
+        self._warned_steps_back: set = set()  # modes whose trainer step count went back (warned once)
         self._step_probe = None  # the adapter's non-finite probe of the open step (set_step_probe)
         self._last_identity: Optional[tuple] = None  # the last step finished
 
@@ -331,8 +332,17 @@ class StepSession(StepPlans, StepRecords):
         """Number the next step of ``mode`` ``next_step`` (a trainer that resumed from a
         checkpoint numbers its steps on from there); the global step counts on as usual."""
         mode = ModeKeys.parse(mode)
-        if self.mode_steps.get(mode, -1) + 1 != next_step:
+        current = self.mode_steps.get(mode, -1)
+        if current + 1 < next_step:
             self.mode_steps[mode] = next_step - 1
+        elif current + 1 > next_step and mode not in self._warned_steps_back:
+            # A second fit()/train() with the same hook starts its count over: numbering it so
+            # would save mode steps twice, and reads by mode step would find the first run's.
+            self._warned_steps_back.add(mode)
+            logger.warning("smdebug: the trainer numbers its next %s step %d, but %s step %d is already saved (a "
+                           "second training with the same callback?): its %s steps go on from %d instead, so "
+                           "none is saved twice; give each training its own out_dir to keep the trainer's "
+                           "numbers", mode.name, next_step, mode.name, current, mode.name, current + 1)
 
     def begin_step(self, step: Optional[int] = None) -> bool:
         """Start the next step (or step ``step``); returns whether anything is saved in it."""

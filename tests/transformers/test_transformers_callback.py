@@ -72,6 +72,19 @@ def test_epoch_logs_and_the_training_summary_are_saved(tmp_path):
     np.testing.assert_allclose(trial.tensor("scalar/train_loss").value(5), summary["train_loss"], rtol=1e-6)
 
 
+def test_a_second_train_with_the_same_callback_saves_no_step_twice(tmp_path, caplog):
+    out = str(tmp_path / "run")
+    callback = DebuggerCallback(out_dir=out, include_collections=["losses"], **EVERY_STEP)
+    trainer = make_trainer(tmp_path, [callback], train_n=12)
+    trainer.train()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        trainer.train()  # starts its step count over
+    callback.close()
+    trial = create_trial(out)
+    assert trial.steps(mode="TRAIN") == list(range(6))  # 3 and 3, numbered on
+    assert len([r for r in caplog.records if "already saved" in r.getMessage()]) == 1
+
+
 def test_modes_and_steps_follow_the_trainer(tmp_path):
     out = str(tmp_path / "run")
     callback = DebuggerCallback(out_dir=out, include_collections=["weights", "gradients", "losses"], **EVERY_STEP)
