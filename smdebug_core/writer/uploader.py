@@ -269,6 +269,10 @@ class Uploader(SpoolAccount):
                 failure = exc
             else:
                 with self._cond:
+                    if self._failing_since is not None:  # the store is back: the other retries go now
+                        logger.info("smdebug: uploads to %s go through again after %.0f s", self.url,
+                                    time.monotonic() - self._failing_since)
+                        self._cond.notify_all()
                     self._failing_since = None
                     self.stats["objects"] += 1
                     self.stats["bytes"] += size
