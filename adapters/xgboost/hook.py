@@ -258,8 +258,10 @@ class Hook(CoreHook, TrainingCallback):
         metrics = _collect.latest_metrics(evals_log)
         new = [n for n in metrics if n not in self._seen_metrics]
         if new:
-            # Names like "validation_0-logloss" or "valid-ndcg@5" miss the original regex.
+            # Names like "validation_0-logloss" or "valid-ndcg@5" miss the original regexes:
+            # metrics all, losses as that regex would (names ending in auc or map are scores).
             self._claim(K.METRICS, new)
+            self._claim(K.LOSSES, [n for n in new if not n.endswith(("auc", "map"))])
             self._seen_metrics.update(new)
         for name, value in metrics.items():
             self.record(name, np.array([value], dtype=np.float64))

@@ -220,6 +220,16 @@ def test_sklearn_estimator_and_clone(run_dir, data):
         clf.get_booster().get_score(importance_type="gain")["f0"])
 
 
+def test_sklearn_eval_set_metrics_are_in_losses_as_their_regex_would_put_them(run_dir, data):
+    X, y, Xv, yv = data
+    hook = smd.Hook(run_dir, include_collections=["losses"], save_config=smd.SaveConfig(save_interval=4))
+    clf = xgb.XGBClassifier(n_estimators=5, max_depth=2, n_jobs=2, callbacks=[hook], eval_metric=["logloss", "auc"])
+    clf.fit(X, y, eval_set=[(X, y), (Xv, yv)], verbose=False)
+    hook.close()
+    losses = create_trial(run_dir).tensor_names(collection="losses")
+    assert losses == ["validation_0-logloss", "validation_1-logloss"]  # auc is a score, not a loss
+
+
 def test_json_config_with_data_overrides(tmp_path, data, train):
     X, y, Xv, yv = data
     out = tmp_path / "run"
