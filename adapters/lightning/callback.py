@@ -23,7 +23,9 @@ What is recorded, and when
       and the weights the step's forward passes used. EVAL/PREDICT steps save weights only.
     * The step's loss as the tensor ``loss`` (``losses`` collection): the sum over its
       micro-batches of the loss ``training_step`` returned, as Lightning reports it
-      (divided by ``accumulate_grad_batches``, so the sum is their mean).
+      (divided by ``accumulate_grad_batches``, so the sum is their mean; in an epoch's last
+      step that runs fewer micro-batches, Lightning still divides by it, and so does the
+      saved loss, as the gradients that step applies).
     * Scalars every ``trainer.log_every_n_steps`` optimizer steps: ``train/loss`` and the
       values in ``trainer.callback_metrics`` (what ``self.log`` logged) logged anew since
       last saved; after each validation/test loop, its metrics, in its last step; epoch-level
