@@ -58,7 +58,7 @@ from typing import Optional
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 from smdebug.pytorch import Hook
-from smdebug.pytorch.integration import CallbackHook, loss_of
+from smdebug.pytorch.integration import CallbackHook, loss_of, scalar_items
 
 logger = get_logger("smdebug.lightning")
 def _lightning_callback_classes() -> tuple:
@@ -94,6 +94,7 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
         self._validation_skipped = False
         self._warned_mid_accumulation = False
         self._voted_at = 0  # trainer.global_step at the last stop vote (every rank votes at each optimizer step)
+        self._epoch_values: dict = {}  # the epoch-level metrics saved at the last epoch's end: name -> value
 
     # --- set-up -----------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -157,7 +158,7 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
                 if step is not None and trainer.global_step > step:  # the optimizer stepped: the step is complete
                     logs = self._logs_at(trainer, step)
                     # callback_metrics is computed on access: only at logging steps
-                    driver.finish(trainer.callback_metrics if logs else None, log_scalars=logs)
+                    driver.finish(self._new_metrics(trainer) if logs else None, log_scalars=logs)
                     if not trainer.is_last_batch:  # the epoch's last step stays open for its epoch-level metrics
                         driver.end()  # now, so that a rule's verdict on this step can stop the trainer at once
         if trainer.global_step != self._voted_at:  # once per optimizer step, on every rank
@@ -172,8 +173,20 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
         driver = self._active()
         if driver is not None and driver.open is not None and driver.open[0] is ModeKeys.TRAIN:
             with driver.hook.guard("Lightning on_train_epoch_end"):
-                driver.save_metrics(trainer.callback_metrics)
+                metrics = self._new_metrics(trainer)
+                driver.save_metrics(metrics)
+                self._epoch_values = {name: float(value) for name, value in scalar_items(metrics)}
                 driver.end()
+
+    def _new_metrics(self, trainer) -> dict:
+        """``trainer.callback_metrics`` less the epoch-level values saved at the last epoch's
+        end, which Lightning reports again (as new objects) until the next epoch ends."""
+        metrics = trainer.callback_metrics
+        seen = self._epoch_values
+        if not seen:
+            return metrics
+        values = dict(scalar_items({name: metrics[name] for name in seen if name in metrics}))
+        return {name: value for name, value in metrics.items() if name not in seen or values.get(name) != seen[name]}
 
     @staticmethod
     def _logs_at(trainer, step: int) -> bool:
