@@ -120,11 +120,19 @@ def make_spool(url: str, worker: str, spool_root: str = None) -> str:
     return spool
 
 
+def read_manifest(spool: str) -> dict:
+    """A spool's manifest (OSError, ValueError if it is missing or not a JSON object)."""
+    with open(os.path.join(spool, SPOOL_MANIFEST)) as fh:
+        manifest = json.load(fh)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{SPOOL_MANIFEST} holds {type(manifest).__name__}, not an object")
+    return manifest
+
+
 def spool_url(spool: str) -> str:
     """The URL a spool directory belongs to (from its manifest); ValueError if it has none."""
     try:
-        with open(os.path.join(spool, SPOOL_MANIFEST)) as fh:
-            url = json.load(fh)["url"]
+        url = read_manifest(spool)["url"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{spool} is not an smdebug spool (no readable {SPOOL_MANIFEST}: {exc}); "
                          "give the URL too: smdebug-sync SPOOL URL") from None
@@ -194,8 +202,7 @@ UNCHECKED_KEY = "unchecked_prefix"
 def set_manifest(spool: str, **entries) -> None:
     """Add or (with None) remove entries of a spool's manifest, atomically."""
     path = os.path.join(spool, SPOOL_MANIFEST)
-    with open(path) as fh:
-        manifest = json.load(fh)
+    manifest = read_manifest(spool)
     for key, value in entries.items():
         if value is None:
             manifest.pop(key, None)

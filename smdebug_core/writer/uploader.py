@@ -27,14 +27,13 @@ the URL under the same relative keys, so the objects have the local layout and s
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..config import env_nonnegative_float
 from ..format import layout
@@ -249,43 +248,57 @@ class Uploader(SpoolAccount):
         self._fs.pipe_file(key, data)
         return len(data)
 
-    def _put(self, relpath: str, local_path: Optional[str] = None, key: Optional[str] = None,
-             delete: bool = True) -> None:
-        """Upload one file, retrying with backoff until it succeeds or the retry budget is spent."""
-        local_path = local_path or os.path.join(self.spool, relpath)
-        key = key or self._key(relpath)
+    def _retrying(self, attempt: Callable[[], object], key: str, final: tuple = ()):
+        """``attempt()``'s result, retried with backoff while the store fails, until it succeeds
+        or the retry budget is spent (:class:`_GaveUp`); exceptions in ``final`` are not retried."""
         backoff = _BACKOFF_FIRST_S
         while True:
             if self._gave_up is not None:
                 raise _GaveUp(self._gave_up)
             try:
-                size = self._put_once(local_path, key)
-            except FileNotFoundError as exc:
-                if not os.path.exists(local_path):
-                    logger.warning("smdebug: %s vanished from the spool before its upload", local_path)
-                    return
-                failure = exc
+                result = attempt()
+            except final:
+                raise
             except Exception as exc:  # noqa: BLE001 - any failure of the store is retried
-                failure = exc
-            else:
+                self._note_failure(key, exc)
                 with self._cond:
-                    if self._failing_since is not None:  # the store is back: the other retries go now
-                        logger.info("smdebug: uploads to %s go through again after %.0f s", self.url,
-                                    time.monotonic() - self._failing_since)
-                        self._cond.notify_all()
-                    self._failing_since = None
-                    self.stats["objects"] += 1
-                    self.stats["bytes"] += size
-                if delete:
-                    try:
-                        os.remove(local_path)
-                    except OSError:
-                        pass
-                return
-            self._note_failure(key, failure)
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                continue
             with self._cond:
-                self._cond.wait(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                if self._failing_since is not None:  # the store is back: the other retries go now
+                    logger.info("smdebug: uploads to %s go through again after %.0f s", self.url,
+                                time.monotonic() - self._failing_since)
+                    self._cond.notify_all()
+                self._failing_since = None
+            return result
+
+    def _put(self, relpath: str, local_path: Optional[str] = None, key: Optional[str] = None,
+             delete: bool = True) -> None:
+        """Upload one file, retrying with backoff until it succeeds or the retry budget is spent."""
+        local_path = local_path or os.path.join(self.spool, relpath)
+        key = key or self._key(relpath)
+
+        def attempt() -> Optional[int]:
+            try:
+                return self._put_once(local_path, key)
+            except FileNotFoundError:
+                if not os.path.exists(local_path):
+                    return None  # nothing to retry
+                raise
+
+        size = self._retrying(attempt, key)
+        if size is None:
+            logger.warning("smdebug: %s vanished from the spool before its upload", local_path)
+            return
+        with self._cond:
+            self.stats["objects"] += 1
+            self.stats["bytes"] += size
+        if delete:
+            try:
+                os.remove(local_path)
+            except OSError:
+                pass
 
     def _note_failure(self, key: str, exc: BaseException) -> None:
         now = time.monotonic()
@@ -371,32 +384,21 @@ class Uploader(SpoolAccount):
         from ..exceptions import OutDirError
 
         try:
-            with open(os.path.join(self.spool, remote.SPOOL_MANIFEST)) as fh:
-                pending = json.load(fh).get(remote.UNCHECKED_KEY)
-        except (OSError, ValueError, AttributeError):
+            pending = remote.read_manifest(self.spool).get(remote.UNCHECKED_KEY)
+        except (OSError, ValueError):
             return
         if not isinstance(pending, dict):
             return
-        backoff = _BACKOFF_FIRST_S
-        while True:
-            if self._gave_up is not None:
-                raise _GaveUp(self._gave_up)
-            try:
-                remote.check_remote_out_dir(self.url, str(pending.get("worker")), bool(pending.get("overwrite")),
-                                            pending.get("siblings") or (), unreachable="raise")
-            except OutDirError as exc:
-                with self._cond:
-                    self._gave_up = f"nothing was uploaded: {exc}"
-                    self._cond.notify_all()
-                raise _GaveUp(self._gave_up) from None
-            except Exception as exc:  # noqa: BLE001 - the store is still down: retried
-                self._note_failure(self.url, exc)
-                with self._cond:
-                    self._cond.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_S)
-                continue
-            remote.set_manifest(self.spool, **{remote.UNCHECKED_KEY: None})
-            return
+        try:
+            self._retrying(lambda: remote.check_remote_out_dir(
+                self.url, str(pending.get("worker")), bool(pending.get("overwrite")), pending.get("siblings") or (),
+                unreachable="raise"), self.url, final=(OutDirError,))
+        except OutDirError as exc:
+            with self._cond:
+                self._gave_up = f"nothing was uploaded: {exc}"
+                self._cond.notify_all()
+            raise _GaveUp(self._gave_up) from None
+        remote.set_manifest(self.spool, **{remote.UNCHECKED_KEY: None})
 
     def _run(self) -> None:
         end_marker: Optional[int] = None
@@ -543,9 +545,8 @@ def sync_spool(spool: str, url: Optional[str] = None, retry_budget_s: float = 60
     url = url or remote.spool_url(spool)
     extra = {}
     try:  # TensorBoard files bound for a URL of their own (remote.start_remote_writer)
-        with open(os.path.join(spool, remote.SPOOL_MANIFEST)) as fh:
-            extra = dict(json.load(fh).get("extra_dirs") or {})
-    except (OSError, ValueError, AttributeError):
+        extra = dict(remote.read_manifest(spool).get("extra_dirs") or {})
+    except (OSError, ValueError, TypeError):
         pass
     uploader = Uploader(spool, url, retry_budget_s=retry_budget_s,
                         extra_dirs=[(os.path.join(spool, rel), target) for rel, target in extra.items()])
