@@ -17,8 +17,8 @@ from typing import Dict, List, Optional, Tuple
 from .collections import RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, Collection, CollectionKeys
 from .logger import get_logger
 from .modes import ALL_MODES, ModeKeys
-from .reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig, reduction_tag
 from . import save_config as _save_config
+from .reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig, reduction_tag
 from .save_config import SaveConfig, SaveConfigMode
 from .step import Selection, TensorPlan
 
@@ -42,8 +42,12 @@ class PreparedCollection:
 class StepPlans:
     """The plan-making half of the step session (see the module docstring)."""
 
+    def _configs_key(self) -> tuple:
+        """What the prepared collections depend on: their set, their definitions, their save configs."""
+        return self.collection_manager.version, tuple(self.include_collections), _save_config.edits()
+
     def _prepare_if_changed(self) -> None:
-        key = (self.collection_manager.version, tuple(self.include_collections), _save_config.edits())
+        key = self._configs_key()
         if key == self._prepared_key:
             return
         prepared = []
@@ -69,8 +73,7 @@ class StepPlans:
 
     def _refresh_if_configs_changed(self) -> None:
         """Collections may change between steps (and inside one): plans follow them."""
-        if self._prepared_key != (self.collection_manager.version, tuple(self.include_collections),
-                                  _save_config.edits()):
+        if self._prepared_key != self._configs_key():
             self._update_saving()
 
     def plan_for(self, name: str) -> Optional[TensorPlan]:

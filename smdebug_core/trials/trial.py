@@ -665,9 +665,9 @@ class Trial:
                     "%s: step %d is in GLOBAL mode with mode_step %d; GLOBAL-mode data must have "
                     "mode_step == global step (docs/format.md 1.5)", self.path, step, mode_step,
                 )
-        elif self._global_to_mode[step] != (mode, mode_step):
-            self._note_conflict(step, worker, mode, mode_step)
-        if mode is not GLOBAL and self._global_to_mode[step] == (mode, mode_step):
+        if not is_new and self._global_to_mode[step] != (mode, mode_step):
+            self._note_conflict(step, worker, mode, mode_step)  # not in the trial's mode-step lookups
+        elif mode is not GLOBAL:
             self._mode_to_global.setdefault(mode, {}).setdefault(mode_step, step)
 
         workers = self._workers_for_step.get(step)
