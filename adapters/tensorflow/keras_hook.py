@@ -644,15 +644,17 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         """Name and track the weights of models, and the slots of optimizers, that were built
         after set_model (a ``Sequential`` without an ``Input`` builds at its first batch, an
         optimizer at its first ``apply``)."""
+        models = [model for model in self._unbuilt if model.weights]
+        optimizers = [optimizer for optimizer in self._unbuilt_optimizers if getattr(optimizer, "built", True)]
+        if not (models or optimizers):  # called at every step boundary until they are built
+            return
         before = set(self._tracked)
-        for model in list(self._unbuilt):
-            if model.weights:
-                self._unbuilt.remove(model)
-                self._scan_variables(model)
-        for optimizer in list(self._unbuilt_optimizers):
-            if getattr(optimizer, "built", True):
-                self._unbuilt_optimizers.remove(optimizer)
-                self._scan_optimizer(optimizer)
+        for model in models:
+            self._unbuilt.remove(model)
+            self._scan_variables(model)
+        for optimizer in optimizers:
+            self._unbuilt_optimizers.remove(optimizer)
+            self._scan_optimizer(optimizer)
         for name in self._tracked:
             if name not in before:
                 self._session.plan_for(name)  # seen by now: no "matched nothing" warning for them

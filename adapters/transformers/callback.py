@@ -47,7 +47,7 @@ from transformers import TrainerCallback
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 from smdebug.pytorch import Hook
-from smdebug.pytorch.integration import CallbackHook, StepDriver, is_distributed, loss_of
+from smdebug.pytorch.integration import CallbackHook, is_distributed, loss_of
 
 logger = get_logger("smdebug.transformers")
 class DebuggerCallback(CallbackHook, TrainerCallback):
@@ -147,9 +147,8 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
                 if not (control.should_log or self._last_of_epoch(state) or self._last_of_training(state)):
                     driver.end()  # else on_log comes next (the epoch's logs, the training's summary): its values
                     #                belong to this step; it ends it (or the next step, evaluation or close does)
-        if self._stop_agreed() and not control.should_training_stop:  # every rank votes, once per optimizer step
-            logger.warning("smdebug: stopping the Transformers Trainer: %s", self._driver.hook.stop_reason)
-            control.should_training_stop = True
+        if self._stop_agreed():  # every rank votes, once per optimizer step
+            self._stop(control)
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -164,9 +163,9 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
             driver.save_metrics(logs, only_changed=False)  # each on_log is a fresh report
             if driver.open[0] is ModeKeys.TRAIN and not self._last_of_training(state):
                 driver.end()  # the last step stays open for the training's summary (on_train_end ends it)
-        if is_distributed():
-            return None  # ranks stop together, at the next step's vote (on_step_end)
-        return self._stop_if_requested(driver, control)
+        if driver.hook.stop_requested and not is_distributed():  # ranks stop together, at on_step_end's vote
+            self._stop(control)
+        return control
 
     def on_prediction_step(self, args, state, control, **kwargs):
         driver = self._active()
@@ -205,9 +204,7 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
     def _last_of_training(state) -> bool:
         return bool(state.max_steps) and state.global_step >= state.max_steps
 
-    @staticmethod
-    def _stop_if_requested(driver: StepDriver, control):
-        if driver.hook.stop_requested and not control.should_training_stop:
-            logger.warning("smdebug: stopping the Transformers Trainer: %s", driver.hook.stop_reason)
+    def _stop(self, control) -> None:
+        if not control.should_training_stop:
+            logger.warning("smdebug: stopping the Transformers Trainer: %s", self._driver.hook.stop_reason)
             control.should_training_stop = True
-        return control
