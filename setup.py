@@ -6,7 +6,7 @@ package in the build tree, so wheels (``pip install .``, tox) install it into
 site-packages, where Python runs its one line at every start. That line costs one
 environment lookup; only when ``SMDEBUG_CONFIG_FILE_PATH`` is set (and ``USE_SMDEBUG`` does
 not turn smdebug off) does it import
-``smdebug.zero_code_change``, whose import installs the instrumentation
+``smdebug.capture.zero_code_change``, whose import installs the instrumentation
 (docs/zero_code_change.md).
 """
 import os
@@ -21,7 +21,7 @@ PTH_NAME = "smdebug_zero_code_change.pth"
 PTH_LINE = (
     'import os; os.environ.get("SMDEBUG_CONFIG_FILE_PATH") and '
     'os.environ.get("USE_SMDEBUG", "").strip().lower() not in ("0", "false", "no", "off", "n", "f") and '
-    '__import__("smdebug.zero_code_change")\n'
+    '__import__("smdebug.capture.zero_code_change")\n'
 )
 
 

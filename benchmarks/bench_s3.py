@@ -146,7 +146,7 @@ def bench_uploads(args, endpoint_pid=None):
     # The uploader's own CPU in this process (request signing, HTTP, s3fs's event loop): a
     # local run's directory is a valid spool; smdebug-sync's code uploads it with nothing else running.
     import smdebug as smd
-    from smdebug.writer.uploader import sync_spool
+    from smdebug.storage.uploader import sync_spool
 
     spool = tempfile.mkdtemp(prefix="bench_s3_sync_")
     hook = smd.Hook(out_dir=os.path.join(spool, "run"), save_config=smd.SaveConfig(save_interval=1))

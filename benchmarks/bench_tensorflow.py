@@ -62,7 +62,7 @@ time spent in the hook's own batch begin and end callbacks per step (:class:`Cal
 Scenario ``control`` attaches no hook to the second model: its ratio is the
 measurement's own error (ideally 1.0).
 
-The writer wakes for batches of ``WAKE_AFTER_ITEMS`` (16) steps (``smdebug.writer.run_writer``).
+The writer wakes for batches of ``WAKE_AFTER_ITEMS`` (16) steps (``smdebug.storage.writer.run_writer``).
 With blocks shorter than that, every block's writing happens in its closing flush, while
 training waits, which is cheaper than writing beside training and flatters the hook: use
 blocks of 64 or more (``--alternate 64 --steps 256``), where most of the writing overlaps
@@ -136,7 +136,7 @@ class WriterAlone(keras.callbacks.Callback):
 
     def __init__(self, out_dir):
         super().__init__()
-        from smdebug.writer import RunWriter, StepData
+        from smdebug.storage.writer import RunWriter, StepData
 
         self._step_data = StepData
         self.writer = RunWriter(out_dir, "worker_0")

@@ -138,7 +138,7 @@ def write_scalar_run(out_dir: str, steps: int) -> None:
 
     from smdebug.collections import CollectionManager
     from smdebug.modes import ModeKeys
-    from smdebug.writer import RunWriter, StepData
+    from smdebug.storage.writer import RunWriter, StepData
 
     writer = RunWriter(out_dir, "worker_0")
     writer.write_collections(CollectionManager().to_json_bytes(num_workers=1))
@@ -190,7 +190,7 @@ def write_run(out_dir: str, steps: int, tensors: int, size: int) -> None:
 
     from smdebug.collections import CollectionManager
     from smdebug.modes import ModeKeys
-    from smdebug.writer import RunWriter, StepData
+    from smdebug.storage.writer import RunWriter, StepData
 
     writer = RunWriter(out_dir, "worker_0")
     writer.write_collections(CollectionManager().to_json_bytes(num_workers=1))

@@ -38,7 +38,7 @@ _refuse_mixed_install()
 from . import modes  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .collections import Collection, CollectionKeys  # noqa: E402
-from .flight_recorder import FlightRecorder  # noqa: E402
+from .flight_recorder_config import FlightRecorder  # noqa: E402
 from .hook import Hook, del_hook, get_hook, set_hook  # noqa: E402
 from .modes import ModeKeys  # noqa: E402
 from .reduction_config import ReductionConfig  # noqa: E402
@@ -47,7 +47,7 @@ from .save_config import SaveConfig, SaveConfigMode  # noqa: E402
 
 def create_trial(path=None, *args, **kwargs):
     """Open a run directory for analysis; see :func:`smdebug.trials.create_trial`."""
-    from .trials import create_trial as _create_trial  # the reader is loaded only when used
+    from .analysis.trials import create_trial as _create_trial  # the reader is loaded only when used
 
     return _create_trial(path, *args, **kwargs)
 

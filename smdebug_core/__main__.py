@@ -1,6 +1,6 @@
 """``python -m smdebug``: the ``smdebug`` command."""
 import sys
 
-from .cli import main
+from .analysis.cli import main
 
 sys.exit(main())

@@ -591,8 +591,6 @@ class CollectionManager:
             raise ConfigError("collections file is nested too deeply to be valid") from None
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"collections file is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise ConfigError("collections file is nested too deeply to be a collections file") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("collections", {}), dict):
             raise ConfigError("collections file must be an object with a 'collections' object")
         meta = doc.get("_meta") or {}

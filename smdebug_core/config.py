@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .environment import on_sagemaker, parse_bool
 from .exceptions import ConfigError
+from .flight_recorder_config import FlightRecorder
 from .logger import get_logger
 from .modes import ALL_MODES
 from .reduction_config import ReductionConfig
@@ -30,9 +32,6 @@ CHECKPOINT_CONFIG_ENV = "CHECKPOINT_CONFIG_FILE_PATH"
 DEFAULT_CHECKPOINT_CONFIG_FILE = "/opt/ml/input/config/checkpointconfig.json"
 METRICS_DIR_ENV = "SAGEMAKER_METRICS_DIRECTORY"
 
-_TRUE = {"1", "true", "yes", "on", "y", "t"}
-_FALSE = {"0", "false", "no", "off", "n", "f"}
-
 _SAVE_KEYS = ("save_interval", "start_step", "end_step", "save_steps")
 _MODE_PREFIXES = {m.name.lower(): m for m in ALL_MODES}
 _HOOK_KEYS = {
@@ -43,61 +42,6 @@ _HOOK_KEYS = {
 _COLLECTION_KEYS = {*_SAVE_KEYS, "include_regex", "save_histogram", "reductions", "save_raw_tensor", "save_shape"}
 _TOP_KEYS = {"LocalPath", "S3OutputPath", "S3Path", "HookParameters", "CollectionConfigurations",
              "RuleConfigurations", "ProfilingParameters"}
-
-
-def env_value(name: str, default: Optional[str] = None) -> Optional[str]:
-    """Read ``SMDEBUG_<name>`` or ``<name>`` (both spellings exist in the wild)."""
-    for key in (f"SMDEBUG_{name}", name):
-        value = os.environ.get(key)
-        if value is not None and value.strip() != "":
-            return value.strip()
-    return default
-
-
-def env_int(name: str, default: int) -> int:
-    value = env_value(name)
-    if value is None:
-        return default
-    try:
-        return int(float(value))
-    except ValueError:
-        raise ConfigError(f"environment variable {name}={value!r} must be an integer") from None
-
-
-def env_nonnegative_float(name: str, default: float, unit: str = "") -> float:
-    """Environment variable ``name`` (exact spelling) as a number >= 0, ``default`` when unset;
-    ConfigError (a ValueError) naming the variable and its value otherwise."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"environment variable {name}={raw!r} is not a number{unit}") from None
-    if not value >= 0:  # NaN too
-        raise ConfigError(f"environment variable {name}={raw!r} must be >= 0")
-    return value
-
-
-def parse_bool(value, what: str) -> bool:
-    """A JSON bool, or one of the usual strings ("true", "False", "1", ...)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ConfigError(f"{what} must be true or false, got {value!r}")
-
-
-def smdebug_enabled() -> bool:
-    """False when ``USE_SMDEBUG`` says so (0/false/no/off). Unset means enabled."""
-    value = os.environ.get("USE_SMDEBUG")
-    if value is None or value.strip() == "":
-        return True
-    return parse_bool(value, "environment variable USE_SMDEBUG")
-
-
-def on_sagemaker() -> bool:
-    return bool(os.environ.get("TRAINING_JOB_NAME"))
 
 
 def _comma_list(value, what: str) -> List[str]:
@@ -242,7 +186,7 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
         raise ConfigError(f"hook config {path}: LocalPath must be a string, got {out_dir!r}")
     if doc.get("S3OutputPath") or doc.get("S3Path"):
         # As on SageMaker, the platform uploads LocalPath. To have the hook upload the run
-        # itself, LocalPath may be a URL (s3://..., smdebug_core/remote.py).
+        # itself, LocalPath may be a URL (s3://..., smdebug_core/storage/remote.py).
         logger.info("smdebug config: S3OutputPath is uploaded by the platform; tensors are written to %s", out_dir)
 
     params = doc.get("HookParameters")
@@ -265,8 +209,6 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
     if "include_workers" in params:
         kwargs["include_workers"] = params["include_workers"]
     if params.get("flight_recorder") is not None:  # docs/flight_recorder.md
-        from .flight_recorder import FlightRecorder
-
         kwargs["flight_recorder"] = FlightRecorder.coerce(params["flight_recorder"], f"{where}.flight_recorder")
     if params.get("tensorboard_dir"):
         if not isinstance(params["tensorboard_dir"], str):

@@ -3,14 +3,14 @@
 ``smd.Hook`` (numpy values, custom loops) and every framework's hook (``smdebug.pytorch.Hook``,
 ``KerasHook``, ``SessionHook``, ...) are :class:`Hook`. A hook
 
-* is the **adapter** of its session (``smdebug.contract.Adapter``): it names its framework,
+* is the **adapter** of its session (``smdebug.capture.contract.Adapter``): it names its framework,
   makes its tensor backend, says which worker it is, and reacts to the session's few step
   events. ``Hook`` implements them for numpy values; a framework's hook overrides those it
   needs and builds its own state *before* ``Hook.__init__`` builds the session;
-* **owns** a :class:`~smdebug.session.StepSession` (``hook.session``), built from the hook
-  arguments (``smdebug.arguments.HookArguments``, their one definition), which holds the
+* **owns** a :class:`~smdebug.capture.session.StepSession` (``hook.session``), built from the hook
+  arguments (``smdebug.capture.arguments.HookArguments``, their one definition), which holds the
   run's state and machinery. Adapters drive it through its declared surface
-  (``smdebug.contract.SessionSurface``);
+  (``smdebug.capture.contract.SessionSurface``);
 * forwards the **public API** below to it, explicitly (what users and rules call).
 """
 from __future__ import annotations
@@ -20,14 +20,15 @@ import weakref
 from typing import Dict, List, Optional
 
 from . import config as cfg
-from .arguments import HookArguments, takes_hook_arguments
-from .backend import NumpyBackend, TensorBackend
+from .environment import smdebug_enabled
+from .capture.arguments import HookArguments, takes_hook_arguments
+from .capture.backend import NumpyBackend, TensorBackend
 from .collections import NUMPY_PROFILE, Collection, CollectionManager, FrameworkProfile, describe_object
-from .contract import Worker
+from .capture.contract import Worker
 from .exceptions import ConfigError, OutDirError
 from .save_config import SaveConfig
 from .reduction_config import ReductionConfig
-from .session import StepSession
+from .capture.session import StepSession
 
 __all__ = ["Hook", "takes_hook_arguments", "get_hook", "set_hook", "del_hook"]
 
@@ -70,13 +71,13 @@ class Hook:
         self._session = StepSession(self, arguments)
         _register_hook(self)
         if self._session.recorder is not None:
-            from .flight_recorder import watch_uncaught_exceptions
+            from .capture.flight_recorder import watch_uncaught_exceptions
 
             watch_uncaught_exceptions(self)
         self_ref = weakref.ref(self)
         atexit.register(lambda: self_ref() is not None and self_ref().close())
 
-    # --- the adapter callbacks (smdebug.contract.Adapter), for numpy values -------------------
+    # --- the adapter callbacks (smdebug.capture.contract.Adapter), for numpy values -------------------
     def worker(self) -> Worker:
         """This process's worker: a single process, unless an adapter knows better."""
         return Worker.numbered(0, 1)
@@ -222,7 +223,7 @@ class Hook:
         ``actions`` (e.g. ``smdebug.rules.StopTraining()``) run when the rule triggers.
         Returns the live evaluator (``.wait()``, ``.results``).
         """
-        from .rules.live import attach_rule
+        from .analysis.rules.live import attach_rule
 
         return attach_rule(self, rule, actions=actions, **kwargs)
 
@@ -327,7 +328,7 @@ def get_hook(hook_class=Hook, json_config_path: Optional[str] = None,
 
     Returns None when ``USE_SMDEBUG`` disables smdebug or no config file exists.
     """
-    if not cfg.smdebug_enabled():
+    if not smdebug_enabled():
         return None
     if _current_hook is not None and isinstance(_current_hook, hook_class):
         return _current_hook

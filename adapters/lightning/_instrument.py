@@ -1,6 +1,6 @@
 """Zero code change for PyTorch Lightning: every Trainer gets a DebuggerCallback.
 
-:func:`instrument` (called by :mod:`smdebug.zero_code_change` right after ``import
+:func:`instrument` (called by :mod:`smdebug.capture.zero_code_change` right after ``import
 pytorch_lightning``) wraps ``Trainer.__init__``: once the Trainer is built, a
 :class:`DebuggerCallback` without arguments (the hook configured by
 ``SMDEBUG_CONFIG_FILE_PATH``) is appended to its public ``trainer.callbacks`` list, unless

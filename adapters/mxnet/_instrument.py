@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import weakref
 
-from smdebug.instrumentation import Instrumentor, configured_hook
+from smdebug.capture.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.mxnet")
@@ -118,7 +118,7 @@ def _owner_of(params):
 
 
 def _current_hook():
-    """The hook to attach, or None (see smdebug.instrumentation.configured_hook)."""
+    """The hook to attach, or None (see smdebug.capture.instrumentation.configured_hook)."""
     from .hook import get_hook
 
     return configured_hook(get_hook, "MXNet")

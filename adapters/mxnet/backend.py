@@ -25,7 +25,7 @@ import numpy as np
 from mxnet import autograd
 
 from smdebug import reductions as reference
-from smdebug.backend import Materialized, Request, TensorBackend
+from smdebug.capture.backend import Materialized, Request, TensorBackend
 
 #: Reductions computed on the device; others fall back to the host reference.
 DEVICE_REDUCTIONS = frozenset({"min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2"})

@@ -44,11 +44,11 @@ from mxnet import gluon
 
 from smdebug.collections import PARAMETER_REGEXES, CollectionKeys, FrameworkProfile, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
-from smdebug.contract import Worker
+from smdebug.capture.contract import Worker
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as core_get_hook
-from smdebug.session import never_raises
+from smdebug.capture.fail_open import never_raises
 from smdebug.logger import get_logger
 
 from .backend import MXNetBackend
@@ -117,7 +117,7 @@ class Hook(CoreHook):
         self._warned_hybrid = False
         super().__init__(*args, **kwargs)
 
-    # --- the adapter callbacks (smdebug.contract.Adapter) -----------------------------------
+    # --- the adapter callbacks (smdebug.capture.contract.Adapter) -----------------------------------
     def make_backend(self):
         return MXNetBackend()
 

@@ -9,7 +9,7 @@ this (``docs/zero_code_change.md``).
 """
 from smdebug import create_trial, modes
 from smdebug.collections import Collection, CollectionKeys
-from smdebug.flight_recorder import FlightRecorder
+from smdebug.flight_recorder_config import FlightRecorder
 from smdebug.modes import ModeKeys
 from smdebug.reduction_config import ReductionConfig
 from smdebug.hook import del_hook, set_hook

@@ -1,6 +1,6 @@
 """Zero-code-change for PyTorch: find the model and the losses of an unmodified script.
 
-:func:`instrument` (called by :mod:`smdebug.zero_code_change` right after ``import
+:func:`instrument` (called by :mod:`smdebug.capture.zero_code_change` right after ``import
 torch``) adds two global module hooks with public torch APIs
 (``torch.nn.modules.module.register_module_forward_pre_hook`` /
 ``register_module_forward_hook``). They watch which module is called outside any other
@@ -35,7 +35,7 @@ import torch
 from torch.nn.modules.loss import _Loss
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from smdebug.instrumentation import Instrumentor, configured_hook
+from smdebug.capture.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.pytorch")

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from smdebug.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
+from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
 
 ReductionKey = Tuple[str, bool]
 

@@ -54,11 +54,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from smdebug.collections import PARAMETER_REGEXES, CollectionKeys, FrameworkProfile, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
-from smdebug.contract import Worker
+from smdebug.capture.contract import Worker
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as _core_get_hook
-from smdebug.session import never_raises
+from smdebug.capture.fail_open import never_raises
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
@@ -193,7 +193,7 @@ class Hook(CoreHook):
         # with a fixed number of collectives per saved step (sharded_capture.py), apart from _params.
         self._sharded = ShardedCapture(session)
 
-    # --- the adapter callbacks (smdebug.contract.Adapter) ---------------------------------------
+    # --- the adapter callbacks (smdebug.capture.contract.Adapter) ---------------------------------------
     def worker(self) -> Worker:
         if dist.is_available() and dist.is_initialized():
             return Worker.numbered(dist.get_rank(), dist.get_world_size())

@@ -28,11 +28,12 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from smdebug import config as cfg
+from smdebug.environment import smdebug_enabled
 from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
 from smdebug.hook import get_hook as _core_current_hook
 from smdebug.hook import set_hook
-from smdebug.instrumentation import Instrumentor, configured_hook
+from smdebug.capture.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
@@ -94,7 +95,7 @@ class HookSource:
         if self.json_config_path is not None:
             return Hook.create_from_json_file(self.json_config_path)
         hook = configured_hook(get_hook, self.owner)  # a bad config has warned
-        if hook is None and cfg.smdebug_enabled() and not os.environ.get(cfg.CONFIG_FILE_ENV):
+        if hook is None and smdebug_enabled() and not os.environ.get(cfg.CONFIG_FILE_ENV):
             logger.warning("smdebug: %s DebuggerCallback() has nothing to write to: give it out_dir=... (or "
                            "json_config_path=...), or set %s; training runs without capture", self.owner,
                            cfg.CONFIG_FILE_ENV)

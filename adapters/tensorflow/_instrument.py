@@ -1,6 +1,6 @@
 """Zero-code-change for Keras 3 / TensorFlow: attach the configured hook to fit/evaluate/predict.
 
-:func:`instrument` (called by :mod:`smdebug.zero_code_change` once ``tensorflow`` or
+:func:`instrument` (called by :mod:`smdebug.capture.zero_code_change` once ``tensorflow`` or
 ``keras`` is imported) wraps ``keras.Model.fit``, ``evaluate`` and ``predict``. Each call
 asks :func:`smdebug.tensorflow.get_hook` for the process's KerasHook, creating it from
 ``SMDEBUG_CONFIG_FILE_PATH`` the first time, and appends it to the call's ``callbacks``
@@ -18,7 +18,7 @@ import functools
 import inspect
 import sys
 
-from smdebug.instrumentation import Instrumentor, configured_hook
+from smdebug.capture.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.tensorflow")

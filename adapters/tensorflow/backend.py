@@ -33,7 +33,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from smdebug.backend import Materialized, Request, TensorBackend
+from smdebug.capture.backend import Materialized, Request, TensorBackend
 
 ReductionKey = Tuple[str, bool]
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from smdebug.arguments import HookArguments
-from smdebug.backend import NumpyBackend, TensorBackend
+from smdebug.capture.arguments import HookArguments
+from smdebug.capture.backend import NumpyBackend, TensorBackend
 from smdebug.collections import CollectionKeys, FrameworkProfile
-from smdebug.contract import Worker
+from smdebug.capture.contract import Worker
 from smdebug.hook import Hook
 from smdebug.logger import get_logger
 

@@ -18,9 +18,9 @@ import os
 import sys
 from typing import Optional
 
-from smdebug.contract import Worker
+from smdebug.capture.contract import Worker
 from smdebug.exceptions import ConfigError
-from smdebug.format.layout import serialize_worker_name
+from smdebug.storage.format.layout import serialize_worker_name
 
 #: Task types that train (and write); ``ps`` and ``evaluator`` tasks do not count as workers.
 _TRAINING_TASKS = ("chief", "worker")

@@ -82,7 +82,7 @@ import keras
 from smdebug.collections import CollectionKeys
 from smdebug.exceptions import ConfigError
 from smdebug.hook import takes_hook_arguments
-from smdebug.instrumentation import Patches
+from smdebug.capture.instrumentation import Patches
 from smdebug.modes import ModeKeys
 
 from . import naming

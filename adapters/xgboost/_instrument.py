@@ -17,7 +17,7 @@ import functools
 import importlib
 import inspect
 
-from smdebug.instrumentation import Instrumentor, configured_hook
+from smdebug.capture.instrumentation import Instrumentor, configured_hook
 from smdebug.logger import get_logger
 
 logger = get_logger("smdebug.xgboost")

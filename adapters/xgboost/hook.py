@@ -33,7 +33,7 @@ from xgboost.callback import TrainingCallback
 
 from smdebug.collections import CollectionKeys, FrameworkProfile
 from smdebug.exceptions import ConfigError
-from smdebug.contract import Worker
+from smdebug.capture.contract import Worker
 from smdebug.hook import Hook as CoreHook
 from smdebug.hook import takes_hook_arguments
 from smdebug.hook import get_hook as _core_get_hook

@@ -13,7 +13,7 @@ def no_refresh(trials: Union[object, Iterable[object]]):
     run that is still training agree with each other and cost no directory listing.
     Each trial's ``dynamic_refresh`` is restored when the block ends.
     """
-    from ..trials import Trial
+    from .trials import Trial
 
     given = trials
     if isinstance(trials, Trial):

@@ -1,6 +1,6 @@
-"""``python -m smdebug.rules``: the ``smdebug-rules`` command."""
+"""``python -m smdebug.rules``: the ``smdebug-rules`` command of earlier releases."""
 import sys
 
-from .cli import main
+from ..analysis.rules.cli import main
 
 sys.exit(main())

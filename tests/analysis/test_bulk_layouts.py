@@ -1,5 +1,5 @@
 """Trial.to_table's reading of many event files of one layout side by side
-(smdebug.trials.bulk._read_layouts): the same rows, the same errors, as the record by
+(smdebug.analysis.trials.bulk._read_layouts): the same rows, the same errors, as the record by
 record walk, on clean and on damaged runs."""
 import logging
 import os
@@ -13,8 +13,8 @@ import pytest
 from check_rows import assert_rows_equal_value_api
 from smdebug.collections import CollectionManager
 from smdebug.modes import ModeKeys
-from smdebug.trials import bulk, create_trial
-from smdebug.writer import RunWriter, StepData
+from smdebug.analysis.trials import bulk, create_trial
+from smdebug.storage.writer import RunWriter, StepData
 
 
 def _tensors(step):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from smdebug import __version__
-from smdebug.cli import main
+from smdebug.analysis.cli import main
 from smdebug.trials import create_trial
 
 
@@ -63,7 +63,7 @@ def test_show_unknown_tensor_is_a_clear_error(capsys, numpy_run):
     # A step of another mode: the hint is this command's option, not the Python argument.
     status, _, err = run(capsys, "show", numpy_run, "loss", "--step", "25", "--mode", "eval")
     assert status == 3 and "leave out --mode" in err and "smd.modes" not in err, err
-    from smdebug.cli import _as_options
+    from smdebug.analysis.cli import _as_options
     assert _as_options("mode EVAL has a step 5 (global step 25): pass mode=smd.modes.EVAL") == \
         "mode EVAL has a step 5 (global step 25): add --mode EVAL"
     status, _, err = run(capsys, "ls", numpy_run + "-missing")
@@ -132,7 +132,7 @@ def test_histogram_from_python(tmp_path):
 
     matplotlib.use("Agg")
     import smdebug as smd
-    from smdebug.plots import plot_histogram
+    from smdebug.analysis.plots import plot_histogram
 
     out = str(tmp_path / "run")
     hook = smd.Hook(out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"])
@@ -211,7 +211,7 @@ def test_a_loss_and_a_reduction_on_one_figure(capsys, numpy_run, tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from smdebug.plots import plot_tensors
+    from smdebug.analysis.plots import plot_tensors
 
     ax = plot_tensors(create_trial(numpy_run), ["loss", ("dense.weight", "l2")])
     labels = ax.get_legend_handles_labels()[1]
@@ -232,7 +232,7 @@ def test_the_command_works_without_pandas(numpy_run, tmp_path):
     path = str(tmp_path / "values.csv")
     code = (
         "import sys; sys.modules['pandas'] = None\n"  # as if pandas were not installed
-        "from smdebug.cli import main\n"
+        "from smdebug.analysis.cli import main\n"
         f"assert main(['ls', {numpy_run!r}]) == 0\n"
         f"assert main(['show', {numpy_run!r}, 'loss']) == 0\n"
         f"assert main(['export', {numpy_run!r}, '-o', {path!r}]) == 0\n"
@@ -248,7 +248,7 @@ def test_the_command_works_without_pandas(numpy_run, tmp_path):
 def test_ls_and_summary_survive_a_refused_collection_regex(capsys, tmp_path):
     from smdebug.collections import Collection, CollectionManager
     from smdebug.modes import ModeKeys
-    from smdebug.writer import RunWriter, StepData
+    from smdebug.storage.writer import RunWriter, StepData
 
     out = str(tmp_path / "run")
     manager = CollectionManager()

@@ -14,7 +14,7 @@ from smdebug.collections import CollectionManager
 from smdebug.exceptions import CorruptRecord, TensorUnavailable
 from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
-from smdebug.writer import RunWriter, StepData
+from smdebug.storage.writer import RunWriter, StepData
 
 pd = pytest.importorskip("pandas")
 
@@ -34,8 +34,8 @@ def test_every_row_equals_value_and_reduction_value(numpy_run):
 
 
 def test_records_of_this_projects_writers_are_decoded_in_bulk(numpy_run):
-    from smdebug.format.codec import _cached_metadata
-    from smdebug.trials.bulk import metadata_field
+    from smdebug.storage.format.codec import _cached_metadata
+    from smdebug.analysis.trials.bulk import metadata_field
 
     trial = create_trial(numpy_run)
     df = trial.to_dataframe()

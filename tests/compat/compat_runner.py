@@ -79,7 +79,7 @@ def ranked_hook(rank, **kwargs):
     """The numpy hook as worker ``rank`` of a 2-process job (``worker()`` is the adapter
     callback that says which worker this is)."""
     import smdebug as smd
-    from smdebug.contract import Worker
+    from smdebug.capture.contract import Worker
 
     class RankedHook(smd.Hook):
         def worker(self):

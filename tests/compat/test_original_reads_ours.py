@@ -21,7 +21,7 @@ import pytest
 import smdebug as smd
 from compat_json import decode_array
 from compat_runner import load_json, ranked_hook, run_original
-from smdebug.format import layout
+from smdebug.storage.format import layout
 from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
 

@@ -18,8 +18,8 @@ import pytest
 from compat_json import decode_array
 from compat_runner import load_json, run_original
 from smdebug.exceptions import TensorUnavailableForStep
-from smdebug.format.codec import decode_tensor_event
-from smdebug.format.records import iter_records
+from smdebug.storage.format.codec import decode_tensor_event
+from smdebug.storage.format.records import iter_records
 from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
 

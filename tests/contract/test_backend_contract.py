@@ -1,4 +1,4 @@
-"""The contract every tensor backend keeps with the core (smdebug.backend), checked the same
+"""The contract every tensor backend keeps with the core (smdebug.capture.backend), checked the same
 way for each framework installed in the environment (each tox env runs tests/contract):
 
 * one tensor at a time (snapshot + materialize) and in batches (start_batch on the
@@ -18,7 +18,7 @@ import pytest
 
 import smdebug as smd
 from smdebug import reductions as reference
-from smdebug.backend import NumpyBackend, Request
+from smdebug.capture.backend import NumpyBackend, Request
 
 KEYS = tuple((op, is_abs) for is_abs in (False, True)
              for op in ("min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2", "median"))

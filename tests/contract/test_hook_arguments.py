@@ -1,6 +1,6 @@
 """Every framework's hook takes the hook arguments, from their one definition
-(``smdebug.arguments.HookArguments``): the same signature, the same docstring text, the same
-checks; and each is an adapter that owns its step session (``smdebug.contract``).
+(``smdebug.capture.arguments.HookArguments``): the same signature, the same docstring text, the same
+checks; and each is an adapter that owns its step session (``smdebug.capture.contract``).
 Runs in each tox env against the adapters installed there."""
 import importlib
 import inspect
@@ -27,7 +27,7 @@ def _hook_classes():
 @pytest.mark.parametrize("cls", _hook_classes() or [pytest.param(None, marks=pytest.mark.skip("no framework here"))],
                          ids=lambda c: getattr(c, "__qualname__", "none"))
 def test_adapter_hooks_share_the_core_arguments(cls, tmp_path):
-    from smdebug.arguments import HookArguments
+    from smdebug.capture.arguments import HookArguments
 
     core = list(inspect.signature(HookArguments).parameters.values())
     assert list(inspect.signature(smd.Hook).parameters.values()) == core
@@ -49,9 +49,9 @@ def test_adapter_hooks_share_the_core_arguments(cls, tmp_path):
 @pytest.mark.parametrize("cls", _hook_classes() or [pytest.param(None, marks=pytest.mark.skip("no framework here"))],
                          ids=lambda c: getattr(c, "__qualname__", "none"))
 def test_adapter_hooks_keep_the_declared_contract(cls, tmp_path):
-    from smdebug.backend import TensorBackend
-    from smdebug.contract import Adapter, SessionSurface
-    from smdebug.session import StepSession
+    from smdebug.capture.backend import TensorBackend
+    from smdebug.capture.contract import Adapter, SessionSurface
+    from smdebug.capture.session import StepSession
 
     hook = cls(out_dir=str(tmp_path / "run"))
     try:
@@ -63,11 +63,11 @@ def test_adapter_hooks_keep_the_declared_contract(cls, tmp_path):
 
 
 def test_an_adapter_that_breaks_the_contract_fails_at_construction(tmp_path):
-    from smdebug.backend import TensorBackend
+    from smdebug.capture.backend import TensorBackend
 
-    from smdebug.arguments import HookArguments
-    from smdebug.contract import ADAPTER_CALLBACKS, Worker
-    from smdebug.session import StepSession
+    from smdebug.capture.arguments import HookArguments
+    from smdebug.capture.contract import ADAPTER_CALLBACKS, Worker
+    from smdebug.capture.session import StepSession
 
     class NoBackend(smd.Hook):
         def make_backend(self):
@@ -77,7 +77,7 @@ def test_an_adapter_that_breaks_the_contract_fails_at_construction(tmp_path):
         def worker(self):
             return Worker(2, 2, "worker_2")
 
-    with pytest.raises(TypeError, match=r"NoBackend.make_backend\(\) must return a smdebug.backend.TensorBackend"):
+    with pytest.raises(TypeError, match=r"NoBackend.make_backend\(\) must return a smdebug.capture.backend.TensorBackend"):
         NoBackend(out_dir=str(tmp_path / "a"))
     with pytest.raises(TypeError, match=r"0 <= rank < world size, got \(2, 2\)"):
         BadRank(out_dir=str(tmp_path / "b"))
@@ -122,11 +122,11 @@ def test_an_adapter_that_breaks_the_contract_fails_at_construction(tmp_path):
 
 def test_adapters_call_only_the_declared_session_surface():
     """Every adapter reaches the core through its session's declared surface
-    (``smdebug.contract.SessionSurface``), never through the session's other members."""
+    (``smdebug.capture.contract.SessionSurface``), never through the session's other members."""
     import pathlib
     import re
 
-    from smdebug.contract import SESSION_MEMBERS
+    from smdebug.capture.contract import SESSION_MEMBERS
 
     package = pathlib.Path(smd.__file__).parent
     calls = re.compile(r"(?:self\._session|self\.session|hook\._session|hook\.session|(?<![\w.`])session)\.(\w+)")

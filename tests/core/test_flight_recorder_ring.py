@@ -1,4 +1,4 @@
-"""The flight recorder's core (smdebug_core/flight_recorder.py): the ring's byte accounting,
+"""The flight recorder's core (smdebug_core/capture/flight_recorder.py): the ring's byte accounting,
 the NaN/Inf check from reductions, and a numpy-hook run end to end (docs/flight_recorder.md)."""
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 
 import smdebug as smd
 from smdebug.exceptions import ConfigError
-from smdebug.flight_recorder import StepRing, nonfinite_rows, value_is_nonfinite
+from smdebug.capture.flight_recorder import StepRing, nonfinite_rows, value_is_nonfinite
 
 
 def test_ring_never_holds_more_than_its_budget_and_drops_oldest_first():
@@ -83,7 +83,7 @@ def test_numpy_hook_writes_the_kept_steps_with_their_scalars(tmp_path, caplog):
 
 
 def test_smdebug_ls_shows_the_trigger(tmp_path, capsys):
-    from smdebug.cli import main
+    from smdebug.analysis.cli import main
 
     run_dir = str(tmp_path / "run")
     _numpy_run(run_dir)
@@ -197,8 +197,8 @@ def test_a_fire_from_another_thread_never_lands_between_keeping_a_step_and_writi
     trial = smd.create_trial(run_dir)
     assert [float(trial.tensor("scalar/loss").value(s)) for s in range(6)] == [float(s) for s in range(6)]
     assert trial.tensor("w").value(3).tolist() == [3.0, 4.0, 5.0]
-    from smdebug.format.codec import decode_tensor_event
-    from smdebug.format.records import iter_records
+    from smdebug.storage.format.codec import decode_tensor_event
+    from smdebug.storage.format.records import iter_records
 
     names = []  # every tensor record of step 3's event file, by name
     for root, _, files in os.walk(os.path.join(run_dir, "events")):

@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import descriptor_pool
 
 from smdebug.exceptions import CorruptRecord, IndexReaderException
-from smdebug.format import codec, index, layout, proto, records
+from smdebug.storage.format import codec, index, layout, proto, records
 from smdebug.modes import ModeKeys
 
 # ---------------------------------------------------------------- layout
@@ -152,7 +152,7 @@ def test_messages_live_in_a_private_pool():
 def test_wire_format_matches_tensorboards_messages():
     try:
         from tensorboard.compat.proto import event_pb2, summary_pb2
-    except Exception as exc:  # absent, or generated for a newer protobuf than installed
+    except Exception as exc:  # noqa: BLE001 - absent, or generated for a newer protobuf than installed
         pytest.skip(f"TensorBoard's protobuf classes are unavailable: {exc}")
 
     ours = proto.Event(wall_time=12.5, step=3)

@@ -4,7 +4,7 @@ import types
 
 import numpy as np
 
-from smdebug.instrumentation import Instrumentor
+from smdebug.capture.instrumentation import Instrumentor
 
 
 class _NumpyInstrumentor(Instrumentor):

@@ -6,6 +6,7 @@ import pytest
 
 import smdebug as smd
 from smdebug import config as cfg
+from smdebug import environment
 from smdebug.exceptions import ConfigError
 
 SEED_JSON = {
@@ -139,13 +140,13 @@ def test_use_smdebug(monkeypatch, value, enabled):
         monkeypatch.delenv("USE_SMDEBUG", raising=False)
     else:
         monkeypatch.setenv("USE_SMDEBUG", value)
-    assert cfg.smdebug_enabled() is enabled
+    assert environment.smdebug_enabled() is enabled
 
 
 def test_use_smdebug_garbage_is_an_error(monkeypatch):
     monkeypatch.setenv("USE_SMDEBUG", "maybe")
     with pytest.raises(ConfigError, match="USE_SMDEBUG must be true or false, got 'maybe'"):
-        cfg.smdebug_enabled()
+        environment.smdebug_enabled()
 
 
 def test_get_hook_honours_use_smdebug(tmp_path, monkeypatch):
@@ -164,12 +165,12 @@ def test_get_hook_honours_use_smdebug(tmp_path, monkeypatch):
 def test_env_names_with_and_without_prefix(monkeypatch):
     monkeypatch.delenv("SMDEBUG_INCOMPLETE_STEP_WAIT_WINDOW", raising=False)
     monkeypatch.setenv("INCOMPLETE_STEP_WAIT_WINDOW", "7")
-    assert cfg.env_int("INCOMPLETE_STEP_WAIT_WINDOW", 1000) == 7
+    assert environment.env_int("INCOMPLETE_STEP_WAIT_WINDOW", 1000) == 7
     monkeypatch.setenv("SMDEBUG_INCOMPLETE_STEP_WAIT_WINDOW", "9")
-    assert cfg.env_int("INCOMPLETE_STEP_WAIT_WINDOW", 1000) == 9
+    assert environment.env_int("INCOMPLETE_STEP_WAIT_WINDOW", 1000) == 9
     monkeypatch.setenv("SMDEBUG_INCOMPLETE_STEP_WAIT_WINDOW", "lots")
     with pytest.raises(ConfigError, match="must be an integer"):
-        cfg.env_int("INCOMPLETE_STEP_WAIT_WINDOW", 1000)
+        environment.env_int("INCOMPLETE_STEP_WAIT_WINDOW", 1000)
 
 
 def test_tensorboard_dir_resolution(tmp_path, monkeypatch):

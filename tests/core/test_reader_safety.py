@@ -15,12 +15,12 @@ import pytest
 
 from smdebug.collections import Collection, CollectionManager
 from smdebug.exceptions import CorruptCollectionsFile, CorruptRecord
-from smdebug.format import proto
-from smdebug.format.layout import COLLECTIONS_DIR, event_file_relpath, index_file_relpath
-from smdebug.format.records import crc32c, frame_record
+from smdebug.storage.format import proto
+from smdebug.storage.format.layout import COLLECTIONS_DIR, event_file_relpath, index_file_relpath
+from smdebug.storage.format.records import crc32c, frame_record
 from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
-from smdebug.writer import RunWriter, StepData
+from smdebug.storage.writer import RunWriter, StepData
 
 TRAIN = ModeKeys.TRAIN
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs and symbolic links")
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX F
 def open_path(request, monkeypatch):
     """Every test runs twice: with Linux's openat2 and /proc/self/fd where the kernel has
     them, and with the portable path (realpath) used elsewhere."""
-    from smdebug.trials import storage
+    from smdebug.analysis.trials import storage
 
     if request.param == "portable":
         monkeypatch.setattr(storage, "_openat2", None)
@@ -68,7 +68,7 @@ def bounded(fn, seconds=20.0):
     def target():
         try:
             box["result"] = fn()
-        except BaseException as exc:  # noqa: B902 - handed to the test
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
             box["error"] = exc
 
     thread = threading.Thread(target=target, daemon=True)
@@ -137,7 +137,7 @@ def test_dev_zero_as_index_or_collections_file_is_refused_unread(tmp_path, caplo
 
 
 def test_index_file_larger_than_the_format_allows_is_not_read(tmp_path, caplog):
-    from smdebug.format.layout import MAX_INDEX_FILE_BYTES
+    from smdebug.storage.format.layout import MAX_INDEX_FILE_BYTES
 
     run = write_run(tmp_path / "run")
     index = path_of(run, index_file_relpath(1, "worker_0"))

@@ -22,13 +22,13 @@ pytest.importorskip("s3fs")
 import smdebug as smd  # noqa: E402
 from smdebug.exceptions import CorruptRecord, OutDirError, RunNotFound  # noqa: E402
 from smdebug.trials import create_trial  # noqa: E402
-from smdebug.writer.uploader import main as sync_main  # noqa: E402
-from smdebug.writer.uploader import spool_files  # noqa: E402
+from smdebug.storage.uploader import main as sync_main  # noqa: E402
+from smdebug.storage.uploader import spool_files  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
 from s3_endpoint import Endpoint  # noqa: E402
 
-UPLOAD_LOGGER = "smdebug.writer.uploader"
+UPLOAD_LOGGER = "smdebug.storage.uploader"
 
 
 @pytest.fixture(scope="module")
@@ -329,7 +329,7 @@ def test_hostile_objects_get_the_named_errors(endpoint, bucket, monkeypatch, cap
     with pytest.raises(CorruptRecord, match=r"holds \d+ of the record.s \d+ bytes there"):
         trial.tensor("w").value(3)
     # An index object larger than the format allows is refused without being downloaded.
-    import smdebug.trials.trial as trial_module
+    import smdebug.analysis.trials.trial as trial_module
 
     monkeypatch.setattr(trial_module, "MAX_INDEX_FILE_BYTES", 64)
     trial = create_trial(url)
@@ -338,7 +338,7 @@ def test_hostile_objects_get_the_named_errors(endpoint, bucket, monkeypatch, cap
 
 
 def test_rules_cli_reads_a_run_on_s3(endpoint, bucket, capsys):
-    from smdebug.rules.cli import main as rules_main
+    from smdebug.analysis.rules.cli import main as rules_main
 
     url = f"s3://{bucket}/rules"
     hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
@@ -486,7 +486,7 @@ def test_uploads_run_in_a_process_of_their_own_and_outlive_a_killed_training_pro
     """The uploader is a child process (the training process keeps its GIL). A training
     process killed without close(): the child sees its pipe close and uploads every step
     that was published; the end marker is not there (the run did not end)."""
-    from smdebug.writer.upload_process import UploaderProcess
+    from smdebug.storage.upload_process import UploaderProcess
 
     url = f"s3://{bucket}/killed"
     hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
@@ -525,7 +525,7 @@ def test_uploads_run_in_a_process_of_their_own_and_outlive_a_killed_training_pro
 
 
 def test_in_process_uploads_on_request(endpoint, bucket, monkeypatch):
-    from smdebug.writer.uploader import Uploader
+    from smdebug.storage.uploader import Uploader
 
     monkeypatch.setenv("SMDEBUG_UPLOAD_IN_PROCESS", "1")
     hook = smd.Hook(out_dir=f"s3://{bucket}/thread", save_config=smd.SaveConfig(save_interval=1))
@@ -538,7 +538,7 @@ def test_in_process_uploads_on_request(endpoint, bucket, monkeypatch):
 def test_an_interpreter_that_cannot_run_the_upload_process_falls_back_to_a_thread(endpoint, bucket, monkeypatch,
                                                                                    caplog):
     # An embedded Python whose sys.executable is something else: the child never starts.
-    from smdebug.writer.uploader import Uploader
+    from smdebug.storage.uploader import Uploader
 
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with caplog.at_level(logging.INFO, logger=UPLOAD_LOGGER):

@@ -16,10 +16,10 @@ from smdebug.rules import (
     Callback, ExplodingTensor, LogMessage, Required, Rule, StalledTrainingRule, StopRequestPoller, StopTraining,
     VanishingGradient, invoke_rule, read_stop_request, run_rules, write_stop_request,
 )
-from smdebug.rules.actions import as_actions
-from smdebug.rules.cli import main as cli_main
-from smdebug.rules.stop_protocol import STOP_REQUEST_FILE
-from smdebug.rules.views import TrialStepView
+from smdebug.analysis.rules.actions import as_actions
+from smdebug.analysis.rules.cli import main as cli_main
+from smdebug.storage.stop_request import STOP_REQUEST_FILE
+from smdebug.analysis.rules.views import TrialStepView
 from smdebug.trials import create_trial
 
 
@@ -83,7 +83,7 @@ def test_invoke_rule_writes_the_report_with_violations_and_parameters(run, tmp_p
     first = doc["violations"][0]
     assert first["step"] == 3 and first["mode"] == "GLOBAL" and "gradient/fc1.weight" in first["message"]
     assert first["details"]["tensors"] == {"gradient/fc1.weight": pytest.approx(1e-9, rel=1e-3)}
-    assert doc["rule_class"] == "smdebug.rules.builtin_tensors.VanishingGradient"
+    assert doc["rule_class"] == "smdebug.analysis.rules.builtin_tensors.VanishingGradient"
 
 
 def test_raise_eval_cond_stops_at_the_first_firing_after_recording_it(run, tmp_path):

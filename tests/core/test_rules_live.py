@@ -14,7 +14,7 @@ from smdebug.rules import (
     AllZero, ExplodingTensor, LossNotDecreasing, Overfit, Required, Rule, StopTraining, TensorVariance,
     UnchangedTensor, VanishingGradient, WeightUpdateRatio, invoke_rule,
 )
-from smdebug.rules.live import close_live_rules
+from smdebug.analysis.rules.live import close_live_rules
 from smdebug.trials import create_trial
 
 

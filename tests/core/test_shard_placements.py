@@ -5,7 +5,7 @@ import json
 import pytest
 
 from smdebug.exceptions import IndexReaderException
-from smdebug.format.index import PLACEMENTS_KEY, index_json_from_items, parse_index_json
+from smdebug.storage.format.index import PLACEMENTS_KEY, index_json_from_items, parse_index_json
 
 
 def index_with(placements):

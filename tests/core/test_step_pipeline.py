@@ -1,10 +1,10 @@
-"""The step pipeline (smdebug_core/pipeline.py): one worker thread, jobs in order, fences,
+"""The step pipeline (smdebug_core/capture/pipeline.py): one worker thread, jobs in order, fences,
 failures kept off the training thread, and references dropped on the worker."""
 import threading
 import time
 import weakref
 
-from smdebug.pipeline import StepPipeline
+from smdebug.capture.pipeline import StepPipeline
 
 
 class Payload:

@@ -9,10 +9,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from smdebug.format import layout
+from smdebug.storage.format import layout
 from smdebug.modes import ModeKeys
-from smdebug.writer import RunWriter, StepData
-from smdebug.writer.tensorboard import DEFAULT_BUCKET_EDGES, TensorBoardWriter, clean_tag, make_histogram
+from smdebug.storage.writer import RunWriter, StepData
+from smdebug.storage.writer.tensorboard import DEFAULT_BUCKET_EDGES, TensorBoardWriter, clean_tag, make_histogram
 
 pywrap = pytest.importorskip("tensorboard.compat.tensorflow_stub.pywrap_tensorflow")
 errors = pytest.importorskip("tensorboard.compat.tensorflow_stub.errors")
@@ -167,7 +167,7 @@ def test_histogram_edge_cases():
 
 
 def test_short_histogram_tags():
-    from smdebug.writer.tensorboard import short_tag
+    from smdebug.storage.writer.tensorboard import short_tag
 
     assert short_tag("weights/hidden/weights/planes/hidden/kernel") == "hidden/weights/planes/hidden/kernel"
     assert short_tag("gradients/gradients/planes/hidden/kernelGrad") == "gradients/planes/hidden/kernelGrad"

@@ -11,7 +11,6 @@ from smdebug.collections import Collection, CollectionManager
 from smdebug.exceptions import (
     CorruptCollectionsFile,
     CorruptRecord,
-    IndexReaderException,
     InvalidWorker,
     MissingCollectionFiles,
     MissingEventFile,
@@ -24,10 +23,10 @@ from smdebug.exceptions import (
     TensorUnavailable,
     TensorUnavailableForStep,
 )
-from smdebug.format.layout import END_OF_JOB_FILE, event_file_relpath, index_file_relpath
+from smdebug.storage.format.layout import END_OF_JOB_FILE, event_file_relpath, index_file_relpath
 from smdebug.modes import ModeKeys
 from smdebug.trials import StepState, create_trial
-from smdebug.writer import RunWriter, StepData
+from smdebug.storage.writer import RunWriter, StepData
 
 TRAIN, EVAL, GLOBAL = ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.GLOBAL
 
@@ -647,7 +646,7 @@ def test_shape_only_entries_and_shape_next_to_a_value(tmp_path):
 
 
 def test_progress_bar_when_asked(example_run, capsys, monkeypatch):
-    import smdebug.trials.tensor as tensor_module
+    import smdebug.analysis.trials.tensor as tensor_module
 
     monkeypatch.setattr(tensor_module, "_PROGRESS_MIN_FILES", 1)
     trial = create_trial(example_run, progress=True)

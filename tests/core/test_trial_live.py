@@ -19,7 +19,7 @@ WRITER_SCRIPT = textwrap.dedent(
     import numpy as np
     from smdebug.collections import CollectionManager
     from smdebug.modes import ModeKeys
-    from smdebug.writer import RunWriter, StepData
+    from smdebug.storage.writer import RunWriter, StepData
 
     out_dir, go_file, first_batch, total = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     writer = RunWriter(out_dir, "worker_0")

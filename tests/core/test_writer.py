@@ -13,12 +13,12 @@ import time
 import numpy as np
 import pytest
 
-from smdebug.format import codec, index, layout, records
+from smdebug.storage.format import codec, index, layout, records
 from smdebug.modes import ModeKeys
-from smdebug.writer import RunWriter, StepData
-from smdebug.writer import run_writer as run_writer_module
+from smdebug.storage.writer import RunWriter, StepData
+from smdebug.storage.writer import run_writer as run_writer_module
 
-WRITER_LOGGER = "smdebug.writer.run_writer"
+WRITER_LOGGER = "smdebug.storage.writer.run_writer"
 COLLECTIONS = b'{"collections": {}, "_meta": {"num_workers": 1}}'
 
 
@@ -420,8 +420,8 @@ def test_metric_lines(tmp_path):
 
 _CHILD_PREAMBLE = """
 import atexit, os, sys, numpy as np
-from smdebug.writer import RunWriter, StepData
-from smdebug.writer import run_writer as run_writer_module
+from smdebug.storage.writer import RunWriter, StepData
+from smdebug.storage.writer import run_writer as run_writer_module
 from smdebug.modes import ModeKeys
 writer = RunWriter(sys.argv[1], "worker_0")
 writer.write_collections(b'{"collections": {}, "_meta": {"num_workers": 1}}')

@@ -43,8 +43,8 @@ def _normalized_payload(payload: bytes) -> bytes:
 
 
 def digest(out_dir: str) -> dict:
-    from smdebug.format.codec import decode_tensor_event
-    from smdebug.format.records import iter_records
+    from smdebug.storage.format.codec import decode_tensor_event
+    from smdebug.storage.format.records import iter_records
 
     files = {}
     for root, dirs, names in os.walk(out_dir):

@@ -5,7 +5,7 @@ import pytest
 mx = pytest.importorskip("mxnet")
 
 from smdebug import reductions as reference  # noqa: E402
-from smdebug.backend import Request  # noqa: E402
+from smdebug.capture.backend import Request  # noqa: E402
 from smdebug.mxnet.backend import MXNetBackend  # noqa: E402
 
 ALL_REDUCTIONS = tuple((op, is_abs) for op in ("min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2")

@@ -231,7 +231,7 @@ def test_coll_add_with_a_block_saves_its_outputs_and_other_objects_raise(run_dir
 
 
 def test_cli_default_rules_for_a_gluon_run(run_dir, make_net, train, capsys):
-    from smdebug.rules.cli import main as cli_main
+    from smdebug.analysis.rules.cli import main as cli_main
 
     net, loss_fn, trainer = make_net()
     hook = smd.Hook(run_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"])

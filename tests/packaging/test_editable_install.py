@@ -7,7 +7,7 @@ import venv
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBE = "import sys; print('smdebug.zero_code_change' in sys.modules)"
+PROBE = "import sys; print('smdebug.capture.zero_code_change' in sys.modules)"
 
 
 @pytest.mark.timeout(1200)

@@ -17,7 +17,7 @@ import smdebug.pytorch as smd
 from smdebug.exceptions import ConfigError
 from smdebug.rules import DumpFlightRecorder
 from smdebug.rules import Rule
-from smdebug.rules.actions import RuleEvent
+from smdebug.analysis.rules.actions import RuleEvent
 
 K = 6  # the step whose forward divides by zero
 REDUCTIONS = smd.ReductionConfig(reductions=["min", "max", "mean"], norms=["l2"])

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 from smdebug import reductions  # noqa: E402
-from smdebug.backend import Request  # noqa: E402
+from smdebug.capture.backend import Request  # noqa: E402
 from smdebug.pytorch import backend as torch_backend  # noqa: E402
 from smdebug.pytorch.backend import TorchBackend  # noqa: E402
 

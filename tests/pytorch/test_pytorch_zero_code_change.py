@@ -157,10 +157,10 @@ def test_setup_py_puts_the_pth_at_the_site_packages_root(tmp_path, config):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (build / PTH_NAME).read_text() == pth_line()
-    assert (build / "smdebug" / "zero_code_change.py").is_file()
+    assert (build / "smdebug" / "capture" / "zero_code_change.py").is_file()
     probe = ("import site, sys; site.addsitedir(sys.argv[1]); "
-             "print('smdebug.zero_code_change' in sys.modules, sys.modules['smdebug.zero_code_change'].is_installed()"
-             " if 'smdebug.zero_code_change' in sys.modules else None)")
+             "print('smdebug.capture.zero_code_change' in sys.modules, sys.modules['smdebug.capture.zero_code_change'].is_installed()"
+             " if 'smdebug.capture.zero_code_change' in sys.modules else None)")
     env = {k: v for k, v in os.environ.items() if k not in ("SMDEBUG_CONFIG_FILE_PATH", "USE_SMDEBUG")}
     for extra, expected in (({}, "False None"), ({"SMDEBUG_CONFIG_FILE_PATH": config[0]}, "True True"),
                             # USE_SMDEBUG is checked in the .pth line itself: nothing is imported.

@@ -112,7 +112,7 @@ def test_live_stop_training_ends_pytorch_training_within_one_step(tmp_path):
 
 
 def test_cli_default_rules_for_a_pytorch_run(tmp_path, capsys):
-    from smdebug.rules.cli import main as cli_main
+    from smdebug.analysis.rules.cli import main as cli_main
 
     model, loss_fn = mlp(2, torch.nn.ReLU), torch.nn.MSELoss()
     hook = hooked(tmp_path / "run", model, loss_fn, include_collections=["weights", "gradients", "relu_outputs"])

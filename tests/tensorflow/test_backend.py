@@ -6,7 +6,7 @@ tf = pytest.importorskip("tensorflow")
 import numpy as np  # noqa: E402
 
 from smdebug import reductions as reference  # noqa: E402
-from smdebug.backend import Request  # noqa: E402
+from smdebug.capture.backend import Request  # noqa: E402
 from smdebug.tensorflow.backend import TFBackend  # noqa: E402
 
 KEYS = tuple((op, is_abs) for is_abs in (False, True)

@@ -82,7 +82,7 @@ def test_live_listeners_see_the_reductions_reduced_in_the_train_step(tmp_path):
 
 
 def test_cli_default_rules_for_a_keras_run(tmp_path, capsys):
-    from smdebug.rules.cli import main as cli_main
+    from smdebug.analysis.rules.cli import main as cli_main
 
     x, y = data()
     hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),

@@ -7,8 +7,6 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 import smdebug.tensorflow as smd  # noqa: E402
 from smdebug.tensorflow import keras_functions  # noqa: E402

@@ -121,14 +121,14 @@ def test_instrument_attaches_the_configured_hook_and_use_smdebug_0_turns_it_off(
 
 
 def test_zero_code_change_bootstrap_instruments_an_unmodified_script(tmp_path):
-    if importlib.util.find_spec("smdebug.zero_code_change") is None:
+    if importlib.util.find_spec("smdebug.capture.zero_code_change") is None:
         pytest.skip("the zero-code-change bootstrap is not available")
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "out"
     config = write_config(tmp_path / "config.json", out)
     # What the .pth line does at interpreter start, then the script, unmodified.
-    code = f"import smdebug.zero_code_change, runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
+    code = f"import smdebug.capture.zero_code_change, runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
     result = run_python(code, env={"SMDEBUG_CONFIG_FILE_PATH": config})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "smdebug:" not in result.stderr, result.stderr[-2000:]  # no warning from the bootstrap or the hook

@@ -87,7 +87,7 @@ def test_live_stop_training_ends_xgb_train_after_the_next_round(tmp_path, data):
 def test_exploding_tensor_does_not_fire_on_the_nan_cells_of_tree_tables(tmp_path, data, capsys):
     """A healthy run saving trees: leaf rows of trees_to_dataframe have NaN Split/Yes/No/Missing."""
     from smdebug.rules import ExplodingTensor
-    from smdebug.rules.cli import main as cli_main
+    from smdebug.analysis.rules.cli import main as cli_main
 
     X, y, Xv, yv = data
     _, trial, _ = boost(tmp_path / "run", X, y, {"objective": "binary:logistic", "max_depth": 3}, 5,

@@ -79,13 +79,13 @@ def test_no_config_means_no_hook(tmp_path):
 
 
 def test_bootstrap_instruments_xgboost_on_import(tmp_path):
-    pytest.importorskip("smdebug.zero_code_change")
+    pytest.importorskip("smdebug.capture.zero_code_change")
     config, out = write_config(tmp_path)
     # The bootstrap starts from a sitecustomize, as a launcher would set it up: the training
     # script itself is untouched.
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text("import smdebug.zero_code_change\n")
+    (site / "sitecustomize.py").write_text("import smdebug.capture.zero_code_change\n")
     env = {"SMDEBUG_CONFIG_FILE_PATH": config, "PYTHONPATH": str(site)}
     run_script(tmp_path, "", env)
     assert create_trial(out).tensor("train-rmse").steps() == [0, 2, 4]

@@ -1,0 +1,350 @@
+"""The ``smdebug`` command: look at a run from the shell.
+
+    smdebug ls RUN                              modes, steps, workers, collections, tensors
+    smdebug show RUN TENSOR [--step N] [--mode M]
+    smdebug plot RUN [TENSOR...] [--regex R] -o curves.png [--reduction l2] [--hist --step N]
+    smdebug export RUN -o values.csv|values.parquet [--tensor T] [--regex R] [--mode M]
+    smdebug rules RUN ...                       the built-in rules (also ``smdebug-rules``)
+    smdebug --version
+
+Progress bars appear on a terminal for long reads, nothing otherwise. Exit status: 0 fine,
+2 usage error, 3 the run or what was asked for cannot be read (rules: see ``smdebug rules -h``).
+pandas is not needed (CSV export writes the table itself); plots need matplotlib, parquet
+needs pyarrow: each says how to install it when missing.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from typing import List, Optional
+
+EXIT_OK, EXIT_USAGE, EXIT_UNREADABLE = 0, 2, 3
+_SHOWN_TENSORS = 200
+
+
+class _Failure(Exception):
+    """A message for stderr and an exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_UNREADABLE):
+        super().__init__(message)
+        self.status = status
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .._version import __version__
+
+    parser = argparse.ArgumentParser(prog="smdebug", description="Look at runs saved by smdebug hooks.",
+                                     epilog="Exit status: 0 fine, 2 usage error, 3 the run or the data asked for "
+                                            "cannot be read.")
+    parser.add_argument("--version", action="version", version=f"smdebug-core {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def run_arg(p):
+        p.add_argument("run", help="the run directory (the hook's out_dir)")
+        p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                       help="seconds to wait for a run that has not written its collections file yet (default 0)")
+
+    p = sub.add_parser("ls", help="what a run holds: modes, steps, workers, collections, tensors")
+    run_arg(p)
+    p.add_argument("--no-shapes", action="store_true", help="do not read a value of each tensor for its shape")
+
+    p = sub.add_parser("show", help="a tensor's value and saved reductions at a step")
+    run_arg(p)
+    p.add_argument("tensor")
+    p.add_argument("--step", type=int, help="the step (default: the tensor's last saved step)")
+    p.add_argument("--mode", help="TRAIN, EVAL, PREDICT (steps are then that mode's own numbers)")
+    p.add_argument("--worker", help="whose value (default: the first worker that saved it)")
+
+    p = sub.add_parser("plot", help="tensors over the steps (or a histogram) to a PNG file")
+    run_arg(p)
+    p.add_argument("tensors", nargs="*", metavar="TENSOR",
+                   help="a tensor name, or NAME@REDUCTION for one of its saved reductions (loss gradient/fc@l2)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.png")
+    p.add_argument("--regex", action="append",
+                   help="also the tensors whose name matches (repeatable): --regex 'gradient/.*weight'")
+    p.add_argument("--collection", action="append", help="also the tensors of a collection (repeatable)")
+    p.add_argument("--reduction", action="append",
+                   help="plot this saved reduction (l2, max, abs_mean...) instead of the values; repeatable")
+    p.add_argument("--mode", action="append", help="only this mode (repeatable; default: all)")
+    p.add_argument("--x", choices=("step", "mode_step"), default="step",
+                   help="x axis: global steps (default) or each mode's own steps")
+    p.add_argument("--logy", action="store_true", help="logarithmic y axis")
+    p.add_argument("--hist", action="store_true", help="a histogram of the value at --step instead (one tensor)")
+    p.add_argument("--step", type=int, help="with --hist: the step (default: the last saved value)")
+    p.add_argument("--bins", type=_positive_int, default=50, help="with --hist: how many bins (default 50)")
+
+    p = sub.add_parser("export", help="scalars and saved reductions as a long table (CSV or parquet)")
+    run_arg(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE.csv|FILE.parquet")
+    p.add_argument("--tensor", action="append", help="a tensor name (repeatable; default: all tensors)")
+    p.add_argument("--regex", action="append", help="tensors whose name matches (repeatable)")
+    p.add_argument("--collection", action="append", help="tensors of a collection (repeatable)")
+    p.add_argument("--mode", action="append", help="only this mode (repeatable)")
+
+    p = sub.add_parser("rules", help="run the built-in rules (the smdebug-rules command)", add_help=False)
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _open(args):
+    from .trials import create_trial
+
+    return create_trial(args.run, wait_timeout=args.wait)
+
+
+def _table(headers: List[str], rows: List[List[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _steps_span(steps: List[int]) -> str:
+    return f"{len(steps)} ({steps[0]}..{steps[-1]})" if steps else "0"
+
+
+def _saved_kinds(tensor) -> str:
+    """What a tensor has saved, from the index (no value read): values, reductions, shapes."""
+    from .trials.bulk import reduction_label
+
+    kinds = []
+    if tensor._locations:
+        kinds.append("values")
+    keys = set()
+    for by_worker in list(tensor._reductions.values())[:3]:
+        for by_key in by_worker.values():
+            keys.update(by_key)
+    if keys:
+        kinds.append("reductions " + ",".join(sorted(reduction_label(*k) for k in keys)))
+    if tensor._shapes:
+        kinds.append("shapes")
+    return "; ".join(kinds)
+
+
+def _cmd_ls(args) -> int:
+    from ..exceptions import ShapeUnavailableForStep
+
+    trial = _open(args)
+    info = trial.summary()
+    print(f"run       {info['path']}")
+    print(f"state     {'ended' if info['ended'] else 'not ended (training, or stopped without an end marker)'}")
+    print(f"workers   {', '.join(info['workers']) or 'none'}")
+    for mode, (count, first, last) in info["modes"].items():
+        print(f"{mode:<9} {count} steps ({first}..{last})" if count else f"{mode:<9} 0 steps")
+    print(f"collections  {', '.join(info['collections']) or 'none'}")
+    for worker, marker in sorted(trial.flight_recorder_triggers().items()):  # docs/flight_recorder.md
+        origin = marker.get("first_nonfinite") or {}
+        where = f"; first non-finite: {origin.get('phase')} of {origin.get('module')}" if origin else ""
+        print(f"flight recorder ({worker}): {marker.get('trigger')} at step {marker.get('global_step')} "
+              f"({marker.get('reason')}); wrote steps {marker.get('steps_written')}{where}")
+    names = trial.tensor_names(show_incomplete_steps=True)
+    print(f"tensors   {len(names)}")
+    rows = []
+    for name in names[:_SHOWN_TENSORS]:
+        tensor = trial.tensor(name)
+        steps = tensor.steps(show_incomplete_steps=True)
+        shape = ""
+        if not args.no_shapes and steps:
+            try:
+                shape = str(tuple(tensor.shape(steps[-1])))
+            except ShapeUnavailableForStep:  # only reductions saved: no value, no shape
+                shape = "-"
+            except Exception as exc:  # noqa: BLE001 - a listing goes on past one unreadable value
+                shape = f"? ({type(exc).__name__})"
+        rows.append([name, _steps_span(steps), shape, _saved_kinds(tensor)])
+    if rows:
+        print(_table(["tensor", "steps", "shape", "saved"], rows))
+    if len(names) > _SHOWN_TENSORS:
+        print(f"... and {len(names) - _SHOWN_TENSORS} more (smdebug export lists every value)")
+    return EXIT_OK
+
+
+def _cmd_show(args) -> int:
+    import numpy as np
+
+    from ..modes import ModeKeys
+    from .trials.bulk import reduction_label as label
+
+    trial = _open(args)
+    tensor = trial.tensor(args.tensor)
+    mode = ModeKeys.parse(args.mode) if args.mode else ModeKeys.GLOBAL
+    step = args.step
+    if step is None:
+        steps = tensor.steps(mode=mode)
+        if not steps:
+            raise _Failure(f"tensor {args.tensor!r} has no steps in mode {mode.name}")
+        step = steps[-1]
+    elif step not in tensor.steps(mode=mode):
+        tensor.value(step, mode=mode, worker=args.worker)  # raises the reader's error: which steps it has
+    g = trial.global_step(mode, step)
+    m, ms = trial.mode_modestep(g)
+    print(f"{tensor.name} at global step {g} ({m.name} step {ms}), workers {', '.join(tensor.workers(g))}")
+    try:
+        value = tensor.value(step, mode=mode, worker=args.worker)
+    except Exception as exc:  # noqa: BLE001 - no value saved: reductions may still be there
+        print(f"value: none ({type(exc).__name__}: {exc})")
+    else:
+        print(f"dtype {value.dtype}, shape {tuple(value.shape)}")
+        with np.printoptions(threshold=200, edgeitems=4, linewidth=100):
+            print(value)
+    reductions = tensor.reduction_values(step, mode=mode, worker=args.worker)
+    if reductions:
+        print("saved reductions:")
+        print(_table(["reduction", "value"], [[label(*k), f"{float(v):.8g}"]
+                                              for k, v in sorted(reductions.items(), key=lambda kv: label(*kv[0]))]))
+    return EXIT_OK
+
+
+def _cmd_plot(args) -> int:
+    try:
+        import matplotlib
+    except ImportError:
+        raise _Failure("smdebug plot needs matplotlib, which is not installed: pip install 'smdebug-core[plot]'",
+                       EXIT_USAGE) from None
+    matplotlib.use("Agg")  # files only: no display needed
+    from .plots import plot_histogram, plot_tensors
+
+    if not args.output.lower().endswith(".png"):
+        raise _Failure(f"-o {args.output}: give a .png file name", EXIT_USAGE)
+    if not (args.tensors or args.regex or args.collection):
+        raise _Failure("give a TENSOR, --regex or --collection to plot", EXIT_USAGE)
+    trial = _open(args)
+    if args.regex or args.collection:
+        matched = trial.tensor_names(collection=args.collection, regex=args.regex)
+        if not matched:
+            raise _Failure(f"no saved tensor matches --regex {args.regex or []} --collection {args.collection or []}; "
+                           f"`smdebug ls {args.run}` lists them")
+        if len(matched) > _MAX_LINES:
+            raise _Failure(f"{len(matched)} tensors match (the first: {', '.join(matched[:3])}); a plot of more "
+                           f"than {_MAX_LINES} lines is unreadable: narrow the --regex", EXIT_USAGE)
+        if not args.hist:  # matches without a line to draw (not scalars, not that reduction) are left out
+            table = trial.to_table(matched, mode=args.mode)
+            wanted = set(args.reduction or [""])
+            drawable = {t for t, r in zip(table.column("tensor"), table.column("reduction")) if r in wanted}
+            left_out = [name for name in matched if name not in drawable]
+            matched = [name for name in matched if name in drawable]
+            if left_out:
+                what = f"reduction {', '.join(sorted(wanted))}" if args.reduction else "scalar values (pass --reduction)"
+                print(f"left out {len(left_out)} matching tensors without {what}: {', '.join(left_out[:5])}"
+                      + (", ..." if len(left_out) > 5 else ""), file=sys.stderr)
+            if not matched and not args.tensors:
+                raise _Failure(f"no tensor matching --regex/--collection has {what} to plot")
+        args.tensors = list(args.tensors) + [name for name in matched if name not in args.tensors]
+    if args.hist:
+        if len(args.tensors) != 1:
+            raise _Failure("--hist draws one tensor; give exactly one TENSOR", EXIT_USAGE)
+        modes = args.mode or ["GLOBAL"]
+        if len(modes) != 1:
+            raise _Failure("--hist takes at most one --mode", EXIT_USAGE)
+        tensor = trial.tensor(args.tensors[0])
+        step = args.step
+        if step is None:
+            values = tensor.steps(mode=modes[0])
+            step = next((s for s in reversed(values) if _has_value(tensor, s, modes[0])), None)
+            if step is None:
+                raise _Failure(f"tensor {tensor.name!r} has no saved value to draw a histogram of")
+        ax = plot_histogram(trial, tensor.name, step, mode=modes[0], bins=args.bins)
+    else:
+        items = [tuple(t.rsplit("@", 1)) if "@" in t else t for t in args.tensors]
+        ax = plot_tensors(trial, items, reduction=args.reduction, mode=args.mode, x=args.x, logy=args.logy)
+    ax.figure.tight_layout()
+    ax.figure.savefig(args.output, dpi=100)
+    print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+#: The most tensors ``smdebug plot --regex``/``--collection`` draws on one figure.
+_MAX_LINES = 40
+
+
+def _has_value(tensor, step, mode) -> bool:
+    try:
+        tensor.value(step, mode=mode)
+        return True
+    except Exception:  # noqa: BLE001 - only reductions or a shape at that step
+        return False
+
+
+def _cmd_export(args) -> int:
+    out = args.output
+    lower = out.lower()
+    if not (lower.endswith(".csv") or lower.endswith(".parquet")):
+        raise _Failure(f"-o {out}: give a file name ending in .csv or .parquet", EXIT_USAGE)
+    if lower.endswith(".parquet"):
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise _Failure("parquet export needs pyarrow, which is not installed: pip install pyarrow "
+                           "(or export to .csv)", EXIT_USAGE) from None
+    trial = _open(args)
+    names = args.tensor
+    table = trial.to_table(names, regex=args.regex, collection=args.collection, mode=args.mode)
+    from .trials.bulk import COLUMNS
+
+    if lower.endswith(".csv"):
+        with open(out, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(COLUMNS)
+            # repr of a float is the shortest text that reads back as the same float64.
+            writer.writerows((*row[:6], repr(row[6])) for row in table.rows())
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        columns = {name: (table.numbers[name] if name in table.numbers else
+                          pa.DictionaryArray.from_arrays(pa.array(table.texts[name][0], pa.int32()),
+                                                         pa.array(table.texts[name][1], pa.string())))
+                   for name in COLUMNS}
+        pq.write_table(pa.table(columns), out)
+    print(f"wrote {len(table)} rows to {out}")
+    return EXIT_OK
+
+
+def _as_options(message: str) -> str:
+    """The reader's hints for Python callers ("pass mode=smd.modes.TRAIN", "pass reduction=...")
+    as this command's options."""
+    message = message.replace("pass mode=smd.modes.GLOBAL", "leave out --mode")
+    message = message.replace("(pass reduction=...)", "(add --reduction NAME, or write TENSOR@NAME)")
+    return re.sub(r"pass mode=smd\.modes\.(\w+)", r"add --mode \1", message)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``smdebug``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["rules"]:  # everything after it is the rules command's own
+        from .rules.cli import main as rules_main
+
+        return rules_main(argv[1:])
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 for --help/--version
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    from ..exceptions import SMDebugError
+
+    command = {"ls": _cmd_ls, "show": _cmd_show, "plot": _cmd_plot, "export": _cmd_export}[args.command]
+    try:
+        return command(args)
+    except _Failure as exc:
+        print(f"smdebug {args.command}: {exc}", file=sys.stderr)
+        return exc.status
+    except (SMDebugError, ValueError, KeyError, OSError, NotImplementedError) as exc:
+        # What the reader says is already the message: which value, what to do.
+        text = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+        print(f"smdebug {args.command}: {_as_options(text)}", file=sys.stderr)
+        return EXIT_UNREADABLE

@@ -1,0 +1,159 @@
+"""The built-in rules, by name.
+
+Names, parameter names and defaults are those of the public SageMaker Debugger built-in
+rules reference (docs.aws.amazon.com/sagemaker/latest/dg/debugger-built-in-rules.html);
+each rule's docstring describes exactly what it checks here.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Dict, List, Optional, Tuple, Type
+
+from .builtin_tensors import (
+    AllZero,
+    DeadRelu,
+    ExplodingTensor,
+    PoorWeightInitialization,
+    SaturatedActivation,
+    SimilarAcrossRuns,
+    TensorVariance,
+    UnchangedTensor,
+    VanishingGradient,
+    WeightUpdateRatio,
+)
+from .builtin_training import ClassImbalance, LossNotDecreasing, Overfit, Overtraining, StalledTrainingRule
+from .builtin_xgboost import FeatureImportanceOverweight, TreeDepth
+from .rule import Rule
+
+BUILTIN_RULES: Dict[str, Type[Rule]] = {
+    cls.__name__: cls
+    for cls in (
+        VanishingGradient, ExplodingTensor, LossNotDecreasing, Overfit, Overtraining, AllZero, UnchangedTensor,
+        TensorVariance, WeightUpdateRatio, PoorWeightInitialization, DeadRelu, SaturatedActivation,
+        ClassImbalance, SimilarAcrossRuns, StalledTrainingRule, TreeDepth, FeatureImportanceOverweight,
+    )
+}
+
+#: Rules that need a parameter without a default (a selection, a threshold, another run), or
+#: only make sense while following a running job; left out when no rule list is given.
+NEEDS_PARAMETERS = frozenset({"AllZero", "UnchangedTensor", "TensorVariance", "SimilarAcrossRuns",
+                              "StalledTrainingRule"})
+
+
+def default_rule_names() -> List[str]:
+    """Every built-in that works with its defaults (the candidates of :func:`choose_rules`)."""
+    return [name for name in BUILTIN_RULES if name not in NEEDS_PARAMETERS]
+
+
+class RunContents:
+    """What a run saved, as far as choosing rules goes: its framework, the collections that
+    hold saved tensors, its modes and its tensor names."""
+
+    _XGBOOST_COLLECTIONS = {"hyperparameters", "trees", "feature_importance", "full_shap", "average_shap"}
+    #: PyTorch parameter names: <RootClass>_<dotted path>.weight/.bias
+    _PYTORCH_PARAMETER = re.compile(r"^(gradient/)?[A-Za-z]\w*_[\w.]*\.(weight|bias)$")
+
+    def __init__(self, trial):
+        self.names: List[str] = trial.tensor_names()
+        collections = trial.collections()
+        inputs = collections.get("inputs")
+        if self._XGBOOST_COLLECTIONS & set(collections) or any(n.startswith("trees/") for n in self.names):
+            self.framework = "XGBoost"
+        elif "optimizer_variables" in collections:
+            self.framework = "TensorFlow"
+        elif inputs is not None and any("_input_" in r for r in inputs.include_regex):
+            self.framework = "MXNet"
+        elif any(self._PYTORCH_PARAMETER.match(n) for n in self.names):
+            self.framework = "PyTorch"
+        else:  # the numpy hook, or a run whose names do not tell
+            self.framework = "deep-learning"
+        self.saved: Dict[str, List[str]] = {}
+        for cname, coll in collections.items():
+            members = [n for n in self.names if coll.matches(n)]
+            if members and cname not in ("all", "default"):
+                self.saved[cname] = members
+        self.modes = [m.name for m in trial.modes()]
+        self._trial = trial
+
+    def matching(self, *regexes: str) -> List[str]:
+        patterns = [re.compile(r) for r in regexes]
+        return [n for n in self.names if any(p.search(n) for p in patterns)]
+
+    def loss_names(self) -> List[str]:
+        from .builtin_training import _SCORE_METRIC
+
+        return self.saved.get("losses") or [n for n in self.saved.get("metrics", [])
+                                            if not _SCORE_METRIC.search(n.rpartition("-")[2])]
+
+    def has_validation_loss(self, losses: List[str]) -> bool:
+        from .builtin_training import series_of
+        from ...modes import ModeKeys
+
+        if "EVAL" in self.modes:
+            return any(self._trial.tensor(n).steps(mode=ModeKeys.EVAL) for n in losses)
+        return any(series_of(n, ModeKeys.TRAIN)[1] == "validation" for n in losses)
+
+
+def _why_not(name: str, run: RunContents) -> Optional[str]:
+    """None when rule ``name`` has something to read in ``run``, else why it is skipped."""
+    xgb = run.framework == "XGBoost"
+    if name == "ExplodingTensor":
+        return None if run.names else "the run saved no tensors"
+    if name in ("LossNotDecreasing", "Overtraining", "Overfit"):
+        losses = run.loss_names()
+        if not losses:
+            return "no tensor in the 'losses' collection and no loss-like metric"
+        if name == "Overfit" and not run.has_validation_loss(losses):
+            return "no validation loss (no EVAL steps with losses, no val_*/validation-* names)"
+        return None
+    if name in ("TreeDepth", "FeatureImportanceOverweight"):
+        if not xgb:
+            return f"reads XGBoost trees/feature importance; this is a {run.framework} run"
+        collection = "trees" if name == "TreeDepth" else "feature_importance"
+        return None if run.saved.get(collection) else f"the '{collection}' collection was not saved"
+    if xgb and name in ("VanishingGradient", "WeightUpdateRatio", "PoorWeightInitialization", "DeadRelu",
+                        "SaturatedActivation"):
+        return "an XGBoost run has no gradients, weights or activations"
+    if name == "VanishingGradient":
+        return None if run.saved.get("gradients") else "the 'gradients' collection was not saved"
+    if name == "WeightUpdateRatio":
+        return None if run.saved.get("weights") else "the 'weights' collection was not saved"
+    if name == "PoorWeightInitialization":
+        return None if run.matching(r".*relu_input") else "no ReLU inputs saved (tensors matching .*relu_input)"
+    if name == "DeadRelu":
+        return None if run.matching(r".*relu_output") else "no ReLU outputs saved (tensors matching .*relu_output)"
+    if name == "SaturatedActivation":
+        return None if run.matching(r".*tanh_input", r".*sigmoid_input") else \
+            "no tanh/sigmoid inputs saved (tensors matching .*tanh_input, .*sigmoid_input)"
+    if name == "ClassImbalance":
+        return None if run.matching(r".*labels") else "no labels tensor saved (tensors matching .*labels)"
+    return None
+
+
+def choose_rules(trial) -> Tuple[List[str], Dict[str, str], RunContents]:
+    """The default rules for ``trial``: ``(chosen, {skipped: why}, what the run contains)``.
+
+    Of the rules that work with their defaults, those with something to read in this run:
+    no gradient rules for XGBoost, no tree rules for a PyTorch run, no loss rules without
+    losses, and so on.
+    """
+    run = RunContents(trial)
+    chosen, skipped = [], {}
+    for name in default_rule_names():
+        reason = _why_not(name, run)
+        if reason is None:
+            chosen.append(name)
+        else:
+            skipped[name] = reason
+    return chosen, skipped, run
+
+
+def rule_parameters(name: str) -> List[str]:
+    """The parameter names a built-in rule accepts (besides base_trial, actions and name)."""
+    cls = BUILTIN_RULES[name]
+    skip = {"self", "base_trial", "actions", "name"}
+    return [p for p in inspect.signature(cls.__init__).parameters if p not in skip]
+
+
+__all__ = ["BUILTIN_RULES", "choose_rules", "default_rule_names", "rule_parameters", *BUILTIN_RULES]

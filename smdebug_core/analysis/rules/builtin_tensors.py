@@ -1,0 +1,696 @@
+"""Built-in rules that inspect tensors: gradients, weights, activations, any selection.
+
+Parameter names and defaults follow the public SageMaker Debugger built-in rules reference
+("List of Debugger built-in rules", docs.aws.amazon.com/sagemaker/latest/dg/debugger-built-in-rules.html).
+Each rule works from saved reductions when the run saved the ones it needs and from the full
+tensors otherwise; the docstrings say which, and where our reading of the reference had to
+choose.
+"""
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ...exceptions import ConfigError
+from ...modes import ModeKeys
+from . import _params as P
+from .rule import DATA_MISSING, Rule
+from .views import SAVED_REDUCTIONS, VALUE, Required
+
+_MAX_LISTED = 5
+_MAX_DETAILS = 20
+_TRAINING_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
+
+
+def _listing(items: Dict[str, object], fmt="{:.3g}") -> str:
+    shown = []
+    for name, value in list(items.items())[:_MAX_LISTED]:
+        shown.append(f"{name}={fmt.format(value) if isinstance(value, (int, float)) else value}")
+    more = len(items) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _details(items: Dict[str, object]) -> Dict[str, object]:
+    return dict(list(items.items())[:_MAX_DETAILS])
+
+
+def _numeric(array: np.ndarray) -> Optional[np.ndarray]:
+    """The array as a float/complex/int numpy array, or None for strings and other non-numbers."""
+    array = np.asarray(array)
+    if array.dtype.kind in "biufc":
+        return array
+    try:  # ml_dtypes (bfloat16, float8) register as kind "V"
+        return array.astype(np.float32)
+    except (TypeError, ValueError):
+        return None
+
+
+def _numeric_values(rule, names):
+    """``(name, array)`` of the names whose value at the rule's step is a non-empty numeric
+    array; a value the step cannot supply is counted as unavailable in the rule's report."""
+    for name in names:
+        try:
+            array = _numeric(rule.view.value(name))
+        except DATA_MISSING:
+            rule.unavailable()
+            continue
+        if array is not None and array.size:
+            yield name, array
+
+
+class _SelectionRule(Rule):
+    """A rule over ``collection_names`` and/or ``tensor_regex`` (their union)."""
+
+    #: Whether the rule needs a selection (the reference says "You must specify either ...").
+    selection_required = False
+
+    def _init_selection(self, collection_names, tensor_regex) -> None:
+        self.collection_names = P.str_list(self.rule_name, "collection_names", collection_names)
+        self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
+        if self.selection_required and not (self.collection_names or self.tensor_regex):
+            raise ConfigError(f"{self.rule_name}: give collection_names and/or tensor_regex "
+                              "(the tensors to inspect); both are empty")
+
+    def _required(self, **what) -> Required:
+        selected = bool(self.collection_names or self.tensor_regex)
+        return Required(collections=self.collection_names, regex=self.tensor_regex, all_tensors=not selected, **what)
+
+    def _selected(self) -> List[str]:
+        selected = bool(self.collection_names or self.tensor_regex)
+        names = self.view.tensor_names(self.collection_names, self.tensor_regex, all_tensors=not selected)
+        if not names and selected:
+            self.no_data("no tensor matches collection_names=%s tensor_regex=%s at step %d "
+                           "(is the collection saved?)", list(self.collection_names), list(self.tensor_regex),
+                           self.view.step)
+        return self.reads(names)
+
+
+# ---------------------------------------------------------------------------------------------
+class VanishingGradient(Rule):
+    """Fires when the mean absolute value of a gradient drops below ``threshold``.
+
+    Reads the ``gradients`` collection: the saved ``abs mean`` reduction when there is one,
+    else the full gradient. Parameters: ``threshold`` (default 1e-7).
+    """
+
+    worst, measure_name = "min", "mean |gradient|"
+    reads_what = "their mean |value| (an abs 'mean' reduction) or their values"
+
+    def __init__(self, base_trial=None, threshold=0.0000001, actions=None, name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self.threshold = P.number(self.rule_name, "threshold", threshold, minimum=0)
+
+    def required_tensors(self, step):
+        return [Required(collections="gradients", reductions=[("mean", True)])]
+
+    def invoke_at_step(self, step):
+        names = self.reads(self.view.tensor_names(collection="gradients"))
+        if not names:
+            self.no_data("step %d has no tensors in the 'gradients' collection (is it saved?)", step)
+            return False
+        small = {}
+        for name in names:
+            try:
+                value = self.view.reduction(name, "mean", abs=True)
+            except DATA_MISSING:
+                self.unavailable()
+                continue
+            if value < self.threshold:
+                small[name] = value
+        if small:
+            self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g}: "
+                      f"{_listing(small)}", measure=min(small.values()), tensors=_details(small))
+        return bool(small)
+
+
+class ExplodingTensor(_SelectionRule):
+    """Fires when a tensor holds NaN (``only_nan=True``) or NaN/infinite values.
+
+    Parameters: ``collection_names``, ``tensor_regex`` (default: every tensor of the step),
+    ``only_nan`` (default False). Uses the saved reductions when a tensor has some (NaN and
+    infinities propagate into min/max, which are preferred when saved; an infinity mixed
+    with its opposite shows as NaN in a mean), else the full tensor.
+
+    XGBoost's ``trees/<column>`` tensors (``Booster.trees_to_dataframe()``) hold NaN by
+    design: a leaf row has no split, so Split, Yes, No and Missing are NaN there. Only
+    infinities count in them.
+    """
+
+    measure_name = "tensors with NaN/inf"
+    _PREFERRED = (("min", False), ("max", False), ("max", True))
+    #: Tensors where NaN marks "not applicable" rather than a numerical failure.
+    _NAN_BY_DESIGN = re.compile(r"^trees/")
+
+    def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, only_nan=False, actions=None,
+                 name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self._init_selection(collection_names, tensor_regex)
+        self.only_nan = P.boolean(self.rule_name, "only_nan", only_nan)
+
+    def required_tensors(self, step):
+        return [self._required(first_of=(SAVED_REDUCTIONS, VALUE))]
+
+    def _check_values(self, values, nan_by_design: bool = False) -> Optional[str]:
+        array = _numeric(values)
+        if array is None or array.dtype.kind not in "fc":
+            return None  # integers and booleans cannot be NaN or infinite
+        nan = 0 if nan_by_design else int(np.count_nonzero(np.isnan(array)))
+        inf = 0 if self.only_nan else int(np.count_nonzero(np.isinf(array)))
+        parts = ([f"{nan} NaN"] if nan else []) + ([f"{inf} infinite"] if inf else [])
+        return ", ".join(parts) or None
+
+    def _check_reductions(self, saved, nan_by_design: bool = False) -> Optional[str]:
+        keys = [k for k in self._PREFERRED if k in saved] or list(saved)
+        values = np.array([saved[k] for k in keys], dtype=np.float64)
+        if nan_by_design:
+            values = values[~np.isnan(values)]
+        if np.isnan(values).any():
+            return "NaN in its saved reductions"
+        if not self.only_nan and np.isinf(values).any():
+            return "infinite values in its saved reductions"
+        return None
+
+    def invoke_at_step(self, step):
+        bad = {}
+        for name in self._selected():
+            nan_by_design = bool(self._NAN_BY_DESIGN.match(name))
+            if nan_by_design and self.only_nan:
+                continue
+            try:
+                kind, data = self.view.first_of(name, (SAVED_REDUCTIONS, VALUE))
+            except DATA_MISSING:
+                self.unavailable()
+                continue
+            finding = self._check_values(data, nan_by_design) if kind == VALUE else \
+                self._check_reductions(data, nan_by_design)
+            if finding:
+                bad[name] = finding
+        if bad:
+            what = "NaN" if self.only_nan else "NaN or infinite values"
+            self.note(f"{what} in {_count(len(bad), 'tensor')}: {_listing(bad)}", measure=len(bad),
+                      tensors=_details(bad))
+        return bool(bad)
+
+
+class AllZero(_SelectionRule):
+    """Fires when at least ``threshold`` percent of a tensor's values are zero.
+
+    Parameters: ``collection_names``, ``tensor_regex`` (one of them is required),
+    ``threshold`` (percent, default 100). With ``threshold=100`` saved reductions suffice
+    (a zero norm, abs max or abs mean, or min = max = 0); below 100 it needs full tensors.
+    """
+
+    selection_required = True
+
+    def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, threshold=100, actions=None,
+                 name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self._init_selection(collection_names, tensor_regex)
+        self.threshold = P.number(self.rule_name, "threshold", threshold, minimum=0, maximum=100,
+                                  exclusive_minimum=True)
+
+    def _order(self):
+        return (VALUE, SAVED_REDUCTIONS) if self.threshold >= 100 else (VALUE,)
+
+    def required_tensors(self, step):
+        return [self._required(first_of=self._order())]
+
+    @staticmethod
+    def _all_zero(saved) -> Optional[bool]:
+        """From saved reductions: True/False when they decide it, None when they cannot."""
+        for key in (("l1", False), ("l2", False), ("l1", True), ("l2", True), ("max", True), ("mean", True),
+                    ("sum", True)):
+            if key in saved and not np.isnan(saved[key]):
+                return saved[key] == 0
+        if saved.get(("min", False)) == 0 and saved.get(("max", False)) == 0:
+            return True
+        for (op, _), value in saved.items():
+            # A nonzero min/max/mean/sum/median means some value is nonzero (std, variance and
+            # prod can be zero or nonzero either way).
+            if op in ("min", "max", "mean", "sum", "median") and value == value and value != 0:
+                return False
+        return None
+
+    def invoke_at_step(self, step):
+        zero = {}
+        for name in self._selected():
+            try:
+                kind, data = self.view.first_of(name, self._order())
+            except DATA_MISSING:
+                self.unavailable()
+                continue
+            if kind == VALUE:
+                array = _numeric(data)
+                if array is None or array.size == 0:
+                    continue
+                percent = 100.0 * (array.size - np.count_nonzero(array)) / array.size
+            else:
+                decided = self._all_zero(data)
+                if decided is None:
+                    self.unavailable()
+                    continue
+                percent = 100.0 if decided else 0.0
+            if percent >= self.threshold:
+                zero[name] = percent
+        if zero:
+            self.note(f"at least {self.threshold:g}% zeros in {_count(len(zero), 'tensor')}: "
+                      f"{_listing(zero, '{:.1f}%')}",
+                      percent_zero=_details(zero))
+        return bool(zero)
+
+
+class UnchangedTensor(_SelectionRule):
+    """Fires when a tensor stops changing: its last ``num_steps`` saved values are all close.
+
+    Parameters: ``collection_names``, ``tensor_regex`` (one is required), ``num_steps``
+    (default 3, at least 2), ``rtol`` (1e-5), ``atol`` (1e-8), ``equal_nan`` (False), as
+    for ``numpy.allclose``. Compares full tensors, or the saved reductions when no full
+    tensor was saved. Runs on TRAIN and GLOBAL steps (nothing is trained in EVAL/PREDICT).
+    """
+
+    selection_required = True
+
+    def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, num_steps=3, rtol=1e-05,
+                 atol=1e-08, equal_nan=False, actions=None, name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self._init_selection(collection_names, tensor_regex)
+        self.num_steps = P.number(self.rule_name, "num_steps", num_steps, minimum=2, integer=True)
+        self.rtol = P.number(self.rule_name, "rtol", rtol, minimum=0)
+        self.atol = P.number(self.rule_name, "atol", atol, minimum=0)
+        self.equal_nan = P.boolean(self.rule_name, "equal_nan", equal_nan)
+        self._history: Dict[str, deque] = {}
+
+    def required_tensors(self, step):
+        if self.view.mode not in _TRAINING_MODES:
+            return ()
+        return [self._required(first_of=(VALUE, SAVED_REDUCTIONS))]
+
+    def invoke_at_step(self, step):
+        if self.view.mode not in _TRAINING_MODES:
+            return False
+        unchanged = []
+        for name in self._selected():
+            try:
+                kind, data = self.view.first_of(name, (VALUE, SAVED_REDUCTIONS))
+            except DATA_MISSING:
+                self.unavailable()
+                continue
+            if kind == VALUE:
+                array = _numeric(data)
+                if array is None:
+                    continue
+                fingerprint = (kind, array.shape, None, array)
+            else:
+                keys = tuple(sorted(data))
+                fingerprint = (kind, (len(keys),), keys, np.array([data[k] for k in keys]))
+            history = self._history.get(name)
+            if history is None or history[-1][:3] != fingerprint[:3]:
+                history = self._history[name] = deque(maxlen=self.num_steps)
+            history.append(fingerprint)
+            if len(history) == self.num_steps:
+                latest = fingerprint[3]
+                if all(np.allclose(h[3], latest, rtol=self.rtol, atol=self.atol, equal_nan=self.equal_nan)
+                       for h in list(history)[:-1]):
+                    unchanged.append(name)
+        if unchanged:
+            self.note(f"no change over the last {self.num_steps} saved steps in {_count(len(unchanged), 'tensor')}: "
+                      f"{', '.join(unchanged[:_MAX_LISTED])}", tensors=unchanged[:_MAX_DETAILS])
+        return bool(unchanged)
+
+
+class TensorVariance(_SelectionRule):
+    """Fires when a tensor's variance is above ``max_threshold`` or below ``min_threshold``.
+
+    Parameters: ``collection_names``, ``tensor_regex`` (one is required), ``max_threshold``,
+    ``min_threshold`` (at least one). Uses the saved ``variance`` (or ``std`` squared), else
+    computes the population variance from the full tensor.
+    """
+
+    selection_required = True
+
+    def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, max_threshold=None,
+                 min_threshold=None, actions=None, name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self._init_selection(collection_names, tensor_regex)
+        self.max_threshold = P.number(self.rule_name, "max_threshold", max_threshold, allow_none=True)
+        self.min_threshold = P.number(self.rule_name, "min_threshold", min_threshold, allow_none=True)
+        if self.max_threshold is None and self.min_threshold is None:
+            raise ConfigError(f"{self.rule_name}: give max_threshold and/or min_threshold; both are None")
+        if self.max_threshold is not None and self.min_threshold is not None \
+                and self.min_threshold > self.max_threshold:
+            raise ConfigError(f"{self.rule_name}: min_threshold={self.min_threshold:g} is above "
+                              f"max_threshold={self.max_threshold:g}")
+
+    def required_tensors(self, step):
+        return [self._required(reductions=[("variance", False)])]
+
+    def invoke_at_step(self, step):
+        out = {}
+        for name in self._selected():
+            try:
+                variance = self.view.reduction(name, "variance")
+            except DATA_MISSING:
+                try:
+                    variance = self.view.reduction(name, "std") ** 2
+                except DATA_MISSING:
+                    self.unavailable()
+                    continue
+            if (self.max_threshold is not None and variance > self.max_threshold) or \
+                    (self.min_threshold is not None and variance < self.min_threshold):
+                out[name] = variance
+        if out:
+            self.note(f"variance outside [{self.min_threshold}, {self.max_threshold}] in {_count(len(out), 'tensor')}: "
+                      f"{_listing(out)}", variances=_details(out))
+        return bool(out)
+
+
+class WeightUpdateRatio(Rule):
+    """Fires when the size of a weight update relative to the weights is too large or too small.
+
+    ratio = ||w(s) - w(p)||_2 / (||w(p)||_2 + epsilon) for each tensor of the ``weights``
+    collection, between step s and the previous saved step p (TRAIN and GLOBAL steps only).
+    Parameters: ``num_steps`` (None: compare with the previous saved step; else only when
+    p >= s - num_steps), ``large_threshold`` (10.0), ``small_threshold`` (1e-8), ``epsilon``
+    (1e-9). Needs full weight tensors at consecutive saved steps (save_interval 1 is best).
+    """
+
+    def __init__(self, base_trial=None, num_steps=None, large_threshold=10.0, small_threshold=0.00000001,
+                 epsilon=0.000000001, actions=None, name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self.num_steps = P.number(self.rule_name, "num_steps", num_steps, minimum=1, integer=True, allow_none=True)
+        self.large_threshold = P.number(self.rule_name, "large_threshold", large_threshold, minimum=0)
+        self.small_threshold = P.number(self.rule_name, "small_threshold", small_threshold, minimum=0)
+        self.epsilon = P.number(self.rule_name, "epsilon", epsilon, minimum=0)
+        if self.small_threshold > self.large_threshold:
+            raise ConfigError(f"{self.rule_name}: small_threshold={self.small_threshold:g} is above "
+                              f"large_threshold={self.large_threshold:g}")
+        self._previous: Dict[str, Tuple[int, np.ndarray]] = {}
+
+    def required_tensors(self, step):
+        if self.view.mode not in _TRAINING_MODES:
+            return ()
+        return [Required(collections="weights", value=True)]
+
+    def invoke_at_step(self, step):
+        if self.view.mode not in _TRAINING_MODES:
+            return False
+        names = self.view.tensor_names(collection="weights")
+        if not names:
+            self.no_data("step %d has no tensors in the 'weights' collection (is it saved?)", step)
+        out = {}
+        for name, array in _numeric_values(self, names):
+            current = array.astype(np.float64)
+            previous = self._previous.get(name)
+            self._previous[name] = (step, current)
+            if previous is None or previous[1].shape != current.shape:
+                continue
+            if self.num_steps is not None and previous[0] < step - self.num_steps:
+                continue
+            update = float(np.linalg.norm((current - previous[1]).ravel()))
+            ratio = update / (float(np.linalg.norm(previous[1].ravel())) + self.epsilon)
+            if ratio > self.large_threshold or ratio < self.small_threshold:
+                out[name] = ratio
+        if out:
+            self.note(f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}] in "
+                      f"{_count(len(out), 'weight')}: {_listing(out)}", ratios=_details(out))
+        return bool(out)
+
+
+class PoorWeightInitialization(Rule):
+    """Looks for signs of a poor initialization in the first ``steps`` saved training steps.
+
+    Fires when any holds at a step:
+    * the variances of the activation inputs (``activation_inputs_regex``, default
+      ``.*relu_input``) differ across layers by a ratio max/min above ``threshold`` (10.0);
+    * for some gradient (``gradients`` collection, full tensors with at least 10 values) the
+      95th minus 5th percentile is below ``distribution_range`` (0.001);
+    * a loss (``losses`` collection) has not reached a new minimum for ``patience`` (5) steps.
+    Parameters: ``activation_inputs_regex``, ``threshold``, ``distribution_range``,
+    ``patience``, ``steps`` (10).
+    """
+
+    _MIN_GRADIENT_SIZE = 10
+
+    def __init__(self, base_trial=None, activation_inputs_regex=".*relu_input", threshold=10.0,
+                 distribution_range=0.001, patience=5, steps=10, actions=None, name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self.activation_inputs_regex = P.regex_list(self.rule_name, "activation_inputs_regex",
+                                                    activation_inputs_regex)
+        self.threshold = P.number(self.rule_name, "threshold", threshold, minimum=1)
+        self.distribution_range = P.number(self.rule_name, "distribution_range", distribution_range, minimum=0)
+        self.patience = P.number(self.rule_name, "patience", patience, minimum=1, integer=True)
+        self.steps = P.number(self.rule_name, "steps", steps, minimum=1, integer=True)
+        self._seen = 0
+        self._best: Dict[str, Tuple[float, int]] = {}
+
+    def _active(self) -> bool:
+        return self._seen < self.steps and self.view.mode in _TRAINING_MODES
+
+    def required_tensors(self, step):
+        if not self._active():
+            return ()
+        return [Required(regex=self.activation_inputs_regex, reductions=[("variance", False)]),
+                Required(collections="gradients", value=True),
+                Required(collections="losses", value=True)]
+
+    def invoke_at_step(self, step):
+        if not self._active():
+            return False
+        self._seen += 1
+        view = self.view
+        fired = False
+        variances = {}
+        for name in view.tensor_names(regex=self.activation_inputs_regex):
+            try:
+                variances[name] = view.reduction(name, "variance")
+            except DATA_MISSING:
+                self.unavailable()
+        if len(variances) >= 2:
+            low, high = min(variances.values()), max(variances.values())
+            ratio = high / low if low > 0 else float("inf")
+            if ratio > self.threshold:
+                fired = True
+                self.note(f"activation input variances differ across layers by {ratio:.3g}x (> {self.threshold:g}): "
+                          f"{_listing(variances)}", variance_ratio=ratio, variances=_details(variances))
+        spreads = {}
+        for name in view.tensor_names(collection="gradients"):
+            try:
+                array = _numeric(view.value(name))
+            except DATA_MISSING:
+                continue  # only reductions saved: this check needs full gradients
+            if array is None or array.size < self._MIN_GRADIENT_SIZE:
+                continue
+            low, high = np.percentile(array.astype(np.float64).ravel(), [5, 95])
+            spreads[name] = float(high - low)
+        if spreads:
+            name, spread = min(spreads.items(), key=lambda kv: kv[1])
+            if spread < self.distribution_range:
+                fired = True
+                self.note(f"gradient {name} is concentrated: 95th - 5th percentile = {spread:.3g} "
+                          f"(< {self.distribution_range:g})", gradient=name, percentile_range=spread)
+        for name in view.tensor_names(collection="losses"):
+            try:
+                loss = view.scalar(name)
+            except DATA_MISSING:
+                continue
+            best = self._best.get(name)
+            if best is None or loss < best[0]:
+                self._best[name] = (loss, 0)
+                continue
+            waited = best[1] + 1
+            self._best[name] = (best[0], waited)
+            if waited >= self.patience:
+                fired = True
+                self.note(f"loss {name} has not decreased for {waited} steps (best {best[0]:.4g})", loss=name)
+        return fired
+
+
+class _ActivityRule(Rule):
+    """Shared by DeadRelu and SaturatedActivation: the share of units that are (in)active.
+
+    A unit is one position of the tensor outside the batch axis (axis 0 when the tensor
+    has two or more dimensions; each element of a 1-D tensor). A unit's activity is the
+    percentage of samples in which it is active; below ``threshold_inactivity`` it counts
+    as inactive; the rule fires when more than ``threshold_layer`` percent of a layer's
+    units are inactive.
+    """
+
+    def _inactive_percent(self, active: np.ndarray) -> float:
+        if active.ndim >= 2:
+            activity = 100.0 * active.reshape(active.shape[0], -1).mean(axis=0)
+        else:
+            activity = 100.0 * active.astype(np.float64).ravel()
+        return 100.0 * float(np.mean(activity < self.threshold_inactivity))
+
+    def _inactive_layers(self, names, active) -> Dict[str, float]:
+        """``{name: percent of inactive units}`` of the layers above ``threshold_layer``.
+
+        ``active(name, array)`` gives the boolean mask of active entries.
+        """
+        found = {}
+        for name, array in _numeric_values(self, names):
+            percent = self._inactive_percent(active(name, array))
+            if percent > self.threshold_layer:
+                found[name] = percent
+        return found
+
+
+class DeadRelu(_ActivityRule):
+    """Fires when more than ``threshold_layer`` percent of a ReLU layer's units are dead.
+
+    A unit is dead when it is positive in less than ``threshold_inactivity`` percent of the
+    batch. Reads full ReLU outputs: ``tensor_regex`` (default: names matching
+    ``.*relu_output``, the collection the original configured for this rule). Parameters:
+    ``tensor_regex``, ``threshold_inactivity`` (1.0), ``threshold_layer`` (50.0).
+    """
+
+    DEFAULT_REGEX = (".*relu_output",)
+
+    def __init__(self, base_trial=None, tensor_regex=None, threshold_inactivity=1.0, threshold_layer=50.0,
+                 actions=None, name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex) or self.DEFAULT_REGEX
+        self.threshold_inactivity = P.number(self.rule_name, "threshold_inactivity", threshold_inactivity,
+                                             minimum=0, maximum=100)
+        self.threshold_layer = P.number(self.rule_name, "threshold_layer", threshold_layer, minimum=0, maximum=100)
+
+    def required_tensors(self, step):
+        return [Required(regex=self.tensor_regex, value=True)]
+
+    def invoke_at_step(self, step):
+        names = self.view.tensor_names(regex=self.tensor_regex)
+        if not names:
+            self.no_data("step %d has no tensor matching %s", step, list(self.tensor_regex))
+        dead = self._inactive_layers(names, lambda name, array: array > 0)
+        if dead:
+            self.note(f"more than {self.threshold_layer:g}% dead units in {_count(len(dead), 'ReLU layer')}: "
+                      f"{_listing(dead, '{:.1f}%')}", percent_dead=_details(dead))
+        return bool(dead)
+
+
+class SaturatedActivation(_ActivityRule):
+    """Fires when more than ``threshold_layer`` percent of a tanh/sigmoid layer's units saturate.
+
+    A unit is active when its input lies strictly inside ``threshold_tanh`` (default
+    (-9.4999, 9.4999)) or ``threshold_sigmoid`` ((-23, 16.99999)) - whichever of "tanh" or
+    "sigmoid" the tensor name contains - and saturated when active in less than
+    ``threshold_inactivity`` (1.0) percent of the batch. Reads full activation inputs:
+    ``collection_names`` and ``tensor_regex`` (default ``.*tanh_input, .*sigmoid_input``).
+    """
+
+    def __init__(self, base_trial=None, collection_names=None, tensor_regex=".*tanh_input, .*sigmoid_input",
+                 threshold_tanh=(-9.4999, 9.4999), threshold_sigmoid=(-23, 16.99999), threshold_inactivity=1.0,
+                 threshold_layer=50.0, actions=None, name=None):
+        super().__init__(base_trial, actions=actions, name=name)
+        self.collection_names = P.str_list(self.rule_name, "collection_names", collection_names)
+        self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
+        self.threshold_tanh = P.number_pair(self.rule_name, "threshold_tanh", threshold_tanh)
+        self.threshold_sigmoid = P.number_pair(self.rule_name, "threshold_sigmoid", threshold_sigmoid)
+        self.threshold_inactivity = P.number(self.rule_name, "threshold_inactivity", threshold_inactivity,
+                                             minimum=0, maximum=100)
+        self.threshold_layer = P.number(self.rule_name, "threshold_layer", threshold_layer, minimum=0, maximum=100)
+
+    def required_tensors(self, step):
+        return [Required(collections=self.collection_names, regex=self.tensor_regex, value=True)]
+
+    def invoke_at_step(self, step):
+        names = self.view.tensor_names(self.collection_names, self.tensor_regex)
+        if not names:
+            self.no_data("step %d has no tensor matching collection_names=%s tensor_regex=%s", step,
+                         list(self.collection_names), list(self.tensor_regex))
+        # Only tanh and sigmoid layers have known saturation bounds; other tensors are not read.
+        bounds = {name: self._bounds(name) for name in names}
+        saturated = self._inactive_layers(
+            [name for name in names if bounds[name] is not None],
+            lambda name, array: (array > bounds[name][0]) & (array < bounds[name][1]),
+        )
+        if saturated:
+            self.note(f"more than {self.threshold_layer:g}% saturated units in "
+                      f"{_count(len(saturated), 'activation layer')}: {_listing(saturated, '{:.1f}%')}",
+                      percent_saturated=_details(saturated))
+        return bool(saturated)
+
+    def _bounds(self, name: str):
+        lowered = name.lower()
+        if "tanh" in lowered:
+            return self.threshold_tanh
+        if "sigmoid" in lowered:
+            return self.threshold_sigmoid
+        return None
+
+
+class SimilarAcrossRuns(_SelectionRule):
+    """Fires when a tensor differs between two runs at the same global step.
+
+    Compares ``base_trial`` with ``other_trial`` (a Trial or a run directory) with
+    ``numpy.allclose`` (NaNs equal): full tensors when both runs saved them, else the
+    reductions both saved. Parameters: ``other_trial`` (required), ``collection_names``,
+    ``tensor_regex`` (default: every tensor both runs saved at the step). Steps the other
+    run does not have are skipped.
+    """
+
+    def __init__(self, base_trial=None, other_trial=None, collection_names=None, tensor_regex=None, actions=None,
+                 name=None):
+        if other_trial is None:
+            raise ConfigError("SimilarAcrossRuns: other_trial (the run to compare with) is required")
+        super().__init__(base_trial, other_trials=[other_trial], actions=actions, name=name)
+        self._init_selection(collection_names, tensor_regex)
+        self.other_trial = self.other_trials[0]
+
+    def parameters(self):
+        params = super().parameters()
+        params["other_trial"] = getattr(self.other_trial, "path", self.other_trial)
+        return params
+
+    def required_tensors(self, step):
+        return [self._required(first_of=(VALUE, SAVED_REDUCTIONS))]
+
+    def _compare(self, name, other) -> Optional[str]:
+        mine = self.view.first_of(name, (VALUE, SAVED_REDUCTIONS))
+        theirs = other.first_of(name, (VALUE, SAVED_REDUCTIONS))
+        if mine[0] == VALUE and theirs[0] == VALUE:
+            a, b = _numeric(mine[1]), _numeric(theirs[1])
+            if a is None or b is None:
+                return None if np.array_equal(mine[1], theirs[1]) else "values differ"
+            if a.shape != b.shape:
+                return f"shapes differ ({a.shape} vs {b.shape})"
+            return None if np.allclose(a, b, equal_nan=True) else "values differ"
+        keys = set(mine[1]) if mine[0] == SAVED_REDUCTIONS else set(theirs[1])
+        if mine[0] == SAVED_REDUCTIONS and theirs[0] == SAVED_REDUCTIONS:
+            keys &= set(theirs[1])
+        if not keys:
+            return None
+        ours = np.array([self.view.reduction(name, *k) for k in sorted(keys)])
+        other_values = np.array([other.reduction(name, *k) for k in sorted(keys)])
+        return None if np.allclose(ours, other_values, equal_nan=True) else "reductions differ"
+
+    def invoke_at_step(self, step):
+        other = self.other_views[0] if self.other_views else None
+        if other is None:
+            from ...exceptions import StepUnavailable
+
+            raise StepUnavailable(f"{self.other_trial.path} has no step {step}")
+        theirs = set(other.all_names())
+        differ = {}
+        for name in self._selected():
+            if name not in theirs:
+                continue
+            try:
+                finding = self._compare(name, other)
+            except DATA_MISSING:
+                self.unavailable()
+                continue
+            if finding:
+                differ[name] = finding
+        if differ:
+            self.note(f"values differ from {self.other_trial.path} in {_count(len(differ), 'tensor')}: "
+                      f"{_listing(differ)}",
+                      tensors=_details(differ))
+        return bool(differ)

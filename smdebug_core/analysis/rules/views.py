@@ -1,0 +1,426 @@
+"""What a rule reads at one step: a :class:`StepView`, from a Trial or from the training process.
+
+A rule never needs to know where its data comes from. At each step it gets ``self.view``:
+
+* :class:`TrialStepView` reads a saved run through a Trial (``invoke_rule``, the CLI). Before
+  the rule runs, everything the rule declared with :meth:`Rule.required_tensors` is fetched
+  in one batch: the step's records are read together (one read per event file) and decoded
+  once, whatever number of rules share the step.
+* :class:`LiveStepView` serves the values the hook has just computed for a saved step
+  (``hook.add_rule``): no file is read and nothing is copied again.
+
+Both answer the same questions: which tensors the step has (by collection, regex or name),
+a tensor's value, a reduction (the saved one, else computed from the value, with the
+project's definitions in :mod:`smdebug.reductions`), and all saved reductions.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ...exceptions import ReductionUnavailableForStep, TensorUnavailable, TensorUnavailableForStep
+from ...logger import get_logger
+from ...modes import ModeKeys
+from ...reductions import reduce
+
+logger = get_logger("smdebug.rules")
+
+ReductionKey = Tuple[str, bool]
+#: Kinds accepted in ``Required.first_of``.
+VALUE = "value"
+SAVED_REDUCTIONS = "saved_reductions"
+
+
+def _as_tuple(value, what: str) -> tuple:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{what} must be a string or a list of strings, got {value!r}") from None
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"{what} must hold strings, got {item!r}")
+    return items
+
+
+@dataclass(frozen=True)
+class Required:
+    """Tensors a rule reads at a step, and what of each; returned by ``Rule.required_tensors``.
+
+    Selection (a union): ``collections`` (names), ``regex`` (``re.search`` patterns),
+    ``names`` (exact), or ``all_tensors``. What to fetch of each selected tensor:
+    ``value`` (the full tensor), ``reductions`` (``(name, abs)`` pairs: saved, else computed
+    from the value), ``saved_reductions`` (every saved reduction), and ``first_of`` (an
+    ordered choice: the first of ``"value"`` / ``"saved_reductions"`` the step has).
+    """
+
+    collections: Tuple[str, ...] = ()
+    regex: Tuple[str, ...] = ()
+    names: Tuple[str, ...] = ()
+    all_tensors: bool = False
+    value: bool = False
+    reductions: Tuple[ReductionKey, ...] = ()
+    saved_reductions: bool = False
+    first_of: Tuple[str, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "collections", _as_tuple(self.collections, "collections"))
+        object.__setattr__(self, "regex", _as_tuple(self.regex, "regex"))
+        object.__setattr__(self, "names", _as_tuple(self.names, "names"))
+        object.__setattr__(self, "first_of", _as_tuple(self.first_of, "first_of"))
+        for kind in self.first_of:
+            if kind not in (VALUE, SAVED_REDUCTIONS):
+                raise ValueError(f"first_of holds {kind!r}; allowed: {VALUE!r}, {SAVED_REDUCTIONS!r}")
+        reductions = tuple((str(op), bool(is_abs)) for op, is_abs in self.reductions)
+        object.__setattr__(self, "reductions", reductions)
+
+
+class _Need:
+    """Everything all rules want of one tensor at one step (merged Required entries)."""
+
+    __slots__ = ("value", "reductions", "saved", "first_of")
+
+    def __init__(self):
+        self.value = False
+        self.reductions: set = set()
+        self.saved = False
+        self.first_of: Tuple[str, ...] = ()
+
+    def add(self, req: Required) -> None:
+        self.value = self.value or req.value
+        self.reductions.update(req.reductions)
+        self.saved = self.saved or req.saved_reductions
+        if req.first_of and not self.first_of:
+            self.first_of = req.first_of
+
+
+def _unreducible(name, view, key, saved, exc) -> ReductionUnavailableForStep:
+    error = ReductionUnavailableForStep(name, view.mode_step, view.mode, key, set(saved or ()))
+    error.args = (f"reduction {'abs_' if key[1] else ''}{key[0]} of tensor {name!r} at step {view.step} "
+                  f"cannot be computed: {exc}",)
+    return error
+
+
+def _reduce(array, name, view, key, saved) -> float:
+    """A reduction computed from a value; an empty or non-numeric tensor has none."""
+    try:
+        return _to_float(reduce(array, key[0], key[1]))
+    except (ValueError, TypeError) as exc:
+        raise _unreducible(name, view, key, saved, exc) from None
+
+
+def _to_float(value) -> float:
+    array = np.asarray(value)
+    return float(array.reshape(-1)[0]) if array.size else float("nan")
+
+
+class StepView:
+    """The data of one step of one run, as a rule sees it. Subclasses supply the storage."""
+
+    step: int
+    mode: ModeKeys
+    mode_step: int
+    source: str
+
+    # --- selection ----------------------------------------------------------------------
+    def all_names(self) -> List[str]:
+        """Every tensor name the step has (values, reductions or shapes), sorted."""
+        raise NotImplementedError
+
+    def has_collection(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def _in_collection(self, tensor_name: str, collection: str) -> bool:
+        raise NotImplementedError
+
+    def tensor_names(self, collection=None, regex=None, names=None, all_tensors: bool = False) -> List[str]:
+        """Sorted names at this step in any of the ``collection`` (name or list), matching any
+        ``regex``, or listed in ``names``; every name with ``all_tensors``."""
+        candidates = self.all_names()
+        if all_tensors:
+            return candidates
+        collections = [c for c in _as_tuple(collection, "collection") if self.has_collection(c)]
+        patterns = [re.compile(r) for r in _as_tuple(regex, "regex")]
+        exact = set(_as_tuple(names, "names"))
+        if not (collections or patterns or exact):
+            return []
+        return [n for n in candidates
+                if n in exact or any(p.search(n) for p in patterns)
+                or any(self._in_collection(n, c) for c in collections)]
+
+    def select(self, req: Required) -> List[str]:
+        return self.tensor_names(req.collections, req.regex, req.names, req.all_tensors)
+
+    # --- data ---------------------------------------------------------------------------
+    def value(self, name: str) -> np.ndarray:
+        """The saved value; TensorUnavailableForStep when only reductions/shape were saved."""
+        raise NotImplementedError
+
+    def saved_reductions(self, name: str) -> Dict[ReductionKey, float]:
+        """Every reduction saved for ``name`` at this step, ``{(op, abs): value}`` (maybe empty)."""
+        raise NotImplementedError
+
+    def reduction(self, name: str, op: str, abs: bool = False) -> float:
+        """A reduction: the saved one, else computed from the value (ReductionUnavailableForStep if neither)."""
+        raise NotImplementedError
+
+    def first_of(self, name: str, order: Sequence[str] = (VALUE, SAVED_REDUCTIONS)):
+        """``(kind, data)`` for the first kind in ``order`` the step has for ``name``.
+
+        ``kind`` is ``"value"`` (data: the array) or ``"saved_reductions"`` (data: a dict);
+        raises TensorUnavailableForStep when it has neither.
+        """
+        for kind in order:
+            if kind == VALUE:
+                try:
+                    return VALUE, self.value(name)
+                except TensorUnavailableForStep:
+                    continue
+            elif kind == SAVED_REDUCTIONS:
+                saved = self.saved_reductions(name)
+                if saved:
+                    return SAVED_REDUCTIONS, saved
+        raise TensorUnavailableForStep(name, self.mode_step, self.mode)
+
+    def scalar(self, name: str) -> float:
+        """A single number for ``name``: the value if it has one element, else its mean."""
+        try:
+            array = self.value(name)
+        except TensorUnavailableForStep:
+            return self.reduction(name, "mean")
+        return _reduce(array, name, self, ("mean", False), None)
+
+    def prefetch(self, requirements: Iterable[Required]) -> None:
+        """Fetch what ``requirements`` select, in one batch where the storage allows it."""
+
+    def __repr__(self):
+        return f"<{type(self).__name__} step={self.step} mode={self.mode.name} mode_step={self.mode_step}>"
+
+
+# ---------------------------------------------------------------------------------------------
+class TrialStepView(StepView):
+    """One step of a saved run, read through a Trial (values cached for the rules of the step)."""
+
+    def __init__(self, trial, step: int):
+        self.trial = trial
+        self.step = int(step)
+        self.mode, self.mode_step = trial.mode_modestep(self.step)
+        self.source = trial.path
+        self._names: Optional[List[str]] = None
+        self._values: Dict[str, np.ndarray] = {}
+        self._no_value: set = set()
+        self._reductions: Dict[str, Dict[ReductionKey, float]] = {}
+        self._saved: Dict[str, Dict[ReductionKey, float]] = {}
+        self.records_read = 0
+
+    def all_names(self) -> List[str]:
+        if self._names is None:
+            self._names = self.trial.tensor_names(step=self.step)
+        return self._names
+
+    def has_collection(self, name: str) -> bool:
+        return name in self.trial.collections()
+
+    def _in_collection(self, tensor_name: str, collection: str) -> bool:
+        coll = self.trial.collections().get(collection)
+        return coll is not None and coll.matches(tensor_name)
+
+    def _tensor(self, name: str):
+        try:
+            return self.trial.tensor(name)
+        except TensorUnavailable:
+            raise TensorUnavailableForStep(name, self.mode_step, self.mode) from None
+
+    def value(self, name: str) -> np.ndarray:
+        hit = self._values.get(name)
+        if hit is not None:
+            return hit
+        if name in self._no_value:
+            raise TensorUnavailableForStep(name, self.mode_step, self.mode, bool(self._saved.get(name)))
+        try:
+            value = self._tensor(name).value(self.step)
+        except TensorUnavailableForStep:
+            self._no_value.add(name)
+            raise
+        self.records_read += 1
+        self._values[name] = value
+        return value
+
+    def saved_reductions(self, name: str) -> Dict[ReductionKey, float]:
+        hit = self._saved.get(name)
+        if hit is None:
+            raw = self._tensor(name).reduction_values(self.step)
+            self.records_read += len(raw)
+            hit = self._saved[name] = {k: _to_float(v) for k, v in raw.items()}
+        return hit
+
+    def reduction(self, name: str, op: str, abs: bool = False) -> float:
+        key = (op, bool(abs))
+        cached = self._reductions.get(name)
+        if cached is not None and key in cached:
+            return cached[key]
+        saved = self._saved.get(name)
+        if saved is not None and key in saved:
+            result = saved[key]
+        elif name in self._values:
+            result = _reduce(self._values[name], name, self, key, saved)
+        else:
+            try:
+                result = _to_float(self._tensor(name).reduction_value(self.step, op, abs=key[1]))
+            except ValueError as exc:  # an empty or non-numeric tensor
+                raise _unreducible(name, self, key, saved, exc) from None
+            self.records_read += 1
+        self._reductions.setdefault(name, {})[key] = result
+        return result
+
+    # --- the batch ----------------------------------------------------------------------
+    def prefetch(self, requirements: Iterable[Required]) -> None:
+        needs: Dict[str, _Need] = {}
+        for req in requirements:
+            if not (req.value or req.reductions or req.saved_reductions or req.first_of):
+                continue
+            for name in self.select(req):
+                needs.setdefault(name, _Need()).add(req)
+        if not needs:
+            return
+        try:
+            self._prefetch_batched(needs)
+        except (AttributeError, ImportError, TypeError, KeyError) as exc:
+            # The batch path uses the Trial's index structures; if they ever change shape,
+            # fall back to one public read per record rather than fail.
+            logger.debug("rules: batched read unavailable (%s); reading tensor by tensor", exc)
+            self._prefetch_each(needs)
+
+    def _prefetch_each(self, needs: Dict[str, _Need]) -> None:
+        for name, need in needs.items():
+            try:
+                if need.first_of:
+                    self.first_of(name, need.first_of)
+                if need.value:
+                    self.value(name)
+                if need.saved:
+                    self.saved_reductions(name)
+                for op, is_abs in need.reductions:
+                    self.reduction(name, op, is_abs)
+            except (TensorUnavailableForStep, ReductionUnavailableForStep):
+                continue  # the rule meets the same exception when it asks, and handles it
+
+    def _prefetch_batched(self, needs: Dict[str, _Need]) -> None:
+        """All records of all needs in one ``Tensor._read`` call: grouped by event file, one
+        read per file (the records of a step are contiguous), each decoded once."""
+        from ..trials.tensor import Tensor, _Request
+
+        g = self.step
+        requests = []
+        compute_from_raw: List[Tuple[str, ReductionKey]] = []
+        reader = None
+        for name, need in needs.items():
+            tensor = self.trial.tensor(name) if self.trial.has_tensor(name) else None
+            if tensor is None:
+                continue
+            reader = reader or tensor
+            raw_worker, raw_loc = Tensor._pick(tensor._locations.get(g), None)
+            by_worker = tensor._reductions.get(g) or {}
+            saved_worker, saved = Tensor._pick({w: r for w, r in by_worker.items() if r}, None)
+            want_value, want_saved = need.value, need.saved
+            for kind in need.first_of:
+                if kind == VALUE and raw_loc is not None:
+                    want_value = True
+                    break
+                if kind == SAVED_REDUCTIONS and saved:
+                    want_saved = True
+                    break
+            if want_saved:
+                self._saved[name] = {}
+                for key, loc in (saved or {}).items():
+                    requests.append(_Request(("saved", name, key), loc, g, saved_worker))
+            for key in sorted(need.reductions):
+                if want_saved and saved and key in saved:
+                    continue
+                holder = next((w for w in sorted(by_worker) if key in by_worker[w]), None)
+                if holder is not None:
+                    requests.append(_Request(("red", name, key), by_worker[holder][key], g, holder))
+                elif raw_loc is not None:
+                    want_value = True
+                    compute_from_raw.append((name, key))
+            if want_value:
+                if raw_loc is not None:
+                    requests.append(_Request(("value", name, None), raw_loc, g, raw_worker))
+                else:
+                    self._no_value.add(name)
+        if not requests:
+            return
+        out = reader._read(requests, progress=False)
+        self.records_read += len(requests)
+        for (kind, name, key), value in out.items():
+            if kind == "value":
+                self._values[name] = value
+            elif kind == "saved":
+                self._saved[name][key] = _to_float(value)
+            else:
+                self._reductions.setdefault(name, {})[key] = _to_float(value)
+        for name, key in compute_from_raw:
+            if name in self._values:
+                try:
+                    self._reductions.setdefault(name, {})[key] = _reduce(self._values[name], name, self, key, None)
+                except ReductionUnavailableForStep:
+                    pass  # the rule gets the exception when it asks
+
+
+# ---------------------------------------------------------------------------------------------
+class LiveStepView(StepView):
+    """One saved step as the hook produced it (``StepValues``): host arrays, nothing read from disk.
+
+    ``collections`` is the hook's collections (name -> Collection) at that step;
+    ``membership`` a cache shared across steps (tensor name -> names of its collections).
+    """
+
+    def __init__(self, values, collections: Dict[str, object], membership: Dict[str, frozenset], source: str):
+        self.values = values
+        self.step = values.global_step
+        self.mode = values.mode
+        self.mode_step = values.mode_step
+        self.source = source
+        self._collections = collections
+        self._membership = membership
+        self._names: Optional[List[str]] = None
+
+    def all_names(self) -> List[str]:
+        if self._names is None:
+            self._names = sorted(set(self.values.tensors) | set(self.values.reductions))
+        return self._names
+
+    def has_collection(self, name: str) -> bool:
+        return name in self._collections
+
+    def _in_collection(self, tensor_name: str, collection: str) -> bool:
+        member_of = self._membership.get(tensor_name)
+        if member_of is None:
+            member_of = frozenset(n for n, c in self._collections.items() if c.matches(tensor_name))
+            self._membership[tensor_name] = member_of
+        return collection in member_of
+
+    def value(self, name: str) -> np.ndarray:
+        value = self.values.tensors.get(name)
+        if value is None:
+            raise TensorUnavailableForStep(name, self.mode_step, self.mode, name in self.values.reductions)
+        return value
+
+    def saved_reductions(self, name: str) -> Dict[ReductionKey, float]:
+        return {k: _to_float(v) for k, v in (self.values.reductions.get(name) or {}).items()}
+
+    def reduction(self, name: str, op: str, abs: bool = False) -> float:
+        key = (op, bool(abs))
+        saved = self.values.reductions.get(name)
+        if saved and key in saved:
+            return _to_float(saved[key])
+        value = self.values.tensors.get(name)
+        if value is None:
+            raise ReductionUnavailableForStep(name, self.mode_step, self.mode, key, set(saved or ()))
+        return _reduce(value, name, self, key, saved)

@@ -1,0 +1,261 @@
+"""Run directories given as URLs (``s3://bucket/prefix``, any fsspec URL): the one place
+that knows about schemes, filesystems and spools.
+
+Reading goes straight to the object store (``trials/storage.py``, :class:`RemoteStorage`).
+Writing never does from the training process's hot path: a hook whose ``out_dir`` is a URL
+writes the run into a local *spool* directory exactly as it writes a local run, and
+``writer/uploader.py`` sends the published files to the URL (docs/format.md 1.4 order).
+
+fsspec and s3fs are optional (the ``s3`` extra). Endpoint, region and credentials come
+from the standard AWS environment and config files, as boto3 users expect
+(``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``AWS_DEFAULT_REGION``, ``~/.aws/config``...).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from typing import Tuple
+
+#: The file in a spool directory that says where its files go (read by ``smdebug-sync``).
+SPOOL_MANIFEST = ".smdebug_spool.json"
+SPOOL_DIR_ENV = "SMDEBUG_SPOOL_DIR"
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+
+def is_url(path) -> bool:
+    """Whether ``path`` is a URL with a scheme (``s3://...``, ``file://...``, ``memory://...``)."""
+    return isinstance(path, str) and _SCHEME.match(path) is not None
+
+
+def scheme(url: str) -> str:
+    match = _SCHEME.match(url)
+    return match.group(1).lower() if match else ""
+
+
+def normalize_url(url: str) -> str:
+    """The URL without surrounding whitespace or trailing slashes (``s3://b/run/`` -> ``s3://b/run``)."""
+    url = url.strip()
+    head = _SCHEME.match(url)
+    rest = url[head.end():] if head else url
+    return (head.group(0) if head else "") + rest.rstrip("/") if rest.rstrip("/") else url
+
+
+def _missing(url: str, exc: ImportError) -> ImportError:
+    extra = "s3" if scheme(url) in ("s3", "s3a") else None
+    how = ('pip install "smdebug-core[s3]"' if extra else
+           f"pip install fsspec plus the filesystem package for {scheme(url)}:// (see fsspec's list of implementations)")
+    return ImportError(f"{url!r} needs fsspec{' and s3fs' if extra else ''} to be read or written ({exc}); "
+                       f"install them: {how}")
+
+
+def filesystem(url: str, for_writing: bool = False):
+    """``(fs, root)``: the fsspec filesystem of ``url`` and the run's path in it (no trailing slash).
+
+    For S3 the AWS SDK's own settings apply (``AWS_ENDPOINT_URL``, profiles, region). The
+    SDK's and s3fs's internal retries are kept short for the uploader, which does its own
+    retries with backoff and must notice an outage quickly (it never blocks training).
+    ImportError with the command that installs what is missing.
+    """
+    url = normalize_url(url)
+    try:
+        import fsspec
+    except ImportError as exc:
+        raise _missing(url, exc) from None
+    options = {}
+    if scheme(url) in ("s3", "s3a"):
+        try:
+            import s3fs  # noqa: F401 - fsspec would import it; this gives our message
+        except ImportError as exc:
+            raise _missing(url, exc) from None
+        attempts = 1 if for_writing else 3
+        options = {
+            "config_kwargs": {"retries": {"max_attempts": attempts, "mode": "standard"},
+                              "connect_timeout": 5, "read_timeout": 60},
+        }
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:  # botocore reads it too; passing it keeps older botocore versions right
+            options["endpoint_url"] = endpoint
+        # Never mix the cached instance of another configuration (the writer's retries).
+        options["skip_instance_cache"] = for_writing
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **options)
+    except ImportError as exc:
+        raise _missing(url, exc) from None
+    except ValueError as exc:  # "Protocol not known"
+        raise ValueError(f"{url!r}: {exc}; give a local path or a URL of an installed fsspec filesystem "
+                         "(s3://, file://, memory://, gs://, az://...)") from None
+    return fs, root.rstrip("/")
+
+
+def join(root: str, relpath: str) -> str:
+    return f"{root}/{relpath}" if root else relpath
+
+
+def default_spool_root() -> str:
+    """Where spools live: ``$SMDEBUG_SPOOL_DIR``, else ``<tmp>/smdebug-spool``."""
+    return os.environ.get(SPOOL_DIR_ENV) or os.path.join(tempfile.gettempdir(), "smdebug-spool")
+
+
+def make_spool(url: str, worker: str, spool_root: str = None) -> str:
+    """A new, empty spool directory for this process's files of the run at ``url``.
+
+    Named after the URL (readable, plus a hash) and this worker, host and process, so two
+    hooks, or two ranks on one machine, never share one. Holds ``.smdebug_spool.json``
+    with the URL, for ``smdebug-sync``.
+    """
+    url = normalize_url(url)
+    root = spool_root or default_spool_root()
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", url.split("://", 1)[-1])[-60:].strip("_") or "run"
+    digest = hashlib.sha1(url.encode()).hexdigest()[:8]
+    os.makedirs(root, exist_ok=True)
+    spool = tempfile.mkdtemp(prefix=f"{readable}-{digest}-{worker}-{os.getpid()}-", dir=root)
+    manifest = {"url": url, "worker": worker, "pid": os.getpid(), "created": time.time()}
+    with open(os.path.join(spool, SPOOL_MANIFEST), "w") as fh:
+        json.dump(manifest, fh)
+    return spool
+
+
+def read_manifest(spool: str) -> dict:
+    """A spool's manifest (OSError, ValueError if it is missing or not a JSON object)."""
+    with open(os.path.join(spool, SPOOL_MANIFEST)) as fh:
+        manifest = json.load(fh)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{SPOOL_MANIFEST} holds {type(manifest).__name__}, not an object")
+    return manifest
+
+
+def spool_url(spool: str) -> str:
+    """The URL a spool directory belongs to (from its manifest); ValueError if it has none."""
+    try:
+        url = read_manifest(spool)["url"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{spool} is not an smdebug spool (no readable {SPOOL_MANIFEST}: {exc}); "
+                         "give the URL too: smdebug-sync SPOOL URL") from None
+    if not is_url(url):
+        raise ValueError(f"{spool}/{SPOOL_MANIFEST} names {url!r}, not a URL")
+    return url
+
+
+def split_url(url: str) -> Tuple[str, str]:
+    """``(scheme, rest)`` of a URL."""
+    url = normalize_url(url)
+    return scheme(url), url.split("://", 1)[1]
+
+
+def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), unreachable: str = "log") -> bool:
+    """Refuse a URL that already holds a run of this worker (its collections file or the end
+    marker), as a local ``out_dir`` is refused; with ``overwrite`` remove that run's objects,
+    but not those the other workers of this job (``siblings``) have already uploaded.
+
+    Returns whether the store could be checked. ``unreachable="log"``: an unreachable
+    endpoint is logged and does not stop training (the spool keeps the data, and the
+    uploader checks before its first upload: :data:`UNCHECKED_KEY`); ``"raise"``: its error
+    propagates (the uploader retries).
+    """
+    import logging
+
+    from ..exceptions import OutDirError
+    from .format import layout
+
+    log = logging.getLogger("smdebug")
+    fs, root = filesystem(url, for_writing=True)
+    markers = [layout.END_OF_JOB_FILE, layout.collections_file_relpath(worker)]
+    try:
+        existing = [m for m in markers if fs.exists(join(root, m))]
+        if existing and overwrite:
+            from .siblings import is_previous_run, job_start_time
+
+            # Not what this job's other workers may already have uploaded.
+            siblings = set(siblings)
+            job_start = job_start_time() if siblings else float("inf")
+            old = []
+            for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR,
+                        layout.END_OF_JOB_FILE):
+                for path, info in fs.find(join(root, sub), detail=True).items():
+                    if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), siblings, job_start):
+                        old.append(path)
+            if old:
+                fs.rm(old)
+            return True
+    except Exception as exc:  # noqa: BLE001 - the store is down: the uploader will retry
+        if unreachable == "raise":
+            raise
+        log.warning("smdebug: cannot check %s for an earlier run (%s: %s); writing into the spool, the uploader "
+                    "checks before it uploads anything", url, type(exc).__name__, exc)
+        return False
+    if existing:
+        raise OutDirError(f"out_dir {url} already holds a run ({', '.join(existing)} exist); choose a new prefix, "
+                          "delete it, or pass overwrite=True to replace that run")
+    return True
+
+
+#: Spool manifest key of a prefix not checked yet for an earlier run (the store was down when
+#: the hook started): ``{"worker", "overwrite", "siblings"}``; the uploader checks first.
+UNCHECKED_KEY = "unchecked_prefix"
+
+
+def set_manifest(spool: str, **entries) -> None:
+    """Add or (with None) remove entries of a spool's manifest, atomically."""
+    path = os.path.join(spool, SPOOL_MANIFEST)
+    manifest = read_manifest(spool)
+    for key, value in entries.items():
+        if value is None:
+            manifest.pop(key, None)
+        else:
+            manifest[key] = value
+    with open(path + ".tmp", "w") as fh:
+        json.dump(manifest, fh)
+    os.replace(path + ".tmp", path)
+
+
+def _modified_at(info: dict) -> float:
+    """An fsspec listing entry's modification time (seconds since the epoch); -inf when the
+    filesystem gives none, so such an object counts as older than anything."""
+    for key in ("LastModified", "mtime", "last_modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):  # datetime (s3fs, gcsfs, adlfs)
+            return value.timestamp()
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            continue
+    return float("-inf")
+
+
+def start_remote_writer(url: str, worker: str, tensorboard_dir, export_tensorboard: bool, overwrite: bool,
+                        check: bool = True, siblings=()):
+    """For a hook writing to ``url``: ``(spool, local tensorboard dir or None, extra_dirs)``.
+
+    The spool is where the RunWriter writes; ``extra_dirs`` are the ``(local, URL)`` pairs the
+    uploader sends at close (TensorBoard's files, appended to until then).
+    """
+    filesystem(url, for_writing=True)  # ImportError now, naming the package, not in the writer thread
+    checked = check_remote_out_dir(url, worker, overwrite, siblings) if check else True
+    spool = make_spool(url, worker)
+    if not checked:
+        set_manifest(spool, **{UNCHECKED_KEY: {"worker": worker, "overwrite": bool(overwrite),
+                                               "siblings": sorted(siblings)}})
+    extra = []
+    tb_local = None
+    if tensorboard_dir is not None and is_url(os.fspath(tensorboard_dir)):
+        tb_url = normalize_url(os.fspath(tensorboard_dir))
+        if scheme(tb_url) == "file":
+            tb_local = split_url(tb_url)[1]
+        else:
+            tb_local = os.path.join(spool, ".tensorboard")
+            extra.append((tb_local, tb_url))
+    elif tensorboard_dir is not None:
+        tb_local = os.fspath(tensorboard_dir)
+    elif export_tensorboard:
+        tb_local = os.path.join(spool, "tensorboard")
+        extra.append((tb_local, normalize_url(url) + "/tensorboard"))
+    if extra:
+        set_manifest(spool, extra_dirs={os.path.relpath(local, spool): target for local, target in extra})
+    return spool, tb_local, extra
