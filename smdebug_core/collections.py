@@ -572,9 +572,12 @@ class CollectionManager:
             self._membership[tensor_name] = hit
         return hit
 
-    def to_json_bytes(self, num_workers: int) -> bytes:
+    def to_json_bytes(self, num_workers: int, entry=None) -> bytes:
+        """The collections file (docs/format.md 4.3). ``entry(name, collection)`` gives each
+        collection's object (a hook's resolved configs); by default, as configured."""
+        entry = entry or (lambda name, collection: collection.to_json_dict())
         doc = {
-            "collections": {name: c.to_json_dict() for name, c in sorted(self.collections.items())},
+            "collections": {name: entry(name, c) for name, c in sorted(self.collections.items())},
             "_meta": {"num_workers": int(num_workers)},
         }
         return json.dumps(doc).encode()

@@ -15,14 +15,16 @@ The adapter calls, from the framework's own hooks (docs/architecture.md):
   adapter computed itself (TensorFlow's compiled step);
 * :meth:`StepSession.end_step` (optional: the next ``begin_step`` or ``close`` does it).
 
-A saved step's records are made in recording order (:meth:`StepSession._finish_step`, in
-step_records.py) and handed to the writer thread, which encodes and writes them. Training
+A saved step's records are made once, in recording order (step_records.py), and handed to
+the session's step sinks (sinks.py): the flight recorder, metric lines, the writer thread
+(which encodes and writes them), step counters; then to live rules. Training
 waits for neither, except at fences and for live rules. A failure inside the session never
 reaches training: it logs one warning and disables capture (:meth:`StepSession.guard`,
 :func:`never_raises`); one tensor the backend cannot handle costs that tensor.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -34,7 +36,6 @@ import numpy as np
 
 from .. import config as cfg
 from ..environment import on_sagemaker
-from ..storage import remote
 from .backend import NumpyBackend, TensorBackend
 from ..collections import (
     RAW_ONLY_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
@@ -44,30 +45,29 @@ from .arguments import HookArguments
 from .contract import Worker, check_adapter, check_backend, check_worker
 from ..exceptions import ConfigError
 from ..flight_recorder_config import FlightRecorder
-from ..storage.format.layout import MARKER_DIR
-from .flight_recorder import Recorder, step_nbytes
+from .flight_recorder import Recorder
 from ..logger import get_logger
 from ..modes import ModeKeys
 from .pipeline import StepPipeline
 from .plans import PreparedCollection, StepPlans
 from ..reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig
-from ..storage.stop_request import STOP_REQUEST_FILE, StopRequestPoller
-from ..storage.run_files import StepCounters, prepare_out_dir
+from ..storage.stop_request import StopRequestPoller
+from ..storage.run_files import StepCounters
 from ..save_config import SaveConfig
-from .step import ReducedBlock, Selection, StepValues, TensorBatch, TensorPlan
-from .step_records import StepRecords
+from .step import ReducedBlock, Selection, TensorBatch, TensorPlan
+from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
+from .step_records import StepRecordMaker
+from . import run_output
 from .fail_open import Guard, never_raises
 
 logger = get_logger()
 
-# Left by rules in a run directory; removed with the run on overwrite.
-_RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE, MARKER_DIR)
 #: Longest close() waits for the step pipeline to finish the last steps (seconds).
 CLOSE_TIMEOUT_S = 300.0
 
 
 
-class StepSession(StepPlans, StepRecords):
+class StepSession(StepPlans):
     """The core of one run: configuration, step state, plans, hand-over, records, writer,
     step pipeline, flight recorder, live rules' listeners, stop requests.
 
@@ -117,19 +117,8 @@ class StepSession(StepPlans, StepRecords):
         self.rank, self.world_size, self.worker_name = check_worker(adapter, adapter.worker())
         self.is_chief = self.rank == 0
         self.writes_files = (self.include_workers == "all" or self.is_chief) and not self.dry_run
-        remote_extra: list = []
-        if self.out_url is not None and self.writes_files:
-            # As for a local out_dir, only the chief checks for (and may remove) an earlier run.
-            self.out_dir, tb_local, remote_extra = remote.start_remote_writer(
-                self.out_url, self.worker_name, tensorboard_dir, export_tensorboard, a.overwrite,
-                check=self.is_chief, siblings=self._sibling_workers())
-            tensorboard_dir, export_tensorboard = tb_local, False
-        elif self.out_url is not None:  # writes nothing: no spool (out_dir names where one would be)
-            self.out_dir = os.path.join(remote.default_spool_root(), "unwritten")
-            tensorboard_dir, export_tensorboard = None, False
-        elif tensorboard_dir is not None and remote.is_url(os.fspath(tensorboard_dir)):
-            raise ConfigError(f"tensorboard_dir {tensorboard_dir!r} is a URL but out_dir {a.out_dir!r} is local; "
-                              "give a local tensorboard_dir, or a URL out_dir (its spool uploads both)")
+        self.out_dir, tensorboard_dir, export_tensorboard, remote_extra = run_output.locate(
+            a, self.out_url, self.out_dir, self.worker_name, self.writes_files, self.is_chief, self._sibling_workers())
         self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
         self.backend: TensorBackend = check_backend(adapter, adapter.make_backend())
         self._numpy_backend = NumpyBackend()
@@ -164,15 +153,13 @@ class StepSession(StepPlans, StepRecords):
         self._collections_written = False
         self._closed = False
         self._lock = threading.RLock()
-        self._step_listeners: List = []
+        self._listeners = StepListeners()  # live rules
         # Saved steps are finished (reductions, host copies, records) on this worker thread.
         self._pipeline = StepPipeline(on_error=self._on_pipeline_error)
         self._pipeline_failure: Optional[Tuple[str, bool]] = None  # (reason, already reported)
         self._selections: Dict[frozenset, Dict[tuple, Selection]] = {}
         self._plans_epoch = 0  # counts the times plans were made again (plans_version)
-        self._metrics_failed = False
-        self._warned_lost: set = set()
-        self._skipped_tensors: set = set()  # tensors the backend could not handle: never recorded again
+        self._records = StepRecordMaker(self.profile.strip_output_index_in_reduction_tags, self._backend_for)
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
         # Flight recorder (smdebug_core/capture/flight_recorder.py): made once the writer exists.
@@ -189,28 +176,9 @@ class StepSession(StepPlans, StepRecords):
 
         self.writer = None
         if self.writes_files:
-            # As for a URL (remote.py), only the chief checks for (and may remove) an earlier run.
-            prepare_out_dir(self.out_dir, check=self.is_chief and self.out_url is None, overwrite=a.overwrite,
-                            siblings=self._sibling_workers(), world_size=self.world_size,
-                            side_files=_RUN_SIDE_FILES)
-            from ..storage.writer import RunWriter  # the writer thread starts only for hooks that write
-
-            uploader = None
-            if self.out_url is not None:
-                from ..storage.upload_process import make_uploader
-
-                # Several workers into one prefix: the chief's end marker waits for the others' uploads.
-                multi = self.include_workers == "all" and self.world_size > 1
-                others = ([f"worker_{r}" for r in range(self.world_size) if r != self.rank]
-                          if multi and self.is_chief and self.worker_name == f"worker_{self.rank}" else [])
-                uploader = make_uploader(self.out_dir, self.out_url, extra_dirs=remote_extra,
-                                         worker=self.worker_name if multi else None, wait_for_workers=others)
-            self.writer = RunWriter(self.out_dir, self.worker_name, tensorboard_dir=self.tensorboard_dir,
-                                    uploader=uploader)
-            if flight_recorder is not None:
-                writer = self.writer
-                self._recorder = Recorder(flight_recorder, self.worker_name, submit=lambda d: writer.submit(d, True),
-                                          write_file=writer.write_file)
+            self.writer, self._recorder = run_output.open_writer(self, a.overwrite, self._sibling_workers(), remote_extra,
+                                                                  flight_recorder)
+        self._sinks = self._make_sinks()
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self._stop_poller = None if self.dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
         logger.debug("smdebug session writing to %s as %s (dry_run=%s)", self.out_dir, self.worker_name,
@@ -366,7 +334,7 @@ class StepSession(StepPlans, StepRecords):
             self._quiet[mode] = (step, min(upcoming, default=math.inf))
         # A worker that writes nothing (include_workers="one", not the chief) touches no
         # tensor, unless a dry run or a live rule wants the values.
-        consumes = self.writes_files or self.dry_run or bool(self._step_listeners)
+        consumes = self.writes_files or self.dry_run or bool(self._listeners)
         self.saving_step = bool(self._saving_colls) and consumes
 
     @property
@@ -500,7 +468,7 @@ class StepSession(StepPlans, StepRecords):
         be lost on most steps). Returns how many will be saved."""
         if self.saving_step:
             return self._hold(items, self._numpy_backend)
-        if not (self._step_open and (self.writes_files or self.dry_run or self._step_listeners)):
+        if not (self._step_open and (self.writes_files or self.dry_run or self._listeners)):
             return 0
         everything = frozenset(p.collection.name for p in self._prepared)
         held = sum(self._hold(((name, value),), self._numpy_backend, plan)
@@ -514,11 +482,11 @@ class StepSession(StepPlans, StepRecords):
         held = []
         for name, value in items:
             plan = given or self.plan_for(name)
-            if plan is not None and name not in self._skipped_tensors:
+            if plan is not None and name not in self._records.skipped:
                 try:
                     held.append((name, plan, backend.snapshot(value, plan.needs_value)))
                 except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor only
-                    self._skip_tensor(name, exc)
+                    self._records.skip_tensor(name, exc)
         with self._lock:
             pending = self._pending
             for name, plan, snap in held:
@@ -627,7 +595,7 @@ class StepSession(StepPlans, StepRecords):
             flight = (self._ring_only, self._step_probe)
         self._step_probe = None
         args = (pending, has_blocks, scalars, self._step_identity, collections, flight, placements)
-        if self._pipeline.idle or self._step_listeners or self.writer is None:
+        if self._pipeline.idle or self._listeners or self.writer is None:
             self._pipeline.drain()
             self._pipeline.run_here("finishing a step", self._finish_step, *args)
         else:
@@ -635,15 +603,44 @@ class StepSession(StepPlans, StepRecords):
         if self._pipeline_failure is not None:
             self._disable_after_pipeline_failure()
 
-    def _recorder_keep(self, identity: tuple, tensors: list, shapes: list, probe,
-                       placements: Optional[Dict[str, dict]] = None) -> None:
-        from ..storage.writer import StepData
+    def _make_sinks(self) -> list:
+        """The consumers of finished steps, in the order they see each one (:mod:`.sinks`)."""
+        sinks: list = []
+        if self._recorder is not None:
+            sinks.append(RecorderSink(self._recorder))
+        sinks.append(MetricLinesSink(self.writer))
+        if self.writer is not None:
+            sinks.append(WriterSink(self.writer, self._on_writer_failed))
+        elif self.dry_run:
+            sinks.append(DryRunSink())
+        if self._step_counters is not None:
+            sinks.append(StepCountersSink(self._save_step_counters))
+        return sinks
 
-        step, mode, mode_step = identity
-        # Placements too: a kept piece of a sharded tensor is reassembled like a saved one.
-        data = StepData(global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name,
-                        tensors=tensors, shapes=shapes, wall_time=time.time(), placements=placements or {})
-        self._recorder.keep(identity, data, step_nbytes(tensors, shapes), probe)
+    def _on_writer_failed(self, reason: str) -> None:
+        self._pipeline_failure = self._pipeline_failure or (reason, True)
+
+    def _finish_step(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple,
+                     collections: Optional[bytes], flight: Optional[tuple] = None,
+                     placements: Optional[Dict[str, dict]] = None) -> None:
+        """On the pipeline's worker: the step's records, made once, to each sink in order, then
+        to the live rules. ``flight``: ``(ring_only, probe)`` while the flight recorder keeps
+        steps; ``placements``: name -> where a record sits in a sharded tensor (docs/format.md 3.3)."""
+        step = self._records.make(pending, has_blocks, scalars, identity, self.worker_name,
+                                  check_nonfinite=flight is not None, observed=bool(self._listeners),
+                                  ring_only=flight is not None and flight[0])
+        step.placements, step.collections = placements or {}, collections
+        if flight is not None:
+            step.probe = flight[1]
+        # A kept step is kept, checked and its scalars submitted under the recorder's lock: a
+        # fire from another thread (a rule, an exception) comes before or after, never between.
+        with self._recorder.lock if flight is not None else contextlib.nullcontext():
+            self._last_identity = identity
+            for sink in self._sinks:
+                sink.on_step(step)
+        # Outside the lock: a live rule's action may fire the recorder from the rules thread
+        # while this thread waits for its verdict.
+        self._listeners.notify(step.values)
 
     def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual") -> Optional[dict]:
         """Write the flight recorder's kept steps and its marker now; returns the marker (a
@@ -703,23 +700,24 @@ class StepSession(StepPlans, StepRecords):
             for coll in self.collection_manager.collections_for(tensor):
                 if coll.name in self._by_name:
                     matched.setdefault(coll.name, set()).add(tensor)
-        doc = {}
-        for name, coll in sorted(self.collection_manager.collections.items()):
-            entry = coll.to_json_dict()
+
+        def entry(name: str, coll: Collection) -> dict:
+            out = coll.to_json_dict()
             if name in matched:
-                entry["tensor_names"] = sorted(matched[name].union(entry["tensor_names"]))
+                out["tensor_names"] = sorted(matched[name].union(out["tensor_names"]))
             prepared = self._by_name.get(name)
             save_config = prepared.save_config if prepared else coll.save_config.resolved(
                 self.save_config, self.profile.default_save_interval)
             reduction_config = prepared.reduction_config if prepared else (coll.reduction_config or
                                                                            self.reduction_config)
-            entry["save_config"] = save_config.to_json_dict()
-            entry["reduction_config"] = reduction_config.to_json_dict()
+            out["save_config"] = save_config.to_json_dict()
+            out["reduction_config"] = reduction_config.to_json_dict()
             if name in RAW_ONLY_COLLECTIONS:
-                entry["save_histogram"] = False
-            doc[name] = entry
+                out["save_histogram"] = False
+            return out
+
         num_workers = self.world_size if self.include_workers == "all" else 1
-        return json.dumps({"collections": doc, "_meta": {"num_workers": num_workers}}).encode()
+        return self.collection_manager.to_json_bytes(num_workers, entry)
 
     def _write_collections(self) -> None:
         if self.writer is not None:
@@ -733,19 +731,10 @@ class StepSession(StepPlans, StepRecords):
         Listeners must return quickly (hand the values to their own thread); an exception
         in a listener is logged once and the listener removed. Live rules use this.
         """
-        self._step_listeners.append(listener)
+        self._listeners.add(listener)
 
     def remove_step_listener(self, listener) -> None:
-        if listener in self._step_listeners:
-            self._step_listeners.remove(listener)
-
-    def _notify_listeners(self, values: StepValues) -> None:
-        for listener in list(self._step_listeners):
-            try:
-                listener(values)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("smdebug: step listener %r failed and was removed: %s", listener, exc)
-                self.remove_step_listener(listener)
+        self._listeners.remove(listener)
 
     def request_stop(self, reason: str) -> None:
         """Ask the adapter to end training at the next step boundary (rules' StopTraining)."""
@@ -791,6 +780,7 @@ class StepSession(StepPlans, StepRecords):
         if not self._pipeline.on_worker_thread:
             self._pipeline.close(timeout=10)  # steps finished before the failure still reach the writer
         writer, self.writer = self.writer, None
+        self._sinks = []  # steps still in the pipeline go nowhere
         if writer is not None:
             try:
                 writer.close(write_end_marker=False, timeout=10)
@@ -814,13 +804,7 @@ class StepSession(StepPlans, StepRecords):
                            "steps", CLOSE_TIMEOUT_S)
         if self._pipeline_failure is not None and self.enabled:
             self._disable_after_pipeline_failure()
-        for listener in list(self._step_listeners):  # live rules finish their reports
-            try:
-                close = getattr(listener, "close", None)
-                if callable(close):
-                    close()
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("smdebug: step listener %r failed to close: %s", listener, exc)
+        self._listeners.close()  # live rules finish their reports
         if self._recorder is not None:
             self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
         if self.writer is not None:

@@ -1,23 +1,21 @@
-"""A finished step's records: what :class:`~smdebug.capture.session.StepSession` hands the writer at the end of
-each saved step, made on the step pipeline's worker (or inline when that is cheaper).
+"""A finished step's records: what the step session hands its step sinks at the end of each
+saved step, made on the step pipeline's worker (or inline when that is cheaper).
 
-A mixin of the step session, apart from its step and mode logic (``session.py``): it turns the
-step's handed-over batches, single tensors and scalars into records in recording order
-(raw values, reduction records, TensorBoard scalars and histograms, SageMaker metric
-lines), resolves names saved twice, checks values for the flight recorder, and submits the
-step to the writer (docs/architecture.md, "The data path").
+:class:`StepRecordMaker` turns the step's pending entries (handed-over batches, single
+tensors, reduced blocks) and scalars into a :class:`FinishedStep`: records in recording
+order (raw values, reduction records, TensorBoard scalars and histograms, SageMaker metric
+lines), names saved twice resolved, and, when asked, the names of non-finite tensors and the
+values live rules see. It knows no consumer: the session gives the result to its sinks
+(:mod:`.sinks`). Everything it reads of the step comes in its arguments, never from the
+training thread's current state.
 """
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import time
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .. import config as cfg
 from .backend import BatchResult, Materialized, Request, TensorBackend
 from .flight_recorder import nonfinite_rows, value_is_nonfinite
 from ..logger import get_logger
@@ -28,29 +26,55 @@ from ..storage.writer.run_writer import ScalarRun
 logger = get_logger()
 
 
-class StepRecords:
-    """The record-making half of the step session (see the module docstring)."""
+@dataclass
+class FinishedStep:
+    """One saved step's records, as its sinks receive them (in this order of the lists)."""
 
-    def _finish_step(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple,
-                     collections: Optional[bytes], flight: Optional[tuple] = None,
-                     placements: Optional[Dict[str, dict]] = None) -> None:
-        """On the pipeline's worker: the step's records, in recording order, to the writer.
+    identity: Tuple[int, object, int]  # (global step, mode, mode step)
+    worker: str
+    tensors: list = field(default_factory=list)  # (tag, array) records and ScalarRuns
+    shapes: list = field(default_factory=list)  # (name, shape)
+    tb_scalars: list = field(default_factory=list)
+    tb_histograms: list = field(default_factory=list)
+    metrics: list = field(default_factory=list)  # SageMaker metric lines: (name, value, timestamp)
+    timed: list = field(default_factory=list)  # scalars given a timestamp: (wall_time, tag, array)
+    placements: Dict[str, dict] = field(default_factory=dict)  # name -> its piece of a sharded tensor
+    collections: Optional[bytes] = None  # the collections file, with the run's first saved step
+    #: Kept for the flight recorder only (the save config skips it): its sink writes the scalars alone.
+    ring_only: bool = False
+    probe: object = None  # the adapter's non-finite probe of the step (flight recorder)
+    #: Names of non-finite tensors (None: not checked, the flight recorder is off).
+    nonfinite: Optional[List[str]] = None
+    values: Optional[StepValues] = None  # what live rules see (None: nobody listens)
+    #: Where the scalars' records start in (tensors, tb_scalars, metrics).
+    scalars_from: Tuple[int, int, int] = (0, 0, 0)
+    written: bool = False  # a writer took the step (set by the writer's sink)
 
-        ``flight``: ``(ring_only, probe)`` while the flight recorder keeps steps: the step's
-        values are checked for NaN/Inf (from its reductions, already on the host), and a step
-        that saves nothing else goes to the recorder instead of the writer. ``placements``:
-        name -> where a record sits in a larger (sharded) tensor (docs/format.md 3.3)."""
+
+class StepRecordMaker:
+    """Makes :class:`FinishedStep` records; remembers only which tensors the backend could not
+    handle (skipped from then on) and which lost tensors were warned of."""
+
+    def __init__(self, strip_output_index: bool, backend_for: Callable[[object], TensorBackend]):
+        self.strip = strip_output_index
+        self._backend_for = backend_for
+        self._warned_lost: set = set()
+        self.skipped: set = set()  # tensors the backend could not handle: never recorded again
+
+    def make(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple, worker: str, *,
+             check_nonfinite: bool, observed: bool, ring_only: bool = False) -> FinishedStep:
+        """The step's records, in recording order. ``pending``: key -> ``(plan, payload,
+        backend)`` (see ``StepSession._pending``); ``scalars``: ``(name, value, sm_metric,
+        timestamp)``. ``observed``: fill :attr:`FinishedStep.values` for live rules (not for a
+        step kept by the flight recorder only)."""
         step, mode, mode_step = identity
-        tensors, shapes, tb_scalars, tb_hists, metrics = [], [], [], [], []
-        out = (tensors, shapes, tb_scalars, tb_hists, metrics)
-        strip = self.profile.strip_output_index_in_reduction_tags
-        ring_only = flight is not None and flight[0]
-        # Live rules see the steps that are saved, as without the recorder.
-        seen = StepValues(step, mode, mode_step, self.worker_name, {}, {}) \
-            if self._step_listeners and not ring_only else None
-        bad: Optional[List[str]] = [] if flight is not None else None  # names of non-finite tensors
+        out = FinishedStep(identity, worker, ring_only=ring_only)
+        tensors, shapes, tb_scalars, metrics = out.tensors, out.shapes, out.tb_scalars, out.metrics
+        lists = (tensors, shapes, tb_scalars, out.tb_histograms, metrics)
+        seen = StepValues(step, mode, mode_step, worker, {}, {}) if observed and not ring_only else None
+        bad: Optional[List[str]] = [] if check_nonfinite else None
         if has_blocks:
-            pending = self._resolve_duplicates(pending)
+            pending = self._resolve_duplicates(pending, step)
         # Tensors recorded one by one are materialized together, one backend call each.
         groups: Dict[TensorBackend, Tuple[List[Request], List[int]]] = {}
         entries = list(pending.values())
@@ -78,20 +102,18 @@ class StepRecords:
                                 if entries[i][0].name in by_name)
         for i, (plan, payload, backend) in enumerate(entries):
             if isinstance(payload, TensorBatch):
-                self._emit_batch(payload, identity, strip, out, seen, bad)
+                self._emit_batch(payload, identity, lists, seen, bad)
             elif plan is not None and (backend is None or i in materialized):
-                self._emit_one(plan, payload if backend is None else materialized[i], strip, out, seen, bad)
-        # Where the scalars' records start (a step kept by the recorder writes only those now).
-        scalars_from = (len(tensors), len(tb_scalars), len(metrics))
+                self._emit_one(plan, payload if backend is None else materialized[i], mode, lists, seen, bad)
+        out.scalars_from = (len(tensors), len(tb_scalars), len(metrics))
 
-        timed = []  # scalars given a timestamp: their records carry it as wall_time (as in 1.0.34)
         for name, value, sm_metric, timestamp in scalars:
-            array = np.asarray(self._numpy_scalar(value))
+            array = np.asarray(self.numpy_scalar(value))
             tag = f"scalar/{name}"
             if timestamp is None:
                 tensors.append((tag, array))
-            else:
-                timed.append((float(timestamp), tag, array))
+            else:  # its record carries the timestamp as wall_time (as in 1.0.34)
+                out.timed.append((float(timestamp), tag, array))
             if seen is not None:
                 seen.tensors[tag] = array
             if bad is not None and value_is_nonfinite(array):
@@ -101,75 +123,24 @@ class StepRecords:
                     tb_scalars.append((tag, float(array.reshape(-1)[0])))
                 if sm_metric:
                     metrics.append((f"{tag}_{mode.name}", float(array.reshape(-1)[0]), timestamp))
+        out.nonfinite, out.values = bad, seen
+        return out
 
-        # A kept step is kept, checked and its scalars submitted under the recorder's lock: a
-        # fire from another thread (a rule, an exception) comes before or after, never between.
-        with self._recorder.lock if flight is not None else contextlib.nullcontext():
-            self._last_identity = identity
-            if flight is not None:
-                if ring_only:
-                    # Kept whole (scalars too); now only the scalars are written, as without the recorder.
-                    kept = tensors + [(tag, array) for _, tag, array in timed]
-                    try:
-                        self._recorder_keep(identity, kept, shapes, flight[1], placements)
-                    except Exception as exc:  # noqa: BLE001 - costs the recorder, not the hook: this step is written
-                        self._recorder.disable(f"keeping step {step}: {type(exc).__name__}: {exc}")
-                        ring_only, bad = False, None
-                    else:
-                        tensors, shapes = tensors[scalars_from[0]:], []
-                        tb_scalars, tb_hists, metrics = tb_scalars[scalars_from[1]:], [], metrics[scalars_from[2]:]
-                else:
-                    self._recorder.keep_saved(identity, flight[1])
-            if metrics:
-                self._write_sm_metrics(metrics, step)
-            if bad:
-                marker = self._recorder.fire("nonfinite", f"{bad[0]} holds NaN or Inf at step {step}", identity, bad,
-                                             flight[1])
-                if ring_only and marker is not None and step in marker["steps_written"]:
-                    tensors, timed = [], []  # its scalars were written with the kept step
-            writer = self.writer
-            if writer is None:
-                if self.dry_run:
-                    logger.info("dry run: step %d (%s %d) would save %d records", step, mode.name, mode_step,
-                                len(tensors) + len(shapes))
-            elif writer.failed is not None:
-                self._pipeline_failure = self._pipeline_failure or (f"writer failed: {writer.failed}", True)
-                writer = None
-            else:
-                self._submit_step(writer, identity, tensors, shapes, tb_scalars, tb_hists, timed, placements,
-                                  ring_only)
-        # Outside the lock: a live rule's action may fire the recorder from the rules thread
-        # while this thread waits for its verdict.
-        if seen is not None:
-            self._notify_listeners(seen)
-        if writer is None:
-            return
-        if collections is not None:
-            writer.write_collections(collections)
-        if self._step_counters is not None and not ring_only:
-            # Spot training: a run killed later still resumes after this step.
-            self._save_step_counters(identity)
+    def numpy_scalar(self, value):
+        backend = self._backend_for(value)
+        snap = backend.snapshot(value, False)
+        return backend.materialize([Request("scalar", snap, raw=True, shape=False, reductions=())])[0].raw
 
-    def _submit_step(self, writer, identity, tensors, shapes, tb_scalars, tb_hists, timed, placements,
-                     ring_only) -> None:
-        """A finished step's records to the writer; timed scalars as records of their own."""
-        from ..storage.writer import StepData
+    def skip_tensor(self, name: str, exc: Exception) -> None:
+        """One warning naming the tensor; it is not recorded again (the failing part is
+        disabled, not the hook, and later steps do not pay for the failure again)."""
+        if name not in self.skipped:
+            self.skipped.add(name)
+            logger.warning("smdebug cannot save tensor %r (skipped from now on; the rest of the step is saved): "
+                           "%s: %s", name, type(exc).__name__, exc)
 
-        step, mode, mode_step = identity
-        if tensors or shapes or not ring_only:  # a step kept by the recorder may have nothing to write now
-            writer.submit(StepData(
-                global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=tensors,
-                shapes=shapes, tb_scalars=tb_scalars, tb_histograms=tb_hists, wall_time=time.time(),
-                placements=placements or {},
-            ), publish=not timed)  # the step is complete: readers may see it as soon as it is on disk
-        for i, (wall_time, tag, array) in enumerate(timed):  # same step, one record each with its time
-            writer.submit(StepData(
-                global_step=step, mode=mode, mode_step=mode_step, worker=self.worker_name, tensors=[(tag, array)],
-                tb_scalars=[(tag, float(array.reshape(-1)[0]))] if array.size == 1 else [], wall_time=wall_time,
-            ), publish=i == len(timed) - 1)
-
-    def _emit_one(self, plan: TensorPlan, result: Materialized, strip: bool, out, seen, bad=None) -> None:
-        self._emit(plan, result, strip, *out)
+    def _emit_one(self, plan: TensorPlan, result: Materialized, mode, out, seen, bad=None) -> None:
+        self._emit(plan, result, mode, *out)
         if bad is not None and (any(value_is_nonfinite(v) for v in result.reductions.values())
                                 or (result.raw is not None and value_is_nonfinite(result.raw))):
             bad.append(plan.name)
@@ -179,7 +150,7 @@ class StepRecords:
             if result.reductions:
                 seen.reductions[plan.name] = result.reductions
 
-    def _emit_batch(self, batch: TensorBatch, identity: tuple, strip: bool, out, seen, bad=None) -> None:
+    def _emit_batch(self, batch: TensorBatch, identity: tuple, out, seen, bad=None) -> None:
         """A batch's records: one ``extend`` for a batch of reductions (the common case), else
         tensor by tensor in the batch's order."""
         results = batch.results()
@@ -203,7 +174,7 @@ class StepRecords:
         if bad is not None:
             self._nonfinite_in_batch(selection, results, bad)
         for plan, result in self._batch_items(batch, results, identity[0]):
-            self._emit_one(plan, result, strip, out, seen)
+            self._emit_one(plan, result, identity[1], out, seen)
 
     @staticmethod
     def _nonfinite_in_batch(selection: Selection, results: List[BatchResult], bad: List[str]) -> None:
@@ -242,7 +213,7 @@ class StepRecords:
             self._warned_lost.add(name)
             logger.warning("smdebug: %s is not saved at step %d: %s (warned once per tensor)", name, step, reason)
 
-    def _resolve_duplicates(self, pending: dict) -> dict:
+    def _resolve_duplicates(self, pending: dict, step: int) -> dict:
         """``pending`` as it is, unless a name was recorded twice in the step by different
         calls (rare): then blocks and batches are split into their tensors and, for each
         name, the last record wins, as for tensors recorded one by one."""
@@ -267,7 +238,7 @@ class StepRecords:
                 resolved[key] = entry
             elif isinstance(payload, TensorBatch):
                 results = payload.results()
-                for one, result in (self._batch_items(payload, results, self.global_step) if results else []):
+                for one, result in (self._batch_items(payload, results, step) if results else []):
                     resolved.pop(one.name, None)
                     resolved[one.name] = (one, result, None)  # backend None: already materialized
             else:
@@ -298,23 +269,10 @@ class StepRecords:
             if not out:
                 raise batch_error
         for name, exc in failed:
-            self._skip_tensor(name, exc)
+            self.skip_tensor(name, exc)
         return out
 
-    def _skip_tensor(self, name: str, exc: Exception) -> None:
-        """One warning naming the tensor; it is not recorded again (the failing part is
-        disabled, not the hook, and later steps do not pay for the failure again)."""
-        if name not in self._skipped_tensors:
-            self._skipped_tensors.add(name)
-            logger.warning("smdebug cannot save tensor %r (skipped from now on; the rest of the step is saved): "
-                           "%s: %s", name, type(exc).__name__, exc)
-
-    def _numpy_scalar(self, value):
-        backend = self._backend_for(value)
-        snap = backend.snapshot(value, False)
-        return backend.materialize([Request("scalar", snap, raw=True, shape=False, reductions=())])[0].raw
-
-    def _emit(self, plan: TensorPlan, result: Materialized, strip: bool, tensors, shapes, tb_scalars, tb_hists,
+    def _emit(self, plan: TensorPlan, result: Materialized, mode, tensors, shapes, tb_scalars, tb_hists,
               metrics) -> None:
         """Append one tensor's records in the original's order: shape, reductions, raw."""
         raw = result.raw
@@ -326,7 +284,7 @@ class StepRecords:
                 tensors += zip(plan.reduction_tags, map(np.asarray, reductions.values()))
             else:
                 for (op, is_abs), value in reductions.items():
-                    tensors.append((reduction_tag(plan.name, op, is_abs, strip), np.asarray(value)))
+                    tensors.append((reduction_tag(plan.name, op, is_abs, self.strip), np.asarray(value)))
         if raw is None:
             return
         if plan.histogram_tag and raw.size and raw.dtype.kind in "iuf":
@@ -340,28 +298,5 @@ class StepRecords:
             value = float(raw.reshape(-1)[0])
             tb_scalars.append((plan.name, value))
             if plan.sm_metric:
-                metrics.append((f"{plan.name}_{self._step_identity[1].name}", value, None))
-
-    def _write_sm_metrics(self, metrics, step) -> None:
-        """SageMaker Metrics lines: appended by the writer thread (the training thread never
-        waits on that file); a directory that cannot be written costs the lines (one warning),
-        not the hook. Without a writer (dry runs), appended here."""
-        directory = os.environ.get(cfg.METRICS_DIR_ENV)
-        if not directory or self._metrics_failed:
-            return
-        path = os.path.join(directory, f"smdebug_{os.getpid()}.json")
-        lines = [json.dumps({"MetricName": name, "Value": value, "Timestamp": timestamp or time.time(),
-                             "IterationNumber": step}) for name, value, timestamp in metrics]
-        writer = self.writer
-        if writer is not None:
-            for line in lines:
-                writer.write_metric_line(path, line)
-            return
-        try:
-            os.makedirs(directory, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write("".join(line + "\n" for line in lines))
-        except OSError as exc:
-            self._metrics_failed = True
-            logger.warning("smdebug: cannot write SageMaker metric lines to %s=%s (%s); tensors are still saved, "
-                           "metric lines are not", cfg.METRICS_DIR_ENV, directory, exc.strerror or exc)
+                # The step's own mode: the training thread may be in the next step, of another mode, by now.
+                metrics.append((f"{plan.name}_{mode.name}", value, None))

@@ -406,3 +406,24 @@ def test_step_numbering_resumes_from_checkpoint_state(tmp_path, monkeypatch):
     second.begin_step()
     assert (second.global_step, second.mode_step) == (3, 3)
     second.close()
+
+
+def test_a_step_finished_after_the_mode_changed_keeps_its_own_mode_in_metric_names(tmp_path, monkeypatch):
+    """A step's records are made on the pipeline's worker, maybe while the training thread is
+    already in a step of another mode: metric names take the finished step's mode."""
+    import threading
+
+    monkeypatch.setenv("SAGEMAKER_METRICS_DIRECTORY", str(tmp_path / "metrics"))
+    hook = smd.Hook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=1))
+    release = threading.Event()
+    hook.set_mode(smd.modes.TRAIN)
+    hook.begin_step()
+    hook._session.submit_work("holding the worker", release.wait, 30)  # the TRAIN step is finished late
+    hook.save_tensor("loss", np.float32(0.25), collections_to_write="losses")
+    hook.set_mode(smd.modes.EVAL)  # ends the TRAIN step: queued behind the held job
+    hook.begin_step()
+    release.set()
+    hook.close()
+    (metrics_file,) = (tmp_path / "metrics").iterdir()
+    names = [json.loads(line)["MetricName"] for line in metrics_file.read_text().splitlines()]
+    assert names == ["loss_TRAIN"]
