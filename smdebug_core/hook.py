@@ -93,8 +93,17 @@ class Hook:
             "tensor names and regexes (strings); to save a value you computed, call "
             f"hook.save_tensor('<name>', value, {collection.name!r}) at each step")
 
+    def on_step_begin(self, saving: bool) -> None:
+        """Nothing to arm: numpy values are offered by the user."""
+
     def on_step_end(self) -> None:
         """Nothing held outside the session: numpy values are recorded when offered."""
+
+    def on_mode_change(self, mode) -> None:
+        """Nothing depends on the mode outside the session."""
+
+    def on_close(self) -> None:
+        """Nothing installed in a framework to remove."""
 
     def on_disabled(self, reason: str) -> None:
         """Nothing to detach: the numpy hook installs nothing in a framework."""

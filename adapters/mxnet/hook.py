@@ -284,14 +284,12 @@ class Hook(CoreHook):
     @never_raises("stopping")
     def _close_step_before_stopping(self) -> None:
         if self._session.step_open:
-            self._record_gradients()
-            self.end_step()
+            self.end_step()  # its gradients too (on_step_end)
 
     @never_raises("forward pre-hook")
     def _on_model_forward_begin(self, block, inputs) -> None:
         if block is not self.model:
             return
-        self._record_gradients()  # they belong to the step that is closing
         self._sync_tensor_hooks()  # a no-op unless collections changed
         self._tensor_counts.clear()
         self._deferred_params = []
@@ -323,7 +321,7 @@ class Hook(CoreHook):
 
     def _record_parameters(self) -> None:
         for param in self._parameters():
-            if not self._session.wants(param.name):
+            if not self._session.plans.wants(param.name):
                 continue
             try:
                 self._session.record(param.name, param.data(param.list_ctx()[0]))
@@ -337,7 +335,7 @@ class Hook(CoreHook):
             return
         for param in self._parameters():
             name = GRADIENT_PREFIX + param.name
-            if param.grad_req == "null" or not self._session.wants(name):
+            if param.grad_req == "null" or not self._session.plans.wants(name):
                 continue
             try:
                 self._session.record(name, param.grad(param.list_ctx()[0]))
@@ -345,15 +343,17 @@ class Hook(CoreHook):
                 logger.debug("smdebug: gradient of %s not saved: %s", param.name, exc)
 
     # --- lifecycle ---------------------------------------------------------------------
-    def close(self) -> None:
-        """Save the last step's gradients, detach from the blocks, and finish the run."""
-        if self._session.enabled:
-            try:
-                self._record_gradients()
-            except Exception as exc:  # noqa: BLE001 - closing must always finish the files
-                logger.warning("smdebug: could not save the last step's gradients: %s", exc)
+    def on_step_end(self) -> None:
+        """The step's gradients: the backward pass has run by the time the step ends (the
+        model's next forward, a stop, close)."""
+        try:
+            self._record_gradients()
+        except Exception as exc:  # noqa: BLE001 - costs the gradients, not the step's other tensors
+            logger.warning("smdebug: could not save the gradients of step %d: %s", self._session.global_step, exc)
+
+    def on_close(self) -> None:
+        """Detach from the blocks."""
         self._detach_all()
-        super().close()
 
     def _detach_all(self) -> None:
         handles = self._model_handles + list(self._tensor_handles.values())

@@ -233,10 +233,9 @@ class Hook(CoreHook):
         if self._session.flight_recording and self._session.step_open:
             self._fence_weights_guarded()
 
-    def set_mode(self, mode) -> None:
-        """Set TRAIN, EVAL, PREDICT or GLOBAL; from now on it overrides ``module.training``."""
-        super().set_mode(mode)
-        self._user_mode = self._session.mode
+    def on_mode_change(self, mode) -> None:
+        """A mode the user set overrides ``module.training`` from now on."""
+        self._user_mode = mode
 
     @never_raises("filing the step's weights")
     def _fence_weights_guarded(self) -> None:
@@ -246,14 +245,12 @@ class Hook(CoreHook):
     def _copy_deferred_guarded(self) -> None:
         self._copy_deferred()
 
-    def begin_step(self, step: Optional[int] = None) -> bool:
-        saving = super().begin_step(step)
+    def on_step_begin(self, saving: bool) -> None:
         self._params_captured = False
         if self._tensor_counts:
             self._tensor_counts = {}
         if self.step_owner is not None:
             self._begin_owned_step()
-        return saving
 
     # --- integrations that own the step boundaries (trainer callbacks) ----------------------
     def own_steps(self, owner: str) -> None:
@@ -313,23 +310,20 @@ class Hook(CoreHook):
             # TRAIN: fenced and filed at capture_parameters(); otherwise nothing updates them.
             self._start_weights(file_now=self._session.mode not in _TRAINING_MODES)
 
-    def close(self) -> None:
-        """Flush the last step, finish the run's files and remove every torch hook."""
-        try:
-            super().close()
-        finally:
-            self._remove_handles(self._capture_handles)
-            self._remove_handles(self._handles)
-            if self._locator is not None:
-                self._locator.remove()
-                self._locator = None
-            self._capture_key = None
-            for owner, fence in list(self._zero_grad_fences.items()):
-                if owner.__dict__.get("zero_grad") is fence:
-                    del owner.zero_grad  # the class's own zero_grad again
-            self._zero_grad_fences = weakref.WeakKeyDictionary()
-            # the run is over: let go of the last step's tensors
-            self._weights_batch, self._grads_batch, self._grads_held = None, None, ([], [])
+    def on_close(self) -> None:
+        """The run's files are finished: remove every torch hook."""
+        self._remove_handles(self._capture_handles)
+        self._remove_handles(self._handles)
+        if self._locator is not None:
+            self._locator.remove()
+            self._locator = None
+        self._capture_key = None
+        for owner, fence in list(self._zero_grad_fences.items()):
+            if owner.__dict__.get("zero_grad") is fence:
+                del owner.zero_grad  # the class's own zero_grad again
+        self._zero_grad_fences = weakref.WeakKeyDictionary()
+        # the run is over: let go of the last step's tensors
+        self._weights_batch, self._grads_batch, self._grads_held = None, None, ([], [])
 
     # --- registration ----------------------------------------------------------------------
     def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
@@ -533,7 +527,7 @@ class Hook(CoreHook):
             return
         self._resolve_layer_requests()
         grads_by_hooks = self._session.mode in _TRAINING_MODES and not self.step_by_optimizer
-        key = (self._session.plans_version, grads_by_hooks, len(self._module_names), len(self._params))
+        key = (self._session.plans.version, grads_by_hooks, len(self._module_names), len(self._params))
         if key == self._capture_key:
             return
         self._remove_handles(self._capture_handles)
@@ -544,8 +538,8 @@ class Hook(CoreHook):
         for module_id, (module, name) in self._module_names.items():
             if module_id in permanent:
                 continue
-            want_inputs = self._session.plan_for(f"{name}_input_0") is not None
-            want_outputs = self._session.plan_for(f"{name}_output_0") is not None
+            want_inputs = self._session.plans.plan_for(f"{name}_input_0") is not None
+            want_outputs = self._session.plans.plan_for(f"{name}_output_0") is not None
             if not (want_inputs or want_outputs):
                 continue
             if module_id in self._compiled_module_ids:
@@ -563,7 +557,7 @@ class Hook(CoreHook):
                 ", ".join(skipped[:5]), ", ..." if len(skipped) > 5 else "")
         if grads_by_hooks:
             for name, param in self._params:
-                if param.requires_grad and self._session.plan_for(f"gradient/{name}") is not None:
+                if param.requires_grad and self._session.plans.plan_for(f"gradient/{name}") is not None:
                     self._capture_handles.append(param.register_post_accumulate_grad_hook(
                         functools.partial(_weak_method(self._on_grad_accumulated), f"gradient/{name}")))
 
@@ -685,9 +679,9 @@ class Hook(CoreHook):
 
     @never_raises("module forward hook")
     def _on_module_forward(self, name: str, want_inputs, want_outputs, inputs, outputs, flush: bool) -> None:
-        if want_inputs or (want_inputs is None and self._session.plan_for(f"{name}_input_0") is not None):
+        if want_inputs or (want_inputs is None and self._session.plans.plan_for(f"{name}_input_0") is not None):
             self._offer(name + "_input_", inputs, defer=not flush)
-        if want_outputs or (want_outputs is None and self._session.plan_for(f"{name}_output_0") is not None):
+        if want_outputs or (want_outputs is None and self._session.plans.plan_for(f"{name}_output_0") is not None):
             self._offer(name + "_output_", outputs, defer=not flush)
         if flush:
             self._copy_deferred()
@@ -738,7 +732,7 @@ class Hook(CoreHook):
             counts.update(collections.Counter(keys))  # counts was empty: each key's calls in this forward
         else:
             names, tensors = self._name_deferred(deferred, keys)
-        selection = session.selection(names)
+        selection = session.plans.selection(names)
         session.record_batch(session.start_batch(selection, _pick(tensors, selection.indices), session.backend))
 
     def _name_deferred(self, deferred, keys: tuple) -> Tuple[tuple, list]:
@@ -784,7 +778,7 @@ class Hook(CoreHook):
         if self._params_captured:
             return
         self._params_captured = True
-        selection = self._session.selection(self._param_names)
+        selection = self._session.plans.selection(self._param_names)
         tensors = _pick(self._param_tensors, selection.indices)
         batch = self._session.start_batch(selection, tensors, self._session.backend)
         if batch is None:
@@ -828,7 +822,7 @@ class Hook(CoreHook):
             having = [i for i, grad in enumerate(all_grads) if grad is not None]
             names = tuple(_pick(self._grad_names, having))
             held, grads = _pick(params, having), _pick(all_grads, having)
-        selection = self._session.selection(names)
+        selection = self._session.plans.selection(names)
         if not selection.plans:
             return
         held, grads = _pick(held, selection.indices), _pick(grads, selection.indices)

@@ -239,7 +239,7 @@ class ShardedCapture:
         weights before ``optimizer.step()``, whose pre-step hook waits for them)."""
         with self._guard():
             n = len(self.params)
-            chosen = self.session.select_everywhere(self.names[:n])
+            chosen = self.session.plans.select_everywhere(self.names[:n])
             if chosen and not self._muted:
                 pieces = [self._piece(self.params[i], self.params[i].param, False) for i, _ in chosen]
                 columns = self._partial_columns([plan for _, plan in chosen])
@@ -269,7 +269,7 @@ class ShardedCapture:
         sharded = self.params
         n = len(sharded)
         names = self.names if with_gradients else self.names[:n]
-        chosen = self.session.select_everywhere(names)
+        chosen = self.session.plans.select_everywhere(names)
         weights_job, self._weights_job = self._weights_job, None
         if not chosen:
             return
@@ -347,7 +347,7 @@ class ShardedCapture:
         # missing on some rank (no gradient yet, a frozen parameter), or empty: not saved; nor
         # what this rank does not save itself (every rank joins for what any rank saves)
         present = np.isfinite(combined[:, 0]) & (combined[:, 0] > 0)
-        present &= np.fromiter((self.session.plan_for(plan.name) is not None for _, plan in chosen), bool, len(chosen))
+        present &= np.fromiter((self.session.plans.plan_for(plan.name) is not None for _, plan in chosen), bool, len(chosen))
         for pos in raw_wanted:
             if not present[pos]:
                 continue
@@ -360,7 +360,7 @@ class ShardedCapture:
         reduced = tuple(pos for pos, (_, plan) in enumerate(chosen) if present[pos] and not plan.raw)
         if not (reduced and self.session.saving_step):
             return
-        key = (self.session.plans_version, len(chosen), reduced)
+        key = (self.session.plans.version, len(chosen), reduced)
         laid_out = self._blocks.get(key)
         if laid_out is None:
             if len(self._blocks) > 16:

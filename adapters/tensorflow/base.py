@@ -126,25 +126,22 @@ class TFHookBase(Hook):
         self._identity = identity
 
     # --- steps -----------------------------------------------------------------------
-    def set_mode(self, mode) -> None:
-        """Switch mode; a step still open (its tensors captured by a graph) is finished first."""
+    def on_mode_change(self, mode) -> None:
+        """A step still open (its tensors captured by a graph) is finished first."""
         if self._step_active and self._session.enabled:
             self.end_step()
-        super().set_mode(mode)
 
-    def begin_step(self, step: Optional[int] = None) -> bool:
-        saving = super().begin_step(step)
-        self._step_active = self._session.enabled
-        if self._capture is not None and self._session.enabled:
+    def on_step_begin(self, saving: bool) -> None:
+        self._step_active = True
+        if self._capture is not None:
             try:
                 self._choose_graphs()
                 self._capture.arm()
             except Exception as exc:  # noqa: BLE001
                 self.disable(f"arming capture sites: {type(exc).__name__}: {exc}")
-                return False
-        if saving and self._session.enabled and self._tracked and not self._graph_driven:
+                return
+        if saving and self._tracked and not self._graph_driven:
             self._record_tracked()
-        return self._session.saving_step
 
     def on_step_end(self) -> None:
         """Read what the capture sites copied in this step (and the variables read when it began)."""
@@ -166,7 +163,7 @@ class TFHookBase(Hook):
             if cached is None or cached[0] is not delivered or cached[1] is not names:
                 cached = self._unread_names = (delivered, names, tuple(n for n in names if n not in delivered))
             names = cached[2]
-        wanted = [(names[i], self._tracked[names[i]]) for i, _ in self._session.select(names)]
+        wanted = [(names[i], self._tracked[names[i]]) for i, _ in self._session.plans.select(names)]
         if wanted:
             values = self._read_variables([var for _, var in wanted])
             if self._capture is not None:
@@ -211,13 +208,10 @@ class TFHookBase(Hook):
             except Exception:  # noqa: BLE001
                 pass
 
-    def close(self) -> None:
-        """Finish the last step and the run; graphs that keep running capture nothing more."""
-        try:
-            super().close()
-        finally:
-            if self._capture is not None:
-                self._capture.disarm_all()
+    def on_close(self) -> None:
+        """Graphs that keep running capture nothing more."""
+        if self._capture is not None:
+            self._capture.disarm_all()
 
     def collection_object(self, collection, obj) -> None:
         """``coll.add(variable or tensor)``: kept until the model or graph is known, then named."""

@@ -187,7 +187,7 @@ class _Variant:
         vector = _read_variable_op(self.vector.handle, tf.float64).numpy()
         count = int(vector[-1])
         cached = self._unpack_cache
-        version = session.plans_version
+        version = session.plans.version
         if cached is None or cached[0] != version or cached[1] != skip:
             # Where each wanted reduction is in the vector ([keys, reduced tensors], row-major):
             # the complete plans' first, in one run for the block, then the partial ones'.
@@ -268,7 +268,7 @@ class GraphCapture:
         if not in_graph():
             if session.saving_step and hook._step_active:
                 for name, value in named:
-                    if value is not None and session.wants(name):
+                    if value is not None and session.plans.wants(name):
                         session.record(name, value)
             return
         self._add_graph_capture(key, named)
@@ -354,7 +354,7 @@ class GraphCapture:
         saving = session.saving_step and session.enabled
         layout = []
         for name, _, shape, dtype in usable:
-            plan = session.plan_for(name) if saving else None
+            plan = session.plans.plan_for(name) if saving else None
             if plan is None:
                 layout.append(None)
             elif plan.needs_host or not plan.reductions or not reducible(shape, dtype):
@@ -418,7 +418,7 @@ class GraphCapture:
                     variant.mode = self._owned_mode(variant) if saving else OFF
                     armed = armed or variant.mode != OFF
                     continue
-                mode = variant.mode_for(session.select(variant.names), session.plans_version) if saving else OFF
+                mode = variant.mode_for(session.plans.select(variant.names), session.plans.version) if saving else OFF
                 if mode != variant.mode:
                     variant.flag.assign(mode)
                     variant.mode = mode
@@ -440,7 +440,7 @@ class GraphCapture:
         step ask for of their tensors (False: the configuration changed since it was traced)."""
         hook = self._hook
         session = hook.session
-        return all(v.mode_for(session.select(v.names), session.plans_version) != COPY for v in function.variants)
+        return all(v.mode_for(session.plans.select(v.names), session.plans.version) != COPY for v in function.variants)
 
     def forget(self, function: "SpecializedFunction") -> None:
         """Drop the sites' variants traced into ``function`` (it will not run again)."""
@@ -460,7 +460,7 @@ class GraphCapture:
                 variant.mode = self._owned_mode(variant)
                 site.armed = site.armed or variant.mode != OFF
                 return
-            mode = variant.mode_for(session.select(variant.names), session.plans_version)
+            mode = variant.mode_for(session.plans.select(variant.names), session.plans.version)
             if mode != OFF:
                 with tf.init_scope():
                     variant.flag.assign(mode)
@@ -493,7 +493,7 @@ class GraphCapture:
         items, reduced, counts = [], [], {}
         for variant in variants:
             if variant.mode == REDUCE and variant.vector is not None:
-                count, complete, partial = variant.read_reduced(session.select(variant.names), extra_names, session)
+                count, complete, partial = variant.read_reduced(session.plans.select(variant.names), extra_names, session)
                 if count > variant.seen:
                     if complete is not None:
                         reduced.append(complete)
@@ -523,7 +523,7 @@ class GraphCapture:
         session = hook.session
         n_extra = len(extra)
         names = extra_names + tuple(name for v in variants for name in v.names)
-        selected = session.select(names)  # [(index, plan)] of the names saved now, cached by the core
+        selected = session.plans.select(names)  # [(index, plan)] of the names saved now, cached by the core
         modes = tuple(v.mode for v in variants)
         key = (tuple(map(id, variants)), modes, names, tuple((tuple(t.shape), t.dtype) for _, t in extra))
         entry = self._readers.get(key)

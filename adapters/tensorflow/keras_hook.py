@@ -121,7 +121,7 @@ class _EagerCapture:
         if not (hook._session.enabled and hook._session.saving_step and hook._step_active):
             return
         for name, value in named:
-            if value is None or not hook._session.wants(name):
+            if value is None or not hook._session.plans.wants(name):
                 continue
             if _is_traced(value):
                 if name not in self._warned_traced:
@@ -382,7 +382,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             with tf.init_scope():
                 for var in newly_seen:
                     name = self._weight_names[id(var)]
-                    if self._session.wants(name):
+                    if self._session.plans.wants(name):
                         self._session.record(name, var)
 
     def _patch_layers(self, model) -> bool:
@@ -657,7 +657,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             self._scan_optimizer(optimizer)
         for name in self._tracked:
             if name not in before:
-                self._session.plan_for(name)  # seen by now: no "matched nothing" warning for them
+                self._session.plans.plan_for(name)  # seen by now: no "matched nothing" warning for them
 
     def _start_step(self, mode: ModeKeys) -> None:
         if self._step_active:
@@ -753,7 +753,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 names = naming.numbered("predictions", len(tensors))
                 self._register_names(names, [K.OUTPUTS])
                 for name, value in zip(names, tensors):
-                    if self._session.wants(name):
+                    if self._session.plans.wants(name):
                         self._session.record(name, self._host_or_tensor(value))
             self.end_step()
             self._stop_if_requested()
@@ -792,22 +792,20 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if self._step_functions is not None:
             self._step_functions.restore()  # Keras' own functions, even in the middle of a fit
 
-    def close(self):
-        """Finish the last step, write everything, and remove the wrappers from the model."""
-        try:
-            super().close()
-        finally:
-            if self._step_functions is not None:
-                self._step_functions.restore()
-            self._patches.restore()
-            for model in self._models:
-                for attr in ("train_function", "test_function", "predict_function"):
-                    if getattr(model, attr, None) is not None:
-                        try:
-                            setattr(model, attr, None)
-                        except Exception:  # noqa: BLE001
-                            pass
-            self._models = []
+    def on_close(self) -> None:
+        """The run is written: remove the wrappers from the model."""
+        super().on_close()
+        if self._step_functions is not None:
+            self._step_functions.restore()
+        self._patches.restore()
+        for model in self._models:
+            for attr in ("train_function", "test_function", "predict_function"):
+                if getattr(model, attr, None) is not None:
+                    try:
+                        setattr(model, attr, None)
+                    except Exception:  # noqa: BLE001 - a model that refuses keeps its compiled function
+                        pass
+        self._models = []
 
 
 def _executing_eagerly() -> bool:

@@ -169,11 +169,11 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
     def _before_run(self, run_context):
         if not self.begin_step():
             return None
-        state = {name: var for name, var in self._variables.items() if self._session.wants(name)}
+        state = {name: var for name, var in self._variables.items() if self._session.plans.wants(name)}
         if state:
             for name, value in run_context.session.run(state).items():
                 self._session.record(name, value)
-        fetches = {name: t for name, t in self._fetches.items() if self._session.wants(name)}
+        fetches = {name: t for name, t in self._fetches.items() if self._session.plans.wants(name)}
         return tf.compat.v1.train.SessionRunArgs(fetches) if fetches else None
 
     def after_run(self, run_context, run_values):

@@ -240,7 +240,7 @@ class Hook(CoreHook, TrainingCallback):
         if not isinstance(model, xgb.Booster):
             return  # xgb.cv hands over its folds: only the (mean) metrics apply
         names = self._tensor_names(model)
-        wanted = {group: any(self._session.plan_for(n) is not None for n in group_names)
+        wanted = {group: any(self._session.plans.plan_for(n) is not None for n in group_names)
                   for group, group_names in names.items()}
         if wanted["hyperparameters"]:
             self._compute("hyperparameters", self._hyperparameter_tensors, model)
@@ -327,9 +327,9 @@ class Hook(CoreHook, TrainingCallback):
     def _validation_tensors(self, booster) -> Dict[str, np.ndarray]:
         matrix = self._dmatrix("validation", booster)
         out = {}
-        if self._session.plan_for("predictions") is not None:
+        if self._session.plans.plan_for("predictions") is not None:
             out["predictions"] = booster.predict(matrix)
-        if self._session.plan_for("labels") is not None:
+        if self._session.plans.plan_for("labels") is not None:
             if self._labels is None:
                 self._labels = matrix.get_label()
             out["labels"] = self._labels

@@ -15,10 +15,15 @@ Two sides:
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Protocol, Sequence, runtime_checkable
+import difflib
+import inspect
+from typing import Generic, NamedTuple, Optional, Protocol, Sequence, runtime_checkable
 
 from .backend import TensorBackend
 from ..collections import FrameworkProfile
+from ..logger import get_logger
+
+logger = get_logger()
 
 
 class Worker(NamedTuple):
@@ -35,36 +40,56 @@ class Worker(NamedTuple):
 
 
 @runtime_checkable
-class SessionSurface(Protocol):
-    """What adapters (and integrations driving a hook) call on their session, ``hook.session``.
+class PlanSurface(Protocol):
+    """What to save at the open step: ``session.plans`` (:class:`~smdebug.capture.plans.StepPlans`)."""
 
-    Everything an adapter under ``adapters/`` uses is declared here
-    (``tests/contract/test_hook_arguments.py`` checks their sources); the rest of
-    :class:`~smdebug.capture.session.StepSession` is the core's own.
-    """
-
-    # -- steps and modes
-    mode: object
-    global_step: int
-    step_open: bool
-    step_mode: object
-
-    def set_mode(self, mode) -> None: ...
-    def continue_mode_steps(self, mode, next_step: int) -> None: ...
-    def begin_step(self, step: Optional[int] = None) -> bool: ...
-    def end_step(self) -> None: ...
-
-    # -- what the open step saves (its plans)
-    saving_step: bool
+    #: Changes whenever a plan may answer differently: key what you derive from plans by it.
+    version: tuple
     saving_collections: frozenset
-    step_saves_somewhere: bool
-    plans_version: tuple
 
     def plan_for(self, name: str): ...
     def wants(self, name: str) -> bool: ...
     def select(self, names: tuple): ...
     def select_everywhere(self, names: tuple): ...
     def selection(self, names: tuple): ...
+
+
+@runtime_checkable
+class StepDriver(Protocol):
+    """The role of whatever owns the step boundaries: a trainer callback driving a hook, or
+    an adapter's own hooks. Steps and modes, stopping, the fail-open policy, the run's files."""
+
+    mode: object
+    global_step: int
+    step_open: bool
+    step_mode: object
+    enabled: bool
+    stop_reason: Optional[str]
+    stop_requested: bool
+
+    def set_mode(self, mode) -> None: ...
+    def continue_mode_steps(self, mode, next_step: int) -> None: ...
+    def begin_step(self, step: Optional[int] = None) -> bool: ...
+    def end_step(self) -> None: ...
+    def guard(self, where: str): ...
+    def disable(self, reason: str, already_reported: bool = False) -> None: ...
+    def request_stop(self, reason: str) -> None: ...
+    def publish(self) -> None: ...
+    def flush(self, timeout: Optional[float] = None) -> bool: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class TensorCapture(Protocol):
+    """The role of an adapter that captures tensors from the framework's own hooks (modules,
+    variables, graphs): what the step saves, handing tensors over, collections, the
+    worker, the flight recorder."""
+
+    # -- what the open step saves
+    plans: PlanSurface
+    saving_step: bool
+    saving_collections: frozenset
+    step_saves_somewhere: bool
 
     # -- handing tensors over (references; reduced off the training thread)
     backend: TensorBackend
@@ -102,17 +127,13 @@ class SessionSurface(Protocol):
 
     def set_step_probe(self, probe) -> None: ...
 
-    # -- fail-open policy, stopping, the run's files
-    enabled: bool
-    stop_reason: Optional[str]
-    stop_requested: bool
 
-    def guard(self, where: str): ...
-    def disable(self, reason: str, already_reported: bool = False) -> None: ...
-    def request_stop(self, reason: str) -> None: ...
-    def publish(self) -> None: ...
-    def flush(self, timeout: Optional[float] = None) -> bool: ...
-    def close(self) -> None: ...
+@runtime_checkable
+class SessionSurface(StepDriver, TensorCapture, Protocol):
+    """Everything adapters (and integrations driving a hook) may call on their session,
+    ``hook.session``: the two roles together. ``tests/contract`` checks the adapters'
+    sources against it; the rest of :class:`~smdebug.capture.session.StepSession` is the
+    core's own."""
 
 
 @runtime_checkable
@@ -138,9 +159,19 @@ class Adapter(Protocol):
         """``collection.add(obj)`` with something other than a tensor name (a module, a
         variable): name it, or raise ConfigError."""
 
+    def on_step_begin(self, saving: bool) -> None:
+        """A step has begun (``saving``: whether it saves anything here): arm the framework's
+        capture for it. Not called while the session is disabled."""
+
     def on_step_end(self) -> None:
         """The open step is about to end (whoever ends it: the adapter, the next
         ``begin_step``, ``close``, the flight recorder): hand over what it still holds."""
+
+    def on_mode_change(self, mode) -> None:
+        """The user switches to ``mode`` (a ModeKeys); called before the session does."""
+
+    def on_close(self) -> None:
+        """The session has closed (its files are complete): release the framework's hooks."""
 
     def on_disabled(self, reason: str) -> None:
         """The session disabled itself (fail-open): stop capturing in the framework."""
@@ -151,13 +182,21 @@ class Adapter(Protocol):
 
 
 def _declared(protocol) -> tuple:
-    return tuple(sorted({*protocol.__annotations__,
-                         *(n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_"))}))
+    """The names a protocol declares, its bases' included."""
+    names = set()
+    for cls in protocol.__mro__:
+        if cls in (Protocol, object, Generic):
+            continue
+        names.update(getattr(cls, "__annotations__", {}))
+        names.update(n for n, v in vars(cls).items() if callable(v) and not n.startswith("_"))
+    return tuple(sorted(names))
 
 
-#: The names :class:`SessionSurface` and :class:`Adapter` declare.
+#: The names :class:`SessionSurface`, :class:`PlanSurface` and :class:`Adapter` declare.
 SESSION_MEMBERS = _declared(SessionSurface)
+PLAN_MEMBERS = _declared(PlanSurface)
 ADAPTER_CALLBACKS = _declared(Adapter)
+_CALLBACK_METHODS = tuple(n for n in ADAPTER_CALLBACKS if callable(getattr(Adapter, n, None)))
 
 
 def check_adapter(adapter) -> None:
@@ -167,6 +206,12 @@ def check_adapter(adapter) -> None:
     if missing:
         raise TypeError(f"{cls} is not a smdebug adapter: it lacks the callbacks {missing} "
                         "(smdebug.capture.contract.Adapter)")
+    wrong = [f"{name}{_signature(getattr(adapter, name))} (declared {name}{_signature(getattr(Adapter, name), 1)})"
+             for name in _CALLBACK_METHODS if not _takes_like(getattr(adapter, name), getattr(Adapter, name))]
+    if wrong:
+        raise TypeError(f"{cls} breaks the smdebug adapter contract: {'; '.join(wrong)} "
+                        "(smdebug.capture.contract.Adapter)")
+    _warn_misspelled_callbacks(type(adapter))
     if not isinstance(adapter.framework, str):
         raise TypeError(f"{cls}.framework must be the framework's name (a str), got {adapter.framework!r}")
     if not isinstance(adapter.profile, FrameworkProfile):
@@ -194,3 +239,45 @@ def check_backend(adapter, backend) -> TensorBackend:
         raise TypeError(f"{type(adapter).__name__}.make_backend() must return a smdebug.capture.backend.TensorBackend, "
                         f"got {type(backend).__name__}")
     return backend
+
+
+def _signature(fn, drop: int = 0) -> str:
+    """``(a, b)``: the parameter names, after the first ``drop``."""
+    try:
+        names = list(inspect.signature(fn).parameters)[drop:]
+    except (TypeError, ValueError):
+        return "(...)"
+    return f"({', '.join(names)})"
+
+
+def _takes_like(bound, declared) -> bool:
+    """Whether the adapter's bound method accepts the declared callback's arguments."""
+    try:
+        sig = inspect.signature(bound)
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to check
+        return True
+    wanted = list(inspect.signature(declared).parameters)[1:]  # without self
+    try:
+        sig.bind(*wanted)
+    except TypeError:
+        return False
+    return True
+
+
+_warned_classes: set = set()
+
+
+def _warn_misspelled_callbacks(cls) -> None:
+    """One warning per class for a public ``on_*`` method that is no callback but nearly
+    one's name (``on_step_ended``): it would never be called."""
+    if cls in _warned_classes:
+        return
+    _warned_classes.add(cls)
+    for name in dir(cls):
+        if not name.startswith("on_") or name in ADAPTER_CALLBACKS or not callable(getattr(cls, name, None)):
+            continue
+        close = difflib.get_close_matches(name, _CALLBACK_METHODS, n=1, cutoff=0.8)
+        if close:
+            logger.warning("smdebug: %s.%s is not an adapter callback and is never called; did you mean %s? "
+                           "(smdebug.capture.contract.Adapter)", cls.__name__, name, close[0])
+

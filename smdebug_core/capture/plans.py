@@ -1,20 +1,28 @@
-"""What to save of each tensor at the current step: the plans of the step session.
+"""What to save of each tensor at the open step: the plans the step session holds.
 
-A mixin of :class:`~smdebug.capture.session.StepSession`. When collections or configs change, each included
-collection's save and reduction configs are resolved against the hook's (``PreparedCollection``);
-from those, :meth:`StepPlans.plan_for` makes a tensor's :class:`~smdebug.capture.step.TensorPlan`
-(raw value, reductions, histogram, TensorBoard scalar, SageMaker metric) for the set of
-collections saved at this step, cached per name; :meth:`StepPlans.select` and
+:class:`StepPlans` owns the configs-to-plans state. When collections or configs change,
+each included collection's save and reduction configs are resolved against the hook's
+(``PreparedCollection``) and the plans' version moves on. :meth:`StepPlans.begin` decides,
+for a step, which collections it saves (and, with a flight recorder, which it keeps in
+memory only). From those, :meth:`StepPlans.plan_for` makes a tensor's
+:class:`~smdebug.capture.step.TensorPlan` (raw value, reductions, histogram, TensorBoard
+scalar, SageMaker metric), cached per name; :meth:`StepPlans.select` and
 :meth:`StepPlans.selection` do it for a fixed tuple of names at once (an adapter's
-parameters), and :attr:`StepPlans.plans_version` tells adapters when what they derived
-from plans must be derived again.
+parameters), and :attr:`StepPlans.version` tells adapters when what they derived from plans
+must be derived again. Adapters reach it as ``session.plans``
+(:class:`~smdebug.capture.contract.PlanSurface`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from ..collections import RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, Collection, CollectionKeys
+from ..collections import (
+    RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS, Collection, CollectionKeys, CollectionManager,
+    FrameworkProfile, InclusionCheck,
+)
+from ..flight_recorder_config import FlightRecorder
 from ..logger import get_logger
 from ..modes import ALL_MODES, ModeKeys
 from .. import save_config as _save_config
@@ -40,64 +48,142 @@ class PreparedCollection:
 
 
 class StepPlans:
-    """The plan-making half of the step session (see the module docstring)."""
+    """Configs -> per-name plans, versioned; and what the open step saves (module docstring).
+
+    ``include_collections`` is the session's list (it grows as collections are included);
+    ``recording()`` says whether the flight recorder keeps steps now, ``consumes()`` whether
+    anything takes this worker's values (a writer, a dry run, live rules)."""
+
+    def __init__(self, manager: CollectionManager, include_collections: List[str], inclusion: InclusionCheck,
+                 profile: FrameworkProfile, save_config: SaveConfig, reduction_config: ReductionConfig,
+                 histograms: bool, flight_recorder: Optional[FlightRecorder],
+                 recording: Callable[[], bool], consumes: Callable[[], bool]):
+        self.manager, self.include_collections, self.inclusion = manager, include_collections, inclusion
+        self.profile, self.save_config, self.reduction_config = profile, save_config, reduction_config
+        self.histograms, self.flight_recorder = histograms, flight_recorder
+        self._recording, self._consumes = recording, consumes
+        #: Whether the open step saves anything on this worker (the session's ``saving_step``).
+        self.saving = False
+        #: The open step is captured for the flight recorder only (the save config skips it).
+        self.ring_only = False
+        self.saving_collections: frozenset = frozenset()
+        #: Saved at this step by *some* worker (select_everywhere, step_saves_somewhere).
+        self.everywhere: frozenset = frozenset()
+        self.prepared: List[PreparedCollection] = []
+        self.by_name: Dict[str, PreparedCollection] = {}
+        self._step: Tuple[ModeKeys, int] = (ModeKeys.GLOBAL, 0)
+        self._prepared_key = None
+        self._epoch = 0  # counts the times plans were made again (version)
+        # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
+        self._quiet: Dict[ModeKeys, Tuple[int, float]] = {}
+        self._recorder_by_mode: Dict[ModeKeys, frozenset] = {}
+        self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
+        self._selection_caches: Dict[object, Dict[tuple, List[Tuple[int, TensorPlan]]]] = {}
+        self._selections: Dict[frozenset, Dict[tuple, Selection]] = {}
 
     def _configs_key(self) -> tuple:
         """What the prepared collections depend on: their set, their definitions, their save configs."""
-        return self.collection_manager.version, tuple(self.include_collections), _save_config.edits()
+        return self.manager.version, tuple(self.include_collections), _save_config.edits()
 
-    def _prepare_if_changed(self) -> None:
+    def prepare_if_changed(self) -> None:
         key = self._configs_key()
         if key == self._prepared_key:
             return
         prepared = []
         for name in self.include_collections:
-            coll = self.collection_manager.get(name)
+            coll = self.manager.get(name)
             save_config = coll.save_config.resolved(self.save_config, self.profile.default_save_interval)
             if name in RAW_ONLY_COLLECTIONS:
                 reduction_config = ReductionConfig(save_raw_tensor=True)
             else:
                 reduction_config = coll.reduction_config or self.reduction_config
-            histogram = bool(self.tensorboard_dir) and coll.save_histogram and name not in RAW_ONLY_COLLECTIONS
+            histogram = self.histograms and coll.save_histogram and name not in RAW_ONLY_COLLECTIONS
             by_mode = {mode: save_config.get_save_config(mode) for mode in ALL_MODES}
             prepared.append(PreparedCollection(coll, save_config, reduction_config, histogram, by_mode))
-        self._prepared = prepared
-        self._by_name = {p.collection.name: p for p in prepared}
+        self.prepared = prepared
+        self.by_name = {p.collection.name: p for p in prepared}
         self._plan_caches.clear()
         self._selection_caches.clear()
         self._selections.clear()
-        self._plans_epoch += 1
+        self._epoch += 1
         self._quiet.clear()
         self._recorder_by_mode.clear()
         self._prepared_key = key
 
+    def begin(self, mode: ModeKeys, step: int) -> bool:
+        """Decide what mode step ``step`` of ``mode`` saves; returns :attr:`saving`."""
+        self._step = (mode, step)
+        self.prepare_if_changed()
+        self.ring_only = False
+        recording = self._recording()
+        # The recorder's collections in this mode whenever one is configured, whether it still
+        # records here or not (fired, disabled, no writer on this rank): what every rank agrees on.
+        configured_keep = self._recorder_collections(mode)
+        quiet = self._quiet.get(mode)
+        if quiet is not None and quiet[0] <= step < quiet[1] and not recording:  # between two saves: one comparison
+            self.saving_collections = frozenset()
+            self.everywhere = configured_keep
+            self.saving = False
+            return False
+        relevant = [p for p in self.prepared
+                    if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
+        saving = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
+        self.everywhere = saving | configured_keep
+        if recording:
+            # Every step captures the recorder's collections; one that saves nothing else
+            # goes to the recorder's ring instead of the writer. A step that saves anyway
+            # writes them with it (they are on disk: the recorder never writes it again).
+            kept = frozenset(p.collection.name for p in relevant if p.collection.name in self.flight_recorder.collections)
+            self.ring_only = not saving and bool(kept)
+            saving = saving | kept
+        elif not saving:
+            upcoming = [n for n in (p.by_mode[mode].next_save_step(step) for p in relevant) if n is not None]
+            self._quiet[mode] = (step, min(upcoming, default=math.inf))
+        self.saving_collections = saving
+        # A worker that writes nothing (include_workers="one", not the chief) touches no
+        # tensor, unless a dry run or a live rule wants the values.
+        self.saving = bool(saving) and self._consumes()
+        return self.saving
+
+    def _recorder_collections(self, mode: ModeKeys) -> frozenset:
+        """The configured flight recorder's collections saved in ``mode`` (cached per mode)."""
+        if self.flight_recorder is None:
+            return frozenset()
+        kept = self._recorder_by_mode.get(mode)
+        if kept is None:
+            kept = self._recorder_by_mode[mode] = frozenset(
+                p.collection.name for p in self.prepared
+                if p.collection.name in self.flight_recorder.collections
+                and (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS))
+        return kept
+
     def _refresh_if_configs_changed(self) -> None:
         """Collections may change between steps (and inside one): plans follow them."""
         if self._prepared_key != self._configs_key():
-            self._update_saving()
+            self.begin(*self._step)
 
     def plan_for(self, name: str) -> Optional[TensorPlan]:
         """What to save of tensor ``name`` at this step, or None. Cached per name."""
         self._refresh_if_configs_changed()
-        return self._plan_in(name, self._saving_colls)
+        return self.plan_in(name, self.saving_collections)
 
-    def _plan_in(self, name: str, saving: frozenset) -> Optional[TensorPlan]:
+    def plan_in(self, name: str, saving: frozenset) -> Optional[TensorPlan]:
         """The plan of ``name`` when the collections ``saving`` are saved (cached per set)."""
         cache = self._plan_caches.setdefault(saving, {})
         try:
             return cache[name]
         except KeyError:
             pass
-        self._inclusion.seen[name] = None
+        self.inclusion.seen[name] = None
         if REDUCTION_TAG_PREFIX in name:
             # The reader would take it for a reduction of another tensor.
-            if name not in self._inclusion.refused:
-                self._inclusion.refused.add(name)
+            if name not in self.inclusion.refused:
+                self.inclusion.refused.add(name)
                 logger.warning("smdebug: not saving tensor %r: names containing %r are reserved for reductions; "
                                "rename it", name, REDUCTION_TAG_PREFIX)
             cache[name] = None
             return None
-        members = [self._by_name[c.name] for c in self.collection_manager.collections_for(name)
+        members = [self.by_name[c.name] for c in self.manager.collections_for(name)
                    if c.name in saving]
         plan = None
         if members:
@@ -134,7 +220,7 @@ class StepPlans:
         parameters): one lookup instead of one per name.
         """
         self._refresh_if_configs_changed()
-        cache = self._selection_caches.setdefault(self._saving_colls, {})
+        cache = self._selection_caches.setdefault(self.saving_collections, {})
         selected = cache.get(names)
         if selected is None:
             selected = cache[names] = [(i, plan) for i, plan in enumerate(map(self.plan_for, names))
@@ -148,30 +234,30 @@ class StepPlans:
         every worker must take part for the same tensors, whatever it writes itself; what a
         worker records is still what :meth:`plan_for` says for it."""
         self._refresh_if_configs_changed()
-        colls = self._everywhere_colls
-        if colls == self._saving_colls:
+        colls = self.everywhere
+        if colls == self.saving_collections:
             return self.select(names)
         cache = self._selection_caches.setdefault(("everywhere", colls), {})
         selected = cache.get(names)
         if selected is None:
-            selected = cache[names] = [(i, plan) for i, plan in enumerate(self._plan_in(n, colls) for n in names)
+            selected = cache[names] = [(i, plan) for i, plan in enumerate(self.plan_in(n, colls) for n in names)
                                        if plan is not None]
         return selected
 
     @property
-    def plans_version(self) -> tuple:
+    def version(self) -> tuple:
         """A value that changes whenever :meth:`plan_for`, :meth:`select` or :meth:`selection`
         may answer differently (configuration changed, another set of collections saved):
         adapters key what they derive from plans by it, not by the identity of what the core
         returned."""
         self._refresh_if_configs_changed()
-        return self._plans_epoch, self._saving_colls
+        return self._epoch, self.saving_collections
 
     def selection(self, names: tuple) -> Selection:
         """The :class:`Selection` of ``names`` (a tuple the adapter reuses) saved at this
-        step, for :meth:`start_batch`; cached per tuple of names while the plans stay."""
+        step, for the session's ``start_batch``; cached per tuple of names while the plans stay."""
         self._refresh_if_configs_changed()
-        cache = self._selections.setdefault(self._saving_colls, {})
+        cache = self._selections.setdefault(self.saving_collections, {})
         selection = cache.get(names)
         if selection is None:
             chosen = self.select(names)
@@ -180,4 +266,4 @@ class StepPlans:
 
     def wants(self, name: str) -> bool:
         """Whether tensor ``name`` is saved at this step (adapters call this before copying)."""
-        return self.saving_step and self.enabled and self.plan_for(name) is not None
+        return self.saving and self.plan_for(name) is not None

@@ -38,8 +38,7 @@ from .. import config as cfg
 from ..environment import on_sagemaker
 from .backend import NumpyBackend, TensorBackend
 from ..collections import (
-    RAW_ONLY_COLLECTIONS, TRAIN_ONLY_COLLECTIONS,
-    Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list,
+    RAW_ONLY_COLLECTIONS, Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list,
 )
 from .arguments import HookArguments
 from .contract import Worker, check_adapter, check_backend, check_worker
@@ -49,7 +48,7 @@ from .flight_recorder import Recorder
 from ..logger import get_logger
 from ..modes import ModeKeys
 from .pipeline import StepPipeline
-from .plans import PreparedCollection, StepPlans
+from .plans import StepPlans
 from ..reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig
 from ..storage.stop_request import StopRequestPoller
 from ..storage.run_files import StepCounters
@@ -67,7 +66,7 @@ CLOSE_TIMEOUT_S = 300.0
 
 
 
-class StepSession(StepPlans):
+class StepSession:
     """The core of one run: configuration, step state, plans, hand-over, records, writer,
     step pipeline, flight recorder, live rules' listeners, stop requests.
 
@@ -120,6 +119,11 @@ class StepSession(StepPlans):
         self.out_dir, tensorboard_dir, export_tensorboard, remote_extra = run_output.locate(
             a, self.out_url, self.out_dir, self.worker_name, self.writes_files, self.is_chief, self._sibling_workers())
         self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
+        #: Configs -> plans, and what the open step saves (adapters: ``session.plans``).
+        self.plans = StepPlans(self.collection_manager, self.include_collections, self._inclusion, self.profile,
+                               self.save_config, self.reduction_config, bool(self.tensorboard_dir), flight_recorder,
+                               recording=lambda: self.flight_recording,
+                               consumes=lambda: self.writes_files or self.dry_run or bool(self._listeners))
         self.backend: TensorBackend = check_backend(adapter, adapter.make_backend())
         self._numpy_backend = NumpyBackend()
 
@@ -127,21 +131,11 @@ class StepSession(StepPlans):
         self.mode = ModeKeys.GLOBAL
         self.global_step = -1
         self.mode_steps: Dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
-        self.saving_step = False
         self.enabled = True
         self._step_open = False
         # (global step, mode, mode step) of the open step; scalars before any step go to step 0.
         self._step_identity = (0, ModeKeys.GLOBAL, 0)
-        self._prepared_key = None
-        self._prepared: List[PreparedCollection] = []
         # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
-        self._quiet: Dict[ModeKeys, Tuple[int, float]] = {}
-        self._recorder_by_mode: Dict[ModeKeys, frozenset] = {}  # _recorder_collections
-        self._saves_somewhere = False  # step_saves_somewhere
-        self._everywhere_colls: frozenset = frozenset()  # saved at this step by some worker (select_everywhere)
-        self._saving_colls: frozenset = frozenset()
-        self._plan_caches: Dict[frozenset, Dict[str, Optional[TensorPlan]]] = {}
-        self._selection_caches: Dict[frozenset, Dict[tuple, List[Tuple[int, TensorPlan]]]] = {}
         # name -> (plan, snapshot, backend); ReducedBlock -> (None, (block, values), None) for
         # reductions the adapter computed. Insertion order is recording order (a name recorded
         # again moves to the end): the last record wins.
@@ -157,14 +151,11 @@ class StepSession(StepPlans):
         # Saved steps are finished (reductions, host copies, records) on this worker thread.
         self._pipeline = StepPipeline(on_error=self._on_pipeline_error)
         self._pipeline_failure: Optional[Tuple[str, bool]] = None  # (reason, already reported)
-        self._selections: Dict[frozenset, Dict[tuple, Selection]] = {}
-        self._plans_epoch = 0  # counts the times plans were made again (plans_version)
         self._records = StepRecordMaker(self.profile.strip_output_index_in_reduction_tags, self._backend_for)
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
         # Flight recorder (smdebug_core/capture/flight_recorder.py): made once the writer exists.
         self._recorder: Optional[Recorder] = None
-        self._ring_only = False  # the open step is captured for the recorder only (not saved)
         self._warned_steps_back: set = set()  # modes whose trainer step count went back (warned once)
         self._step_probe = None  # the adapter's non-finite probe of the open step (set_step_probe)
         self._last_identity: Optional[tuple] = None  # the last step finished
@@ -247,6 +238,7 @@ class StepSession(StepPlans):
     def set_mode(self, mode) -> None:
         """Switch to TRAIN, EVAL, PREDICT or GLOBAL; each mode counts its own steps from 0."""
         mode = ModeKeys.parse(mode)
+        self.adapter.on_mode_change(mode)
         self.mode_steps.setdefault(mode, -1)
         self.mode = mode
 
@@ -291,51 +283,22 @@ class StepSession(StepPlans):
             # The step keeps the mode it began in, even if set_mode() is called before it ends.
             self._step_identity = (self.global_step, self.mode, self.mode_step)
             self._step_open = True
-            self._update_saving()
+            self.plans.begin(self.mode, self.mode_step)
             if self._early_tensors:
                 early, self._early_tensors = self._early_tensors, []
                 for name, value in early:
                     self.record(name, value)
             if self._stop_poller is not None and self.stop_reason is None:
                 self._stop_poller.check(self)
+            self.adapter.on_step_begin(self.saving_step)
         except Exception as exc:  # noqa: BLE001
             self.disable(f"begin_step: {type(exc).__name__}: {exc}")
         return self.saving_step
 
-    def _update_saving(self) -> None:
-        self._prepare_if_changed()
-        _, mode, step = self._step_identity  # the open step's mode, even after set_mode()
-        self._ring_only = False
-        recording = self.flight_recording
-        # The recorder's collections in this mode whenever one is configured, whether it still
-        # records here or not (fired, disabled, no writer on this rank): what every rank agrees on.
-        configured_keep = self._recorder_collections(mode)
-        quiet = self._quiet.get(mode)
-        if quiet is not None and quiet[0] <= step < quiet[1] and not recording:  # between two saves: one comparison
-            self._saving_colls = frozenset()
-            self._everywhere_colls = configured_keep
-            self._saves_somewhere = bool(configured_keep)
-            self.saving_step = False
-            return
-        relevant = [p for p in self._prepared
-                    if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
-        self._saving_colls = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
-        self._everywhere_colls = self._saving_colls | configured_keep
-        self._saves_somewhere = bool(self._everywhere_colls)
-        if recording:
-            # Every step captures the recorder's collections; one that saves nothing else
-            # goes to the recorder's ring instead of the writer. A step that saves anyway
-            # writes them with it (they are on disk: the recorder never writes it again).
-            kept = frozenset(p.collection.name for p in relevant if p.collection.name in self.flight_recorder.collections)
-            self._ring_only = not self._saving_colls and bool(kept)
-            self._saving_colls = self._saving_colls | kept
-        elif not self._saving_colls:
-            upcoming = [n for n in (p.by_mode[mode].next_save_step(step) for p in relevant) if n is not None]
-            self._quiet[mode] = (step, min(upcoming, default=math.inf))
-        # A worker that writes nothing (include_workers="one", not the chief) touches no
-        # tensor, unless a dry run or a live rule wants the values.
-        consumes = self.writes_files or self.dry_run or bool(self._listeners)
-        self.saving_step = bool(self._saving_colls) and consumes
+    @property
+    def saving_step(self) -> bool:
+        """Whether the open step saves anything on this worker."""
+        return self.plans.saving
 
     @property
     def flight_recording(self) -> bool:
@@ -358,7 +321,7 @@ class StepSession(StepPlans):
         Adapters that prepare per-step work (a compiled function per kind of saved step)
         key it by this set: two steps with the same set and configuration save the same way.
         """
-        return self._saving_colls if self.saving_step else frozenset()
+        return self.plans.saving_collections if self.saving_step else frozenset()
 
     def submit_work(self, what: str, fn, *args):
         """Run ``fn(*args)`` on the step pipeline's worker, in order with the step's other jobs,
@@ -391,19 +354,7 @@ class StepSession(StepPlans):
         is configured, never a worker's own state), including those that write nothing
         (``include_workers="one"``). Adapters whose capture needs every worker's part
         (collectives over sharded tensors) take part whenever it is True."""
-        return self._saves_somewhere and self.enabled
-
-    def _recorder_collections(self, mode: ModeKeys) -> frozenset:
-        """The configured flight recorder's collections saved in ``mode`` (cached per mode)."""
-        if self.flight_recorder is None:
-            return frozenset()
-        kept = self._recorder_by_mode.get(mode)
-        if kept is None:
-            kept = self._recorder_by_mode[mode] = frozenset(
-                p.collection.name for p in self._prepared
-                if p.collection.name in self.flight_recorder.collections
-                and (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS))
-        return kept
+        return bool(self.plans.everywhere) and self.enabled
 
     @never_raises("handing over tensors")
     def start_batch(self, selection: Selection, tensors: Sequence, backend: TensorBackend) -> Optional[TensorBatch]:
@@ -470,18 +421,18 @@ class StepSession(StepPlans):
             return self._hold(items, self._numpy_backend)
         if not (self._step_open and (self.writes_files or self.dry_run or self._listeners)):
             return 0
-        everything = frozenset(p.collection.name for p in self._prepared)
+        everything = frozenset(p.collection.name for p in self.plans.prepared)
         held = sum(self._hold(((name, value),), self._numpy_backend, plan)
-                   for name, value in items if (plan := self._plan_in(name, everything)) is not None)
+                   for name, value in items if (plan := self.plans.plan_in(name, everything)) is not None)
         if held:
-            self._ring_only = False  # written with its step, not kept for the flight recorder only
+            self.plans.ring_only = False  # written with its step, not kept for the flight recorder only
         return held
 
     def _hold(self, items, backend: TensorBackend, given: Optional[TensorPlan] = None) -> int:
         """Snapshot the wanted ``(name, value)`` items and keep them for the end of the step."""
         held = []
         for name, value in items:
-            plan = given or self.plan_for(name)
+            plan = given or self.plans.plan_for(name)
             if plan is not None and name not in self._records.skipped:
                 try:
                     held.append((name, plan, backend.snapshot(value, plan.needs_value)))
@@ -575,7 +526,7 @@ class StepSession(StepPlans):
             # At the end of the first step, not its start: save_tensor() calls in it define collections too.
             inclusion.check_configured(self.collection_manager, logger)
             if self.saving_step:
-                inclusion.check_matches(self.collection_manager, self._saving_colls, self._step_identity[0], logger)
+                inclusion.check_matches(self.collection_manager, self.plans.saving_collections, self._step_identity[0], logger)
         with self._lock:
             pending, self._pending = self._pending, {}
             placements, self._pending_placements = self._pending_placements, {}
@@ -592,7 +543,7 @@ class StepSession(StepPlans):
         # Live rules and dry runs see each step finished before the next begins.
         flight = None
         if self._recorder is not None and self.flight_recording:
-            flight = (self._ring_only, self._step_probe)
+            flight = (self.plans.ring_only, self._step_probe)
         self._step_probe = None
         args = (pending, has_blocks, scalars, self._step_identity, collections, flight, placements)
         if self._pipeline.idle or self._listeners or self.writer is None:
@@ -692,20 +643,20 @@ class StepSession(StepPlans):
 
     def collections_json(self) -> bytes:
         """The collections file: every collection with its resolved configs (docs/format.md 4.3)."""
-        self._prepare_if_changed()
+        self.plans.prepare_if_changed()
         # Names matched by an included collection's regexes are listed under it, as 1.0.34
         # did: its readers take a collection's tensors from these lists.
         matched: Dict[str, set] = {}
         for tensor in self.seen_tensor_names():
             for coll in self.collection_manager.collections_for(tensor):
-                if coll.name in self._by_name:
+                if coll.name in self.plans.by_name:
                     matched.setdefault(coll.name, set()).add(tensor)
 
         def entry(name: str, coll: Collection) -> dict:
             out = coll.to_json_dict()
             if name in matched:
                 out["tensor_names"] = sorted(matched[name].union(out["tensor_names"]))
-            prepared = self._by_name.get(name)
+            prepared = self.plans.by_name.get(name)
             save_config = prepared.save_config if prepared else coll.save_config.resolved(
                 self.save_config, self.profile.default_save_interval)
             reduction_config = prepared.reduction_config if prepared else (coll.reduction_config or
@@ -773,7 +724,7 @@ class StepSession(StepPlans):
         if not self.enabled:
             return
         self.enabled = False
-        self.saving_step = False
+        self.plans.saving = False
         if not already_reported:
             logger.warning("smdebug: hook disabled after an internal error (%s); training continues without "
                            "tensor capture. Steps written before this are intact.", reason)
@@ -797,26 +748,32 @@ class StepSession(StepPlans):
             if self._closed:
                 return
             self._closed = True
-        if (self.enabled and self._step_open) or self._pending or self._pending_scalars:
-            self.end_step()
-        if not self._pipeline.close(timeout=CLOSE_TIMEOUT_S):
-            logger.warning("smdebug: steps still being reduced after %.0f s at close; the run may miss its last "
-                           "steps", CLOSE_TIMEOUT_S)
-        if self._pipeline_failure is not None and self.enabled:
-            self._disable_after_pipeline_failure()
-        self._listeners.close()  # live rules finish their reports
-        if self._recorder is not None:
-            self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
-        if self.writer is not None:
+        try:
+            if (self.enabled and self._step_open) or self._pending or self._pending_scalars:
+                self.end_step()
+            if not self._pipeline.close(timeout=CLOSE_TIMEOUT_S):
+                logger.warning("smdebug: steps still being reduced after %.0f s at close; the run may miss its last "
+                               "steps", CLOSE_TIMEOUT_S)
+            if self._pipeline_failure is not None and self.enabled:
+                self._disable_after_pipeline_failure()
+            self._listeners.close()  # live rules finish their reports
+            if self._recorder is not None:
+                self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
+            if self.writer is not None:
+                try:
+                    self._write_collections()
+                    marker = self.is_chief and not on_sagemaker()
+                    self.writer.close(write_end_marker=marker)
+                except Exception as exc:  # noqa: BLE001
+                    logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
+                self._writer_failed()  # the writer works in batches: a disk error may surface only now
+            if self._step_counters is not None and self.global_step >= 0:
+                self._save_step_counters()
+        finally:
             try:
-                self._write_collections()
-                marker = self.is_chief and not on_sagemaker()
-                self.writer.close(write_end_marker=marker)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
-            self._writer_failed()  # the writer works in batches: a disk error may surface only now
-        if self._step_counters is not None and self.global_step >= 0:
-            self._save_step_counters()
+                self.adapter.on_close()  # the framework's hooks go, whatever happened above
+            except Exception as exc:  # noqa: BLE001 - closing must not raise into training
+                logger.warning("smdebug: %s.on_close failed: %s", type(self.adapter).__name__, exc)
 
     def step_failed(self) -> None:
         """An exception left the training step on this worker: the adapter starts no more

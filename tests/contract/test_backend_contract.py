@@ -158,7 +158,7 @@ def test_a_failing_backend_costs_the_capture_not_the_loop(tmp_path, caplog, wher
         for step in range(4):
             hook.begin_step()
             session = hook.session
-            batch = session.start_batch(session.selection(("w",)), [np.full(3, step, np.float32)], backend)
+            batch = session.start_batch(session.plans.selection(("w",)), [np.full(3, step, np.float32)], backend)
             session.record_batch(batch)
             steps_run += 1
         hook.close()

@@ -2,31 +2,14 @@
 (``smdebug.capture.arguments.HookArguments``): the same signature, the same docstring text, the same
 checks; and each is an adapter that owns its step session (``smdebug.capture.contract``).
 Runs in each tox env against the adapters installed there."""
-import importlib
 import inspect
 
 import pytest
 
 import smdebug as smd
 
-HOOKS = [("smdebug.pytorch", "Hook", "torch"), ("smdebug.mxnet", "Hook", "mxnet"),
-         ("smdebug.xgboost", "Hook", "xgboost"), ("smdebug.tensorflow", "KerasHook", "tensorflow"),
-         ("smdebug.tensorflow", "SessionHook", "tensorflow")]
-
-
-def _hook_classes():
-    found = []
-    for module, name, framework in HOOKS:
-        try:
-            found.append(getattr(importlib.import_module(module), name))
-        except ImportError:  # the framework is not installed here
-            continue
-    return found
-
-
-@pytest.mark.parametrize("cls", _hook_classes() or [pytest.param(None, marks=pytest.mark.skip("no framework here"))],
-                         ids=lambda c: getattr(c, "__qualname__", "none"))
-def test_adapter_hooks_share_the_core_arguments(cls, tmp_path):
+def test_adapter_hooks_share_the_core_arguments(hook_cls, tmp_path):
+    cls = hook_cls
     from smdebug.capture.arguments import HookArguments
 
     core = list(inspect.signature(HookArguments).parameters.values())
@@ -46,9 +29,8 @@ def test_adapter_hooks_share_the_core_arguments(cls, tmp_path):
     hook.close()
 
 
-@pytest.mark.parametrize("cls", _hook_classes() or [pytest.param(None, marks=pytest.mark.skip("no framework here"))],
-                         ids=lambda c: getattr(c, "__qualname__", "none"))
-def test_adapter_hooks_keep_the_declared_contract(cls, tmp_path):
+def test_adapter_hooks_keep_the_declared_contract(hook_cls, tmp_path):
+    cls = hook_cls
     from smdebug.capture.backend import TensorBackend
     from smdebug.capture.contract import Adapter, SessionSurface
     from smdebug.capture.session import StepSession
@@ -97,7 +79,16 @@ def test_an_adapter_that_breaks_the_contract_fails_at_construction(tmp_path):
         def collection_object(self, collection, obj):
             pass
 
+        def on_step_begin(self, saving):
+            pass
+
         def on_step_end(self):
+            pass
+
+        def on_mode_change(self, mode):
+            pass
+
+        def on_close(self):
             pass
 
         def on_disabled(self, reason):
@@ -126,14 +117,73 @@ def test_adapters_call_only_the_declared_session_surface():
     import pathlib
     import re
 
-    from smdebug.capture.contract import SESSION_MEMBERS
+    from smdebug.capture.contract import PLAN_MEMBERS, SESSION_MEMBERS
 
-    package = pathlib.Path(smd.__file__).parent
-    calls = re.compile(r"(?:self\._session|self\.session|hook\._session|hook\.session|(?<![\w.`])session)\.(\w+)")
+    import importlib.util
+
+    session = r"(?:self\._session|self\.session|hook\._session|hook\.session|(?<![\w.`])session)"
+    calls = re.compile(session + r"\.(\w+)")
+    plan_calls = re.compile(session + r"\.plans\.(\w+)")
     undeclared = {}
     for framework in ("pytorch", "tensorflow", "xgboost", "mxnet", "lightning", "transformers"):
-        for path in sorted((package / framework).glob("*.py")):
-            for name in calls.findall(path.read_text()):
+        spec = importlib.util.find_spec(f"smdebug.{framework}")  # its files, installed or editable
+        for path in sorted(pathlib.Path(spec.origin).parent.glob("*.py")):
+            text = path.read_text()
+            for name in calls.findall(text):
                 if name not in SESSION_MEMBERS:
                     undeclared.setdefault(name, set()).add(f"{framework}/{path.name}")
+            for name in plan_calls.findall(text):
+                if name not in PLAN_MEMBERS:
+                    undeclared.setdefault(f"plans.{name}", set()).add(f"{framework}/{path.name}")
     assert not undeclared, undeclared
+
+
+def test_callbacks_are_checked_by_signature_and_near_misses_are_named(tmp_path, caplog):
+    """An override that cannot take the callback's arguments fails at construction; a public
+    ``on_*`` method one typo away from a callback (never called) is named in a warning."""
+    import logging
+
+    class WrongArity(smd.Hook):
+        def on_step_begin(self):  # the session passes whether the step saves
+            pass
+
+    with pytest.raises(TypeError, match=r"WrongArity breaks the smdebug adapter contract: on_step_begin\(\) "
+                                        r"\(declared on_step_begin\(saving\)\)"):
+        WrongArity(out_dir=str(tmp_path / "a"))
+    assert not (tmp_path / "a").exists()
+
+    class Misspelled(smd.Hook):
+        def on_step_ended(self):
+            pass
+
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        Misspelled(out_dir=str(tmp_path / "b")).close()
+        Misspelled(out_dir=str(tmp_path / "c")).close()
+    warned = [r.getMessage() for r in caplog.records if "on_step_ended" in r.getMessage()]
+    assert warned == ["smdebug: Misspelled.on_step_ended is not an adapter callback and is never called; did you "
+                      "mean on_step_end? (smdebug.capture.contract.Adapter)"]
+
+
+def test_the_session_calls_back_at_step_begin_mode_change_and_close(tmp_path):
+    calls = []
+
+    class Recording(smd.Hook):
+        def on_step_begin(self, saving):
+            calls.append(("begin", self.session.global_step, saving))
+
+        def on_mode_change(self, mode):
+            calls.append(("mode", mode.name, self.session.mode.name))  # before the session switches
+
+        def on_step_end(self):
+            calls.append(("end", self.session.global_step))
+
+        def on_close(self):
+            calls.append(("close", self.session.closed))
+
+    hook = Recording(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=2))
+    hook.set_mode(smd.modes.TRAIN)
+    hook.begin_step()
+    hook.begin_step()
+    hook.close()
+    assert calls == [("mode", "TRAIN", "GLOBAL"), ("begin", 0, True), ("end", 0), ("begin", 1, False), ("end", 1),
+                     ("close", True)]

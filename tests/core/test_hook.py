@@ -113,14 +113,14 @@ def test_reductions_computed_by_the_adapter_are_written_as_handed_over(tmp_path)
     seen = []
     hook.add_step_listener(seen.append)
     hook.begin_step()
-    plan = hook.session.plan_for("net.weight")
+    plan = hook.session.plans.plan_for("net.weight")
     assert plan.reductions == (("min", False), ("max", False), ("l2", False))
     block = hook.session.reduced_block([(plan, (3, 4))])
     assert block.tags == plan.reduction_tags
     assert hook.session.record_reduced(block, [np.float64(-1.5), np.float64(2.0), np.float64(7.25)]) == 1
     hook.begin_step()
     session = hook.session
-    session.record_reduced(session.reduced_block([(session.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
+    session.record_reduced(session.reduced_block([(session.plans.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
     hook.record("net.weight", np.full((3, 4), 5.0))  # the same name again in the step: the last value is kept
     hook.close()
     t = create_trial(str(tmp_path / "run")).tensor("net.weight")
@@ -140,7 +140,7 @@ def test_a_reduced_block_files_many_tensors_and_the_last_record_of_a_name_wins(t
     names = ["a.weight", "b.weight", "c.weight"]
 
     def block_of(*chosen):
-        return hook.session.reduced_block([(hook.session.plan_for(name), (2,)) for name in chosen])
+        return hook.session.reduced_block([(hook.session.plans.plan_for(name), (2,)) for name in chosen])
 
     def values(*pairs):
         return [np.float64(v) for pair in pairs for v in pair]
@@ -177,7 +177,7 @@ def test_record_reduced_with_the_wrong_number_of_values_disables_the_hook(tmp_pa
     hook = smd.Hook(out_dir=tmp_path / "run", reduction_config=smd.ReductionConfig(reductions=["min", "max"]),
                     include_collections=["weights"], save_config=smd.SaveConfig(save_interval=1))
     hook.begin_step()
-    block = hook.session.reduced_block([(hook.session.plan_for("net.weight"), None)])
+    block = hook.session.reduced_block([(hook.session.plans.plan_for("net.weight"), None)])
     with caplog.at_level("WARNING"):
         assert hook.session.record_reduced(block, [np.float64(1.0)]) is None
     assert not hook.enabled
@@ -385,11 +385,11 @@ def test_plan_is_cached_per_name(tmp_path):
     hook = smd.Hook(out_dir=tmp_path / "run", dry_run=True, include_collections=["weights"],
                     save_config=smd.SaveConfig(save_interval=1))
     hook.begin_step()
-    first = hook.session.plan_for("fc.weight")
-    assert first is not None and hook.session.plan_for("fc.weight") is first
+    first = hook.session.plans.plan_for("fc.weight")
+    assert first is not None and hook.session.plans.plan_for("fc.weight") is first
     hook.begin_step()
-    assert hook.session.plan_for("fc.weight") is first
-    assert hook.session.plan_for("fc.bias") is None
+    assert hook.session.plans.plan_for("fc.weight") is first
+    assert hook.session.plans.plan_for("fc.bias") is None
 
 
 def test_step_numbering_resumes_from_checkpoint_state(tmp_path, monkeypatch):
