@@ -15,7 +15,7 @@ import difflib
 import json
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Literal, Optional, overload, Tuple
 
 from .exceptions import ConfigError, CorruptCollectionsFile, loads_from_json
 from .reduction_config import ReductionConfig
@@ -498,6 +498,12 @@ class CollectionManager:
             self.object_handler(collection, obj)
         else:
             collection.framework_objects.append(obj)
+
+    @overload
+    def get(self, name: str, create: Literal[True] = True) -> Collection: ...
+
+    @overload
+    def get(self, name: str, create: bool) -> Optional[Collection]: ...
 
     def get(self, name: str, create: bool = True) -> Optional[Collection]:
         """The named collection, created empty on first use (unless ``create=False``)."""

@@ -28,6 +28,7 @@ from .capture.contract import Worker
 from .exceptions import ConfigError, OutDirError
 from .save_config import SaveConfig
 from .reduction_config import ReductionConfig
+from .capture.inbox import StepInbox
 from .capture.session import StepSession
 
 __all__ = ["Hook", "takes_hook_arguments", "get_hook", "set_hook", "del_hook"]
@@ -213,9 +214,9 @@ class Hook:
         Its values are reduced and written off the training thread."""
         self._session.end_step()
 
-    @_doc_of(StepSession.record)
+    @_doc_of(StepInbox.record)
     def record(self, name: str, value, backend: Optional[TensorBackend] = None) -> bool:
-        return self._session.record(name, value, backend)
+        return self._session.inbox.record(name, value, backend)
 
     @_doc_of(StepSession.save_tensor)
     def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:

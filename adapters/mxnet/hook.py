@@ -302,7 +302,7 @@ class Hook(CoreHook):
         if self._deferred_params and self._session.saving_step:
             params, self._deferred_params = self._deferred_params, []
             for param in params:
-                self._session.record(param.name, param.data(param.list_ctx()[0]))
+                self._session.inbox.record(param.name, param.data(param.list_ctx()[0]))
 
     @never_raises("block forward hook")
     def _on_block_forward_end(self, block, inputs, outputs) -> None:
@@ -313,7 +313,7 @@ class Hook(CoreHook):
             for array in _iter_arrays(values):
                 index = self._tensor_counts.get(base, 0)
                 self._tensor_counts[base] = index + 1
-                self._session.record(f"{base}{index}", array)
+                self._session.inbox.record(f"{base}{index}", array)
 
     # --- parameters and gradients ----------------------------------------------------
     def _parameters(self):
@@ -324,7 +324,7 @@ class Hook(CoreHook):
             if not self._session.plans.wants(param.name):
                 continue
             try:
-                self._session.record(param.name, param.data(param.list_ctx()[0]))
+                self._session.inbox.record(param.name, param.data(param.list_ctx()[0]))
             except gluon.parameter.DeferredInitializationError:
                 self._deferred_params.append(param)  # its shape is known after this forward pass
             except RuntimeError as exc:  # not initialized at all: nothing to save
@@ -338,7 +338,7 @@ class Hook(CoreHook):
             if param.grad_req == "null" or not self._session.plans.wants(name):
                 continue
             try:
-                self._session.record(name, param.grad(param.list_ctx()[0]))
+                self._session.inbox.record(name, param.grad(param.list_ctx()[0]))
             except RuntimeError as exc:  # includes DeferredInitializationError: no backward ran yet
                 logger.debug("smdebug: gradient of %s not saved: %s", param.name, exc)
 

@@ -584,7 +584,7 @@ class Hook(CoreHook):
         session = self._session
         mode = self._user_mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
         if mode is not session.mode:
-            session.set_mode(mode)  # not the user's: module.training may change it back
+            session.set_mode(mode, by_user=False)  # module.training may change it back
         elif self.step_by_optimizer and mode in _TRAINING_MODES and session.step_open \
                 and session.step_mode is mode and not self._optimizer_stepped:
             return  # the same optimizer step goes on (gradient accumulation, several forwards)
@@ -711,7 +711,7 @@ class Hook(CoreHook):
         self._tensor_counts[key] = first + len(tensors)
         for i, tensor in enumerate(tensors, first):
             tname = f"{key}{i}"
-            if session.record(tname, tensor, session.backend) and deferrable is None and not tensor.is_inference():
+            if session.inbox.record(tname, tensor, session.backend) and deferrable is None and not tensor.is_inference():
                 self._observed.append((key, tensor, tensor._version))
 
     def _copy_deferred(self) -> None:
@@ -733,7 +733,7 @@ class Hook(CoreHook):
         else:
             names, tensors = self._name_deferred(deferred, keys)
         selection = session.plans.selection(names)
-        session.record_batch(session.start_batch(selection, _pick(tensors, selection.indices), session.backend))
+        session.inbox.record_batch(session.inbox.start_batch(selection, _pick(tensors, selection.indices), session.backend))
 
     def _name_deferred(self, deferred, keys: tuple) -> Tuple[tuple, list]:
         """Name the noted tensors of a forward, dropping those changed in place since their
@@ -766,7 +766,7 @@ class Hook(CoreHook):
 
     def _on_grad_accumulated(self, name: str, param) -> None:
         if self._session.saving_step and self._session.enabled and param.grad is not None:
-            self._session.record(name, param.grad, self._session.backend)
+            self._session.inbox.record(name, param.grad, self._session.backend)
 
     def _start_weights(self, file_now: bool) -> None:
         """Hand this step's wanted parameters to the step pipeline (by reference).
@@ -780,12 +780,12 @@ class Hook(CoreHook):
         self._params_captured = True
         selection = self._session.plans.selection(self._param_names)
         tensors = _pick(self._param_tensors, selection.indices)
-        batch = self._session.start_batch(selection, tensors, self._session.backend)
+        batch = self._session.inbox.start_batch(selection, tensors, self._session.backend)
         if batch is None:
             return
         self._weights_batch = (batch, tensors, list(map(_VERSION, tensors)), file_now)
         if file_now:
-            self._session.record_batch(batch)
+            self._session.inbox.record_batch(batch)
 
     def _fence_weights(self) -> None:
         """The weights handed over at the step's start are read; file them if not yet filed.
@@ -801,9 +801,9 @@ class Hook(CoreHook):
         if filed:
             return
         if list(map(_VERSION, tensors)) != versions:
-            batch = self._session.start_batch(batch.selection, tensors, self._session.backend)
+            batch = self._session.inbox.start_batch(batch.selection, tensors, self._session.backend)
             batch.wait()
-        self._session.record_batch(batch)
+        self._session.inbox.record_batch(batch)
 
     def _capture_parameters(self, with_gradients: bool) -> None:
         """Before ``optimizer.step()``: fence and file the weights, hand over the gradients."""
@@ -827,9 +827,9 @@ class Hook(CoreHook):
             return
         held, grads = _pick(held, selection.indices), _pick(grads, selection.indices)
         self._session.discard(self._grads_held)  # last step's gradients, freed off this thread
-        self._grads_batch = self._session.start_batch(selection, grads, self._session.backend)
+        self._grads_batch = self._session.inbox.start_batch(selection, grads, self._session.backend)
         self._grads_held = (held, grads)
-        self._session.record_batch(self._grads_batch)
+        self._session.inbox.record_batch(self._grads_batch)
 
     def _fence_gradients(self, before_backward: bool = False) -> None:
         """Wait until the last handed-over gradients were read, if they can change now.

@@ -356,7 +356,7 @@ class ShardedCapture:
                 self._record_piece(plan, full[pos], reductions_from_partials(combined[pos], [
                     k for k in plan.reductions if k[0] in EXACT_REDUCTIONS]))
             elif pos in full:
-                self.session.record(plan.name, full[pos], self.session.backend)
+                self.session.inbox.record(plan.name, full[pos], self.session.backend)
         reduced = tuple(pos for pos, (_, plan) in enumerate(chosen) if present[pos] and not plan.raw)
         if not (reduced and self.session.saving_step):
             return
@@ -376,7 +376,7 @@ class ShardedCapture:
                 for pos, row in zip(positions, reductions_table(combined[list(positions)], keys)):
                     per_position[pos] = row
             values = np.concatenate([per_position[pos] for pos in reduced])
-        self.session.record_reduced(block, values)
+        self.session.inbox.record_reduced(block, values)
 
     def _lay_out_block(self, chosen, shapes, reduced):
         """The ReducedBlock of the sharded tensors of ``reduced`` (positions in ``chosen``), each
@@ -390,7 +390,7 @@ class ShardedCapture:
                     tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
             entries.append((plan, shapes[pos]))
             by_keys.setdefault(keys, []).append(pos)
-        return self.session.reduced_block(entries), by_keys
+        return self.session.inbox.reduced_block(entries), by_keys
 
     def _gather_full(self, chosen, tensors, pieces, gathered: Dict[tuple, np.ndarray], by_group,
                      raw_wanted) -> Dict[int, object]:
@@ -448,8 +448,8 @@ class ShardedCapture:
         if keys != plan.reductions:
             plan = dataclasses.replace(plan, reductions=keys, reduction_tags=tuple(
                 tag for k, tag in zip(plan.reductions, plan.reduction_tags) if k[0] in EXACT_REDUCTIONS))
-        if self.session.record_planned(plan, snap, self.session.backend):
-            self.session.note_placement(plan.name, placement.as_json(piece.shape))
+        if self.session.inbox.record_planned(plan, snap, self.session.backend):
+            self.session.inbox.note_placement(plan.name, placement.as_json(piece.shape))
 
     def _piece(self, one: ShardedParam, tensor, is_grad: bool):
         """This rank's piece of a sharded parameter or gradient, or None (with one warning when

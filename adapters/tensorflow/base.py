@@ -170,7 +170,7 @@ class TFHookBase(Hook):
                 self._step_reads = [(name, value) for (name, _), value in zip(wanted, values)]
             else:
                 for (name, _), value in zip(wanted, values):
-                    self._session.record(name, value)
+                    self._session.inbox.record(name, value)
 
     def _choose_graphs(self) -> None:
         """Once the core decided what this step saves, before the sites are armed: choose

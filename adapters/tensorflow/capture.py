@@ -206,7 +206,7 @@ class _Variant:
                     partial_entries.append((self.names[i], len(partial_positions),
                                             len(partial_positions) + len(keys), keys, self.shapes[i]))
                     partial_positions += where
-            block = session.reduced_block(block_entries) if block_entries else None
+            block = session.inbox.reduced_block(block_entries) if block_entries else None
             cached = self._unpack_cache = (version, skip, block, np.asarray(complete_positions, dtype=np.int64),
                                            np.asarray(partial_positions, dtype=np.int64), partial_entries)
         _, _, block, complete_positions, partial_positions, partial_entries = cached
@@ -269,7 +269,7 @@ class GraphCapture:
             if session.saving_step and hook._step_active:
                 for name, value in named:
                     if value is not None and session.plans.wants(name):
-                        session.record(name, value)
+                        session.inbox.record(name, value)
             return
         self._add_graph_capture(key, named)
 
@@ -512,9 +512,9 @@ class GraphCapture:
         for site in sites:
             site.fresh = tuple(v for v in site.variants.values() if id(v) in counts)
         for block, values in reduced:
-            session.record_reduced(block, values)
+            session.inbox.record_reduced(block, values)
         if items:
-            session.record_many(items, session.backend)
+            session.inbox.record_many(items, session.backend)
 
     def _read_stashes(self, variants, extra, extra_names):
         """The reader's part of :meth:`collect`: the ``extra`` items, and per variant

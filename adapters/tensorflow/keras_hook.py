@@ -130,7 +130,7 @@ class _EagerCapture:
                                    "to save; it is not saved (compile the model with run_eagerly=True to save it)",
                                    name)
                 continue
-            hook._session.record(name, hook._host_or_tensor(value))
+            hook._session.inbox.record(name, hook._host_or_tensor(value))
 
     def arm(self) -> None:
         pass
@@ -138,7 +138,7 @@ class _EagerCapture:
     def collect(self, extra=()) -> None:
         hook = self._hook
         for name, value in extra:  # tracked variables read when the step began
-            hook._session.record(name, value)
+            hook._session.inbox.record(name, value)
 
     def disarm_all(self) -> None:
         pass
@@ -383,7 +383,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 for var in newly_seen:
                     name = self._weight_names[id(var)]
                     if self._session.plans.wants(name):
-                        self._session.record(name, var)
+                        self._session.inbox.record(name, var)
 
     def _patch_layers(self, model) -> bool:
         requests: Dict[int, Tuple[object, Dict[str, List[str]]]] = {}  # id -> (layer, kind -> collections)
@@ -699,7 +699,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if items and every_time:
             self._session.record_whatever_the_config(items)
         elif items:
-            self._session.record_many(items)  # host values; keeps the names saved at this step
+            self._session.inbox.record_many(items)  # host values; keeps the names saved at this step
 
     def _guarded(self, where, fn, *args):
         if not self._session.enabled:
@@ -754,7 +754,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 self._register_names(names, [K.OUTPUTS])
                 for name, value in zip(names, tensors):
                     if self._session.plans.wants(name):
-                        self._session.record(name, self._host_or_tensor(value))
+                        self._session.inbox.record(name, self._host_or_tensor(value))
             self.end_step()
             self._stop_if_requested()
 

@@ -172,7 +172,7 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
         state = {name: var for name, var in self._variables.items() if self._session.plans.wants(name)}
         if state:
             for name, value in run_context.session.run(state).items():
-                self._session.record(name, value)
+                self._session.inbox.record(name, value)
         fetches = {name: t for name, t in self._fetches.items() if self._session.plans.wants(name)}
         return tf.compat.v1.train.SessionRunArgs(fetches) if fetches else None
 
@@ -183,7 +183,7 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
             results = run_values.results
             if isinstance(results, dict):
                 for name, value in results.items():
-                    self._session.record(name, value)
+                    self._session.inbox.record(name, value)
             self.end_step()
 
     def end(self, session):

@@ -55,6 +55,21 @@ class PlanSurface(Protocol):
 
 
 @runtime_checkable
+class InboxSurface(Protocol):
+    """Handing a step's tensors over: ``session.inbox`` (:class:`~smdebug.capture.inbox.StepInbox`)."""
+
+    def start_batch(self, selection, tensors: Sequence, backend): ...
+    def record_batch(self, batch) -> None: ...
+    def record(self, name: str, value, backend=None) -> bool: ...
+    def record_many(self, items, backend=None) -> int: ...
+    def record_planned(self, plan, value, backend) -> bool: ...
+    def note_placement(self, name: str, placement: dict) -> None: ...
+    # values the adapter reduced itself
+    def reduced_block(self, entries): ...
+    def record_reduced(self, block, values) -> int: ...
+
+
+@runtime_checkable
 class StepDriver(Protocol):
     """The role of whatever owns the step boundaries: a trainer callback driving a hook, or
     an adapter's own hooks. Steps and modes, stopping, the fail-open policy, the run's files."""
@@ -67,7 +82,7 @@ class StepDriver(Protocol):
     stop_reason: Optional[str]
     stop_requested: bool
 
-    def set_mode(self, mode) -> None: ...
+    def set_mode(self, mode, by_user: bool = True) -> None: ...
     def continue_mode_steps(self, mode, next_step: int) -> None: ...
     def begin_step(self, step: Optional[int] = None) -> bool: ...
     def end_step(self) -> None: ...
@@ -92,21 +107,12 @@ class TensorCapture(Protocol):
     step_saves_somewhere: bool
 
     # -- handing tensors over (references; reduced off the training thread)
+    inbox: InboxSurface
     backend: TensorBackend
 
-    def start_batch(self, selection, tensors: Sequence, backend): ...
-    def record_batch(self, batch) -> None: ...
-    def record(self, name: str, value, backend=None) -> bool: ...
-    def record_many(self, items, backend=None) -> int: ...
-    def record_planned(self, plan, value, backend) -> bool: ...
     def record_whatever_the_config(self, items) -> int: ...
-    def note_placement(self, name: str, placement: dict) -> None: ...
     def submit_work(self, what: str, fn, *args): ...
     def discard(self, *refs) -> None: ...
-
-    # -- values the adapter reduced itself
-    def reduced_block(self, entries): ...
-    def record_reduced(self, block, values) -> int: ...
 
     # -- collections and the worker
     collection_manager: object
@@ -183,7 +189,7 @@ class Adapter(Protocol):
 
 def _declared(protocol) -> tuple:
     """The names a protocol declares, its bases' included."""
-    names = set()
+    names: set = set()
     for cls in protocol.__mro__:
         if cls in (Protocol, object, Generic):
             continue
@@ -192,9 +198,10 @@ def _declared(protocol) -> tuple:
     return tuple(sorted(names))
 
 
-#: The names :class:`SessionSurface`, :class:`PlanSurface` and :class:`Adapter` declare.
+#: The names :class:`SessionSurface`, its parts and :class:`Adapter` declare.
 SESSION_MEMBERS = _declared(SessionSurface)
 PLAN_MEMBERS = _declared(PlanSurface)
+INBOX_MEMBERS = _declared(InboxSurface)
 ADAPTER_CALLBACKS = _declared(Adapter)
 _CALLBACK_METHODS = tuple(n for n in ADAPTER_CALLBACKS if callable(getattr(Adapter, n, None)))
 
@@ -273,10 +280,13 @@ def _warn_misspelled_callbacks(cls) -> None:
     if cls in _warned_classes:
         return
     _warned_classes.add(cls)
+    # A framework's own callbacks (Keras' on_test_begin) come from a base class that is no adapter.
+    framework_names = {n for base in cls.__mro__ if not hasattr(base, "on_step_end") for n in vars(base)}
     for name in dir(cls):
-        if not name.startswith("on_") or name in ADAPTER_CALLBACKS or not callable(getattr(cls, name, None)):
+        if not name.startswith("on_") or name in ADAPTER_CALLBACKS or name in framework_names \
+                or not callable(getattr(cls, name, None)):
             continue
-        close = difflib.get_close_matches(name, _CALLBACK_METHODS, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(name, _CALLBACK_METHODS, n=1, cutoff=0.88)
         if close:
             logger.warning("smdebug: %s.%s is not an adapter callback and is never called; did you mean %s? "
                            "(smdebug.capture.contract.Adapter)", cls.__name__, name, close[0])

@@ -72,7 +72,7 @@ class StepPlans:
         self.prepared: List[PreparedCollection] = []
         self.by_name: Dict[str, PreparedCollection] = {}
         self._step: Tuple[ModeKeys, int] = (ModeKeys.GLOBAL, 0)
-        self._prepared_key = None
+        self._prepared_key: Optional[tuple] = None
         self._epoch = 0  # counts the times plans were made again (version)
         # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
         self._quiet: Dict[ModeKeys, Tuple[int, float]] = {}
@@ -129,7 +129,7 @@ class StepPlans:
                     if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
         saving = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
         self.everywhere = saving | configured_keep
-        if recording:
+        if recording and self.flight_recorder is not None:
             # Every step captures the recorder's collections; one that saves nothing else
             # goes to the recorder's ring instead of the writer. A step that saves anyway
             # writes them with it (they are on disk: the recorder never writes it again).
@@ -267,3 +267,31 @@ class StepPlans:
     def wants(self, name: str) -> bool:
         """Whether tensor ``name`` is saved at this step (adapters call this before copying)."""
         return self.saving and self.plan_for(name) is not None
+
+    def collections_json(self, num_workers: int) -> bytes:
+        """The collections file (docs/format.md 4.3): every collection with its configs as
+        resolved here. Names matched by an included collection's regexes are listed under
+        it, as 1.0.34 did: its readers take a collection's tensors from these lists."""
+        self.prepare_if_changed()
+        matched: Dict[str, set] = {}
+        for tensor in self.inclusion.seen:
+            for coll in self.manager.collections_for(tensor):
+                if coll.name in self.by_name:
+                    matched.setdefault(coll.name, set()).add(tensor)
+
+        def entry(name: str, coll: Collection) -> dict:
+            out = coll.to_json_dict()
+            if name in matched:
+                out["tensor_names"] = sorted(matched[name].union(out["tensor_names"]))
+            prepared = self.by_name.get(name)
+            save_config = prepared.save_config if prepared else coll.save_config.resolved(
+                self.save_config, self.profile.default_save_interval)
+            reduction_config = prepared.reduction_config if prepared else (coll.reduction_config or
+                                                                           self.reduction_config)
+            out["save_config"] = save_config.to_json_dict()
+            out["reduction_config"] = reduction_config.to_json_dict()
+            if name in RAW_ONLY_COLLECTIONS:
+                out["save_histogram"] = False
+            return out
+
+        return self.manager.to_json_bytes(num_workers, entry)

@@ -30,7 +30,7 @@ import math
 import os
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from .. import config as cfg
 from ..environment import on_sagemaker
 from .backend import NumpyBackend, TensorBackend
 from ..collections import (
-    RAW_ONLY_COLLECTIONS, Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list,
+    Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list,
 )
 from .arguments import HookArguments
 from .contract import Worker, check_adapter, check_backend, check_worker
@@ -53,9 +53,9 @@ from ..reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig
 from ..storage.stop_request import StopRequestPoller
 from ..storage.run_files import StepCounters
 from ..save_config import SaveConfig
-from .step import ReducedBlock, Selection, TensorBatch, TensorPlan
 from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
 from .step_records import StepRecordMaker
+from .inbox import StepInbox
 from . import run_output
 from .fail_open import Guard, never_raises
 
@@ -139,10 +139,6 @@ class StepSession:
         # name -> (plan, snapshot, backend); ReducedBlock -> (None, (block, values), None) for
         # reductions the adapter computed. Insertion order is recording order (a name recorded
         # again moves to the end): the last record wins.
-        self._pending: Dict[object, Tuple[Optional[TensorPlan], object, Optional[TensorBackend]]] = {}
-        self._blocks_pending = False  # whether _pending holds a ReducedBlock
-        self._pending_scalars: List[Tuple[str, object, bool, Optional[float]]] = []
-        self._pending_placements: Dict[str, dict] = {}  # name -> where its saved piece lies (note_placement)
         self._early_tensors: List[Tuple[str, object]] = []  # save_tensor before the first step
         self._collections_written = False
         self._closed = False
@@ -151,7 +147,11 @@ class StepSession:
         # Saved steps are finished (reductions, host copies, records) on this worker thread.
         self._pipeline = StepPipeline(on_error=self._on_pipeline_error)
         self._pipeline_failure: Optional[Tuple[str, bool]] = None  # (reason, already reported)
-        self._records = StepRecordMaker(self.profile.strip_output_index_in_reduction_tags, self._backend_for)
+        self._records = StepRecordMaker(self.profile.strip_output_index_in_reduction_tags,
+                                        lambda value: self.inbox.backend_for(value))
+        #: What the adapter hands over during a step (adapters: ``session.inbox``).
+        self.inbox = StepInbox(self.plans, self._pipeline, self.backend, self._numpy_backend, self._records.skipped,
+                               self._records.skip_tensor, lambda: self.enabled, self.disable)
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
         # Flight recorder (smdebug_core/capture/flight_recorder.py): made once the writer exists.
@@ -235,10 +235,13 @@ class StepSession:
         return list(self._inclusion.seen)
 
     # --- modes and steps --------------------------------------------------------------
-    def set_mode(self, mode) -> None:
-        """Switch to TRAIN, EVAL, PREDICT or GLOBAL; each mode counts its own steps from 0."""
+    def set_mode(self, mode, by_user: bool = True) -> None:
+        """Switch to TRAIN, EVAL, PREDICT or GLOBAL; each mode counts its own steps from 0.
+        ``by_user=False``: the adapter's own choice (from the framework's state), of which
+        it is not told back (``on_mode_change``)."""
         mode = ModeKeys.parse(mode)
-        self.adapter.on_mode_change(mode)
+        if by_user:
+            self.adapter.on_mode_change(mode)
         self.mode_steps.setdefault(mode, -1)
         self.mode = mode
 
@@ -287,7 +290,7 @@ class StepSession:
             if self._early_tensors:
                 early, self._early_tensors = self._early_tensors, []
                 for name, value in early:
-                    self.record(name, value)
+                    self.inbox.record(name, value)
             if self._stop_poller is not None and self.stop_reason is None:
                 self._stop_poller.check(self)
             self.adapter.on_step_begin(self.saving_step)
@@ -337,16 +340,6 @@ class StepSession:
         and taking it back from the worker costs the training thread a wait (pipeline.py)."""
         self._pipeline.discard(*refs)
 
-    def note_placement(self, name: str, placement: dict) -> None:
-        """Say that the value recorded as ``name`` in this step is one piece of a larger tensor
-        (a shard of a sharded parameter): ``placement`` (``global_shape``, ``local_shape`` and
-        ``offsets`` of the block, or ``flat_offset`` in the flattened tensor) is written into the
-        step's index file (docs/format.md 3.3), where our Trial finds it to reassemble the full
-        tensor from every worker's piece and readers of the original format do not look."""
-        if self.saving_step:
-            with self._lock:
-                self._pending_placements[name] = placement
-
     @property
     def step_saves_somewhere(self) -> bool:
         """Whether some worker saves something at this step: the same answer on every worker
@@ -356,61 +349,6 @@ class StepSession:
         (collectives over sharded tensors) take part whenever it is True."""
         return bool(self.plans.everywhere) and self.enabled
 
-    @never_raises("handing over tensors")
-    def start_batch(self, selection: Selection, tensors: Sequence, backend: TensorBackend) -> Optional[TensorBatch]:
-        """Hand over ``tensors`` (one per ``selection.plans``, in order) without waiting:
-        ``backend.start_batch`` runs now, ``backend.finish_batch`` on the step pipeline's
-        worker. The tensors must not change until ``batch.wait()`` returns (the adapter's
-        fence). File the batch into the step with :meth:`record_batch` (where it is filed
-        decides its records' place in the step's files). None when nothing is saved.
-        """
-        if not (self.saving_step and self.enabled and selection.plans):
-            return None
-        tickets = []
-        for positions, keys, raw, _ in selection.groups:
-            members = tensors if len(selection.groups) == 1 else [tensors[p] for p in positions]
-            started = backend.start_batch(members, keys, raw)
-            run = self._pipeline.run_here if backend.finish_here(started) else self._pipeline.submit
-            tickets.append(run("reducing tensors", backend.finish_batch, started))
-        return TensorBatch(selection, tickets)
-
-    def record_batch(self, batch: Optional[TensorBatch]) -> None:
-        """File a :class:`TensorBatch` into the current step (the last record of a name wins)."""
-        if batch is None or not self.saving_step:
-            return
-        with self._lock:
-            self._pending[batch] = (None, batch, None)
-            self._blocks_pending = True
-
-    # --- recording ---------------------------------------------------------------------
-    @never_raises("record")
-    def record(self, name: str, value, backend: Optional[TensorBackend] = None) -> bool:
-        """Offer a tensor for the current step; returns whether it will be saved."""
-        if not self.saving_step:
-            return False
-        return self._hold(((name, value),), backend or self._backend_for(value)) == 1
-
-    @never_raises("record")
-    def record_planned(self, plan: TensorPlan, value, backend: TensorBackend) -> bool:
-        """Offer a tensor under ``plan``: this step's plan of its name, narrowed by the adapter
-        (``dataclasses.replace``) to what it can save faithfully (a shard of a sharded tensor:
-        the reductions exact from its shards' partials, which its snapshot carries)."""
-        if not self.saving_step:
-            return False
-        return self._hold(((plan.name, value),), backend, plan) == 1
-
-    @never_raises("record")
-    def record_many(self, items, backend: Optional[TensorBackend] = None) -> int:
-        """Offer several ``(name, value)`` of one backend (None: host values, numpy) at once;
-        returns how many will be saved.
-
-        The same as :meth:`record` for each, with one lock for all: adapters use it for
-        tensors they gathered (parameters before an optimizer step, a forward's outputs).
-        """
-        if not self.saving_step:
-            return 0
-        return self._hold(items, backend or self._numpy_backend)
-
     @never_raises("record")
     def record_whatever_the_config(self, items) -> int:
         """Save host ``(name, value)`` items in the open step even where the save config
@@ -418,64 +356,15 @@ class StepSession:
         what a trainer reports once an epoch, such as Keras' ``val_*`` logs, would otherwise
         be lost on most steps). Returns how many will be saved."""
         if self.saving_step:
-            return self._hold(items, self._numpy_backend)
+            return self.inbox.hold(items, self._numpy_backend)
         if not (self._step_open and (self.writes_files or self.dry_run or self._listeners)):
             return 0
         everything = frozenset(p.collection.name for p in self.plans.prepared)
-        held = sum(self._hold(((name, value),), self._numpy_backend, plan)
+        held = sum(self.inbox.hold(((name, value),), self._numpy_backend, plan)
                    for name, value in items if (plan := self.plans.plan_in(name, everything)) is not None)
         if held:
             self.plans.ring_only = False  # written with its step, not kept for the flight recorder only
         return held
-
-    def _hold(self, items, backend: TensorBackend, given: Optional[TensorPlan] = None) -> int:
-        """Snapshot the wanted ``(name, value)`` items and keep them for the end of the step."""
-        held = []
-        for name, value in items:
-            plan = given or self.plans.plan_for(name)
-            if plan is not None and name not in self._records.skipped:
-                try:
-                    held.append((name, plan, backend.snapshot(value, plan.needs_value)))
-                except Exception as exc:  # noqa: BLE001 - one bad tensor costs that tensor only
-                    self._records.skip_tensor(name, exc)
-        with self._lock:
-            pending = self._pending
-            for name, plan, snap in held:
-                if pending.pop(name, None) is not None:
-                    logger.debug("tensor %s recorded twice in step %d; keeping the last value", name,
-                                 self.global_step)
-                pending[name] = (plan, snap, backend)
-        return len(held)
-
-    def reduced_block(self, entries: Sequence[Tuple[TensorPlan, Optional[tuple]]]) -> ReducedBlock:
-        """Lay out tensors whose reductions the adapter computes itself, for
-        :meth:`record_reduced`: ``entries`` are ``(plan, shape)``, ``plan`` this step's plan of
-        the tensor (from :meth:`select` or :meth:`plan_for`) asking for reductions only,
-        ``shape`` the tensor's shape (for a shape record) or None. Build it once and keep it
-        while :meth:`select` returns the same plans."""
-        return ReducedBlock(entries)
-
-    @never_raises("record")
-    def record_reduced(self, block: ReducedBlock, values: Sequence) -> int:
-        """Offer this step's reductions of the tensors of ``block`` (:meth:`reduced_block`):
-        every reduction of every tensor, tensor after tensor, each in its plan's order, as
-        numpy float64 scalars (written as they are). Returns how many tensors were taken.
-        Skips the per-tensor backend round trip and per-tensor Python: an adapter that
-        reduces in its own graph hands a step over at the cost of one call.
-        """
-        if not self.saving_step:
-            return 0
-        if len(values) != len(block.tags):
-            raise ValueError(f"record_reduced: {len(values)} values for a block of {len(block.tags)} reductions")
-        with self._lock:
-            pending = self._pending
-            pending.pop(block, None)
-            pending[block] = (None, (block, values), None)
-            self._blocks_pending = True
-        return len(block.entries)
-
-    def _backend_for(self, value) -> TensorBackend:
-        return self.backend if self.backend.accepts(value) else self._numpy_backend
 
     def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
         """Save a tensor you computed yourself, in the given collection(s) (they become included)."""
@@ -488,7 +377,7 @@ class StepSession:
             # Before the first step (as 1.0.34 allows): kept, and saved in the first step.
             self._early_tensors.append((tensor_name, tensor_value))
             return
-        self.record(tensor_name, tensor_value)
+        self.inbox.record(tensor_name, tensor_value)
 
     def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: Optional[float] = None) -> None:
         """Save a scalar as ``scalar/<name>`` in the current step, whatever the save config.
@@ -509,7 +398,7 @@ class StepSession:
                               f"time.time()) or None, got {timestamp!r}")
         if not self.enabled:
             return
-        self._pending_scalars.append((name, value, bool(sm_metric), timestamp))
+        self.inbox.add_scalar(name, value, bool(sm_metric), timestamp)
 
     # --- end of step: hand-off to the step pipeline, then to the writer ----------------------
     @never_raises("end_step")
@@ -527,11 +416,7 @@ class StepSession:
             inclusion.check_configured(self.collection_manager, logger)
             if self.saving_step:
                 inclusion.check_matches(self.collection_manager, self.plans.saving_collections, self._step_identity[0], logger)
-        with self._lock:
-            pending, self._pending = self._pending, {}
-            placements, self._pending_placements = self._pending_placements, {}
-            has_blocks, self._blocks_pending = self._blocks_pending, False
-            scalars, self._pending_scalars = self._pending_scalars, []
+        pending, has_blocks, scalars, placements = self.inbox.take()
         if not pending and not scalars:
             return
         collections = None
@@ -643,32 +528,7 @@ class StepSession:
 
     def collections_json(self) -> bytes:
         """The collections file: every collection with its resolved configs (docs/format.md 4.3)."""
-        self.plans.prepare_if_changed()
-        # Names matched by an included collection's regexes are listed under it, as 1.0.34
-        # did: its readers take a collection's tensors from these lists.
-        matched: Dict[str, set] = {}
-        for tensor in self.seen_tensor_names():
-            for coll in self.collection_manager.collections_for(tensor):
-                if coll.name in self.plans.by_name:
-                    matched.setdefault(coll.name, set()).add(tensor)
-
-        def entry(name: str, coll: Collection) -> dict:
-            out = coll.to_json_dict()
-            if name in matched:
-                out["tensor_names"] = sorted(matched[name].union(out["tensor_names"]))
-            prepared = self.plans.by_name.get(name)
-            save_config = prepared.save_config if prepared else coll.save_config.resolved(
-                self.save_config, self.profile.default_save_interval)
-            reduction_config = prepared.reduction_config if prepared else (coll.reduction_config or
-                                                                           self.reduction_config)
-            out["save_config"] = save_config.to_json_dict()
-            out["reduction_config"] = reduction_config.to_json_dict()
-            if name in RAW_ONLY_COLLECTIONS:
-                out["save_histogram"] = False
-            return out
-
-        num_workers = self.world_size if self.include_workers == "all" else 1
-        return self.collection_manager.to_json_bytes(num_workers, entry)
+        return self.plans.collections_json(self.world_size if self.include_workers == "all" else 1)
 
     def _write_collections(self) -> None:
         if self.writer is not None:
@@ -749,7 +609,7 @@ class StepSession:
                 return
             self._closed = True
         try:
-            if (self.enabled and self._step_open) or self._pending or self._pending_scalars:
+            if (self.enabled and self._step_open) or self.inbox:
                 self.end_step()
             if not self._pipeline.close(timeout=CLOSE_TIMEOUT_S):
                 logger.warning("smdebug: steps still being reduced after %.0f s at close; the run may miss its last "

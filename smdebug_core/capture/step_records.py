@@ -18,7 +18,9 @@ import numpy as np
 
 from .backend import BatchResult, Materialized, Request, TensorBackend
 from .flight_recorder import nonfinite_rows, value_is_nonfinite
+from .inbox import Kind, PendingEntry
 from ..logger import get_logger
+from ..modes import ModeKeys
 from ..reduction_config import reduction_tag
 from .step import ReducedBlock, Selection, StepValues, TensorBatch, TensorPlan
 from ..storage.writer.run_writer import ScalarRun
@@ -30,7 +32,7 @@ logger = get_logger()
 class FinishedStep:
     """One saved step's records, as its sinks receive them (in this order of the lists)."""
 
-    identity: Tuple[int, object, int]  # (global step, mode, mode step)
+    identity: Tuple[int, ModeKeys, int]  # (global step, mode, mode step)
     worker: str
     tensors: list = field(default_factory=list)  # (tag, array) records and ScalarRuns
     shapes: list = field(default_factory=list)  # (name, shape)
@@ -63,9 +65,8 @@ class StepRecordMaker:
 
     def make(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple, worker: str, *,
              check_nonfinite: bool, observed: bool, ring_only: bool = False) -> FinishedStep:
-        """The step's records, in recording order. ``pending``: key -> ``(plan, payload,
-        backend)`` (see ``StepSession._pending``); ``scalars``: ``(name, value, sm_metric,
-        timestamp)``. ``observed``: fill :attr:`FinishedStep.values` for live rules (not for a
+        """The step's records, in recording order. ``pending``: key -> :class:`~.inbox.PendingEntry`;
+        ``scalars``: ``(name, value, sm_metric, timestamp)``. ``observed``: fill :attr:`FinishedStep.values` for live rules (not for a
         step kept by the flight recorder only)."""
         step, mode, mode_step = identity
         out = FinishedStep(identity, worker, ring_only=ring_only)
@@ -78,9 +79,9 @@ class StepRecordMaker:
         # Tensors recorded one by one are materialized together, one backend call each.
         groups: Dict[TensorBackend, Tuple[List[Request], List[int]]] = {}
         entries = list(pending.values())
-        for i, (plan, payload, backend) in enumerate(entries):
-            if plan is None and isinstance(payload, tuple):  # a ReducedBlock: one extend for all its tensors
-                block, values = payload
+        for i, entry in enumerate(entries):
+            if entry.kind is Kind.BLOCK:  # one extend for all its tensors
+                block, values = entry.payload
                 shapes += block.shapes
                 tensors += zip(block.tags, values)
                 if bad is not None and value_is_nonfinite(np.asarray(values, dtype=np.float64)):
@@ -88,23 +89,26 @@ class StepRecordMaker:
                 if seen is not None:
                     for one, _, values_of_one in block.split(values):
                         seen.reductions[one.name] = dict(zip(one.reductions, values_of_one))
-            elif plan is not None and backend is not None:
-                group = groups.get(backend)
+            elif entry.kind is Kind.TENSOR:
+                plan = entry.plan
+                group = groups.get(entry.backend)
                 if group is None:
-                    group = groups[backend] = ([], [])
-                group[0].append(Request(plan.name, payload, plan.needs_host, plan.shape, plan.reductions))
+                    group = groups[entry.backend] = ([], [])
+                group[0].append(Request(plan.name, entry.payload, plan.needs_host, plan.shape, plan.reductions))
                 group[1].append(i)
         materialized: Dict[int, Materialized] = {}
         for backend, (requests, positions) in groups.items():
-            results = self._materialize(backend, requests, [entries[i][0] for i in positions])
+            results = self._materialize(backend, requests, [entries[i].plan for i in positions])
             by_name = {plan.name: result for plan, result in results}
-            materialized.update((i, by_name[entries[i][0].name]) for i in positions
-                                if entries[i][0].name in by_name)
-        for i, (plan, payload, backend) in enumerate(entries):
-            if isinstance(payload, TensorBatch):
-                self._emit_batch(payload, identity, lists, seen, bad)
-            elif plan is not None and (backend is None or i in materialized):
-                self._emit_one(plan, payload if backend is None else materialized[i], mode, lists, seen, bad)
+            materialized.update((i, by_name[entries[i].plan.name]) for i in positions
+                                if entries[i].plan.name in by_name)
+        for i, entry in enumerate(entries):
+            if entry.kind is Kind.BATCH:
+                self._emit_batch(entry.payload, identity, lists, seen, bad)
+            elif entry.kind is Kind.DONE:
+                self._emit_one(entry.plan, entry.payload, mode, lists, seen, bad)
+            elif entry.kind is Kind.TENSOR and i in materialized:
+                self._emit_one(entry.plan, materialized[i], mode, lists, seen, bad)
         out.scalars_from = (len(tensors), len(tb_scalars), len(metrics))
 
         for name, value, sm_metric, timestamp in scalars:
@@ -215,37 +219,30 @@ class StepRecordMaker:
 
     def _resolve_duplicates(self, pending: dict, step: int) -> dict:
         """``pending`` as it is, unless a name was recorded twice in the step by different
-        calls (rare): then blocks and batches are split into their tensors and, for each
+        calls (rare): then batches and blocks are split into their tensors and, for each
         name, the last record wins, as for tensors recorded one by one."""
         names: set = set()
-        for key, (plan, payload, _) in pending.items():
-            if plan is not None:
-                covered = (key,)
-            elif isinstance(payload, TensorBatch):
-                covered = payload.selection.names
-            else:
-                covered = payload[0].names
-            if not names.isdisjoint(covered):
+        for entry in pending.values():
+            if not names.isdisjoint(entry.names):
                 break
-            names.update(covered)
+            names.update(entry.names)
         else:
             return pending
         resolved: dict = {}
         for key, entry in pending.items():
-            plan, payload, _ = entry
-            if plan is not None:
-                resolved.pop(key, None)
-                resolved[key] = entry
-            elif isinstance(payload, TensorBatch):
-                results = payload.results()
-                for one, result in (self._batch_items(payload, results, step) if results else []):
+            if entry.kind is Kind.BATCH:
+                results = entry.payload.results()
+                for one, result in (self._batch_items(entry.payload, results, step) if results else []):
                     resolved.pop(one.name, None)
-                    resolved[one.name] = (one, result, None)  # backend None: already materialized
-            else:
-                block, values = payload
+                    resolved[one.name] = PendingEntry(Kind.DONE, result, one)
+            elif entry.kind is Kind.BLOCK:
+                block, values = entry.payload
                 for one, shape, values_of_one in block.split(values):
                     resolved.pop(one.name, None)
-                    resolved[one.name] = (None, (ReducedBlock([(one, shape)]), values_of_one), None)
+                    resolved[one.name] = PendingEntry(Kind.BLOCK, (ReducedBlock([(one, shape)]), values_of_one))
+            else:
+                resolved.pop(key, None)
+                resolved[key] = entry
         return resolved
 
     def _materialize(self, backend: TensorBackend, requests: List[Request], plans: List[TensorPlan]):

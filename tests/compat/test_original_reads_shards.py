@@ -26,7 +26,7 @@ def test_original_reads_each_workers_piece_and_we_reassemble_the_full_tensor(ori
                           save_config=smd.SaveConfig(save_interval=1))
         assert hook.begin_step()
         hook.save_tensor("w", piece, "weights")
-        hook.session.note_placement("w", {"global_shape": [3, 5], "local_shape": list(piece.shape), "offsets": offsets})
+        hook.session.inbox.note_placement("w", {"global_shape": [3, 5], "local_shape": list(piece.shape), "offsets": offsets})
         hook.close()
     dump = tmp_path / "original_reads.json"
     run_original(original_python, "original_dump_trial.py", run_dir, dump, cwd=tmp_path)

@@ -158,8 +158,8 @@ def test_a_failing_backend_costs_the_capture_not_the_loop(tmp_path, caplog, wher
         for step in range(4):
             hook.begin_step()
             session = hook.session
-            batch = session.start_batch(session.plans.selection(("w",)), [np.full(3, step, np.float32)], backend)
-            session.record_batch(batch)
+            batch = session.inbox.start_batch(session.plans.selection(("w",)), [np.full(3, step, np.float32)], backend)
+            session.inbox.record_batch(batch)
             steps_run += 1
         hook.close()
     assert steps_run == 4 and not hook.enabled

@@ -7,6 +7,7 @@ import inspect
 import pytest
 
 import smdebug as smd
+from installed_hooks import pytest_generate_tests  # noqa: F401 - parametrizes hook_cls
 
 def test_adapter_hooks_share_the_core_arguments(hook_cls, tmp_path):
     cls = hook_cls
@@ -117,13 +118,14 @@ def test_adapters_call_only_the_declared_session_surface():
     import pathlib
     import re
 
-    from smdebug.capture.contract import PLAN_MEMBERS, SESSION_MEMBERS
+    from smdebug.capture.contract import INBOX_MEMBERS, PLAN_MEMBERS, SESSION_MEMBERS
 
     import importlib.util
 
     session = r"(?:self\._session|self\.session|hook\._session|hook\.session|(?<![\w.`])session)"
     calls = re.compile(session + r"\.(\w+)")
-    plan_calls = re.compile(session + r"\.plans\.(\w+)")
+    part_calls = {part: (re.compile(session + rf"\.{part}\.(\w+)"), members)
+                  for part, members in (("plans", PLAN_MEMBERS), ("inbox", INBOX_MEMBERS))}
     undeclared = {}
     for framework in ("pytorch", "tensorflow", "xgboost", "mxnet", "lightning", "transformers"):
         spec = importlib.util.find_spec(f"smdebug.{framework}")  # its files, installed or editable
@@ -132,9 +134,10 @@ def test_adapters_call_only_the_declared_session_surface():
             for name in calls.findall(text):
                 if name not in SESSION_MEMBERS:
                     undeclared.setdefault(name, set()).add(f"{framework}/{path.name}")
-            for name in plan_calls.findall(text):
-                if name not in PLAN_MEMBERS:
-                    undeclared.setdefault(f"plans.{name}", set()).add(f"{framework}/{path.name}")
+            for part, (part_call, members) in part_calls.items():
+                for name in part_call.findall(text):
+                    if name not in members:
+                        undeclared.setdefault(f"{part}.{name}", set()).add(f"{framework}/{path.name}")
     assert not undeclared, undeclared
 
 

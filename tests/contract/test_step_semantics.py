@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import smdebug as smd
+from installed_hooks import pytest_generate_tests  # noqa: F401 - parametrizes hook_cls
 from smdebug.modes import ModeKeys
 from smdebug.rules import write_stop_request
 from smdebug.trials import create_trial

@@ -115,12 +115,12 @@ def test_reductions_computed_by_the_adapter_are_written_as_handed_over(tmp_path)
     hook.begin_step()
     plan = hook.session.plans.plan_for("net.weight")
     assert plan.reductions == (("min", False), ("max", False), ("l2", False))
-    block = hook.session.reduced_block([(plan, (3, 4))])
+    block = hook.session.inbox.reduced_block([(plan, (3, 4))])
     assert block.tags == plan.reduction_tags
-    assert hook.session.record_reduced(block, [np.float64(-1.5), np.float64(2.0), np.float64(7.25)]) == 1
+    assert hook.session.inbox.record_reduced(block, [np.float64(-1.5), np.float64(2.0), np.float64(7.25)]) == 1
     hook.begin_step()
     session = hook.session
-    session.record_reduced(session.reduced_block([(session.plans.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
+    session.inbox.record_reduced(session.inbox.reduced_block([(session.plans.plan_for("net.weight"), (3, 4))]), [np.float64(0.0)] * 3)
     hook.record("net.weight", np.full((3, 4), 5.0))  # the same name again in the step: the last value is kept
     hook.close()
     t = create_trial(str(tmp_path / "run")).tensor("net.weight")
@@ -140,22 +140,22 @@ def test_a_reduced_block_files_many_tensors_and_the_last_record_of_a_name_wins(t
     names = ["a.weight", "b.weight", "c.weight"]
 
     def block_of(*chosen):
-        return hook.session.reduced_block([(hook.session.plans.plan_for(name), (2,)) for name in chosen])
+        return hook.session.inbox.reduced_block([(hook.session.plans.plan_for(name), (2,)) for name in chosen])
 
     def values(*pairs):
         return [np.float64(v) for pair in pairs for v in pair]
 
     hook.begin_step()  # step 0: one block, nothing else
-    hook.session.record_reduced(block_of(*names), values((0, 1), (2, 3), (4, 5)))
+    hook.session.inbox.record_reduced(block_of(*names), values((0, 1), (2, 3), (4, 5)))
     hook.begin_step()  # step 1: a.weight recorded, then the block (the block's value wins)
     hook.record("a.weight", np.array([-9.0, 9.0]))
-    hook.session.record_reduced(block_of(*names), values((10, 11), (12, 13), (14, 15)))
+    hook.session.inbox.record_reduced(block_of(*names), values((10, 11), (12, 13), (14, 15)))
     hook.begin_step()  # step 2: the block, then b.weight recorded (the record wins)
-    hook.session.record_reduced(block_of(*names), values((20, 21), (22, 23), (24, 25)))
+    hook.session.inbox.record_reduced(block_of(*names), values((20, 21), (22, 23), (24, 25)))
     hook.record("b.weight", np.array([-7.0, 7.0]))
     hook.begin_step()  # step 3: two blocks overlapping on c.weight (the second wins)
-    hook.session.record_reduced(block_of("a.weight", "c.weight"), values((30, 31), (32, 33)))
-    hook.session.record_reduced(block_of("c.weight"), values((34, 35)))
+    hook.session.inbox.record_reduced(block_of("a.weight", "c.weight"), values((30, 31), (32, 33)))
+    hook.session.inbox.record_reduced(block_of("c.weight"), values((34, 35)))
     hook.close()
     assert hook.enabled
 
@@ -177,9 +177,9 @@ def test_record_reduced_with_the_wrong_number_of_values_disables_the_hook(tmp_pa
     hook = smd.Hook(out_dir=tmp_path / "run", reduction_config=smd.ReductionConfig(reductions=["min", "max"]),
                     include_collections=["weights"], save_config=smd.SaveConfig(save_interval=1))
     hook.begin_step()
-    block = hook.session.reduced_block([(hook.session.plans.plan_for("net.weight"), None)])
+    block = hook.session.inbox.reduced_block([(hook.session.plans.plan_for("net.weight"), None)])
     with caplog.at_level("WARNING"):
-        assert hook.session.record_reduced(block, [np.float64(1.0)]) is None
+        assert hook.session.inbox.record_reduced(block, [np.float64(1.0)]) is None
     assert not hook.enabled
     assert "1 values for a block of 2 reductions" in caplog.text
     hook.close()

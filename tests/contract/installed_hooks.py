@@ -1,5 +1,7 @@
-"""The framework hooks installed in this tox env, for the contract tests: a test that takes
-``hook_cls`` runs once per hook class found here (none: skipped, saying so)."""
+"""The framework hooks installed in this tox env, for the contract tests. A test module that
+imports :func:`pytest_generate_tests` runs a test taking ``hook_cls`` once per hook class
+found here (none: skipped, saying so), and one taking ``any_hook_cls`` for the numpy
+``smd.Hook`` too. (Not a conftest: the framework folders' tests import their own.)"""
 import importlib
 
 import pytest
