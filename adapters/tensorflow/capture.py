@@ -156,12 +156,12 @@ class _Variant:
         self.whole = tuple(i for i, entry in enumerate(layout) if entry is WHOLE)
         size = len(self.keys) * len(self.reduced) + 1
         self.vector = _plain_variable(lambda: tf.zeros([size], tf.float64)) if self.reduced else None
-        self._mode_cache = None  # (the core's plans_version, mode)
-        self._unpack_cache = None  # (the core's plans_version, names taken from elsewhere, unpacking plan)
+        self._mode_cache = None  # (the core's plans.version, mode)
+        self._unpack_cache = None  # (the core's plans.version, names taken from elsewhere, unpacking plan)
 
     def mode_for(self, selected, version) -> int:
         """The mode for a step whose saved names of this variant are ``selected`` (the core's
-        ``[(index, plan)]``, made under ``version``, its ``plans_version``): REDUCE when the
+        ``[(index, plan)]``, made under ``version``, its ``plans.version``): REDUCE when the
         traced layout delivers everything each plan asks for, COPY when not (the
         configuration changed since the trace)."""
         cached = self._mode_cache
@@ -179,7 +179,7 @@ class _Variant:
     def read_reduced(self, selected, skip, session):
         """After a REDUCE step: ``(count, complete, partial)`` from one read of ``vector``,
         the reductions of the selected names not in ``skip``. ``complete`` is ``(block,
-        values)`` for :meth:`StepSession.record_reduced` (the tensors whose plans get every
+        values)`` for :meth:`StepInbox.record_reduced` (the tensors whose plans get every
         reduction they ask for; the block is laid out once per selection), or None;
         ``partial`` holds ``(name, ReducedValue)`` for a plan with keys the layout lacks
         (configuration changed within the step): those are left out, never made up."""
@@ -472,7 +472,7 @@ class GraphCapture:
         ``extra`` ``(name, eager tensor)`` pairs read earlier in the step (the tracked variables).
 
         A REDUCE variant's reductions come from one eager read of its vector, and go to the
-        session as they are (:meth:`StepSession.record_reduced`). Everything
+        session as they are (:meth:`StepInbox.record_reduced`). Everything
         else (``extra``, COPY variants, the WHOLE tensors of REDUCE variants) is read by one
         call of a cached :class:`_StepReader`, which reads those stashes and counters and
         computes their reductions; its reductions and counters come to the host in one

@@ -6,13 +6,13 @@ itself). It knows no framework; it calls its adapter only through the declared c
 The adapter calls, from the framework's own hooks (docs/architecture.md):
 
 * :meth:`StepSession.begin_step` when an iteration starts (it ends the previous step);
-* :meth:`StepSession.selection` + :meth:`StepSession.start_batch` +
-  :meth:`StepSession.record_batch` to hand over a batch of tensors (the hot path:
-  references only; the backend reduces them on the step pipeline's worker, or at once for
-  small batches), and ``batch.wait()`` before anything may change them (the adapter's fence);
-* :meth:`StepSession.record` for a tensor on its own (copied if it may change before the step ends);
-* :meth:`StepSession.reduced_block` + :meth:`StepSession.record_reduced` for reductions the
-  adapter computed itself (TensorFlow's compiled step);
+* ``session.plans`` (:class:`~.plans.StepPlans`): what this step saves of which tensor;
+* ``session.inbox`` (:class:`~.inbox.StepInbox`) to hand tensors over: ``plans.selection``
+  + ``inbox.start_batch`` + ``inbox.record_batch`` for a batch (the hot path: references only; the
+  backend reduces them on the step pipeline's worker, or at once for small batches), and
+  ``batch.wait()`` before anything may change them (the adapter's fence); ``record`` for a
+  tensor on its own; ``reduced_block`` + ``record_reduced`` for reductions the adapter
+  computed itself (TensorFlow's compiled step);
 * :meth:`StepSession.end_step` (optional: the next ``begin_step`` or ``close`` does it).
 
 A saved step's records are made once, in recording order (step_records.py), and handed to

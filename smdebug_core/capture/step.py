@@ -42,7 +42,7 @@ class TensorPlan:
 
 class ReducedBlock:
     """Tensors whose reductions an adapter computes itself, laid out once by
-    :meth:`StepSession.reduced_block` so that :meth:`StepSession.record_reduced` files a step of them
+    :meth:`StepInbox.reduced_block` so that :meth:`StepInbox.record_reduced` files a step of them
     without per-tensor Python (a step may hold hundreds of such tensors).
 
     ``entries`` are ``(plan, shape)``; the values of a step are every reduction of every
@@ -74,7 +74,7 @@ class ReducedBlock:
 class Selection:
     """The tensors of a fixed list of names that this step saves, prepared once for batches.
 
-    Made by :meth:`StepSession.selection` and cached while the plans stay the same: ``indices``
+    Made by :meth:`StepPlans.selection` and cached while the plans stay the same: ``indices``
     into the names, their ``plans``, and how they split into groups of one signature (same
     reductions, raw or not, shape or not), each finished by one backend call.
     """
@@ -100,7 +100,7 @@ class Selection:
 
 
 class TensorBatch:
-    """Tensors handed over together (:meth:`StepSession.start_batch`): one carrier for a batch of
+    """Tensors handed over together (:meth:`StepInbox.start_batch`): one carrier for a batch of
     tensors from reference to records. Its backend work runs on the step pipeline; ``wait``
     is the adapter's fence before the tensors may change."""
 

@@ -27,9 +27,6 @@ def train(hook, steps=3):
     hook.close()
 
 
-def smdebug_warnings(caplog):
-    return [r.getMessage() for r in caplog.records if r.name.startswith("smdebug") and r.levelno >= logging.WARNING]
-
 
 def test_include_collections_all_saves_every_weight_bias_and_gradient(tmp_path):
     run = tmp_path / "run"
@@ -75,28 +72,28 @@ def test_string_arguments_everywhere_a_list_of_names_is_taken(tmp_path):
         smd.Hook(out_dir=tmp_path / "run3", include_collections=7)
 
 
-def test_typo_in_an_included_collection_warns_once_with_close_matches(tmp_path, caplog):
+def test_typo_in_an_included_collection_warns_once_with_close_matches(tmp_path, caplog, smdebug_warnings):
     hook = smd.Hook(out_dir=tmp_path / "run", include_collections=["wieghts"],
                     save_config=smd.SaveConfig(save_interval=1))
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         train(hook)
-    warnings = smdebug_warnings(caplog)
+    warnings = smdebug_warnings(messages=True)
     typo = [w for w in warnings if "'wieghts'" in w]
     assert len(typo) == 1, warnings
     assert "did you mean 'weights'" in typo[0] and "hook.get_collection('wieghts').include(" in typo[0]
 
 
-def test_a_configured_custom_collection_does_not_warn(tmp_path, caplog):
+def test_a_configured_custom_collection_does_not_warn(tmp_path, caplog, smdebug_warnings):
     hook = smd.Hook(out_dir=tmp_path / "run", include_collections=["acts"],
                     save_config=smd.SaveConfig(save_interval=1))
     hook.get_collection("acts").include("^fc")
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         train(hook)
-    assert smdebug_warnings(caplog) == []
+    assert smdebug_warnings(messages=True) == []
     assert "fc.weight" in create_trial(str(tmp_path / "run")).tensor_names()
 
 
-def test_a_collection_filled_by_save_tensor_in_the_first_step_does_not_warn(tmp_path, caplog):
+def test_a_collection_filled_by_save_tensor_in_the_first_step_does_not_warn(tmp_path, caplog, smdebug_warnings):
     hook = smd.Hook(out_dir=tmp_path / "run", include_collections=["custom"],
                     save_config=smd.SaveConfig(save_interval=1))
     with caplog.at_level(logging.WARNING, logger="smdebug"):
@@ -104,11 +101,11 @@ def test_a_collection_filled_by_save_tensor_in_the_first_step_does_not_warn(tmp_
             hook.begin_step()
             hook.save_tensor("custom_t", np.arange(3.0) + step, "custom")  # after the step began
         hook.close()
-    assert smdebug_warnings(caplog) == []
+    assert smdebug_warnings(messages=True) == []
     assert create_trial(str(tmp_path / "run")).tensor_names(collection="custom") == ["custom_t"]
 
 
-def test_an_included_collection_that_matched_nothing_warns_after_its_first_saved_step(tmp_path, caplog):
+def test_an_included_collection_that_matched_nothing_warns_after_its_first_saved_step(tmp_path, caplog, smdebug_warnings):
     hook = smd.Hook(out_dir=tmp_path / "run", include_collections=["outputs_of_fc"],
                     save_config=smd.SaveConfig(save_interval=1))
     hook.get_collection("outputs_of_fc").include("^Sequential_2\\.weight$")
@@ -116,12 +113,12 @@ def test_an_included_collection_that_matched_nothing_warns_after_its_first_saved
         hook.begin_step()
         hook.record("fc.weight", np.ones(2))
         hook.record("fc.bias", np.ones(2))
-        assert smdebug_warnings(caplog) == []  # not before the step is over
+        assert smdebug_warnings(messages=True) == []  # not before the step is over
         hook.begin_step()
         hook.record("fc.weight", np.ones(2))
         hook.begin_step()
         hook.close()
-    warnings = smdebug_warnings(caplog)
+    warnings = smdebug_warnings(messages=True)
     assert len(warnings) == 1, warnings
     message = warnings[0]
     assert "'outputs_of_fc' matched none of the 2 tensor names the hook saw by step 0" in message
@@ -130,20 +127,20 @@ def test_an_included_collection_that_matched_nothing_warns_after_its_first_saved
     assert hook.seen_tensor_names() == ["fc.weight", "fc.bias"]
 
 
-def test_include_regex_that_matches_nothing_warns(tmp_path, caplog):
+def test_include_regex_that_matches_nothing_warns(tmp_path, caplog, smdebug_warnings):
     hook = smd.Hook(out_dir=tmp_path / "run", include_regex=["^conv"], save_config=smd.SaveConfig(save_interval=1))
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         train(hook)
-    assert any("'default' matched none" in w for w in smdebug_warnings(caplog))
+    assert any("'default' matched none" in w for w in smdebug_warnings(messages=True))
 
 
-def test_default_collections_that_match_nothing_do_not_warn(tmp_path, caplog):
+def test_default_collections_that_match_nothing_do_not_warn(tmp_path, caplog, smdebug_warnings):
     hook = smd.Hook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=1))
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         hook.begin_step()
         hook.record("fc.weight", np.ones(2))  # "losses" is included by default and matches nothing
         hook.close()
-    assert smdebug_warnings(caplog) == []
+    assert smdebug_warnings(messages=True) == []
 
 
 @pytest.mark.parametrize("save_config", [{"save_interval": 10}, {"TRAIN": {"save_interval": 10}, "end_step": 5}])
@@ -207,7 +204,7 @@ def test_json_config_overwrite_key_replaces_a_previous_run(tmp_path):
     assert create_trial(str(run)).tensor_names() == ["loss"]
 
 
-def test_reserved_reduction_prefix_is_refused_at_save(tmp_path, caplog):
+def test_reserved_reduction_prefix_is_refused_at_save(tmp_path, caplog, smdebug_warnings):
     run = tmp_path / "run"
     hook = smd.Hook(out_dir=run, save_all=True, save_config=smd.SaveConfig(save_interval=1))
     with caplog.at_level(logging.WARNING, logger="smdebug"):
@@ -220,7 +217,7 @@ def test_reserved_reduction_prefix_is_refused_at_save(tmp_path, caplog):
         hook.begin_step()
         hook.record("smdebug/reductions/max/fc.weight", np.ones(3))
         hook.close()
-    refused = [w for w in smdebug_warnings(caplog) if "reserved for reductions" in w]
+    refused = [w for w in smdebug_warnings(messages=True) if "reserved for reductions" in w]
     assert len(refused) == 1 and "'smdebug/reductions/max/fc.weight'" in refused[0]
     trial = create_trial(str(run))
     assert trial.tensor_names() == ["fc.weight"]
@@ -241,23 +238,23 @@ def test_adding_an_object_the_hook_cannot_name_raises_a_clear_error(tmp_path):
     hook.close()
 
 
-def test_typo_is_reported_even_when_plans_were_made_before_the_first_step(tmp_path, caplog):
+def test_typo_is_reported_even_when_plans_were_made_before_the_first_step(tmp_path, caplog, smdebug_warnings):
     hook = smd.Hook(out_dir=tmp_path / "run", include_collections="wieghts",
                     save_config=smd.SaveConfig(save_interval=1))
     hook.collections_json()  # prepares the plans before any step (as some adapters do)
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         train(hook)
-    assert len([w for w in smdebug_warnings(caplog) if "did you mean 'weights'" in w]) == 1
+    assert len([w for w in smdebug_warnings(messages=True) if "did you mean 'weights'" in w]) == 1
 
 
-def test_typo_in_a_json_collection_name_warns(tmp_path, caplog):
+def test_typo_in_a_json_collection_name_warns(tmp_path, caplog, smdebug_warnings):
     path = tmp_path / "hook.json"
     path.write_text(json.dumps({"LocalPath": str(tmp_path / "run"), "HookParameters": {"save_interval": "1"},
                                 "CollectionConfigurations": [{"CollectionName": "gradeints"}]}))
     hook = smd.Hook.create_from_json_file(str(path))
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         train(hook)
-    warnings = [w for w in smdebug_warnings(caplog) if "'gradeints'" in w]
+    warnings = [w for w in smdebug_warnings(messages=True) if "'gradeints'" in w]
     assert len(warnings) == 1 and "did you mean 'gradients'" in warnings[0]
 
 

@@ -3,7 +3,6 @@
 mxnet is imported inside the fixtures: each test module skips itself with
 ``pytest.importorskip("mxnet")`` when it is missing.
 """
-import logging
 
 import numpy as np
 import pytest
@@ -89,11 +88,6 @@ def train(data):
     return run
 
 
-def smdebug_warnings(caplog):
-    return [r for r in caplog.records if r.name.startswith("smdebug") and r.levelno >= logging.WARNING]
-
-
 @pytest.fixture
-def warnings_of(caplog):
-    caplog.set_level(logging.WARNING)
-    return lambda: smdebug_warnings(caplog)
+def warnings_of(smdebug_warnings):
+    return smdebug_warnings

@@ -11,9 +11,6 @@ import smdebug.pytorch as smd  # noqa: E402
 from pt_helpers import batches, make_model, train  # noqa: E402
 
 
-def smdebug_warnings(caplog):
-    return [r for r in caplog.records if r.name.startswith("smdebug") and r.levelno >= logging.WARNING]
-
 
 def start(run_dir):
     model, loss_fn = make_model(), torch.nn.CrossEntropyLoss()
@@ -23,7 +20,7 @@ def start(run_dir):
     return hook, model, loss_fn
 
 
-def test_out_dir_removed_mid_run(run_dir, caplog):
+def test_out_dir_removed_mid_run(run_dir, caplog, smdebug_warnings):
     hook, model, loss_fn = start(run_dir)
     completed = []
     with caplog.at_level(logging.WARNING, logger="smdebug"):
@@ -37,11 +34,11 @@ def test_out_dir_removed_mid_run(run_dir, caplog):
         hook.close()
     assert completed == list(range(6))
     assert not hook.enabled
-    assert len(smdebug_warnings(caplog)) == 1, [r.getMessage() for r in smdebug_warnings(caplog)]
+    assert len(smdebug_warnings()) == 1, [r.getMessage() for r in smdebug_warnings()]
     assert not os.path.exists(run_dir)  # not silently recreated
 
 
-def test_write_error_injected(run_dir, caplog):
+def test_write_error_injected(run_dir, caplog, smdebug_warnings):
     hook, model, loss_fn = start(run_dir)
     with open(os.path.join(run_dir, "events"), "w"):  # events/ cannot be created: every write fails
         pass
@@ -49,12 +46,12 @@ def test_write_error_injected(run_dir, caplog):
         train(model, loss_fn, batches(4))
         hook.close()
     assert not hook.enabled
-    assert len(smdebug_warnings(caplog)) == 1, [r.getMessage() for r in smdebug_warnings(caplog)]
+    assert len(smdebug_warnings()) == 1, [r.getMessage() for r in smdebug_warnings()]
     assert not os.path.exists(os.path.join(run_dir, "training_job_end.ts"))
 
 
 @pytest.mark.parametrize("where", ["start_batch", "finish_batch"])  # training thread / pipeline worker
-def test_error_inside_the_hook_disables_it_and_training_goes_on(run_dir, caplog, monkeypatch, where):
+def test_error_inside_the_hook_disables_it_and_training_goes_on(run_dir, caplog, monkeypatch, where, smdebug_warnings):
     hook, model, loss_fn = start(run_dir)
 
     def broken(*args, **kwargs):
@@ -65,7 +62,7 @@ def test_error_inside_the_hook_disables_it_and_training_goes_on(run_dir, caplog,
         train(model, loss_fn, batches(3))
         hook.close()
     assert not hook.enabled
-    messages = [r.getMessage() for r in smdebug_warnings(caplog)]
+    messages = [r.getMessage() for r in smdebug_warnings()]
     assert len(messages) == 1 and "injected" in messages[0]
     # Disabled hooks are removed at the next forward: nothing of smdebug runs any more.
     assert not model._forward_pre_hooks and not loss_fn._forward_hooks

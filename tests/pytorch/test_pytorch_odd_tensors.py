@@ -15,9 +15,6 @@ from smdebug.trials import create_trial  # noqa: E402
 REDUCTIONS = ["min", "max", "mean", "std"]
 
 
-def smdebug_warnings(caplog):
-    return [r.getMessage() for r in caplog.records if r.name.startswith("smdebug") and r.levelno >= logging.WARNING]
-
 
 def nested_tensor():
     with warnings.catch_warnings():
@@ -26,7 +23,7 @@ def nested_tensor():
 
 
 @pytest.mark.parametrize("kind", ["meta", "nested"])
-def test_save_tensor_of_a_tensor_without_values_skips_it_and_saves_the_rest(run_dir, caplog, kind):
+def test_save_tensor_of_a_tensor_without_values_skips_it_and_saves_the_rest(run_dir, caplog, kind, smdebug_warnings):
     odd = torch.ones(3, device="meta") if kind == "meta" else nested_tensor()
     hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1))
     with caplog.at_level(logging.WARNING, logger="smdebug"):
@@ -36,7 +33,7 @@ def test_save_tensor_of_a_tensor_without_values_skips_it_and_saves_the_rest(run_
             hook.save_tensor("good", torch.full((2,), float(step)), "mine")
         hook.close()
     assert hook.enabled
-    messages = smdebug_warnings(caplog)
+    messages = smdebug_warnings(messages=True)
     assert len(messages) == 1 and "odd" in messages[0] and kind in messages[0]
     trial = create_trial(run_dir, wait_timeout=1)
     assert trial.steps() == [0, 1, 2]
@@ -44,7 +41,7 @@ def test_save_tensor_of_a_tensor_without_values_skips_it_and_saves_the_rest(run_
     np.testing.assert_array_equal(trial.tensor("good").value(2), [2.0, 2.0])
 
 
-def test_a_tensor_the_backend_cannot_reduce_is_skipped_with_one_warning(run_dir, caplog):
+def test_a_tensor_the_backend_cannot_reduce_is_skipped_with_one_warning(run_dir, caplog, smdebug_warnings):
     # A bits8 tensor holds bytes but no numbers: nothing in torch reduces or converts it.
     odd = torch.zeros(4, dtype=torch.uint8).view(torch.bits8)
     hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1),
@@ -58,7 +55,7 @@ def test_a_tensor_the_backend_cannot_reduce_is_skipped_with_one_warning(run_dir,
             hook.save_tensor("good", torch.full((3,), float(step)), "mine")
         hook.close()
     assert hook.enabled
-    messages = smdebug_warnings(caplog)
+    messages = smdebug_warnings(messages=True)
     assert len(messages) == 1 and "'bits'" in messages[0]
     trial = create_trial(run_dir, wait_timeout=1)
     assert trial.tensor_names() == ["good"]
@@ -68,7 +65,7 @@ def test_a_tensor_the_backend_cannot_reduce_is_skipped_with_one_warning(run_dir,
 
 @pytest.mark.parametrize("dtype", [d for d in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None))
                                    if d is not None])
-def test_small_float8_reduced_with_another_dtype_in_one_step(run_dir, caplog, dtype):
+def test_small_float8_reduced_with_another_dtype_in_one_step(run_dir, caplog, dtype, smdebug_warnings):
     small = torch.tensor([0.5, -1.0, 2.0, 1.5]).to(dtype)  # exactly representable
     other = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float32)
     hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1),
@@ -78,7 +75,7 @@ def test_small_float8_reduced_with_another_dtype_in_one_step(run_dir, caplog, dt
         hook.save_tensor("f8", small, "mine")
         hook.save_tensor("f32", other, "mine")
         hook.close()
-    assert hook.enabled and not smdebug_warnings(caplog)
+    assert hook.enabled and not smdebug_warnings(messages=True)
     trial = create_trial(run_dir, wait_timeout=1)
     for name, values in (("f8", small.to(torch.float64).numpy()), ("f32", other.numpy())):
         for op in REDUCTIONS:

@@ -15,9 +15,6 @@ from smdebug.tensorflow.capture import GraphCapture, SpecializedFunction  # noqa
 from conftest import make_model  # noqa: E402
 
 
-def smdebug_warnings(caplog):
-    return [r for r in caplog.records if r.name.startswith("smdebug") and r.levelno >= logging.WARNING]
-
 
 def fit(model, hook, data, extra_callbacks=()):
     x, y = data
@@ -25,7 +22,7 @@ def fit(model, hook, data, extra_callbacks=()):
                      callbacks=[hook, *extra_callbacks], verbose=0)
 
 
-def test_out_dir_deleted_mid_fit(tmp_path, data, caplog):
+def test_out_dir_deleted_mid_fit(tmp_path, data, caplog, smdebug_warnings):
     out = tmp_path / "run"
     hook = smd.KerasHook(out_dir=out, save_config=smd.SaveConfig(save_interval=1),
                          include_collections=["weights", "gradients"])
@@ -41,12 +38,12 @@ def test_out_dir_deleted_mid_fit(tmp_path, data, caplog):
         hook.close()
     assert len(history.history["loss"]) == 2 and len(history.history["val_loss"]) == 2
     assert not hook.enabled
-    warnings = smdebug_warnings(caplog)
+    warnings = smdebug_warnings()
     assert len(warnings) == 1 and "No such file or directory" in warnings[0].getMessage()
     assert not out.exists()
 
 
-def test_exception_in_the_backend(tmp_path, data, caplog, monkeypatch):
+def test_exception_in_the_backend(tmp_path, data, caplog, monkeypatch, smdebug_warnings):
     def broken(self, requests):
         raise RuntimeError("injected failure")
 
@@ -57,12 +54,12 @@ def test_exception_in_the_backend(tmp_path, data, caplog, monkeypatch):
         history = fit(make_model(), hook, data)
         hook.close()
     assert len(history.history["loss"]) == 2
-    warnings = smdebug_warnings(caplog)
+    warnings = smdebug_warnings()
     assert len(warnings) == 1 and "injected failure" in warnings[0].getMessage()
     assert not hook.enabled
 
 
-def test_exception_while_wrapping_a_compiled_step(tmp_path, data, caplog, monkeypatch):
+def test_exception_while_wrapping_a_compiled_step(tmp_path, data, caplog, monkeypatch, smdebug_warnings):
     def broken(self, key, named):
         raise ValueError("injected trace-time failure")
 
@@ -76,5 +73,5 @@ def test_exception_while_wrapping_a_compiled_step(tmp_path, data, caplog, monkey
         assert not isinstance(model.train_function, SpecializedFunction)
         hook.close()
     assert len(history.history["loss"]) == 2
-    warnings = smdebug_warnings(caplog)
+    warnings = smdebug_warnings()
     assert len(warnings) == 1 and "injected trace-time failure" in warnings[0].getMessage()

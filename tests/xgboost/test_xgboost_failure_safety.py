@@ -1,5 +1,4 @@
 """A failing hook never stops XGBoost training: one warning, and every round still runs."""
-import logging
 import os
 import shutil
 
@@ -12,11 +11,8 @@ import smdebug.xgboost as smd  # noqa: E402
 from smdebug.trials import create_trial  # noqa: E402
 
 
-def smdebug_warnings(caplog):
-    return [r for r in caplog.records if r.name.startswith("smdebug") and r.levelno >= logging.WARNING]
 
-
-def test_out_dir_deleted_mid_training(run_dir, data, train, caplog):
+def test_out_dir_deleted_mid_training(run_dir, data, train, caplog, smdebug_warnings):
     X, y, _, _ = data
     hook = smd.Hook(run_dir, save_config=smd.SaveConfig(save_interval=1),
                     include_collections=["average_shap", "trees"], train_data=(X, y))
@@ -32,10 +28,10 @@ def test_out_dir_deleted_mid_training(run_dir, data, train, caplog):
     hook.close()
     assert booster.num_boosted_rounds() == 10
     assert not hook.enabled
-    assert len(smdebug_warnings(caplog)) == 1, [r.getMessage() for r in smdebug_warnings(caplog)]
+    assert len(smdebug_warnings()) == 1, [r.getMessage() for r in smdebug_warnings()]
 
 
-def test_exception_in_one_collection_skips_only_that_collection(run_dir, data, train, caplog, monkeypatch):
+def test_exception_in_one_collection_skips_only_that_collection(run_dir, data, train, caplog, monkeypatch, smdebug_warnings):
     from smdebug.xgboost import _collect
 
     def broken(booster):
@@ -48,7 +44,7 @@ def test_exception_in_one_collection_skips_only_that_collection(run_dir, data, t
     booster, _ = train(hook, rounds=7)
     hook.close()
     assert booster.num_boosted_rounds() == 7
-    warnings = smdebug_warnings(caplog)
+    warnings = smdebug_warnings()
     assert len(warnings) == 1 and "trees" in warnings[0].getMessage()
     assert "injected failure" in warnings[0].getMessage()
     trial = create_trial(run_dir)
@@ -57,7 +53,7 @@ def test_exception_in_one_collection_skips_only_that_collection(run_dir, data, t
     assert trial.tensor("train-logloss").steps() == [0, 2, 4, 6]
 
 
-def test_exception_in_the_hook_itself_disables_it(run_dir, data, train, caplog, monkeypatch):
+def test_exception_in_the_hook_itself_disables_it(run_dir, data, train, caplog, monkeypatch, smdebug_warnings):
     from smdebug.xgboost import _collect
 
     def broken(evals_log):
@@ -70,13 +66,13 @@ def test_exception_in_the_hook_itself_disables_it(run_dir, data, train, caplog, 
     hook.close()
     assert booster.num_boosted_rounds() == 5
     assert not hook.enabled
-    warnings = smdebug_warnings(caplog)
+    warnings = smdebug_warnings()
     assert len(warnings) == 1 and "injected metrics failure" in warnings[0].getMessage()
     # What was written before the failure is intact and readable.
     assert create_trial(run_dir).tensor("train-logloss").steps() == [0, 1]
 
 
-def test_unusable_shap_data_warns_once(run_dir, data, train, caplog):
+def test_unusable_shap_data_warns_once(run_dir, data, train, caplog, smdebug_warnings):
     X, y, _, _ = data
     hook = smd.Hook(run_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["full_shap"],
                     train_data=(X[:, :3], y))  # three features; the model has six
@@ -84,6 +80,6 @@ def test_unusable_shap_data_warns_once(run_dir, data, train, caplog):
     hook.close()
     assert booster.num_boosted_rounds() == 4
     assert hook.enabled
-    warnings = smdebug_warnings(caplog)
+    warnings = smdebug_warnings()
     assert len(warnings) == 1 and "shap" in warnings[0].getMessage()
     assert os.path.exists(os.path.join(run_dir, "training_job_end.ts"))
