@@ -1,10 +1,13 @@
-"""What the reader's storages share: paths inside a run directory and the entries they list.
+"""Paths and names inside a run directory, as the reader takes them: relative paths and the
+directory entries the storages list, and worker names in file names.
 
 Paths are ``/``-separated and relative to the run directory, as they appear in index files.
 Untrusted relative paths (``event_file_name`` from an index file) are checked so that they
 cannot point outside the run directory.
 """
 from typing import NamedTuple
+
+from ...storage.format.layout import deserialize_worker_name
 
 
 def check_relpath(relpath: str) -> None:
@@ -28,3 +31,10 @@ class DirEntry(NamedTuple):
     is_dir: bool
     mtime_ns: int
 
+
+def worker_from_name(raw: str) -> str:
+    """The worker a collections or index file name stands for."""
+    # TensorFlow MirroredStrategy workers are serialized device names, which always
+    # start with "/" and so are stored starting with "_" (docs/format.md 1.2). Only those are
+    # deserialized; the original's "'__' anywhere in the path" test is a known bug.
+    return deserialize_worker_name(raw) if raw.startswith("_") else raw
