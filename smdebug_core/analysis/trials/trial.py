@@ -23,6 +23,7 @@ from ...modes import ModeKeys
 from ...reduction_config import parse_reduction_tag
 from ...storage.format.layout import END_OF_JOB_FILE, validate_step
 from . import settings
+from .bulk import collect, read_rows
 from .event_reads import RecordReader
 from .opening import check_run_path, collection_workers, list_collection_files, load_collections
 from .run_index import RunIndex
@@ -477,8 +478,6 @@ class Trial:
                  on_error: str = "warn"):
         """Every scalar value and every saved reduction of the selected tensors, in columns,
         without pandas: a :class:`smdebug.analysis.trials.table.Table` (see :meth:`to_dataframe`)."""
-        from .bulk import collect, read_rows
-
         if on_error not in ("warn", "raise"):
             raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
         modes = None
