@@ -1,7 +1,8 @@
-"""One saved tensor of a trial: where its records are, and reading them.
+"""One saved tensor of a trial: its steps, values, shapes and reductions, read from the
+records its index entries name (locations.py) through the trial's RecordReader.
 
 Data is keyed by *global* step and worker. A step given in another mode's numbering is
-translated through the trial first. A tensor can have, per (step, worker), a raw value,
+translated through the trial's steps first. A tensor can have, per (step, worker), a raw value,
 saved reductions and a saved shape, independently: unlike the original reader, a shape
 entry never hides the raw value of the same step (docs/format.md 3.2).
 """
