@@ -117,7 +117,7 @@ def _steps_span(steps: List[int]) -> str:
 
 def _saved_kinds(tensor) -> str:
     """What a tensor has saved, from the index (no value read): values, reductions, shapes."""
-    from .trials.bulk import reduction_label
+    from .trials.labels import reduction_label
 
     kinds = []
     if tensor._locations:
@@ -175,7 +175,7 @@ def _cmd_show(args) -> int:
     import numpy as np
 
     from ..modes import ModeKeys
-    from .trials.bulk import reduction_label as label
+    from .trials.labels import reduction_label as label
 
     trial = _open(args)
     tensor = trial.tensor(args.tensor)
@@ -291,7 +291,7 @@ def _cmd_export(args) -> int:
     trial = _open(args)
     names = args.tensor
     table = trial.to_table(names, regex=args.regex, collection=args.collection, mode=args.mode)
-    from .trials.bulk import COLUMNS
+    from .trials.table import COLUMNS
 
     if lower.endswith(".csv"):
         with open(out, "w", newline="") as fh:

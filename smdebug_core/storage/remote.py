@@ -1,7 +1,7 @@
 """Run directories given as URLs (``s3://bucket/prefix``, any fsspec URL): the one place
 that knows about schemes, filesystems and spools.
 
-Reading goes straight to the object store (``trials/storage.py``, :class:`RemoteStorage`).
+Reading goes straight to the object store (``analysis/trials/remote_storage.py``, :class:`RemoteStorage`).
 Writing never does from the training process's hot path: a hook whose ``out_dir`` is a URL
 writes the run into a local *spool* directory exactly as it writes a local run, and
 ``writer/uploader.py`` sends the published files to the URL (docs/format.md 1.4 order).

@@ -1,5 +1,5 @@
 """Trial.to_table's reading of many event files of one layout side by side
-(smdebug.analysis.trials.bulk._read_layouts): the same rows, the same errors, as the record by
+(smdebug.analysis.trials.layouts.read_layouts): the same rows, the same errors, as the record by
 record walk, on clean and on damaged runs."""
 import logging
 import os
@@ -13,7 +13,8 @@ import pytest
 from check_rows import assert_rows_equal_value_api
 from smdebug.collections import CollectionManager
 from smdebug.modes import ModeKeys
-from smdebug.analysis.trials import bulk, create_trial
+from smdebug.analysis.trials import create_trial, layouts
+from smdebug.analysis.trials.table import COLUMNS
 from smdebug.storage.writer import RunWriter, StepData
 
 
@@ -48,7 +49,7 @@ def layout_run(tmp_path_factory):
 
 def _table(path, monkeypatch, by_layout, caplog):
     """(rows, warning text, trial) of to_table with or without the side-by-side reading."""
-    monkeypatch.setattr(bulk, "_LAYOUT_MIN_FILES", 8 if by_layout else 10**9)
+    monkeypatch.setattr(layouts, "_LAYOUT_MIN_FILES", 8 if by_layout else 10**9)
     trial = create_trial(path, wait_timeout=0)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="smdebug.trials"):
@@ -66,7 +67,7 @@ def test_most_files_are_read_side_by_side_and_give_the_same_rows(layout_run, mon
     assert general_trial.stats.get("table_files_by_layout", 0) == 0
     assert len(rows) == 55 * 6
     pd = pytest.importorskip("pandas")
-    df = pd.DataFrame(rows, columns=list(bulk.COLUMNS))
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
     assert assert_rows_equal_value_api(trial, df) == len(rows)
 
 
@@ -88,7 +89,7 @@ def test_a_runs_crc32c_follows_from_its_payloads_crc32cs():
                     other[where] = rng.integers(0, 256, 3, dtype=np.uint8)
             delta = np.array([[google_crc32c.value(model[a:b].tobytes()) ^ google_crc32c.value(other[a:b].tobytes())
                                for a, b in spans]], np.uint32)
-            shifted = bulk._shifted_xor(delta, tuple(at - b for _, b in spans))
+            shifted = layouts._shifted_xor(delta, tuple(at - b for _, b in spans))
             expected = google_crc32c.value(model.tobytes()) ^ int(shifted[0])
             assert expected == google_crc32c.value(other.tobytes())
 
@@ -136,7 +137,7 @@ def test_damaged_files_give_the_same_rows_and_errors_as_the_general_walk(layout_
     assert text == general_text and "could not be read" in text
     assert trial.stats["table_files_by_layout"] > 0
     pd = pytest.importorskip("pandas")
-    assert assert_rows_equal_value_api(trial, pd.DataFrame(rows, columns=list(bulk.COLUMNS))) == len(rows)
+    assert assert_rows_equal_value_api(trial, pd.DataFrame(rows, columns=list(COLUMNS))) == len(rows)
 
 
 def test_every_file_damaged_the_same_way_still_reads(layout_run, tmp_path, monkeypatch, caplog):
@@ -177,7 +178,7 @@ def test_a_selection_reads_part_of_each_file_side_by_side(layout_run, monkeypatc
     for selection in selections:
         got = {}
         for by_layout in (True, False):
-            monkeypatch.setattr(bulk, "_LAYOUT_MIN_FILES", 8 if by_layout else 10**9)
+            monkeypatch.setattr(layouts, "_LAYOUT_MIN_FILES", 8 if by_layout else 10**9)
             trial = create_trial(layout_run)
             got[by_layout] = list(trial.to_table(**selection).rows())
             if by_layout and "steps" not in selection:
@@ -231,7 +232,7 @@ def test_without_threads_the_reads_are_made_on_the_calling_thread(layout_run, mo
     def refuse(*args, **kwargs):
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(bulk, "_LAYOUT_BATCH_BYTES", 4096)  # several batches: the threaded reader
+    monkeypatch.setattr(layouts, "_LAYOUT_BATCH_BYTES", 4096)  # several batches: the threaded reader
     monkeypatch.setattr(ThreadPoolExecutor, "submit", refuse)
     monkeypatch.setattr(threading.Thread, "start", refuse)
     rows, text, trial = _table(layout_run, monkeypatch, True, caplog)

@@ -34,17 +34,20 @@ def test_every_row_equals_value_and_reduction_value(numpy_run):
 
 
 def test_records_of_this_projects_writers_are_decoded_in_bulk(numpy_run):
-    from smdebug.storage.format.codec import _cached_metadata
-    from smdebug.analysis.trials.bulk import metadata_field
+    from smdebug.storage.format.codec import _cached_metadata, _metadata_message
+    from smdebug.storage.format.wire import VALUE_METADATA, length_delimited, metadata_field
 
     trial = create_trial(numpy_run)
     df = trial.to_dataframe()
     assert trial.stats["table_records_bulk"] == len(df)
     assert trial.stats["table_records_one_by_one"] == 0
-    # The metadata the bulk walk compares whole is byte for byte the writer's.
+    # The metadata the bulk walk compares whole is byte for byte the writer's, and protobuf's.
     for mode in ModeKeys:
         for step in (0, 9, 10, 127, 128, 123456, 10**11):
             assert metadata_field(mode.value, step) == _cached_metadata(mode, step, None)[1]
+            for marker in (None, "int8", "bfloat16"):
+                serialized = _metadata_message(mode, step, marker).SerializeToString()
+                assert metadata_field(mode.value, step, marker) == length_delimited(VALUE_METADATA, serialized)
 
 
 def test_selection_by_names_regex_collection_mode_steps(numpy_run):

@@ -30,11 +30,11 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX F
 def open_path(request, monkeypatch):
     """Every test runs twice: with Linux's openat2 and /proc/self/fd where the kernel has
     them, and with the portable path (realpath) used elsewhere."""
-    from smdebug.analysis.trials import storage
+    from smdebug.analysis.trials import local_storage
 
     if request.param == "portable":
-        monkeypatch.setattr(storage, "_openat2", None)
-        monkeypatch.setattr(storage, "_HAVE_PROC_FD", False)
+        monkeypatch.setattr(local_storage, "_openat2", None)
+        monkeypatch.setattr(local_storage, "_HAVE_PROC_FD", False)
     return request.param
 
 

@@ -329,9 +329,9 @@ def test_hostile_objects_get_the_named_errors(endpoint, bucket, monkeypatch, cap
     with pytest.raises(CorruptRecord, match=r"holds \d+ of the record.s \d+ bytes there"):
         trial.tensor("w").value(3)
     # An index object larger than the format allows is refused without being downloaded.
-    import smdebug.analysis.trials.trial as trial_module
+    import smdebug.analysis.trials.run_index as run_index_module
 
-    monkeypatch.setattr(trial_module, "MAX_INDEX_FILE_BYTES", 64)
+    monkeypatch.setattr(run_index_module, "MAX_INDEX_FILE_BYTES", 64)
     trial = create_trial(url)
     assert trial.steps() == [] and len(trial.corrupt_index_files) == 4
     assert trial._storage.stats["bytes_fetched"] < 4 * 65 + 20_000  # the collections file and 65 bytes each

@@ -314,7 +314,8 @@ class TrialStepView(StepView):
     def _prefetch_batched(self, needs: Dict[str, _Need]) -> None:
         """All records of all needs in one ``Tensor._read`` call: grouped by event file, one
         read per file (the records of a step are contiguous), each decoded once."""
-        from ..trials.tensor import Tensor, _Request
+        from ..trials.locations import ReadRequest
+        from ..trials.tensor import Tensor
 
         g = self.step
         requests = []
@@ -339,19 +340,19 @@ class TrialStepView(StepView):
             if want_saved:
                 self._saved[name] = {}
                 for key, loc in (saved or {}).items():
-                    requests.append(_Request(("saved", name, key), loc, g, saved_worker))
+                    requests.append(ReadRequest(("saved", name, key), loc, g, saved_worker))
             for key in sorted(need.reductions):
                 if want_saved and saved and key in saved:
                     continue
                 holder = next((w for w in sorted(by_worker) if key in by_worker[w]), None)
                 if holder is not None:
-                    requests.append(_Request(("red", name, key), by_worker[holder][key], g, holder))
+                    requests.append(ReadRequest(("red", name, key), by_worker[holder][key], g, holder))
                 elif raw_loc is not None:
                     want_value = True
                     compute_from_raw.append((name, key))
             if want_value:
                 if raw_loc is not None:
-                    requests.append(_Request(("value", name, None), raw_loc, g, raw_worker))
+                    requests.append(ReadRequest(("value", name, None), raw_loc, g, raw_worker))
                 else:
                     self._no_value.add(name)
         if not requests:

@@ -1,7 +1,8 @@
-"""One saved tensor of a trial: where its records are, and reading them.
+"""One saved tensor of a trial: its steps, values, shapes and reductions, read from the
+records its index entries name (locations.py) through the trial's RecordReader.
 
 Data is keyed by *global* step and worker. A step given in another mode's numbering is
-translated through the trial first. A tensor can have, per (step, worker), a raw value,
+translated through the trial's steps first. A tensor can have, per (step, worker), a raw value,
 saved reductions and a saved shape, independently: unlike the original reader, a shape
 entry never hides the raw value of the same step (docs/format.md 3.2).
 """
@@ -9,30 +10,25 @@ from __future__ import annotations
 
 import bisect
 import math
-import time
-from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ...exceptions import (
-    CorruptRecord,
     InvalidWorker,
-    MissingEventFile,
     ReductionUnavailableForStep,
     ShapeUnavailableForStep,
     TensorUnavailableForStep,
-    UnsafeRunFile,
 )
-from ...storage.format.codec import decode_tensor_event
-from ...storage.format.index import Placement
-from ...storage.format.layout import END_OF_JOB_FILE
-from ...storage.format.records import read_record, verify_payload_crc
 from ...modes import ModeKeys
 from ...reduction_config import ALLOWED_NORMS, ALLOWED_REDUCTIONS
 from ...reductions import reduce
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .trial import Trial
+from .event_reads import RecordReader
+from .labels import reduction_label
+from .locations import ReadRequest, TensorLocation, TensorRecords
+from .progress import progress_bar, progress_wanted
+from .steps import StepIndex, StepState
+from .table import require_pandas
 
 GLOBAL = ModeKeys.GLOBAL
 READABLE_REDUCTIONS = ALLOWED_REDUCTIONS + ALLOWED_NORMS
@@ -40,24 +36,6 @@ READABLE_REDUCTIONS = ALLOWED_REDUCTIONS + ALLOWED_NORMS
 #: this much more than the records themselves.
 _COALESCE_SLACK = 1 << 16
 _PROGRESS_MIN_FILES = 500
-_MISSING_EVENT_POLL_S = 0.1
-
-
-class TensorLocation(NamedTuple):
-    """A record of an event file, as an index file describes it."""
-
-    event_file: str  # relative to the run directory
-    start: int
-    length: int
-    crc32c: Optional[int]  # of the payload; None when the index does not say
-    record_name: str  # the name in the index (the reduction tag for reductions)
-
-
-class _Request(NamedTuple):
-    key: object
-    location: TensorLocation
-    step: int
-    worker: str
 
 
 class Tensor:
@@ -68,20 +46,27 @@ class Tensor:
     what is asked for is used.
     """
 
-    def __init__(self, name: str, trial: "Trial"):
+    def __init__(self, name: str, trial, records: TensorRecords, steps: StepIndex, reader: RecordReader,
+                 refresh: Callable[[], None]):
+        """Made by the trial: ``records``, what its index files say about this tensor;
+        ``steps``, its steps; ``reader``, its event files; ``refresh()`` looks for new
+        index files unless the trial knows nothing new can appear."""
         self.name = name
-        self._trial = trial
-        self._locations: Dict[int, Dict[str, TensorLocation]] = {}
-        self._reductions: Dict[int, Dict[str, Dict[Tuple[str, bool], TensorLocation]]] = {}
-        self._shapes: Dict[int, Dict[str, Tuple[int, ...]]] = {}
-        # step -> worker -> where that worker's saved value lies in the full tensor (sharded)
-        self._placements: Dict[int, Dict[str, Placement]] = {}
-        self._step_workers: Dict[int, Set[str]] = {}
-        self._sorted_steps: Optional[List[int]] = []
+        self._trial = trial  # for its settings (cache, progress), name, collections and to_table
+        self._steps = steps
+        self._reader = reader
+        self._refresh = refresh
+        self._records = records
+        # The records' own dicts (filled as index files are registered), under short names.
+        self._locations = records.locations
+        self._reductions = records.reductions
+        self._shapes = records.shapes
+        self._placements = records.placements
+        self._step_workers = records.step_workers
         self._cache: Dict[TensorLocation, np.ndarray] = {}
 
     def __repr__(self):
-        steps = self._global_steps()
+        steps = self._records.global_steps()
         span = f" (global {steps[0]} to {steps[-1]})" if steps else ""
         kinds = []
         if self._locations:
@@ -91,8 +76,6 @@ class Tensor:
             for by_key in by_worker.values():
                 keys.update(by_key)
         if keys:
-            from .bulk import reduction_label
-
             kinds.append("reductions " + ", ".join(sorted(reduction_label(*k) for k in keys)))
         if self._shapes:
             kinds.append("shapes")
@@ -110,7 +93,7 @@ class Tensor:
             names = RAW_ONLY_COLLECTIONS | {CollectionKeys.HYPERPARAMETERS}
             scalar = self.name.startswith("scalar/")
             if not scalar:
-                collections = self._trial._collection_manager.collections
+                collections = self._trial.collections()
                 for cname in names:
                     coll = collections.get(cname)
                     try:
@@ -131,8 +114,6 @@ class Tensor:
         Without ``worker``, each step's value comes from the lexically first worker that
         saved it, as with ``value()``. Needs pandas (``pip install 'smdebug-core[analysis]'``).
         """
-        from .bulk import reduction_label, require_pandas
-
         pd = require_pandas("Tensor.to_series")
         mode = ModeKeys.parse(mode)
         label = ""
@@ -159,51 +140,6 @@ class Tensor:
         steps_u, first = np.unique(steps, return_index=True)
         return pd.Series(values[first], index=pd.Index(steps_u, name="step"), name=name)
 
-    # ------------------------------------------------------------------ registration
-    def _note(self, step: int, worker: str) -> None:
-        workers = self._step_workers.get(step)
-        if workers is None:
-            workers = self._step_workers[step] = set()
-            self._sorted_steps = None
-        workers.add(worker)
-
-    def _add_location(self, step: int, worker: str, location: TensorLocation) -> None:
-        # Called once per index entry while loading: kept flat on purpose.
-        by_worker = self._locations.get(step)
-        if by_worker is None:
-            self._locations[step] = {worker: location}
-        else:
-            by_worker[worker] = location
-        workers = self._step_workers.get(step)
-        if workers is None:
-            self._step_workers[step] = {worker}
-            self._sorted_steps = None
-        else:
-            workers.add(worker)
-
-    def _add_reduction(self, step: int, worker: str, key: Tuple[str, bool], location: TensorLocation) -> None:
-        by_worker = self._reductions.get(step)
-        if by_worker is None:
-            by_worker = self._reductions[step] = {}
-        by_worker.setdefault(worker, {})[key] = location
-        self._note(step, worker)
-
-    def _add_placement(self, step: int, worker: str, placement: Placement) -> None:
-        self._placements.setdefault(step, {})[worker] = placement
-
-    def _add_shape(self, step: int, worker: str, shape: Tuple[int, ...]) -> None:
-        self._shapes.setdefault(step, {})[worker] = tuple(shape)
-        self._note(step, worker)
-
-    def _global_steps(self) -> List[int]:
-        if self._sorted_steps is None:
-            self._sorted_steps = sorted(self._step_workers)
-        return self._sorted_steps
-
-    def _has_complete_step(self) -> bool:
-        is_complete = self._trial._is_complete
-        return any(is_complete(g) for g in self._global_steps())
-
     # ------------------------------------------------------------------ steps
     def steps(self, mode=GLOBAL, show_incomplete_steps: bool = False) -> List[int]:
         """Sorted steps at which anything of this tensor was saved (value, reduction or shape).
@@ -212,15 +148,15 @@ class Tensor:
         unless ``show_incomplete_steps`` (same rule as ``Trial.steps``).
         """
         mode = ModeKeys.parse(mode)
-        trial = self._trial
-        trial._maybe_refresh()
-        steps = self._global_steps()
-        if not show_incomplete_steps and not trial.loaded_all_steps:
-            cut = bisect.bisect_right(steps, trial.last_complete_step)
-            steps = steps[:cut] + [g for g in steps[cut:] if trial._is_complete(g)]
+        index = self._steps
+        self._refresh()
+        steps = self._records.global_steps()
+        if not show_incomplete_steps and not index.loaded_all_steps:
+            cut = bisect.bisect_right(steps, index.last_complete_step)
+            steps = steps[:cut] + [g for g in steps[cut:] if index.is_complete(g)]
         if mode is GLOBAL:
             return list(steps)
-        to_mode = trial._global_to_mode
+        to_mode = index.global_to_mode
         # A set: a restarted job can save the same mode step at two global steps.
         return sorted({s for m, s in (to_mode[g] for g in steps) if m is mode})
 
@@ -232,16 +168,15 @@ class Tensor:
 
     def _locate(self, step_num, mode) -> Tuple[int, ModeKeys, int]:
         """``(global_step, mode, step)``, raising why if this tensor has nothing there."""
-        trial = self._trial
-        g, mode, step = trial._resolve(step_num, mode)
+        index, trial_name = self._steps, self._trial.name
+        g, mode, step = index.resolve(step_num, mode, self._refresh, trial_name)
         if g not in self._step_workers:
-            trial._maybe_refresh()
+            self._refresh()
             if g not in self._step_workers:
-                from .trial import StepState  # the trial module imports this one
-
-                if trial._step_state(step, mode) is StepState.AVAILABLE:
-                    raise TensorUnavailableForStep(self.name, step, mode, hint=trial._step_hint(step, mode, self))
-                trial._raise_step_missing(step, mode)
+                if index.state(step, mode) is StepState.AVAILABLE:
+                    hint = index.hint(step, mode, self.name, self.steps(mode=mode), self._step_workers)
+                    raise TensorUnavailableForStep(self.name, step, mode, hint=hint)
+                index.raise_missing(step, mode, trial_name)
         return g, mode, step
 
     def _check_worker(self, g: int, worker: Optional[str], step: int, mode: ModeKeys) -> None:
@@ -252,7 +187,7 @@ class Tensor:
                 f"(mode {mode.name}); workers that did: {have}"
             )
         if worker is not None and mode is not GLOBAL:
-            own = self._trial.worker_step_conflicts.get(g, {}).get(worker)
+            own = self._steps.worker_step_conflicts.get(g, {}).get(worker)
             if own is not None:  # its global step g is another mode step of its own: not this one
                 raise TensorUnavailableForStep(
                     self.name, step, mode, hint=f"; {worker} numbers its steps differently (its global step {g} "
@@ -292,7 +227,7 @@ class Tensor:
         if location is None:
             has_reductions = bool(self._reductions.get(g))
             raise TensorUnavailableForStep(self.name, step, mode, has_reductions)
-        return self._read([_Request(None, location, g, chosen)], progress=False)[None]
+        return self._read([ReadRequest(None, location, g, chosen)], progress=False)[None]
 
     def _assemble(self, g: int, step: int, mode: ModeKeys) -> np.ndarray:
         """The full tensor of a sharded parameter from every worker's piece (a worker's own
@@ -319,7 +254,7 @@ class Tensor:
                                             f"piece is missing or not written yet); value(step, worker=...) reads one")
         if len({placed[w].flat for w in chosen.values()}) != 1:
             raise TensorUnavailableForStep(self.name, step, mode, hint="; its pieces mix flat and block placements")
-        values = self._read([_Request(w, locations[w], g, w) for w in chosen.values()], progress=False)
+        values = self._read([ReadRequest(w, locations[w], g, w) for w in chosen.values()], progress=False)
         for worker in chosen.values():  # before allocating: the full tensor is then no bigger than what was read
             if tuple(values[worker].shape) != placed[worker].local_shape:
                 raise TensorUnavailableForStep(self.name, step, mode, hint=f"; {worker}'s piece has shape "
@@ -362,13 +297,13 @@ class Tensor:
         requests = []
         assembled = {}
         for step in self.steps(mode=mode, show_incomplete_steps=show_incomplete_steps):
-            g = step if mode is GLOBAL else self._trial._mode_to_global[mode][step]
+            g = step if mode is GLOBAL else self._steps.mode_to_global[mode][step]
             if worker is None and g in self._placements:  # a sharded tensor: the full tensor
                 assembled[step] = self._assemble(g, step, mode)
                 continue
             chosen, location = self._pick(self._locations.get(g), worker)
             if location is not None:
-                requests.append(_Request(step, location, g, chosen))
+                requests.append(ReadRequest(step, location, g, chosen))
         out = self._read(requests, progress)
         if assembled:
             out.update(assembled)
@@ -387,7 +322,7 @@ class Tensor:
         chosen, location = self._pick(self._locations.get(g), worker)
         if location is None:
             raise ShapeUnavailableForStep(self.name, step, mode)
-        return tuple(self._read([_Request(None, location, g, chosen)], progress=False)[None].shape)
+        return tuple(self._read([ReadRequest(None, location, g, chosen)], progress=False)[None].shape)
 
     def shapes(
         self, mode=GLOBAL, worker: Optional[str] = None, show_incomplete_steps: bool = False
@@ -397,14 +332,14 @@ class Tensor:
         out: Dict[int, Tuple[int, ...]] = {}
         requests = []
         for step in self.steps(mode=mode, show_incomplete_steps=show_incomplete_steps):
-            g = step if mode is GLOBAL else self._trial._mode_to_global[mode][step]
+            g = step if mode is GLOBAL else self._steps.mode_to_global[mode][step]
             _, shape = self._pick(self._shapes.get(g), worker)
             if shape is not None:
                 out[step] = shape
                 continue
             chosen, location = self._pick(self._locations.get(g), worker)
             if location is not None:
-                requests.append(_Request(step, location, g, chosen))
+                requests.append(ReadRequest(step, location, g, chosen))
         for step, value in self._read(requests, progress=None).items():
             out[step] = tuple(value.shape)
         return dict(sorted(out.items()))
@@ -439,7 +374,7 @@ class Tensor:
         for w in candidates:
             location = by_worker.get(w, {}).get(key)
             if location is not None:
-                return self._read([_Request(None, location, g, w)], progress=False)[None]
+                return self._read([ReadRequest(None, location, g, w)], progress=False)[None]
         if worker is None and g in self._placements:  # a sharded tensor: of the full tensor, not a piece
             return reduce(self._assemble(g, step, mode), reduction_name, bool(abs))
         chosen, raw = self._pick(self._locations.get(g), worker)
@@ -448,7 +383,7 @@ class Tensor:
             for w in candidates:
                 saved.update(by_worker.get(w, {}))
             raise ReductionUnavailableForStep(self.name, step, mode, key, saved)
-        value = self._read([_Request(None, raw, g, chosen)], progress=False)[None]
+        value = self._read([ReadRequest(None, raw, g, chosen)], progress=False)[None]
         return reduce(value, reduction_name, bool(abs))
 
     def reduction_values(
@@ -462,15 +397,15 @@ class Tensor:
         )
         if not saved:
             return {}
-        return self._read([_Request(key, loc, g, chosen) for key, loc in saved.items()], progress=False)
+        return self._read([ReadRequest(key, loc, g, chosen) for key, loc in saved.items()], progress=False)
 
     # ------------------------------------------------------------------ reading records
-    def _read(self, requests: List[_Request], progress: Optional[bool]) -> Dict[object, np.ndarray]:
+    def _read(self, requests: List[ReadRequest], progress: Optional[bool]) -> Dict[object, np.ndarray]:
         """Read and decode records, grouped by event file; returns ``{request.key: value}``."""
         trial = self._trial
         use_cache = trial.cache
         out: Dict[object, np.ndarray] = {}
-        by_file: Dict[str, List[_Request]] = {}
+        by_file: Dict[str, List[ReadRequest]] = {}
         for request in requests:
             if use_cache:
                 hit = self._cache.get(request.location)
@@ -480,13 +415,10 @@ class Tensor:
             by_file.setdefault(request.location.event_file, []).append(request)
         if not by_file:
             return out
-
-        from .trial import _progress_bar, _progress_wanted  # shared helpers; avoids an import cycle
-
-        wanted = len(by_file) >= _PROGRESS_MIN_FILES and _progress_wanted(
+        wanted = len(by_file) >= _PROGRESS_MIN_FILES and progress_wanted(
             trial.progress if progress is None else progress
         )
-        bar = _progress_bar(wanted, len(by_file), f"reading {self.name}")
+        bar = progress_bar(wanted, len(by_file), f"reading {self.name}")
         # Many files (values() over the steps): each is visited once, so none is kept open
         # for a next lookup (that would only push the LRU's files out).
         keep_open = len(by_file) == 1
@@ -507,12 +439,12 @@ class Tensor:
                 bar.close()
         return out
 
-    def _fetch_remote_groups(self, by_file: Dict[str, List[_Request]]) -> Dict[str, list]:
+    def _fetch_remote_groups(self, by_file: Dict[str, List[ReadRequest]]) -> Dict[str, list]:
         """For object stores: every file's records in one batch of concurrent ranged GETs
         (one per file when its records are close together), instead of one round trip per
         file in turn. ``{event_file: [(lo, bytes)...]}``; files that failed are left out
         and read the ordinary way (which waits for a missing one, or names the error)."""
-        storage = self._trial._storage
+        storage = self._reader.storage
         if not hasattr(storage, "read_spans"):
             return {}
         plan: List[Tuple[str, int, int]] = []
@@ -539,7 +471,7 @@ class Tensor:
             out.pop(event_file, None)
         return out
 
-    def _decode_spans(self, group: List[_Request], spans: list):
+    def _decode_spans(self, group: List[ReadRequest], spans: list):
         """Yield ``(request, value)`` from the byte spans fetched for the group's file."""
         for r in group:
             start = r.location.start
@@ -551,7 +483,7 @@ class Tensor:
             else:  # the object ended before this record: _decode reports it
                 yield r, self._decode(memoryview(b""), r)
 
-    def _read_file_group(self, event_file: str, group: List[_Request], keep_open: bool = True):
+    def _read_file_group(self, event_file: str, group: List[ReadRequest], keep_open: bool = True):
         """Yield ``(request, value)`` for records of one event file, opening it once."""
         if len(group) == 1:
             request = group[0]
@@ -574,71 +506,13 @@ class Tensor:
             for r, data in zip(group, datas):
                 yield r, self._decode(memoryview(data), r)
 
-    def _read_bytes(self, event_file: str, ranges: List[Tuple[int, int]], request: _Request,
+    def _read_bytes(self, event_file: str, ranges: List[Tuple[int, int]], request: ReadRequest,
                     keep_open: bool = True) -> List[bytes]:
-        """Byte ranges of an event file (see :func:`read_event_file`)."""
-        return read_event_file(self._trial, event_file, ranges, request.step, self.name, keep_open)
+        """Byte ranges of an event file (see :meth:`RecordReader.read`)."""
+        return self._reader.read(event_file, ranges, request.step, self.name, keep_open)
 
-    def _source(self, request: _Request) -> str:
-        """Where a record is, for error messages."""
-        location = request.location
-        return (
-            f"{self._trial._storage.local_path(location.event_file)} at offset {location.start} "
-            f"(tensor {location.record_name!r}, step {request.step}, worker {request.worker})"
-        )
-
-    def _decode(self, data: memoryview, request: _Request) -> np.ndarray:
-        location = request.location
-        if len(data) < location.length:
-            raise CorruptRecord(
-                f"{self._source(request)}: the file holds {len(data)} of the record's {location.length} bytes "
-                "there (it ends before the record does)"
-            )
-        try:
-            payload, _ = read_record(data, 0, self._trial._record_check)
-            if location.crc32c is not None:
-                verify_payload_crc(payload, location.crc32c, "payload")
-            decoded = decode_tensor_event(payload, max_expanded_elements=self._trial.max_expanded_elements)
-        except CorruptRecord as exc:
-            # The message is built only on failure: this runs once per value read.
-            raise CorruptRecord(f"{self._source(request)}: {exc}") from None
-        if decoded.tag != location.record_name:
-            raise CorruptRecord(
-                f"{self._source(request)}: the record holds tensor {decoded.tag!r}, not "
-                f"{location.record_name!r}; the index points at the wrong bytes"
-            )
-        value = decoded.value
-        if value.shape == (1,) and location.record_name == self.name and self._is_scalar():
+    def _decode(self, data: memoryview, request: ReadRequest) -> np.ndarray:
+        value = self._reader.decode(data, request)
+        if value.shape == (1,) and request.location.record_name == self.name and self._is_scalar():
             value = value.reshape(())
         return value
-
-
-def read_event_file(trial, event_file: str, ranges: List[Tuple[int, int]], step: int, tensor: str,
-                    keep_open: bool = False) -> List[bytes]:
-    """Byte ranges of an event file the index names for ``tensor`` at ``step``.
-
-    Writers publish the event file before the index (docs/format.md 1.4), so a missing one
-    means a non-conforming writer or a slow file system: wait a little (the trial's
-    ``wait_timeout``, not past the end of the job), never forever, then MissingEventFile.
-    A path or link leaving the run, or a FIFO, is a CorruptRecord. ``keep_open``: a single
-    range is read through the storage's cache of open files (for the next lookup)."""
-    storage = trial._storage
-    deadline = None
-    while True:
-        try:
-            if len(ranges) == 1 and keep_open:
-                return [storage.read_range(event_file, *ranges[0])]
-            return storage.read_ranges(event_file, ranges)
-        except FileNotFoundError:
-            pass
-        except (ValueError, UnsafeRunFile) as exc:
-            raise CorruptRecord(f"index entry of tensor {tensor!r} at step {step}: {exc}") from None
-        except OSError as exc:  # permissions, I/O errors: this tensor at this step, named
-            raise CorruptRecord(f"tensor {tensor!r} at step {step}: its event file "
-                                f"{storage.local_path(event_file)} cannot be read: {exc.strerror or exc}") from None
-        if deadline is None:
-            deadline = time.monotonic() + trial.wait_timeout
-        if storage.exists(END_OF_JOB_FILE) or time.monotonic() >= deadline:
-            mode, _ = trial._global_to_mode.get(step, (GLOBAL, step))
-            raise MissingEventFile(tensor, step, mode, storage.local_path(event_file))
-        time.sleep(min(_MISSING_EVENT_POLL_S, max(0.0, deadline - time.monotonic())))

@@ -35,13 +35,31 @@ from ...exceptions import CorruptRecord
 from ...modes import ModeKeys
 from . import proto
 from .layout import validate_step
-
-MODE_STEP_KEY = "mode_step"
-MODE_KEY = "mode"
-DTYPE_KEY = "smdebug_dtype"
-# The original reader accepts only 1-D string tensors: others are written flattened, with
-# their true shape ("2,3"; "" for 0-d) in this plugin entry.
-SHAPE_KEY = "smdebug_shape"
+from .wire import (
+    DIM_NAME,
+    DIM_SIZE,
+    DTYPE_KEY,
+    EVENT_STEP,
+    EVENT_SUMMARY,
+    EVENT_WALL_TIME,
+    FIXED64,
+    LENGTH_DELIMITED,
+    MODE_KEY,
+    MODE_STEP_KEY,
+    SHAPE_DIM,
+    SHAPE_KEY,
+    SUMMARY_VALUE,
+    TENSOR_CONTENT,
+    TENSOR_DTYPE,
+    TENSOR_SHAPE,
+    VALUE_TAG,
+    VALUE_TENSOR,
+    VARINT,
+    field_key,
+    length_delimited,
+    metadata_field,
+    varint,
+)
 #: Marker value for numpy bytes (``S``) arrays, which are stored like strings.
 BYTES_MARKER = "bytes"
 
@@ -92,7 +110,7 @@ _WIDENED = {
 _UINT64 = np.dtype(np.uint64)
 _MARKER_TO_DTYPE = {dtype.name: dtype for dtype in (*_WIDENED, _UINT64)}
 
-_WIRE_TO_NUMPY = {
+WIRE_TO_NUMPY = {
     proto.DT_FLOAT: np.dtype("<f4"),
     proto.DT_DOUBLE: np.dtype("<f8"),
     proto.DT_INT32: np.dtype("<i4"),
@@ -158,39 +176,10 @@ def supported_dtypes():
 # copy. Small ones go through the protobuf classes, which is faster per record in Python.
 # A test checks both against protobuf's own serialization of the parsed message.
 
-_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
 _DOUBLE = struct.Struct("<d")
 
-
-def _varint(value):
-    if value < 128:
-        return _SMALL_VARINTS[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _key(field_number, wire_type):
-    return _varint((field_number << 3) | wire_type)
-
-
-def _length_delimited(field_number, payload):
-    """A complete length-delimited (wire type 2) field."""
-    return _key(field_number, 2) + _varint(len(payload)) + payload
-
-
-# Field numbers (docs/format.md 2.2).
-_EVENT_WALL_TIME, _EVENT_STEP, _EVENT_SUMMARY = 1, 2, 5
-_SUMMARY_VALUE = 1
-_VALUE_TAG, _VALUE_TENSOR, _VALUE_METADATA = 1, 8, 9
-_TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_CONTENT = 1, 2, 4
-_SHAPE_DIM, _DIM_SIZE, _DIM_NAME = 2, 1, 2
-
-_KEY_EVENT_SUMMARY = _key(_EVENT_SUMMARY, 2)
-_KEY_SUMMARY_VALUE = _key(_SUMMARY_VALUE, 2)  # one byte (field 1, wire type 2)
+_KEY_EVENT_SUMMARY = field_key(EVENT_SUMMARY, LENGTH_DELIMITED)
+_KEY_SUMMARY_VALUE = field_key(SUMMARY_VALUE, LENGTH_DELIMITED)  # one byte (field 1, wire type 2)
 
 # From this size on, content is returned as a separate memoryview instead of being joined.
 _SPLICE_MIN_BYTES = 64 * 1024
@@ -207,18 +196,18 @@ def _metadata_message(mode, mode_step, marker):
 
 @functools.lru_cache(maxsize=256)
 def _cached_metadata(mode, mode_step, marker):
-    """(message, serialized field) of ``Summary.Value.metadata``: the same for every record of a step."""
-    message = _metadata_message(mode, mode_step, marker)
-    return message, _length_delimited(_VALUE_METADATA, message.SerializeToString())
+    """(message, serialized field) of ``Summary.Value.metadata``: the same for every record of a step.
+    The field's bytes come from :func:`.wire.metadata_field`, the message's serialization byte for byte."""
+    return _metadata_message(mode, mode_step, marker), metadata_field(mode.value, mode_step, marker)
 
 
 def _shape_field(tag, shape):
     dims = []
     for size in shape:
         name = f"{tag}_{size}".encode("utf-8")
-        size_field = _key(_DIM_SIZE, 0) + _varint(size) if size else b""  # proto3 omits zeros
-        dims.append(_length_delimited(_SHAPE_DIM, size_field + _length_delimited(_DIM_NAME, name)))
-    return _length_delimited(_TENSOR_SHAPE, b"".join(dims))
+        size_field = field_key(DIM_SIZE, VARINT) + varint(size) if size else b""  # proto3 omits zeros
+        dims.append(length_delimited(SHAPE_DIM, size_field + length_delimited(DIM_NAME, name)))
+    return length_delimited(TENSOR_SHAPE, b"".join(dims))
 
 
 @functools.lru_cache(maxsize=16)  # every record of a step shares it
@@ -226,9 +215,9 @@ def _event_head(wall_time, global_step):
     head = b""
     packed = _DOUBLE.pack(wall_time)
     if packed != bytes(8):
-        head = _key(_EVENT_WALL_TIME, 1) + packed
+        head = field_key(EVENT_WALL_TIME, FIXED64) + packed
     if global_step:
-        head += _key(_EVENT_STEP, 0) + _varint(global_step)
+        head += field_key(EVENT_STEP, VARINT) + varint(global_step)
     return head
 
 
@@ -335,7 +324,7 @@ def encode_tensor_event_parts(tag, array, *, global_step, mode, mode_step, wall_
     wire, marker, arr = _numeric_content(tag, arr)
     content = memoryview(arr.reshape(-1).view(np.uint8))
     n = len(content)
-    metadata, metadata_field = _cached_metadata(mode, mode_step, marker)
+    metadata, metadata_bytes = _cached_metadata(mode, mode_step, marker)
 
     if n == 0:
         # protobuf omits an empty tensor_content; let it build the (rare) empty record.
@@ -352,32 +341,32 @@ def encode_tensor_event_parts(tag, array, *, global_step, mode, mode_step, wall_
     # that depend only on (tag, dtype, shape) are cached, which makes the many small
     # records of a step (reductions, scalars) cheap to encode.
     tag_field, dtype_shape_content_key = _static_fields(tag, wire, shape)
-    tensor_prefix = dtype_shape_content_key + _varint(n)
+    tensor_prefix = dtype_shape_content_key + varint(n)
     tensor_len = len(tensor_prefix) + n
-    value_head = tag_field + _varint(tensor_len)
-    value_len = len(value_head) + tensor_len + len(metadata_field)
-    summary_len_bytes = _varint(value_len)
+    value_head = tag_field + varint(tensor_len)
+    value_len = len(value_head) + tensor_len + len(metadata_bytes)
+    summary_len_bytes = varint(value_len)
     summary_len = 1 + len(summary_len_bytes) + value_len  # 1: the Summary.value key
     prefix = b"".join((
         _event_head(wall_time, global_step),
         _KEY_EVENT_SUMMARY,
-        _varint(summary_len),
+        varint(summary_len),
         _KEY_SUMMARY_VALUE,
         summary_len_bytes,
         value_head,
         tensor_prefix,
     ))
     if n < _SPLICE_MIN_BYTES:
-        return [b"".join((prefix, content, metadata_field))]
-    return [prefix, content, metadata_field]
+        return [b"".join((prefix, content, metadata_bytes))]
+    return [prefix, content, metadata_bytes]
 
 
 @functools.lru_cache(maxsize=8192)
 def _static_fields(tag, wire, shape):
     """What depends only on (tag, dtype, shape), the same at every step:
     (Value.tag field + Value.tensor key, TensorProto dtype + shape fields + content key)."""
-    return (_length_delimited(_VALUE_TAG, tag.encode("utf-8")) + _key(_VALUE_TENSOR, 2),
-            _key(_TENSOR_DTYPE, 0) + _varint(wire) + _shape_field(tag, shape) + _key(_TENSOR_CONTENT, 2))
+    return (length_delimited(VALUE_TAG, tag.encode("utf-8")) + field_key(VALUE_TENSOR, LENGTH_DELIMITED),
+            field_key(TENSOR_DTYPE, VARINT) + varint(wire) + _shape_field(tag, shape) + field_key(TENSOR_CONTENT, LENGTH_DELIMITED))
 
 
 # Dtypes whose arrays go into a record as they are (native byte order, no marker): the
@@ -392,8 +381,8 @@ def _value_body(tag, wire, shape, n):
     """Bytes of ``Summary.Value`` before the content that depend only on (tag, dtype, shape):
     the tag field, the tensor key and length, the dtype and shape fields, the content key and length."""
     tag_field, dtype_shape_content_key = _static_fields(tag, wire, shape)
-    tensor_prefix = dtype_shape_content_key + _varint(n)
-    return tag_field + _varint(len(tensor_prefix) + n) + tensor_prefix
+    tensor_prefix = dtype_shape_content_key + varint(n)
+    return tag_field + varint(len(tensor_prefix) + n) + tensor_prefix
 
 
 class StepEncoder:
@@ -441,9 +430,9 @@ class StepEncoder:
         value_len = len(body) + n + len(self._metadata_field)
         summary_head = self._summary_heads.get(value_len)
         if summary_head is None:
-            value_len_bytes = _varint(value_len)
+            value_len_bytes = varint(value_len)
             summary_head = self._summary_heads[value_len] = b"".join((
-                _KEY_EVENT_SUMMARY, _varint(1 + len(value_len_bytes) + value_len), _KEY_SUMMARY_VALUE,
+                _KEY_EVENT_SUMMARY, varint(1 + len(value_len_bytes) + value_len), _KEY_SUMMARY_VALUE,
                 value_len_bytes))
         return summary_head + body
 
@@ -549,7 +538,7 @@ def tensor_proto_to_numpy(tensor, marker=None, source="record",
     size = math.prod(shape)
     if tensor.dtype in (proto.DT_INVALID, proto.DT_STRING):
         return _decode_strings(tensor, shape, size, marker, source)
-    np_dtype = _WIRE_TO_NUMPY.get(tensor.dtype)
+    np_dtype = WIRE_TO_NUMPY.get(tensor.dtype)
     if np_dtype is None:
         raise CorruptRecord(f"{source}: unsupported tensor DataType {tensor.dtype}")
     content = tensor.tensor_content

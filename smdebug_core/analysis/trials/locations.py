@@ -1,0 +1,87 @@
+"""Where a tensor's records are: what the index files say about one tensor, step by step.
+
+A :class:`TensorLocation` is one record of an event file; :class:`TensorRecords` keeps a
+tensor's locations (its values, saved reductions), saved shapes and shard placements by
+global step and worker, filled while index files are registered and read by ``Tensor``.
+"""
+from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+
+from ...storage.format.index import Placement
+
+
+class TensorLocation(NamedTuple):
+    """A record of an event file, as an index file describes it."""
+
+    event_file: str  # relative to the run directory
+    start: int
+    length: int
+    crc32c: Optional[int]  # of the payload; None when the index does not say
+    record_name: str  # the name in the index (the reduction tag for reductions)
+
+
+class ReadRequest(NamedTuple):
+    """One record to read: ``key`` names its value in the result."""
+
+    key: object
+    location: TensorLocation
+    step: int
+    worker: str
+
+
+class TensorRecords:
+    """One tensor's records by global step and worker: a raw value, saved reductions and a
+    saved shape, independently (a shape entry never hides the raw value of the same step,
+    docs/format.md 3.2), and where a sharded tensor's pieces lie. Only ever added to."""
+
+    def __init__(self):
+        self.locations: Dict[int, Dict[str, TensorLocation]] = {}
+        self.reductions: Dict[int, Dict[str, Dict[Tuple[str, bool], TensorLocation]]] = {}
+        self.shapes: Dict[int, Dict[str, Tuple[int, ...]]] = {}
+        # step -> worker -> where that worker's saved value lies in the full tensor (sharded)
+        self.placements: Dict[int, Dict[str, Placement]] = {}
+        self.step_workers: Dict[int, Set[str]] = {}
+        self._sorted_steps: Optional[List[int]] = []
+
+    def _note(self, step: int, worker: str) -> None:
+        workers = self.step_workers.get(step)
+        if workers is None:
+            workers = self.step_workers[step] = set()
+            self._sorted_steps = None
+        workers.add(worker)
+
+    def add_value(self, step: int, worker: str, location: TensorLocation) -> None:
+        # Called once per index entry while loading: kept flat on purpose.
+        by_worker = self.locations.get(step)
+        if by_worker is None:
+            self.locations[step] = {worker: location}
+        else:
+            by_worker[worker] = location
+        workers = self.step_workers.get(step)
+        if workers is None:
+            self.step_workers[step] = {worker}
+            self._sorted_steps = None
+        else:
+            workers.add(worker)
+
+    def add_reduction(self, step: int, worker: str, key: Tuple[str, bool], location: TensorLocation) -> None:
+        by_worker = self.reductions.get(step)
+        if by_worker is None:
+            by_worker = self.reductions[step] = {}
+        by_worker.setdefault(worker, {})[key] = location
+        self._note(step, worker)
+
+    def add_placement(self, step: int, worker: str, placement: Placement) -> None:
+        self.placements.setdefault(step, {})[worker] = placement
+
+    def add_shape(self, step: int, worker: str, shape: Tuple[int, ...]) -> None:
+        self.shapes.setdefault(step, {})[worker] = tuple(shape)
+        self._note(step, worker)
+
+    def global_steps(self) -> List[int]:
+        """Sorted global steps at which anything of the tensor was saved."""
+        if self._sorted_steps is None:
+            self._sorted_steps = sorted(self.step_workers)
+        return self._sorted_steps
+
+    def has_complete_step(self, is_complete: Callable[[int], bool]) -> bool:
+        return any(is_complete(g) for g in self.global_steps())
