@@ -81,10 +81,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-import smdebug.tensorflow as smd  # noqa: E402
+import smdebug.tensorflow as smd
 
 PARAMS = ["weights", "biases", "gradients"]
 

@@ -48,7 +48,7 @@ import warnings
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
-import torch  # noqa: E402
+import torch
 
 BATCH = 64
 CONFIGS = ("default", "reductions", "control")

@@ -35,10 +35,10 @@ import time
 # when other programs compete for the cores. Set before xgboost loads its OpenMP runtime.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numpy as np  # noqa: E402
-import xgboost as xgb  # noqa: E402
+import numpy as np
+import xgboost as xgb
 
-import smdebug.xgboost as smd  # noqa: E402
+import smdebug.xgboost as smd
 
 ALL_COLLECTIONS = ["hyperparameters", "metrics", "predictions", "labels", "feature_importance", "average_shap",
                    "full_shap", "trees"]

@@ -35,14 +35,14 @@ def _refuse_mixed_install() -> None:
 
 _refuse_mixed_install()
 
-from . import modes  # noqa: E402
-from ._version import __version__  # noqa: E402
-from .collections import Collection, CollectionKeys  # noqa: E402
-from .flight_recorder_config import FlightRecorder  # noqa: E402
-from .hook import Hook, del_hook, get_hook, set_hook  # noqa: E402
-from .modes import ModeKeys  # noqa: E402
-from .reduction_config import ReductionConfig  # noqa: E402
-from .save_config import SaveConfig, SaveConfigMode  # noqa: E402
+from . import modes
+from ._version import __version__
+from .collections import Collection, CollectionKeys
+from .flight_recorder_config import FlightRecorder
+from .hook import Hook, del_hook, get_hook, set_hook
+from .modes import ModeKeys
+from .reduction_config import ReductionConfig
+from .save_config import SaveConfig, SaveConfigMode
 
 
 def create_trial(path=None, *args, **kwargs):

@@ -97,7 +97,7 @@ def _wrap_loss_init(original):
         if hook is not None:
             try:
                 hook.register_loss(self)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - the loss is optional: the rest is still captured
                 logger.warning("smdebug: could not attach to the loss block (%s: %s)", type(exc).__name__, exc)
 
     return loss_init

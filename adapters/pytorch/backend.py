@@ -585,7 +585,7 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> Batch
             for i in chunk:
                 try:
                     _finish_group([plain_tensor(tensors[i])], [i], keys, raws, table, buffers)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - the tensor is lost for this step, with the reason
                     lost[i] = f"cannot read it ({type(exc).__name__}: {exc})"
     if list(map(_VERSION, tensors)) != batch.versions:
         for i, (t, version) in enumerate(zip(tensors, batch.versions)):

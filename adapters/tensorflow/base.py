@@ -99,7 +99,7 @@ class TFHookBase(Hook):
 
             if tf.distribute.has_strategy():
                 return distributed.mirrored_identity(tf.distribute.get_strategy())
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - no strategy to read: a single worker
             return None
         return None
 
@@ -137,7 +137,7 @@ class TFHookBase(Hook):
             try:
                 self._choose_graphs()
                 self._capture.arm()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - fail-open, with a message naming the step
                 self.disable(f"arming capture sites: {type(exc).__name__}: {exc}")
                 return
         if saving and self._tracked and not self._graph_driven:
@@ -205,7 +205,7 @@ class TFHookBase(Hook):
         if self._capture is not None:
             try:
                 self._capture.disarm_all()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - already disabled: nothing more to undo
                 pass
 
     def on_close(self) -> None:

@@ -101,7 +101,7 @@ def chief_replica_or_no_strategy() -> bool:
     try:
         devices = list(tf.distribute.get_strategy().extended.worker_devices)
         chief = devices.index(sorted(devices)[0])
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - devices unreadable: replica 0 is the chief
         chief = 0
     return replica is not None and int(replica) == chief
 
@@ -114,7 +114,7 @@ def in_graph() -> bool:
 def in_xla_context() -> bool:
     try:
         return bool(_in_xla_context(tf.compat.v1.get_default_graph()))
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no graph to ask: not in XLA
         return False
 
 

@@ -80,7 +80,7 @@ def mirrored_devices(strategy) -> Optional[list]:
         return None
     try:
         devices = list(strategy.extended.worker_devices)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - devices unreadable: treated as one worker
         return None
     return devices if len(devices) > 1 else None
 

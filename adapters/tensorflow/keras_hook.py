@@ -521,7 +521,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         try:
             if not keras.ops.is_tensor(value):
                 return False
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a value Keras cannot classify is not a tensor here
             return False
         device = getattr(value, "device", None)
         return getattr(device, "type", None) != "meta"  # torch's shape-only tensors (symbolic build)

@@ -215,7 +215,7 @@ def _gradient_input(op):
     """The input of an update op that carries the gradient (named ``grad`` or ``delta``)."""
     try:
         args = op.op_def.input_arg
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - an op without a readable definition has no gradient input
         return None
     for index, arg in enumerate(args):
         if arg.name in _GRADIENT_ARGS and not arg.number_attr and not arg.type_list_attr:

@@ -7,7 +7,7 @@ hook (:class:`smdebug.pytorch.Hook`). Steps and what is saved:
 script's Trainer gets the callback added (:mod:`smdebug.transformers._instrument`).
 """
 try:
-    import transformers  # noqa: F401
+    import transformers  # noqa: F401 - fail here, naming the extra, if it is missing
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     if exc.name != "transformers":
         raise

@@ -22,10 +22,10 @@ import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-import smdebug.tensorflow as smd  # noqa: E402
+import smdebug.tensorflow as smd
 
 
 def parse_args():

@@ -20,10 +20,10 @@ import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments  # noqa: E402
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
-from smdebug.transformers import DebuggerCallback, ReductionConfig, SaveConfig, create_trial, modes  # noqa: E402
+from smdebug.transformers import DebuggerCallback, ReductionConfig, SaveConfig, create_trial, modes
 
 
 class HasSeven(torch.utils.data.Dataset):

@@ -284,7 +284,7 @@ def _cmd_export(args) -> int:
         raise _Failure(f"-o {out}: give a file name ending in .csv or .parquet", EXIT_USAGE)
     if lower.endswith(".parquet"):
         try:
-            import pyarrow  # noqa: F401
+            import pyarrow  # noqa: F401 - only whether it is installed
         except ImportError:
             raise _Failure("parquet export needs pyarrow, which is not installed: pip install pyarrow "
                            "(or export to .csv)", EXIT_USAGE) from None

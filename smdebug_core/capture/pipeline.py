@@ -164,5 +164,5 @@ class StepPipeline:
             if self._on_error is not None:
                 try:
                     self._on_error(what, exc)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - the error handler's own failure must not kill the worker
                     pass

@@ -294,7 +294,7 @@ class StepSession:
             if self._stop_poller is not None and self.stop_reason is None:
                 self._stop_poller.check(self)
             self.adapter.on_step_begin(self.saving_step)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - fail-open: training goes on without capture
             self.disable(f"begin_step: {type(exc).__name__}: {exc}")
         return self.saving_step
 
@@ -595,7 +595,7 @@ class StepSession:
         if writer is not None:
             try:
                 writer.close(write_end_marker=False, timeout=10)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - already failing open: the writer's own failure is logged
                 pass
         try:
             self.adapter.on_disabled(reason)
@@ -624,7 +624,7 @@ class StepSession:
                     self._write_collections()
                     marker = self.is_chief and not on_sagemaker()
                     self.writer.close(write_end_marker=marker)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - closing must not raise into training
                     logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
                 self._writer_failed()  # the writer works in batches: a disk error may surface only now
             if self._step_counters is not None and self.global_step >= 0:

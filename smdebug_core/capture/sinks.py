@@ -194,5 +194,5 @@ class StepListeners:
                 close = getattr(listener, "close", None)
                 if callable(close):
                     close()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a listener's failure costs that listener
                 logger.warning("smdebug: step listener %r failed to close: %s", listener, exc)

@@ -261,7 +261,7 @@ class StepRecordMaker:
             for request, plan in zip(requests, plans):
                 try:
                     out.append((plan, backend.materialize([request])[0]))
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - find which tensor it was
                     failed.append((plan.name, exc))
             if not out:
                 raise batch_error

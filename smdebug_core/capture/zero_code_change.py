@@ -116,7 +116,7 @@ def uninstall() -> None:
                 continue
             try:
                 module.uninstrument()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a broken instrumentor costs its own undoing only
                 logger.warning("smdebug: %s.uninstrument() failed: %s: %s", name, type(exc).__name__, exc)
 
 
@@ -145,13 +145,13 @@ def _instrument(framework: str) -> None:
                 return
             logger.warning("smdebug: cannot load %s to instrument %s: %s", target, framework, exc)
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - an adapter that fails to load never breaks the user's import
             logger.warning("smdebug: cannot load %s to instrument %s: %s: %s", target, framework,
                            type(exc).__name__, exc)
             return
         try:
             module.instrument()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - instrumenting never breaks the user's import
             logger.warning("smdebug: instrumenting %s failed; training goes on without smdebug: %s: %s",
                            framework, type(exc).__name__, exc)
             return

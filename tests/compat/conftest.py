@@ -20,7 +20,7 @@ import pytest
 # compat_json (shared with the scripts the original runs) and compat_runner.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from compat_runner import find_original_python  # noqa: E402
+from compat_runner import find_original_python
 
 
 @pytest.fixture(scope="session")

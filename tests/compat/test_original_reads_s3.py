@@ -15,11 +15,11 @@ import pytest
 pytest.importorskip("moto.server", reason="needs moto[server]")
 pytest.importorskip("s3fs")
 
-import smdebug as smd  # noqa: E402
-from compat_runner import HERE, original_env  # noqa: E402
+import smdebug as smd
+from compat_runner import HERE, original_env
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from s3_endpoint import serve  # noqa: E402
+from s3_endpoint import serve
 
 READ_SCRIPT = """
 import json, sys

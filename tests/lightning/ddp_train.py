@@ -14,8 +14,8 @@ import torch
 from pytorch_lightning import Callback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lightning_helpers import TinyModule, loader, trainer  # noqa: E402
-from smdebug.lightning import DebuggerCallback, SaveConfig  # noqa: E402
+from lightning_helpers import TinyModule, loader, trainer
+from smdebug.lightning import DebuggerCallback, SaveConfig
 
 class RankZeroAsksToStop(Callback):
     def __init__(self, callback, at):

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("mxnet")
 
-from smdebug.trials import create_trial  # noqa: E402
+from smdebug.trials import create_trial
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "mxnet", "train_gluon.py")
 

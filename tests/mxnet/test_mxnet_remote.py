@@ -6,8 +6,8 @@ import pytest
 pytest.importorskip("mxnet")
 pytest.importorskip("fsspec")
 
-import smdebug.mxnet as smd  # noqa: E402
-from smdebug.trials import create_trial  # noqa: E402
+import smdebug.mxnet as smd
+from smdebug.trials import create_trial
 
 
 def _train(out_dir, make_net, train):

@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 import smdebug.pytorch as smd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pt_helpers import batches, make_model  # noqa: E402
+from pt_helpers import batches, make_model
 
 
 def worker(rank, url, port, steps):

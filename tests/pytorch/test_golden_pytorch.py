@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "golden"))
 
-import golden_runs  # noqa: E402
+import golden_runs
 
 
 def test_pytorch_run_writes_the_golden_files(tmp_path):

@@ -11,10 +11,10 @@ pytest.importorskip("moto.server", reason="needs moto[server]")
 pytest.importorskip("boto3")
 pytest.importorskip("s3fs")
 
-from smdebug.trials import create_trial  # noqa: E402
+from smdebug.trials import create_trial
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from s3_endpoint import free_port, serve  # noqa: E402
+from s3_endpoint import free_port, serve
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_remote.py")
 

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from smdebug.trials import create_trial  # noqa: E402
+from smdebug.trials import create_trial
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "tensorflow", "train_keras.py")
 

@@ -10,14 +10,14 @@ pytest.importorskip("tensorflow")
 pytest.importorskip("moto.server", reason="needs moto[server]")
 pytest.importorskip("s3fs")
 
-import smdebug.tensorflow as smd  # noqa: E402
-from smdebug.trials import create_trial  # noqa: E402
+import smdebug.tensorflow as smd
+from smdebug.trials import create_trial
 
-from conftest import make_model  # noqa: E402
+from conftest import make_model
 
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
-from s3_endpoint import serve  # noqa: E402
+from s3_endpoint import serve
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import smdebug.tensorflow as smd  # noqa: E402
-from smdebug.trials import create_trial  # noqa: E402
+import smdebug.tensorflow as smd
+from smdebug.trials import create_trial
 
-from conftest import run_python  # noqa: E402
+from conftest import run_python
 
 # An unmodified training script: nothing in it knows about smdebug.
 SCRIPT = textwrap.dedent("""

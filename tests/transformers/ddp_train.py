@@ -8,8 +8,8 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_helpers import make_trainer  # noqa: E402
-from smdebug.transformers import DebuggerCallback, SaveConfig  # noqa: E402
+from hf_helpers import make_trainer
+from smdebug.transformers import DebuggerCallback, SaveConfig
 
 if __name__ == "__main__":
     import pathlib

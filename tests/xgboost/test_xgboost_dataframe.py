@@ -9,10 +9,10 @@ pytest.importorskip("sklearn")
 pytest.importorskip("pandas")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "analysis"))
-from check_rows import assert_rows_equal_value_api  # noqa: E402
+from check_rows import assert_rows_equal_value_api
 
-import smdebug.xgboost as smd  # noqa: E402
-from smdebug.trials import create_trial  # noqa: E402
+import smdebug.xgboost as smd
+from smdebug.trials import create_trial
 
 
 def test_xgboost_run_dataframe_matches_value_api(run_dir, train):

@@ -280,7 +280,7 @@ class _LiveRunner:
                         mode = values.mode if values is not None else ModeKeys.GLOBAL
                         mode_step = values.mode_step if values is not None else -1
                         rule._fire(step, mode, mode_step, self.source, live_rule.actions, hook)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a rule's failure costs that rule, reported in its report
                 self._fail(live_rule, exc, None)
 
     def _fail(self, live_rule: LiveRule, exc: Exception, step) -> None:

@@ -552,7 +552,7 @@ class RunWriter:
             try:
                 if self._failed is None:
                     self._handle(kind, payload)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001 - anything that stops the writer is recorded as its failure
                 self._fail(exc)
             finally:
                 if kind == _FLUSH:
