@@ -205,7 +205,7 @@ class ShardGroups:
     def _make_or_remember(self, key: tuple, rows: List[List[int]]):
         try:
             return self._make(rows)
-        except Exception as exc:
+        except Exception as exc:  # remembered: the next parameter of this mesh does not wait again
             self._failed[key] = (f"cannot create the statistics' process group ({type(exc).__name__}: {exc}); "
                                  "register_module must be called on every rank of a sharded model, in the same order")
             raise CollectiveFailed(self._failed[key]) from exc
@@ -242,7 +242,7 @@ class ShardGroups:
         self.collectives += 1
         try:
             work = dist.all_gather(out, local, group=group, async_op=True)
-        except Exception as exc:
+        except Exception as exc:  # the caller stops issuing collectives
             raise CollectiveFailed(f"all_gather of shard statistics: {type(exc).__name__}: {exc}") from exc
         return Gathering(out, work)
 
@@ -261,7 +261,7 @@ class ShardGroups:
         self.collectives += 1
         try:
             dist.gather(buffer, out, dst=dst_global_rank, group=group)
-        except Exception as exc:
+        except Exception as exc:  # the caller stops issuing collectives
             raise CollectiveFailed(f"gather of full tensors: {type(exc).__name__}: {exc}") from exc
         if out is None:
             return None
@@ -283,7 +283,7 @@ class Gathering:
             return self._out
         try:
             self._work.wait()
-        except Exception as exc:
+        except Exception as exc:  # the caller stops issuing collectives
             raise CollectiveFailed(f"all_gather of shard statistics: {type(exc).__name__}: {exc}") from exc
         self._out, self._work = torch.stack(self._out).numpy(), None
         return self._out

@@ -182,7 +182,7 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), un
             if old:
                 fs.rm(old)
             return True
-    except Exception as exc:
+    except Exception as exc:  # the store is down: the uploader will retry
         if unreachable == "raise":
             raise
         log.warning("smdebug: cannot check %s for an earlier run (%s: %s); writing into the spool, the uploader "
