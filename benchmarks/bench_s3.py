@@ -90,7 +90,7 @@ def start_endpoint():
         try:
             client.create_bucket(Bucket="bench")
             return server
-        except Exception:
+        except Exception:  # not listening yet
             if time.monotonic() > deadline or server.poll() is not None:
                 server.kill()
                 raise

@@ -124,7 +124,7 @@ def make_hook(smd, out_dir, axis, config):
     return smd.Hook(**kwargs)
 
 
-def REDUCTIONS(smd):
+def REDUCTIONS(smd):  # the reductions of the "reductions" and "flight" configurations
     return smd.ReductionConfig(reductions=["min", "max", "mean", "std"], norms=["l2"])
 
 

@@ -32,7 +32,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_scaling
+import bench_scaling  # the scenarios and hook configurations, one definition
 
 
 def thread_cpu_seconds() -> dict:
