@@ -637,7 +637,7 @@ class StepSession(StepPlans, StepRecords):
 
     def _recorder_keep(self, identity: tuple, tensors: list, shapes: list, probe,
                        placements: Optional[Dict[str, dict]] = None) -> None:
-        from ..storage.writer import StepData
+        from ..storage.step_data import StepData
 
         step, mode, mode_step = identity
         # Placements too: a kept piece of a sharded tensor is reassembled like a saved one.

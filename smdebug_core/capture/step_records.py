@@ -23,7 +23,7 @@ from .flight_recorder import nonfinite_rows, value_is_nonfinite
 from ..logger import get_logger
 from ..reduction_config import reduction_tag
 from .step import ReducedBlock, Selection, StepValues, TensorBatch, TensorPlan
-from ..storage.writer.run_writer import ScalarRun
+from ..storage.step_data import ScalarRun
 
 logger = get_logger()
 
@@ -153,7 +153,7 @@ class StepRecords:
     def _submit_step(self, writer, identity, tensors, shapes, tb_scalars, tb_hists, timed, placements,
                      ring_only) -> None:
         """A finished step's records to the writer; timed scalars as records of their own."""
-        from ..storage.writer import StepData
+        from ..storage.step_data import StepData
 
         step, mode, mode_step = identity
         if tensors or shapes or not ring_only:  # a step kept by the recorder may have nothing to write now

@@ -15,6 +15,7 @@ import pytest
 
 from smdebug.storage.format import codec, index, layout, records
 from smdebug.modes import ModeKeys
+from smdebug.storage.step_data import ScalarRun
 from smdebug.storage.writer import RunWriter, StepData
 from smdebug.storage.writer import run_writer as run_writer_module
 
@@ -188,8 +189,8 @@ def test_scalar_runs_are_written_byte_for_byte_as_their_pairs(tmp_path):
         writer = RunWriter(str(out_dir), "worker_0")
         for global_step, values in steps:
             mode = ModeKeys.EVAL if global_step == 1 else ModeKeys.TRAIN
-            body = [run_writer_module.ScalarRun(tags, values)] if as_run else list(zip(tags, values))
-            few = [run_writer_module.ScalarRun(tags[:3], values[:3])] if as_run else list(zip(tags[:3], values[:3]))
+            body = [ScalarRun(tags, values)] if as_run else list(zip(tags, values))
+            few = [ScalarRun(tags[:3], values[:3])] if as_run else list(zip(tags[:3], values[:3]))
             tensors = [("scalar/loss", np.asarray(1.5, np.float32))] + body + few + [("x", np.arange(5.0))]
             writer.submit(_step(global_step, mode, global_step * 3, tensors=tensors, wall_time=1000.25 + global_step),
                           publish=True)
@@ -205,7 +206,7 @@ def test_scalar_runs_are_written_byte_for_byte_as_their_pairs(tmp_path):
 
 def test_scalar_run_needs_one_value_per_tag():
     with pytest.raises(ValueError, match="2 tags, 3 values"):
-        run_writer_module.ScalarRun(("a", "b"), [1.0, 2.0, 3.0])
+        ScalarRun(("a", "b"), [1.0, 2.0, 3.0])
 
 
 def test_crc_of_a_field_from_its_bytes_shares():
