@@ -27,27 +27,15 @@ marks itself failed (:attr:`RunWriter.failed`) and discards everything after it.
 import collections
 import itertools
 import logging
-import operator
 import os
 import threading
 import time
 
-import numpy as np
-
 from ..format import layout
 from ..format.codec import StepEncoder
-from ..format.index import entries_json_template, entry_json, index_json_from_items
-from ..format.records import (
-    HEADER_SIZE,
-    RECORD_OVERHEAD,
-    SMDEBUG_PAYLOAD_FOOTER,
-    crc32c,
-    crc32c_of_parts,
-    crc32c_field_shares,
-    crc32c_of_slices,
-    record_footer,
-    record_header,
-)
+from ..format.index import entry_json, index_json_from_items
+from ..format.record_templates import EVENT_FOOTER, ScalarRunLayout, SmallRecordsLayout
+from ..format.records import RECORD_OVERHEAD, crc32c, crc32c_of_parts, crc32c_of_slices, record_header
 from ..step_data import ITEM_OVERHEAD_BYTES as _ITEM_OVERHEAD_BYTES, ScalarRun, StepData, iter_records
 from ...modes import ModeKeys
 from .tensorboard import TensorBoardWriter, reduction_scalars
@@ -85,8 +73,6 @@ class _OpenStep:
         self.warned_mode_mismatch = False
 
 
-# events/ files carry smdebug's constant footer (docs/format.md 2.1); integrity is in the index's crc32c.
-_EVENT_FOOTER = record_footer(SMDEBUG_PAYLOAD_FOOTER)
 _EVENT_FILE_BUFFER_BYTES = 1 << 20
 
 # Steps with fewer records are written one record at a time.
@@ -96,159 +82,7 @@ _MAX_LAYOUTS = 64
 _MAX_RUN_LAYOUTS = 16
 
 
-def _index_template(cache, tags, starts, lengths, base):
-    """The index entries of records laid out at ``starts`` (with ``lengths``) from ``base``,
-    a template to complete with their CRCs (format.index.entries_json_template), kept in
-    ``cache`` per ``base`` (usually one: a step's only list of records)."""
-    template = cache.get(base)
-    if template is None:
-        if len(cache) > 4:
-            cache.clear()
-        template = cache[base] = entries_json_template(tags, [base + start for start in starts], lengths)
-    return template
-
-
-class _SmallRecordsLayout:
-    """The event-file bytes of a list of small records, as a template for later steps.
-
-    Steps of a run usually repeat: the same reductions and scalars, the same tags, dtypes
-    and shapes, in the same order. Their records then differ only in the values and in
-    the step's head and metadata bytes (:class:`StepEncoder`), and lie at the same offsets
-    with the same lengths: the template fills those in and joins the whole list in one
-    call, instead of assembling every record in Python.
-    """
-
-    __slots__ = ("tags", "types", "specs", "parts", "starts", "lengths", "payloads", "_index_templates")
-
-    def __init__(self, tags, types, specs, parts, starts, lengths, payloads):
-        self.tags = tags
-        # The values' types the template was made for; a numeric numpy scalar's type fixes its dtype
-        # and shape, so [(dtype, shape)] is only kept (and checked) when arrays are among them.
-        self.types = types
-        self.specs = specs if np.ndarray in types else None
-        self.parts = parts  # per record: header, (head), middle, (array), (metadata + footer)
-        self.starts = starts  # record offsets in the joined bytes
-        self.lengths = lengths  # record lengths with framing
-        self.payloads = payloads  # per record, the slice of the joined bytes its CRC covers
-        self._index_templates = {}  # file offset of the first record -> format.index.entries_json_template
-
-    def index_template(self, base):
-        return _index_template(self._index_templates, self.tags, self.starts, self.lengths, base)
-
-    @classmethod
-    def build(cls, encoder, tags, arrays):
-        """The layout of these records, or None when one of them is not a small plain array."""
-        fixed = len(encoder.head) + len(encoder.metadata_field)
-        specs, parts, starts, lengths, payloads = [], [], [], [], []
-        offset = 0
-        for tag, arr in zip(tags, arrays):
-            if type(arr) is not np.ndarray and not isinstance(arr, np.generic):  # scalars: reductions as handed over
-                return None
-            middle = encoder.middle(tag, arr)
-            if middle is None:
-                return None
-            length = fixed + len(middle) + arr.nbytes
-            specs.append((arr.dtype, arr.shape))
-            parts += (record_header(length), None, middle, None, None)
-            starts.append(offset)
-            lengths.append(length + RECORD_OVERHEAD)
-            payloads.append(slice(offset + HEADER_SIZE, offset + HEADER_SIZE + length))
-            offset += length + RECORD_OVERHEAD
-        return cls(tags, list(map(type, arrays)), specs, parts, starts, lengths, payloads)
-
-    def fits(self, arrays):
-        """Whether ``arrays`` have the dtypes and shapes the template was made for."""
-        # One C-level pass over the types; per-record dtype and shape reads (~0.3 us each)
-        # only for arrays: a step of reductions is all numpy scalars.
-        return self.types == list(map(type, arrays)) and (
-            self.specs is None or self.specs == list(map(_DTYPE_AND_SHAPE, arrays)))
-
-    def join(self, encoder, arrays):
-        """The records of ``arrays`` at ``encoder``'s step, as one bytes object."""
-        parts = self.parts[:]
-        count = len(arrays)
-        parts[1::5] = [encoder.head] * count
-        parts[3::5] = arrays  # raises BufferError/ValueError for a non-contiguous array
-        parts[4::5] = [encoder.metadata_field + _EVENT_FOOTER] * count
-        return b"".join(parts)
-
-
-class _ScalarRunLayout:
-    """The event-file bytes of a :class:`ScalarRun`, as a template for every step with the
-    same tags (and head and metadata lengths).
-
-    Its records differ from step to step only in the step's head and metadata bytes and in
-    the 8 bytes of each value, at fixed offsets: a step copies the template, scatters those
-    bytes in, and computes every record's CRC32C from the template's (CRC32C is affine:
-    :func:`~smdebug.storage.format.records.crc32c_field_shares`), a few numpy calls for the run.
-    """
-
-    __slots__ = ("tags", "template", "head_at", "tail_at", "starts", "lengths", "codes", "zero_crcs", "distinct",
-                 "base_crcs", "index_templates")
-
-    def __init__(self, encoder, tags):
-        head_len, meta_len = len(encoder.head), len(encoder.metadata_field)
-        zero = np.float64(0.0)
-        parts, starts, middles = [], [], []
-        offset = 0
-        for tag in tags:
-            middle = encoder.middle(tag, zero)
-            if middle is None:
-                raise ValueError(f"tag {tag!r} cannot be written as a small record")
-            length = head_len + len(middle) + 8 + meta_len
-            parts += (record_header(length), bytes(head_len), middle, bytes(8 + meta_len), _EVENT_FOOTER)
-            starts.append(offset)
-            middles.append(len(middle))
-            offset += length + RECORD_OVERHEAD
-        self.tags = tags
-        self.template = np.frombuffer(b"".join(parts), np.uint8)
-        starts = np.array(starts, np.intp)
-        payload_at = starts + HEADER_SIZE
-        payload_len = head_len + np.array(middles, np.intp) + 8 + meta_len
-        self.starts = starts.tolist()
-        self.lengths = (payload_len + RECORD_OVERHEAD).tolist()
-        offsets = np.int32 if self.template.size < 2 ** 31 else np.intp  # half the memory of intp
-        self.head_at = (payload_at[:, None] + np.arange(head_len, dtype=np.intp)).astype(offsets)
-        value_at = payload_at + head_len + np.array(middles, np.intp)  # the value, then the metadata
-        self.tail_at = (value_at[:, None] + np.arange(8 + meta_len, dtype=np.intp)).astype(offsets)
-        # CRC32C of each payload with zeros in head, value and metadata (once), and what the
-        # head adds for each payload length (once a step: a handful of lengths).
-        self.base_crcs = np.array([crc32c(self.template[a:a + n]) for a, n in zip(payload_at.tolist(),
-                                                                                  payload_len.tolist())], np.uint32)
-        self.distinct, self.codes = np.unique(payload_len, return_inverse=True)
-        self.distinct = self.distinct.tolist()
-        self.zero_crcs = [crc32c(bytes(n)) for n in self.distinct]
-        self.index_templates = {}
-
-    def fill(self, encoder, values):
-        """The run's records at ``encoder``'s step as a uint8 array, and their payload CRC32Cs."""
-        head, meta = encoder.head, encoder.metadata_field
-        if len(head) != self.head_at.shape[1] or 8 + len(meta) != self.tail_at.shape[1]:
-            raise ValueError("the step's head or metadata length differs from the template's")
-        value_bytes = values.view(np.uint8).reshape(-1, 8)
-        tail = np.empty(self.tail_at.shape, np.uint8)
-        tail[:, :8] = value_bytes
-        tail[:, 8:] = np.frombuffer(meta, np.uint8)
-        data = self.template.copy()
-        data[self.head_at] = np.frombuffer(head, np.uint8)
-        data[self.tail_at] = tail
-        # The head's share depends on the payload's length (a handful), the metadata's on
-        # nothing (it ends every payload), the values' on each value.
-        head_shares = np.array([crc32c(head + bytes(n - len(head))) ^ z for n, z in zip(self.distinct, self.zero_crcs)],
-                               np.uint32)
-        meta_share = crc32c(meta) ^ crc32c(bytes(len(meta))) if meta else 0
-        crcs = crc32c_field_shares(value_bytes, len(meta))
-        crcs ^= self.base_crcs
-        crcs ^= head_shares[self.codes]
-        crcs ^= meta_share
-        return data, crcs
-
-    def index_template(self, base):
-        return _index_template(self.index_templates, self.tags, self.starts, self.lengths, base)
-
-
 _MAX_KNOWN_DIRS = 4096
-_DTYPE_AND_SHAPE = operator.attrgetter("dtype", "shape")
 # out_dir is absolute (os.path.abspath): joining with "/" gives a valid path on POSIX, even for out_dir "/".
 _POSIX_PATHS = os.sep == "/"
 _O_CLOEXEC_BINARY = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -298,8 +132,8 @@ class RunWriter:
         # Writer-thread state.
         self._open_steps = {}  # worker -> _OpenStep
         self._known_dirs = set()
-        self._layouts = {}  # -> _SmallRecordsLayout of recent steps
-        self._run_layouts = {}  # -> _ScalarRunLayout of recent ScalarRuns
+        self._layouts = {}  # -> SmallRecordsLayout of recent steps
+        self._run_layouts = {}  # -> ScalarRunLayout of recent ScalarRuns
         self._tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
         self._warned_encode = set()
         self._warned_late = set()
@@ -648,7 +482,7 @@ class RunWriter:
                 self._write_pairs(open_step, encoder, list(items))
 
     def _write_run(self, open_step, encoder, run):
-        """Write a :class:`ScalarRun` through its cached :class:`_ScalarRunLayout`; False
+        """Write a :class:`ScalarRun` through its cached :class:`ScalarRunLayout`; False
         (nothing written) when its tags cannot be small records."""
         if len(run) < _LAYOUT_MIN_RECORDS:
             return False
@@ -656,7 +490,7 @@ class RunWriter:
         layout_ = self._run_layouts.get(key)
         try:
             if layout_ is None:
-                layout_ = _ScalarRunLayout(encoder, run.tags)
+                layout_ = ScalarRunLayout(encoder, run.tags)
                 if len(self._run_layouts) >= _MAX_RUN_LAYOUTS:  # runs keep changing: do not grow forever
                     self._run_layouts.clear()
                 self._run_layouts[key] = layout_
@@ -675,7 +509,7 @@ class RunWriter:
 
     def _write_pairs(self, open_step, encoder, tensors):
         """Append ``(tag, value)`` records. This thread holds the GIL while it encodes, and
-        a step may hold hundreds of small records: see :class:`_SmallRecordsLayout` for the
+        a step may hold hundreds of small records: see :class:`SmallRecordsLayout` for the
         usual case, a step like the previous one."""
         if len(tensors) >= _LAYOUT_MIN_RECORDS and self._write_like_before(open_step, encoder, tensors):
             return
@@ -696,14 +530,14 @@ class RunWriter:
                 if len(parts) == 1:  # small record: one write call
                     payload = parts[0]
                     length = len(payload)
-                    write(b"".join((record_header(length), payload, _EVENT_FOOTER)))
+                    write(b"".join((record_header(length), payload, EVENT_FOOTER)))
                     crc = crc32c(payload)
                 else:  # large tensor: its bytes go to the file straight from the array
                     length = sum(len(part) for part in parts)
                     write(record_header(length))
                     for part in parts:
                         write(part)
-                    write(_EVENT_FOOTER)
+                    write(EVENT_FOOTER)
                     crc = crc32c_of_parts(parts)
                 names.append(tag)
                 items.append(entry_json(tag, offset, length + RECORD_OVERHEAD, crc))
@@ -712,14 +546,14 @@ class RunWriter:
             open_step.offset = offset
 
     def _write_like_before(self, open_step, encoder, tensors):
-        """Write ``tensors`` through a cached :class:`_SmallRecordsLayout`; False (nothing
+        """Write ``tensors`` through a cached :class:`SmallRecordsLayout`; False (nothing
         written) when they are not all small plain arrays."""
         tags, arrays = zip(*tensors)
         key = (tags, len(encoder.head), len(encoder.metadata_field))
         layout_ = self._layouts.get(key)
         try:
             if layout_ is None or not layout_.fits(arrays):
-                layout_ = _SmallRecordsLayout.build(encoder, tags, arrays)
+                layout_ = SmallRecordsLayout.build(encoder, tags, arrays)
                 if layout_ is None:
                     return False
                 if len(self._layouts) >= _MAX_LAYOUTS:  # steps keep changing: do not grow forever
