@@ -18,8 +18,10 @@ from smdebug.modes import ModeKeys
 from smdebug.storage.step_data import ScalarRun
 from smdebug.storage.writer import RunWriter, StepData
 from smdebug.storage.writer import run_writer as run_writer_module
+from smdebug.storage.writer import step_sink as step_sink_module
 
-WRITER_LOGGER = "smdebug.storage.writer.run_writer"
+# The writer's modules log under their own names, all below this one.
+WRITER_LOGGER = "smdebug.storage.writer"
 COLLECTIONS = b'{"collections": {}, "_meta": {"num_workers": 1}}'
 
 
@@ -117,14 +119,14 @@ def test_pieces_of_one_step_share_one_index(tmp_path):
 def _write_run(out, steps, one_record_at_a_time, monkeypatch):
     """Write ``steps`` [(global step, mode, mode step, [tensor lists submitted for it])]."""
     if one_record_at_a_time:
-        monkeypatch.setattr(run_writer_module, "_LAYOUT_MIN_RECORDS", 10**9)
+        monkeypatch.setattr(step_sink_module, "_LAYOUT_MIN_RECORDS", 10**9)
     writer = RunWriter(out, "worker_0")
     for global_step, mode, mode_step, pieces in steps:
         for tensors in pieces:
             writer.submit(_step(global_step, mode, mode_step, tensors=tensors, wall_time=1.5 + global_step))
     assert writer.close(timeout=30) and writer.failed is None
     monkeypatch.undo()
-    return {rel: (out / rel).read_bytes() for rel in _files(out)}, len(writer._layouts)
+    return {rel: (out / rel).read_bytes() for rel in _files(out)}, len(writer._sink._layouts)
 
 
 def test_steps_like_the_previous_one_are_written_from_a_template_byte_for_byte(tmp_path, monkeypatch):
