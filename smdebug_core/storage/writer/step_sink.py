@@ -28,7 +28,7 @@ _EVENT_FILE_BUFFER_BYTES = 1 << 20
 # Steps with fewer records are written one record at a time.
 _LAYOUT_MIN_RECORDS = 8
 _MAX_LAYOUTS = 64
-# A run's layout holds its template and byte offsets (~0.5 KB a record): at most this many.
+# A run's layout holds its template, offsets and index entries (a few hundred bytes a record): at most this many.
 _MAX_RUN_LAYOUTS = 16
 
 
