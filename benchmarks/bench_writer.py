@@ -6,7 +6,7 @@
 
 ``--reductions N``: steps of min/max/mean/std/l2 of N tensors (5N float64 records), handed
 over as one ``(tag, numpy scalar)`` pair per value (how reductions travelled before
-``ScalarRun``) and as one :class:`~smdebug.storage.writer.run_writer.ScalarRun` (how the hooks hand
+``ScalarRun``) and as one :class:`~smdebug.storage.step_data.ScalarRun` (how the hooks hand
 them over now), in turn; the table gives the median time per step of each over ``--reps``
 runs of ``--steps`` steps (submit, then close: the writer's whole work), on one core's worth
 of Python.
@@ -27,7 +27,7 @@ import numpy as np
 
 from smdebug.modes import ModeKeys
 from smdebug.storage.writer import RunWriter, StepData
-from smdebug.storage.writer.run_writer import ScalarRun
+from smdebug.storage.step_data import ScalarRun
 
 
 def make_tensors(count, elements):

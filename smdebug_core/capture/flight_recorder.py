@@ -35,7 +35,7 @@ import numpy as np
 from ..flight_recorder_config import FlightRecorder
 from ..logger import get_logger
 from ..storage.format.layout import marker_relpath
-from ..storage.writer.run_writer import records_nbytes
+from ..storage.step_data import records_nbytes
 
 logger = get_logger()
 
@@ -104,7 +104,7 @@ class StepRing:
 
 def step_nbytes(tensors: Sequence[Any], shapes: Sequence) -> int:
     """What a step's records hold in memory: array bytes plus a per-record cost (a
-    :class:`~smdebug.storage.writer.run_writer.ScalarRun` counts as one record: one array)."""
+    :class:`~smdebug.storage.step_data.ScalarRun` counts as one record: one array)."""
     return RECORD_OVERHEAD_BYTES * (len(tensors) + len(shapes)) + records_nbytes(tensors)
 
 

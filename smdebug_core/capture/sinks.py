@@ -23,7 +23,7 @@ from typing import Callable, List, Optional, Protocol
 
 from .. import config as cfg
 from ..logger import get_logger
-from ..storage.writer.run_writer import StepData
+from ..storage.step_data import StepData
 from .flight_recorder import Recorder, step_nbytes
 from .step import StepValues
 from .step_records import FinishedStep

@@ -23,7 +23,7 @@ from ..logger import get_logger
 from ..modes import ModeKeys
 from ..reduction_config import reduction_tag
 from .step import ReducedBlock, Selection, StepValues, TensorBatch, TensorPlan
-from ..storage.writer.run_writer import ScalarRun
+from ..storage.step_data import ScalarRun
 
 logger = get_logger()
 

@@ -15,10 +15,13 @@ import pytest
 
 from smdebug.storage.format import codec, index, layout, records
 from smdebug.modes import ModeKeys
+from smdebug.storage.step_data import ScalarRun
 from smdebug.storage.writer import RunWriter, StepData
 from smdebug.storage.writer import run_writer as run_writer_module
+from smdebug.storage.writer import step_sink as step_sink_module
 
-WRITER_LOGGER = "smdebug.storage.writer.run_writer"
+# The writer's modules log under their own names, all below this one.
+WRITER_LOGGER = "smdebug.storage.writer"
 COLLECTIONS = b'{"collections": {}, "_meta": {"num_workers": 1}}'
 
 
@@ -116,14 +119,14 @@ def test_pieces_of_one_step_share_one_index(tmp_path):
 def _write_run(out, steps, one_record_at_a_time, monkeypatch):
     """Write ``steps`` [(global step, mode, mode step, [tensor lists submitted for it])]."""
     if one_record_at_a_time:
-        monkeypatch.setattr(run_writer_module, "_LAYOUT_MIN_RECORDS", 10**9)
+        monkeypatch.setattr(step_sink_module, "_LAYOUT_MIN_RECORDS", 10**9)
     writer = RunWriter(out, "worker_0")
     for global_step, mode, mode_step, pieces in steps:
         for tensors in pieces:
             writer.submit(_step(global_step, mode, mode_step, tensors=tensors, wall_time=1.5 + global_step))
     assert writer.close(timeout=30) and writer.failed is None
     monkeypatch.undo()
-    return {rel: (out / rel).read_bytes() for rel in _files(out)}, len(writer._layouts)
+    return {rel: (out / rel).read_bytes() for rel in _files(out)}, len(writer._sink._layouts)
 
 
 def test_steps_like_the_previous_one_are_written_from_a_template_byte_for_byte(tmp_path, monkeypatch):
@@ -188,8 +191,8 @@ def test_scalar_runs_are_written_byte_for_byte_as_their_pairs(tmp_path):
         writer = RunWriter(str(out_dir), "worker_0")
         for global_step, values in steps:
             mode = ModeKeys.EVAL if global_step == 1 else ModeKeys.TRAIN
-            body = [run_writer_module.ScalarRun(tags, values)] if as_run else list(zip(tags, values))
-            few = [run_writer_module.ScalarRun(tags[:3], values[:3])] if as_run else list(zip(tags[:3], values[:3]))
+            body = [ScalarRun(tags, values)] if as_run else list(zip(tags, values))
+            few = [ScalarRun(tags[:3], values[:3])] if as_run else list(zip(tags[:3], values[:3]))
             tensors = [("scalar/loss", np.asarray(1.5, np.float32))] + body + few + [("x", np.arange(5.0))]
             writer.submit(_step(global_step, mode, global_step * 3, tensors=tensors, wall_time=1000.25 + global_step),
                           publish=True)
@@ -205,7 +208,7 @@ def test_scalar_runs_are_written_byte_for_byte_as_their_pairs(tmp_path):
 
 def test_scalar_run_needs_one_value_per_tag():
     with pytest.raises(ValueError, match="2 tags, 3 values"):
-        run_writer_module.ScalarRun(("a", "b"), [1.0, 2.0, 3.0])
+        ScalarRun(("a", "b"), [1.0, 2.0, 3.0])
 
 
 def test_crc_of_a_field_from_its_bytes_shares():

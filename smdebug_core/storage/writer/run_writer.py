@@ -1,57 +1,37 @@
 """The background writer: one thread does all encoding and file I/O of a run.
 
-The training thread only appends :class:`StepData` to a queue (:meth:`RunWriter.submit`).
-The writer thread works in batches: it wakes when ``WAKE_AFTER_ITEMS`` items are queued,
-when their bytes pass a bound, on :meth:`~RunWriter.flush` / :meth:`~RunWriter.close`, or
-at the latest ``max_delay`` seconds after it last looked, and then empties the queue. A
-thread woken at every step preempts the framework's compute threads at every step, and on
-a small machine that costs far more than the writing itself (Keras on two cores: the same
-~0.1 ms of file work per step cost 0.8 ms a step woken per step, 0.2 ms woken every 16
-steps). A writer that found nothing to do for a while sleeps until the next item comes.
+The training thread only appends :class:`~smdebug.storage.step_data.StepData` to a bounded
+queue (:meth:`RunWriter.submit`). The writer thread works in batches: it wakes when
+``WAKE_AFTER_ITEMS`` items are queued, when their bytes pass a bound, on
+:meth:`~RunWriter.flush` / :meth:`~RunWriter.close`, or at the latest ``max_delay`` seconds
+after it last looked, and then empties the queue. A thread woken at every step preempts
+the framework's compute threads at every step, and on a small machine that costs far more
+than the writing itself (Keras on two cores: the same ~0.1 ms of file work per step cost
+0.8 ms a step woken per step, 0.2 ms woken every 16 steps). A writer that found nothing to
+do for a while sleeps until the next item comes.
 
-The writer thread streams each step's records into ``<event file>.tmp``, and publishes
-the step when data for a different step of the same worker arrives, or on
-:meth:`~RunWriter.flush` / :meth:`~RunWriter.close`:
-
-1. the event file is closed and renamed into place,
-2. then the index file is written as ``.tmp`` and renamed into place.
-
-So a reader (or a ``kill -9``) never sees a half-written file under a final name, and every
-published index points to a complete event file. ``training_job_end.ts`` is written last,
-by :meth:`~RunWriter.close`. No fsync: a process crash loses nothing that was renamed,
-only a machine crash could.
+What the thread does with each item lives beside this module: a step's ``events/`` and
+``index/`` files in ``step_sink.py`` (the event file published first, then its index),
+atomic publishing and the uploader in ``publish.py``, TensorBoard and metric lines in
+``summaries.py``. A step is published when data for a different step of the same worker
+arrives, or on :meth:`~RunWriter.publish` / :meth:`~RunWriter.flush` /
+:meth:`~RunWriter.close`; ``training_job_end.ts`` is written last, by :meth:`~RunWriter.close`.
 
 Errors never reach the training thread: the first I/O error is logged once, the writer
 marks itself failed (:attr:`RunWriter.failed`) and discards everything after it.
 """
 import collections
-import itertools
 import logging
-import operator
 import os
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
-
-import numpy as np
 
 from ..format import layout
-from ..format.codec import StepEncoder
-from ..format.index import entries_json_template, entry_json, index_json_from_items
-from ..format.records import (
-    HEADER_SIZE,
-    RECORD_OVERHEAD,
-    SMDEBUG_PAYLOAD_FOOTER,
-    crc32c,
-    crc32c_of_parts,
-    crc32c_field_shares,
-    crc32c_of_slices,
-    record_footer,
-    record_header,
-)
+from ..step_data import ITEM_OVERHEAD_BYTES as _ITEM_OVERHEAD_BYTES, StepData
 from ...modes import ModeKeys
-from .tensorboard import TensorBoardWriter, reduction_scalars
+from .publish import Publisher
+from .step_sink import StepSink
+from .summaries import MetricLines, TensorBoardOutput
 
 logger = logging.getLogger(__name__)
 
@@ -65,287 +45,6 @@ _WAKE_AT_BYTES = 64 * 1024 * 1024
 # After this many looks at an empty queue the writer sleeps until an item comes (an idle
 # hook, between rare saves, costs no periodic wake-ups).
 _IDLE_LOOKS = 8
-# Rough cost of a queued item that is not array data (names, small python objects).
-_ITEM_OVERHEAD_BYTES = 256
-
-
-@dataclass
-class StepData:
-    """Everything one (global step, worker) contributes, handed from the hook to the writer.
-
-    ``tensors`` are ``(final tag, array or numpy scalar)`` in write order (tags already include
-    ``smdebug/reductions/...`` prefixes), or :class:`ScalarRun` items standing for many such
-    pairs of float64 scalars (a batch's reductions; :func:`iter_records` flattens them).
-    ``shapes`` are ``(name, shape)`` or ``(name, original_name, shape)`` for tensors saved as shape only (a shape whose name
-    is also written as a tensor in the same step is left out of the index, docs/format.md 3.2). ``tb_scalars`` / ``tb_histograms`` go to TensorBoard with raw
-    names (tags are cleaned by the writer).
-
-    The arrays are read later, on the writer thread: they must be host copies that the
-    caller does not modify after :meth:`RunWriter.submit` (e.g. not ``param.numpy()`` of a
-    tensor that the optimizer updates in place).
-    """
-
-    global_step: int
-    mode: ModeKeys
-    mode_step: int
-    worker: str
-    tensors: List[Tuple[str, np.ndarray]] = field(default_factory=list)
-    shapes: List[Tuple[str, tuple]] = field(default_factory=list)
-    tb_scalars: List[Tuple[str, float]] = field(default_factory=list)
-    tb_histograms: List[Tuple[str, np.ndarray]] = field(default_factory=list)
-    wall_time: float = field(default_factory=time.time)
-    #: The step replaces one already published (the flight recorder writes a kept step whose
-    #: scalars were published alone, docs/flight_recorder.md): its files are written anew.
-    replace: bool = False
-    #: name -> placement of a record that is one piece of a larger tensor (docs/format.md 3.3)
-    placements: Dict[str, dict] = field(default_factory=dict)
-
-    def nbytes(self):
-        """Approximate memory held by this item (array bytes plus a small per-item cost)."""
-        items = 1 + len(self.tensors) + len(self.tb_histograms) + len(self.shapes) + len(self.tb_scalars)
-        return records_nbytes(self.tensors) + records_nbytes(self.tb_histograms) + _ITEM_OVERHEAD_BYTES * items
-
-
-class ScalarRun:
-    """Many float64 scalar records in one array: record ``i`` is ``(tags[i], values[i])``.
-
-    What a batch of reductions becomes (hundreds of records a step). An item of
-    :attr:`StepData.tensors`, written from one cached template per list of tags
-    (:class:`_ScalarRunLayout`: a few numpy calls for the whole run), byte for byte as the
-    same pairs would be. ``values`` is copied: the caller may reuse its array.
-    """
-
-    __slots__ = ("tags", "values")
-
-    def __init__(self, tags, values):
-        values = np.array(values, dtype="<f8").reshape(-1)
-        if len(tags) != len(values):
-            raise ValueError(f"a ScalarRun needs one value per tag: {len(tags)} tags, {len(values)} values")
-        self.tags = tags
-        self.values = values
-
-    def __len__(self):
-        return len(self.tags)
-
-    @property
-    def nbytes(self):
-        return self.values.nbytes
-
-    def pairs(self):
-        """The run as ``(tag, numpy float64)`` pairs."""
-        return list(zip(self.tags, self.values))
-
-
-def iter_records(tensors):
-    """The ``(tag, value)`` pairs of a :attr:`StepData.tensors` list, runs flattened."""
-    for item in tensors:
-        if type(item) is ScalarRun:
-            yield from zip(item.tags, item.values)
-        else:
-            yield item
-
-
-_VALUE = operator.itemgetter(1)
-_NBYTES = operator.attrgetter("nbytes")
-
-
-def records_nbytes(tensors) -> int:
-    """Bytes of the values of a list of ``(name, value)`` pairs and :class:`ScalarRun`s.
-    Runs on the training thread at each saved step: one pass in C when every item is a
-    pair of numpy values (the usual case without runs); a Python number counts 8 bytes."""
-    try:
-        return sum(map(_NBYTES, map(_VALUE, tensors)))
-    except (AttributeError, TypeError):  # a run, or a Python number among the values
-        return sum([item.nbytes if type(item) is ScalarRun else getattr(item[1], "nbytes", 8)
-                    for item in tensors])
-
-
-class _OpenStep:
-    """A step whose records are being written to ``<event file>.tmp`` and not yet published."""
-
-    def __init__(self, global_step, worker, mode, mode_step):
-        self.global_step = global_step
-        self.worker = worker
-        self.mode = mode
-        self.mode_step = mode_step
-        self.event_relpath = layout.event_file_relpath(global_step, worker)
-        self.index_relpath = layout.index_file_relpath(global_step, worker)
-        self.handle = None
-        self.offset = 0
-        self.names = []  # of the records written, in order
-        self.index_items = []  # their index entries, formatted: one each, or runs of them (format.index)
-        self.shapes = []
-        self.placements = {}
-        self.warned_mode_mismatch = False
-
-
-# events/ files carry smdebug's constant footer (docs/format.md 2.1); integrity is in the index's crc32c.
-_EVENT_FOOTER = record_footer(SMDEBUG_PAYLOAD_FOOTER)
-_EVENT_FILE_BUFFER_BYTES = 1 << 20
-
-# Steps with fewer records are written one record at a time.
-_LAYOUT_MIN_RECORDS = 8
-_MAX_LAYOUTS = 64
-# A run's layout holds its template and byte offsets (~0.5 KB a record): at most this many.
-_MAX_RUN_LAYOUTS = 16
-
-
-def _index_template(cache, tags, starts, lengths, base):
-    """The index entries of records laid out at ``starts`` (with ``lengths``) from ``base``,
-    a template to complete with their CRCs (format.index.entries_json_template), kept in
-    ``cache`` per ``base`` (usually one: a step's only list of records)."""
-    template = cache.get(base)
-    if template is None:
-        if len(cache) > 4:
-            cache.clear()
-        template = cache[base] = entries_json_template(tags, [base + start for start in starts], lengths)
-    return template
-
-
-class _SmallRecordsLayout:
-    """The event-file bytes of a list of small records, as a template for later steps.
-
-    Steps of a run usually repeat: the same reductions and scalars, the same tags, dtypes
-    and shapes, in the same order. Their records then differ only in the values and in
-    the step's head and metadata bytes (:class:`StepEncoder`), and lie at the same offsets
-    with the same lengths: the template fills those in and joins the whole list in one
-    call, instead of assembling every record in Python.
-    """
-
-    __slots__ = ("tags", "types", "specs", "parts", "starts", "lengths", "payloads", "_index_templates")
-
-    def __init__(self, tags, types, specs, parts, starts, lengths, payloads):
-        self.tags = tags
-        # The values' types the template was made for; a numeric numpy scalar's type fixes its dtype
-        # and shape, so [(dtype, shape)] is only kept (and checked) when arrays are among them.
-        self.types = types
-        self.specs = specs if np.ndarray in types else None
-        self.parts = parts  # per record: header, (head), middle, (array), (metadata + footer)
-        self.starts = starts  # record offsets in the joined bytes
-        self.lengths = lengths  # record lengths with framing
-        self.payloads = payloads  # per record, the slice of the joined bytes its CRC covers
-        self._index_templates = {}  # file offset of the first record -> format.index.entries_json_template
-
-    def index_template(self, base):
-        return _index_template(self._index_templates, self.tags, self.starts, self.lengths, base)
-
-    @classmethod
-    def build(cls, encoder, tags, arrays):
-        """The layout of these records, or None when one of them is not a small plain array."""
-        fixed = len(encoder.head) + len(encoder.metadata_field)
-        specs, parts, starts, lengths, payloads = [], [], [], [], []
-        offset = 0
-        for tag, arr in zip(tags, arrays):
-            if type(arr) is not np.ndarray and not isinstance(arr, np.generic):  # scalars: reductions as handed over
-                return None
-            middle = encoder.middle(tag, arr)
-            if middle is None:
-                return None
-            length = fixed + len(middle) + arr.nbytes
-            specs.append((arr.dtype, arr.shape))
-            parts += (record_header(length), None, middle, None, None)
-            starts.append(offset)
-            lengths.append(length + RECORD_OVERHEAD)
-            payloads.append(slice(offset + HEADER_SIZE, offset + HEADER_SIZE + length))
-            offset += length + RECORD_OVERHEAD
-        return cls(tags, list(map(type, arrays)), specs, parts, starts, lengths, payloads)
-
-    def fits(self, arrays):
-        """Whether ``arrays`` have the dtypes and shapes the template was made for."""
-        # One C-level pass over the types; per-record dtype and shape reads (~0.3 us each)
-        # only for arrays: a step of reductions is all numpy scalars.
-        return self.types == list(map(type, arrays)) and (
-            self.specs is None or self.specs == list(map(_DTYPE_AND_SHAPE, arrays)))
-
-    def join(self, encoder, arrays):
-        """The records of ``arrays`` at ``encoder``'s step, as one bytes object."""
-        parts = self.parts[:]
-        count = len(arrays)
-        parts[1::5] = [encoder.head] * count
-        parts[3::5] = arrays  # raises BufferError/ValueError for a non-contiguous array
-        parts[4::5] = [encoder.metadata_field + _EVENT_FOOTER] * count
-        return b"".join(parts)
-
-
-class _ScalarRunLayout:
-    """The event-file bytes of a :class:`ScalarRun`, as a template for every step with the
-    same tags (and head and metadata lengths).
-
-    Its records differ from step to step only in the step's head and metadata bytes and in
-    the 8 bytes of each value, at fixed offsets: a step copies the template, scatters those
-    bytes in, and computes every record's CRC32C from the template's (CRC32C is affine:
-    :func:`~smdebug.storage.format.records.crc32c_field_shares`), a few numpy calls for the run.
-    """
-
-    __slots__ = ("tags", "template", "head_at", "tail_at", "starts", "lengths", "codes", "zero_crcs", "distinct",
-                 "base_crcs", "index_templates")
-
-    def __init__(self, encoder, tags):
-        head_len, meta_len = len(encoder.head), len(encoder.metadata_field)
-        zero = np.float64(0.0)
-        parts, starts, middles = [], [], []
-        offset = 0
-        for tag in tags:
-            middle = encoder.middle(tag, zero)
-            if middle is None:
-                raise ValueError(f"tag {tag!r} cannot be written as a small record")
-            length = head_len + len(middle) + 8 + meta_len
-            parts += (record_header(length), bytes(head_len), middle, bytes(8 + meta_len), _EVENT_FOOTER)
-            starts.append(offset)
-            middles.append(len(middle))
-            offset += length + RECORD_OVERHEAD
-        self.tags = tags
-        self.template = np.frombuffer(b"".join(parts), np.uint8)
-        starts = np.array(starts, np.intp)
-        payload_at = starts + HEADER_SIZE
-        payload_len = head_len + np.array(middles, np.intp) + 8 + meta_len
-        self.starts = starts.tolist()
-        self.lengths = (payload_len + RECORD_OVERHEAD).tolist()
-        offsets = np.int32 if self.template.size < 2 ** 31 else np.intp  # half the memory of intp
-        self.head_at = (payload_at[:, None] + np.arange(head_len, dtype=np.intp)).astype(offsets)
-        value_at = payload_at + head_len + np.array(middles, np.intp)  # the value, then the metadata
-        self.tail_at = (value_at[:, None] + np.arange(8 + meta_len, dtype=np.intp)).astype(offsets)
-        # CRC32C of each payload with zeros in head, value and metadata (once), and what the
-        # head adds for each payload length (once a step: a handful of lengths).
-        self.base_crcs = np.array([crc32c(self.template[a:a + n]) for a, n in zip(payload_at.tolist(),
-                                                                                  payload_len.tolist())], np.uint32)
-        self.distinct, self.codes = np.unique(payload_len, return_inverse=True)
-        self.distinct = self.distinct.tolist()
-        self.zero_crcs = [crc32c(bytes(n)) for n in self.distinct]
-        self.index_templates = {}
-
-    def fill(self, encoder, values):
-        """The run's records at ``encoder``'s step as a uint8 array, and their payload CRC32Cs."""
-        head, meta = encoder.head, encoder.metadata_field
-        if len(head) != self.head_at.shape[1] or 8 + len(meta) != self.tail_at.shape[1]:
-            raise ValueError("the step's head or metadata length differs from the template's")
-        value_bytes = values.view(np.uint8).reshape(-1, 8)
-        tail = np.empty(self.tail_at.shape, np.uint8)
-        tail[:, :8] = value_bytes
-        tail[:, 8:] = np.frombuffer(meta, np.uint8)
-        data = self.template.copy()
-        data[self.head_at] = np.frombuffer(head, np.uint8)
-        data[self.tail_at] = tail
-        # The head's share depends on the payload's length (a handful), the metadata's on
-        # nothing (it ends every payload), the values' on each value.
-        head_shares = np.array([crc32c(head + bytes(n - len(head))) ^ z for n, z in zip(self.distinct, self.zero_crcs)],
-                               np.uint32)
-        meta_share = crc32c(meta) ^ crc32c(bytes(len(meta))) if meta else 0
-        crcs = crc32c_field_shares(value_bytes, len(meta))
-        crcs ^= self.base_crcs
-        crcs ^= head_shares[self.codes]
-        crcs ^= meta_share
-        return data, crcs
-
-    def index_template(self, base):
-        return _index_template(self.index_templates, self.tags, self.starts, self.lengths, base)
-
-
-_MAX_KNOWN_DIRS = 4096
-_DTYPE_AND_SHAPE = operator.attrgetter("dtype", "shape")
-# out_dir is absolute (os.path.abspath): joining with "/" gives a valid path on POSIX, even for out_dir "/".
-_POSIX_PATHS = os.sep == "/"
-_O_CLOEXEC_BINARY = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 # Queue item kinds.
 _STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE, _FILE = range(7)
@@ -372,10 +71,9 @@ class RunWriter:
         if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float)) or not 0 < max_delay < 3600:
             raise ValueError(f"max_delay must be a number of seconds in (0, 3600), got {max_delay!r}")
         self.max_delay = float(max_delay)
-        # A remote run (writer/uploader.py): out_dir is its spool; every published file is
+        # A remote run (storage/uploader.py): out_dir is its spool; every published file is
         # handed to the uploader, which may ask us to skip new steps while the spool is full.
         self.uploader = uploader
-        self._warned_spool_full = False
         self._wake_at_bytes = min(_WAKE_AT_BYTES, max_pending_bytes // 4)
 
         self._queue = collections.deque()
@@ -389,16 +87,11 @@ class RunWriter:
         self._warned_after_close = False
         self._pid = os.getpid()
 
-        # Writer-thread state.
-        self._open_steps = {}  # worker -> _OpenStep
-        self._known_dirs = set()
-        self._layouts = {}  # -> _SmallRecordsLayout of recent steps
-        self._run_layouts = {}  # -> _ScalarRunLayout of recent ScalarRuns
-        self._tensorboard = TensorBoardWriter(self.tensorboard_dir) if self.tensorboard_dir else None
-        self._warned_encode = set()
-        self._warned_late = set()
-        self._warned_metric_paths = set()
-        self._metric_paths_ready = set()  # paths whose directory exists (made at the first line)
+        # Writer-thread state: one object per job.
+        self._files = Publisher(self.out_dir, uploader)
+        self._sink = StepSink(self._files)
+        self._tensorboard = TensorBoardOutput(self.tensorboard_dir) if self.tensorboard_dir else None
+        self._metrics = MetricLines()
 
         self._thread = threading.Thread(target=self._run, name="smdebug-writer", daemon=True)
         self._thread.start()
@@ -595,310 +288,33 @@ class RunWriter:
             "smdebug writer failed and stops saving data for %s: %s: %s",
             self.out_dir, type(exc).__name__, exc,
         )
-        for open_step in self._open_steps.values():
-            if open_step.handle is not None:
-                try:
-                    open_step.handle.close()
-                except OSError:
-                    pass
-        self._open_steps.clear()
+        self._sink.abandon()
         if self._tensorboard is not None:
-            try:
-                self._tensorboard.close()
-            except OSError:
-                pass
+            self._tensorboard.abandon()
             self._tensorboard = None
 
     def _handle(self, kind, payload):
         if kind == _STEP:
             step, publish = payload
-            self._write_step(step)
-            if publish and step.worker in self._open_steps:
-                self._publish(self._open_steps[step.worker])
+            self._sink.write_step(step)
+            if self._tensorboard is not None:
+                self._tensorboard.write_step(step)
+            if publish:
+                self._sink.publish(step.worker)
         elif kind == _COLLECTIONS:
-            self._write_atomically(layout.collections_file_relpath(self.worker), payload)
+            self._files.write_atomically(layout.collections_file_relpath(self.worker), payload)
         elif kind == _METRIC:
-            self._append_metric_line(*payload)
+            self._metrics.append(*payload)
         elif kind == _FILE:
-            self._write_atomically(*payload)
+            self._files.write_atomically(*payload)
         elif kind in (_PUBLISH, _FLUSH):
-            self._publish_all()
-            self._flush_tensorboard()
-        elif kind == _CLOSE:
-            self._publish_all()
-            self._close_tensorboard()
-            if payload:
-                self._write_atomically(layout.END_OF_JOB_FILE, b"")
-
-    def _append_metric_line(self, path, line):
-        # Metric files live outside out_dir; losing them must not stop tensor saving.
-        try:
-            if path not in self._metric_paths_ready:
-                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-                self._metric_paths_ready.add(path)
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(f"{line}\n")
-        except OSError as exc:
-            if path not in self._warned_metric_paths:
-                self._warned_metric_paths.add(path)
-                logger.warning("smdebug cannot append metrics to %s: %s: %s", path, type(exc).__name__, exc)
-
-    # -- files
-
-    def _path(self, relpath):
-        if _POSIX_PATHS:  # a few string operations less for each of a step's files
-            return f"{self.out_dir}/{relpath}"
-        return layout.join_under(self.out_dir, relpath)
-
-    def _ensure_parent(self, relpath):
-        self._ensure_dir(relpath.rpartition("/")[0])
-
-    def _ensure_dir(self, rel_dir):
-        # mkdir one level at a time below out_dir: if out_dir itself was deleted, this fails
-        # instead of silently recreating it.
-        if not rel_dir or rel_dir in self._known_dirs:
-            return
-        self._ensure_dir(rel_dir.rpartition("/")[0])
-        try:
-            os.mkdir(self._path(rel_dir))
-        except FileExistsError:
-            pass
-        if len(self._known_dirs) >= _MAX_KNOWN_DIRS:  # every saved step has its own events/ directory
-            self._known_dirs.clear()
-        self._known_dirs.add(rel_dir)
-
-    def _write_atomically(self, relpath, data):
-        self._ensure_parent(relpath)
-        final = self._path(relpath)
-        tmp = final + layout.TMP_SUFFIX
-        # One write of bytes in hand: os.open spares the file object's fstat, ioctl and lseek.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC_BINARY, 0o666)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-        if self.uploader is not None:
-            self.uploader.notify(relpath, len(data))
-
-    # -- steps
-
-    def _write_step(self, step):
-        mode = step.mode
-        open_step = self._open_steps.get(step.worker)
-        if open_step is not None and open_step.global_step != step.global_step:
-            self._publish(open_step)
-            open_step = None
-        if open_step is None and (step.tensors or step.shapes):
-            open_step = _OpenStep(step.global_step, step.worker, mode, step.mode_step)
-            if not step.replace and os.path.exists(self._path(open_step.index_relpath)):
-                self._warn_late(step)
-                open_step = None
-            elif self.uploader is not None and self.uploader.spool_full():
-                open_step = None  # the uploader warned once; training must not wait for the network
-            else:
-                self._open_steps[step.worker] = open_step
-        if open_step is not None:
-            if (mode, step.mode_step) != (open_step.mode, open_step.mode_step) and not open_step.warned_mode_mismatch:
-                open_step.warned_mode_mismatch = True
-                logger.warning(
-                    "step %d of %s was opened as %s step %d; data submitted as %s step %d is filed under the former",
-                    step.global_step, step.worker, open_step.mode.name, open_step.mode_step, mode.name, step.mode_step,
-                )
-            encoder = StepEncoder(global_step=open_step.global_step, mode=open_step.mode,
-                                  mode_step=open_step.mode_step, wall_time=step.wall_time)
-            self._write_records(open_step, encoder, step.tensors)
-            if step.placements:
-                open_step.placements.update(step.placements)
-            for shape_item in step.shapes:
-                name, *original, shape = shape_item
-                open_step.shapes.append((name, original[0] if original else name, tuple(int(s) for s in shape)))
-        if self._tensorboard is not None:
-            # Saved reductions go to TensorBoard as scalars too (docs/format.md 6).
-            reductions = reduction_scalars(iter_records(step.tensors))
-            if step.tb_scalars or step.tb_histograms or reductions:
-                self._write_tensorboard(mode, step, reductions)
-
-    def _event_file(self, open_step):
-        """The step's ``<event file>.tmp``, opened at its first record."""
-        if open_step.handle is None:
-            self._ensure_parent(open_step.event_relpath)
-            # A large buffer: many small records cost memory copies, not syscalls.
-            open_step.handle = open(self._path(open_step.event_relpath) + layout.TMP_SUFFIX, "wb",
-                                    buffering=_EVENT_FILE_BUFFER_BYTES)
-        return open_step.handle
-
-    def _write_records(self, open_step, encoder, tensors):
-        """Append records to the step's event file, in order: runs of pairs and
-        :class:`ScalarRun` items."""
-        for kind, items in itertools.groupby(tensors, type):
-            if kind is ScalarRun:
-                for run in items:
-                    if not self._write_run(open_step, encoder, run):
-                        self._write_pairs(open_step, encoder, run.pairs())
-            else:
-                self._write_pairs(open_step, encoder, list(items))
-
-    def _write_run(self, open_step, encoder, run):
-        """Write a :class:`ScalarRun` through its cached :class:`_ScalarRunLayout`; False
-        (nothing written) when its tags cannot be small records."""
-        if len(run) < _LAYOUT_MIN_RECORDS:
-            return False
-        key = (run.tags, len(encoder.head), len(encoder.metadata_field))
-        layout_ = self._run_layouts.get(key)
-        try:
-            if layout_ is None:
-                layout_ = _ScalarRunLayout(encoder, run.tags)
-                if len(self._run_layouts) >= _MAX_RUN_LAYOUTS:  # runs keep changing: do not grow forever
-                    self._run_layouts.clear()
-                self._run_layouts[key] = layout_
-            data, crcs = layout_.fill(encoder, run.values)
-        except (ValueError, TypeError):
-            return False
-        self._append_records(open_step, data, run.tags, layout_, crcs.tolist())
-        return True
-
-    def _append_records(self, open_step, data, tags, layout_, crcs):
-        """Records joined from a layout's template (``data``) into the step's event file and index."""
-        self._event_file(open_step).write(data)
-        open_step.names += tags
-        open_step.index_items.append(layout_.index_template(open_step.offset) % tuple(crcs))
-        open_step.offset += len(data)
-
-    def _write_pairs(self, open_step, encoder, tensors):
-        """Append ``(tag, value)`` records. This thread holds the GIL while it encodes, and
-        a step may hold hundreds of small records: see :class:`_SmallRecordsLayout` for the
-        usual case, a step like the previous one."""
-        if len(tensors) >= _LAYOUT_MIN_RECORDS and self._write_like_before(open_step, encoder, tensors):
-            return
-        handle, names, items, offset = open_step.handle, open_step.names, open_step.index_items, open_step.offset
-        write = handle.write if handle is not None else None
-        try:
-            for tag, value in tensors:
-                try:
-                    parts = encoder.encode(tag, value)
-                except (TypeError, ValueError) as exc:
-                    # A bad value is the caller's problem for that one tensor, not the run's.
-                    if tag not in self._warned_encode:
-                        self._warned_encode.add(tag)
-                        logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
-                    continue
-                if write is None:
-                    write = self._event_file(open_step).write
-                if len(parts) == 1:  # small record: one write call
-                    payload = parts[0]
-                    length = len(payload)
-                    write(b"".join((record_header(length), payload, _EVENT_FOOTER)))
-                    crc = crc32c(payload)
-                else:  # large tensor: its bytes go to the file straight from the array
-                    length = sum(len(part) for part in parts)
-                    write(record_header(length))
-                    for part in parts:
-                        write(part)
-                    write(_EVENT_FOOTER)
-                    crc = crc32c_of_parts(parts)
-                names.append(tag)
-                items.append(entry_json(tag, offset, length + RECORD_OVERHEAD, crc))
-                offset += length + RECORD_OVERHEAD
-        finally:
-            open_step.offset = offset
-
-    def _write_like_before(self, open_step, encoder, tensors):
-        """Write ``tensors`` through a cached :class:`_SmallRecordsLayout`; False (nothing
-        written) when they are not all small plain arrays."""
-        tags, arrays = zip(*tensors)
-        key = (tags, len(encoder.head), len(encoder.metadata_field))
-        layout_ = self._layouts.get(key)
-        try:
-            if layout_ is None or not layout_.fits(arrays):
-                layout_ = _SmallRecordsLayout.build(encoder, tags, arrays)
-                if layout_ is None:
-                    return False
-                if len(self._layouts) >= _MAX_LAYOUTS:  # steps keep changing: do not grow forever
-                    self._layouts.clear()
-                self._layouts[key] = layout_
-            data = layout_.join(encoder, arrays)
-        except (AttributeError, BufferError, ValueError, TypeError):  # not arrays, not contiguous: one by one
-            return False
-        self._append_records(open_step, data, tags, layout_, crc32c_of_slices(data, layout_.payloads))
-        return True
-
-    def _publish(self, open_step):
-        """Event file into place first, then its index (docs/format.md 1.4)."""
-        del self._open_steps[open_step.worker]
-        event_relpath = None
-        if open_step.handle is not None:
-            open_step.handle.close()
-            final = self._path(open_step.event_relpath)
-            os.replace(final + layout.TMP_SUFFIX, final)
-            event_relpath = open_step.event_relpath
-            if self.uploader is not None:
-                self.uploader.notify(event_relpath, open_step.offset)
-        shapes = open_step.shapes
-        if shapes:  # a shape entry would hide the raw value of the same name from the original reader (docs/format.md 3.2)
-            written = set(open_step.names)
-            shapes = [item for item in shapes if item[0] not in written]
-        if not open_step.index_items and not shapes:
-            return
-        placements = {name: p for name, p in open_step.placements.items() if name in set(open_step.names)} \
-            if open_step.placements else None
-        index = index_json_from_items(open_step.mode, open_step.mode_step, event_relpath, open_step.index_items,
-                                      shapes, placements)
-        self._write_atomically(open_step.index_relpath, index)
-
-    def _publish_all(self):
-        for open_step in list(self._open_steps.values()):
-            self._publish(open_step)
-
-    def _warn_late(self, step):
-        key = (step.global_step, step.worker)
-        if key not in self._warned_late:
-            self._warned_late.add(key)
-            names = [name for name, _ in iter_records(step.tensors)] + [name for name, _ in step.shapes]
-            logger.warning(
-                "smdebug dropped %d tensor(s) for step %d of %s: that step was already published (%s)",
-                len(names), step.global_step, step.worker, ", ".join(names[:5]) + ("..." if len(names) > 5 else ""),
-            )
-
-    # -- TensorBoard: its failures disable TensorBoard output only, not the run's data.
-
-    def _write_tensorboard(self, mode, step, reductions=()):
-        try:
-            scalars = list(step.tb_scalars) + reductions if reductions else step.tb_scalars
-            # Each mode is its own TensorBoard run, stepped by the mode's own step.
-            self._tensorboard.write_summaries(
-                mode, step.global_step, scalars, step.tb_histograms, wall_time=step.wall_time,
-                event_step=step.mode_step,
-            )
-        except OSError as exc:
-            self._disable_tensorboard(exc)
-        except Exception as exc:  # noqa: BLE001 - a bad value must not stop tensor saving
-            logger.warning("smdebug skipped TensorBoard summaries of step %d: %s: %s",
-                           step.global_step, type(exc).__name__, exc)
-
-    def _flush_tensorboard(self):
-        if self._tensorboard is not None:
-            try:
+            self._sink.publish_all()
+            if self._tensorboard is not None:
                 self._tensorboard.flush()
-            except OSError as exc:
-                self._disable_tensorboard(exc)
-
-    def _close_tensorboard(self):
-        if self._tensorboard is not None:
-            try:
+        elif kind == _CLOSE:
+            self._sink.publish_all()
+            if self._tensorboard is not None:
                 self._tensorboard.close()
-            except OSError as exc:
-                self._disable_tensorboard(exc)
-            self._tensorboard = None
-
-    def _disable_tensorboard(self, exc):
-        logger.warning(
-            "smdebug stops writing TensorBoard files to %s: %s: %s", self.tensorboard_dir, type(exc).__name__, exc
-        )
-        tensorboard, self._tensorboard = self._tensorboard, None
-        try:
-            tensorboard.close()
-        except OSError:
-            pass
+                self._tensorboard = None
+            if payload:
+                self._files.write_atomically(layout.END_OF_JOB_FILE, b"")

@@ -1,0 +1,85 @@
+"""Putting files of a run under their final names: atomically, then telling the uploader.
+
+Every file reaches its final name by ``os.replace`` of a complete ``<name>.tmp``, so a
+reader (or a ``kill -9``) never sees a half-written file under a final name. No fsync: a
+process crash loses nothing that was renamed, only a machine crash could. A remote run's
+``out_dir`` is its spool (``storage/uploader.py``): each published file is handed on.
+
+Used by the writer thread only.
+"""
+import os
+
+from ..format import layout
+
+# Directories known to exist; every saved step has its own events/ directory, so it is bounded.
+_MAX_KNOWN_DIRS = 4096
+# out_dir is absolute (os.path.abspath): joining with "/" gives a valid path on POSIX, even for out_dir "/".
+_POSIX_PATHS = os.sep == "/"
+_O_CLOEXEC_BINARY = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+class Publisher:
+    """The files of one run directory, ``out_dir`` (absolute), and its ``uploader`` (or None)."""
+
+    def __init__(self, out_dir, uploader=None):
+        self.out_dir = out_dir
+        self.uploader = uploader
+        self._known_dirs = set()
+
+    def path(self, relpath):
+        if _POSIX_PATHS:  # a few string operations less for each of a step's files
+            return f"{self.out_dir}/{relpath}"
+        return layout.join_under(self.out_dir, relpath)
+
+    def exists(self, relpath):
+        return os.path.exists(self.path(relpath))
+
+    def spool_full(self):
+        """Whether the uploader asks for new steps to be skipped (it warns once itself)."""
+        return self.uploader is not None and self.uploader.spool_full()
+
+    def ensure_parent(self, relpath):
+        self._ensure_dir(relpath.rpartition("/")[0])
+
+    def _ensure_dir(self, rel_dir):
+        # mkdir one level at a time below out_dir: if out_dir itself was deleted, this fails
+        # instead of silently recreating it.
+        if not rel_dir or rel_dir in self._known_dirs:
+            return
+        self._ensure_dir(rel_dir.rpartition("/")[0])
+        try:
+            os.mkdir(self.path(rel_dir))
+        except FileExistsError:
+            pass
+        if len(self._known_dirs) >= _MAX_KNOWN_DIRS:
+            self._known_dirs.clear()
+        self._known_dirs.add(rel_dir)
+
+    def open_tmp(self, relpath, buffering):
+        """``<relpath>.tmp`` opened for writing, to be published by :meth:`publish_tmp`."""
+        self.ensure_parent(relpath)
+        return open(self.path(relpath) + layout.TMP_SUFFIX, "wb", buffering=buffering)
+
+    def publish_tmp(self, relpath, nbytes):
+        """Rename the written and closed ``<relpath>.tmp`` (``nbytes`` long) into place."""
+        final = self.path(relpath)
+        os.replace(final + layout.TMP_SUFFIX, final)
+        if self.uploader is not None:
+            self.uploader.notify(relpath, nbytes)
+
+    def write_atomically(self, relpath, data):
+        """Write ``data`` (bytes) to ``relpath`` through its ``.tmp`` and publish it."""
+        self.ensure_parent(relpath)
+        final = self.path(relpath)
+        tmp = final + layout.TMP_SUFFIX
+        # One write of bytes in hand: os.open spares the file object's fstat, ioctl and lseek.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC_BINARY, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+        if self.uploader is not None:
+            self.uploader.notify(relpath, len(data))
