@@ -41,6 +41,13 @@ def _details(items: Dict[str, object]) -> Dict[str, object]:
     return dict(list(items.items())[:_MAX_DETAILS])
 
 
+def _note_found(rule, finding: str, noun: str, found: Dict[str, object], key: str, fmt: str = "{:.3g}") -> bool:
+    """One note: ``finding`` in how many ``noun``s, which (with their values under ``key``); whether any."""
+    if found:
+        rule.note(f"{finding} in {_count(len(found), noun)}: {_listing(found, fmt)}", **{key: _details(found)})
+    return bool(found)
+
+
 def _numeric(array: np.ndarray) -> Optional[np.ndarray]:
     """The array as a float/complex/int numpy array, or None for strings and other non-numbers."""
     array = np.asarray(array)
@@ -259,11 +266,7 @@ class AllZero(_SelectionRule):
                 percent = 100.0 if decided else 0.0
             if percent >= self.threshold:
                 zero[name] = percent
-        if zero:
-            self.note(f"at least {self.threshold:g}% zeros in {_count(len(zero), 'tensor')}: "
-                      f"{_listing(zero, '{:.1f}%')}",
-                      percent_zero=_details(zero))
-        return bool(zero)
+        return _note_found(self, f"at least {self.threshold:g}% zeros", "tensor", zero, "percent_zero", "{:.1f}%")
 
 
 class UnchangedTensor(_SelectionRule):
@@ -365,10 +368,8 @@ class TensorVariance(_SelectionRule):
             if (self.max_threshold is not None and variance > self.max_threshold) or \
                     (self.min_threshold is not None and variance < self.min_threshold):
                 out[name] = variance
-        if out:
-            self.note(f"variance outside [{self.min_threshold}, {self.max_threshold}] in {_count(len(out), 'tensor')}: "
-                      f"{_listing(out)}", variances=_details(out))
-        return bool(out)
+        return _note_found(self, f"variance outside [{self.min_threshold}, {self.max_threshold}]", "tensor", out,
+                           "variances")
 
 
 class WeightUpdateRatio(Rule):
@@ -417,10 +418,8 @@ class WeightUpdateRatio(Rule):
             ratio = update / (float(np.linalg.norm(previous[1].ravel())) + self.epsilon)
             if ratio > self.large_threshold or ratio < self.small_threshold:
                 out[name] = ratio
-        if out:
-            self.note(f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}] in "
-                      f"{_count(len(out), 'weight')}: {_listing(out)}", ratios=_details(out))
-        return bool(out)
+        return _note_found(self, f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}]",
+                           "weight", out, "ratios")
 
 
 class PoorWeightInitialization(Rule):
@@ -689,8 +688,4 @@ class SimilarAcrossRuns(_SelectionRule):
                 continue
             if finding:
                 differ[name] = finding
-        if differ:
-            self.note(f"values differ from {self.other_trial.path} in {_count(len(differ), 'tensor')}: "
-                      f"{_listing(differ)}",
-                      tensors=_details(differ))
-        return bool(differ)
+        return _note_found(self, f"values differ from {self.other_trial.path}", "tensor", differ, "tensors")

@@ -87,6 +87,21 @@ class _LossRule(Rule):
                            self.view.step)
 
 
+class _RegexLossRule(_LossRule):
+    """A loss rule that picks its losses by ``tensor_regex`` alone (default: the losses collection)."""
+
+    tensor_regex: list
+
+    def required_tensors(self, step):
+        return loss_requirements((), self.tensor_regex, not self.tensor_regex)
+
+    def _loss_series(self):
+        """``(series key, (training values, validation values))`` of this step's losses."""
+        names = loss_names(self.view, (), self.tensor_regex, not self.tensor_regex)
+        self._warn_no_losses(names)
+        return _split_by_series(self.view, _read_losses(self, names)).items()
+
+
 # ---------------------------------------------------------------------------------------------
 class LossNotDecreasing(_LossRule):
     """Fires when a loss has not decreased enough over a window of ``num_steps`` steps.
@@ -204,7 +219,7 @@ def _split_by_series(view: StepView, values: Dict[str, float]) -> Dict[str, Tupl
     return out
 
 
-class Overfit(_LossRule):
+class Overfit(_RegexLossRule):
     """Fires when the validation loss exceeds the training loss by more than ``ratio_threshold``.
 
     At each step with validation values, ratio = (mean validation loss of the current
@@ -226,14 +241,9 @@ class Overfit(_LossRule):
         self._windows: Dict[str, _PhaseWindows] = {}
         self._over: Dict[str, int] = {}
 
-    def required_tensors(self, step):
-        return loss_requirements((), self.tensor_regex, not self.tensor_regex)
-
     def invoke_at_step(self, step):
-        names = loss_names(self.view, (), self.tensor_regex, not self.tensor_regex)
-        self._warn_no_losses(names)
         fired = False
-        for key, (train, val) in _split_by_series(self.view, _read_losses(self, names)).items():
+        for key, (train, val) in self._loss_series():
             windows = self._windows.setdefault(key, _PhaseWindows())
             windows.update(train, val)
             if not val or not windows.train or step < self.start_step:
@@ -252,7 +262,7 @@ class Overfit(_LossRule):
         return fired
 
 
-class Overtraining(_LossRule):
+class Overtraining(_RegexLossRule):
     """Fires when the training or the validation loss stops improving.
 
     A value improves on the best so far when it is lower by more than the smaller of
@@ -281,14 +291,9 @@ class Overtraining(_LossRule):
         self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
         self._best: Dict[Tuple[str, str], Tuple[float, int]] = {}
 
-    def required_tensors(self, step):
-        return loss_requirements((), self.tensor_regex, not self.tensor_regex)
-
     def invoke_at_step(self, step):
-        names = loss_names(self.view, (), self.tensor_regex, not self.tensor_regex)
-        self._warn_no_losses(names)
         fired = False
-        for key, groups in _split_by_series(self.view, _read_losses(self, names)).items():
+        for key, groups in self._loss_series():
             for kind, values, patience in ((TRAIN, groups[0], self.patience_train),
                                            (VAL, groups[1], self.patience_validation)):
                 if not values:

@@ -117,9 +117,7 @@ class RuleReport:
         with self._lock:
             doc = self._doc
             doc["datapoints"] += 1
-            if doc["first_step"] is None:
-                doc["first_step"] = step
-            doc["last_step"] = step
+            _extend(doc, "first_step", "last_step", step)
         self.write()
 
     def violation(self, step: int, mode, mode_step: Optional[int], message: str, details: Dict[str, Any],
@@ -131,9 +129,7 @@ class RuleReport:
         with self._lock:
             doc = self._doc
             doc["triggered"] += 1
-            if doc["first_violation_step"] is None:
-                doc["first_violation_step"] = step
-            doc["last_violation_step"] = step
+            _extend(doc, "first_violation_step", "last_violation_step", step)
             current = doc["worst"]
             if current is None or (measure is not None and (
                     current["measure"] is None or
@@ -272,3 +268,10 @@ def _errors_clause(report: dict) -> str:
         return ""
     count = f"{len(unreadable)}{'+' if len(errors) >= MAX_ERRORS_KEPT else ''}"
     return f"; {count} step{'' if count == '1' else 's'} skipped, unreadable (first: {_shorten(unreadable[0], 100)})"
+
+
+def _extend(doc: dict, first: str, last: str, step: int) -> None:
+    """The range ``doc[first]``..``doc[last]`` now reaches ``step`` (steps come in order)."""
+    if doc[first] is None:
+        doc[first] = step
+    doc[last] = step
