@@ -35,14 +35,14 @@ def _refuse_mixed_install() -> None:
 
 _refuse_mixed_install()
 
-from . import modes
-from ._version import __version__
-from .collections import Collection, CollectionKeys
-from .flight_recorder_config import FlightRecorder
-from .hook import Hook, del_hook, get_hook, set_hook
-from .modes import ModeKeys
-from .reduction_config import ReductionConfig
-from .save_config import SaveConfig, SaveConfigMode
+from . import modes  # noqa: E402 - after the mixed-install check
+from ._version import __version__  # noqa: E402 - after the mixed-install check
+from .collections import Collection, CollectionKeys  # noqa: E402 - after the mixed-install check
+from .flight_recorder_config import FlightRecorder  # noqa: E402 - after the mixed-install check
+from .hook import Hook, del_hook, get_hook, set_hook  # noqa: E402 - after the mixed-install check
+from .modes import ModeKeys  # noqa: E402 - after the mixed-install check
+from .reduction_config import ReductionConfig  # noqa: E402 - after the mixed-install check
+from .save_config import SaveConfig, SaveConfigMode  # noqa: E402 - after the mixed-install check
 
 
 def create_trial(path=None, *args, **kwargs):
