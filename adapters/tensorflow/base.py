@@ -58,7 +58,6 @@ class TFHookBase(Hook):
     _capture = None
 
     def __init__(self, *args, **kwargs):
-        self._step_active = False
         # True while a step begins from inside a graph (tf.py_function): there, Python is not
         # ordered with the graph's variable updates, so variables are read by the graph.
         self._graph_driven = False
@@ -126,13 +125,18 @@ class TFHookBase(Hook):
         self._identity = identity
 
     # --- steps -----------------------------------------------------------------------
+    @property
+    def _step_active(self) -> bool:
+        """A step is open and capture is on: the session's state, not kept a second time here."""
+        session = self.__dict__.get("_session")
+        return session is not None and session.step_open and session.enabled
+
     def on_mode_change(self, mode) -> None:
         """A step still open (its tensors captured by a graph) is finished first."""
-        if self._step_active and self._session.enabled:
+        if self._step_active:
             self.end_step()
 
     def on_step_begin(self, saving: bool) -> None:
-        self._step_active = True
         if self._capture is not None:
             try:
                 self._choose_graphs()
@@ -149,7 +153,6 @@ class TFHookBase(Hook):
         if self._capture is not None and self._step_active:
             with self.guard("reading captured tensors"):
                 self._capture.collect(reads)
-        self._step_active = False
 
     def _record_tracked(self) -> None:
         names = self._tracked_names
@@ -200,7 +203,6 @@ class TFHookBase(Hook):
             self._tracked_names = None
 
     def on_disabled(self, reason: str) -> None:
-        self._step_active = False
         self._step_reads = []
         if self._capture is not None:
             try:

@@ -56,6 +56,7 @@ from ..save_config import SaveConfig
 from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
 from .step_records import StepRecordMaker
 from .inbox import StepInbox
+from .clock import StepClock
 from . import run_output
 from .fail_open import Guard, never_raises
 
@@ -128,13 +129,8 @@ class StepSession:
         self._numpy_backend = NumpyBackend()
 
         # Step state (docs/format.md 8.1): global step and one counter per mode.
-        self.mode = ModeKeys.GLOBAL
-        self.global_step = -1
-        self.mode_steps: Dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
+        self.clock = StepClock()
         self.enabled = True
-        self._step_open = False
-        # (global step, mode, mode step) of the open step; scalars before any step go to step 0.
-        self._step_identity = (0, ModeKeys.GLOBAL, 0)
         # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
         # name -> (plan, snapshot, backend); ReducedBlock -> (None, (block, values), None) for
         # reductions the adapter computed. Insertion order is recording order (a name recorded
@@ -156,7 +152,6 @@ class StepSession:
         self.stop_reason: Optional[str] = None
         # Flight recorder (smdebug_core/capture/flight_recorder.py): made once the writer exists.
         self._recorder: Optional[Recorder] = None
-        self._warned_steps_back: set = set()  # modes whose trainer step count went back (warned once)
         self._step_probe = None  # the adapter's non-finite probe of the open step (set_step_probe)
         self._last_identity: Optional[tuple] = None  # the last step finished
 
@@ -185,28 +180,14 @@ class StepSession:
     def _resume_step_counters(self) -> None:
         """Continue the step numbering of a previous run of this job, if it left its state."""
         state = self._step_counters.load()
-        if state is None:
-            return
-        seen, mode_steps = state
-        self.global_step = seen
-        self.mode_steps.update(mode_steps)
-        self.mode_steps[ModeKeys.GLOBAL] = seen
-        logger.info("smdebug: resuming after global step %d (state in %s)", seen, self._step_counters.dir)
+        if state is not None:
+            self.clock.resume(*state)
+            logger.info("smdebug: resuming after global step %d (state in %s)", state[0], self._step_counters.dir)
 
     def _save_step_counters(self, identity: Optional[tuple] = None) -> None:
         """At the end of each saved step (``identity``, on the step pipeline's thread) and at
         close (the training thread's counters)."""
-        if identity is None:
-            step, mode_steps = self.global_step, dict(self.mode_steps)
-        else:
-            step, mode, mode_step = identity
-            try:
-                mode_steps = dict(self.mode_steps)  # other modes' counters, as the training thread has them
-            except RuntimeError:  # changed while copied: this mode's counter is the one that matters
-                mode_steps = {}
-            mode_steps[mode] = mode_step
-            mode_steps[ModeKeys.GLOBAL] = step
-        self._step_counters.save(self.out_dir, step, mode_steps)
+        self._step_counters.save(self.out_dir, *self.clock.counters(identity))
 
     def include(self, name: str, expect: bool = True) -> None:
         """Save collection ``name`` (created if new). ``expect``: the user asked for it by
@@ -242,51 +223,24 @@ class StepSession:
         mode = ModeKeys.parse(mode)
         if by_user:
             self.adapter.on_mode_change(mode)
-        self.mode_steps.setdefault(mode, -1)
-        self.mode = mode
-
-    @property
-    def mode_step(self) -> int:
-        return self.mode_steps.get(self.mode, -1)
+        self.clock.set_mode(mode)
 
     def continue_mode_steps(self, mode, next_step: int) -> None:
         """Number the next step of ``mode`` ``next_step`` (a trainer that resumed from a
         checkpoint numbers its steps on from there); the global step counts on as usual."""
-        mode = ModeKeys.parse(mode)
-        current = self.mode_steps.get(mode, -1)
-        if current + 1 < next_step:
-            self.mode_steps[mode] = next_step - 1
-        elif current + 1 > next_step and mode not in self._warned_steps_back:
-            # A second fit()/train() with the same hook starts its count over: numbering it so
-            # would save mode steps twice, and reads by mode step would find the first run's.
-            self._warned_steps_back.add(mode)
-            logger.warning("smdebug: the trainer numbers its next %s step %d, but %s step %d is already saved (a "
-                           "second training with the same callback?): its %s steps go on from %d instead, so "
-                           "none is saved twice; give each training its own out_dir to keep the trainer's "
-                           "numbers", mode.name, next_step, mode.name, current, mode.name, current + 1)
+        self.clock.continue_mode_steps(ModeKeys.parse(mode), next_step)
 
     def begin_step(self, step: Optional[int] = None) -> bool:
         """Start the next step (or step ``step``); returns whether anything is saved in it."""
         if not self.enabled:
             return False
-        if self._step_open:
+        if self.clock.open:
             self.end_step()
         if self._pipeline_failure is not None and not self._disable_after_pipeline_failure():
             return False
         try:
-            if step is None:
-                self.global_step += 1
-                self.mode_steps[self.mode] = self.mode_steps.get(self.mode, -1) + 1
-            else:
-                if step < 0:
-                    raise ValueError(f"step must be >= 0, got {step}")
-                self.global_step = step
-                self.mode_steps[self.mode] = step if self.mode == ModeKeys.GLOBAL else self.mode_step + 1
-            self.mode_steps[ModeKeys.GLOBAL] = self.global_step
-            # The step keeps the mode it began in, even if set_mode() is called before it ends.
-            self._step_identity = (self.global_step, self.mode, self.mode_step)
-            self._step_open = True
-            self.plans.begin(self.mode, self.mode_step)
+            _, mode, mode_step = self.clock.advance(step)
+            self.plans.begin(mode, mode_step)
             if self._early_tensors:
                 early, self._early_tensors = self._early_tensors, []
                 for name, value in early:
@@ -297,6 +251,19 @@ class StepSession:
         except Exception as exc:  # noqa: BLE001 - fail-open: training goes on without capture
             self.disable(f"begin_step: {type(exc).__name__}: {exc}")
         return self.saving_step
+
+    # The step counters, as adapters read them (the clock owns them).
+    @property
+    def mode(self) -> ModeKeys:
+        return self.clock.mode
+
+    @property
+    def global_step(self) -> int:
+        return self.clock.global_step
+
+    @property
+    def mode_step(self) -> int:
+        return self.clock.mode_step
 
     @property
     def saving_step(self) -> bool:
@@ -357,7 +324,7 @@ class StepSession:
         be lost on most steps). Returns how many will be saved."""
         if self.saving_step:
             return self.inbox.hold(items, self._numpy_backend)
-        if not (self._step_open and (self.writes_files or self.dry_run or self._listeners)):
+        if not (self.clock.open and (self.writes_files or self.dry_run or self._listeners)):
             return 0
         everything = frozenset(p.collection.name for p in self.plans.prepared)
         held = sum(self.inbox.hold(((name, value),), self._numpy_backend, plan)
@@ -373,7 +340,7 @@ class StepSession:
         for coll_name in as_name_list(collections_to_write, "collections_to_write"):
             self.collection_manager.get(coll_name).add_tensor_name(tensor_name)
             self.include(coll_name, expect=False)
-        if not self._step_open and self.global_step < 0 and self.enabled:
+        if not self.clock.open and self.global_step < 0 and self.enabled:
             # Before the first step (as 1.0.34 allows): kept, and saved in the first step.
             self._early_tensors.append((tensor_name, tensor_value))
             return
@@ -407,15 +374,15 @@ class StepSession:
         step pipeline's worker thread, then handed to the writer. Training does not wait,
         except for live rules (a stop they request lands at the next step boundary) and
         dry runs (their log lines come in step order)."""
-        if self._step_open:
+        if self.clock.open:
             self.adapter.on_step_end()
-        self._step_open = False
+        self.clock.open = False
         inclusion = self._inclusion
         if inclusion.pending and (self.saving_step or not inclusion.configured_checked):
             # At the end of the first step, not its start: save_tensor() calls in it define collections too.
             inclusion.check_configured(self.collection_manager, logger)
             if self.saving_step:
-                inclusion.check_matches(self.collection_manager, self.plans.saving_collections, self._step_identity[0], logger)
+                inclusion.check_matches(self.collection_manager, self.plans.saving_collections, self.clock.identity[0], logger)
         pending, has_blocks, scalars, placements = self.inbox.take()
         if not pending and not scalars:
             return
@@ -430,7 +397,7 @@ class StepSession:
         if self._recorder is not None and self.flight_recording:
             flight = (self.plans.ring_only, self._step_probe)
         self._step_probe = None
-        args = (pending, has_blocks, scalars, self._step_identity, collections, flight, placements)
+        args = (pending, has_blocks, scalars, self.clock.identity, collections, flight, placements)
         if self._pipeline.idle or self._listeners or self.writer is None:
             self._pipeline.drain()
             self._pipeline.run_here("finishing a step", self._finish_step, *args)
@@ -494,8 +461,8 @@ class StepSession:
             self.step_failed()  # before the step ends: no collectives the other workers may not reach
         with self.guard("flight recorder"):
             identity = self._last_identity
-            if trigger == "exception" and self._step_open and not self._pipeline.on_worker_thread:
-                identity = self._step_identity
+            if trigger == "exception" and self.clock.open and not self._pipeline.on_worker_thread:
+                identity = self.clock.identity
                 self.end_step()
             if not self._pipeline.on_worker_thread:
                 self._pipeline.drain(timeout=30)  # steps ended so far reach the ring first
@@ -609,7 +576,7 @@ class StepSession:
                 return
             self._closed = True
         try:
-            if (self.enabled and self._step_open) or self.inbox:
+            if (self.enabled and self.clock.open) or self.inbox:
                 self.end_step()
             if not self._pipeline.close(timeout=CLOSE_TIMEOUT_S):
                 logger.warning("smdebug: steps still being reduced after %.0f s at close; the run may miss its last "
@@ -646,13 +613,13 @@ class StepSession:
     @property
     def step_open(self) -> bool:
         """Whether a step has begun and not ended."""
-        return self._step_open
+        return self.clock.open
 
     @property
     def step_mode(self) -> ModeKeys:
         """The mode the open (or last) step began in: ``mode`` is where the next step begins,
         and ``set_mode()`` changes it while a step is open."""
-        return self._step_identity[1]
+        return self.clock.identity[1]
 
     @property
     def closed(self) -> bool:
