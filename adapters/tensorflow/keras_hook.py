@@ -79,7 +79,7 @@ import numpy as np
 
 import keras
 
-from smdebug.collections import CollectionKeys
+from smdebug.collections import CollectionKeys, as_name_list
 from smdebug.exceptions import ConfigError
 from smdebug.hook import takes_hook_arguments
 from smdebug.capture.instrumentation import Patches
@@ -550,7 +550,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if self._tf and not _executing_eagerly() and self._session.enabled:
             if not isinstance(tensor_name, str) or not tensor_name:
                 raise ConfigError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
-            names = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+            names = as_name_list(collections_to_write, "collections_to_write")
             for coll_name in names:
                 self._session.include(coll_name, expect=False)
             self._register_names([tensor_name], names)
