@@ -11,12 +11,13 @@ def _refuse_mixed_install() -> None:
     """Fail with what to do when the original smdebug's files share our ``smdebug`` folder.
 
     Both distributions install the import package ``smdebug``: installed side by side their
-    files are mixed, and uninstalling one removes files of the other. ``core/`` and
-    ``profiler/`` exist only in the original; its ``smdebug-<version>.dist-info`` sits next
-    to the folder.
+    files are mixed, and uninstalling one removes files of the other. ``core/tfevent/`` and
+    ``profiler/python_profiler.py`` exist only in the original (our ``core/`` and ``profiler/``
+    keep a few of its import paths); its ``smdebug-<version>.dist-info`` sits next to the folder.
     """
     here = _os.path.dirname(_os.path.abspath(__file__))
-    found = [_os.path.join(here, d) for d in ("core", "profiler") if _os.path.isdir(_os.path.join(here, d))]
+    found = [_os.path.join(here, *p) for p in (("core", "tfevent"), ("profiler", "python_profiler.py"))
+             if _os.path.exists(_os.path.join(here, *p))]
     if not found:
         return
     parent = _os.path.dirname(here)

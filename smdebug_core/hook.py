@@ -167,6 +167,16 @@ class Hook:
         """All collections, keyed by name."""
         return dict(self._session.collection_manager.collections)
 
+    def add_collection(self, collection: Collection) -> None:
+        """Add a :class:`Collection` you built (or replace the one of its name), as in 1.0.34.
+        It is saved when it is included (``include_collections``, or its name given to
+        ``save_tensor``)."""
+        if not isinstance(collection, Collection):
+            raise ConfigError(f"add_collection takes a smdebug Collection (smd.Collection(name)), got "
+                              f"{type(collection).__name__}: {collection!r}; to add tensors to a collection by "
+                              "name, use hook.get_collection(name).add(...)")
+        self._session.collection_manager.add(collection)
+
     def add_to_collection(self, collection_name: str, args) -> None:
         """``get_collection(collection_name).add(args)``."""
         self.get_collection(collection_name).add(args)

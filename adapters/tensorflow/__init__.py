@@ -4,8 +4,8 @@
   ``predict``; or use ``hook.wrap_tape(tf.GradientTape())`` / ``hook.wrap_optimizer(opt)``
   in a custom loop (eager or ``tf.function``). See :mod:`smdebug.tensorflow.keras_hook`.
 * ``smd.SessionHook``: ``tf.compat.v1`` graph training with ``MonitoredSession``.
-* ``smd.EstimatorHook``: ``tf.estimator`` is gone from TensorFlow 2.16+; constructing it
-  raises an error that names the replacements.
+* ``smd.EstimatorHook``: 1.0.34's name of ``SessionHook`` (its local example runs it with
+  ``MonitoredSession``); ``tf.estimator`` itself is gone from TensorFlow 2.16+.
 * ``smd.get_hook(...)``: the process's hook (zero-code-change creates it from
   ``SMDEBUG_CONFIG_FILE_PATH``).
 
@@ -27,11 +27,11 @@ from smdebug.save_config import SaveConfig, SaveConfigMode
 from smdebug.hook import del_hook, set_hook
 
 from .base import TFHookBase
-from .estimator_hook import EstimatorHook
 
 _HOOK_TYPES = ("keras", "session", "estimator")
 # Public name -> submodule defining it, imported on first access.
-_LAZY = {"KerasHook": "keras_hook", "SessionHook": "session_hook", "TFBackend": "backend"}
+_LAZY = {"KerasHook": "keras_hook", "SessionHook": "session_hook", "EstimatorHook": "session_hook",
+         "TFBackend": "backend"}
 
 
 def __getattr__(name):
@@ -54,9 +54,7 @@ def _hook_class(hook_type: Optional[str]):
             hint = ("; it looks like a config path: get_hook's first argument is hook_type (as in smdebug 1.0.34), "
                     "pass get_hook(json_config_path=...)")
         raise ConfigError(f"hook_type must be one of {', '.join(_HOOK_TYPES)} or None, got {hook_type!r}{hint}")
-    if hook_type == "estimator":
-        return EstimatorHook
-    return __getattr__("KerasHook" if hook_type == "keras" else "SessionHook")
+    return __getattr__("KerasHook" if hook_type == "keras" else "SessionHook")  # "estimator": SessionHook
 
 
 def get_hook(hook_type: Optional[str] = None, json_config_path: Optional[str] = None,
@@ -70,8 +68,6 @@ def get_hook(hook_type: Optional[str] = None, json_config_path: Optional[str] = 
     ``USE_SMDEBUG`` disables smdebug or there is no config file.
     """
     cls = _hook_class(hook_type)
-    if cls is EstimatorHook:
-        EstimatorHook()  # raises, saying what to use instead
     hook = _core_get_hook(cls or TFHookBase, json_config_path, create_if_not_exists=False)
     if hook is None and create_if_not_exists:
         hook = _core_get_hook(cls or __getattr__("KerasHook"), json_config_path, create_if_not_exists=True)

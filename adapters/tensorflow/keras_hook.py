@@ -195,6 +195,11 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         with self.guard("set_model"):
             self._register_model(model)
 
+    def register_model(self, model) -> None:
+        """smdebug 1.0.34's name for :meth:`set_model`: name variables by layer and capture
+        the layers' tensors of ``model`` (for custom loops; ``fit`` does it itself)."""
+        self.set_model(model)
+
     def _register_model(self, model) -> None:
         if self._tf:
             self._adopt_strategy(getattr(model, "_distribute_strategy", None))

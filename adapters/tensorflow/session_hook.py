@@ -193,6 +193,11 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
             self._session.publish()
 
 
+#: smdebug 1.0.34's name for this hook (its local example runs it with ``MonitoredSession``);
+#: ``tf.estimator`` itself is gone from TensorFlow 2.16+.
+EstimatorHook = SessionHook
+
+
 def _variable_op_names(var) -> List[str]:
     names = []
     handle = getattr(var, "handle", None)

@@ -367,3 +367,60 @@ def test_collection_manager_create_export_load(tmp_path):
     manager.export(str(tmp_path / "run"), "worker_0_collections.json")
     assert (tmp_path / "run" / "collections" / "000000000" / "worker_0_collections.json").is_file()
     assert CollectionManager.load_from_string(json.dumps(manager.to_json_dict())) == manager
+
+
+def test_smdebug_core_modules_that_1034_code_imports_give_our_objects():
+    from smdebug.core.collection import Collection as CoreCollection, CollectionKeys
+    from smdebug.core.modes import ALLOWED_MODE_NAMES, ALLOWED_MODES, ModeKeys, str_to_mode_keys
+    from smdebug.core.reduction_config import ALLOWED_NORMS, ALLOWED_REDUCTIONS, ReductionConfig as CoreReductionConfig
+    from smdebug.core.save_config import DEFAULT_SAVE_CONFIG_INTERVAL, SaveConfig as CoreSaveConfig, SaveConfigMode as CoreSCM
+
+    assert CoreCollection is Collection and CollectionKeys is smd.CollectionKeys
+    assert ModeKeys is smd.modes.ModeKeys and str_to_mode_keys("EVAL") is ModeKeys.EVAL
+    assert ALLOWED_MODE_NAMES == ["TRAIN", "EVAL", "PREDICT", "GLOBAL"] and ALLOWED_MODES[0] is ModeKeys.TRAIN
+    assert CoreReductionConfig is ReductionConfig and "l2" in ALLOWED_NORMS and "mean" in ALLOWED_REDUCTIONS
+    assert CoreSaveConfig is SaveConfig and CoreSCM is SaveConfigMode and DEFAULT_SAVE_CONFIG_INTERVAL == 500
+
+
+def test_str2bool_from_the_profiler_module_parses_flags_as_1034_did():
+    from smdebug.profiler.utils import str2bool
+
+    assert [str2bool(v) for v in ("true", "True", "1", "yes", "y", "t", "on")] == [True] * 7
+    assert [str2bool(v) for v in ("false", "0", "no", "n", "f", "off", False)] == [False] * 7
+    with pytest.raises(ValueError, match="'maybe'"):
+        str2bool("maybe")
+
+
+def test_add_collection_takes_a_collection_built_by_the_user(tmp_path):
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["mine"])
+    mine = Collection("mine", include_regex=["^w"])
+    hook.add_collection(mine)
+    assert hook.get_collection("mine") is mine
+    hook.begin_step()
+    hook.save_tensor("w0", np.ones(2, np.float32), "default")
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.tensor_names(collection="mine") == ["w0"]
+    with pytest.raises(ConfigError, match="add_collection takes a smdebug Collection"):
+        hook.add_collection("mine")
+
+
+def test_refresh_turns_listing_back_on_inside_its_block(tmp_path):
+    from smdebug.analysis.utils import refresh
+
+    hook = train(tmp_path / "run", 3, close=False)  # steps 0 and 1 ended; step 2 still open
+    assert hook.flush(timeout=30)
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps() == [0, 1]
+    trial.dynamic_refresh = False
+    hook.begin_step()  # ends step 2
+    assert hook.flush(timeout=30)
+    assert trial.steps() == [0, 1]  # not listed again
+    with refresh(trial) as same:
+        assert same is trial and trial.steps() == [0, 1, 2]
+    assert trial.dynamic_refresh is False
+    hook.close()
+    with pytest.raises(TypeError, match="refresh takes a Trial"):
+        with refresh("a path"):
+            pass

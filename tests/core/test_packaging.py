@@ -15,10 +15,11 @@ def test_import_beside_the_original_smdebug_fails_saying_what_to_uninstall(tmp_p
     ours = site / "smdebug"
     shutil.copytree(os.path.join(REPO, "smdebug_core"), ours,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    # What `pip install smdebug==1.0.34` adds to the same folder (a few of its files).
-    (ours / "core").mkdir()
-    (ours / "core" / "__init__.py").write_text("")
-    (ours / "profiler").mkdir()
+    # What `pip install smdebug==1.0.34` adds to the same folder (a few of its files; our own
+    # core/ and profiler/ hold 1.0.34's import paths, so only its other files tell).
+    (ours / "core" / "tfevent").mkdir()
+    (ours / "core" / "tfevent" / "__init__.py").write_text("")
+    (ours / "profiler" / "python_profiler.py").write_text("")
     (site / "smdebug-1.0.34.dist-info").mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
     env.pop("SMDEBUG_CONFIG_FILE_PATH", None)
@@ -26,11 +27,11 @@ def test_import_beside_the_original_smdebug_fails_saying_what_to_uninstall(tmp_p
                           capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert done.returncode != 0, done.stdout
     assert "ImportError: the original SageMaker Debugger package 'smdebug' is installed" in done.stderr
-    assert "smdebug-1.0.34.dist-info" in done.stderr and os.path.join(str(ours), "core") in done.stderr
+    assert "smdebug-1.0.34.dist-info" in done.stderr and os.path.join(str(ours), "core", "tfevent") in done.stderr
     assert "pip uninstall -y smdebug smdebug-core && pip install smdebug-core" in done.stderr
     # Without the original's files the same copy imports.
-    shutil.rmtree(ours / "core")
-    shutil.rmtree(ours / "profiler")
+    shutil.rmtree(ours / "core" / "tfevent")
+    os.remove(ours / "profiler" / "python_profiler.py")
     done = subprocess.run([sys.executable, "-c", "import smdebug; print(smdebug.__file__)"], env=env,
                           capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]

@@ -170,3 +170,21 @@ def test_nothing_saved_means_nothing_runs(tmp_path, xy):
     assert not np.array_equal(record[2][2][0], record[4][2][0])
     assert int(variant.copies.numpy()) == 1 and not flag_after  # copied in step 2 only
     assert create_trial(str(tmp_path / "run")).steps() == [2]
+
+
+def test_register_model_captures_layer_outputs_in_a_custom_loop(tmp_path, xy):
+    """1.0.34's KerasHook.register_model(model), for loops that call the model themselves."""
+    x, y = xy
+    model, optimizer = small_model(), keras.optimizers.SGD(0.1)
+    hook = smd.KerasHook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=1),
+                         include_collections=["layers"])
+    hook.register_model(model)
+    assert hook.model is model
+    hook.set_mode(smd.modes.TRAIN)
+    record = run_loop(hook, make_step(hook, model, optimizer), model, x, y, steps=2)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    for step in (0, 1):
+        kernel, bias = record[step][0][:2]  # d1's weights when the step ran
+        want = x[2 * step:2 * step + 4] @ kernel + bias
+        np.testing.assert_allclose(trial.tensor("d1/outputs").value(step), want, rtol=1e-5, atol=1e-6)

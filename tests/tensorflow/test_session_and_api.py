@@ -89,11 +89,18 @@ def test_session_hook_saves_graph_tensors_matching_include_regex(tmp_path):
     assert sorted(trial.tensor_names()) == ["MatMul:0", "mean_squared_error/value:0"]
 
 
-def test_estimator_hook_raises_and_names_the_replacements(tmp_path):
-    with pytest.raises(ConfigError, match="tf.estimator no longer exists.*KerasHook.*wrap_tape"):
-        smd.EstimatorHook(out_dir=tmp_path / "run")
-    with pytest.raises(ConfigError, match="tf.estimator"):
-        smd.get_hook(hook_type="estimator")
+def test_estimator_hook_is_1034s_name_of_the_session_hook(tmp_path):
+    """1.0.34's local example runs smd.EstimatorHook with MonitoredSession."""
+    assert smd.EstimatorHook is smd.SessionHook
+    with tf.Graph().as_default():
+        x, y, kernel, loss, grads, train = build_graph()
+        hook = smd.EstimatorHook(out_dir=tmp_path / "run", include_regex=["^MatMul:0$"])
+        feed = {x: np.ones((2, 3), np.float32), y: np.zeros((2, 1), np.float32)}
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train, feed)
+        assert smd.get_hook(hook_type="estimator") is hook
+        hook.close()
+    np.testing.assert_allclose(create_trial(str(tmp_path / "run")).tensor("MatMul:0").value(0), np.full((2, 1), 1.5))
 
 
 def test_get_hook_singleton_and_json_config(tmp_path, monkeypatch):
