@@ -291,6 +291,11 @@ def _cmd_export(args) -> int:
     trial = _open(args)
     names = args.tensor
     table = trial.to_table(names, regex=args.regex, collection=args.collection, mode=args.mode)
+    if not len(table):
+        chosen = ", ".join(names) if names else "the selected tensors"
+        raise _Failure(f"nothing to export: {chosen} saved no scalar values or reductions{_mode_clause(args)} "
+                       "(export writes one number a row; see a full tensor with: smdebug show RUN TENSOR --step N); "
+                       f"{out} was not written", EXIT_USAGE)
     from .trials.table import COLUMNS
 
     if lower.endswith(".csv"):
@@ -310,6 +315,10 @@ def _cmd_export(args) -> int:
         pq.write_table(pa.table(columns), out)
     print(f"wrote {len(table)} rows to {out}")
     return EXIT_OK
+
+
+def _mode_clause(args) -> str:
+    return f" in mode {args.mode.upper()}" if getattr(args, "mode", None) else ""
 
 
 def _as_options(message: str) -> str:

@@ -167,8 +167,12 @@ class StepSession:
         self._sinks = self._make_sinks()
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self._stop_poller = None if self.dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
-        logger.debug("smdebug session writing to %s as %s (dry_run=%s)", self.out_dir, self.worker_name,
-                     self.dry_run)
+        where = "a dry run (nothing written)" if self.dry_run else (
+            f"writing {self.out_url} (spooled in {self.out_dir})" if self.out_url else f"writing {self.out_dir}")
+        if not self.writes_files and not self.dry_run:
+            where = f"not writing ({self.worker_name} is not the chief; include_workers='one')"
+        logger.info("smdebug %s hook: %s as %s; collections %s; %r", self.framework, where, self.worker_name,
+                    ", ".join(self.include_collections) or "none", self.save_config)
 
     def _sibling_workers(self) -> List[str]:
         """The other workers of this job that write into the same run."""

@@ -161,6 +161,25 @@ def test_export_csv_reads_back_as_the_dataframe(capsys, numpy_run, tmp_path):
     assert status == 0 and out.strip() == f"wrote 10 rows to {path}"
 
 
+def test_export_of_full_tensors_only_says_so_and_writes_nothing(capsys, tmp_path):
+    """export writes one number a row: a tensor saved only in full has none, which must not
+    look like a successful export of 0 rows."""
+    import numpy as np
+
+    import smdebug as smd
+
+    run_dir = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1))
+    hook.begin_step()
+    hook.save_tensor("activations", np.ones((4, 3), np.float32), "mine")
+    hook.close()
+    path = tmp_path / "values.csv"
+    status, out, err = run(capsys, "export", run_dir, "-o", str(path), "--tensor", "activations")
+    assert status == 2 and out == ""
+    assert "nothing to export: activations saved no scalar values or reductions" in err
+    assert "smdebug show RUN TENSOR --step N" in err and not path.exists()
+
+
 def test_export_parquet_or_a_clear_message(capsys, numpy_run, tmp_path):
     path = str(tmp_path / "values.parquet")
     status, out, err = run(capsys, "export", numpy_run, "-o", path)

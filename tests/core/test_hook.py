@@ -427,3 +427,25 @@ def test_a_step_finished_after_the_mode_changed_keeps_its_own_mode_in_metric_nam
     (metrics_file,) = (tmp_path / "metrics").iterdir()
     names = [json.loads(line)["MetricName"] for line in metrics_file.read_text().splitlines()]
     assert names == ["loss_TRAIN"]
+
+
+def test_the_hook_says_where_it_writes_and_what_it_saves_at_info(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="smdebug"):
+        smd.Hook(out_dir=tmp_path / "run", include_collections=["losses"],
+                 save_config=smd.SaveConfig(save_interval=7)).close()
+    lines = [r.getMessage() for r in caplog.records if "hook:" in r.getMessage()]
+    assert len(lines) == 1
+    assert f"writing {tmp_path / 'run'} as worker_0" in lines[0] and "losses" in lines[0] and "7" in lines[0]
+
+
+def test_smdebug_log_level_info_shows_the_line_on_stderr(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SMDEBUG_LOG_LEVEL": "info"}
+    code = f"import smdebug as smd; smd.Hook(out_dir={str(tmp_path / 'run')!r}).close()"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "INFO smdebug: smdebug numpy hook: writing" in done.stderr
