@@ -593,3 +593,18 @@ def test_importing_the_adapter_costs_no_sharding_or_compiler_modules():
             "print(sorted(m for m in ('torch.distributed.tensor', 'sympy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_hook_with_no_registered_module_says_it_saved_nothing(run_dir, smdebug_warnings):
+    model, loss_fn = make_model(), torch.nn.CrossEntropyLoss()
+    hook = smd.Hook(out_dir=run_dir)  # register_module forgotten
+    train(model, loss_fn, batches(2))
+    hook.close()
+    warned = [m for m in smdebug_warnings(messages=True) if "saved nothing" in m]
+    assert len(warned) == 1 and "hook.register_module(model)" in warned[0]
+
+    registered = smd.Hook(out_dir=os.path.join(run_dir, "registered"))
+    registered.register_module(model)
+    train(model, loss_fn, batches(2))
+    registered.close()
+    assert len([m for m in smdebug_warnings(messages=True) if "saved nothing" in m]) == 1
