@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import re
 import sys
 from typing import List, Optional
@@ -331,7 +332,19 @@ def _as_options(message: str) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``smdebug``; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except BrokenPipeError:
+        # Whoever read our output stopped early (``| head``): not an error, and nothing more to
+        # print. stdout goes to devnull so that flushing it at exit raises nothing either.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is no file (a test's capture): nothing to redirect
+            pass
+        return EXIT_OK
+
+
+def _main(argv: List[str]) -> int:
     if argv[:1] == ["rules"]:  # everything after it is the rules command's own
         from .rules.cli import main as rules_main
 
@@ -352,6 +365,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except _Failure as exc:
         print(f"smdebug {args.command}: {exc}", file=sys.stderr)
         return exc.status
+    except BrokenPipeError:
+        raise
     except (SMDebugError, ValueError, KeyError, OSError, NotImplementedError) as exc:
         # What the reader says is already the message: which value, what to do.
         text = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)

@@ -280,3 +280,28 @@ def test_ls_and_summary_survive_a_refused_collection_regex(capsys, tmp_path):
     assert "evil (regex refused)" in create_trial(out).summary()["collections"]
     status, out_text, err = run(capsys, "ls", out)
     assert status == 0 and "evil (regex refused)" in out_text and err == ""
+
+
+def test_output_piped_into_head_ends_quietly(tmp_path):
+    """`smdebug ls RUN | head -1`: the reader closes the pipe early; no traceback, status 0."""
+
+    import smdebug as smd
+
+    run_dir = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1))
+    hook.begin_step()
+    for i in range(3000):  # far more than a pipe buffer of listing
+        hook.save_scalar(f"a_rather_long_scalar_name_so_that_the_listing_is_long_{i:05d}", float(i))
+    hook.close()
+    script = f"{sys.executable} -m smdebug ls {run_dir} | head -1"
+    done = subprocess.run(["bash", "-c", f"set -o pipefail; {script}"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.count("\n") == 1
+    assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr
+    assert done.returncode == 0
+
+
+def test_rules_list_shows_plain_words_not_markup(capsys):
+    status, out, _ = run(capsys, "rules", "--list")
+    assert status == 0 and "VanishingGradient" in out
+    assert "``" not in out and ":class:" not in out and ":meth:" not in out

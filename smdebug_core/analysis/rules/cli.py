@@ -38,6 +38,7 @@ import ast
 import inspect
 import json
 import os
+import re
 import sys
 import textwrap
 from typing import Dict, List, Optional
@@ -134,6 +135,12 @@ def _params(specs: List[str], names: Optional[List[str]]) -> Dict[str, Dict[str,
     return out
 
 
+def _plain(text: str) -> str:
+    """A docstring as a terminal shows it: ``code`` and :role:`~a.b.Name` markup as plain words."""
+    text = re.sub(r":\w+:`~?(?:[\w.]*\.)?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
+
+
 def _list_rules() -> str:
     """Every built-in rule with its whole description and parameters (nothing cut)."""
     blocks = []
@@ -144,7 +151,7 @@ def _list_rules() -> str:
                 continue
             params.append(pname if p.default is inspect.Parameter.empty else f"{pname}={p.default!r}")
         marker = "  (needs parameters; not run by default)" if name in NEEDS_PARAMETERS else ""
-        description = textwrap.indent(inspect.cleandoc(cls.__doc__ or ""), "    ")
+        description = textwrap.indent(_plain(inspect.cleandoc(cls.__doc__ or "")), "    ")
         blocks.append(f"{name}{marker}\n{description}\n    parameters: {', '.join(params) or '-'}")
     return "\n\n".join(blocks)
 
