@@ -121,3 +121,26 @@ def test_a_step_of_another_mode_says_which_mode_and_which_steps_exist(tmp_path):
     hook.close()
     with pytest.raises(StepUnavailable, match=r"step 1 of mode GLOBAL was not saved.*saved steps of mode GLOBAL: 0, 2, 4"):
         create_trial(str(tmp_path / "gaps")).tensor("w").value(1)
+
+
+def test_a_mistyped_path_names_the_closest_runs_first(tmp_path):
+    for name in ("bert_base", "vit_small", "resnet_lr001", "gpt_tiny"):
+        write_run(tmp_path / "runs" / name, 1, 0)
+    with pytest.raises(RunNotFound) as info:
+        create_trial(str(tmp_path / "runs" / "resnet_lr01"))
+    message = str(info.value)
+    assert "runs found below" in message and "the closest first: resnet_lr001, " in message
+
+
+def test_a_runs_tensorboard_folder_fails_at_once_naming_the_run(tmp_path):
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1), export_tensorboard=True)
+    hook.begin_step()
+    hook.save_scalar("loss", 1.0)
+    hook.close()
+    started = time.monotonic()
+    with pytest.raises(RunNotFound) as info:
+        create_trial(str(tmp_path / "run" / "tensorboard"), wait_timeout=30)
+    assert time.monotonic() - started < 5  # nothing to wait for
+    message = str(info.value)
+    assert "holds TensorBoard event files, not a run" in message and "tensorboard --logdir" in message
+    assert f"the run is {tmp_path / 'run'}: open that" in message

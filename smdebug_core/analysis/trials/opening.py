@@ -3,10 +3,11 @@ the runs near a wrong path, and reading the collections files, waiting a bounded
 run that is still starting."""
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import time
-from typing import Iterable, List, Set, Tuple
+from typing import Iterable, List, Optional, Set, Tuple
 
 from ...collections import CollectionManager
 from ...exceptions import ConfigError, CorruptCollectionsFile, MissingCollectionFiles, RunNotFound, UnsafeRunFile
@@ -59,13 +60,35 @@ def runs_below(folder: str, depth: int = _RUN_SEARCH_DEPTH, limit: int = 50) -> 
     return sorted(found)
 
 
-def _runs_hint(folder: str) -> str:
-    runs = runs_below(folder)
+def _runs_hint(folder: str, near: Optional[str] = None) -> str:
+    """The runs below ``folder``; with ``near`` (a path that does not exist), the most alike first."""
+    runs = [os.path.relpath(r, folder) for r in runs_below(folder)]
     if not runs:
         return ""
-    shown = ", ".join(os.path.relpath(r, folder) for r in runs[:_RUN_SEARCH_SHOWN])
+    label = f"runs found below {folder}"
+    if near is not None:
+        wanted = os.path.relpath(near, folder)
+        runs.sort(key=lambda r: -difflib.SequenceMatcher(None, wanted, r).ratio())
+        label += ", the closest first"
+    shown = ", ".join(runs[:_RUN_SEARCH_SHOWN])
     more = f" and {len(runs) - _RUN_SEARCH_SHOWN} more" if len(runs) > _RUN_SEARCH_SHOWN else ""
-    return f"; runs found below {folder}: {shown}{more}"
+    return f"; {label}: {shown}{more}"
+
+
+def _tensorboard_hint(path: str) -> str:
+    """What to say of a folder that holds TensorBoard event files and no run (a run's tensorboard/)."""
+    try:
+        for dirpath, _, files in os.walk(path):
+            if dirpath[len(path):].count(os.sep) > 2:
+                break
+            if any("tfevents" in f for f in files):
+                parent = os.path.dirname(os.path.abspath(path))
+                run = f"; the run is {parent}: open that" if _is_run_dir(parent) else ""
+                return (f"{path} holds TensorBoard event files, not a run (view them with: tensorboard --logdir "
+                        f"{path}){run}")
+    except OSError:
+        return ""
+    return ""
 
 
 def _waiting_time(seconds: float) -> str:
@@ -113,6 +136,9 @@ def check_run_path(storage, path: str, wait_timeout: float, wait_for_directory: 
                           "writes anything, pass wait_timeout (seconds to wait for it)")
     if os.path.isdir(path):
         if not _is_run_dir(path) and not os.path.exists(os.path.join(path, END_OF_JOB_FILE)):
+            tensorboard = _tensorboard_hint(path)
+            if tensorboard:  # no run will appear here: do not wait for one
+                raise RunNotFound(tensorboard)
             hint = _runs_hint(path)
             if hint:  # a folder of runs, not a run that is about to start
                 raise RunNotFound(f"{path} is not a run directory (no {COLLECTIONS_DIR}/ or {INDEX_DIR}/ in "
@@ -130,7 +156,7 @@ def check_run_path(storage, path: str, wait_timeout: float, wait_for_directory: 
     ancestor = os.path.dirname(path)
     while ancestor and not os.path.isdir(ancestor) and os.path.dirname(ancestor) != ancestor:
         ancestor = os.path.dirname(ancestor)
-    hint = _runs_hint(ancestor) if os.path.isdir(ancestor) and ancestor != os.path.dirname(ancestor) else ""
+    hint = _runs_hint(ancestor, near=path) if os.path.isdir(ancestor) and ancestor != os.path.dirname(ancestor) else ""
     raise RunNotFound(f"trial path {path} does not exist{hint}. Check the path; to open a run before its "
                       "job creates the directory, pass wait_timeout (seconds to wait for it)")
 
