@@ -121,8 +121,15 @@ def describe_object(obj) -> str:
 
 
 def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> List[str]:
-    """Up to ``n`` of ``candidates`` that look like ``name`` (typos), best first."""
-    return difflib.get_close_matches(name, list(candidates), n=n, cutoff=0.6)
+    """Up to ``n`` of ``candidates`` that look like ``name``, best first: typos, then names that
+    contain it (``loss`` -> ``CrossEntropyLoss_output_0``), shortest first."""
+    candidates = list(candidates)
+    found = difflib.get_close_matches(name, candidates, n=n, cutoff=0.6)
+    if len(name) >= 3 and len(found) < n:
+        lower = name.lower()
+        containing = sorted((c for c in candidates if lower in c.lower() and c not in found), key=lambda c: (len(c), c))
+        found += containing[:n - len(found)]
+    return found
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

@@ -325,6 +325,10 @@ def _mode_clause(args) -> str:
 def _as_options(message: str) -> str:
     """The reader's hints for Python callers ("pass mode=smd.modes.TRAIN", "pass reduction=...")
     as this command's options."""
+    message = message.replace("trial.tensor_names() lists them", "smdebug ls RUN lists them")
+    message = re.sub(r"use trial\.tensor\('(scalar/[^']*)'\)", r"give \1", message)
+    message = re.sub(r"trial\.tensor\('([^']*)'\)\.reduction_value\(step, '(\w+)'(, abs=True)?\)",
+                     lambda m: f"write {m.group(1)}@{'abs_' if m.group(3) else ''}{m.group(2)}", message)
     message = message.replace("pass mode=smd.modes.GLOBAL", "leave out --mode")
     message = message.replace("(pass reduction=...)", "(add --reduction NAME, or write TENSOR@NAME)")
     return re.sub(r"pass mode=smd\.modes\.(\w+)", r"add --mode \1", message)

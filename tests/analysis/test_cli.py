@@ -305,3 +305,22 @@ def test_rules_list_shows_plain_words_not_markup(capsys):
     status, out, _ = run(capsys, "rules", "--list")
     assert status == 0 and "VanishingGradient" in out
     assert "``" not in out and ":class:" not in out and ":meth:" not in out
+
+
+def test_unknown_tensor_hints_speak_the_commands_language(capsys, tmp_path):
+    import numpy as np
+
+    import smdebug as smd
+
+    run_dir = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1))
+    hook.begin_step()
+    hook.save_tensor("CrossEntropyLoss_output_0", np.float32(0.5), "losses")
+    hook.save_scalar("lr", 0.1)
+    hook.close()
+    status, _, err = run(capsys, "show", run_dir, "loss")  # a part of the name: the names that hold it
+    assert status == 3 and "did you mean 'CrossEntropyLoss_output_0'?" in err
+    status, _, err = run(capsys, "show", run_dir, "lr")
+    assert "save_scalar() names are prefixed: give scalar/lr" in err and "trial.tensor" not in err
+    status, _, err = run(capsys, "show", run_dir, "zzz")
+    assert "smdebug ls RUN lists them" in err and "trial.tensor_names()" not in err
