@@ -30,7 +30,8 @@ def _refuse_mixed_install() -> None:
         f"the original SageMaker Debugger package 'smdebug' is installed in the same place as smdebug-core "
         f"(found {', '.join(found)}). Both install the import package 'smdebug', so their files are mixed in "
         f"{here}. Uninstall both, then reinstall smdebug-core: "
-        "pip uninstall -y smdebug smdebug-core && pip install smdebug-core (or from where you installed it)"
+        "pip uninstall -y smdebug smdebug-core, then install smdebug-core again from where you installed it "
+        "(pip install . in its checkout)"
     )
 
 

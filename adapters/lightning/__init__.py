@@ -10,8 +10,8 @@ added (:mod:`smdebug.lightning._instrument`). Both ``pytorch_lightning`` and the
 import importlib.util
 
 if importlib.util.find_spec("pytorch_lightning") is None and importlib.util.find_spec("lightning") is None:
-    raise ModuleNotFoundError("smdebug.lightning needs PyTorch Lightning: pip install 'smdebug-core[lightning]' "
-                              "(pytorch-lightning>=2.0), or the unified package (pip install lightning)",
+    raise ModuleNotFoundError("smdebug.lightning needs PyTorch Lightning: pip install 'pytorch-lightning>=2.0' "
+                              "(smdebug-core's 'lightning' extra), or the unified package (pip install lightning)",
                               name="pytorch_lightning")
 
 from smdebug import create_trial, modes

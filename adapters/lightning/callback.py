@@ -70,8 +70,9 @@ def _lightning_callback_classes() -> tuple:
         except ImportError:
             continue
     if not found:
-        raise ModuleNotFoundError("smdebug.lightning needs PyTorch Lightning: pip install "
-                                  "'smdebug-core[lightning]' (or pip install lightning)", name="pytorch_lightning")
+        raise ModuleNotFoundError("smdebug.lightning needs PyTorch Lightning: pip install 'pytorch-lightning>=2.0' "
+                                  "(smdebug-core's 'lightning' extra; or pip install lightning)",
+                                  name="pytorch_lightning")
     return tuple(found)
 
 

@@ -12,7 +12,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
     if exc.name != "transformers":
         raise
     raise ModuleNotFoundError("smdebug.transformers needs Hugging Face transformers: pip install "
-                              "'smdebug-core[transformers]' (transformers>=5, accelerate)",
+                              "'transformers>=5' accelerate (smdebug-core's 'transformers' extra)",
                               name="transformers") from None
 
 from smdebug import create_trial, modes

@@ -212,7 +212,8 @@ def _cmd_plot(args) -> int:
     try:
         import matplotlib
     except ImportError:
-        raise _Failure("smdebug plot needs matplotlib, which is not installed: pip install 'smdebug-core[plot]'",
+        raise _Failure("smdebug plot needs matplotlib, which is not installed: pip install matplotlib "
+                       "(smdebug-core's 'plot' extra)",
                        EXIT_USAGE) from None
     matplotlib.use("Agg")  # files only: no display needed
     from .plots import plot_histogram, plot_tensors

@@ -23,8 +23,8 @@ def _pyplot():
     try:
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ImportError("plots need matplotlib, which is not installed: pip install 'smdebug-core[plot]' "
-                          "(or pip install matplotlib)") from None
+        raise ImportError("plots need matplotlib, which is not installed: pip install matplotlib "
+                          "(smdebug-core's 'plot' extra)") from None
     return plt
 
 

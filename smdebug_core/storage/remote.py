@@ -47,7 +47,7 @@ def normalize_url(url: str) -> str:
 
 def _missing(url: str, exc: ImportError) -> ImportError:
     extra = "s3" if scheme(url) in ("s3", "s3a") else None
-    how = ('pip install "smdebug-core[s3]"' if extra else
+    how = ("pip install fsspec s3fs (smdebug-core's 's3' extra)" if extra else
            f"pip install fsspec plus the filesystem package for {scheme(url)}:// (see fsspec's list of implementations)")
     return ImportError(f"{url!r} needs fsspec{' and s3fs' if extra else ''} to be read or written ({exc}); "
                        f"install them: {how}")

@@ -106,7 +106,7 @@ def test_to_table_needs_no_pandas_and_to_dataframe_says_how_to_install(numpy_run
         "    print('ERR', exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "ERR Trial.to_dataframe needs pandas" in out and "smdebug-core[analysis]" in out
+    assert "ERR Trial.to_dataframe needs pandas" in out and "pip install pandas (smdebug-core's 'analysis' extra)" in out
 
 
 def _write(out_dir, steps, workers=("worker_0",), tensors=None):

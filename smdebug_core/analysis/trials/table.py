@@ -19,8 +19,8 @@ def require_pandas(what: str):
     try:
         import pandas
     except ImportError:
-        raise ImportError(f"{what} needs pandas, which is not installed: pip install 'smdebug-core[analysis]' "
-                          "(or pip install pandas)") from None
+        raise ImportError(f"{what} needs pandas, which is not installed: pip install pandas "
+                          "(smdebug-core's 'analysis' extra)") from None
     return pandas
 
 

@@ -112,7 +112,7 @@ class Tensor:
         global steps for GLOBAL) and named after the tensor (``name/reduction``).
 
         Without ``worker``, each step's value comes from the lexically first worker that
-        saved it, as with ``value()``. Needs pandas (``pip install 'smdebug-core[analysis]'``).
+        saved it, as with ``value()``. Needs pandas (smdebug-core's ``analysis`` extra).
         """
         pd = require_pandas("Tensor.to_series")
         mode = ModeKeys.parse(mode)

@@ -538,7 +538,7 @@ class Trial:
         the fly by ``reduction_value`` are not included, only saved ones. Each row equals
         ``float(tensor.value(step, mode, worker))`` or ``reduction_value(...)``. Event files
         are read once each and their records decoded together (smdebug.analysis.trials.bulk).
-        Needs pandas (``pip install 'smdebug-core[analysis]'``); :meth:`to_table` does not.
+        Needs pandas (smdebug-core's ``analysis`` extra); :meth:`to_table` does not.
         """
         require_pandas("Trial.to_dataframe")
         return self.to_table(names, regex=regex, collection=collection, mode=mode, steps=steps, workers=workers,
