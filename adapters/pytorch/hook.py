@@ -312,7 +312,7 @@ class Hook(CoreHook):
 
     def on_close(self) -> None:
         """The run's files are finished: remove every torch hook."""
-        if not self._roots and self._session.global_step < 0 and self.step_owner is None:
+        if not self._roots and self._session.global_step < 0 and self.step_owner is None and not self.dry_run:
             # Steps begin at a registered module's forward: without one, nothing ran or was saved.
             logger.warning("smdebug: this PyTorch hook saved nothing: no module was registered and no step began. "
                            "Call hook.register_module(model) (and hook.register_loss(loss_fn)) before training, "

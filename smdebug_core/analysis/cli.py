@@ -338,7 +338,9 @@ def _as_options(message: str) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``smdebug``; returns the exit status."""
     try:
-        return _main(sys.argv[1:] if argv is None else list(argv))
+        status = _main(sys.argv[1:] if argv is None else list(argv))
+        sys.stdout.flush()  # here, not at exit: a reader gone by now is handled below
+        return status
     except BrokenPipeError:
         # Whoever read our output stopped early (``| head``): not an error, and nothing more to
         # print. stdout goes to devnull so that flushing it at exit raises nothing either.
