@@ -424,3 +424,14 @@ def test_refresh_turns_listing_back_on_inside_its_block(tmp_path):
     with pytest.raises(TypeError, match="refresh takes a Trial"):
         with refresh("a path"):
             pass
+
+
+def test_steps_of_mode_none_is_empty_as_in_1034(tmp_path, smdebug_warnings, monkeypatch):
+    from smdebug.analysis.trials import trial as trial_module
+
+    monkeypatch.setattr(trial_module, "_warned_mode_none", [])  # once per process: this test's first
+    train(tmp_path / "run", 2)
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps(mode=None) == [] and trial.steps(mode=None) == []
+    warned = [m for m in smdebug_warnings(messages=True) if "steps(mode=None)" in m]
+    assert len(warned) == 1 and "leave mode out" in warned[0] and trial.steps() == [0, 1]

@@ -35,6 +35,7 @@ from .tensor import Tensor
 __all__ = ["Trial", "create_trial", "LocalTrial", "StepState"]
 
 logger = logging.getLogger("smdebug.trials")
+_warned_mode_none: List[bool] = []  # steps(mode=None) warned once per process
 
 GLOBAL = ModeKeys.GLOBAL
 
@@ -222,8 +223,15 @@ class Trial:
         """Sorted saved steps: global steps for GLOBAL, else that mode's own step numbers.
 
         Only complete steps (every worker wrote them, a later step is complete, or
-        training ended) unless ``show_incomplete_steps``.
+        training ended) unless ``show_incomplete_steps``. ``mode=None`` gives ``[]``, as in
+        smdebug 1.0.34 (with one warning: leave ``mode`` out for every step).
         """
+        if mode is None:
+            if not _warned_mode_none:
+                _warned_mode_none.append(True)
+                logger.warning("smdebug: trial.steps(mode=None) returns [] (as smdebug 1.0.34 did); leave mode out "
+                               "for every step, or pass mode=smd.modes.TRAIN (EVAL, PREDICT) for one mode's")
+            return []
         mode = ModeKeys.parse(mode)
         self._maybe_refresh()
         index = self._steps
