@@ -75,32 +75,22 @@ def test_session_hook_gradient_is_the_one_applied(tmp_path):
         np.testing.assert_allclose(trial.tensor("gradients/dense/kernelGrad").value(step), grad, rtol=1e-6)
 
 
-def test_session_hook_saves_graph_tensors_matching_include_regex(tmp_path):
+@pytest.mark.parametrize("hook_name, hook_type", [("SessionHook", "session"), ("EstimatorHook", "estimator")])
+def test_session_hook_saves_graph_tensors_matching_include_regex(tmp_path, hook_name, hook_type):
+    """Also under 1.0.34's name EstimatorHook, which its local example runs with MonitoredSession."""
+    assert smd.EstimatorHook is smd.SessionHook
     with tf.Graph().as_default():
         x, y, kernel, loss, grads, train = build_graph()
-        hook = smd.SessionHook(out_dir=tmp_path / "run", include_regex=["^MatMul:0$"])
+        hook = getattr(smd, hook_name)(out_dir=tmp_path / "run", include_regex=["^MatMul:0$"])
         feed = {x: np.ones((2, 3), np.float32), y: np.zeros((2, 1), np.float32)}
         with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
             sess.run(train, feed)
+        assert smd.get_hook(hook_type=hook_type) is hook
         hook.close()
     trial = create_trial(str(tmp_path / "run"))
     np.testing.assert_allclose(trial.tensor("MatMul:0").value(0), np.full((2, 1), 1.5))
     # The profile's own regexes ("^gradient") do not pull in TensorFlow's gradient ops.
     assert sorted(trial.tensor_names()) == ["MatMul:0", "mean_squared_error/value:0"]
-
-
-def test_estimator_hook_is_1034s_name_of_the_session_hook(tmp_path):
-    """1.0.34's local example runs smd.EstimatorHook with MonitoredSession."""
-    assert smd.EstimatorHook is smd.SessionHook
-    with tf.Graph().as_default():
-        x, y, kernel, loss, grads, train = build_graph()
-        hook = smd.EstimatorHook(out_dir=tmp_path / "run", include_regex=["^MatMul:0$"])
-        feed = {x: np.ones((2, 3), np.float32), y: np.zeros((2, 1), np.float32)}
-        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
-            sess.run(train, feed)
-        assert smd.get_hook(hook_type="estimator") is hook
-        hook.close()
-    np.testing.assert_allclose(create_trial(str(tmp_path / "run")).tensor("MatMul:0").value(0), np.full((2, 1), 1.5))
 
 
 def test_get_hook_singleton_and_json_config(tmp_path, monkeypatch):
