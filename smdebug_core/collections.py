@@ -11,13 +11,13 @@ is the same for every framework. The core's own is :data:`NUMPY_PROFILE`.
 """
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Literal, Optional, overload, Tuple
 
 from .exceptions import ConfigError, CorruptCollectionsFile, loads_from_json
+from .names import did_you_mean
 from .reduction_config import ReductionConfig
 from .save_config import DEFAULT_SAVE_INTERVAL, SaveConfig
 
@@ -118,26 +118,6 @@ def describe_object(obj) -> str:
     text = repr(obj)
     text = text if len(text) <= 60 and "\n" not in text else text.splitlines()[0][:57] + "..."
     return f"{type(obj).__name__} {text}"
-
-
-def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> List[str]:
-    """Up to ``n`` of ``candidates`` that look like ``name``, best first: typos, then names that
-    contain it (``loss`` -> ``CrossEntropyLoss_output_0``), shortest first."""
-    candidates = list(candidates)
-    found = difflib.get_close_matches(name, candidates, n=n, cutoff=0.6)
-    if len(name) >= 3 and len(found) < n:
-        lower = name.lower()
-        containing = sorted((c for c in candidates if lower in c.lower() and c not in found), key=lambda c: (len(c), c))
-        found += containing[:n - len(found)]
-    return found
-
-
-def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """``" (did you mean 'a' or 'b'?)"`` for close matches of ``name``, else ``""``."""
-    matches = close_matches(name, candidates)
-    if not matches:
-        return ""
-    return " (did you mean " + " or ".join(repr(m) for m in matches) + "?)"
 
 
 try:  # the regex parser behind re.compile, to look at an untrusted pattern before using it

@@ -387,7 +387,7 @@ class Trial:
             op, is_abs, base = reduction
             return (f"; reductions belong to their tensor: trial.tensor({base!r}).reduction_value(step, {op!r}"
                     f"{', abs=True' if is_abs else ''})")
-        from ...collections import close_matches
+        from ...names import close_matches
 
         matches = close_matches(name, known)
         if matches:
