@@ -88,7 +88,7 @@ for name in names:
     tensor = trial.tensor(name)
     if name.startswith("scalar/"):
         for s in steps:
-            float(tensor.value(s)); count += 1
+            tensor.value(s).item(); count += 1
     else:
         for s in steps:
             for op in ("min", "max", "mean", "std", "l2"):

@@ -296,7 +296,9 @@ class Collection:
         switches the collection off).
         """
         if self._save_config is None:
+            # Fields set on it later (``end_step = 0``) override the hook's; the rest stay the hook's.
             self._save_config = SaveConfig()
+            self._save_config.fields_from_hook = True
         return self._save_config
 
     @save_config.setter

@@ -77,6 +77,7 @@ def _save_config_from(params: Dict[str, Any], where: str) -> Optional[SaveConfig
         return None
     cfg = SaveConfig(**base.fields())
     cfg.mode_save_configs.update(modes)
+    cfg.fields_from_hook = True  # docs/format.md 7.2: a JSON collection's keys override the hook's per field
     return cfg
 
 

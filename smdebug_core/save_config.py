@@ -7,9 +7,10 @@ Semantics (the original library's, see docs/format.md 8.2):
   ``start_step <= step < end_step and step % save_interval == 0``
   (``save_steps`` is a union with the interval, ``end_step`` is exclusive, and
   the modulo is taken on the absolute step, not relative to ``start_step``);
-* fields left as ``None`` are inherited: from the same SaveConfig's base fields,
-  then from the hook's SaveConfig (for a collection's), then from the built-in
-  defaults (interval 500, or the framework's own default such as XGBoost's 10).
+* fields left as ``None`` are inherited from the same SaveConfig's base fields, then
+  from the built-in defaults (interval 500, or the framework's own default such as
+  XGBoost's 10); a collection's config takes from the hook's only the modes it leaves
+  out (per mode, never per field), except where ``fields_from_hook`` is set.
 """
 from __future__ import annotations
 
@@ -231,6 +232,8 @@ class SaveConfig:
         save_steps: Optional[Iterable[int]] = None,
     ):
         self.base = SaveConfigMode(save_interval, start_step, end_step, save_steps)
+        # Whether unset fields come from the hook's config rather than the defaults (resolved()).
+        self.fields_from_hook = False
         self.mode_save_configs: Dict[ModeKeys, SaveConfigMode] = {}
         if mode_save_configs is not None:
             if not isinstance(mode_save_configs, dict):
@@ -288,13 +291,27 @@ class SaveConfig:
 
     def resolved(self, parent: Optional["SaveConfig"] = None, default_interval: int = DEFAULT_SAVE_INTERVAL
                  ) -> "SaveConfig":
-        """A SaveConfig with every mode and field set: own values, then ``parent``'s, then defaults."""
+        """A SaveConfig with every mode and field set, as a collection's config is resolved
+        against the hook's (``parent``): per mode, never per field (docs/format.md 8.2).
+
+        A mode this config sets takes its unset fields from the base fields, then from the
+        defaults, never from ``parent``: a collection's ``SaveConfig()`` saves at 0, 500, ...
+        whatever the hook's interval. Only a mode left out of ``mode_save_configs`` (with no
+        base fields given) is taken whole from ``parent``. A config marked ``fields_from_hook``
+        (the JSON configuration's collection parameters, or fields set on a collection that had
+        no config) takes each unset field from ``parent`` instead.
+        """
         builtin = SaveConfigMode(save_interval=default_interval, start_step=0, end_step=None, save_steps=[])
+        sets_every_mode = not self.mode_save_configs or self.base != SaveConfigMode()
         modes = {}
         for mode in ALL_MODES:
             cfg = self.get_save_config(mode)
             if parent is not None:
-                cfg = cfg.filled_from(parent.get_save_config(mode))
+                from_parent = parent.resolved(None, default_interval).get_save_config(mode)
+                if self.fields_from_hook:
+                    cfg = cfg.filled_from(from_parent)
+                elif not sets_every_mode and mode not in self.mode_save_configs:
+                    cfg = from_parent
             modes[mode] = cfg.filled_from(builtin)
         return SaveConfig(mode_save_configs=modes)
 

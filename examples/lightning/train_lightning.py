@@ -83,7 +83,7 @@ def main():
     print("|grad net.0.weight|:", " ".join(f"{norm.reduction_value(s, 'l2', mode=modes.TRAIN):.3f}"
                                            for s in saved))
     val_acc = trial.tensor("scalar/val_acc")
-    print("val_acc after each epoch:", [round(float(val_acc.value(s)), 3) for s in val_acc.steps()])
+    print("val_acc after each epoch:", [round(val_acc.value(s).item(), 3) for s in val_acc.steps()])
     assert saved == list(range(0, trainer.global_step, args.interval))  # TRAIN steps = optimizer steps
 
 

@@ -106,7 +106,7 @@ def analyse(out_dir):
           f"{len(trial.steps(mode=smd.modes.EVAL))} EVAL; collections: {sorted(trial.collections())}")
 
     loss = trial.tensor("CrossEntropyLoss_output_0")
-    curve = {s: float(loss.value(s, mode=smd.modes.TRAIN)) for s in loss.steps(mode=smd.modes.TRAIN)}
+    curve = {s: loss.value(s, mode=smd.modes.TRAIN).item() for s in loss.steps(mode=smd.modes.TRAIN)}
     print("loss (TRAIN step: value):", ", ".join(f"{s}: {v:.3f}" for s, v in list(curve.items())[::50]))
 
     grads = sorted(trial.tensor_names(collection="gradient_norms"))

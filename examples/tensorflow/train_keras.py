@@ -93,7 +93,7 @@ def main():
         print(f"{mode.name}: {len(steps)} saved steps (mode steps {steps[0]}..{steps[-1]})")
     loss = trial.tensor("loss")
     train_steps = loss.steps(mode=smd.modes.TRAIN)
-    curve = [float(loss.value(s, mode=smd.modes.TRAIN)) for s in train_steps]
+    curve = [loss.value(s, mode=smd.modes.TRAIN).item() for s in train_steps]
     every = max(1, len(curve) // 10)
     print("TRAIN loss (Keras' running mean per epoch):",
           " ".join(f"{s}:{v:.3f}" for s, v in zip(train_steps[::every], curve[::every])))

@@ -76,7 +76,7 @@ def main():
     print("|grad classifier.weight|:", " ".join(f"{norm.reduction_value(s, 'l2', mode=modes.TRAIN):.3f}"
                                                 for s in saved))
     eval_loss = trial.tensor("scalar/eval_loss")
-    print("eval_loss after each epoch:", [round(float(eval_loss.value(s)), 3) for s in eval_loss.steps()])
+    print("eval_loss after each epoch:", [round(eval_loss.value(s).item(), 3) for s in eval_loss.steps()])
     assert saved == list(range(0, trainer.state.global_step, args.interval))  # TRAIN steps = optimizer steps
 
 

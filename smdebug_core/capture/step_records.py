@@ -113,6 +113,8 @@ class StepRecordMaker:
 
         for name, value, sm_metric, timestamp in scalars:
             array = np.asarray(self.numpy_scalar(value))
+            if np.isscalar(value) and array.ndim == 0:
+                array = array.reshape(1)  # a plain number reads back with shape (1,), as in 1.0.34
             tag = f"scalar/{name}"
             if timestamp is None:
                 tensors.append((tag, array))

@@ -82,7 +82,7 @@ def test_to_series(numpy_run):
     lr = trial.tensor("scalar/lr").to_series(mode="eval")
     assert lr.name == "scalar/lr" and lr.index.name == "step" and lr.dtype == np.float64
     assert lr.index.tolist() == list(range(10))
-    assert lr.tolist() == [float(trial.tensor("scalar/lr").value(s, mode="eval")) for s in range(10)]
+    assert lr.tolist() == [trial.tensor("scalar/lr").value(s, mode="eval").item() for s in range(10)]
     amax = trial.tensor("dense.weight").to_series("max", abs=True)
     assert amax.name == "dense.weight/abs_max" and len(amax) == 30
     assert amax[7] == float(trial.tensor("dense.weight").reduction_value(7, "max", abs=True))
@@ -178,8 +178,9 @@ def test_a_damaged_record_costs_its_row_with_one_warning(numpy_run, tmp_path, ca
     assert assert_rows_equal_value_api(trial, df) == len(df)
 
 
-def test_scalars_of_scalar_collections_come_back_0d(tmp_path):
-    """The XGBoost adapter (and the original writer) store numbers as (1,) vectors."""
+def test_values_come_back_with_their_stored_shape_as_in_1034(tmp_path):
+    """The XGBoost adapter, save_scalar and the original writer store numbers as (1,) vectors:
+    they read back so, as 1.0.34 reads them (scripts index [0]); a 0-d value stays 0-d."""
     out = str(tmp_path / "run")
     manager = CollectionManager()
     manager.get("metrics").include("^valid-")
@@ -187,13 +188,14 @@ def test_scalars_of_scalar_collections_come_back_0d(tmp_path):
     writer.write_collections(manager.to_json_bytes(num_workers=1))
     writer.submit(StepData(global_step=0, mode=ModeKeys.TRAIN, mode_step=0, worker="worker_0",
                            tensors=[("valid-logloss", np.array([0.5])), ("scalar/x", np.array([2.0])),
-                                    ("other", np.array([3.0]))]))
+                                    ("loss", np.array(3.0))]))
     writer.close()
     trial = create_trial(out)
-    assert trial.tensor("valid-logloss").value(0).shape == ()
-    assert trial.tensor("scalar/x").value(0).shape == ()
-    assert trial.tensor("other").value(0).shape == (1,)  # not said to be a scalar: stays as stored
-    assert float(trial.tensor("valid-logloss").value(0)) == 0.5
+    assert trial.tensor("valid-logloss").value(0).shape == (1,)
+    assert trial.tensor("scalar/x").value(0).shape == (1,)
+    assert trial.tensor("loss").value(0).shape == ()
+    assert trial.tensor("valid-logloss").value(0)[0] == 0.5
+    assert trial.to_dataframe(names=["valid-logloss"])["value"].tolist() == [0.5]
 
 
 def test_reader_safety_holds_for_bulk_reads(numpy_run, tmp_path, caplog):
@@ -330,7 +332,7 @@ def test_a_name_saved_twice_in_a_step_and_steps_added_after_a_first_read(tmp_pat
     trial = create_trial(out)
     first = trial.to_dataframe(show_incomplete_steps=True)
     assert first["step"].tolist() == [0, 1, 2]
-    assert first["value"].tolist() == [float(trial.tensor("scalar/x").value(s)) for s in range(3)]
+    assert first["value"].tolist() == [trial.tensor("scalar/x").value(s).item() for s in range(3)]
     write(range(3, 5))
     writer.close()
     trial.refresh()

@@ -26,4 +26,4 @@ def test_reductions_and_scalars_per_mode_at_the_mode_step(numpy_run):
         for step, value in scalars["dense.weight/abs_max"]:
             assert value == pytest.approx(float(weight.reduction_value(step, "max", mode=mode, abs=True)), rel=1e-6)
         for step, value in scalars["loss"]:
-            assert value == pytest.approx(float(trial.tensor("loss").value(step, mode=mode)), rel=1e-6)
+            assert value == pytest.approx(trial.tensor("loss").value(step, mode=mode).item(), rel=1e-6)

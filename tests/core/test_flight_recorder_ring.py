@@ -78,7 +78,7 @@ def test_numpy_hook_writes_the_kept_steps_with_their_scalars(tmp_path, caplog):
     assert trial.tensor("w").steps() == [0, 4, 5, 6]
     assert [float(trial.tensor("w").reduction_value(s, "max")) for s in (0, 4, 5)] == [1 / 6, 1 / 2, 1.0]
     assert np.isinf(trial.tensor("w").reduction_value(6, "max"))
-    assert [float(trial.tensor("scalar/loss").value(s)) for s in range(10)] == list(range(10))
+    assert [trial.tensor("scalar/loss").value(s).item() for s in range(10)] == list(range(10))
     assert "already published" not in caplog.text
 
 
@@ -195,7 +195,7 @@ def test_a_fire_from_another_thread_never_lands_between_keeping_a_step_and_writi
     hook.close()
     assert fired[0]["trigger"] == "rule" and 3 in fired[0]["steps_written"]
     trial = smd.create_trial(run_dir)
-    assert [float(trial.tensor("scalar/loss").value(s)) for s in range(6)] == [float(s) for s in range(6)]
+    assert [trial.tensor("scalar/loss").value(s).item() for s in range(6)] == [float(s) for s in range(6)]
     assert trial.tensor("w").value(3).tolist() == [3.0, 4.0, 5.0]
     from smdebug.storage.format.codec import decode_tensor_event
     from smdebug.storage.format.records import iter_records

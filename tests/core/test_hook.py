@@ -270,7 +270,7 @@ def test_an_unwritable_metrics_directory_costs_the_metric_lines_not_the_tensors(
     assert hook.enabled
     assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
     trial = create_trial(str(tmp_path / "run"), wait_timeout=1)
-    assert [float(trial.tensor("scalar/acc").value(s)) for s in trial.steps()] == [0.5, 1.5, 2.5]
+    assert [trial.tensor("scalar/acc").value(s).item() for s in trial.steps()] == [0.5, 1.5, 2.5]
 
 
 def test_existing_run_is_refused_unless_overwrite(tmp_path):

@@ -231,7 +231,7 @@ def test_save_scalar_timestamp_is_the_records_wall_time(tmp_path, monkeypatch):
     records = dict((tag, wall) for f in os.listdir(events_dir) for wall, tag in event_records(events_dir / f))
     assert records["scalar/lr"] == ts
     assert abs(records["scalar/now"] - time.time()) < 600
-    assert float(create_trial(str(tmp_path / "run")).tensor("scalar/lr").value(0)) == pytest.approx(0.1)
+    assert create_trial(str(tmp_path / "run")).tensor("scalar/lr").value(0).item() == pytest.approx(0.1)
     script = textwrap.dedent("""
         import json, sys
         sys.modules["tensorflow"] = None  # TensorBoard's own reader
@@ -435,3 +435,20 @@ def test_steps_of_mode_none_is_empty_as_in_1034(tmp_path, smdebug_warnings, monk
     assert trial.steps(mode=None) == [] and trial.steps(mode=None) == []
     warned = [m for m in smdebug_warnings(messages=True) if "steps(mode=None)" in m]
     assert len(warned) == 1 and "leave mode out" in warned[0] and trial.steps() == [0, 1]
+
+
+def test_save_scalar_of_a_number_reads_back_with_shape_1_as_in_1034(tmp_path):
+    # 1.0.34 wraps a number given to save_scalar in a 1-element array; scripts index [0].
+    hook = smd.Hook(out_dir=str(tmp_path / "run"))
+    hook.begin_step()
+    hook.save_scalar("lr", 0.1)
+    hook.save_scalar("epoch", 3)
+    hook.save_scalar("acc", np.float32(0.5))
+    hook.save_scalar("zero_d", np.array(2.0))  # an array keeps its own shape, as in 1.0.34
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.tensor("scalar/lr").value(0).shape == (1,)
+    assert trial.tensor("scalar/lr").value(0)[0] == pytest.approx(0.1)
+    assert trial.tensor("scalar/epoch").value(0).shape == (1,)
+    assert trial.tensor("scalar/acc").value(0).shape == (1,)
+    assert trial.tensor("scalar/zero_d").value(0).shape == ()

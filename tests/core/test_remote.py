@@ -262,7 +262,7 @@ def test_a_prefix_holding_a_run_is_checked_before_the_first_upload_when_the_stor
     messages = [r.getMessage() for r in caplog.records if r.name == UPLOAD_LOGGER]
     assert any("nothing was uploaded" in m and "already holds a run" in m for m in messages), messages
     trial = create_trial(url)  # run A, untouched
-    assert trial.steps() == list(range(5)) and [float(trial.tensor("scalar/loss").value(s)) for s in range(5)] == \
+    assert trial.steps() == list(range(5)) and [trial.tensor("scalar/loss").value(s).item() for s in range(5)] == \
         [0.0, 1.0, 2.0, 3.0, 4.0]
     spool, left = _spool_left(tmp_path)
     assert len([r for r in left if r.startswith("index/")]) == 3  # run B waits in the spool

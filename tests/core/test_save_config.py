@@ -61,9 +61,10 @@ def test_unspecified_modes_and_fields_fall_back():
     assert saved(cfg, smd.modes.EVAL, 7) == [0, 2, 4, 6]
 
 
-def test_collection_config_inherits_hook_config_per_field():
+def test_json_collection_config_inherits_hook_config_per_field():
     hook_cfg = SaveConfig(mode_save_configs={smd.modes.TRAIN: SaveConfigMode(save_interval=3)}, start_step=1)
     coll_cfg = SaveConfig(save_steps=[7])
+    coll_cfg.fields_from_hook = True  # as the JSON configuration builds a collection's parameters
     resolved = coll_cfg.resolved(parent=hook_cfg)
     # docs/format.md 7.2 example: TRAIN saves at 3, 6, 7, 9, 12 ...
     assert [s for s in range(13) if resolved.should_save_step(smd.modes.TRAIN, s)] == [3, 6, 7, 9, 12]
@@ -160,3 +161,23 @@ def test_a_save_config_changed_in_place_while_training_takes_effect(tmp_path):
         hook.save_tensor("t", np.float32(step), "custom")
     hook.close()
     assert create_trial(str(tmp_path / "run")).tensor("t").steps() == [0, 8, 10]
+
+
+def test_collection_save_config_takes_modes_not_fields_from_the_hook():
+    # The seed: "SaveConfig() will save at steps 0, 500, ..." and "SaveConfig(save_steps=[3, 7])
+    # will save at steps 0, 3, 7, 500, ...", whatever the hook's own interval.
+    hook_cfg = SaveConfig(save_interval=100)
+    upto = 1001
+    assert saved(SaveConfig().resolved(parent=hook_cfg), upto=upto) == [0, 500, 1000]
+    assert saved(SaveConfig(save_steps=[3, 7]).resolved(parent=hook_cfg), upto=upto) == [0, 3, 7, 500, 1000]
+    # A mode left out of mode_save_configs is the hook's, whole.
+    per_mode = SaveConfig(mode_save_configs={smd.modes.TRAIN: SaveConfigMode(save_interval=2)})
+    resolved = per_mode.resolved(parent=hook_cfg)
+    assert saved(resolved, smd.modes.TRAIN, 7) == [0, 2, 4, 6]
+    assert saved(resolved, smd.modes.EVAL, 301) == [0, 100, 200, 300]
+
+
+def test_collection_without_a_config_follows_the_hook_even_after_a_field_is_set():
+    coll = smd.Collection("mine")
+    coll.save_config.start_step = 150
+    assert saved(coll.save_config.resolved(parent=SaveConfig(save_interval=100)), upto=401) == [200, 300, 400]

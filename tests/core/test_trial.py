@@ -694,11 +694,11 @@ def test_workers_that_number_steps_differently_keep_their_own_numbering(tmp_path
     assert len(warnings) == 1 and "worker_1 saved it as TRAIN step 1, another worker as EVAL step 0" in warnings[0]
     assert trial.worker_step_conflicts == {1: {"worker_1": (TRAIN, 1)}}
     loss = trial.tensor("loss_output_0")
-    assert float(loss.value(1, mode=TRAIN, worker="worker_0")) == 2.0  # worker_0's own TRAIN step 1
+    assert loss.value(1, mode=TRAIN, worker="worker_0").item() == 2.0  # worker_0's own TRAIN step 1
     with pytest.raises(TensorUnavailableForStep, match=r"its global step 1 is its TRAIN step 1\): read it by global "
                                                          r"step, value\(1, worker='worker_1'\)"):
         loss.value(0, mode=EVAL, worker="worker_1")
-    assert float(loss.value(1, worker="worker_1")) == 101.0  # by global step: always its own
+    assert loss.value(1, worker="worker_1").item() == 101.0  # by global step: always its own
     table = trial.to_table(["loss_output_0"])
     rows = sorted((w, s, m, ms) for w, s, m, ms in zip(table.column("worker"), table.column("step").tolist(),
                                                        table.column("mode"), table.column("mode_step").tolist()))

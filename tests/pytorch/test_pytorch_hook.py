@@ -292,7 +292,7 @@ def test_set_mode_around_train_and_eval_loops_keeps_every_train_step(run_dir):
     assert trial.steps(mode=TRAIN) == list(range(6)) and trial.steps(mode=EVAL) == list(range(4))
     assert trial.tensor_names(regex="_output_1$") == []  # no step holds two losses
     loss = trial.tensor("CrossEntropyLoss_output_0")
-    assert [float(loss.value(s)) for s in trial.steps()] == pytest.approx([v for _, v in losses], rel=1e-6)
+    assert [loss.value(s).item() for s in trial.steps()] == pytest.approx([v for _, v in losses], rel=1e-6)
     assert trial.tensor("gradient/Linear_weight").steps(mode=TRAIN) == list(range(6))
 
 

@@ -32,7 +32,7 @@ def test_record_tensor_value_saves_a_functional_loss_with_a_deprecation_warning(
     hook.close()
     trial = create_trial(run_dir)
     assert trial.tensor_names(collection="losses") == ["nll_loss_output_0"]  # 1.0.34's name
-    saved = [float(trial.tensor("nll_loss_output_0").value(s)) for s in trial.steps()]
+    saved = [trial.tensor("nll_loss_output_0").value(s).item() for s in trial.steps()]
     assert saved == pytest.approx(losses)
 
 

@@ -98,7 +98,7 @@ def test_set_mode_between_tf_function_steps(tmp_path, xy):
     assert [trial.mode_modestep(s) for s in trial.steps()] == [
         (smd.modes.TRAIN, 0), (smd.modes.TRAIN, 1), (smd.modes.EVAL, 0), (smd.modes.EVAL, 1), (smd.modes.TRAIN, 2)]
     assert trial.tensor("gradients/seq/d1/kernelGrad").steps() == [0, 1, 4]
-    assert [float(trial.tensor("scalar/eval_loss").value(s)) for s in (2, 3)] == pytest.approx(eval_losses)
+    assert [trial.tensor("scalar/eval_loss").value(s).item() for s in (2, 3)] == pytest.approx(eval_losses)
     assert trial.tensor("eval_predictions").value(3).shape == (4, 1)
     assert trial.tensor_names(collection="eval_outputs") == ["eval_predictions"]
 

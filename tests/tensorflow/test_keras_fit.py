@@ -288,6 +288,6 @@ def test_val_logs_of_every_epoch_are_saved_whatever_the_save_interval(tmp_path, 
     trial = create_trial(str(tmp_path / "run"))
     val_loss = trial.tensor("val_loss")
     assert len(val_loss.steps()) == 3 and all(trial.mode(s) == smd.modes.EVAL for s in val_loss.steps())
-    np.testing.assert_allclose([float(val_loss.value(s)) for s in val_loss.steps()], history.history["val_loss"],
+    np.testing.assert_allclose([val_loss.value(s).item() for s in val_loss.steps()], history.history["val_loss"],
                                rtol=1e-5)
     assert len(trial.tensor("val_mae").steps()) == 3

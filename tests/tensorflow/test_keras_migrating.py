@@ -102,10 +102,10 @@ def test_epoch_values_come_from_the_last_saved_batch_of_each_epoch(tmp_path, dat
     assert loss.steps(mode=smd.modes.TRAIN) == [1, 3]
     for epoch, mode_step in enumerate((1, 3)):
         logs = recorder.epoch_logs[epoch]
-        assert float(loss.value(mode_step, mode=smd.modes.TRAIN)) == pytest.approx(logs["loss"], rel=1e-6)
-        assert float(trial.tensor("mae").value(mode_step, mode=smd.modes.TRAIN)) == pytest.approx(logs["mae"],
+        assert loss.value(mode_step, mode=smd.modes.TRAIN).item() == pytest.approx(logs["loss"], rel=1e-6)
+        assert trial.tensor("mae").value(mode_step, mode=smd.modes.TRAIN).item() == pytest.approx(logs["mae"],
                                                                                                    rel=1e-6)
     val_loss = trial.tensor("val_loss")
-    assert [float(val_loss.value(s)) for s in val_loss.steps()] == \
+    assert [val_loss.value(s).item() for s in val_loss.steps()] == \
         pytest.approx([logs["val_loss"] for logs in recorder.epoch_logs], rel=1e-6)
     assert "batch" not in trial.tensor_names()  # Keras 3 logs carry no batch index (see docs/migrating.md)

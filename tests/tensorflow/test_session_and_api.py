@@ -45,7 +45,7 @@ def test_session_hook_saves_weights_gradients_losses_with_monitored_session(tmp_
     for i, step in enumerate(trial.steps()):
         before, step_loss = seen[i]
         np.testing.assert_array_equal(trial.tensor("dense/kernel:0").value(step), before)
-        assert float(trial.tensor("mean_squared_error/value:0").value(step)) == pytest.approx(float(step_loss))
+        assert trial.tensor("mean_squared_error/value:0").value(step).item() == pytest.approx(float(step_loss))
     assert set(trial.tensor_names(collection="weights")) == {"dense/kernel:0"}
     assert set(trial.tensor_names(collection="biases")) == {"dense/bias:0"}
     assert "global_step:0" in trial.tensor_names(collection="optimizer_variables")

@@ -22,7 +22,7 @@ records, so this module reads them in bulk instead:
    (``RecordReader.decode``), which either returns the value or raises the error
    ``value()`` would raise.
 
-So each row equals ``float(tensor.value(...))`` or ``reduction_value(...)`` of its step,
+So each row equals ``tensor.value(...).item()`` or ``reduction_value(...)`` of its step,
 and a damaged record costs its row (one warning for all of them), not the table.
 """
 from __future__ import annotations

@@ -81,30 +81,6 @@ class Tensor:
             kinds.append("shapes")
         return f"<Tensor {self.name!r}: {len(steps)} steps{span}; {'; '.join(kinds) or 'nothing saved'}>"
 
-    def _is_scalar(self) -> bool:
-        """Whether the run's collections say this tensor is one number per step (losses,
-        metrics, save_scalar values...): such values are returned 0-d whatever their
-        stored shape, ``()`` or ``(1,)`` (XGBoost and the original writer store numbers
-        as 1-element vectors)."""
-        scalar = self.__dict__.get("_scalar")
-        if scalar is None:
-            from ...collections import RAW_ONLY_COLLECTIONS, CollectionKeys
-
-            names = RAW_ONLY_COLLECTIONS | {CollectionKeys.HYPERPARAMETERS}
-            scalar = self.name.startswith("scalar/")
-            if not scalar:
-                collections = self._trial.collections()
-                for cname in names:
-                    coll = collections.get(cname)
-                    try:
-                        if coll is not None and coll.matches(self.name):
-                            scalar = True
-                            break
-                    except Exception:  # noqa: BLE001 - a refused regex of the run: not a scalar by it
-                        continue
-            self._scalar = scalar
-        return scalar
-
     def to_series(self, reduction: Optional[str] = None, mode=GLOBAL, worker: Optional[str] = None,
                   abs: bool = False):
         """The tensor's scalar values (``reduction=None``) or one saved reduction over the
@@ -512,7 +488,6 @@ class Tensor:
         return self._reader.read(event_file, ranges, request.step, self.name, keep_open)
 
     def _decode(self, data: memoryview, request: ReadRequest) -> np.ndarray:
-        value = self._reader.decode(data, request)
-        if value.shape == (1,) and request.location.record_name == self.name and self._is_scalar():
-            value = value.reshape(())
-        return value
+        # The stored shape, as 1.0.34 returns it: numbers (save_scalar, XGBoost's values)
+        # come back as shape (1,), 0-d tensors (a PyTorch loss) as ().
+        return self._reader.decode(data, request)

@@ -544,7 +544,7 @@ class Trial:
         A tensor's raw value is a row only when it holds one real number (bool, int or
         float; complex, string and larger tensors are left out); reductions computed on
         the fly by ``reduction_value`` are not included, only saved ones. Each row equals
-        ``float(tensor.value(step, mode, worker))`` or ``reduction_value(...)``. Event files
+        ``tensor.value(step, mode, worker).item()`` or ``reduction_value(...)``. Event files
         are read once each and their records decoded together (smdebug.analysis.trials.bulk).
         Needs pandas (smdebug-core's ``analysis`` extra); :meth:`to_table` does not.
         """
