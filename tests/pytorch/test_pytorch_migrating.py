@@ -61,3 +61,34 @@ def test_save_tensor_before_the_first_forward(run_dir):
     hook.close()
     trial = create_trial(run_dir)
     assert np.allclose(trial.tensor("class_weights").value(0), [0.2, 0.3, 0.5])
+
+
+def test_without_set_mode_steps_are_train_or_eval_and_global_reads_still_work(run_dir):
+    # docs/migrating.md: 1.0.34 records GLOBAL here; we take the mode from module.training,
+    # and what 1.0.34 code reads with mode=GLOBAL still addresses every step by its global number.
+    from smdebug.modes import ModeKeys
+
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"])
+    model = make_model()
+    hook.register_module(model)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    hook.register_loss(loss_fn)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for x, y in batches(3):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        for x, y in batches(2):
+            losses.append(loss_fn(model(x), y).item())
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2] and trial.steps(mode=ModeKeys.EVAL) == [0, 1]
+    assert trial.steps(mode=ModeKeys.GLOBAL) == [0, 1, 2, 3, 4]
+    loss = trial.tensor("CrossEntropyLoss_output_0")
+    assert loss.steps(mode=ModeKeys.GLOBAL) == [0, 1, 2, 3, 4]
+    assert [loss.value(s, mode=ModeKeys.GLOBAL).item() for s in range(5)] == pytest.approx(losses)

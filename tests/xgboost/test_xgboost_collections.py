@@ -41,7 +41,7 @@ def test_default_saves_metrics_every_10_rounds(run_dir, train):
         for metric, history in metrics.items():
             tensor = trial.tensor(f"{dataset}-{metric}")
             for step in (0, 10, 20):
-                assert tensor.value(step).tolist() == history[step]  # 0-d: a scalar collection
+                assert tensor.value(step).tolist() == [history[step]]  # shape (1,), as 1.0.34 stores and reads it
     assert trial.training_ended()
     assert trial.collection("metrics").save_config.to_json_dict()["GLOBAL"]["save_interval"] == 10
 
@@ -83,8 +83,8 @@ def test_costly_collections_match_xgboost_at_each_saved_round(run_dir, data, tra
         assert trial.tensor("trees/Feature").value(step).tolist() == table["Feature"].tolist()
         np.testing.assert_array_equal(trial.tensor("trees/Gain").value(step), table["Gain"].to_numpy())
 
-    assert trial.tensor("hyperparameters/max_depth").value(0).tolist() == 3.0
-    assert trial.tensor("hyperparameters/objective").value(0).tolist() == "binary:logistic"
+    assert trial.tensor("hyperparameters/max_depth").value(0).item() == 3.0
+    assert trial.tensor("hyperparameters/objective").value(0).item() == "binary:logistic"
     # The bias column is not saved (the original's regexes exclude it).
     assert not [n for n in trial.tensor_names() if n.endswith("/bias")]
     assert trial.tensor_names(collection="full_shap") == [f"full_shap/{f}" for f in features]
@@ -98,9 +98,9 @@ def test_explicit_hyperparameters(run_dir, train):
     trial = create_trial(run_dir)
     assert trial.tensor_names(collection="hyperparameters") == [
         "hyperparameters/eta", "hyperparameters/flag", "hyperparameters/max_depth", "hyperparameters/objective"]
-    assert trial.tensor("hyperparameters/eta").value(0).tolist() == 0.1
-    assert trial.tensor("hyperparameters/flag").value(0).tolist() == 1.0
-    assert trial.tensor("hyperparameters/objective").value(0).tolist() == "binary:logistic"
+    assert trial.tensor("hyperparameters/eta").value(0).item() == 0.1
+    assert trial.tensor("hyperparameters/flag").value(0).item() == 1.0
+    assert trial.tensor("hyperparameters/objective").value(0).item() == "binary:logistic"
 
 
 def test_costly_collections_computed_only_on_saved_rounds(run_dir, data, train, monkeypatch):
@@ -213,7 +213,7 @@ def test_sklearn_estimator_and_clone(run_dir, data):
     trial = create_trial(run_dir)
     assert trial.steps() == [0, 4, 8]
     logloss = clf.evals_result()["validation_0"]["logloss"]
-    assert trial.tensor("validation_0-logloss").value(8).tolist() == logloss[8]
+    assert trial.tensor("validation_0-logloss").value(8).item() == logloss[8]
     # "validation_0" has a digit the original metrics regex does not allow: listed by name.
     assert "validation_0-logloss" in trial.tensor_names(collection="metrics")
     assert trial.tensor("feature_importance/gain/f0").value(8).item() == pytest.approx(
