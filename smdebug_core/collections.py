@@ -46,13 +46,15 @@ class CollectionKeys:
     LABELS = "labels"
     FEATURE_IMPORTANCE = "feature_importance"
     AVERAGE_SHAP = "average_shap"
+    AVERAGE_ABS_SHAP = "average_abs_shap"  # ours: the mean |SHAP| (1.0.34's average_shap is signed)
     FULL_SHAP = "full_shap"
     TREES = "trees"
 
 
 K = CollectionKeys
 #: Single-valued collections: TensorBoard scalars, never reductions or histograms.
-SCALAR_COLLECTIONS = frozenset({K.LOSSES, K.METRICS, K.SM_METRICS, K.FEATURE_IMPORTANCE, K.AVERAGE_SHAP})
+SCALAR_COLLECTIONS = frozenset({K.LOSSES, K.METRICS, K.SM_METRICS, K.FEATURE_IMPORTANCE, K.AVERAGE_SHAP,
+                                K.AVERAGE_ABS_SHAP})
 #: Collections always saved as the raw tensor with no reductions.
 RAW_ONLY_COLLECTIONS = SCALAR_COLLECTIONS | {K.TENSORFLOW_SUMMARIES, K.SEARCHABLE_SCALARS, K.SCALARS}
 #: Collections that only make sense while training: never saved in EVAL/PREDICT.

@@ -102,40 +102,51 @@ def importance_name(importance_type: str, feature: str) -> str:
 
 
 def feature_importance(booster, importance_types: Iterable[str]) -> Dict[str, np.ndarray]:
-    """``feature_importance/<type>/<feature>`` for each of ``importance_types``.
+    """``feature_importance/<type>/<feature>`` for each of ``importance_types``: each
+    feature's share of the type's total, as 1.0.34 saved them (they sum to 1 per type).
 
     ``get_score`` lists only features used in at least one split; the others have no
     importance and are not saved. (A linear booster has only ``weight``, one value per
-    output.)
+    output, saved as given.)
     """
     out = {}
     for importance_type in importance_types:
-        for feature, score in booster.get_score(importance_type=importance_type).items():
-            out[importance_name(importance_type, feature)] = np.asarray(score, dtype=np.float64).reshape(-1)
+        scores = booster.get_score(importance_type=importance_type)
+        numbers = [v for v in scores.values() if np.ndim(v) == 0]
+        total = float(sum(numbers)) if len(numbers) == len(scores) else 0.0
+        for feature, score in scores.items():
+            value = np.asarray(score, dtype=np.float64).reshape(-1)
+            out[importance_name(importance_type, feature)] = value / total if total else value
     return out
 
 
 def shap_contributions(booster, dmatrix) -> np.ndarray:
-    """Per-sample SHAP values, bias column dropped: (n, features) or (n, outputs, features)."""
-    contribs = booster.predict(dmatrix, pred_contribs=True)
-    return contribs[..., :-1]
+    """Per-sample SHAP values with the bias column last: (n, features + 1) or (n, outputs, features + 1)."""
+    return booster.predict(dmatrix, pred_contribs=True)
 
 
-def shap_tensors(contribs: np.ndarray, features: Sequence[str], full: bool, average: bool) -> Dict[str, np.ndarray]:
-    """``full_shap/<f>`` (per-sample values) and/or ``average_shap/<f>`` (mean |value| over samples).
-
-    For a model with several outputs (multi-class), ``full_shap/<f>`` is (n, outputs)
-    and ``average_shap/<f>`` has one value per output.
+def shap_tensors(contribs: np.ndarray, features: Sequence[str], full: bool, average: bool,
+                 average_abs: bool = False) -> Dict[str, np.ndarray]:
+    """``full_shap/<f>`` and ``average_shap/<f>`` for each feature and for ``bias``, as 1.0.34
+    saved them: ``full_shap/<f>`` is the whole matrix of ``predict(pred_contribs=True)``
+    (bias column last) under every name, ``average_shap/<f>`` the signed mean of column
+    ``f`` over the samples (and outputs), which TreeSHAP makes close to 0 on the training
+    data. ``average_abs_shap/<f>`` (ours, features only) is the mean absolute value, the
+    usual global importance; one value per output for a multi-output model.
     """
-    if contribs.shape[-1] != len(features):
-        raise ValueError(f"SHAP values have {contribs.shape[-1]} features but the booster has {len(features)}")
+    names = list(features) + ["bias"]
+    if contribs.shape[-1] != len(names):
+        raise ValueError(f"SHAP values have {contribs.shape[-1] - 1} features but the booster has {len(features)}")
     out = {}
-    means = np.abs(contribs).mean(axis=0) if average else None
-    for i, feature in enumerate(features):
+    means = contribs.mean(axis=tuple(range(contribs.ndim - 1))) if average else None
+    abs_means = np.abs(contribs).mean(axis=0) if average_abs else None
+    for i, feature in enumerate(names):
         if full:
-            out[f"full_shap/{feature}"] = np.ascontiguousarray(contribs[..., i])
+            out[f"full_shap/{feature}"] = contribs
         if average:
-            out[f"average_shap/{feature}"] = np.asarray(means[..., i], dtype=np.float64).reshape(-1)
+            out[f"average_shap/{feature}"] = np.asarray([means[i]], dtype=np.float64)
+        if average_abs and i < len(features):
+            out[f"average_abs_shap/{feature}"] = np.asarray(abs_means[..., i], dtype=np.float64).reshape(-1)
     return out
 
 

@@ -19,9 +19,13 @@ flushes. The hook stays usable for another training; ``hook.close()`` (or interp
 exit) writes the end-of-training marker. When a rule's action calls ``request_stop``,
 ``after_iteration`` tells xgboost to stop after the current round.
 
-Values: metrics and hyperparameters are float64 arrays of one element (non-numeric
-hyperparameters one-element string arrays); ``average_shap/<f>`` is the mean absolute
-SHAP value over the rows of ``train_data`` (one value per output for multi-output models).
+Values, as 1.0.34 saved them: metrics and hyperparameters are float64 arrays of one
+element (non-numeric hyperparameters one-element string arrays); feature importances are
+each feature's share of its type's total; ``full_shap/<f>`` is the whole
+``predict(pred_contribs=True)`` matrix (bias column last) under every feature's name, and
+``average_shap/<f>`` the signed mean of column ``f`` over the rows of ``train_data``.
+``full_shap/bias`` and ``average_shap/bias`` are in no collection but ``all``. Ours:
+``average_abs_shap/<f>``, the mean absolute SHAP value (the usual global importance).
 """
 from __future__ import annotations
 
@@ -75,9 +79,9 @@ class Hook(CoreHook, TrainingCallback):
 
     Args (XGBoost's own, keyword-only, after the hook arguments below):
         hyperparameters: dict saved as ``hyperparameters/<key>`` (numbers as float arrays,
-            anything else as a one-element string array). When None, the training
-            parameters in effect are read from the booster's configuration.
-        train_data: data for the SHAP collections (``full_shap``, ``average_shap``): an
+            anything else as a one-element string array). When None, none are saved, as
+            in 1.0.34 (one line says so when the collection is included).
+        train_data: data for the SHAP collections (``full_shap``, ``average_shap``, ``average_abs_shap``): an
             ``xgboost.DMatrix``, an ``(X, y)`` pair, or ``X`` alone.
         validation_data: data for ``predictions`` and ``labels``: a ``DMatrix`` with
             labels or an ``(X, y)`` pair.
@@ -96,6 +100,7 @@ class Hook(CoreHook, TrainingCallback):
             CollectionKeys.FEATURE_IMPORTANCE: (r"^feature_importance/.*",),
             CollectionKeys.AVERAGE_SHAP: (r"^average_shap/.*[^/bias]$",),
             CollectionKeys.FULL_SHAP: (r"^full_shap/.*[^/bias]$",),
+            CollectionKeys.AVERAGE_ABS_SHAP: (r"^average_abs_shap/",),
             CollectionKeys.TREES: (r"^trees/.*",),
         },
         (CollectionKeys.METRICS,),
@@ -249,8 +254,10 @@ class Hook(CoreHook, TrainingCallback):
         importance_types = [t for t in _collect.IMPORTANCE_TYPES if wanted[f"feature_importance/{t}"]]
         if importance_types:
             self._compute("feature_importance", _collect.feature_importance, model, importance_types)
-        if (wanted["full_shap"] or wanted["average_shap"]) and self._train_data is not None:
-            self._compute("shap", self._shap_tensors, model, wanted["full_shap"], wanted["average_shap"])
+        if (wanted["full_shap"] or wanted["average_shap"] or wanted["average_abs_shap"]) and \
+                self._train_data is not None:
+            self._compute("shap", self._shap_tensors, model, wanted["full_shap"], wanted["average_shap"],
+                          wanted["average_abs_shap"])
         if wanted["trees"]:
             self._compute("trees", _collect.tree_tensors, model)
 
@@ -287,16 +294,22 @@ class Hook(CoreHook, TrainingCallback):
             return self._names
         features = _collect.feature_names(booster)
         settings = _collect.booster_training_params(booster)
-        params = self.hyperparameters if self.hyperparameters is not None else settings
         # A linear booster has no trees and only the "weight" importance.
         linear = settings.get("booster") == "gblinear"
         if linear:
             self._session.nothing_to_save(K.TREES, "a gblinear booster has no trees")
+        if self.hyperparameters is None:
+            self._session.nothing_to_save(
+                K.HYPERPARAMETERS, "pass hyperparameters={...} to the Hook to save them (the booster's own settings "
+                "are in booster.save_config())")
+        # "bias" (the SHAP base value) is in no SHAP collection, as in 1.0.34: saved under save_all.
+        shap_names = features + ["bias"]
         names = {
-            "hyperparameters": [f"hyperparameters/{k}" for k in params],
+            "hyperparameters": [f"hyperparameters/{k}" for k in self.hyperparameters or {}],
             "validation": ["predictions", "labels"],
-            "full_shap": [f"full_shap/{f}" for f in features],
-            "average_shap": [f"average_shap/{f}" for f in features],
+            "full_shap": [f"full_shap/{f}" for f in shap_names],
+            "average_shap": [f"average_shap/{f}" for f in shap_names],
+            "average_abs_shap": [f"average_abs_shap/{f}" for f in features],
             "trees": [] if linear else [f"trees/{c}" for c in _collect.TREE_COLUMNS],
         }
         for t in _collect.IMPORTANCE_TYPES:
@@ -305,8 +318,8 @@ class Hook(CoreHook, TrainingCallback):
         # The original regexes miss some valid names (average_shap/full_shap end in
         # "[^/bias]$", which drops any feature ending in b, i, a or s): list those names
         # in their collection so membership is exact.
-        self._claim(K.FULL_SHAP, names["full_shap"])
-        self._claim(K.AVERAGE_SHAP, names["average_shap"])
+        self._claim(K.FULL_SHAP, names["full_shap"][:-1])
+        self._claim(K.AVERAGE_SHAP, names["average_shap"][:-1])
         self._names = names
         return names
 
@@ -320,9 +333,7 @@ class Hook(CoreHook, TrainingCallback):
                 coll.add_tensor_name(name)
 
     def _hyperparameter_tensors(self, booster) -> Dict[str, np.ndarray]:
-        params = self.hyperparameters if self.hyperparameters is not None else \
-            _collect.booster_training_params(booster)
-        return _collect.hyperparameters(params)
+        return _collect.hyperparameters(self.hyperparameters or {})
 
     def _validation_tensors(self, booster) -> Dict[str, np.ndarray]:
         matrix = self._dmatrix("validation", booster)
@@ -335,9 +346,9 @@ class Hook(CoreHook, TrainingCallback):
             out["labels"] = self._labels
         return out
 
-    def _shap_tensors(self, booster, full: bool, average: bool) -> Dict[str, np.ndarray]:
+    def _shap_tensors(self, booster, full: bool, average: bool, average_abs: bool) -> Dict[str, np.ndarray]:
         contribs = _collect.shap_contributions(booster, self._dmatrix("train", booster))
-        return _collect.shap_tensors(contribs, _collect.feature_names(booster), full, average)
+        return _collect.shap_tensors(contribs, _collect.feature_names(booster), full, average, average_abs)
 
 
 class DetachedHook(TrainingCallback):

@@ -35,7 +35,7 @@ def train(out_dir, rounds, interval):
         out_dir=out_dir,
         save_config=smd.SaveConfig(save_interval=interval),
         include_collections=[smd.CollectionKeys.METRICS, smd.CollectionKeys.FEATURE_IMPORTANCE,
-                             smd.CollectionKeys.AVERAGE_SHAP],
+                             smd.CollectionKeys.AVERAGE_ABS_SHAP],
         # SHAP values are computed on a sample of the training data: they cost more than a round.
         train_data=(X_train[:1000], y_train[:1000]),
     )
@@ -57,12 +57,12 @@ def report(out_dir):
 
     last = trial.steps()[-1]
     shap = {name.split("/", 1)[1]: trial.tensor(name).value(last).item()
-            for name in trial.tensor_names(collection="average_shap")}
+            for name in trial.tensor_names(collection="average_abs_shap")}
     gain = {name.rsplit("/", 1)[1]: trial.tensor(name).value(last).item()
             for name in trial.tensor_names(regex="^feature_importance/total_gain/")}
-    print(f"\ntop features at round {last} (mean |SHAP|, total gain)")
+    print(f"\ntop features at round {last} (mean |SHAP|, share of the total gain)")
     for feature, value in sorted(shap.items(), key=lambda kv: -kv[1])[:5]:
-        print(f"  {feature:>4} {value:8.4f} {gain.get(feature, 0.0):10.1f}")
+        print(f"  {feature:>4} {value:8.4f} {gain.get(feature, 0.0):10.1%}")
 
 
 def main():

@@ -16,8 +16,9 @@ commit)::
 
 The PyTorch and numpy digests were recorded before the step pipeline replaced the capture
 path (issue 18) and have changed only where a change of the files was intended (issue 25:
-collections files list the tensors their regexes matched); the XGBoost digest was recorded
-after those changes.
+collections files list the tensors their regexes matched; issue 36: numbers given to save_scalar
+are stored as shape [1], XGBoost's SHAP values, importances and hyperparameters as 1.0.34
+saved them); the XGBoost digest was recorded after the first of those changes.
 """
 from __future__ import annotations
 
@@ -165,7 +166,8 @@ def run_xgboost(out_dir: str) -> None:
     X = rng.standard_normal((200, 5))
     y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(np.float64)
     hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=2),
-                    include_collections=["metrics", "feature_importance", "average_shap", "hyperparameters"])
+                    include_collections=["metrics", "feature_importance", "average_shap", "hyperparameters"],
+                    hyperparameters={"max_depth": 2, "objective": "binary:logistic"}, train_data=(X[:150], y[:150]))
     dtrain = xgb.DMatrix(X[:150], y[:150])
     dvalid = xgb.DMatrix(X[150:], y[150:])
     xgb.train({"objective": "binary:logistic", "max_depth": 2, "nthread": 1, "seed": 0, "eval_metric": "logloss"},

@@ -48,7 +48,8 @@ def test_default_saves_metrics_every_10_rounds(run_dir, train):
 
 def test_costly_collections_match_xgboost_at_each_saved_round(run_dir, data, train):
     X, y, Xv, yv = data
-    hook = smd.Hook(run_dir, include_collections=ALL_COSTLY, train_data=(X, y), validation_data=(Xv, yv))
+    hook = smd.Hook(run_dir, include_collections=ALL_COSTLY, train_data=(X, y), validation_data=(Xv, yv),
+                    hyperparameters={"max_depth": 3, "objective": "binary:logistic"})
     booster, _ = train(hook, rounds=21)
     hook.close()
     trial = create_trial(run_dir)
@@ -63,20 +64,23 @@ def test_costly_collections_match_xgboost_at_each_saved_round(run_dir, data, tra
         assert trial.tensor("labels").value(step).tolist() == yv.tolist()
 
         for importance_type in ("weight", "gain", "cover", "total_gain", "total_cover"):
-            expected = at_round.get_score(importance_type=importance_type)
+            scores = at_round.get_score(importance_type=importance_type)
+            expected = {f: v / sum(scores.values()) for f, v in scores.items()}  # shares, as 1.0.34 saved
             saved = {name.rsplit("/", 1)[1]: trial.tensor(name).value(step).item()
                      for name in trial.tensor_names(regex=f"^feature_importance/{importance_type}/", step=step)}
             assert saved == pytest.approx(expected, rel=1e-6)
 
+        # 1.0.34: the whole pred_contribs matrix (bias column last) under every feature's name.
         contribs = at_round.predict(dtrain, pred_contribs=True)
-        full = np.stack([trial.tensor(f"full_shap/{f}").value(step) for f in features], axis=1)
-        np.testing.assert_allclose(full, contribs[:, :-1], rtol=1e-5, atol=1e-6)
-        # SHAP values plus the (constant) expected value add up to the margin of each row.
-        bias = at_round.predict(dtrain, output_margin=True) - full.sum(axis=1)
-        np.testing.assert_allclose(bias, bias[0], atol=1e-4)
-        for i, f in enumerate(features):
-            np.testing.assert_allclose(trial.tensor(f"average_shap/{f}").value(step),
-                                       [np.abs(contribs[:, i]).mean()], rtol=1e-5)
+        for f in features:
+            np.testing.assert_allclose(trial.tensor(f"full_shap/{f}").value(step), contribs, rtol=1e-5, atol=1e-6)
+        # SHAP values plus the bias column add up to the margin of each row.
+        full = trial.tensor("full_shap/f0").value(step)
+        np.testing.assert_allclose(full.sum(axis=1), at_round.predict(dtrain, output_margin=True), atol=1e-4)
+        for i, f in enumerate(features):  # the signed mean over the rows, as 1.0.34
+            assert trial.tensor(f"average_shap/{f}").value(step).shape == (1,)
+            np.testing.assert_allclose(trial.tensor(f"average_shap/{f}").value(step), [contribs[:, i].mean()],
+                                       rtol=1e-5, atol=1e-7)
 
         table = at_round.trees_to_dataframe()
         assert len(trial.tensor("trees/Tree").value(step)) == len(table)
@@ -85,7 +89,7 @@ def test_costly_collections_match_xgboost_at_each_saved_round(run_dir, data, tra
 
     assert trial.tensor("hyperparameters/max_depth").value(0).item() == 3.0
     assert trial.tensor("hyperparameters/objective").value(0).item() == "binary:logistic"
-    # The bias column is not saved (the original's regexes exclude it).
+    # The bias entries are in no SHAP collection (the original's regexes exclude them): not saved here.
     assert not [n for n in trial.tensor_names() if n.endswith("/bias")]
     assert trial.tensor_names(collection="full_shap") == [f"full_shap/{f}" for f in features]
 
@@ -167,9 +171,10 @@ def test_multiclass_shapes(run_dir, data):
     hook.close()
     trial = create_trial(run_dir)
     contribs = booster[:1].predict(d, pred_contribs=True)  # (n, classes, features + 1) after round 0
-    np.testing.assert_allclose(trial.tensor("full_shap/f1").value(0), contribs[:, :, 1], rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(trial.tensor("average_shap/f1").value(0), np.abs(contribs[:, :, 1]).mean(axis=0),
-                               rtol=1e-5)
+    np.testing.assert_allclose(trial.tensor("full_shap/f1").value(0), contribs, rtol=1e-5, atol=1e-7)
+    # 1.0.34 averages over rows and classes: one number per feature.
+    np.testing.assert_allclose(trial.tensor("average_shap/f1").value(0), [contribs[:, :, 1].mean()],
+                               rtol=1e-5, atol=1e-7)
     assert trial.tensor("predictions").value(0).shape == (50, 3)
 
 
@@ -216,8 +221,8 @@ def test_sklearn_estimator_and_clone(run_dir, data):
     assert trial.tensor("validation_0-logloss").value(8).item() == logloss[8]
     # "validation_0" has a digit the original metrics regex does not allow: listed by name.
     assert "validation_0-logloss" in trial.tensor_names(collection="metrics")
-    assert trial.tensor("feature_importance/gain/f0").value(8).item() == pytest.approx(
-        clf.get_booster().get_score(importance_type="gain")["f0"])
+    gains = clf.get_booster().get_score(importance_type="gain")
+    assert trial.tensor("feature_importance/gain/f0").value(8).item() == pytest.approx(gains["f0"] / sum(gains.values()))
 
 
 def test_sklearn_eval_set_metrics_are_in_losses_as_their_regex_would_put_them(run_dir, data):

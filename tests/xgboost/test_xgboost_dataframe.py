@@ -17,7 +17,8 @@ from smdebug.trials import create_trial
 
 def test_xgboost_run_dataframe_matches_value_api(run_dir, train):
     hook = smd.Hook(run_dir, include_collections=["metrics", "hyperparameters", "feature_importance"],
-                    save_config=smd.SaveConfig(save_interval=5))
+                    save_config=smd.SaveConfig(save_interval=5),
+                    hyperparameters={"max_depth": 3, "eta": 0.3, "objective": "binary:logistic"})
     booster, result = train(hook, rounds=21)
     hook.close()
 

@@ -39,24 +39,45 @@ def test_collections_file_lists_the_tensors_each_collection_saved(tmp_path, trai
     assert set(create_trial(str(tmp_path / "all")).tensor_names()) <= set(listed)
 
 
-def test_full_shap_holds_one_column_per_feature(run_dir, data, train):
-    """1.0.34 stored the whole (samples, features + 1) contribution matrix under every
-    ``full_shap/<feature>`` name; here each name holds its own feature's column
-    (docs/migrating.md), and stacking them rebuilds the matrix without its bias column."""
+def test_shap_and_importance_tensors_are_1034s(run_dir, data, train):
+    """AWS's census notebook reads ``trial.tensor("full_shap/f0").value(step)[:, :-1]``: every
+    ``full_shap/<feature>`` name holds the whole (samples, features + 1) contribution matrix,
+    bias column last; ``average_shap/<f>`` is the signed mean of its column, shape (1,);
+    feature importances are shares of their type's total. The bias entries are saved under
+    save_all only (1.0.34's regexes leave them out of the SHAP collections)."""
     X, y, _, _ = data
-    hook = smd.Hook(run_dir, include_collections=["full_shap"], train_data=(X, y))
+    hook = smd.Hook(run_dir, save_all=True, train_data=(X, y), hyperparameters={"max_depth": 3})
     booster, _ = train(hook, rounds=1)
     hook.close()
     trial = create_trial(run_dir)
-    contribs = booster.predict(xgb.DMatrix(X, y), pred_contribs=True)  # what 1.0.34 saved, bias last
+    contribs = booster.predict(xgb.DMatrix(X, y), pred_contribs=True)
     features = [f"f{i}" for i in range(X.shape[1])]
     assert trial.tensor_names(collection="full_shap") == sorted(f"full_shap/{f}" for f in features)
-    for i, feature in enumerate(features):
-        column = trial.tensor(f"full_shap/{feature}").value(0)
-        assert column.shape == (X.shape[0],)
-        np.testing.assert_allclose(column, contribs[:, i], rtol=1e-6)
-    matrix = np.stack([trial.tensor(f"full_shap/{f}").value(0) for f in features], axis=-1)
-    np.testing.assert_allclose(matrix, contribs[:, :-1], rtol=1e-6)
+    for name in [f"full_shap/{f}" for f in features] + ["full_shap/bias"]:
+        np.testing.assert_allclose(trial.tensor(name).value(0), contribs, rtol=1e-6)
+    without_bias = trial.tensor("full_shap/f0").value(0)[:, :-1]
+    assert without_bias.shape == (X.shape[0], X.shape[1])
+    for i, name in enumerate([f"average_shap/{f}" for f in features] + ["average_shap/bias"]):
+        value = trial.tensor(name).value(0)
+        assert value.shape == (1,)
+        np.testing.assert_allclose(value[0], contribs[:, i].mean(), rtol=1e-5, atol=1e-7)
+    for i, f in enumerate(features):  # ours, beside them: the mean |SHAP| of each feature
+        np.testing.assert_allclose(trial.tensor(f"average_abs_shap/{f}").value(0), [np.abs(contribs[:, i]).mean()],
+                                   rtol=1e-5)
+    gains = [trial.tensor(n).value(0)[0] for n in trial.tensor_names(regex="^feature_importance/gain/")]
+    assert sum(gains) == pytest.approx(1.0)
+    # hyperparameters: those given, and only those (1.0.34 saved none without them).
+    assert trial.tensor_names(collection="hyperparameters") == ["hyperparameters/max_depth"]
+
+
+def test_without_hyperparameters_none_are_saved_and_one_line_says_why(run_dir, train, caplog):
+    hook = smd.Hook(run_dir, include_collections=["hyperparameters"])
+    with caplog.at_level("INFO", logger="smdebug"):
+        train(hook, rounds=1)
+    hook.close()
+    assert create_trial(run_dir).tensor_names(regex="^hyperparameters/") == []
+    said = [r.getMessage() for r in caplog.records if "hyperparameters" in r.getMessage()]
+    assert len(said) == 1 and "hyperparameters={" in said[0], said
 
 
 def test_del_hook(run_dir):

@@ -170,4 +170,5 @@ def test_attached_hook_keeps_user_data_and_adopts_the_rest(instrumented, run_dir
     trial = create_trial(run_dir)
     assert trial.tensor("predictions").steps() == [0, 2]
     assert [trial.tensor("predictions").value(s).shape for s in (0, 2)] == [(7,), (7,)]
-    assert [trial.tensor("full_shap/f0").value(s).shape for s in (0, 2)] == [(100,), (120,)]
+    features = X.shape[1] + 1  # and the bias column
+    assert [trial.tensor("full_shap/f0").value(s).shape for s in (0, 2)] == [(100, features), (120, features)]
