@@ -3,13 +3,19 @@
 Gluon has no global "training started" event, so :func:`instrument` wraps three
 construction-time methods, each called a handful of times per run (never per step):
 
-* ``gluon.Block.initialize`` and ``gluon.Block.load_parameters`` remember (weakly) the
-  blocks whose parameters a script sets up: the network is one of them;
+* ``gluon.Block.initialize``, ``gluon.Block.load_parameters`` and ``gluon.Block.collect_params``
+  remember (weakly) the blocks whose parameters a script sets up or hands to a Trainer
+  (``net.collect_params().initialize()`` included): the network is one of them;
+* ``gluon.loss.Loss.__init__`` remembers every loss block (weakly), and registers it with the
+  process's hook if there is one already;
 * ``gluon.Trainer.__init__`` takes the hook from :func:`smdebug.mxnet.get_hook` (creating
-  it from ``SMDEBUG_CONFIG_FILE_PATH``) and registers, as the model, the remembered block
-  that owns the most of the trainer's parameters (the largest on a tie: the whole network
-  rather than a re-initialized head);
-* ``gluon.loss.Loss.__init__`` registers every loss block, so losses are saved.
+  it from ``SMDEBUG_CONFIG_FILE_PATH`` unless the script made one itself), registers, as the
+  model, the remembered block that owns the most of the trainer's parameters (the largest on
+  a tie: the whole network rather than a re-initialized head), and the remembered losses.
+
+The hook is created at the Trainer, not earlier: a script written for 1.0.34 that calls
+``Hook.create_from_json_file()`` itself (and then ``set_mode``) before building its Trainer
+keeps that hook as the only one.
 
 Without a config file (or with ``USE_SMDEBUG=0``) nothing is attached. A script that
 registers its own block keeps it. :func:`uninstrument` restores the originals; both
@@ -26,6 +32,7 @@ from smdebug.logger import get_logger
 logger = get_logger("smdebug.mxnet")
 
 _candidates: "weakref.WeakSet" = weakref.WeakSet()
+_losses: "weakref.WeakSet" = weakref.WeakSet()
 
 
 class MXNetInstrumentor(Instrumentor):
@@ -41,6 +48,7 @@ class MXNetInstrumentor(Instrumentor):
         targets = (
             (gluon.Block, "initialize", _wrap_remember_block),
             (gluon.Block, "load_parameters", _wrap_remember_block),
+            (gluon.Block, "collect_params", _wrap_remember_block),
             (gluon.Trainer, "__init__", _wrap_trainer_init),
             (gluon.loss.Loss, "__init__", _wrap_loss_init),
         )
@@ -50,6 +58,7 @@ class MXNetInstrumentor(Instrumentor):
 
     def remove(self) -> None:
         _candidates.clear()  # hooks already attached stay
+        _losses.clear()
 
 
 INSTRUMENTOR = MXNetInstrumentor()
@@ -72,9 +81,13 @@ def _wrap_trainer_init(original):
     def trainer_init(self, params, *args, **kwargs):
         original(self, params, *args, **kwargs)
         hook = _current_hook()
-        if hook is None or hook.model is not None:
+        if hook is None:
             return
         try:
+            for loss_block in list(_losses):
+                hook.register_loss(loss_block)  # idempotent: a script's own registration stays
+            if hook.model is not None:
+                return
             model = _owner_of(params)
             if model is None:
                 logger.warning("smdebug: could not find the network that owns this Trainer's parameters; call "
@@ -92,8 +105,9 @@ def _wrap_loss_init(original):
     def loss_init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         # Subclasses call Loss.__init__ before setting their own attributes; registering
-        # only keeps a reference, it does not use them.
-        hook = _current_hook()
+        # only keeps a reference, it does not use them. No hook is created here (see above).
+        _losses.add(self)
+        hook = _existing_hook()
         if hook is not None:
             try:
                 hook.register_loss(self)
@@ -115,6 +129,16 @@ def _owner_of(params):
         if key[0] and key > best_key:
             best, best_key = block, key
     return best
+
+
+def _existing_hook():
+    """The process's hook if one exists (made by the script or at a Trainer), never a new one."""
+    from .hook import get_hook
+
+    try:
+        return get_hook()
+    except Exception:  # noqa: BLE001 - never stop training for the debugger's sake
+        return None
 
 
 def _current_hook():

@@ -50,6 +50,7 @@ from ..modes import ModeKeys
 from .pipeline import StepPipeline
 from .plans import StepPlans
 from ..reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig
+from ..storage import open_runs
 from ..storage.stop_request import StopRequestPoller
 from ..storage.run_files import StepCounters
 from ..save_config import SaveConfig
@@ -164,6 +165,8 @@ class StepSession:
         if self.writes_files:
             self.writer, self._recorder = run_output.open_writer(self, a.overwrite, self._sibling_workers(), remote_extra,
                                                                   flight_recorder)
+        if self.writer is not None:
+            open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
         self._sinks = self._make_sinks()
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self._stop_poller = None if self.dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
@@ -601,6 +604,7 @@ class StepSession:
             if self._step_counters is not None and self.global_step >= 0:
                 self._save_step_counters()
         finally:
+            open_runs.unregister(self.flush)
             try:
                 self.adapter.on_close()  # the framework's hooks go, whatever happened above
             except Exception as exc:  # noqa: BLE001 - closing must not raise into training

@@ -452,3 +452,16 @@ def test_save_scalar_of_a_number_reads_back_with_shape_1_as_in_1034(tmp_path):
     assert trial.tensor("scalar/epoch").value(0).shape == (1,)
     assert trial.tensor("scalar/acc").value(0).shape == (1,)
     assert trial.tensor("scalar/zero_d").value(0).shape == ()
+
+
+def test_unknown_keywords_of_trial_tensor_raise_typeerror_as_in_1034(tmp_path):
+    # 1.0.34's Trial.tensor(self, tname) takes no keywords: Python raises TypeError, and so do we.
+    hook = smd.Hook(out_dir=str(tmp_path / "run"))
+    hook.begin_step()
+    hook.save_scalar("x", 1.0)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    with pytest.raises(TypeError, match="step"):
+        trial.tensor("scalar/x", step=0)
+    with pytest.raises(TypeError):
+        trial.tensor("scalar/x").value(0, bogus=True)

@@ -101,6 +101,60 @@ def test_zero_code_change_attaches_to_an_unmodified_script(tmp_path, run_dir, mo
             "softmaxcrossentropyloss0_output_0"} <= set(trial.tensor_names())
 
 
+def test_zero_code_change_finds_a_net_initialized_through_collect_params(tmp_path, run_dir, monkeypatch,
+                                                                          instrumented, data):
+    from mxnet import autograd, gluon
+
+    monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", write_config(tmp_path, run_dir))
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
+    net.collect_params().initialize(mx.init.Xavier())  # as AWS's MNIST example does
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    x, y = data
+    for _ in range(3):
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(16)
+    hook = smd.get_hook()
+    assert hook is not None and hook.model is net
+    hook.close()
+    assert {"dense0_weight", "gradient/dense0_weight"} <= set(create_trial(run_dir).tensor_names())
+
+
+def test_zero_code_change_defers_to_the_hook_the_script_creates_itself(tmp_path, run_dir, monkeypatch,
+                                                                       instrumented, data):
+    # A 1.0.34 script builds its loss, then calls create_from_json_file() and set_mode itself:
+    # one hook, the script's, saves, with the script's modes.
+    from mxnet import autograd, gluon
+
+    monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", write_config(tmp_path, run_dir, save_interval="1"))
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
+    net.initialize()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    hook = smd.Hook.create_from_json_file()
+    hook.register_block(net)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    x, y = data
+    hook.set_mode(smd.modes.TRAIN)
+    for _ in range(3):
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(16)
+    hook.set_mode(smd.modes.EVAL)
+    for _ in range(2):
+        loss_fn(net(x), y)
+    assert smd.get_hook() is hook and hook._losses == [loss_fn]
+    hook.close()
+    trial = create_trial(run_dir)
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 1, 2] and trial.steps(mode=smd.modes.EVAL) == [0, 1]
+    assert trial.tensor("softmaxcrossentropyloss0_output_0").steps() == [0, 1, 2, 3, 4]
+    assert trial.workers() == ["worker_0"] or len(trial.workers()) == 1
+
+
 def test_zero_code_change_without_config_attaches_nothing(monkeypatch, instrumented, data):
     from mxnet import gluon
 

@@ -92,3 +92,43 @@ def test_without_set_mode_steps_are_train_or_eval_and_global_reads_still_work(ru
     loss = trial.tensor("CrossEntropyLoss_output_0")
     assert loss.steps(mode=ModeKeys.GLOBAL) == [0, 1, 2, 3, 4]
     assert [loss.value(s, mode=ModeKeys.GLOBAL).item() for s in range(5)] == pytest.approx(losses)
+
+
+def test_a_trial_opened_before_close_in_the_training_process_sees_every_ended_step(tmp_path, monkeypatch):
+    # 1.0.34's own test_reduce_config_with_json reads the run before closing the hook: every
+    # ended step must be there (ours finishes and writes steps off the training thread).
+    import json
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "LocalPath": str(tmp_path / "run"),
+        "HookParameters": {"save_all": False, "reductions": "max, mean, variance", "save_steps": "0,1,2,3"},
+        "CollectionConfigurations": [
+            {"CollectionName": "weights"}, {"CollectionName": "biases"}, {"CollectionName": "gradients"},
+            {"CollectionName": "ReluActivation",
+             "CollectionParameters": {"include_regex": "relu*", "save_steps": "4,5,6", "reductions": "min,abs_max"}},
+        ]}))
+    monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", str(config))
+    hook = smd.Hook.create_from_json_file()
+    hook._session.writer.max_delay = 60.0  # a writer that holds ended steps long: only a flush writes them
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.relu0, self.fc2 = torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.fc2(self.relu0(self.fc1(x)))
+
+    model = Net()
+    hook.register_module(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(10):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.rand(16, 4)), torch.randint(0, 2, (16,))).backward()
+        optimizer.step()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps() == [0, 1, 2, 3, 4, 5, 6]
+    relu = trial.tensor_names(regex="relu0_input_0")
+    assert relu and trial.tensor(relu[0]).reduction_value(6, "max", abs=True) is not None
+    hook.close()

@@ -22,6 +22,7 @@ from ...exceptions import CorruptCollectionsFile, StepNotYetAvailable, TensorUna
 from ...modes import ModeKeys
 from ...reduction_config import parse_reduction_tag
 from ...storage.format.layout import END_OF_JOB_FILE, validate_step
+from ...storage.open_runs import flush_before_reading
 from . import settings
 from .bulk import collect, read_rows
 from .event_reads import RecordReader
@@ -87,6 +88,7 @@ class Trial:
             )
         self._storage = open_storage(path)
         self.path = self._storage.root
+        flush_before_reading(self.path)  # a hook of this process writing this run: its ended steps first
         self.name = name if name is not None else os.path.basename(self.path.rstrip("/")) or self.path
         range_steps = settings.validate_range_steps(range_steps)
         record_check = settings.record_check(check)
@@ -203,6 +205,7 @@ class Trial:
         if self._steps.loaded_all_steps:
             return 0
         self.stats["refreshes"] += 1
+        flush_before_reading(self.path)  # a hook of this process writing this run: its ended steps first
         # Looked at before listing: a writer creates the marker after all its other files,
         # so a listing that starts after we saw the marker sees everything.
         ended = self._storage.exists(END_OF_JOB_FILE)
