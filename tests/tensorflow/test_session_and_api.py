@@ -115,3 +115,27 @@ def test_module_exports_are_the_core_objects():
     assert smd.modes.TRAIN is smdebug.ModeKeys.TRAIN
     for name in ("KerasHook", "SessionHook", "EstimatorHook", "get_hook"):
         assert callable(getattr(smd, name))
+
+
+def test_session_hook_with_a_resource_variable_global_step_saves(tmp_path):
+    rng = np.random.default_rng(2)
+    X, Y = rng.random((8, 3)).astype("float32"), rng.random((8, 1)).astype("float32")
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+        y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        kernel = tf.compat.v1.get_variable("dense/kernel", [3, 1], use_resource=True)
+        loss = tf.compat.v1.losses.mean_squared_error(y, tf.matmul(x, kernel))
+        global_step = tf.compat.v1.Variable(0, trainable=False, name="global_step", dtype=tf.int64, use_resource=True,
+                                            collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES,
+                                                         tf.compat.v1.GraphKeys.GLOBAL_STEP])
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step)
+        hook = smd.SessionHook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=1),
+                               include_collections=["weights", "losses", "optimizer_variables"])
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for i in range(4):
+                sess.run(train, {x: X[2 * i:2 * i + 2], y: Y[2 * i:2 * i + 2]})
+        hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps() == [0, 1, 2, 3]
+    assert [trial.tensor("global_step:0").value(s).item() for s in range(4)] == [0, 1, 2, 3]
+    assert "dense/kernel:0" in trial.tensor_names(collection="weights")
