@@ -241,7 +241,8 @@ class StepSession:
         """Start the next step (or step ``step``); returns whether anything is saved in it."""
         if not self.enabled:
             return False
-        if self.clock.open:
+        # Scalars saved after the last step ended (after model.fit) belong to that step, as in 1.0.34.
+        if self.clock.open or (self.inbox and self.global_step >= 0):
             self.end_step()
         if self._pipeline_failure is not None and not self._disable_after_pipeline_failure():
             return False

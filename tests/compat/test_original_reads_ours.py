@@ -403,3 +403,24 @@ def test_median_reduction_does_not_break_the_original(original_python, tmp_path)
     _assert_same(decode_array(item["value"]), value, "stats/x")
     reductions = {k: float(decode_array(v).reshape(-1)[0]) for k, v in item["reductions"].items()}
     assert reductions == {"median": np.median(value), "mean": np.mean(value), "abs_median": np.median(np.abs(value))}
+
+
+def test_original_reads_a_step_that_a_late_scalar_joined(original_python, tmp_path):
+    """A scalar saved after the last step ended is appended to that step's published event
+    file and its index replaced: the original reads both the step's records and the scalar."""
+    run_dir = tmp_path / "run"
+    hook = smd.Hook(out_dir=str(run_dir), save_config=smd.SaveConfig(save_interval=1))
+    hook.begin_step()
+    hook.save_tensor("w", np.arange(3.0), "weights")
+    hook.end_step()
+    assert hook.flush(timeout=30)  # the step is published
+    hook.save_scalar("final", 0.25)  # after the last step: it joins step 0
+    hook.close()
+    dump = tmp_path / "original_reads.json"
+    run_original(original_python, "original_dump_trial.py", run_dir, dump, cwd=tmp_path)
+    got = load_json(dump)
+    assert sorted(got["tensors"]) == ["scalar/final", "w"]
+    final = got["tensors"]["scalar/final"]["at"]["0"]["by_worker"]["worker_0"]
+    _assert_same(decode_array(final["value"]), np.array([0.25]), "scalar/final")
+    w = got["tensors"]["w"]["at"]["0"]["by_worker"]["worker_0"]
+    _assert_same(decode_array(w["value"]), np.arange(3.0), "w")

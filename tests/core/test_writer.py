@@ -304,6 +304,21 @@ def test_late_data_for_a_published_step_is_dropped_loudly(tmp_path, caplog):
     assert [t.tag for t in tensors] == ["a"]
 
 
+def test_late_data_for_the_last_published_step_joins_it(tmp_path, caplog):
+    # A scalar saved after training ended, in the step it ended on (as 1.0.34 wrote it).
+    writer = RunWriter(tmp_path, "worker_0")
+    writer.submit(_step(1, ModeKeys.TRAIN, 1, tensors=[("a", np.ones(1))]), publish=True)
+    assert writer.flush(timeout=30)
+    before = read_published_steps(tmp_path)[layout.index_file_relpath(1, "worker_0")]
+    with caplog.at_level(logging.WARNING, logger=WRITER_LOGGER):
+        writer.submit(_step(1, ModeKeys.TRAIN, 1, tensors=[("scalar/final", np.array([0.5]))]), publish=True)
+        writer.close(timeout=30)
+    assert not [r for r in caplog.records if "already published" in r.getMessage()]
+    _, tensors = read_published_steps(tmp_path)[layout.index_file_relpath(1, "worker_0")]
+    assert [t.tag for t in tensors] == ["a", "scalar/final"]
+    assert [t.tag for t in before[1]] == ["a"]
+
+
 def test_unsupported_tensor_is_skipped_with_one_warning(tmp_path, caplog):
     writer = RunWriter(tmp_path, "worker_0")
     bad = np.array(["2020-01-01"], dtype="datetime64[D]")

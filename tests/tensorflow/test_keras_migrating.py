@@ -109,3 +109,20 @@ def test_epoch_values_come_from_the_last_saved_batch_of_each_epoch(tmp_path, dat
     assert [val_loss.value(s).item() for s in val_loss.steps()] == \
         pytest.approx([logs["val_loss"] for logs in recorder.epoch_logs], rel=1e-6)
     assert "batch" not in trial.tensor_names()  # Keras 3 logs carry no batch index (see docs/migrating.md)
+
+
+def test_save_scalar_after_fit_lands_in_the_last_step_of_fit(tmp_path, data):
+    # AWS's scripts save a final metric after model.fit; 1.0.34 wrote it, in the step training ended on.
+    x, y = data
+    model = make_model()
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1))
+    model.fit(x, y, batch_size=5, epochs=2, verbose=0, callbacks=[hook])  # steps 0-3
+    hook.save_scalar("final_accuracy", 0.75)
+    model.evaluate(x, y, batch_size=5, verbose=0, callbacks=[hook])  # EVAL steps 4-5 after it
+    hook.save_scalar("test_accuracy", 0.5)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.tensor("scalar/final_accuracy").steps() == [3]
+    assert trial.tensor("scalar/final_accuracy").value(3).tolist() == [0.75]
+    assert trial.tensor("scalar/test_accuracy").steps() == [5]
+    assert "loss" in trial.tensor_names(step=3)  # the step's own records are still read

@@ -60,6 +60,10 @@ class Publisher:
         self.ensure_parent(relpath)
         return open(self.path(relpath) + layout.TMP_SUFFIX, "wb", buffering=buffering)
 
+    def open_append(self, relpath, buffering):
+        """The published ``relpath`` opened to append records after its own."""
+        return open(self.path(relpath), "ab", buffering=buffering)
+
     def publish_tmp(self, relpath, nbytes):
         """Rename the written and closed ``<relpath>.tmp`` (``nbytes`` long) into place."""
         final = self.path(relpath)

@@ -25,6 +25,8 @@ from ..step_data import ScalarRun, iter_records
 logger = logging.getLogger(__name__)
 
 _EVENT_FILE_BUFFER_BYTES = 1 << 20
+#: Workers whose last published step late records may still join (one writer rarely has more).
+_MAX_REOPENABLE_WORKERS = 64
 # Steps with fewer records are written one record at a time.
 _LAYOUT_MIN_RECORDS = 8
 _MAX_LAYOUTS = 64
@@ -49,6 +51,7 @@ class _OpenStep:
         self.shapes = []
         self.placements = {}
         self.warned_mode_mismatch = False
+        self.appending = False  # reopened after it was published (records that came late)
 
 
 class StepSink:
@@ -62,6 +65,7 @@ class StepSink:
         self._run_layouts = {}  # -> ScalarRunLayout of recent ScalarRuns
         self._warned_encode = set()
         self._warned_late = set()
+        self._last_published = {}  # worker -> its last published _OpenStep, which late data may still join
 
     def write_step(self, step):
         """Add one :class:`~smdebug.storage.step_data.StepData` to its open step (opening it,
@@ -74,8 +78,11 @@ class StepSink:
         if open_step is None and (step.tensors or step.shapes):
             open_step = _OpenStep(step.global_step, step.worker, mode, step.mode_step)
             if not step.replace and self._files.exists(open_step.index_relpath):
-                self._warn_late(step)
-                open_step = None
+                open_step = self._reopen(step)
+                if open_step is None:
+                    self._warn_late(step)
+                else:
+                    self._open_steps[step.worker] = open_step
             elif self._files.spool_full():
                 open_step = None  # the uploader warned once; training must not wait for the network
             else:
@@ -222,14 +229,32 @@ class StepSink:
 
     # -- publishing
 
+    def _reopen(self, step):
+        """The worker's last published step, reopened to append ``step``'s records (a scalar
+        saved after training ended, in the step it ended on), or None. Local runs only: an
+        uploaded file is not sent again. Readers are not disturbed: the records go after those
+        the published index names, and the index is replaced atomically at the next publish."""
+        last = self._last_published.get(step.worker)
+        if last is None or last.global_step != step.global_step or self._files.uploader is not None \
+                or not last.offset or not self._files.exists(last.event_relpath):
+            return None
+        last.handle = self._files.open_append(last.event_relpath, _EVENT_FILE_BUFFER_BYTES)
+        last.appending = True
+        return last
+
     def _publish(self, open_step):
         """Event file into place first, then its index (docs/format.md 1.4)."""
         del self._open_steps[open_step.worker]
         event_relpath = None
         if open_step.handle is not None:
             open_step.handle.close()
-            self._files.publish_tmp(open_step.event_relpath, open_step.offset)
+            open_step.handle = None
+            if not open_step.appending:  # an appended file is in place already
+                self._files.publish_tmp(open_step.event_relpath, open_step.offset)
             event_relpath = open_step.event_relpath
+            if len(self._last_published) >= _MAX_REOPENABLE_WORKERS:
+                self._last_published.clear()
+            self._last_published[open_step.worker] = open_step
         shapes = open_step.shapes
         if shapes:  # a shape entry would hide the raw value of the same name from the original reader (docs/format.md 3.2)
             written = set(open_step.names)
