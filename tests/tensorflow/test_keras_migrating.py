@@ -126,3 +126,25 @@ def test_save_scalar_after_fit_lands_in_the_last_step_of_fit(tmp_path, data):
     assert trial.tensor("scalar/final_accuracy").value(3).tolist() == [0.75]
     assert trial.tensor("scalar/test_accuracy").steps() == [5]
     assert "loss" in trial.tensor_names(step=3)  # the step's own records are still read
+
+
+def test_a_small_sequential_saves_its_layers_weights_and_adams_state_only(tmp_path):
+    # What each built-in collection holds for a small Sequential with Dropout (docs/migrating.md,
+    # Keras 3): a seed generator's state is no weight; Adam's iteration and learning rate are
+    # optimizer variables, as Keras 3 lists them.
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dropout(0.2),
+                              keras.layers.Dense(2)])
+    model.compile("adam", "mse")
+    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                         include_collections=["weights", "biases", "gradients", "optimizer_variables", "losses"])
+    model.fit(np.ones((4, 4), "float32"), np.ones((4, 2), "float32"), epochs=1, batch_size=2, verbose=0,
+              callbacks=[hook])
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert not [n for n in trial.tensor_names() if "seed" in n.lower()]
+    assert len(trial.tensor_names(collection="weights")) == 2 and len(trial.tensor_names(collection="biases")) == 2
+    assert len(trial.tensor_names(collection="gradients")) == 4
+    optimizer = trial.tensor_names(collection="optimizer_variables")
+    assert {"adam/iteration", "adam/learning_rate"} <= set(optimizer) and len(optimizer) == 2 + 2 * 4
+    assert trial.tensor_names(collection="losses") == ["loss"]
