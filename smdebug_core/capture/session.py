@@ -138,6 +138,7 @@ class StepSession:
         # again moves to the end): the last record wins.
         self._early_tensors: List[Tuple[str, object]] = []  # save_tensor before the first step
         self._collections_written = False
+        self._collections_version = -1
         self._closed = False
         self._lock = threading.RLock()
         self._listeners = StepListeners()  # live rules
@@ -395,9 +396,14 @@ class StepSession:
         if not pending and not scalars:
             return
         collections = None
-        if not self._collections_written and self.writer is not None:
-            collections = self.collections_json()  # here: the training thread changes collections
+        if self.writer is not None and (not self._collections_written
+                                        or self.collection_manager.version != self._collections_version):
+            # Written with the first saved step, again when collections changed (a tensor saved
+            # with save_tensor joins its collections): readers of a live run see them. Here:
+            # the training thread changes collections.
+            collections = self.collections_json()
             self._collections_written = True
+            self._collections_version = self.collection_manager.version
         # On the worker while it still reduces this step's batches (steps stay in order);
         # else here: making the records costs less than waking the worker for them.
         # Live rules and dry runs see each step finished before the next begins.
@@ -509,6 +515,7 @@ class StepSession:
         if self.writer is not None:
             self.writer.write_collections(self.collections_json())
             self._collections_written = True
+            self._collections_version = self.collection_manager.version
 
     # --- live consumers of saved values (rules) and stopping ---------------------------
     def add_step_listener(self, listener) -> None:

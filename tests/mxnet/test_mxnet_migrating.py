@@ -27,3 +27,22 @@ def test_del_hook(run_dir):
     smd.del_hook()
     assert smd.get_hook() is None
     hook.close()
+
+
+def test_a_custom_tensor_is_in_its_collection_for_a_trial_read_before_close(run_dir, make_net, train):
+    # 1.0.34's test_custom_tensor reads the run before closing its hook: the tensor saved with
+    # save_tensor is in the default collection, at the one step it was saved in.
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_steps=[0, 1, 2, 3]))
+    net, loss_fn, trainer = make_net()
+    hook.register_block(net)
+    hook.register_loss(loss_fn)
+
+    def observe(stage, step):
+        if stage == "after" and step == 1:
+            hook.save_tensor("custom_tensor_1", mx.nd.array([1.0, 2.0]))
+    train(net, loss_fn, trainer, 6, observe=observe)
+    trial = create_trial(run_dir)
+    assert trial.tensor_names(collection="default") == ["custom_tensor_1"]
+    assert trial.tensor("custom_tensor_1").steps() == [1]
+    assert trial.steps() == [0, 1, 2, 3]
+    hook.close()
