@@ -4,6 +4,7 @@
     smdebug show RUN TENSOR [--step N] [--mode M]
     smdebug plot RUN [TENSOR...] [--regex R] -o curves.png [--reduction l2] [--hist --step N]
     smdebug export RUN -o values.csv|values.parquet [--tensor T] [--regex R] [--mode M]
+    smdebug export RUN --format parquet -o DIR   partitioned by worker and mode (DuckDB, Polars, Spark)
     smdebug compare RUN_A RUN_B [RUN...] [--diverge [--rtol R --atol A]] [-o overlay.png]
     smdebug rules RUN ...                       the built-in rules (also ``smdebug-rules``)
     smdebug --version
@@ -80,7 +81,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="scalars and saved reductions as a long table (CSV or parquet)")
     run_arg(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE.csv|FILE.parquet")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.csv|FILE.parquet|DIR",
+                   help="the file (its suffix says the format), or with --format parquet a new or empty directory")
+    p.add_argument("--format", choices=("csv", "parquet"),
+                   help="parquet: a directory of Parquet files partitioned by worker and mode "
+                        "(worker=W/mode=M/part-0.parquet), written one worker at a time; csv: one CSV file")
     p.add_argument("--tensor", action="append", help="a tensor name (repeatable; default: all tensors)")
     p.add_argument("--regex", action="append", help="tensors whose name matches (repeatable)")
     p.add_argument("--collection", action="append", help="tensors of a collection (repeatable)")
@@ -284,43 +289,60 @@ def _has_value(tensor, step, mode) -> bool:
 
 
 def _cmd_export(args) -> int:
+    from .trials.parquet import require_pyarrow
+
     out = args.output
     lower = out.lower()
-    if not (lower.endswith(".csv") or lower.endswith(".parquet")):
-        raise _Failure(f"-o {out}: give a file name ending in .csv or .parquet", EXIT_USAGE)
-    if lower.endswith(".parquet"):
+    fmt = args.format or ("csv" if lower.endswith(".csv") else "parquet file" if lower.endswith(".parquet") else None)
+    if fmt is None:
+        raise _Failure(f"-o {out}: give a file name ending in .csv or .parquet, or --format parquet for a directory "
+                       "partitioned by worker and mode", EXIT_USAGE)
+    if fmt != "csv":
         try:
-            import pyarrow  # noqa: F401 - only whether it is installed
-        except ImportError:
-            raise _Failure("parquet export needs pyarrow, which is not installed: pip install pyarrow "
-                           "(or export to .csv)", EXIT_USAGE) from None
+            require_pyarrow("parquet export")
+        except ImportError as exc:
+            raise _Failure(f"{exc} (or export to .csv)", EXIT_USAGE) from None
+    if fmt == "parquet" and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise _Failure(f"-o {out}: give a new or empty directory for the partitioned Parquet files", EXIT_USAGE)
     trial = _open(args)
     names = args.tensor
-    table = trial.to_table(names, regex=args.regex, collection=args.collection, mode=args.mode)
-    if not len(table):
+    if fmt == "parquet":
+        made = not os.path.exists(out)
+        files = trial.to_parquet(out, names, regex=args.regex, collection=args.collection, mode=args.mode)
+        if not files and made:
+            os.rmdir(out)
+        rows = _parquet_rows(files)
+    else:
+        table = trial.to_table(names, regex=args.regex, collection=args.collection, mode=args.mode)
+        rows = len(table)
+    if not rows:
         chosen = ", ".join(names) if names else "the selected tensors"
         raise _Failure(f"nothing to export: {chosen} saved no scalar values or reductions{_mode_clause(args)} "
                        "(export writes one number a row; see a full tensor with: smdebug show RUN TENSOR --step N); "
                        f"{out} was not written", EXIT_USAGE)
     from .trials.table import COLUMNS
 
-    if lower.endswith(".csv"):
+    if fmt == "csv":
         with open(out, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(COLUMNS)
             # repr of a float is the shortest text that reads back as the same float64.
             writer.writerows((*row[:6], repr(row[6])) for row in table.rows())
-    else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    elif fmt == "parquet file":
+        from .trials.parquet import write_file
 
-        columns = {name: (table.numbers[name] if name in table.numbers else
-                          pa.DictionaryArray.from_arrays(pa.array(table.texts[name][0], pa.int32()),
-                                                         pa.array(table.texts[name][1], pa.string())))
-                   for name in COLUMNS}
-        pq.write_table(pa.table(columns), out)
-    print(f"wrote {len(table)} rows to {out}")
+        write_file(table, out)
+    if fmt == "parquet":
+        print(f"wrote {rows} rows to {out} in {len(files)} files (worker=W/mode=M/part-0.parquet)")
+    else:
+        print(f"wrote {rows} rows to {out}")
     return EXIT_OK
+
+
+def _parquet_rows(files) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in files)
 
 
 # ---------------------------------------------------------------------- smdebug compare
@@ -425,7 +447,9 @@ def _compare_table(result) -> str:
 
 
 def _mode_clause(args) -> str:
-    return f" in mode {args.mode.upper()}" if getattr(args, "mode", None) else ""
+    modes = getattr(args, "mode", None) or []
+    modes = [modes] if isinstance(modes, str) else modes  # export's --mode is repeatable
+    return f" in mode {', '.join(m.upper() for m in modes)}" if modes else ""
 
 
 def _as_options(message: str) -> str:
