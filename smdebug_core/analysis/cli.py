@@ -302,16 +302,22 @@ def _cmd_export(args) -> int:
             require_pyarrow("parquet export")
         except ImportError as exc:
             raise _Failure(f"{exc} (or export to .csv)", EXIT_USAGE) from None
-    if fmt == "parquet" and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+    from ..storage.remote import is_url
+
+    local = not is_url(out)
+    if fmt == "parquet" and local and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise _Failure(f"-o {out}: give a new or empty directory for the partitioned Parquet files", EXIT_USAGE)
     trial = _open(args)
     names = args.tensor
     if fmt == "parquet":
-        made = not os.path.exists(out)
-        files = trial.to_parquet(out, names, regex=args.regex, collection=args.collection, mode=args.mode)
+        made = local and not os.path.exists(out)
+        from .trials.parquet import write_partitioned
+
+        files = write_partitioned(trial, out, names=names, regex=args.regex, collection=args.collection,
+                                  mode=args.mode)
         if not files and made:
             os.rmdir(out)
-        rows = _parquet_rows(files)
+        rows = sum(count for _, count in files)
     else:
         table = trial.to_table(names, regex=args.regex, collection=args.collection, mode=args.mode)
         rows = len(table)
@@ -337,12 +343,6 @@ def _cmd_export(args) -> int:
     else:
         print(f"wrote {rows} rows to {out}")
     return EXIT_OK
-
-
-def _parquet_rows(files) -> int:
-    import pyarrow.parquet as pq
-
-    return sum(pq.ParquetFile(path).metadata.num_rows for path in files)
 
 
 # ---------------------------------------------------------------------- smdebug compare

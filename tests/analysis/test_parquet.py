@@ -145,3 +145,32 @@ def test_a_device_name_worker_is_quoted_in_its_folder_and_read_back(tmp_path):
         ["worker=%2Fjob%3Aworker%2Freplica%3A0%2Ftask%3A0%2Fdevice%3ACPU%3A0"]
     got = read_back(tmp_path / "export")
     assert got["worker"].tolist() == [worker] * 3 and got["value"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_to_parquet_on_s3(three_workers, tmp_path, monkeypatch, capsys):
+    """To an S3 prefix (moto's server on loopback), through fsspec as runs are read."""
+    pytest.importorskip("moto.server", reason="needs moto[server] (tox core env)")
+    pytest.importorskip("s3fs")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+    from s3_endpoint import serve
+
+    endpoint = serve(monkeypatch, tmp_path, "exports")
+    try:
+        trial = create_trial(three_workers)
+        files = trial.to_parquet("s3://exports/run1", mode="eval")
+        assert files == [f"s3://exports/run1/worker={w}/mode=EVAL/part-0.parquet" for w in WORKERS]
+        assert endpoint.keys("exports") == [f[len("s3://exports/"):] for f in files]
+        from smdebug.storage.remote import filesystem
+
+        fs, root = filesystem("s3://exports/run1")
+        fs.get(root, str(tmp_path / "copy"), recursive=True)
+        want = as_plain(trial.to_dataframe(mode="eval"))
+        pd.testing.assert_frame_equal(as_plain(read_back(tmp_path / "copy")), want, check_dtype=False)
+        with pytest.raises(FileExistsError, match="s3://exports/run1 is not empty"):
+            trial.to_parquet("s3://exports/run1")
+        status = main(["export", three_workers, "--format", "parquet", "-o", "s3://exports/run2", "--tensor", "loss"])
+        out, err = capsys.readouterr()
+        assert status == 0 and out.strip() == ("wrote 36 rows to s3://exports/run2 in 6 files "
+                                               "(worker=W/mode=M/part-0.parquet)")
+    finally:
+        endpoint.stop()

@@ -6,12 +6,13 @@ The directory is Hive-partitioned: ``worker=<name>/mode=<MODE>/part-0.parquet``,
 URL-quoted (TensorFlow device names hold ``/``). The files hold the other columns (``step``,
 ``mode_step``, ``tensor``, ``reduction``, ``value``); readers take ``worker`` and ``mode`` from
 the paths (DuckDB ``hive_partitioning``, Polars ``hive_partitioning=True``). It is written one
-worker at a time: memory holds one worker's rows, never the whole run's.
+worker at a time: memory holds one worker's rows, never the whole run's. A URL
+(``s3://bucket/prefix``) is written through fsspec, as runs are read (the ``s3`` extra).
 """
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, Tuple
 from urllib.parse import quote
 
 import numpy as np
@@ -68,36 +69,61 @@ def _rows(table: Table, keep: np.ndarray) -> Table:
     return Table(numbers, texts)
 
 
-def write_partitioned(trial, directory: str, **select) -> List[str]:
+class _Directory:
+    """Where the partitions go: a local directory (files renamed into place whole) or a URL
+    (objects appear whole when written)."""
+
+    def __init__(self, directory: str):
+        from ...storage.remote import filesystem, is_url
+
+        self.name = directory
+        self.fs, self.root = filesystem(directory) if is_url(directory) else (None, directory)
+
+    def check_unused(self) -> None:
+        if self.fs is None:
+            if os.path.exists(self.root) and not os.path.isdir(self.root):
+                raise FileExistsError(f"{self.name} is a file: give a directory for the partitioned Parquet files")
+            used = os.path.isdir(self.root) and os.listdir(self.root)
+        else:
+            used = self.fs.exists(self.root) and (not self.fs.isdir(self.root) or self.fs.ls(self.root))
+        if used:
+            raise FileExistsError(f"{self.name} is not empty: give a new or empty directory for the Parquet files "
+                                  "(partitions of an earlier export would mix with these)")
+        if self.fs is None:
+            os.makedirs(self.root, exist_ok=True)
+
+    def write(self, data, relpath: str, pq) -> str:
+        if self.fs is None:
+            path = os.path.join(self.root, *relpath.split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _write_atomically(data, path, pq)
+            return path
+        path = f"{self.root}/{relpath}"
+        with self.fs.open(path, "wb") as fh:
+            pq.write_table(data, fh)
+        return f"{self.name.rstrip('/')}/{relpath}"
+
+
+def write_partitioned(trial, directory: str, **select) -> List[Tuple[str, int]]:
     """The selected rows (``select``: ``Trial.to_table``'s arguments, ``workers`` among them)
-    into ``directory``, which must be new or empty; returns the files written."""
+    into ``directory`` (a path or URL), which must be new or empty; returns the files written
+    and their numbers of rows."""
     require_pyarrow("Trial.to_parquet")
     import pyarrow.parquet as pq
 
-    directory = os.fspath(directory)
-    if os.path.isdir(directory) and os.listdir(directory):
-        raise FileExistsError(f"{directory} is not empty: give a new or empty directory for the Parquet files "
-                              "(partitions of an earlier export would mix with these)")
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise FileExistsError(f"{directory} is a file: give a directory for the partitioned Parquet files")
-    os.makedirs(directory, exist_ok=True)
+    target = _Directory(os.fspath(directory))
+    target.check_unused()
     workers = select.pop("workers", None)
     workers = trial.workers() if workers is None else [workers] if isinstance(workers, str) else list(workers)
     inner = [c for c in COLUMNS if c not in PARTITIONS]
     written = []
     for worker in workers:
         table = trial.to_table(workers=[worker], **select)
-        if not len(table):
-            continue
         codes, modes = table.texts["mode"]
         for k, mode in enumerate(modes):
             keep = codes == k
-            if not keep.any():
-                continue
-            folder = os.path.join(directory, f"worker={quote(worker, safe='')}", f"mode={mode}")
-            os.makedirs(folder, exist_ok=True)
-            path = os.path.join(folder, _FILE)
-            _write_atomically(arrow_table(_rows(table, keep), inner), path, pq)
-            written.append(path)
+            if keep.any():
+                relpath = f"worker={quote(worker, safe='')}/mode={mode}/{_FILE}"
+                written.append((target.write(arrow_table(_rows(table, keep), inner), relpath, pq), int(keep.sum())))
         del table
     return written

@@ -558,15 +558,16 @@ class Trial:
                    on_error: str = "warn") -> List[str]:
         """The :meth:`to_dataframe` rows as Parquet files in ``directory`` (new or empty),
         partitioned by worker and mode: ``worker=<name>/mode=<MODE>/part-0.parquet``, for
-        DuckDB, Polars or Spark (``read_parquet('DIR/**/*.parquet', hive_partitioning=true)``).
-        Written one worker at a time, so memory holds one worker's rows. Arguments select as
+        DuckDB, Polars or Spark (``read_parquet('DIR/**/*.parquet', hive_partitioning=true)``);
+        a URL (``s3://...``) is written through fsspec. Written one worker at a time, so memory
+        holds one worker's rows. Arguments select as
         for :meth:`to_dataframe`; returns the files written. Needs pyarrow (smdebug-core's
         ``parquet`` extra)."""
         from .parquet import write_partitioned
 
-        return write_partitioned(self, directory, names=names, regex=regex, collection=collection, mode=mode,
-                                 steps=steps, workers=workers, show_incomplete_steps=show_incomplete_steps,
-                                 progress=progress, on_error=on_error)
+        return [path for path, _ in write_partitioned(
+            self, directory, names=names, regex=regex, collection=collection, mode=mode, steps=steps,
+            workers=workers, show_incomplete_steps=show_incomplete_steps, progress=progress, on_error=on_error)]
 
     # ------------------------------------------------------------------ notebooks
     def summary(self) -> Dict[str, object]:
