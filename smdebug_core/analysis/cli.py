@@ -362,6 +362,9 @@ def _compare_parser(sub, run_arg) -> None:
     p.add_argument("--regex", action="append", help="tensors whose name matches (repeatable)")
     p.add_argument("--collection", action="append", help="tensors of a collection (repeatable)")
     p.add_argument("--mode", action="append", help="only this mode (repeatable)")
+    p.add_argument("--worker", action="append",
+                   help="compare this worker of each run: once for all runs, or once per RUN in order "
+                        "(two ranks of one run: RUN RUN --worker worker_0 --worker worker_1)")
     p.add_argument("--diverge", action="store_true",
                    help="print the first divergence (one line starting 'first divergence: step N, tensor NAME'); "
                         "exit 1 when the runs diverge, 0 when they agree")
@@ -406,7 +409,12 @@ def _cmd_compare(args) -> int:
     except ImportError as exc:
         raise _Failure(str(exc), EXIT_USAGE) from None
     trials = [create_trial(run, wait_timeout=args.wait) for run in args.runs]
+    workers = args.worker
+    if workers is not None and len(workers) not in (1, len(trials)):
+        raise _Failure(f"--worker: give it once (for every run) or once per run ({len(trials)}), "
+                       f"not {len(workers)} times", EXIT_USAGE)
     result = compare(trials, args.tensor, regex=args.regex, collection=args.collection, mode=args.mode,
+                     workers=None if workers is None else workers * (len(trials) // len(workers)),
                      rtol=args.rtol, atol=args.atol, full_tensors=not args.scalars_only)
     for line in result.notes():
         print(line)

@@ -8,7 +8,8 @@ differ beyond a tolerance. The ``smdebug compare`` command and ``smdebug.analysi
     result.only_in        # what some runs saved and the others did not
 
 Rows are matched on (mode, mode step, worker, tensor, reduction): runs whose global steps
-differ (one ran an extra evaluation) still line up. The first run is the reference: values
+differ (one ran an extra evaluation) still line up. ``workers=`` compares one worker of each
+run instead (two ranks of one run: ``compare([run, run], workers=["worker_0", "worker_1"])``). The first run is the reference: values
 differ when ``|other - reference| > atol + rtol * |reference|`` (numpy's ``isclose``; two NaN
 agree). Steps are walked in the first run's global order and, within a step, tensors in the
 order the first run wrote them (their records' offsets in the step's event file: the
@@ -132,15 +133,31 @@ def _open(trials):
     return out
 
 
-def run_labels(trials) -> List[str]:
-    """Names for the runs in tables and legends: the run's name, its path where names repeat."""
+def run_labels(trials, workers: Optional[List[str]] = None) -> List[str]:
+    """Names for the runs in tables and legends: the run's name, its path where names repeat
+    (with ``workers``, one per run: ``name:worker`` where names repeat)."""
     names = [t.name for t in trials]
     if len(set(names)) == len(names):
         return names
-    paths = [t.path for t in trials]
-    if len(set(paths)) == len(paths):
-        return paths
+    candidates = [[f"{t.name}:{w}" for t, w in zip(trials, workers)]] if workers else []
+    candidates.append([t.path for t in trials])
+    for labels in candidates:
+        if len(set(labels)) == len(labels):
+            return labels
     return [f"{name}#{i + 1}" for i, name in enumerate(names)]
+
+
+def _one_worker_each(trials, workers) -> Optional[List[str]]:
+    if workers is None:
+        return None
+    workers = [workers] * len(trials) if isinstance(workers, str) else list(workers)
+    if len(workers) != len(trials):
+        raise ValueError(f"workers: give one worker per run ({len(trials)}), or one for all; got {workers!r}")
+    for trial, worker in zip(trials, workers):
+        if worker not in trial.workers():
+            raise ValueError(f"run {trial.name!r} has no worker {worker!r}; its workers: "
+                             f"{', '.join(trial.workers())}")
+    return workers
 
 
 def _selected(trials, names, regex, collection) -> List[List[str]]:
@@ -199,8 +216,9 @@ def _relative(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(both_nan | same_inf, 0.0, np.where(np.isnan(rel), np.inf, rel))
 
 
-def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=None, rtol: float = 1e-5,
-            atol: float = 1e-8, full_tensors: bool = True, progress: Optional[bool] = None) -> Comparison:
+def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=None, workers=None,
+            rtol: float = 1e-5, atol: float = 1e-8, full_tensors: bool = True,
+            progress: Optional[bool] = None) -> Comparison:
     """Compare runs: their shared values side by side and the first divergence.
 
     Args:
@@ -208,6 +226,9 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
         names, regex, collection: the tensors to compare, as for ``Trial.to_dataframe``
             (default: every tensor).
         mode: a mode or list of modes (default: all).
+        workers: None (rows matched by worker name), or one worker per run (or one for
+            all): each run's rows of that worker, matched whatever the names; the frame's
+            ``worker`` column then holds the first run's.
         rtol, atol: the tolerance, as numpy's ``isclose`` with the first run as reference.
         full_tensors: also compare saved full tensors element by element (up to the first
             divergence), not only scalars and saved reductions.
@@ -224,7 +245,8 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
     if not (rtol >= 0 and atol >= 0):
         raise ValueError(f"rtol and atol must be numbers of at least 0, got rtol={rtol!r}, atol={atol!r}")
     trials = _open(trials)
-    labels = run_labels(trials)
+    workers = _one_worker_each(trials, workers)
+    labels = run_labels(trials, workers)
     modes = None
     if mode is not None:
         parsed = {ModeKeys.parse(m) for m in ([mode] if isinstance(mode, (str, int, ModeKeys)) else mode)}
@@ -233,6 +255,8 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
 
     # What only some runs have: tensors, and (mode, mode step) pairs.
     records = [_records(t, sel, modes) for t, sel in zip(trials, chosen)]
+    if workers is not None:  # each run's chosen worker, named as the first run's
+        records = [r[r["worker"] == w].assign(worker=workers[0]) for r, w in zip(records, workers)]
     tensor_sets = [set(sel) for sel in chosen]
     step_sets = [set(zip(r["mode"], r["mode_step"].tolist())) for r in records]
     only_in = {}
@@ -245,9 +269,12 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
     # Scalars and saved reductions, one column per run.
     merged = None
     for i, (t, sel, label) in enumerate(zip(trials, chosen, labels)):
-        table = t.to_table(sel, mode=mode, progress=progress) if sel else None
+        table = t.to_table(sel, mode=mode, progress=progress,
+                           workers=None if workers is None else [workers[i]]) if sel else None
         df = table.to_pandas() if table is not None else pd.DataFrame({k: [] for k in ["step", *_KEY, "value"]})
         df = df.astype({k: str for k in ("mode", "worker", "tensor", "reduction")})
+        if workers is not None:
+            df["worker"] = workers[0]
         df = df.rename(columns={"value": label, "step": f"_step{i}"})
         df[f"_has{i}"] = True  # a saved NaN is a value; a row the run lacks is not
         merged = df if merged is None else merged.merge(df, on=_KEY, how="outer")
@@ -283,7 +310,7 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
     else:
         limit = None
     if full_tensors:
-        found = _first_full_divergence(trials, labels, records, order, merged, limit, rtol, atol, compared)
+        found = _first_full_divergence(trials, labels, records, order, merged, limit, rtol, atol, compared, workers)
         if found is not None:
             divergence = found
     return Comparison(labels, frame, divergence, only_in, rtol, atol, compared)
@@ -293,7 +320,7 @@ def _position(at) -> float:
     return float("inf") if at != at else float(at)  # NaN: the first run did not write it
 
 
-def _first_full_divergence(trials, labels, records, order, merged, limit, rtol, atol, compared):
+def _first_full_divergence(trials, labels, records, order, merged, limit, rtol, atol, compared, workers):
     """The first saved full tensor (not a scalar row) that differs, walking the first run's
     steps and record order up to ``limit`` (the first scalar divergence: (step, position of
     its tensor); the tensor's own value is looked at before its reductions)."""
@@ -315,7 +342,8 @@ def _first_full_divergence(trials, labels, records, order, merged, limit, rtol, 
     for g, at, tensor, mode, ms, worker in walk:
         if limit is not None and (g, at) > limit:
             break
-        arrays = [t.tensor(tensor).value(ms, mode=mode, worker=worker) for t in trials]
+        arrays = [t.tensor(tensor).value(ms, mode=mode, worker=worker if workers is None else workers[i])
+                  for i, t in enumerate(trials)]
         compared["tensors"] += 1
         found = _array_divergence(arrays, rtol, atol)
         if found is not None:
