@@ -12,8 +12,8 @@
 Progress bars appear on a terminal for long reads, nothing otherwise. Exit status: 0 fine,
 2 usage error, 3 the run or what was asked for cannot be read (rules: see ``smdebug rules -h``;
 compare --diverge: 1 when the runs diverge, as ``diff``).
-pandas is not needed (CSV export writes the table itself); plots need matplotlib, parquet
-needs pyarrow: each says how to install it when missing.
+pandas is not needed (CSV export writes the table itself) except by compare; plots need
+matplotlib, parquet needs pyarrow: each says how to install it when missing.
 """
 from __future__ import annotations
 

@@ -104,3 +104,16 @@ def test_nan_and_shapes(tmp_path):
     assert "shapes differ" in div.line() and div.line().startswith("first divergence: step 0, tensor w ")
     with pytest.raises(ValueError, match="two or more runs"):
         compare([a])
+
+
+def test_without_pandas_compare_says_how_to_install_it(tmp_path):
+    import subprocess
+    import sys
+
+    run = write(str(tmp_path / "a"), [(0, TRAIN, 0)], lambda g, w: [("loss", np.asarray(np.float32(1.0)))])
+    code = ("import sys; sys.modules['pandas'] = None\n"
+            "from smdebug.analysis.cli import main\n"
+            f"print('STATUS', main(['compare', {run!r}, {run!r}, '--diverge']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "STATUS 2" in proc.stdout
+    assert "smdebug compare needs pandas, which is not installed: pip install pandas" in proc.stderr
