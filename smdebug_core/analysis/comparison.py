@@ -258,7 +258,10 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
     if workers is not None:  # each run's chosen worker, named as the first run's
         records = [r[r["worker"] == w].assign(worker=workers[0]) for r, w in zip(records, workers)]
     tensor_sets = [set(sel) for sel in chosen]
-    step_sets = [set(zip(r["mode"], r["mode_step"].tolist())) for r in records]
+    step_sets = []
+    for r in records:
+        one_per_step = r.drop_duplicates("step")  # per step, not per record: runs have millions
+        step_sets.append(set(zip(one_per_step["mode"].tolist(), one_per_step["mode_step"].tolist())))
     only_in = {}
     for label, tensors, steps in zip(labels, tensor_sets, step_sets):
         only_tensors = sorted(tensors - set.intersection(*tensor_sets))
