@@ -112,6 +112,8 @@ class Comparison:
         """The divergence line, or a line saying the runs agree (and on how much)."""
         if self.divergence is not None:
             return self.divergence.line()
+        if not self.compared.get("values") and not self.compared.get("tensors"):
+            return f"nothing to compare: {', '.join(self.runs)} have no value in common (the 'only in' lines list theirs)"
         return (f"no divergence: {self.compared.get('values', 0)} scalar values and {self.compared.get('tensors', 0)} "
                 f"full tensors of {', '.join(self.runs)} agree within rtol={self.rtol:g}, atol={self.atol:g}")
 

@@ -106,6 +106,15 @@ def test_nan_and_shapes(tmp_path):
         compare([a])
 
 
+def test_runs_with_nothing_in_common_do_not_agree(tmp_path, capsys):
+    a = write(str(tmp_path / "a"), [(0, TRAIN, 0)], lambda g, w: [("loss", np.asarray(np.float32(1.0)))])
+    b = write(str(tmp_path / "b"), [(0, TRAIN, 0)], lambda g, w: [("acc", np.asarray(np.float32(1.0)))])
+    status, out, _ = cli(capsys, a, b, "--diverge")
+    assert status == 1 and out.splitlines() == [
+        "only in a: 1 tensor: loss", "only in b: 1 tensor: acc",
+        "nothing to compare: a, b have no value in common (the 'only in' lines list theirs)"]
+
+
 def test_without_pandas_compare_says_how_to_install_it(tmp_path):
     import subprocess
     import sys
