@@ -28,6 +28,7 @@ from ..modes import ModeKeys
 __all__ = ["compare", "Comparison", "Divergence", "plot_comparison"]
 
 _KEY = ["mode", "mode_step", "worker", "tensor", "reduction"]
+_RESERVED = {"step", "value", *_KEY, "relative_difference", "differs"}
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,8 @@ def _open(trials):
 def run_labels(trials, workers: Optional[List[str]] = None) -> List[str]:
     """Names for the runs in tables and legends: the run's name, its path where names repeat
     (with ``workers``, one per run: ``name:worker`` where names repeat)."""
-    names = [t.name for t in trials]
+    # A run named like a column of the frame ("step", "value"...) gets a suffix.
+    names = [f"{t.name} (run)" if t.name in _RESERVED else t.name for t in trials]
     if len(set(names)) == len(names):
         return names
     candidates = [[f"{t.name}:{w}" for t, w in zip(trials, workers)]] if workers else []
@@ -170,14 +172,19 @@ def _selected(trials, names, regex, collection) -> List[List[str]]:
     for name in names:
         if not any(t.has_tensor(name) for t in trials):
             trials[0].tensor(name)  # raises TensorUnavailable with close names
+    collections = None if collection is None else [collection] if isinstance(collection, str) else list(collection)
+    for c in collections or ():
+        if isinstance(c, str) and not any(c in t.collections() for t in trials):
+            known = sorted({name for t in trials for name in t.collections()})
+            raise KeyError(f"no collection named {c!r} in any of the runs; known: {', '.join(known) or 'none'}")
     chosen = []
     for t in trials:
         picked = {n for n in names if t.has_tensor(n)}
-        if regex is not None or collection is not None:
-            try:
-                picked.update(t.tensor_names(collection=collection, regex=regex, show_incomplete_steps=True))
-            except KeyError:  # a collection this run does not have
-                pass
+        # Each run's own collections of those named (one run may lack one).
+        own = None if collections is None else [c for c in collections
+                                                if not isinstance(c, str) or c in t.collections()]
+        if regex is not None or own:
+            picked.update(t.tensor_names(collection=own or None, regex=regex, show_incomplete_steps=True))
         chosen.append(sorted(picked))
     return chosen
 

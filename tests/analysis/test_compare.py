@@ -126,3 +126,16 @@ def test_without_pandas_compare_says_how_to_install_it(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "STATUS 2" in proc.stdout
     assert "smdebug compare needs pandas, which is not installed: pip install pandas" in proc.stderr
+
+
+def test_selection_by_collection_and_runs_named_like_columns(tmp_path, capsys):
+    def tensors(g, worker):
+        return [("loss", np.asarray(np.float32(1.0))), ("acc", np.asarray(np.float32(0.5)))]
+
+    step = write(str(tmp_path / "step"), [(0, TRAIN, 0)], tensors)
+    other = write(str(tmp_path / "other"), [(0, TRAIN, 0)], tensors)
+    result = compare([step, other], regex="^loss$")
+    assert result.runs == ["step (run)", "other"] and result.frame["tensor"].tolist() == ["loss"]
+    assert result.frame[["step (run)", "other"]].values.tolist() == [[1.0, 1.0]]
+    status, _, err = cli(capsys, step, other, "--collection", "no_such", "--diverge")
+    assert status == 3 and "no collection named 'no_such' in any of the runs" in err
