@@ -12,8 +12,10 @@ differ (one ran an extra evaluation) still line up. ``workers=`` compares one wo
 run instead (two ranks of one run: ``compare([run, run], workers=["worker_0", "worker_1"])``). The first run is the reference: values
 differ when ``|other - reference| > atol + rtol * |reference|`` (numpy's ``isclose``; two NaN
 agree). Steps are walked in the first run's global order and, within a step, tensors in the
-order the first run wrote them (their records' offsets in the step's event file: the
-recording order, docs/format.md 3.1). Full tensors (weights, gradients) are compared element
+order they were produced: first the parameters (the first run's ``weights`` and ``biases``
+collections: a step saves the values it started from, made by the steps before), then the
+others in the order the first run wrote them (their records' offsets in the step's event
+file, docs/format.md 3.1). Full tensors (weights, gradients) are compared element
 by element too, read one at a time up to the first divergence. Needs pandas.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..exceptions import CorruptCollectionsFile
 from ..modes import ModeKeys
 
 __all__ = ["compare", "Comparison", "Divergence", "plot_comparison"]
@@ -295,6 +298,8 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
     # Walking order: the first run's step, then its records' order in that step.
     first = records[0]
     order = first.groupby(["step", "worker", "tensor"], sort=False)["start"].min().rename("_tensor_at")
+    later = ~order.index.get_level_values("tensor").isin(_parameters(trials[0], first["tensor"].unique()))
+    order = order + np.where(later, _AFTER_PARAMETERS, 0)
     red_order = first.groupby(["step", "worker", "tensor", "reduction"], sort=False)["start"].min().rename("_red_at")
     merged = merged.join(order, on=["step", "worker", "tensor"]).join(red_order, on=["step", "worker", "tensor",
                                                                                         "reduction"])
@@ -326,6 +331,26 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
         if found is not None:
             divergence = found
     return Comparison(labels, frame, divergence, only_in, rtol, atol, compared)
+
+
+#: Added to the record offsets of tensors that are not parameters: they come after them.
+_AFTER_PARAMETERS = float(2 ** 50)
+
+
+def _parameters(trial, names) -> List[str]:
+    """The names among ``names`` in the run's weights and biases collections."""
+    found = []
+    for cname in ("weights", "biases"):
+        coll = trial.collections().get(cname)
+        if coll is None:
+            continue
+        for name in names:
+            try:
+                if coll.matches(name):
+                    found.append(name)
+            except CorruptCollectionsFile:  # a regex of the run refused for safety: none known by it
+                break
+    return found
 
 
 def _position(at) -> float:
