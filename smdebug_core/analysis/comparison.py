@@ -83,7 +83,8 @@ class Comparison:
     ``differs``; rows in walking order. ``divergence``: the first :class:`Divergence`, or
     None. ``only_in``: run label -> ``{"tensors": [...], "steps": [(mode, mode_step)...]}``
     that only some runs have (listed under each run that has them). ``compared``: how many
-    scalar rows and full tensors were compared in every run.
+    scalar rows (``values``) and full tensors (``tensors``) were compared, and how many rows
+    only some runs have at steps and of tensors they share (``unmatched``).
     """
 
     runs: List[str]
@@ -93,6 +94,7 @@ class Comparison:
     rtol: float
     atol: float
     compared: Dict[str, int] = field(default_factory=dict)
+    unmatched_example: str = ""
 
     @property
     def diverged(self) -> bool:
@@ -110,6 +112,10 @@ class Comparison:
                     more = f" (and {len(items) - 8} more)" if len(items) > 8 else ""
                     lines.append(f"only in {run}: {len(items)} {kind[:-1] if len(items) == 1 else kind}: "
                                  f"{', '.join(shown[:8])}{more}")
+        unmatched = self.compared.get("unmatched", 0)
+        if unmatched:
+            lines.append(f"not compared: {unmatched} values that only some runs saved at steps they share, "
+                         f"as {self.unmatched_example} (saved at other intervals, or other reductions)")
         return lines
 
     def verdict(self) -> str:
@@ -315,6 +321,13 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
     merged["differs"] = complete & ~close
     frame = merged[["step", *_KEY, *labels, "relative_difference", "differs"]]
     compared = {"values": int(complete.sum()), "tensors": 0}
+    # Rows some runs lack although they share the tensor and the step (saved at other intervals).
+    shared_tensors, shared_steps = set.intersection(*tensor_sets), set.intersection(*step_sets)
+    gaps = frame[~complete]
+    gaps = gaps[gaps["tensor"].isin(shared_tensors)]
+    gaps = gaps[[pair in shared_steps for pair in zip(gaps["mode"].tolist(), gaps["mode_step"].tolist())]]
+    compared["unmatched"] = len(gaps)
+    example = f"{gaps['tensor'].iloc[0]} at step {int(gaps['step'].iloc[0])}" if len(gaps) else ""
 
     divergence = None
     hits = np.flatnonzero(frame["differs"].to_numpy())
@@ -330,7 +343,7 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
         found = _first_full_divergence(trials, labels, records, order, merged, limit, rtol, atol, compared, workers)
         if found is not None:
             divergence = found
-    return Comparison(labels, frame, divergence, only_in, rtol, atol, compared)
+    return Comparison(labels, frame, divergence, only_in, rtol, atol, compared, example)
 
 
 #: Added to the record offsets of tensors that are not parameters: they come after them.

@@ -50,7 +50,7 @@ def test_two_ranks_of_one_run(tmp_path, capsys):
     assert div.values == {"ddp:worker_0": 0.25, "ddp:worker_1": 0.75}
     assert div.relative_difference == pytest.approx(0.5 / 0.75)
     # Full tensors up to the divergence: w at steps 0 to 3 (written before the loss).
-    assert result.compared == {"values": 12, "tensors": 4}
+    assert result.compared == {"values": 12, "tensors": 4, "unmatched": 0}
     # Matched by worker name, the same run agrees with itself.
     assert compare([run, run]).divergence is None
 
@@ -139,3 +139,24 @@ def test_selection_by_collection_and_runs_named_like_columns(tmp_path, capsys):
     assert result.frame[["step (run)", "other"]].values.tolist() == [[1.0, 1.0]]
     status, _, err = cli(capsys, step, other, "--collection", "no_such", "--diverge")
     assert status == 3 and "no collection named 'no_such' in any of the runs" in err
+
+
+def test_values_saved_at_other_intervals_are_counted_and_named(tmp_path, capsys):
+    # Both runs save the loss every step; b saves the weight's norm every other step only.
+    def tensors_of(every):
+        def tensors(g, worker):
+            out = [("loss", np.asarray(np.float32(1.0)))]
+            if g % every == 0:
+                out.append(("smdebug/reductions/l2/w", np.asarray(np.float64(g))))
+            return out
+        return tensors
+
+    steps = [(g, TRAIN, g) for g in range(4)]
+    a = write(str(tmp_path / "a"), steps, tensors_of(1))
+    b = write(str(tmp_path / "b"), steps, tensors_of(2))
+    result = compare([a, b])
+    assert result.only_in == {} and result.compared["unmatched"] == 2 and result.compared["values"] == 6
+    status, out, _ = cli(capsys, a, b, "--diverge")
+    assert status == 0 and out.splitlines()[0] == (
+        "not compared: 2 values that only some runs saved at steps they share, as w at step 1 "
+        "(saved at other intervals, or other reductions)")
