@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="the file (its suffix says the format), or with --format parquet a new or empty directory")
     p.add_argument("--format", choices=("csv", "parquet"),
                    help="parquet: a directory of Parquet files partitioned by worker and mode "
-                        "(worker=W/mode=M/part-0.parquet), written one worker at a time; csv: one CSV file")
+                        "(worker=W/mode=M/part-0.parquet), a group of workers at a time; csv: one CSV file")
     p.add_argument("--tensor", action="append", help="a tensor name (repeatable; default: all tensors)")
     p.add_argument("--regex", action="append", help="tensors whose name matches (repeatable)")
     p.add_argument("--collection", action="append", help="tensors of a collection (repeatable)")

@@ -174,3 +174,18 @@ def test_to_parquet_on_s3(three_workers, tmp_path, monkeypatch, capsys):
                                                "(worker=W/mode=M/part-0.parquet)")
     finally:
         endpoint.stop()
+
+
+@pytest.mark.parametrize("chunk_records", [1, 100, 10**9])
+def test_workers_read_in_groups_give_the_same_files(three_workers, tmp_path, chunk_records):
+    """One worker a read (1), two then one (100: each worker has 48 records), all at once."""
+    from smdebug.analysis.trials.parquet import _worker_chunks, write_partitioned
+
+    trial = create_trial(three_workers)
+    expected = {1: [["worker_0"], ["worker_1"], ["worker_2"]], 100: [["worker_0", "worker_1"], ["worker_2"]],
+                10**9: [list(WORKERS)]}[chunk_records]
+    assert _worker_chunks(trial, list(WORKERS), chunk_records) == expected
+    out = tmp_path / "export"
+    written = write_partitioned(trial, str(out), chunk_records=chunk_records, mode=None)
+    assert [count for _, count in written] == [32, 16] * 3  # TRAIN 8 steps, EVAL 4, 4 rows each
+    pd.testing.assert_frame_equal(as_plain(read_back(out)), as_plain(trial.to_dataframe()), check_dtype=False)

@@ -5,8 +5,9 @@ without smdebug (``Trial.to_parquet``, ``smdebug export RUN --format parquet -o 
 The directory is Hive-partitioned: ``worker=<name>/mode=<MODE>/part-0.parquet``, the worker
 URL-quoted (TensorFlow device names hold ``/``). The files hold the other columns (``step``,
 ``mode_step``, ``tensor``, ``reduction``, ``value``); readers take ``worker`` and ``mode`` from
-the paths (DuckDB ``hive_partitioning``, Polars ``hive_partitioning=True``). It is written one
-worker at a time: memory holds one worker's rows, never the whole run's. A URL
+the paths (DuckDB ``hive_partitioning``, Polars ``hive_partitioning=True``). It is written a
+group of workers at a time (about :data:`CHUNK_RECORDS` records, one worker at least): memory
+holds that group's rows, never the whole run's. A URL
 (``s3://bucket/prefix``) is written through fsspec, as runs are read (the ``s3`` extra).
 """
 from __future__ import annotations
@@ -21,6 +22,9 @@ from .table import COLUMNS, Table
 
 #: The Hive partition columns, outermost first.
 PARTITIONS = ("worker", "mode")
+#: Records read into memory at a time (about 40 bytes a row in the table): workers are
+#: exported in groups of about this many, one worker at least.
+CHUNK_RECORDS = 4_000_000
 _FILE = "part-0.parquet"
 
 
@@ -104,10 +108,42 @@ class _Directory:
         return f"{self.name.rstrip('/')}/{relpath}"
 
 
-def write_partitioned(trial, directory: str, **select) -> List[Tuple[str, int]]:
+def _worker_chunks(trial, workers: List[str], chunk_records: int) -> List[List[str]]:
+    """``workers`` in groups whose records (an upper bound of their rows) stay under
+    ``chunk_records`` where they can: one table read per group instead of per worker."""
+    log = trial._index.log
+    per_worker = np.bincount(log.arrays()["worker"], minlength=len(log.workers.items))
+    records = {name: int(per_worker[i]) for i, name in enumerate(log.workers.items)}
+    chunks: List[List[str]] = []
+    size = 0
+    for worker in workers:
+        n = records.get(worker, 0)
+        if not chunks or size + n > chunk_records:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(worker)
+        size += n
+    return chunks
+
+
+def _groups(table: Table):
+    """``(worker, mode, rows)`` of the table: rows in the table's order within each group."""
+    w_codes, w_names = table.texts["worker"]
+    m_codes, m_names = table.texts["mode"]
+    order = np.lexsort((m_codes, w_codes))  # stable: each group keeps tensor, reduction, step order
+    key = w_codes[order].astype(np.int64) * len(m_names) + m_codes[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], len(key)]
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        rows = order[start:end]
+        yield w_names[w_codes[rows[0]]], m_names[m_codes[rows[0]]], rows
+
+
+def write_partitioned(trial, directory: str, chunk_records: int = CHUNK_RECORDS, **select) -> List[Tuple[str, int]]:
     """The selected rows (``select``: ``Trial.to_table``'s arguments, ``workers`` among them)
     into ``directory`` (a path or URL), which must be new or empty; returns the files written
-    and their numbers of rows."""
+    and their numbers of rows. Workers are read in groups of about ``chunk_records`` records
+    (one worker at least): that bounds the memory used."""
     require_pyarrow("Trial.to_parquet")
     import pyarrow.parquet as pq
 
@@ -117,13 +153,10 @@ def write_partitioned(trial, directory: str, **select) -> List[Tuple[str, int]]:
     workers = trial.workers() if workers is None else [workers] if isinstance(workers, str) else list(workers)
     inner = [c for c in COLUMNS if c not in PARTITIONS]
     written = []
-    for worker in workers:
-        table = trial.to_table(workers=[worker], **select)
-        codes, modes = table.texts["mode"]
-        for k, mode in enumerate(modes):
-            keep = codes == k
-            if keep.any():
-                relpath = f"worker={quote(worker, safe='')}/mode={mode}/{_FILE}"
-                written.append((target.write(arrow_table(_rows(table, keep), inner), relpath, pq), int(keep.sum())))
+    for chunk in _worker_chunks(trial, workers, chunk_records):
+        table = trial.to_table(workers=chunk, **select)
+        for worker, mode, rows in _groups(table):
+            relpath = f"worker={quote(worker, safe='')}/mode={mode}/{_FILE}"
+            written.append((target.write(arrow_table(_rows(table, rows), inner), relpath, pq), len(rows)))
         del table
     return written

@@ -559,8 +559,8 @@ class Trial:
         """The :meth:`to_dataframe` rows as Parquet files in ``directory`` (new or empty),
         partitioned by worker and mode: ``worker=<name>/mode=<MODE>/part-0.parquet``, for
         DuckDB, Polars or Spark (``read_parquet('DIR/**/*.parquet', hive_partitioning=true)``);
-        a URL (``s3://...``) is written through fsspec. Written one worker at a time, so memory
-        holds one worker's rows. Arguments select as
+        a URL (``s3://...``) is written through fsspec. Read and written a group of workers at a
+        time (about 4 million records, one worker at least), so memory holds that group's rows. Arguments select as
         for :meth:`to_dataframe`; returns the files written. Needs pyarrow (smdebug-core's
         ``parquet`` extra)."""
         from .parquet import write_partitioned
