@@ -4,13 +4,16 @@
     smdebug show RUN TENSOR [--step N] [--mode M]
     smdebug plot RUN [TENSOR...] [--regex R] -o curves.png [--reduction l2] [--hist --step N]
     smdebug export RUN -o values.csv|values.parquet [--tensor T] [--regex R] [--mode M]
+    smdebug export RUN --format parquet -o DIR   partitioned by worker and mode (DuckDB, Polars, Spark)
+    smdebug compare RUN_A RUN_B [RUN...] [--diverge [--rtol R --atol A]] [-o overlay.png]
     smdebug rules RUN ...                       the built-in rules (also ``smdebug-rules``)
     smdebug --version
 
 Progress bars appear on a terminal for long reads, nothing otherwise. Exit status: 0 fine,
-2 usage error, 3 the run or what was asked for cannot be read (rules: see ``smdebug rules -h``).
-pandas is not needed (CSV export writes the table itself); plots need matplotlib, parquet
-needs pyarrow: each says how to install it when missing.
+2 usage error, 3 the run or what was asked for cannot be read (rules: see ``smdebug rules -h``;
+compare --diverge: 1 when the runs diverge, as ``diff``).
+pandas is not needed (CSV export writes the table itself) except by compare; plots need
+matplotlib, parquet needs pyarrow: each says how to install it when missing.
 """
 from __future__ import annotations
 
@@ -78,11 +81,17 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="scalars and saved reductions as a long table (CSV or parquet)")
     run_arg(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE.csv|FILE.parquet")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.csv|FILE.parquet|DIR",
+                   help="the file (its suffix says the format), or with --format parquet a new or empty directory")
+    p.add_argument("--format", choices=("csv", "parquet"),
+                   help="parquet: a directory of Parquet files partitioned by worker and mode "
+                        "(worker=W/mode=M/part-0.parquet), a group of workers at a time; csv: one CSV file")
     p.add_argument("--tensor", action="append", help="a tensor name (repeatable; default: all tensors)")
     p.add_argument("--regex", action="append", help="tensors whose name matches (repeatable)")
     p.add_argument("--collection", action="append", help="tensors of a collection (repeatable)")
     p.add_argument("--mode", action="append", help="only this mode (repeatable)")
+
+    _compare_parser(sub, run_arg)
 
     p = sub.add_parser("rules", help="run the built-in rules (the smdebug-rules command)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
@@ -280,47 +289,174 @@ def _has_value(tensor, step, mode) -> bool:
 
 
 def _cmd_export(args) -> int:
+    from .trials.parquet import require_pyarrow
+
     out = args.output
     lower = out.lower()
-    if not (lower.endswith(".csv") or lower.endswith(".parquet")):
-        raise _Failure(f"-o {out}: give a file name ending in .csv or .parquet", EXIT_USAGE)
-    if lower.endswith(".parquet"):
+    fmt = args.format or ("csv" if lower.endswith(".csv") else "parquet file" if lower.endswith(".parquet") else None)
+    if fmt is None:
+        raise _Failure(f"-o {out}: give a file name ending in .csv or .parquet, or --format parquet for a directory "
+                       "partitioned by worker and mode", EXIT_USAGE)
+    if fmt != "csv":
         try:
-            import pyarrow  # noqa: F401 - only whether it is installed
-        except ImportError:
-            raise _Failure("parquet export needs pyarrow, which is not installed: pip install pyarrow "
-                           "(or export to .csv)", EXIT_USAGE) from None
+            require_pyarrow("parquet export")
+        except ImportError as exc:
+            raise _Failure(f"{exc} (or export to .csv)", EXIT_USAGE) from None
+    from ..storage.remote import is_url
+
+    local = not is_url(out)
+    if fmt == "parquet" and local and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise _Failure(f"-o {out}: give a new or empty directory for the partitioned Parquet files", EXIT_USAGE)
     trial = _open(args)
     names = args.tensor
-    table = trial.to_table(names, regex=args.regex, collection=args.collection, mode=args.mode)
-    if not len(table):
+    if fmt == "parquet":
+        made = local and not os.path.exists(out)
+        from .trials.parquet import write_partitioned
+
+        files = write_partitioned(trial, out, names=names, regex=args.regex, collection=args.collection,
+                                  mode=args.mode)
+        if not files and made:
+            os.rmdir(out)
+        rows = sum(count for _, count in files)
+    else:
+        table = trial.to_table(names, regex=args.regex, collection=args.collection, mode=args.mode)
+        rows = len(table)
+    if not rows:
         chosen = ", ".join(names) if names else "the selected tensors"
         raise _Failure(f"nothing to export: {chosen} saved no scalar values or reductions{_mode_clause(args)} "
                        "(export writes one number a row; see a full tensor with: smdebug show RUN TENSOR --step N); "
                        f"{out} was not written", EXIT_USAGE)
     from .trials.table import COLUMNS
 
-    if lower.endswith(".csv"):
+    if fmt == "csv":
         with open(out, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(COLUMNS)
             # repr of a float is the shortest text that reads back as the same float64.
             writer.writerows((*row[:6], repr(row[6])) for row in table.rows())
-    else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    elif fmt == "parquet file":
+        from .trials.parquet import write_file
 
-        columns = {name: (table.numbers[name] if name in table.numbers else
-                          pa.DictionaryArray.from_arrays(pa.array(table.texts[name][0], pa.int32()),
-                                                         pa.array(table.texts[name][1], pa.string())))
-                   for name in COLUMNS}
-        pq.write_table(pa.table(columns), out)
-    print(f"wrote {len(table)} rows to {out}")
+        write_file(table, out)
+    if fmt == "parquet":
+        print(f"wrote {rows} rows to {out} in {len(files)} files (worker=W/mode=M/part-0.parquet)")
+    else:
+        print(f"wrote {rows} rows to {out}")
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------- smdebug compare
+EXIT_DIVERGED = 1
+_SHOWN_COMPARED = 40
+
+
+def _compare_parser(sub, run_arg) -> None:
+    p = sub.add_parser("compare", help="the same tensors of several runs: overlaid (-o), or the first divergence",
+                       description="Compare runs (the first is the reference): a table of how far each tensor "
+                                   "differs, an overlay plot (-o), or with --diverge the first (step, tensor) "
+                                   "where they differ beyond the tolerance (exit 1, as diff; 0 when they agree).")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="two or more run directories (hooks' out_dir)")
+    p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                   help="seconds to wait for a run that has not written its collections file yet (default 0)")
+    p.add_argument("--tensor", action="append", help="a tensor name (repeatable; default: all tensors)")
+    p.add_argument("--regex", action="append", help="tensors whose name matches (repeatable)")
+    p.add_argument("--collection", action="append", help="tensors of a collection (repeatable)")
+    p.add_argument("--mode", action="append", help="only this mode (repeatable)")
+    p.add_argument("--worker", action="append",
+                   help="compare this worker of each run: once for all runs, or once per RUN in order "
+                        "(two ranks of one run: RUN RUN --worker worker_0 --worker worker_1)")
+    p.add_argument("--diverge", action="store_true",
+                   help="print the first divergence (one line starting 'first divergence: step N, tensor NAME'); "
+                        "exit 1 when the runs diverge, 0 when they agree")
+    p.add_argument("--rtol", type=_tolerance, default=1e-5, help="relative tolerance (default 1e-5)")
+    p.add_argument("--atol", type=_tolerance, default=1e-8, help="absolute tolerance (default 1e-8)")
+    p.add_argument("--scalars-only", action="store_true",
+                   help="compare scalars and saved reductions only, not saved full tensors element by element")
+    p.add_argument("-o", "--output", metavar="FILE.png",
+                   help="draw the runs' values over the steps, one colour per run, one panel per tensor")
+    p.add_argument("--reduction", help="with -o: draw this saved reduction (l2, max...) instead of the values")
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {text!r}")
+    return value
+
+
+def _cmd_compare(args) -> int:
+    from .trials import create_trial
+
+    if len(args.runs) < 2:
+        raise _Failure("give two or more runs to compare", EXIT_USAGE)
+    if args.output:
+        if not args.output.lower().endswith(".png"):
+            raise _Failure(f"-o {args.output}: give a .png file name", EXIT_USAGE)
+        try:
+            import matplotlib
+        except ImportError:
+            raise _Failure("smdebug compare -o needs matplotlib, which is not installed: pip install \".[plot]\"",
+                           EXIT_USAGE) from None
+        matplotlib.use("Agg")  # files only: no display needed
+    try:
+        from .comparison import compare
+        from .trials.table import require_pandas
+
+        require_pandas("smdebug compare")
+    except ImportError as exc:
+        raise _Failure(str(exc), EXIT_USAGE) from None
+    trials = [create_trial(run, wait_timeout=args.wait) for run in args.runs]
+    workers = args.worker
+    if workers is not None and len(workers) not in (1, len(trials)):
+        raise _Failure(f"--worker: give it once (for every run) or once per run ({len(trials)}), "
+                       f"not {len(workers)} times", EXIT_USAGE)
+    result = compare(trials, args.tensor, regex=args.regex, collection=args.collection, mode=args.mode,
+                     workers=None if workers is None else workers * (len(trials) // len(workers)),
+                     rtol=args.rtol, atol=args.atol, full_tensors=not args.scalars_only)
+    for line in result.notes():
+        print(line)
+    if args.output:
+        from .comparison import plot_comparison
+
+        fig = plot_comparison(result, args.tensor, reduction=args.reduction)
+        fig.savefig(args.output, dpi=100)
+        print(f"wrote {args.output}")
+    elif not args.diverge:
+        print(_compare_table(result))
+    if args.diverge:
+        print(result.verdict())
+        if not result.compared.get("values") and not result.compared.get("tensors"):
+            return EXIT_DIVERGED  # runs that share nothing do not agree
+        return EXIT_DIVERGED if result.diverged else EXIT_OK
+    return EXIT_OK
+
+
+def _compare_table(result) -> str:
+    """Per tensor and reduction: rows compared, the largest relative difference, the first
+    step beyond the tolerance."""
+    frame = result.frame
+    common = frame[frame["relative_difference"].notna()]
+    if not len(common):
+        return "the runs have no scalar value or saved reduction in common (--diverge compares full tensors too)"
+    rows = []
+    for (tensor, reduction), part in common.groupby(["tensor", "reduction"], sort=False):
+        differs = part[part["differs"]]
+        rows.append([tensor, reduction or "-", str(len(part)), f"{part['relative_difference'].max():.3g}",
+                     str(int(differs["step"].iloc[0])) if len(differs) else "-"])
+    rows.sort(key=lambda r: (r[4] == "-", int(r[4]) if r[4] != "-" else 0))
+    text = _table(["tensor", "reduction", "steps", "max rel diff", "first step beyond tol"], rows[:_SHOWN_COMPARED])
+    if len(rows) > _SHOWN_COMPARED:
+        text += f"\n... and {len(rows) - _SHOWN_COMPARED} more (smdebug.analysis.compare gives the whole table)"
+    return text
+
+
 def _mode_clause(args) -> str:
-    return f" in mode {args.mode.upper()}" if getattr(args, "mode", None) else ""
+    modes = getattr(args, "mode", None) or []
+    modes = [modes] if isinstance(modes, str) else modes  # export's --mode is repeatable
+    return f" in mode {', '.join(m.upper() for m in modes)}" if modes else ""
 
 
 def _as_options(message: str) -> str:
@@ -366,7 +502,8 @@ def _main(argv: List[str]) -> int:
         return EXIT_USAGE
     from ..exceptions import SMDebugError
 
-    command = {"ls": _cmd_ls, "show": _cmd_show, "plot": _cmd_plot, "export": _cmd_export}[args.command]
+    command = {"ls": _cmd_ls, "show": _cmd_show, "plot": _cmd_plot, "export": _cmd_export,
+               "compare": _cmd_compare}[args.command]
     try:
         return command(args)
     except _Failure as exc:

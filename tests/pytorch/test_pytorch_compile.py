@@ -50,6 +50,12 @@ def test_compiled_model_saves_what_eager_saves(tmp_path, caplog, compile_how):
         for step in eager.steps():
             np.testing.assert_allclose(compiled.tensor(name).value(step), eager.tensor(name).value(step),
                                        rtol=1e-5, atol=1e-6, err_msg=f"{name} step {step}")
+    # smdebug compare's answer for the same two runs (README "Comparing runs").
+    from smdebug.analysis import compare
+
+    result = compare([eager, compiled], rtol=1e-5, atol=1e-6)
+    assert result.divergence is None and result.compared["tensors"] == 3 * (len(expected) - 1)
+    assert result.only_in == {"eager": {"tensors": ["fc1_output_0"], "steps": []}}
     warnings = [r.getMessage() for r in caplog.records if "torch.compile" in r.getMessage()]
     assert len(warnings) == 1 and "fc1" in warnings[0]
 

@@ -2,6 +2,7 @@
 writes: each shell line runs as written (the run's path aside) and each Python line runs."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -36,6 +37,9 @@ def cnn_run(tmp_path_factory):
     done = subprocess.run([sys.executable, os.path.join(REPO, "examples", "pytorch", "train_cnn.py"), "--out-dir", out],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
+    # "Comparing runs" runs the example again into /tmp/cnn_run_b; with the same seeds it
+    # saves the same values (test_pytorch_compare.py checks that on its own runs): a copy.
+    shutil.copytree(out, out + "_b")
     return out
 
 
@@ -51,7 +55,8 @@ def test_looking_at_a_run_shell_commands(cnn_run, tmp_path):
         # `smdebug rules` exits 1 when a rule fires; every other line must succeed.
         allowed = (0, 1) if argv[1:2] == ["rules"] else (0,)
         assert done.returncode in allowed, f"{command}\n{done.stderr[-2000:]}"
-    for made in ("loss_and_grads.png", "hist.png", "grads.png", "values.csv"):
+    for made in ("loss_and_grads.png", "hist.png", "grads.png", "values.csv", "compare.png",
+                 "cnn_parquet/worker=worker_0/mode=TRAIN/part-0.parquet"):
         assert os.path.getsize(tmp_path / made) > 0, made
 
 

@@ -556,6 +556,22 @@ class Trial:
                              show_incomplete_steps=show_incomplete_steps, progress=progress,
                              on_error=on_error).to_pandas()
 
+    def to_parquet(self, directory, names=None, *, regex=None, collection=None, mode=None, steps=None,
+                   workers=None, show_incomplete_steps: bool = False, progress: Optional[bool] = None,
+                   on_error: str = "warn") -> List[str]:
+        """The :meth:`to_dataframe` rows as Parquet files in ``directory`` (new or empty),
+        partitioned by worker and mode: ``worker=<name>/mode=<MODE>/part-0.parquet``, for
+        DuckDB, Polars or Spark (``read_parquet('DIR/**/*.parquet', hive_partitioning=true)``);
+        a URL (``s3://...``) is written through fsspec. Read and written a group of workers at a
+        time (about 4 million records, one worker at least), so memory holds that group's rows. Arguments select as
+        for :meth:`to_dataframe`; returns the files written. Needs pyarrow (smdebug-core's
+        ``parquet`` extra)."""
+        from .parquet import write_partitioned
+
+        return [path for path, _ in write_partitioned(
+            self, directory, names=names, regex=regex, collection=collection, mode=mode, steps=steps,
+            workers=workers, show_incomplete_steps=show_incomplete_steps, progress=progress, on_error=on_error)]
+
     # ------------------------------------------------------------------ notebooks
     def summary(self) -> Dict[str, object]:
         """What the run holds, for people: path, state, workers, modes with their step
