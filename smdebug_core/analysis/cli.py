@@ -4,6 +4,7 @@
     smdebug show RUN TENSOR [--step N] [--mode M]
     smdebug plot RUN [TENSOR...] [--regex R] -o curves.png [--reduction l2] [--hist --step N]
     smdebug export RUN -o values.csv|values.parquet [--tensor T] [--regex R] [--mode M]
+    smdebug report RUN [-o report.html] [--reduction l2] [--smooth W] [--no-rules]
     smdebug rules RUN ...                       the built-in rules (also ``smdebug-rules``)
     smdebug --version
 
@@ -83,6 +84,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--regex", action="append", help="tensors whose name matches (repeatable)")
     p.add_argument("--collection", action="append", help="tensors of a collection (repeatable)")
     p.add_argument("--mode", action="append", help="only this mode (repeatable)")
+
+    p = sub.add_parser("report", help="one self-contained HTML file showing the whole run")
+    run_arg(p)
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE.html",
+                   help="where to write it (default report.html)")
+    p.add_argument("--reduction", default="l2",
+                   help="what the per-layer heatmaps show: l2 (default), abs_max, mean... (saved, or computed "
+                        "from saved full values)")
+    p.add_argument("--smooth", type=float, default=0.6, metavar="W",
+                   help="curves: exponential moving average weight in [0, 1) (default 0.6; 0: none)")
+    p.add_argument("--no-rules", action="store_true", help="do not run the default rules (no findings)")
 
     p = sub.add_parser("rules", help="run the built-in rules (the smdebug-rules command)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
@@ -319,6 +331,30 @@ def _cmd_export(args) -> int:
     return EXIT_OK
 
 
+def _cmd_report(args) -> int:
+    try:
+        import matplotlib  # noqa: F401 - only whether it is installed
+    except ImportError:
+        raise _Failure("smdebug report needs matplotlib, which is not installed: pip install matplotlib "
+                       "(smdebug-core's 'plot' extra)", EXIT_USAGE) from None
+    from .report import write_report
+    from .trials.computed import parse_reductions
+
+    if not args.output.lower().endswith((".html", ".htm")):
+        raise _Failure(f"-o {args.output}: give a .html file name", EXIT_USAGE)
+    if not 0 <= args.smooth < 1:
+        raise _Failure(f"--smooth {args.smooth:g}: give a weight from 0 (no smoothing) to below 1", EXIT_USAGE)
+    try:
+        parse_reductions([args.reduction])
+    except ValueError as exc:
+        raise _Failure(f"--reduction: {exc}", EXIT_USAGE) from None
+    trial = _open(args)
+    write_report(trial, args.output, reduction=args.reduction, smoothing=args.smooth, rules=not args.no_rules)
+    size = os.path.getsize(args.output)
+    print(f"wrote {args.output} ({size / 1e6:.1f} MB)")
+    return EXIT_OK
+
+
 def _mode_clause(args) -> str:
     return f" in mode {args.mode.upper()}" if getattr(args, "mode", None) else ""
 
@@ -366,7 +402,8 @@ def _main(argv: List[str]) -> int:
         return EXIT_USAGE
     from ..exceptions import SMDebugError
 
-    command = {"ls": _cmd_ls, "show": _cmd_show, "plot": _cmd_plot, "export": _cmd_export}[args.command]
+    command = {"ls": _cmd_ls, "show": _cmd_show, "plot": _cmd_plot, "export": _cmd_export,
+               "report": _cmd_report}[args.command]
     try:
         return command(args)
     except _Failure as exc:

@@ -29,7 +29,8 @@ from .opening import check_run_path, collection_workers, list_collection_files, 
 from .run_index import RunIndex
 from .steps import StepState
 from .storage import open_storage
-from .table import require_pandas
+from .computed import computed_table, parse_reductions
+from .table import Table, require_pandas
 from .tensor import Tensor
 
 __all__ = ["Trial", "create_trial", "LocalTrial", "StepState"]
@@ -483,9 +484,10 @@ class Trial:
 
     def to_table(self, names=None, *, regex=None, collection=None, mode=None, steps=None, workers=None,
                  show_incomplete_steps: bool = False, progress: Optional[bool] = None,
-                 on_error: str = "warn"):
+                 on_error: str = "warn", reductions=None):
         """Every scalar value and every saved reduction of the selected tensors, in columns,
         without pandas: a :class:`smdebug.analysis.trials.table.Table` (see :meth:`to_dataframe`)."""
+        keys = parse_reductions(reductions) if reductions is not None else None
         if on_error not in ("warn", "raise"):
             raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
         modes = None
@@ -507,15 +509,19 @@ class Trial:
         gc.disable()
         try:
             rows = collect(self._index.log, self._steps, selected, modes, steps, workers, show_incomplete_steps)
-            return read_rows(rows, self._reader, self._steps, self.stats, self.progress if progress is None else progress,
-                             on_error)
+            progress = self.progress if progress is None else progress
+            table = read_rows(rows, self._reader, self._steps, self.stats, progress, on_error)
+            if keys:
+                table = Table.concat(table, computed_table(self, selected, keys, modes, steps, workers,
+                                                           show_incomplete_steps, table, progress))
+            return table
         finally:
             if gc_was_enabled:
                 gc.enable()
 
     def to_dataframe(self, names=None, *, regex=None, collection=None, mode=None, steps=None, workers=None,
                      show_incomplete_steps: bool = False, progress: Optional[bool] = None,
-                     on_error: str = "warn"):
+                     on_error: str = "warn", reductions=None):
         """The run's scalars and saved reductions as a long pandas DataFrame.
 
         One row per value, columns ``step`` (global step), ``mode`` (``"TRAIN"``...),
@@ -540,10 +546,12 @@ class Trial:
             on_error: ``"warn"`` (default): a value that cannot be read (a damaged
               record, a missing event file) is left out, with one warning for all of
               them; ``"raise"``: the first such error is raised.
+            reductions: reduction names (``["l2", "abs_max"]``) to compute from the saved
+              full values of tensors that did not save them at that step (a row each,
+              equal to ``reduction_value(...)``); without it only saved reductions are rows.
 
         A tensor's raw value is a row only when it holds one real number (bool, int or
-        float; complex, string and larger tensors are left out); reductions computed on
-        the fly by ``reduction_value`` are not included, only saved ones. Each row equals
+        float; complex, string and larger tensors are left out). Each row equals
         ``float(tensor.value(step, mode, worker))`` or ``reduction_value(...)``. Event files
         are read once each and their records decoded together (smdebug.analysis.trials.bulk).
         Needs pandas (smdebug-core's ``analysis`` extra); :meth:`to_table` does not.
@@ -551,7 +559,7 @@ class Trial:
         require_pandas("Trial.to_dataframe")
         return self.to_table(names, regex=regex, collection=collection, mode=mode, steps=steps, workers=workers,
                              show_incomplete_steps=show_incomplete_steps, progress=progress,
-                             on_error=on_error).to_pandas()
+                             on_error=on_error, reductions=reductions).to_pandas()
 
     # ------------------------------------------------------------------ notebooks
     def summary(self) -> Dict[str, object]:

@@ -1,0 +1,194 @@
+"""``smdebug report``: the HTML file of a run (numpy-hook runs here; tests/pytorch, tests/tensorflow
+and tests/xgboost make it from real framework runs), the shared heatmap code, and computed
+reductions of saved full values."""
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+
+import smdebug as smd
+from smdebug.analysis.cli import main
+from smdebug.analysis.heatmaps import bin_series, natural_sorted, smooth
+from smdebug.storage.format.layout import END_OF_JOB_FILE
+from smdebug.trials import create_trial
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "support"))
+from report_checks import assert_not_blank, check_report, render, section
+
+
+def write_mixed_run(out_dir, steps=60, layers=12, end=True, flight=False):
+    """A run whose tensors are saved at different intervals: loss and gradient norms at every
+    step, weights whole every 7 steps, ``update/`` norms every 3; TRAIN then EVAL."""
+    rng = np.random.default_rng(1)
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["weights", "losses", "grads", "updates"],
+                    flight_recorder=smd.FlightRecorder(steps=3, collections="losses") if flight else None)
+    hook.get_collection("weights").save_config = smd.SaveConfig(save_interval=7)
+    grads = hook.get_collection("grads")
+    grads.include("^gradient/")
+    grads.reduction_config = smd.ReductionConfig(norms=["l2"], abs_reductions=["max"])
+    updates = hook.get_collection("updates")
+    updates.include("^update/")
+    updates.reduction_config = smd.ReductionConfig(norms=["l2"])
+    updates.save_config = smd.SaveConfig(save_interval=3)
+    for step in range(steps):
+        hook.set_mode(smd.modes.TRAIN if step < 5 * steps // 6 else smd.modes.EVAL)
+        hook.begin_step()
+        for layer in range(layers):
+            scale = 10.0 ** (-layer / 3)  # spans decades: a log colour scale
+            hook.save_tensor(f"Net_layers.{layer}.weight", (rng.standard_normal((8, 4)) * (1 + step / 30))
+                             .astype(np.float32), "weights")
+            hook.save_tensor(f"gradient/Net_layers.{layer}.weight",
+                             (rng.standard_normal((8, 4)) * scale).astype(np.float32), "grads")
+            # (not named ...weight: the weights collection would save these whole too)
+            hook.save_tensor(f"update/Net_layers.{layer}.kernel",
+                             (rng.standard_normal((8, 4)) * 1e-3).astype(np.float32), "updates")
+        loss = np.float32(2.0 / (1 + step)) if not (flight and step == steps - 5) else np.float32("nan")
+        hook.save_tensor("loss", loss, "losses")
+    hook.close()
+    if not end:  # as a run still training looks: everything written but the end marker
+        os.remove(os.path.join(out_dir, END_OF_JOB_FILE))
+    return out_dir
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    return write_mixed_run(str(tmp_path_factory.mktemp("report") / "run"))
+
+
+def test_natural_sort_and_smoothing():
+    assert natural_sorted(["l10", "l2", "L1", "l2.bias"]) == ["L1", "l2", "l2.bias", "l10"]
+    assert np.allclose(smooth([1.0, 1.0, 1.0], 0.9), 1.0)  # debiased: no pull towards 0
+    assert list(smooth([1.0, 2.0], 0.0)) == [1.0, 2.0]
+    out = smooth([0.0, np.nan, 10.0], 0.5)
+    assert np.isnan(out[1]) and 0 < out[2] < 10
+
+
+def test_bins_keep_every_step_and_hold_sparse_saves():
+    """10,000 steps in at most 500 bins; a series saved every 50 steps fills the bins between
+    its saves; a NaN marks its bin."""
+    steps = np.arange(10_000)
+    dense = np.ones(10_000)
+    dense[5_000:] = 3.0
+    dense[7_777] = np.nan
+    sparse_steps = np.arange(0, 10_000, 50)
+    binned = bin_series([("dense", steps, dense), ("sparse", sparse_steps, sparse_steps.astype(float))])
+    assert binned.matrix.shape == (2, 500) and binned.edges[0] == 0 and binned.edges[-1] == 10_000
+    assert binned.matrix[0, 0] == 1.0 and binned.matrix[0, -1] == 3.0
+    assert binned.nonfinite[0].sum() == 1 and binned.nonfinite[0, 7_777 // 20]
+    assert not np.isnan(binned.matrix[1]).any()  # held between saves, not dropped
+    assert binned.matrix[1, 3] == 50.0  # bin of steps 60..79 holds the save at step 50
+
+
+def test_computed_reductions_from_full_values(mixed_run):
+    trial = create_trial(mixed_run)
+    df = trial.to_dataframe(["Net_layers.2.weight", "gradient/Net_layers.2.weight"], reductions=["l2", "abs_max"])
+    weights = df[df.tensor == "Net_layers.2.weight"]
+    assert set(weights.reduction) == {"l2", "abs_max"}
+    assert sorted(set(weights.step)) == trial.tensor("Net_layers.2.weight").steps()
+    tensor = trial.tensor("Net_layers.2.weight")
+    for row in weights.itertuples():
+        op, is_abs = ("max", True) if row.reduction == "abs_max" else ("l2", False)
+        assert row.value == float(tensor.reduction_value(int(row.step), op, abs=is_abs))
+    grads = df[df.tensor == "gradient/Net_layers.2.weight"]  # saved reductions, not recomputed
+    assert len(grads[grads.reduction == "l2"]) == len(trial.tensor("gradient/Net_layers.2.weight").steps())
+    assert list(df.columns) == ["step", "mode", "mode_step", "worker", "tensor", "reduction", "value"]
+    assert df.equals(df.sort_values(["tensor", "reduction", "worker", "step"], kind="stable"))
+    with pytest.raises(ValueError, match="unknown reduction 'l3'"):
+        trial.to_table(reductions=["l3"])
+
+
+def test_report_of_a_run_saved_at_different_intervals(mixed_run, tmp_path, capsys):
+    out = str(tmp_path / "report.html")
+    assert main(["report", mixed_run, "-o", out]) == 0
+    assert "wrote" in capsys.readouterr().out
+    text = check_report(out)
+    summary = section(text, "summary")
+    assert "<th>state</th><td>ended</td>" in summary
+    rows = dict(re.findall(r"<tr><td>(\w+)</td><td>\d+</td><td>[^<]*</td><td>([^<]*)</td></tr>", summary))
+    assert rows["weights"] == "TRAIN 7, EVAL 7" and rows["updates"] == "TRAIN 3, EVAL 3"
+    assert rows["losses"] == "TRAIN 1, EVAL 1"
+    heat = section(text, "heatmaps")
+    for group in ("gradient", "update", "weights"):
+        assert f"<h3>{group}</h3>" in heat
+    assert "magenta" in heat  # the legend of the colours
+    assert "<img" in section(text, "curves") and "<img" in section(text, "distributions")
+    assert "did not fire" in section(text, "flight-recorder")
+
+
+def test_report_renders_in_chromium(mixed_run, tmp_path):
+    out = str(tmp_path / "report.html")
+    assert main(["report", mixed_run, "-o", out, "--smooth", "0.9"]) == 0
+    check_report(out)
+    console, pixels = render(out, tmp_path)
+    assert console == []
+    assert_not_blank(pixels)
+
+
+def test_browser_check_sees_console_errors(tmp_path):
+    """The browser test would notice a broken page (so its empty console means something)."""
+    page = tmp_path / "bad.html"
+    page.write_text("<!DOCTYPE html><html><body><p>x</p><script>console.error('boom'); missing();</script>"
+                    "</body></html>")
+    console, _ = render(str(page), tmp_path)
+    assert any("boom" in line for line in console) and any("missing" in line for line in console)
+
+
+def test_report_check_refuses_external_urls(tmp_path):
+    from report_checks import check_report as check
+
+    page = tmp_path / "r.html"
+    sections = "".join(f"<section id='{s}'></section>" for s in
+                       ("summary", "curves", "heatmaps", "distributions", "findings", "flight-recorder"))
+    page.write_text(f"<!DOCTYPE html><html><body>{sections}<img src='https://cdn.example/x.png'></body></html>")
+    with pytest.raises(AssertionError, match="external"):
+        check(str(page))
+
+
+def test_report_of_a_run_still_training(tmp_path):
+    run = write_mixed_run(str(tmp_path / "run"), steps=20, layers=3, end=False)
+    out = str(tmp_path / "report.html")
+    assert main(["report", run, "-o", out, "--no-rules"]) == 0
+    text = check_report(out)
+    assert "still training" in section(text, "summary")
+    assert "Rules were not run" in section(text, "findings")
+
+
+def test_report_names_the_flight_recorder_trigger(tmp_path):
+    run = write_mixed_run(str(tmp_path / "run"), steps=30, layers=3, flight=True)
+    out = str(tmp_path / "report.html")
+    assert main(["report", run, "-o", out]) == 0
+    text = check_report(out)
+    fr = section(text, "flight-recorder")
+    assert "The flight recorder fired" in fr and "nonfinite" in fr and "<td>25</td>" in fr
+    assert "flight recorder fired" in section(text, "summary")
+
+
+def test_report_usage_errors(mixed_run, tmp_path, capsys):
+    assert main(["report", mixed_run, "-o", str(tmp_path / "r.png")]) == 2
+    assert main(["report", mixed_run, "-o", str(tmp_path / "r.html"), "--smooth", "1"]) == 2
+    assert main(["report", mixed_run, "-o", str(tmp_path / "r.html"), "--reduction", "l7"]) == 2
+    err = capsys.readouterr().err
+    assert ".html" in err and "--smooth" in err and "unknown reduction 'l7'" in err
+    assert not os.path.exists(tmp_path / "r.html")
+
+
+def test_report_of_an_s3_run(tmp_path, monkeypatch):
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    from s3_endpoint import serve
+
+    endpoint = serve(monkeypatch, tmp_path, "bucket")
+    try:
+        write_mixed_run("s3://bucket/runs/mixed", steps=15, layers=3)
+        out = str(tmp_path / "report.html")
+        assert main(["report", "s3://bucket/runs/mixed", "-o", out]) == 0
+        text = check_report(out)
+        assert "s3://bucket/runs/mixed" in section(text, "summary")
+        assert "<h3>gradient</h3>" in section(text, "heatmaps")
+    finally:
+        endpoint.stop()
