@@ -50,6 +50,9 @@ _NOT_GROUPS = {"all", "default", "losses", "metrics", "scalars", "sm_metrics", "
 _GROUP_ORDER = ("gradient", "update", "optimizer", "weights", "biases", "outputs", "inputs")
 _MODE_STYLE = {"TRAIN": "-", "EVAL": "--", "PREDICT": ":", "GLOBAL": "-."}
 _DPI = 80
+#: Seconds the default rules may take in a report (they read every step; a long run's
+#: findings then cover its first steps and say so).
+RULES_BUDGET_S = 5.0
 
 
 def _figure(width: float, height: float):
@@ -127,7 +130,9 @@ class _Run:
         self.span = (steps[0], steps[-1]) if steps else (0, 0)
         self.markers = trial.flight_recorder_triggers()
         self.findings: List[Tuple[str, dict]] = []
-        self.rules_error = None
+        self.rules_error: Optional[str] = None
+        self.rules_last_step: Optional[int] = None
+        self.rules_stopped: Optional[float] = None  # the time budget, when it stopped the rules
 
     def members(self, collection: str) -> List[str]:
         return self.saved.get(collection, [])
@@ -412,14 +417,28 @@ def _distribution(run: _Run, name: str, title: str, ax) -> bool:
     return sampled
 
 
-def _run_rules(run: _Run, progress: Optional[bool]) -> None:
+class _OutOfTime(Exception):
+    """The rules' time budget is spent."""
+
+
+def _run_rules(run: _Run, progress: Optional[bool], budget: float) -> None:
     from .rules import BUILTIN_RULES, run_rules
 
     if not run.chosen_rules:
         return
+    deadline = time.monotonic() + budget if budget else None
+
+    def on_step(step):
+        run.rules_last_step = step
+        if deadline is not None and time.monotonic() > deadline:
+            raise _OutOfTime
+
     try:
         rules = [BUILTIN_RULES[name](run.trial) for name in run.chosen_rules]
-        run_rules(rules, follow=False, progress=bool(progress))
+        try:
+            run_rules(rules, follow=False, progress=bool(progress), on_step=on_step)
+        except _OutOfTime:
+            run.rules_stopped = budget
     except Exception as exc:  # noqa: BLE001 - a rule that cannot run is a finding of its own, not a failed report
         run.rules_error = f"{type(exc).__name__}: {exc}"
         return
@@ -432,6 +451,11 @@ def _findings(run: _Run) -> str:
     out = []
     if run.rules_error:
         out.append(f"<p class='bad'>The rules could not run: {_esc(run.rules_error)}</p>")
+    if run.rules_stopped is not None:
+        out.append(f"<p class='bad'>The rules evaluated global steps {run.span[0]} to {run.rules_last_step} of "
+                   f"{run.span[0]} to {run.span[1]}: their time budget ({run.rules_stopped:g} s) was spent. "
+                   "<code>smdebug report --rules-budget 0</code> or <code>smdebug rules RUN</code> evaluates every "
+                   "step.</p>")
     if run.findings:
         rows = []
         for rule, report in run.findings:
@@ -490,7 +514,7 @@ text-align:left;vertical-align:top}th{background:#f4f4f4}img{max-width:100%;heig
 
 
 def render_report(trial, reduction: str = "l2", smoothing: float = 0.6, rules: bool = True,
-                  progress: Optional[bool] = None) -> str:
+                  progress: Optional[bool] = None, rules_budget: float = RULES_BUDGET_S) -> str:
     """The report of ``trial`` as an HTML text (see :func:`write_report`)."""
     from .trials.progress import progress_wanted
 
@@ -499,7 +523,7 @@ def render_report(trial, reduction: str = "l2", smoothing: float = 0.6, rules: b
     started = time.time()
     run = _Run(trial, reduction, progress, rules)
     _advance(bar, "rules")
-    _run_rules(run, show)
+    _run_rules(run, show, rules_budget)
     parts = {}
     for section, make in (("summary", lambda: _summary(run)), ("curves", lambda: _curves(run, smoothing)),
                           ("heatmaps", lambda: _heatmaps(run)), ("distributions", lambda: _distributions(run)),
@@ -539,7 +563,7 @@ def _advance(bar, what: str) -> None:
 
 
 def write_report(run, output: str = "report.html", reduction: str = "l2", smoothing: float = 0.6,
-                 rules: bool = True, progress: Optional[bool] = None) -> str:
+                 rules: bool = True, progress: Optional[bool] = None, rules_budget: float = RULES_BUDGET_S) -> str:
     """Write the HTML report of ``run`` (a Trial, a run directory or an ``s3://`` URL) to
     ``output``; returns ``output``.
 
@@ -549,6 +573,8 @@ def write_report(run, output: str = "report.html", reduction: str = "l2", smooth
             shows the reduction most of its tensors saved.
         smoothing: the curves' exponential moving average weight (0: none).
         rules: run the default rules for the findings section.
+        rules_budget: seconds the rules may take (0: no limit); past it they stop and the
+            findings say up to which step they evaluated.
         progress: a progress bar (default: on a terminal).
     """
     from .trials import create_trial
@@ -557,8 +583,11 @@ def write_report(run, output: str = "report.html", reduction: str = "l2", smooth
     parse_reductions([reduction])
     if not 0 <= smoothing < 1:
         raise ValueError(f"smoothing must be in [0, 1), got {smoothing!r}")
+    if not rules_budget >= 0:
+        raise ValueError(f"rules_budget must be >= 0 seconds (0: no limit), got {rules_budget!r}")
     trial = create_trial(run) if isinstance(run, (str, os.PathLike)) else run
-    text = render_report(trial, reduction=reduction, smoothing=smoothing, rules=rules, progress=progress)
+    text = render_report(trial, reduction=reduction, smoothing=smoothing, rules=rules, progress=progress,
+                         rules_budget=rules_budget)
     with open(output, "w", encoding="utf-8") as fh:
         fh.write(text)
     return output

@@ -168,10 +168,20 @@ def test_report_names_the_flight_recorder_trigger(tmp_path):
     assert "flight recorder fired" in section(text, "summary")
 
 
+def test_rules_stop_at_their_time_budget_and_say_so(mixed_run, tmp_path):
+    out = str(tmp_path / "report.html")
+    assert main(["report", mixed_run, "-o", out, "--rules-budget", "1e-9"]) == 0
+    findings = section(check_report(out), "findings")
+    assert re.search(r"The rules evaluated global steps 0 to 0 of 0 to 59: their time budget \(1e-09 s\)", findings)
+    assert main(["report", mixed_run, "-o", out, "--rules-budget", "0"]) == 0
+    assert "time budget" not in section(check_report(out), "findings")
+
+
 def test_report_usage_errors(mixed_run, tmp_path, capsys):
     assert main(["report", mixed_run, "-o", str(tmp_path / "r.png")]) == 2
     assert main(["report", mixed_run, "-o", str(tmp_path / "r.html"), "--smooth", "1"]) == 2
     assert main(["report", mixed_run, "-o", str(tmp_path / "r.html"), "--reduction", "l7"]) == 2
+    assert main(["report", mixed_run, "-o", str(tmp_path / "r.html"), "--rules-budget", "-1"]) == 2
     err = capsys.readouterr().err
     assert ".html" in err and "--smooth" in err and "unknown reduction 'l7'" in err
     assert not os.path.exists(tmp_path / "r.html")
@@ -192,3 +202,53 @@ def test_report_of_an_s3_run(tmp_path, monkeypatch):
         assert "<h3>gradient</h3>" in section(text, "heatmaps")
     finally:
         endpoint.stop()
+
+
+def test_plot_switches_to_a_heatmap_past_ten_series(mixed_run, tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from smdebug.analysis.plots import plot_tensors
+
+    trial = create_trial(mixed_run)
+    names = [f"gradient/Net_layers.{i}.weight" for i in (10, 2, 0, 1, 3, 4, 5, 6, 7, 8, 9, 11)]
+    ax = plot_tensors(trial, names, reduction="l2")
+    assert len(ax.images) == 1 and not ax.get_lines()
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == [f"{i}.weight" for i in range(12)]  # natural order, shared prefix cut
+    assert ax.get_xlabel() == "global step (all modes on one axis)"
+    row = ax.images[0].get_array()[2]  # layer 2: the saved l2 at each step
+    assert np.isclose(row[0], trial.tensor(names[1]).reduction_value(0, "l2"))
+    # Few series: lines in distinct colours, the smoothed line over the faint saved values.
+    ax = plot_tensors(trial, names[:3], reduction="l2", smooth=0.9)
+    colours = {tuple(line.get_color()) for line in ax.get_lines()}
+    assert len(colours) == 3 and len(ax.get_lines()) == 12  # 3 tensors x 2 modes x (raw, smoothed)
+    png = str(tmp_path / "grads.png")
+    assert main(["plot", mixed_run, "--regex", "^gradient/", "--reduction", "l2", "--smooth", "0.5", "--logy",
+                 "-o", png]) == 0
+    many = str(tmp_path / "many.png")  # 36 rows: a taller figure, a row per tensor
+    assert main(["plot", mixed_run, "--regex", "^(gradient|update)/", "--regex", "^Net", "--reduction", "l2",
+                 "-o", many]) == 0
+    from PIL import Image
+
+    with Image.open(png) as im:
+        assert im.size == (800, 450)
+    with Image.open(many) as im:
+        assert im.size[1] > 450
+
+
+def test_plot_computes_a_reduction_of_a_tensor_saved_whole(mixed_run, tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from smdebug.analysis.plots import plot_tensors
+
+    trial = create_trial(mixed_run)
+    ax = plot_tensors(trial, "Net_layers.3.weight", reduction="l2")
+    x, y = ax.get_lines()[0].get_data()
+    tensor = trial.tensor("Net_layers.3.weight")
+    assert list(x) == [s for s in tensor.steps() if trial.mode(s).name == "TRAIN"]
+    assert list(y) == [float(tensor.reduction_value(int(s), "l2")) for s in x]
+    with pytest.raises(ValueError, match="saved whole; plot a reduction computed from its values"):
+        plot_tensors(trial, "Net_layers.3.weight")
+    assert main(["plot", mixed_run, "Net_layers.3.weight@abs_max", "-o", str(tmp_path / "w.png")]) == 0
