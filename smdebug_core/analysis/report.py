@@ -47,7 +47,7 @@ _HISTOGRAM_SAMPLE = 50_000
 _HISTOGRAM_BINS = 48
 #: Collections naming a role rather than a kind of tensor: not heatmap groups.
 _NOT_GROUPS = {"all", "default", "losses", "metrics", "scalars", "sm_metrics", "gradient_norms", "hyperparameters"}
-_GROUP_ORDER = ("gradient", "update", "optimizer", "weights", "biases", "outputs", "inputs")
+_GROUP_ORDER = ("gradient", "gradients", "update", "optimizer", "weights", "biases", "outputs", "inputs")
 _MODE_STYLE = {"TRAIN": "-", "EVAL": "--", "PREDICT": ":", "GLOBAL": "-."}
 _DPI = 80
 #: Seconds the default rules may take in a report (they read every step; a long run's
@@ -129,6 +129,7 @@ class _Run:
         steps = trial.steps()
         self.span = (steps[0], steps[-1]) if steps else (0, 0)
         self.markers = trial.flight_recorder_triggers()
+        self.modes = [ModeKeys[m] for m in trial.summary()["modes"]]
         self.findings: List[Tuple[str, dict]] = []
         self.rules_error: Optional[str] = None
         self.rules_last_step: Optional[int] = None
@@ -138,10 +139,16 @@ class _Run:
         return self.saved.get(collection, [])
 
 
+#: Name prefixes that say what a tensor is whatever its collection (``update/fc.weight``).
+_KIND_PREFIXES = ("gradient", "update", "optimizer")
+
+
 def _group_of(name: str, collection_of: Dict[str, str]) -> str:
-    if "/" in name:
-        return name.split("/", 1)[0]
-    return collection_of.get(name, "other")
+    """A tensor's group: its kind prefix, else its collection, else its name's first part."""
+    prefix = name.split("/", 1)[0] if "/" in name else None
+    if prefix in _KIND_PREFIXES:
+        return prefix
+    return collection_of.get(name) or prefix or "other"
 
 
 def _heatmap_groups(run: _Run) -> Dict[str, List[str]]:
@@ -215,8 +222,10 @@ def _saved_how(run: _Run, members: List[str]) -> Tuple[str, str]:
         for label in run.series.labels_of(name):
             if label:
                 labels.add(label)
-        for mode in run.trial.modes():
+        for mode in run.modes:
             steps = tensor.steps(mode=mode)
+            if mode is ModeKeys.GLOBAL:  # steps saved outside any mode (XGBoost rounds)
+                steps = [g for g in steps if run.trial.mode(g) is ModeKeys.GLOBAL]
             if len(steps) >= 2:
                 gap = int(np.median(np.diff(steps)))
                 intervals[mode.name] = min(gap, intervals.get(mode.name, gap))
@@ -230,23 +239,34 @@ def _saved_how(run: _Run, members: List[str]) -> Tuple[str, str]:
     return "; ".join(sorted(kinds)) or "-", every
 
 
+def _scalar_groups(run: _Run) -> Dict[str, List[str]]:
+    """The scalars by what they are: losses first, then by name prefix (``feature_importance/``)
+    or collection (``metrics``), each group in natural order."""
+    losses = set(run.members("losses")) | {n for n in run.scalars if "loss" in n.lower() and "/" not in n}
+    collection_of: Dict[str, str] = {}
+    for cname in sorted(run.saved, key=lambda c: (c != "metrics", c), reverse=True):  # metrics wins
+        if cname not in ("all", "default"):
+            for name in run.saved[cname]:
+                collection_of[name] = cname
+    groups: Dict[str, List[str]] = {}
+    for name in run.scalars:
+        group = "losses" if name in losses else _group_of(name, collection_of)
+        groups.setdefault("metrics" if group == "other" else group, []).append(name)
+    return {g: groups[g] for g in sorted(groups, key=lambda g: (g != "losses", g != "metrics", g))}
+
+
 def _curves(run: _Run, smoothing: float) -> str:
     if not run.scalars:
         return "<p>The run saved no scalar (loss, metric) values.</p>"
-    losses = set(run.members("losses")) | {n for n in run.scalars if "loss" in n.lower()}
-    groups = [("losses", [n for n in run.scalars if n in losses]),
-              ("metrics and other scalars", [n for n in run.scalars if n not in losses])]
     out = []
-    for title, names in groups:
-        if not names:
-            continue
+    for title, names in _scalar_groups(run).items():
         if len(names) > MAX_LINES:
             out.append(_scalar_heatmap(run, title, names))
         else:
             out.append(_line_figure(run, title, names, smoothing, mark_findings=title == "losses"))
     if smoothing:
         out.append(f"<p class='note'>Solid lines: exponential moving average (weight {smoothing:g}); faint: the "
-                   "saved values.</p>")
+                   "saved values. Rule firings are marked along the bottom of the losses.</p>")
     return "".join(out)
 
 
