@@ -187,3 +187,53 @@ def draw_heatmap(ax, binned: Binned, label: str = "value", log: Optional[bool] =
 def heatmap_height(rows: int) -> float:
     """Figure height in inches for a heatmap of ``rows`` rows (each row stays legible)."""
     return max(2.2, 1.1 + rows * (0.16 if rows <= 40 else 0.11))
+
+
+def png_data_uri(fig, dpi: int = 80) -> str:
+    """A matplotlib figure as a ``data:image/png;base64,...`` URI (no metadata, no network)."""
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None}, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def new_figure(width: float, height: float, dpi: int = 80):
+    """A matplotlib Figure drawn off screen (no pyplot state, no display needed)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def sparkline(steps: np.ndarray, values: np.ndarray, label: str) -> str:
+    """A small line of ``values`` over ``steps`` (a notebook summary's loss) as a data URI."""
+    fig = new_figure(3.2, 0.9)
+    ax = fig.add_subplot()
+    ax.plot(steps, values, linewidth=1, color="#1f77b4")
+    finite = values[np.isfinite(values)]
+    if len(finite) and finite.min() > 0 and finite.max() / finite.min() >= LOG_SPAN:
+        ax.set_yscale("log")
+    ax.set_title(label, fontsize=7, loc="left")
+    ax.tick_params(labelsize=6, length=2)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return png_data_uri(fig)
+
+
+def small_heatmap(series: Sequence[Tuple[str, np.ndarray, np.ndarray]], label: str) -> str:
+    """A small heatmap (rows: series in natural order, at most 120 step bins) as a data URI."""
+    ordered = sorted(series, key=lambda item: natural_key(item[0]))
+    binned = bin_series(ordered, max_bins=120)
+    fig = new_figure(4.4, min(4.0, 0.9 + 0.1 * len(ordered)))
+    ax = fig.add_subplot()
+    image = draw_heatmap(ax, binned, label, max_row_labels=30)
+    ax.tick_params(labelsize=6)
+    ax.xaxis.label.set_size(7)
+    ax.title.set_size(6)
+    image.colorbar.ax.tick_params(labelsize=6)
+    image.colorbar.ax.yaxis.label.set_size(7)
+    return png_data_uri(fig)

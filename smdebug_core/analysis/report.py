@@ -15,9 +15,7 @@ no script. Needs matplotlib (the ``plot`` extra).
 """
 from __future__ import annotations
 
-import base64
 import html
-import io
 import os
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -34,6 +32,8 @@ from .heatmaps import (
     heatmap_height,
     natural_key,
     natural_sorted,
+    new_figure,
+    png_data_uri,
     shorten_labels,
     smooth,
 )
@@ -56,19 +56,11 @@ RULES_BUDGET_S = 5.0
 
 
 def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=_DPI)
-    FigureCanvasAgg(fig)
-    return fig
+    return new_figure(width, height, _DPI)
 
 
 def _png(fig, alt: str) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None}, bbox_inches="tight")
-    data = base64.b64encode(buf.getvalue()).decode("ascii")
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+    return f'<img alt="{html.escape(alt)}" src="{png_data_uri(fig, _DPI)}">'
 
 
 def _esc(value) -> str:

@@ -252,3 +252,29 @@ def test_plot_computes_a_reduction_of_a_tensor_saved_whole(mixed_run, tmp_path, 
     with pytest.raises(ValueError, match="saved whole; plot a reduction computed from its values"):
         plot_tensors(trial, "Net_layers.3.weight")
     assert main(["plot", mixed_run, "Net_layers.3.weight@abs_max", "-o", str(tmp_path / "w.png")]) == 0
+
+
+def test_notebook_view_shows_a_loss_sparkline_and_a_gradient_heatmap(mixed_run, tmp_path):
+    from report_checks import _EXTERNAL
+
+    text = create_trial(mixed_run)._repr_html_()
+    assert "<th style='text-align:left'>state</th>" in text and "ended" in text
+    assert "alt='loss' src='data:image/png;base64," in text
+    assert "alt='gradient L2 norms' src='data:image/png;base64," in text
+    assert not _EXTERNAL.findall(text)
+    page = tmp_path / "notebook.html"
+    page.write_text(f"<!DOCTYPE html><html><body>{text}</body></html>")
+    console, pixels = render(str(page), tmp_path, width=900, height=400)
+    assert console == []
+    assert_not_blank(pixels)
+
+
+def test_notebook_view_without_matplotlib(mixed_run):
+    import subprocess
+
+    code = ("import sys; sys.modules['matplotlib'] = None\n"  # as if matplotlib were not installed
+            "from smdebug.trials import create_trial\n"
+            f"text = create_trial({mixed_run!r})._repr_html_()\n"
+            "assert 'state' in text and '<img' not in text, text\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
