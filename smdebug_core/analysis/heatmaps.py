@@ -186,7 +186,7 @@ def draw_heatmap(ax, binned: Binned, label: str = "value", log: Optional[bool] =
 
 def heatmap_height(rows: int) -> float:
     """Figure height in inches for a heatmap of ``rows`` rows (each row stays legible)."""
-    return max(2.2, 1.1 + rows * (0.16 if rows <= 40 else 0.11))
+    return max(2.2, 1.1 + rows * (0.16 if rows <= 40 else 0.13 if rows <= 120 else 0.11))
 
 
 def png_data_uri(fig, dpi: int = 80) -> str:

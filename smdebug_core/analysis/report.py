@@ -347,10 +347,16 @@ def _heatmaps(run: _Run) -> str:
 
 
 def _distribution_tensors(run: _Run) -> Tuple[List[str], int]:
+    """Up to MAX_DISTRIBUTIONS tensors saved whole: weights first, spread evenly through the
+    model when there are more; and how many there are."""
     scalars = set(run.scalars)
     whole = [n for n in run.names if n not in scalars and run.trial.tensor(n)._locations]
     weights = set(run.members("weights"))
     ranked = sorted(whole, key=lambda n: (n not in weights, n.startswith("gradient/"), natural_key(n)))
+    first = [n for n in ranked if n in weights] or ranked
+    if len(first) > MAX_DISTRIBUTIONS:
+        picks = np.linspace(0, len(first) - 1, MAX_DISTRIBUTIONS).round().astype(int)
+        return [first[i] for i in sorted(set(picks.tolist()))], len(whole)
     return ranked[:MAX_DISTRIBUTIONS], len(whole)
 
 
