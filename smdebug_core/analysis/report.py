@@ -115,8 +115,13 @@ class _Run:
         self.chosen_rules = chosen if rules else []
         self.framework = contents.framework
         self.saved = contents.saved  # collection -> member names
-        self.table = trial.to_table(self.names, reductions=[reduction], progress=progress)
-        self.series = _Series(self.table)
+        self.series = _Series(trial.to_table(self.names, reductions=[reduction], progress=progress))
+        # Tensors without that reduction and without full values: their saved reductions
+        # (a group's heatmap then shows the one most of them saved).
+        present = {name for name, _ in self.series.by_key}
+        missing = [n for n in self.names if n not in present]
+        if missing:
+            self.series.by_key.update(_Series(trial.to_table(missing, progress=progress)).by_key)
         self.scalars = natural_sorted({t for (t, label) in self.series.by_key if label == ""})
         steps = trial.steps()
         self.span = (steps[0], steps[-1]) if steps else (0, 0)

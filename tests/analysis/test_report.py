@@ -98,6 +98,8 @@ def test_computed_reductions_from_full_values(mixed_run):
     assert len(grads[grads.reduction == "l2"]) == len(trial.tensor("gradient/Net_layers.2.weight").steps())
     assert list(df.columns) == ["step", "mode", "mode_step", "worker", "tensor", "reduction", "value"]
     assert df.equals(df.sort_values(["tensor", "reduction", "worker", "step"], kind="stable"))
+    only_l2 = trial.to_dataframe(["loss", "gradient/Net_layers.2.weight"], reductions=["l2"])
+    assert set(zip(only_l2.tensor, only_l2.reduction)) == {("loss", ""), ("gradient/Net_layers.2.weight", "l2")}
     with pytest.raises(ValueError, match="unknown reduction 'l3'"):
         trial.to_table(reductions=["l3"])
 
@@ -278,3 +280,12 @@ def test_notebook_view_without_matplotlib(mixed_run):
             "assert 'state' in text and '<img' not in text, text\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_report_heatmaps_fall_back_to_a_saved_reduction(mixed_run, tmp_path):
+    """--reduction mean: the weights (saved whole) show their computed mean; the gradients,
+    saved as l2 and abs_max only, show one of those instead of vanishing."""
+    out = str(tmp_path / "report.html")
+    assert main(["report", mixed_run, "-o", out, "--reduction", "mean", "--no-rules"]) == 0
+    heat = section(check_report(out), "heatmaps")
+    assert 'alt="weights heatmap of mean"' in heat and 'alt="gradient heatmap of abs_max"' in heat

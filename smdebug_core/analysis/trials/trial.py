@@ -32,6 +32,7 @@ from .run_index import RunIndex
 from .steps import StepState
 from .storage import open_storage
 from .computed import computed_table, parse_reductions
+from .labels import reduction_label
 from .table import Table, require_pandas
 from .tensor import Tensor
 
@@ -510,7 +511,9 @@ class Trial:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            rows = collect(self._index.log, self._steps, selected, modes, steps, workers, show_incomplete_steps)
+            labels = None if keys is None else [reduction_label(*k) for k in keys]
+            rows = collect(self._index.log, self._steps, selected, modes, steps, workers, show_incomplete_steps,
+                           labels)
             progress = self.progress if progress is None else progress
             table = read_rows(rows, self._reader, self._steps, self.stats, progress, on_error)
             if keys:
@@ -548,9 +551,10 @@ class Trial:
             on_error: ``"warn"`` (default): a value that cannot be read (a damaged
               record, a missing event file) is left out, with one warning for all of
               them; ``"raise"``: the first such error is raised.
-            reductions: reduction names (``["l2", "abs_max"]``) to compute from the saved
-              full values of tensors that did not save them at that step (a row each,
-              equal to ``reduction_value(...)``); without it only saved reductions are rows.
+            reductions: only these reductions (``["l2", "abs_max"]``), saved or, where a
+              tensor did not save one at a step, computed from its saved full value (a
+              row each, equal to ``reduction_value(...)``); scalar values stay rows.
+              Without it: every saved reduction, and none computed.
 
         A tensor's raw value is a row only when it holds one real number (bool, int or
         float; complex, string and larger tensors are left out). Each row equals
