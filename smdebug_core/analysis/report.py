@@ -29,6 +29,7 @@ from .heatmaps import (
     bin_series,
     colors,
     draw_heatmap,
+    fixed_layout,
     heatmap_height,
     natural_key,
     natural_sorted,
@@ -59,8 +60,8 @@ def _figure(width: float, height: float):
     return new_figure(width, height, _DPI)
 
 
-def _png(fig, alt: str) -> str:
-    return f'<img alt="{html.escape(alt)}" src="{png_data_uri(fig, _DPI)}">'
+def _png(fig, alt: str, tight: bool = True) -> str:
+    return f'<img alt="{html.escape(alt)}" src="{png_data_uri(fig, _DPI, tight)}">'
 
 
 def _esc(value) -> str:
@@ -317,10 +318,16 @@ def _scalar_heatmap(run: _Run, title: str, names: List[str]) -> str:
     series = [(n, *run.series.by_key[(n, "")][:2]) for n in names]
     binned = bin_series(series, MAX_BINS, run.span)
     fig = _figure(12.5, heatmap_height(len(names)))
+    fixed_layout(fig, shorten_labels(names)[0])
     ax = fig.add_subplot()
     draw_heatmap(ax, binned, "value", xlabel="global step (all modes on one axis)")
-    ax.set_title(f"{title} ({len(names)} series)", loc="left")
-    return _png(fig, f"{title} heatmap")
+    _heading(ax, f"{title} ({len(names)} series)")
+    return _png(fig, f"{title} heatmap", tight=False)
+
+
+def _heading(ax, text: str) -> None:
+    """A heatmap's heading, as a text (a title's placement measures every tick label)."""
+    ax.text(0.0, 1.01, text, fontsize=10, ha="left", va="bottom", transform=ax.transAxes)
 
 
 def _heatmaps(run: _Run) -> str:
@@ -335,15 +342,15 @@ def _heatmaps(run: _Run) -> str:
         series = [(n, *run.series.by_key[(n, label)][:2]) for n in members]
         binned = bin_series(series, MAX_BINS, run.span)
         fig = _figure(12.5, heatmap_height(len(members)))
+        fixed_layout(fig, shorten_labels(members)[0])
         ax = fig.add_subplot()
         draw_heatmap(ax, binned, label, xlabel="global step (all modes on one axis)")
         _, prefix = shorten_labels(members)
-        ax.set_title(f"{group}: {label} per tensor ({len(members)} tensors{', ' + prefix if prefix else ''})",
-                     loc="left", fontsize=10)
+        _heading(ax, f"{group}: {label} per tensor ({len(members)} tensors{', ' + prefix if prefix else ''})")
         _mark_events(run, ax, findings=False)
         note = f"<p class='note'>{left_out} tensors of this group have no {_esc(label)} and are left out.</p>" \
             if left_out else ""
-        out.append(f"<h3>{_esc(group)}</h3>{_png(fig, f'{group} heatmap of {label}')}{note}")
+        out.append(f"<h3>{_esc(group)}</h3>{_png(fig, f'{group} heatmap of {label}', tight=False)}{note}")
     out.append("<p class='note'>Rows: tensors in natural order; columns: bins of global steps (each bin the mean "
                "of its values; a tensor saved less often holds its last value until its next save; grey: not "
                "saved yet; magenta: NaN or infinity). Reductions of tensors saved whole are computed from their "
