@@ -25,7 +25,7 @@ def write_mixed_run(out_dir, steps=60, layers=12, end=True, flight=False):
     step, weights whole every 7 steps, ``update/`` norms every 3; TRAIN then EVAL."""
     rng = np.random.default_rng(1)
     hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
-                    include_collections=["weights", "losses", "grads", "updates"],
+                    include_collections=["weights", "losses", "grads", "updates", "optimizer_state"],
                     flight_recorder=smd.FlightRecorder(steps=3, collections="losses") if flight else None)
     hook.get_collection("weights").save_config = smd.SaveConfig(save_interval=7)
     grads = hook.get_collection("grads")
@@ -35,6 +35,9 @@ def write_mixed_run(out_dir, steps=60, layers=12, end=True, flight=False):
     updates.include("^update/")
     updates.reduction_config = smd.ReductionConfig(norms=["l2"])
     updates.save_config = smd.SaveConfig(save_interval=3)
+    optimizer = hook.get_collection("optimizer_state")
+    optimizer.include("^optimizer/")
+    optimizer.reduction_config = smd.ReductionConfig(norms=["l2"])
     for step in range(steps):
         hook.set_mode(smd.modes.TRAIN if step < 5 * steps // 6 else smd.modes.EVAL)
         hook.begin_step()
@@ -47,6 +50,8 @@ def write_mixed_run(out_dir, steps=60, layers=12, end=True, flight=False):
             # (not named ...weight: the weights collection would save these whole too)
             hook.save_tensor(f"update/Net_layers.{layer}.kernel",
                              (rng.standard_normal((8, 4)) * 1e-3).astype(np.float32), "updates")
+            hook.save_tensor(f"optimizer/Net_layers.{layer}.exp_avg_sq",
+                             (rng.random((8, 4)) * 1e-4).astype(np.float32), "optimizer_state")
         loss = np.float32(2.0 / (1 + step)) if not (flight and step == steps - 5) else np.float32("nan")
         hook.save_tensor("loss", loss, "losses")
     hook.close()
@@ -115,7 +120,7 @@ def test_report_of_a_run_saved_at_different_intervals(mixed_run, tmp_path, capsy
     assert rows["weights"] == "TRAIN 7, EVAL 7" and rows["updates"] == "TRAIN 3, EVAL 3"
     assert rows["losses"] == "TRAIN 1, EVAL 1"
     heat = section(text, "heatmaps")
-    for group in ("gradient", "update", "weights"):
+    for group in ("gradient", "update", "optimizer", "weights"):
         assert f"<h3>{group}</h3>" in heat
     assert "magenta" in heat  # the legend of the colours
     assert "<img" in section(text, "curves") and "<img" in section(text, "distributions")
