@@ -6,6 +6,7 @@
     smdebug export RUN -o values.csv|values.parquet [--tensor T] [--regex R] [--mode M]
     smdebug export RUN --format parquet -o DIR   partitioned by worker and mode (DuckDB, Polars, Spark)
     smdebug compare RUN_A RUN_B [RUN...] [--diverge [--rtol R --atol A]] [-o overlay.png]
+    smdebug report RUN [-o report.html] [--reduction l2] [--smooth W] [--no-rules] [--rules-budget S]
     smdebug rules RUN ...                       the built-in rules (also ``smdebug-rules``)
     smdebug --version
 
@@ -38,6 +39,8 @@ class _Failure(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     from .._version import __version__
+    from .heatmaps import MAX_LINES
+    from .report import RULES_BUDGET_S
 
     parser = argparse.ArgumentParser(prog="smdebug", description="Look at runs saved by smdebug hooks.",
                                      epilog="Exit status: 0 fine, 2 usage error, 3 the run or the data asked for "
@@ -70,11 +73,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="also the tensors whose name matches (repeatable): --regex 'gradient/.*weight'")
     p.add_argument("--collection", action="append", help="also the tensors of a collection (repeatable)")
     p.add_argument("--reduction", action="append",
-                   help="plot this saved reduction (l2, max, abs_mean...) instead of the values; repeatable")
+                   help="plot this reduction (l2, max, abs_mean...) instead of the values: saved, or computed from "
+                        "saved full values; repeatable")
     p.add_argument("--mode", action="append", help="only this mode (repeatable; default: all)")
     p.add_argument("--x", choices=("step", "mode_step"), default="step",
                    help="x axis: global steps (default) or each mode's own steps")
-    p.add_argument("--logy", action="store_true", help="logarithmic y axis")
+    p.add_argument("--logy", action="store_true", help="logarithmic y axis (colour scale of a heatmap)")
+    p.add_argument("--smooth", type=float, default=0.0, metavar="W",
+                   help="exponential moving average weight in [0, 1) drawn over the saved values (default 0: none)")
+    p.add_argument("--heatmap", action="store_true",
+                   help=f"a heatmap (rows: tensors) even for few series; automatic past {MAX_LINES} series")
     p.add_argument("--hist", action="store_true", help="a histogram of the value at --step instead (one tensor)")
     p.add_argument("--step", type=int, help="with --hist: the step (default: the last saved value)")
     p.add_argument("--bins", type=_positive_int, default=50, help="with --hist: how many bins (default 50)")
@@ -92,6 +100,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", action="append", help="only this mode (repeatable)")
 
     _compare_parser(sub, run_arg)
+
+    p = sub.add_parser("report", help="one self-contained HTML file showing the whole run")
+    run_arg(p)
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE.html",
+                   help="where to write it (default report.html)")
+    p.add_argument("--reduction", default="l2",
+                   help="what the per-layer heatmaps show: l2 (default), abs_max, mean... (saved, or computed "
+                        "from saved full values)")
+    p.add_argument("--smooth", type=float, default=0.6, metavar="W",
+                   help="curves: exponential moving average weight in [0, 1) (default 0.6; 0: none)")
+    p.add_argument("--no-rules", action="store_true", help="do not run the default rules (no findings)")
+    p.add_argument("--rules-budget", type=float, default=None, metavar="S",
+                   help=f"seconds the rules may take (default {RULES_BUDGET_S:g}; 0: every step, however long)")
 
     p = sub.add_parser("rules", help="run the built-in rules (the smdebug-rules command)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
@@ -225,10 +246,13 @@ def _cmd_plot(args) -> int:
                        "(smdebug-core's 'plot' extra)",
                        EXIT_USAGE) from None
     matplotlib.use("Agg")  # files only: no display needed
+    from .heatmaps import natural_sorted
     from .plots import plot_histogram, plot_tensors
 
     if not args.output.lower().endswith(".png"):
         raise _Failure(f"-o {args.output}: give a .png file name", EXIT_USAGE)
+    if not 0 <= args.smooth < 1:
+        raise _Failure(f"--smooth {args.smooth:g}: give a weight from 0 (no smoothing) to below 1", EXIT_USAGE)
     if not (args.tensors or args.regex or args.collection):
         raise _Failure("give a TENSOR, --regex or --collection to plot", EXIT_USAGE)
     trial = _open(args)
@@ -237,11 +261,11 @@ def _cmd_plot(args) -> int:
         if not matched:
             raise _Failure(f"no saved tensor matches --regex {args.regex or []} --collection {args.collection or []}; "
                            f"`smdebug ls {args.run}` lists them")
-        if len(matched) > _MAX_LINES:
-            raise _Failure(f"{len(matched)} tensors match (the first: {', '.join(matched[:3])}); a plot of more "
-                           f"than {_MAX_LINES} lines is unreadable: narrow the --regex", EXIT_USAGE)
+        if len(matched) > _MAX_ROWS:
+            raise _Failure(f"{len(matched)} tensors match (the first: {', '.join(matched[:3])}); a heatmap of more "
+                           f"than {_MAX_ROWS} rows is unreadable: narrow the --regex", EXIT_USAGE)
         if not args.hist:  # matches without a line to draw (not scalars, not that reduction) are left out
-            table = trial.to_table(matched, mode=args.mode)
+            table = trial.to_table(matched, mode=args.mode, reductions=args.reduction)
             wanted = set(args.reduction or [""])
             drawable = {t for t, r in zip(table.column("tensor"), table.column("reduction")) if r in wanted}
             left_out = [name for name in matched if name not in drawable]
@@ -252,7 +276,7 @@ def _cmd_plot(args) -> int:
                       + (", ..." if len(left_out) > 5 else ""), file=sys.stderr)
             if not matched and not args.tensors:
                 raise _Failure(f"no tensor matching --regex/--collection has {what} to plot")
-        args.tensors = list(args.tensors) + [name for name in matched if name not in args.tensors]
+        args.tensors = list(args.tensors) + natural_sorted(name for name in matched if name not in args.tensors)
     if args.hist:
         if len(args.tensors) != 1:
             raise _Failure("--hist draws one tensor; give exactly one TENSOR", EXIT_USAGE)
@@ -269,15 +293,16 @@ def _cmd_plot(args) -> int:
         ax = plot_histogram(trial, tensor.name, step, mode=modes[0], bins=args.bins)
     else:
         items = [tuple(t.rsplit("@", 1)) if "@" in t else t for t in args.tensors]
-        ax = plot_tensors(trial, items, reduction=args.reduction, mode=args.mode, x=args.x, logy=args.logy)
+        ax = plot_tensors(trial, items, reduction=args.reduction, mode=args.mode, x=args.x, logy=args.logy,
+                          smooth=args.smooth, heatmap=args.heatmap or None)
     ax.figure.tight_layout()
     ax.figure.savefig(args.output, dpi=100)
     print(f"wrote {args.output}")
     return EXIT_OK
 
 
-#: The most tensors ``smdebug plot --regex``/``--collection`` draws on one figure.
-_MAX_LINES = 40
+#: The most tensors ``smdebug plot --regex``/``--collection`` draws on one figure (as heatmap rows).
+_MAX_ROWS = 1000
 
 
 def _has_value(tensor, step, mode) -> bool:
@@ -453,6 +478,34 @@ def _compare_table(result) -> str:
     return text
 
 
+def _cmd_report(args) -> int:
+    try:
+        import matplotlib  # noqa: F401 - only whether it is installed
+    except ImportError:
+        raise _Failure("smdebug report needs matplotlib, which is not installed: pip install matplotlib "
+                       "(smdebug-core's 'plot' extra)", EXIT_USAGE) from None
+    from .report import write_report
+    from .trials.computed import parse_reductions
+
+    if not args.output.lower().endswith((".html", ".htm")):
+        raise _Failure(f"-o {args.output}: give a .html file name", EXIT_USAGE)
+    if not 0 <= args.smooth < 1:
+        raise _Failure(f"--smooth {args.smooth:g}: give a weight from 0 (no smoothing) to below 1", EXIT_USAGE)
+    try:
+        parse_reductions([args.reduction])
+    except ValueError as exc:
+        raise _Failure(f"--reduction: {exc}", EXIT_USAGE) from None
+    if args.rules_budget is not None and not args.rules_budget >= 0:
+        raise _Failure(f"--rules-budget {args.rules_budget:g}: give seconds, 0 for no limit", EXIT_USAGE)
+    trial = _open(args)
+    budget = {} if args.rules_budget is None else {"rules_budget": args.rules_budget}
+    write_report(trial, args.output, reduction=args.reduction, smoothing=args.smooth, rules=not args.no_rules,
+                 **budget)
+    size = os.path.getsize(args.output)
+    print(f"wrote {args.output} ({size / 1e6:.1f} MB)")
+    return EXIT_OK
+
+
 def _mode_clause(args) -> str:
     modes = getattr(args, "mode", None) or []
     modes = [modes] if isinstance(modes, str) else modes  # export's --mode is repeatable
@@ -503,7 +556,7 @@ def _main(argv: List[str]) -> int:
     from ..exceptions import SMDebugError
 
     command = {"ls": _cmd_ls, "show": _cmd_show, "plot": _cmd_plot, "export": _cmd_export,
-               "compare": _cmd_compare}[args.command]
+               "compare": _cmd_compare, "report": _cmd_report}[args.command]
     try:
         return command(args)
     except _Failure as exc:

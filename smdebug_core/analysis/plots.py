@@ -37,29 +37,38 @@ def _new_axes(ax, figsize=(8, 4.5)):
 
 def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Union[str, Sequence[str]]] = None,
                  mode=None, x: str = "step", worker: Optional[str] = None, ax=None, title: Optional[str] = None,
-                 logy: bool = False):
-    """Lines of tensors' scalar values or saved reductions over the steps; returns the Axes.
+                 logy: bool = False, smooth: float = 0.0, heatmap: Optional[bool] = None):
+    """Lines of tensors' scalar values or reductions over the steps; returns the Axes.
 
-    One line per tensor (and reduction) and per mode: tensors get colors, modes line
-    styles (TRAIN solid, EVAL dashed, PREDICT dotted).
+    One line per tensor (and reduction) and per mode: tensors get distinct colours, modes
+    line styles (TRAIN solid, EVAL dashed, PREDICT dotted). Past
+    :data:`~smdebug.analysis.heatmaps.MAX_LINES` series (or with ``heatmap=True``) it draws
+    a heatmap instead: one row per series in natural order, steps binned.
 
     Args:
         trial: an open Trial.
         names: a tensor name or several; an item may also be a ``(name, reduction)`` pair,
             which plots that reduction of that tensor whatever ``reduction`` says (a loss
             and gradient norms on one figure).
-        reduction: None (the tensors' own values; a tensor that has none and saved
-            reductions gets a clear error), a saved reduction (``"l2"``, ``"abs_max"``...),
-            or several.
+        reduction: None (the tensors' own values; a tensor that has none gets a clear
+            error), a reduction (``"l2"``, ``"abs_max"``...), or several. A reduction the
+            run did not save is computed from the tensor's saved full values.
         mode: a mode or list of modes (default: all).
-        x: ``"step"`` (global steps: one time line for all modes) or ``"mode_step"``
-            (each mode from its step 0).
+        x: ``"step"`` (global steps: one time line for all modes, the default) or
+            ``"mode_step"`` (each mode from its step 0).
         worker: whose values (default: the first worker that saved each value).
         ax: a matplotlib Axes to draw on (default: a new figure).
-        logy: a logarithmic y axis.
+        logy: a logarithmic y axis (a logarithmic colour scale for a heatmap).
+        smooth: exponential moving average weight in [0, 1) (TensorBoard's smoothing): the
+            smoothed line is drawn over the faint saved values. 0: none.
+        heatmap: force (True) or forbid (False) the heatmap; None: past MAX_LINES series.
     """
+    from . import heatmaps
+
     if x not in ("step", "mode_step"):
         raise ValueError(f"x must be 'step' or 'mode_step', got {x!r}")
+    if not 0 <= smooth < 1:
+        raise ValueError(f"smooth must be in [0, 1), got {smooth!r}")
     names = [names] if isinstance(names, (str, tuple)) else list(names)
     if not names:
         raise ValueError("plot_tensors needs at least one tensor name")
@@ -71,27 +80,20 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
             series_of.append((item[0], ["" if item[1] is None else item[1]]))
         else:
             series_of.append((item, default_labels))
-    table = trial.to_table(sorted({n for n, _ in series_of}), mode=mode, workers=None if worker is None else [worker])
+    wanted = sorted({label for _, labels in series_of for label in labels if label})
+    table = trial.to_table(sorted({n for n, _ in series_of}), mode=mode, workers=None if worker is None else [worker],
+                           reductions=wanted or None)
     tensor_col, red_col, mode_col = table.column("tensor"), table.column("reduction"), table.column("mode")
     xs = table.numbers[x]
     values = table.numbers["value"]
     steps = table.numbers["step"]
-    ax = _new_axes(ax)
-    colors = _pyplot().rcParams["axes.prop_cycle"].by_key().get("color", [None])
-    drawn = 0
-    series = 0  # one color per (tensor, reduction); modes differ by line style
+    lines = []  # (name, label, mode name, x, y)
     for name, labels in series_of:
         is_name = np.fromiter((t == name for t in tensor_col), bool, len(tensor_col))
         for label in labels:
             is_red = is_name & np.fromiter((r == label for r in red_col), bool, len(red_col))
             if not is_red.any():
-                saved = sorted({r for r, t in zip(red_col, tensor_col) if t == name and r})
-                what = f"saved reduction {label!r}" if label else "scalar values"
-                hint = (f"; its saved reductions: {', '.join(saved)} (pass reduction=...)" if saved and not label
-                        else f"; saved: {', '.join(saved) or 'none'}")
-                raise ValueError(f"tensor {name!r} has no {what} to plot{hint}")
-            color = colors[series % len(colors)]
-            series += 1
+                raise ValueError(_nothing_to_plot(trial, name, label, red_col, tensor_col))
             for mode_name in sorted({m for m, keep in zip(mode_col, is_red) if keep},
                                     key=lambda m: ModeKeys[m].value):
                 sel = is_red & np.fromiter((m == mode_name for m in mode_col), bool, len(mode_col))
@@ -99,19 +101,76 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
                 _, first = np.unique(steps[sel], return_index=True)
                 line_x, line_y = xs[sel][first], values[sel][first]
                 order = np.argsort(line_x, kind="stable")
-                text = name + (f" {label}" if label else "") + f" ({mode_name})"
-                ax.plot(line_x[order], line_y[order], _MODE_STYLES.get(mode_name, "-"),
-                        color=color, label=text, marker="." if len(first) < 30 else None)
-                drawn += 1
-    ax.set_xlabel("global step" if x == "step" else "mode step")
-    used = {label for _, labels in series_of for label in labels}
-    ax.set_ylabel(used.pop() if len(used) == 1 and "" not in used else "value")
-    if logy:
-        ax.set_yscale("log")
+                lines.append((name, label, mode_name, line_x[order], line_y[order]))
+    series = list(dict.fromkeys((name, label) for name, label, *_ in lines))
+    ax = _new_axes(ax)
+    if heatmap or (heatmap is None and len(series) > heatmaps.MAX_LINES):
+        _heatmap_of_lines(ax, lines, series, x, logy)
+    else:
+        _draw_lines(ax, lines, series, smooth)
+        if logy:
+            ax.set_yscale("log")
+        used = {label for _, label in series}
+        ax.set_ylabel(used.pop() if len(used) == 1 and "" not in used else "value")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+        ax.set_xlabel(_STEP_AXIS[x])
     ax.set_title(title if title is not None else f"{trial.name}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
     return ax
+
+
+_STEP_AXIS = {"step": "global step (all modes on one axis)", "mode_step": "step of each mode (each from 0)"}
+
+
+def _nothing_to_plot(trial, name, label, red_col, tensor_col) -> str:
+    saved = sorted({r for r, t in zip(red_col, tensor_col) if t == name and r})
+    if label:
+        return f"tensor {name!r} has no saved reduction {label!r} and no saved value to compute it from; " \
+               f"saved: {', '.join(saved) or 'none'}"
+    if saved:
+        return f"tensor {name!r} has no scalar values to plot; its saved reductions: {', '.join(saved)} " \
+               "(pass reduction=...)"
+    if trial.has_tensor(name) and trial.tensor(name)._locations:
+        return (f"tensor {name!r} has no scalar values to plot: it is saved whole; plot a reduction computed "
+                "from its values (pass reduction='l2', 'abs_max'...) or a histogram (plot_histogram)")
+    return f"tensor {name!r} has no scalar values to plot; saved: none"
+
+
+def _draw_lines(ax, lines, series, smooth: float) -> None:
+    from .heatmaps import colors, smooth as ema
+
+    color_of = dict(zip(series, colors(len(series))))
+    for name, label, mode_name, line_x, line_y in lines:
+        color = color_of[(name, label)]
+        style = _MODE_STYLES.get(mode_name, "-")
+        text = name + (f" {label}" if label else "") + f" ({mode_name})"
+        if smooth and len(line_x) > 5:
+            ax.plot(line_x, line_y, style, color=color, alpha=0.25, linewidth=0.8)
+            ax.plot(line_x, ema(line_y, smooth), style, color=color, label=text)
+        else:
+            ax.plot(line_x, line_y, style, color=color, label=text, marker="." if len(line_x) < 30 else None)
+
+
+def _heatmap_of_lines(ax, lines, series, x: str, logy: bool) -> None:
+    """One row per (tensor, reduction), modes joined on the step axis, rows in natural order."""
+    from .heatmaps import bin_series, draw_heatmap, heatmap_height, natural_key
+
+    rows = {}
+    for name, label, _, line_x, line_y in lines:
+        xs, ys = rows.setdefault((name, label), ([], []))
+        xs.append(line_x)
+        ys.append(line_y)
+    ordered = sorted(series, key=lambda key: (natural_key(key[0]), key[1]))
+    labels = {label for _, label in ordered}
+    binned = bin_series([(name + (f" {label}" if label and len(labels) > 1 else ""),
+                          np.concatenate(rows[(name, label)][0]), np.concatenate(rows[(name, label)][1]))
+                         for name, label in ordered])
+    fig = ax.figure
+    if len(fig.axes) == 1:  # our own figure: tall enough for every row
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width, max(height, heatmap_height(len(ordered))))
+    draw_heatmap(ax, binned, labels.pop() if len(labels) == 1 and "" not in labels else "value",
+                 log=True if logy else None, xlabel=_STEP_AXIS[x])
 
 
 def plot_histogram(trial, name: str, step: int, mode=ModeKeys.GLOBAL, worker: Optional[str] = None,

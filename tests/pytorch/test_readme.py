@@ -56,7 +56,7 @@ def test_looking_at_a_run_shell_commands(cnn_run, tmp_path):
         allowed = (0, 1) if argv[1:2] == ["rules"] else (0,)
         assert done.returncode in allowed, f"{command}\n{done.stderr[-2000:]}"
     for made in ("loss_and_grads.png", "hist.png", "grads.png", "values.csv", "compare.png",
-                 "cnn_parquet/worker=worker_0/mode=TRAIN/part-0.parquet"):
+                 "cnn_parquet/worker=worker_0/mode=TRAIN/part-0.parquet", "report.html"):
         assert os.path.getsize(tmp_path / made) > 0, made
 
 

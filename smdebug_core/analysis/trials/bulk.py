@@ -96,9 +96,10 @@ def _last_of_repeats(c: Dict[str, np.ndarray]) -> np.ndarray:
 
 
 def collect(log: RecordLog, index: StepIndex, names: List[str], modes, steps, workers,
-            include_incomplete: bool) -> Rows:
-    """Every saved reduction, and every raw record small enough to be a scalar, of the
-    tensors called ``names`` at the selected steps (see ``Trial.to_table``)."""
+            include_incomplete: bool, labels: Optional[List[str]] = None) -> Rows:
+    """Every saved reduction (those named in ``labels`` only, when given), and every raw
+    record small enough to be a scalar, of the tensors called ``names`` at the selected
+    steps (see ``Trial.to_table``)."""
     c = log.arrays()
     if log.has_repeats:
         keep_rows = _last_of_repeats(c)
@@ -116,6 +117,9 @@ def collect(log: RecordLog, index: StepIndex, names: List[str], modes, steps, wo
     if workers is not None:
         wanted = np.asarray([w in workers for w in log.workers.items], bool)
         mask &= wanted[c["worker"]]
+    if labels is not None:
+        wanted = np.asarray([i == 0 or label in labels for i, label in enumerate(log.labels.items)], bool)
+        mask &= wanted[c["label"]]
     if modes is not None or steps is not None:
         known, mode_of, mode_step_of = index.arrays()
         at = step_positions(known, c["step"])

@@ -151,6 +151,27 @@ class Table:
             _own_numbering(conflicts, numbers, texts)
         return cls(numbers, texts)
 
+    @classmethod
+    def concat(cls, first: "Table", second: "Table") -> "Table":
+        """The rows of both tables, sorted as one table's are."""
+        if not len(second):
+            return first
+        if not len(first):
+            return second
+        texts = {}
+        for name in cls.TEXT:
+            (a, a_cats), (b, b_cats) = first.texts[name], second.texts[name]
+            cats = sorted(set(a_cats) | set(b_cats),
+                          key=(lambda m: ModeKeys[m].value) if name == "mode" else None)
+            rank = {c: k for k, c in enumerate(cats)}
+            dtype = _code_dtype(len(cats))
+            a_map = np.asarray([rank[c] for c in a_cats], dtype)
+            b_map = np.asarray([rank[c] for c in b_cats], dtype)
+            texts[name] = (np.concatenate([a_map[a], b_map[b]]), cats)
+        numbers = {k: np.concatenate([first.numbers[k], second.numbers[k]]) for k in first.numbers}
+        order = np.lexsort((numbers["step"], texts["worker"][0], texts["reduction"][0], texts["tensor"][0]))
+        return cls({k: v[order] for k, v in numbers.items()}, {k: (c[order], cats) for k, (c, cats) in texts.items()})
+
     def column(self, name: str):
         """One column: a numpy array of numbers, or a list of texts."""
         if name in self.numbers:

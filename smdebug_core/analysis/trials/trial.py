@@ -17,6 +17,8 @@ import os
 import time
 from typing import Dict, List, Optional, Set, Tuple, Union
 
+import numpy as np
+
 from ...collections import Collection, CollectionManager
 from ...exceptions import CorruptCollectionsFile, StepNotYetAvailable, TensorUnavailable
 from ...modes import ModeKeys
@@ -30,7 +32,9 @@ from .opening import check_run_path, collection_workers, list_collection_files, 
 from .run_index import RunIndex
 from .steps import StepState
 from .storage import open_storage
-from .table import require_pandas
+from .computed import computed_table, parse_reductions
+from .labels import reduction_label
+from .table import Table, require_pandas
 from .tensor import Tensor
 
 __all__ = ["Trial", "create_trial", "LocalTrial", "StepState"]
@@ -486,9 +490,10 @@ class Trial:
 
     def to_table(self, names=None, *, regex=None, collection=None, mode=None, steps=None, workers=None,
                  show_incomplete_steps: bool = False, progress: Optional[bool] = None,
-                 on_error: str = "warn"):
+                 on_error: str = "warn", reductions=None):
         """Every scalar value and every saved reduction of the selected tensors, in columns,
         without pandas: a :class:`smdebug.analysis.trials.table.Table` (see :meth:`to_dataframe`)."""
+        keys = parse_reductions(reductions) if reductions is not None else None
         if on_error not in ("warn", "raise"):
             raise ValueError(f"on_error must be 'warn' or 'raise', got {on_error!r}")
         modes = None
@@ -509,16 +514,22 @@ class Trial:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            rows = collect(self._index.log, self._steps, selected, modes, steps, workers, show_incomplete_steps)
-            return read_rows(rows, self._reader, self._steps, self.stats, self.progress if progress is None else progress,
-                             on_error)
+            labels = None if keys is None else [reduction_label(*k) for k in keys]
+            rows = collect(self._index.log, self._steps, selected, modes, steps, workers, show_incomplete_steps,
+                           labels)
+            progress = self.progress if progress is None else progress
+            table = read_rows(rows, self._reader, self._steps, self.stats, progress, on_error)
+            if keys:
+                table = Table.concat(table, computed_table(self, selected, keys, modes, steps, workers,
+                                                           show_incomplete_steps, table, progress))
+            return table
         finally:
             if gc_was_enabled:
                 gc.enable()
 
     def to_dataframe(self, names=None, *, regex=None, collection=None, mode=None, steps=None, workers=None,
                      show_incomplete_steps: bool = False, progress: Optional[bool] = None,
-                     on_error: str = "warn"):
+                     on_error: str = "warn", reductions=None):
         """The run's scalars and saved reductions as a long pandas DataFrame.
 
         One row per value, columns ``step`` (global step), ``mode`` (``"TRAIN"``...),
@@ -543,10 +554,13 @@ class Trial:
             on_error: ``"warn"`` (default): a value that cannot be read (a damaged
               record, a missing event file) is left out, with one warning for all of
               them; ``"raise"``: the first such error is raised.
+            reductions: only these reductions (``["l2", "abs_max"]``), saved or, where a
+              tensor did not save one at a step, computed from its saved full value (a
+              row each, equal to ``reduction_value(...)``); scalar values stay rows.
+              Without it: every saved reduction, and none computed.
 
         A tensor's raw value is a row only when it holds one real number (bool, int or
-        float; complex, string and larger tensors are left out); reductions computed on
-        the fly by ``reduction_value`` are not included, only saved ones. Each row equals
+        float; complex, string and larger tensors are left out). Each row equals
         ``tensor.value(step, mode, worker).item()`` or ``reduction_value(...)``. Event files
         are read once each and their records decoded together (smdebug.analysis.trials.bulk).
         Needs pandas (smdebug-core's ``analysis`` extra); :meth:`to_table` does not.
@@ -554,7 +568,7 @@ class Trial:
         require_pandas("Trial.to_dataframe")
         return self.to_table(names, regex=regex, collection=collection, mode=mode, steps=steps, workers=workers,
                              show_incomplete_steps=show_incomplete_steps, progress=progress,
-                             on_error=on_error).to_pandas()
+                             on_error=on_error, reductions=reductions).to_pandas()
 
     def to_parquet(self, directory, names=None, *, regex=None, collection=None, mode=None, steps=None,
                    workers=None, show_incomplete_steps: bool = False, progress: Optional[bool] = None,
@@ -598,7 +612,9 @@ class Trial:
                 "tensors": len(self._index.tensors), "collections": used}
 
     def _repr_html_(self) -> str:
-        """A table of the run for Jupyter."""
+        """Jupyter's view of the run: a summary table, a sparkline of the loss and a small
+        heatmap of the gradients' L2 norms (pictures need matplotlib; ``smdebug report``
+        shows the whole run)."""
         import html
 
         info = self.summary()
@@ -609,7 +625,52 @@ class Trial:
             rows.append((f"{mode} steps", f"{count} ({first} to {last})" if count else "0"))
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                        f"{html.escape(v)}</td></tr>" for k, v in rows)
-        return f"<div><strong>smdebug Trial {html.escape(info['name'])}</strong><table>{body}</table></div>"
+        table = f"<table>{body}</table>"
+        try:
+            pictures = self._notebook_pictures()
+        except ImportError:  # no matplotlib: the table alone
+            pictures = ""
+        except Exception as exc:  # noqa: BLE001 - a notebook's display of a trial never raises
+            logger.debug("smdebug: no pictures in the trial's notebook view: %s", exc)
+            pictures = ""
+        return (f"<div><strong>smdebug Trial {html.escape(info['name'])}</strong><div style='display:flex;"
+                f"gap:1em;align-items:flex-start'>{table}<div>{pictures}</div></div></div>")
+
+    def _notebook_pictures(self) -> str:
+        from ..heatmaps import small_heatmap, sparkline
+
+        names = self.tensor_names()
+        collections = self.collections()
+        losses_coll = collections.get("losses")
+        losses = [n for n in names if losses_coll is not None and losses_coll.matches(n)] or \
+            [n for n in names if "loss" in n.lower() and "/" not in n]
+        gradients = [n for n in names if n.startswith("gradient/") or n.startswith("gradients/")][:_NOTEBOOK_ROWS]
+        if not losses and not gradients:
+            return ""
+        table = self.to_table(losses[:1] + gradients, reductions=["l2"], progress=False)
+        tensor, reduction, mode = table.column("tensor"), table.column("reduction"), table.column("mode")
+        steps, values = table.numbers["step"], table.numbers["value"]
+        out = []
+        if losses:
+            keep = np.fromiter((t == losses[0] and r == "" and m == "TRAIN" for t, r, m in zip(tensor, reduction, mode)),
+                               bool, len(tensor))
+            if not keep.any():  # no TRAIN mode (XGBoost rounds): every step
+                keep = np.fromiter((t == losses[0] and r == "" for t, r in zip(tensor, reduction)), bool, len(tensor))
+            if keep.any():
+                out.append(f"<img alt='loss' src='{sparkline(steps[keep], values[keep], losses[0])}'>")
+        if gradients:
+            series = []
+            for name in gradients:
+                keep = np.fromiter((t == name and r == "l2" for t, r in zip(tensor, reduction)), bool, len(tensor))
+                if keep.any():
+                    series.append((name, steps[keep], values[keep]))
+            if series:
+                out.append(f"<br><img alt='gradient L2 norms' src='{small_heatmap(series, 'gradient l2')}'>")
+        return "".join(out)
+
+
+#: The most gradients in a trial's notebook heatmap.
+_NOTEBOOK_ROWS = 200
 
 
 def create_trial(
