@@ -81,6 +81,29 @@ class Tensor:
             kinds.append("shapes")
         return f"<Tensor {self.name!r}: {len(steps)} steps{span}; {'; '.join(kinds) or 'nothing saved'}>"
 
+    def _is_scalar(self) -> bool:
+        """Whether the run's collections say this tensor is one number per step (losses,
+        metrics, save_scalar values...): its value is its own reduction. The value itself
+        is returned as stored, ``()`` or ``(1,)``."""
+        scalar = self.__dict__.get("_scalar")
+        if scalar is None:
+            from ...collections import RAW_ONLY_COLLECTIONS, CollectionKeys
+
+            names = RAW_ONLY_COLLECTIONS | {CollectionKeys.HYPERPARAMETERS}
+            scalar = self.name.startswith("scalar/")
+            if not scalar:
+                collections = self._trial.collections()
+                for cname in names:
+                    coll = collections.get(cname)
+                    try:
+                        if coll is not None and coll.matches(self.name):
+                            scalar = True
+                            break
+                    except Exception:  # noqa: BLE001 - a refused regex of the run: not a scalar by it
+                        continue
+            self._scalar = scalar
+        return scalar
+
     def to_series(self, reduction: Optional[str] = None, mode=GLOBAL, worker: Optional[str] = None,
                   abs: bool = False):
         """The tensor's scalar values (``reduction=None``) or one saved reduction over the
