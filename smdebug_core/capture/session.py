@@ -57,7 +57,7 @@ from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, 
 from .step_records import StepRecordMaker
 from .inbox import StepInbox
 from .clock import StepClock
-from . import run_output
+from . import preemption, run_output
 from .fail_open import Guard, never_raises
 
 logger = get_logger()
@@ -165,6 +165,8 @@ class StepSession:
             self.writer, self._recorder = run_output.open_writer(self, a.overwrite, self._sibling_workers(), remote_extra,
                                                                   flight_recorder)
         self._sinks = self._make_sinks()
+        if self.writer is not None:  # a SIGTERM writes the steps that have ended first (preemption.py)
+            preemption.watch(self, a.flush_on_signals)
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self._stop_poller = None if self.dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
         where = "a dry run (nothing written)" if self.dry_run else (
@@ -488,6 +490,16 @@ class StepSession:
             done = bool(writer.flush(timeout))
         return done and self.enabled
 
+    def flush_ended_steps(self, timeout: float) -> bool:
+        """Publish (and upload) the steps that have ended, within ``timeout`` seconds, from any
+        thread: what a signal handler does before the process ends (preemption.py). The open
+        step is not ended (never written half); nothing is disabled or closed."""
+        deadline = time.monotonic() + timeout
+        if not self._pipeline.drain(timeout):
+            return False
+        writer = self.writer
+        return writer is None or bool(writer.flush(max(0.0, deadline - time.monotonic())))
+
     def _on_pipeline_error(self, what: str, exc: BaseException) -> None:
         if self._pipeline_failure is None:
             self._pipeline_failure = (f"{what}: {type(exc).__name__}: {exc}", False)
@@ -579,6 +591,7 @@ class StepSession:
             if self._closed:
                 return
             self._closed = True
+        preemption.unwatch(self)
         try:
             if (self.enabled and self.clock.open) or self.inbox:
                 self.end_step()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -187,6 +188,10 @@ class _Forward(logging.Handler):
 
 
 def main() -> int:
+    # A SIGTERM or Ctrl-C sent to the whole job (process group) is the training process's to
+    # handle: this one ends when that one does (its stdin closes), after uploading what was published.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     reports = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol channel, line-buffered
     os.dup2(2, 1)  # anything else printed goes to stderr, not into the protocol
     sys.stdout = sys.stderr
