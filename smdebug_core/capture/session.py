@@ -117,7 +117,7 @@ class StepSession:
         self.rank, self.world_size, self.worker_name = check_worker(adapter, adapter.worker())
         self.is_chief = self.rank == 0
         self.writes_files = (self.include_workers == "all" or self.is_chief) and not self.dry_run
-        self.out_dir, tensorboard_dir, export_tensorboard, remote_extra = run_output.locate(
+        self.out_dir, tensorboard_dir, export_tensorboard, remote_extra, prefix_check = run_output.locate(
             a, self.out_url, self.out_dir, self.worker_name, self.writes_files, self.is_chief, self._sibling_workers())
         self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
         #: Configs -> plans, and what the open step saves (adapters: ``session.plans``).
@@ -163,7 +163,7 @@ class StepSession:
         self.writer = None
         if self.writes_files:
             self.writer, self._recorder = run_output.open_writer(self, a.overwrite, self._sibling_workers(), remote_extra,
-                                                                  flight_recorder)
+                                                                  flight_recorder, prefix_check)
         self._sinks = self._make_sinks()
         if self.writer is not None:  # a SIGTERM writes the steps that have ended first (preemption.py)
             preemption.watch(self, a.flush_on_signals)

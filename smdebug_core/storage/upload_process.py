@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 from ..environment import env_nonnegative_float
 from .format import layout
@@ -43,18 +43,23 @@ _CLOSE_GRACE_S = 30.0
 _START_TIMEOUT_S = 60.0
 
 
-def make_uploader(spool: str, url: str, **kwargs):
+def make_uploader(spool: str, url: str, before_start: Optional[Callable[[], object]] = None, **kwargs):
     """The uploader of a hook's spool: in a process of its own (:class:`UploaderProcess`) unless
     the store lives in this process (``memory://``) or ``$SMDEBUG_UPLOAD_IN_PROCESS`` is set;
-    then (or if the process cannot start) a thread of this one. Same interface either way."""
+    then (or if the process cannot start) a thread of this one. Same interface either way.
+    ``before_start()`` runs before the uploader reads the spool (while the process starts);
+    what it raises propagates, the process stopped."""
     from . import remote
 
     url = remote.normalize_url(url)
     if url.split("://", 1)[0] != "memory" and os.environ.get(_uploader.IN_PROCESS_ENV, "") in ("", "0"):
         try:
-            return UploaderProcess(spool, url, **kwargs)
+            return UploaderProcess(spool, url, before_start=before_start, **kwargs)
         except OSError as exc:  # no fork/exec here (a sandbox): upload from a thread instead
             logger.info("smdebug: uploading from this process (could not start an upload process: %s)", exc)
+            before_start = None  # it ran
+    if before_start is not None:
+        before_start()
     return _uploader.Uploader(spool, url, **kwargs)
 
 
@@ -65,7 +70,7 @@ class UploaderProcess(_uploader.SpoolAccount):
     def __init__(self, spool: str, url: str, *, concurrency: Optional[int] = None,
                  retry_budget_s: Optional[float] = None, max_spool_bytes: Optional[int] = None,
                  extra_dirs: Sequence[Tuple[str, str]] = (), worker: Optional[str] = None,
-                 wait_for_workers: Sequence[str] = ()):
+                 wait_for_workers: Sequence[str] = (), before_start: Optional[Callable[[], object]] = None):
         self._init_account(spool, url, max_spool_bytes)
         #: The child's counters (as Uploader.stats), filled in when it has closed.
         self.stats = {}
@@ -78,6 +83,13 @@ class UploaderProcess(_uploader.SpoolAccount):
                      f"from {__name__} import main; raise SystemExit(main())")
         self._proc = subprocess.Popen([sys.executable, "-c", bootstrap, json.dumps(sys.path)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        if before_start is not None:  # while the child imports the store's client
+            try:
+                before_start()
+            except BaseException:
+                self._proc.stdin.close()  # no config: the child exits
+                self._proc.wait(10)
+                raise
         self._send(["config", {"spool": self.spool, "url": self.url, "concurrency": concurrency,
                                "retry_budget_s": retry_budget_s, "max_spool_bytes": self.max_spool_bytes,
                                "extra_dirs": [list(pair) for pair in extra_dirs], "worker": worker,
@@ -192,6 +204,11 @@ def main() -> int:
     # handle: this one ends when that one does (its stdin closes), after uploading what was published.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # the store's client, imported while the parent settles its check of the prefix
+        import fsspec  # noqa: F401 - imported early on purpose (see above)
+        import s3fs  # noqa: F401 - imported early on purpose (see above)
+    except ImportError:
+        pass
     reports = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol channel, line-buffered
     os.dup2(2, 1)  # anything else printed goes to stderr, not into the protocol
     sys.stdout = sys.stderr

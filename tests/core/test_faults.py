@@ -123,3 +123,70 @@ def test_a_hook_made_off_the_main_thread_installs_nothing(tmp_path, caplog):
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert "outside the main thread" in caplog.text
     made[0].close()
+
+
+# --- a store that accepts connections and never answers ---------------------------------------
+class HungEndpoint:
+    """A loopback socket that accepts every connection and never answers (a hung store)."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._held = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                self._held.append(self._sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self._sock.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.fixture
+def hung_store(monkeypatch, tmp_path):
+    pytest.importorskip("s3fs")
+    endpoint = HungEndpoint()
+    for key, value in {"AWS_ENDPOINT_URL": endpoint.url, "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                       "SMDEBUG_SPOOL_DIR": str(tmp_path / "spools")}.items():
+        monkeypatch.setenv(key, value)
+    yield endpoint
+    endpoint.close()
+
+
+@pytest.mark.timeout(120)
+def test_hook_construction_against_a_hung_store_returns_at_once(hung_store, tmp_path, smdebug_warnings, monkeypatch):
+    import time
+
+    import smdebug as smd
+
+    monkeypatch.setenv("SMDEBUG_UPLOAD_CLOSE_TIMEOUT", "1")
+    monkeypatch.setenv("SMDEBUG_PREFIX_CHECK_TIMEOUT", "0.5")  # the default is 1 s: margin for a loaded machine
+    started = time.monotonic()
+    hook = smd.Hook("s3://bucket/run", save_config=smd.SaveConfig(save_interval=1))
+    constructed = time.monotonic() - started
+    assert constructed < 2.0, f"hook construction took {constructed:.1f} s against a hung store"
+    warnings = " ".join(smdebug_warnings(messages=True))
+    assert "did not answer" in warnings and hook.out_dir in warnings  # says so, and where the run goes
+    started = time.monotonic()
+    for step in range(20):  # no step boundary waits on the store either
+        hook.begin_step()
+        hook.save_tensor("a", np.full(8, step, np.float32), "weights")
+        hook.end_step()
+    assert time.monotonic() - started < 1.0
+    hook.close()
+    # Everything is in the spool, readable there.
+    trial = create_trial(hook.out_dir)
+    assert trial.steps() == list(range(20))
