@@ -13,9 +13,11 @@ the URL under the same relative keys, so the objects have the local layout and s
   the last step it has seen (trials/trial.py) never misses one;
 * each object is written once with one PUT of its whole content (or s3fs's multipart
   upload for large ones), never appended to or re-uploaded; its spool copy is deleted once
-  uploaded, so the spool holds only what is not yet up. The collections file is the one
-  exception: the hook rewrites it at close with the final collections, and it is sent
-  again only if its bytes changed;
+  uploaded, so the spool holds only what is not yet up, except that a step's event file
+  is deleted only once its index object is up too: a step an outage interrupts stays whole
+  in the spool, and ``smdebug-sync`` sends it again whole (docs/faults.md). The collections
+  file is the one exception: the hook rewrites it at close with the final collections, and
+  it is sent again only if its bytes changed;
 * a failed upload is retried with exponential backoff, the files waiting in the spool,
   for as long as ``retry_budget_s`` of consecutive failures; an outage shorter than that
   costs nothing. Past it the uploader gives up with one warning that names the spool and
@@ -175,6 +177,8 @@ class Uploader(SpoolAccount):
         self._warned_outage = False
         self._warned_left = False
         self._uploaded_hashes: Dict[str, str] = {}  # relpath -> sha1 of the bytes sent (collections)
+        # (step, worker) -> relpath of an event file uploaded and kept in the spool until its index is up
+        self._uploaded_events: Dict[Tuple[int, str], str] = {}
         self._failing_since: Optional[float] = None
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="smdebug-upload")
         self._thread = threading.Thread(target=self._run, name="smdebug-uploader", daemon=True)
@@ -278,10 +282,13 @@ class Uploader(SpoolAccount):
             self.stats["objects"] += 1
             self.stats["bytes"] += size
         if delete:
-            try:
-                os.remove(local_path)
-            except OSError:
-                pass
+            self._remove_from_spool(local_path)
+
+    def _remove_from_spool(self, path: str) -> None:
+        try:
+            os.remove(os.path.join(self.spool, path))  # a relpath, or an absolute path
+        except OSError:
+            pass
 
     def _note_failure(self, key: str, exc: BaseException) -> None:
         now = time.monotonic()
@@ -408,6 +415,9 @@ class Uploader(SpoolAccount):
                         self._put_bytes(f"{WORKERS_DONE_DIR}/{self.worker}.done", b"")
                     if end_marker is not None and self.wait_for_workers:
                         self._wait_for_workers()
+                    for event in self._uploaded_events.values():  # uploaded; no index file came for them
+                        self._remove_from_spool(event)
+                    self._uploaded_events.clear()
                     if end_marker is not None:  # last of all (docs/format.md 1.4)
                         self._put(layout.END_OF_JOB_FILE)
                         self._release(end_marker)
@@ -443,15 +453,22 @@ class Uploader(SpoolAccount):
                 fresh.append((relpath, nbytes))
         events = [item for item in fresh if item[0].startswith(layout.EVENTS_DIR + "/")]
         indexes = [item for item in fresh if item[0].startswith(layout.INDEX_DIR + "/")]
+        indexes_set = {relpath for relpath, _ in indexes}
         for relpath, nbytes in collections:
             self._put_collections(relpath, nbytes)
             self._release(nbytes)
-        futures = [self._pool.submit(self._put, relpath) for relpath, _ in events]
+        # An event file stays in the spool until its index is up too: a step whose upload an
+        # outage interrupts is then whole in the spool (and re-sent whole), never split.
+        futures = [self._pool.submit(self._put, relpath, delete=False) for relpath, _ in events]
         for (relpath, nbytes), future in zip(events, futures):
             future.result()  # _GaveUp propagates
+            self._uploaded_events[_step_file_key(relpath)] = relpath
             self._release(nbytes)
         for relpath, nbytes in sorted(indexes) + others:
             self._put(relpath)
+            event = self._uploaded_events.pop(_step_file_key(relpath), None) if relpath in indexes_set else None
+            if event is not None:
+                self._remove_from_spool(event)
             self._release(nbytes)
 
     def _put_collections(self, relpath: str, nbytes: int) -> None:
@@ -485,6 +502,14 @@ class Uploader(SpoolAccount):
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, local_dir).replace(os.sep, "/")
                 self._put(rel, local_path=path, key=self._key(rel, fs_root))
+
+
+def _step_file_key(relpath: str) -> Tuple[int, str]:
+    """The (step, worker) an event or index file belongs to; (-1, relpath) for any other file."""
+    try:
+        return layout.parse_step_and_worker(relpath.rsplit("/", 1)[-1])
+    except ValueError:
+        return (-1, relpath)
 
 
 def spool_files(spool: str) -> List[Tuple[str, int]]:

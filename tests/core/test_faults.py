@@ -190,3 +190,149 @@ def test_hook_construction_against_a_hung_store_returns_at_once(hung_store, tmp_
     # Everything is in the spool, readable there.
     trial = create_trial(hook.out_dir)
     assert trial.steps() == list(range(20))
+
+
+# --- a store that stops between a step's event and index uploads ------------------------------
+class TrippingProxy:
+    """A TCP proxy on loopback in front of a real endpoint that stops (closes every connection,
+    accepts none) when the ``trip_at``-th request that PUTs an ``index/`` object arrives, before
+    forwarding it: the store vanishes after a step's event object is up and before its index
+    object is. :meth:`restart` brings it back."""
+
+    def __init__(self, target_port, trip_at):
+        import re
+        import socket
+        import threading
+
+        self._target = target_port
+        self._pattern = re.compile(rb"PUT [^ ]*/index/")
+        self._left = trip_at
+        self.down = False
+        self._lock = threading.Lock()
+        self._conns = []
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+
+        while True:
+            try:
+                client = self._sock.accept()[0]
+            except OSError:
+                return
+            if self.down:
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self._target))
+            with self._lock:
+                self._conns += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src, dst, requests):
+        try:
+            while not self.down:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if requests and self._pattern.search(data):
+                    with self._lock:
+                        self._left -= 1
+                        if self._left == 0:
+                            self._stop()
+                            return
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def _stop(self):
+        self.down = True
+        for conn in self._conns:
+            try:
+                conn.close()
+            except OSError:
+                pass
+        self._conns = []
+
+    def restart(self):
+        self.down = False
+
+    def close(self):
+        self._sock.close()
+        with self._lock:
+            self._stop()
+
+
+def test_a_store_stopped_between_a_steps_event_and_index_keeps_every_step_whole(tmp_path, monkeypatch,
+                                                                                 smdebug_warnings):
+    pytest.importorskip("moto.server", reason="needs moto[server] (tox core env)")
+    import smdebug as smd
+    from smdebug.storage.format import layout
+    from smdebug.storage.uploader import main as sync_main, spool_files
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+    from s3_endpoint import Endpoint
+
+    store = Endpoint()
+    proxy = TrippingProxy(store.port, trip_at=4)
+    try:
+        for key, value in {**store.environment, "AWS_ENDPOINT_URL": proxy.url,
+                           "SMDEBUG_SPOOL_DIR": str(tmp_path / "spools"), "SMDEBUG_UPLOAD_RETRY_BUDGET": "1",
+                           "SMDEBUG_UPLOAD_CLOSE_TIMEOUT": "10", "SMDEBUG_PREFIX_CHECK_TIMEOUT": "10"}.items():
+            monkeypatch.setenv(key, value)
+        store.client().create_bucket(Bucket="bucket")
+        url = "s3://bucket/split"
+        hook = smd.Hook(url, save_config=smd.SaveConfig(save_interval=1))
+        for step in range(10):
+            hook.begin_step()
+            for i, name in enumerate(TENSORS):
+                hook.save_tensor(name, np.full(64, step * 10 + i, dtype=np.float32), "weights")
+            hook.end_step()
+            hook.flush(timeout=5)  # a step at a time: the store stops within the run, not at its end
+        hook.close()
+        assert proxy.down, "the store never stopped: the test tested nothing"
+        spool = hook.out_dir
+        left = [rel for rel, _ in spool_files(spool)]
+        in_spool = {layout.parse_step_and_worker(rel.rsplit("/", 1)[1])[0]: [] for rel in left
+                    if rel.startswith(("index/", "events/"))}
+        for rel in left:
+            if rel.startswith(("index/", "events/")):
+                in_spool[layout.parse_step_and_worker(rel.rsplit("/", 1)[1])[0]].append(rel.split("/")[0])
+        split = {step: kinds for step, kinds in in_spool.items() if sorted(kinds) != ["events", "index"]}
+        assert not split, f"steps held in the spool only in part: {split}"
+        # Each step is whole on the store or whole in the spool.
+        monkeypatch.setenv("AWS_ENDPOINT_URL", store.url)
+        on_store = set(create_trial(url).steps())
+        assert on_store | set(in_spool) == set(range(10)) and in_spool
+        warnings = " ".join(smdebug_warnings(messages=True))
+        assert spool in warnings and "smdebug-sync" in warnings
+        # The command the warning names finishes the upload, every step whole.
+        proxy.restart()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        assert sync_main([spool, url]) == 0
+        monkeypatch.setenv("AWS_ENDPOINT_URL", store.url)
+        trial = create_trial(url)
+        _assert_whole_trial(trial, range(10))
+        assert trial.training_ended()
+    finally:
+        proxy.close()
+        store.stop()
+
+
+def _assert_whole_trial(trial, steps):
+    assert trial.steps() == list(steps)
+    for step in steps:
+        for i, name in enumerate(TENSORS):
+            np.testing.assert_array_equal(trial.tensor(name).value(step), np.full(64, step * 10 + i, np.float32))
