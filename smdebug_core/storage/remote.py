@@ -28,6 +28,9 @@ SPOOL_DIR_ENV = "SMDEBUG_SPOOL_DIR"
 #: earlier run; past them training starts and the uploader checks before its first upload.
 PREFIX_CHECK_TIMEOUT_ENV = "SMDEBUG_PREFIX_CHECK_TIMEOUT"
 DEFAULT_PREFIX_CHECK_TIMEOUT_S = 1.0
+#: Seconds the check may take to make the store's client (botocore loads its models: local
+#: work, 0.2-0.4 s here) before its requests' bound starts.
+_CLIENT_SETUP_S = 2.0
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 
@@ -157,7 +160,8 @@ def split_url(url: str) -> Tuple[str, str]:
 
 
 def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), unreachable: str = "log",
-                         timeout: Optional[float] = None, cancelled: Optional[threading.Event] = None) -> bool:
+                         timeout: Optional[float] = None, cancelled: Optional[threading.Event] = None,
+                         fs_root=None) -> bool:
     """Refuse a URL that already holds a run of this worker (its collections file or the end
     marker), as a local ``out_dir`` is refused; with ``overwrite`` remove that run's objects,
     but not those the other workers of this job (``siblings``) have already uploaded.
@@ -173,7 +177,7 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), un
     from .format import layout
 
     log = logging.getLogger("smdebug")
-    fs, root = filesystem(url, for_writing=True, timeout=timeout)
+    fs, root = fs_root or filesystem(url, for_writing=True, timeout=timeout)
     markers = [layout.END_OF_JOB_FILE, layout.collections_file_relpath(worker)]
     try:
         existing = [m for m in markers if fs.exists(join(root, m))]
@@ -206,9 +210,9 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), un
 
 class PrefixCheck:
     """:func:`check_remote_out_dir` on a thread of its own, started at once and waited for by
-    :meth:`settle` at most ``$SMDEBUG_PREFIX_CHECK_TIMEOUT`` seconds (1) after the start, each
-    request as long at most and tried once: hook construction never waits longer on the
-    network (the upload process starts meanwhile)."""
+    :meth:`settle` at most ``$SMDEBUG_PREFIX_CHECK_TIMEOUT`` seconds (1) once the store's client
+    is made, each request as long at most and tried once: hook construction never waits
+    longer on the network (the upload process starts meanwhile)."""
 
     def __init__(self, url: str, worker: str, overwrite: bool, siblings, spool: str):
         from ..environment import env_nonnegative_float
@@ -216,19 +220,40 @@ class PrefixCheck:
         self.url, self.worker, self.overwrite, self.siblings, self.spool = url, worker, overwrite, siblings, spool
         self.bound = env_nonnegative_float(PREFIX_CHECK_TIMEOUT_ENV, DEFAULT_PREFIX_CHECK_TIMEOUT_S,
                                            " of seconds") or 0.001
-        self._deadline = time.monotonic() + self.bound  # the requests' own timeouts end it about then
+        self._started = time.monotonic()
+        self._client_ready: Optional[float] = None
         self._outcome: list = []
         self._cancelled = threading.Event()
+        self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._check, name="smdebug-prefix-check", daemon=True)
         self._thread.start()
 
     def _check(self) -> None:
         try:
-            self._outcome.append(check_remote_out_dir(self.url, self.worker, self.overwrite, self.siblings,
-                                                      unreachable="raise", timeout=self.bound,
-                                                      cancelled=self._cancelled))
+            fs_root = filesystem(self.url, for_writing=True, timeout=self.bound)
+            connect = getattr(fs_root[0], "connect", None)
+            if callable(connect):  # s3fs: the client is made here (local work), before the clock starts
+                connect()
+            with self._cond:
+                self._client_ready = time.monotonic()
+                self._cond.notify_all()
+            outcome = check_remote_out_dir(self.url, self.worker, self.overwrite, self.siblings, unreachable="raise",
+                                           timeout=self.bound, cancelled=self._cancelled, fs_root=fs_root)
         except BaseException as exc:  # noqa: BLE001 - handed to the thread that settles
-            self._outcome.append(exc)
+            outcome = exc
+        with self._cond:
+            self._outcome.append(outcome)
+            self._cond.notify_all()
+
+    def _decided(self) -> bool:
+        """Whether the check has an outcome, or its time is up: ``bound`` seconds of requests
+        once the client is made (making it, local work, may take up to ``_CLIENT_SETUP_S`` more)."""
+        now = time.monotonic()
+        if self._outcome:
+            return True
+        if self._client_ready is None:
+            return now >= self._started + self.bound + _CLIENT_SETUP_S
+        return now >= self._client_ready + self.bound
 
     def settle(self) -> bool:
         """True: checked (OutDirError for a prefix holding a run, as for a local out_dir); False:
@@ -238,7 +263,9 @@ class PrefixCheck:
 
         from ..exceptions import OutDirError
 
-        self._thread.join(max(0.0, self._deadline - time.monotonic()))
+        with self._cond:
+            while not self._decided():
+                self._cond.wait(0.05)
         self._cancelled.set()
         result = self._outcome[0] if self._outcome else None
         if isinstance(result, OutDirError):

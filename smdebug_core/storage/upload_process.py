@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable, Optional, Sequence, Tuple
 
 from ..environment import env_nonnegative_float
@@ -37,8 +38,9 @@ from . import uploader as _uploader
 
 logger = _uploader.logger  # the same logger as in-process uploads: one place to configure or capture
 
-#: Seconds close() waits for the child beyond the upload timeout it gave it.
-_CLOSE_GRACE_S = 30.0
+#: Seconds close() waits for the child beyond the upload timeout it gave it (the child
+#: gives up at that timeout and replies at once; this is for a child that hangs).
+_CLOSE_GRACE_S = 5.0
 #: Seconds the child may take to start (import the store's client, build its uploader).
 _START_TIMEOUT_S = 60.0
 
@@ -77,6 +79,7 @@ class UploaderProcess(_uploader.SpoolAccount):
         self._send_lock = threading.Lock()
         self._closed: Optional[bool] = None  # the child's close() result once it replied
         self._warned_left = False
+        self._store_failing = False  # the child warned of a failed upload
         # The child finds this package as the parent did: the parent's sys.path entries come
         # after its own (never ahead of them: a script's folder could shadow a library).
         bootstrap = (f"import json, sys; sys.path += [p for p in json.loads(sys.argv[1]) if p not in sys.path]; "
@@ -122,9 +125,13 @@ class UploaderProcess(_uploader.SpoolAccount):
             self._proc.stdin.close()
         except OSError:
             pass
+        started = time.monotonic()
+        closed = lambda: self._closed is not None or not self._reader.is_alive()  # noqa: E731 - used twice
         with self._cond:
-            self._cond.wait_for(lambda: self._closed is not None or not self._reader.is_alive(),
-                                timeout + _CLOSE_GRACE_S)
+            if not self._cond.wait_for(closed, min(timeout, _uploader.CLOSE_NOTICE_S)) \
+                    and timeout > _uploader.CLOSE_NOTICE_S:
+                self._say_what_close_waits_for(timeout, failing=self._store_failing)
+            self._cond.wait_for(closed, max(0.0, timeout + _CLOSE_GRACE_S - (time.monotonic() - started)))
         if self._closed is None:  # the child hung or died without replying
             self._proc.kill()
             self._give_up(f"the upload process did not finish within close()'s {timeout:g} s")
@@ -155,11 +162,14 @@ class UploaderProcess(_uploader.SpoolAccount):
                 self._ready.set()
             elif kind == "r":
                 with self._cond:
+                    self._last_progress = time.monotonic()
                     self._backlog_bytes -= args[0]
                     self._outstanding -= 1
                     self._cond.notify_all()
             elif kind == "log":
                 logger.log(args[0], "%s", args[1])
+                if args[0] >= logging.WARNING:
+                    self._store_failing = True
                 if args[0] >= logging.WARNING and "smdebug-sync" in args[1]:
                     self._warned_left = True  # the child named the spool and the command already
             elif kind == "gave_up":
@@ -234,6 +244,9 @@ def main() -> int:
         def _warn_left_behind(self) -> None:
             report(["gave_up", self._gave_up])
             super()._warn_left_behind()
+
+        def _say_what_close_waits_for(self, timeout: float, failing: bool) -> None:
+            pass  # the training process says it, counting what it notified
 
     uploader = None
     timeout = None

@@ -21,7 +21,9 @@ the URL under the same relative keys, so the objects have the local layout and s
 * a failed upload is retried with exponential backoff, the files waiting in the spool,
   for as long as ``retry_budget_s`` of consecutive failures; an outage shorter than that
   costs nothing. Past it the uploader gives up with one warning that names the spool and
-  the command that finishes the upload (``smdebug-sync SPOOL URL``);
+  the command that finishes the upload (``smdebug-sync SPOOL URL``). ``close()`` waits
+  at most ``$SMDEBUG_UPLOAD_CLOSE_TIMEOUT`` (60 s), says after a few seconds what for,
+  and past it leaves the rest in the spool with the same warning;
 * the training thread never waits for the network: :meth:`notify` only appends to a
   list. The spool's disk use is bounded: while more than ``max_spool_bytes`` wait, the
   writer is told to skip new steps (``spool_full``), with one warning.
@@ -47,8 +49,11 @@ DEFAULT_CONCURRENCY = 8
 #: in the spool for ``smdebug-sync``).
 DEFAULT_RETRY_BUDGET_S = 900.0
 DEFAULT_MAX_SPOOL_BYTES = 8 << 30
-#: How long ``close()`` waits for the upload by default (seconds).
-DEFAULT_CLOSE_TIMEOUT_S = 600.0
+#: How long ``close()`` waits for the upload by default (seconds): a training job's end should
+#: not wait longer on a dead store; what is left stays in the spool for ``smdebug-sync``.
+DEFAULT_CLOSE_TIMEOUT_S = 60.0
+#: After this many seconds of waiting, ``close()`` says what it waits for.
+CLOSE_NOTICE_S = 2.0
 #: Files the hook writes into out_dir itself (not through the writer): uploaded at close.
 SIDE_FILES = ("training_stop_reason.json",)
 #: Files of a spool that are never uploaded: stop requests are read by the hook from its spool.
@@ -110,6 +115,7 @@ class SpoolAccount:
         self._end_held = False  # the end marker was notified: it waits for close
         self._gave_up: Optional[str] = None
         self._warned_full = False
+        self._last_progress = time.monotonic()  # when a file was last uploaded (or the account opened)
         return remote.filesystem(self.url, for_writing=True)
 
     def spool_full(self) -> bool:
@@ -128,6 +134,18 @@ class SpoolAccount:
     @property
     def pending_bytes(self) -> int:
         return self._backlog_bytes
+
+    def _say_what_close_waits_for(self, timeout: float, failing: bool) -> None:
+        """One line, a few seconds into a close that has not finished: what is left, where it
+        goes and how long close() waits. A warning while the store fails or nothing went up
+        for a while (a store that does not answer fails no request yet); else info (a slow
+        store, a large backlog)."""
+        failing = failing or time.monotonic() - self._last_progress >= CLOSE_NOTICE_S
+        logger.log(logging.WARNING if failing else logging.INFO,
+                   "smdebug: close() is waiting for %d file(s) (%.1f MiB) of the spool %s to reach %s%s; it waits "
+                   "up to %g s in all (%s), then leaves them in the spool for: %s", self._outstanding,
+                   self._backlog_bytes / 2**20, self.spool, self.url, ", which is not taking them" if failing else "",
+                   timeout, CLOSE_TIMEOUT_ENV, sync_command(self.spool, self.url))
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
         """Wait until every file notified so far is uploaded (not for the end marker, which
@@ -197,9 +215,10 @@ class Uploader(SpoolAccount):
     def close(self, timeout: Optional[float] = None) -> bool:
         """Upload what is left (extra directories, then the end marker) and stop.
 
-        Waits up to ``timeout`` seconds (default ``$SMDEBUG_UPLOAD_CLOSE_TIMEOUT`` or 600).
-        Returns True when everything is uploaded; otherwise logs one warning that names
-        the spool and the command that finishes the upload, and leaves the files there.
+        Waits up to ``timeout`` seconds (default ``$SMDEBUG_UPLOAD_CLOSE_TIMEOUT`` or 60),
+        saying after a few seconds what it waits for. Returns True when everything is
+        uploaded; otherwise logs one warning that names the spool and the command that
+        finishes the upload, and leaves the files there.
         """
         if timeout is None:
             timeout = env_nonnegative_float(CLOSE_TIMEOUT_ENV, DEFAULT_CLOSE_TIMEOUT_S)
@@ -207,7 +226,10 @@ class Uploader(SpoolAccount):
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join(timeout)
+        self._thread.join(min(timeout, CLOSE_NOTICE_S))
+        if self._thread.is_alive() and timeout > CLOSE_NOTICE_S:
+            self._say_what_close_waits_for(timeout, failing=self._failing_since is not None)
+            self._thread.join(max(0.0, timeout - (time.monotonic() - started)))
         finished = not self._thread.is_alive()
         if not finished:
             with self._cond:
@@ -432,6 +454,7 @@ class Uploader(SpoolAccount):
 
     def _release(self, nbytes: int) -> None:
         with self._cond:
+            self._last_progress = time.monotonic()
             self._backlog_bytes -= nbytes
             self._outstanding -= 1
             self._cond.notify_all()

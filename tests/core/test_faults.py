@@ -336,3 +336,39 @@ def _assert_whole_trial(trial, steps):
     for step in steps:
         for i, name in enumerate(TENSORS):
             np.testing.assert_array_equal(trial.tensor(name).value(step), np.full(64, step * 10 + i, np.float32))
+
+
+@pytest.mark.timeout(120)
+def test_close_on_a_dead_store_says_what_it_waits_for_and_gives_up_within_its_bound(hung_store, monkeypatch,
+                                                                                     caplog):
+    import logging
+    import time
+
+    import smdebug as smd
+    from smdebug.storage.uploader import spool_files
+
+    bound = 4.0
+    monkeypatch.setenv("SMDEBUG_UPLOAD_CLOSE_TIMEOUT", str(bound))
+    monkeypatch.setenv("SMDEBUG_PREFIX_CHECK_TIMEOUT", "0.5")
+    caplog.set_level(logging.INFO, logger="smdebug")
+    hook = smd.Hook("s3://bucket/dead", save_config=smd.SaveConfig(save_interval=1))
+    for step in range(5):
+        hook.begin_step()
+        for i, name in enumerate(TENSORS):
+            hook.save_tensor(name, np.full(64, step * 10 + i, dtype=np.float32), "weights")
+        hook.end_step()
+    started = time.time()
+    hook.close()
+    took = time.time() - started
+    assert took < bound + 6, f"close() took {took:.1f} s against its bound of {bound} s"  # + the child's grace
+    spool = hook.out_dir
+    waiting = [r for r in caplog.records if "close() is waiting for" in r.getMessage()]
+    assert waiting and waiting[0].created - started < 3, "close() did not say within seconds what it waits for"
+    assert waiting[0].levelno == logging.WARNING  # nothing goes up: the user must hear of it
+    assert "s3://bucket/dead" in waiting[0].getMessage() and spool in waiting[0].getMessage()
+    left_behind = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+                   and f"smdebug-sync {spool} s3://bucket/dead" in r.getMessage()]
+    assert left_behind and "in the spool" in left_behind[-1]
+    # Everything is kept in the spool, and readable there.
+    assert "training_job_end.ts" in [rel for rel, _ in spool_files(spool)]
+    _assert_whole_trial(create_trial(spool), range(5))
