@@ -372,3 +372,49 @@ def test_close_on_a_dead_store_says_what_it_waits_for_and_gives_up_within_its_bo
     # Everything is kept in the spool, and readable there.
     assert "training_job_end.ts" in [rel for rel, _ in spool_files(spool)]
     _assert_whole_trial(create_trial(spool), range(5))
+
+
+# --- the numpy hook's worker ---------------------------------------------------------------------
+_WORKER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import smdebug as smd
+
+    out_dir, how = sys.argv[1], sys.argv[2]
+    kwargs = dict(rank=int(sys.argv[3]), world_size=2) if how == "arguments" else {}
+    hook = smd.Hook(out_dir, include_workers="all", save_config=smd.SaveConfig(save_interval=1), **kwargs)
+    for step in range(3):
+        hook.begin_step()
+        hook.save_tensor("w", np.full(4, 100 * hook.rank + step, np.float32), "weights")
+        hook.end_step()
+    hook.close()
+""")
+
+
+@pytest.mark.parametrize("how", ["arguments", "environment"])
+def test_the_numpy_hooks_of_a_job_write_one_run_as_several_workers(tmp_path, how):
+    out_dir = str(tmp_path / "run")
+    children = [subprocess.Popen([sys.executable, "-c", _WORKER, out_dir, how, str(rank)],
+                                 env={**os.environ, "RANK": str(rank), "WORLD_SIZE": "2"} if how == "environment"
+                                 else {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")})
+                for rank in (1, 0)]
+    assert [child.wait(timeout=120) for child in children] == [0, 0]
+    trial = create_trial(out_dir)
+    assert trial.workers() == ["worker_0", "worker_1"] and trial.steps() == [0, 1, 2]
+    for rank in (0, 1):
+        for step in range(3):
+            assert trial.tensor("w").value(step, worker=f"worker_{rank}")[0] == 100 * rank + step
+
+
+def test_a_worker_that_cannot_be_is_refused_at_construction(tmp_path, monkeypatch):
+    import smdebug as smd
+    from smdebug.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rank=2, world_size=2.*0 <= rank < world_size"):
+        smd.Hook(str(tmp_path / "a"), rank=2, world_size=2)
+    monkeypatch.setenv("RANK", "one")
+    with pytest.raises(ConfigError, match="RANK='one'.*integers"):
+        smd.Hook(str(tmp_path / "b"))
+    hook = smd.Hook(str(tmp_path / "c"), rank=3, world_size=4)  # the arguments win over the environment
+    assert (hook.rank, hook.world_size, hook.worker_name) == (3, 4, "worker_3") and not hook.writes_files
+    hook.close()
