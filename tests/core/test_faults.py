@@ -40,18 +40,24 @@ _TRAINER = textwrap.dedent("""
 """).format(tensors=TENSORS)
 
 
-def _run_and_terminate(tmp_path, own_handler=False, after_steps=30, env=None):
-    """Start the trainer, SIGTERM it once it reported ``after_steps`` ended steps; returns
-    (return code, the steps it reported ended, out_dir)."""
-    out_dir = str(tmp_path / "run")
+def _run_and_terminate(tmp_path, own_handler=False, after_steps=30, env=None, signum=signal.SIGTERM,
+                       out_dir=None, whole_group=False):
+    """Start the trainer, send it ``signum`` (SIGTERM) once it reported ``after_steps`` ended
+    steps (to its whole process group with ``whole_group``, as ``scancel`` or ``kill -TERM -PGID``
+    do); returns (return code, the steps it reported ended, out_dir)."""
+    out_dir = out_dir or str(tmp_path / "run")
     child = subprocess.Popen([sys.executable, "-c", _TRAINER, out_dir, "1" if own_handler else "0"],
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+                             start_new_session=whole_group)
     ended = []
     try:
         for line in child.stdout:
             ended.append(int(line.split()[1]))
             if len(ended) == after_steps:
-                child.send_signal(signal.SIGTERM)
+                if whole_group:
+                    os.killpg(child.pid, signum)
+                else:
+                    child.send_signal(signum)
                 break
         ended += [int(line.split()[1]) for line in child.stdout]  # steps that ended before the signal landed
         code = child.wait(timeout=60)
@@ -78,6 +84,41 @@ def test_sigterm_flushes_ended_steps_then_ends_by_the_signal(tmp_path):
     code, ended, out_dir = _run_and_terminate(tmp_path)
     assert code == -signal.SIGTERM  # the default action: the process ends by the signal, as without smdebug
     _assert_whole(out_dir, ended)
+
+
+def test_sigusr1_flushes_when_the_job_asks_for_it(tmp_path):
+    """SLURM's --signal=USR1@60: with SMDEBUG_FLUSH_ON_SIGNALS naming it, the same flush, then the
+    signal's default action (the process ends by it, as it would have)."""
+    code, ended, out_dir = _run_and_terminate(tmp_path, signum=signal.SIGUSR1,
+                                              env={"SMDEBUG_FLUSH_ON_SIGNALS": "TERM,USR1"})
+    assert code == -signal.SIGUSR1
+    _assert_whole(out_dir, ended)
+
+
+def test_sigterm_to_the_whole_job_with_a_url_out_dir_puts_every_ended_step_on_the_store(tmp_path, monkeypatch):
+    """Preemption of a job writing to S3, the signal sent to the process group (the upload
+    process gets it too): the training process flushes into the spool and the upload, and ends
+    by the signal; the upload process ignores it and finishes. Every ended step on the store."""
+    import time
+
+    pytest.importorskip("moto.server", reason="needs moto[server] (tox core env)")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+    from s3_endpoint import Endpoint
+
+    store = Endpoint()
+    try:
+        for key, value in store.environment.items():
+            monkeypatch.setenv(key, value)
+        store.client().create_bucket(Bucket="bucket")
+        env = {"SMDEBUG_SPOOL_DIR": str(tmp_path / "spools")}
+        code, ended, url = _run_and_terminate(tmp_path, env=env, out_dir="s3://bucket/preempted", whole_group=True)
+        assert code == -signal.SIGTERM
+        deadline = time.monotonic() + 30  # what the upload process still had to send
+        while time.monotonic() < deadline and not set(ended) <= set(create_trial(url).steps()):
+            time.sleep(0.2)
+        _assert_whole(url, ended)
+    finally:
+        store.stop()
 
 
 def test_sigterm_without_the_flush_loses_steps(tmp_path):
