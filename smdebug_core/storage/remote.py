@@ -159,49 +159,39 @@ def split_url(url: str) -> Tuple[str, str]:
     return scheme(url), url.split("://", 1)[1]
 
 
-def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), unreachable: str = "log",
-                         timeout: Optional[float] = None, cancelled: Optional[threading.Event] = None,
-                         fs_root=None) -> bool:
+def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), timeout: Optional[float] = None,
+                         cancelled: Optional[threading.Event] = None, fs_root=None) -> bool:
     """Refuse a URL that already holds a run of this worker (its collections file or the end
     marker), as a local ``out_dir`` is refused; with ``overwrite`` remove that run's objects,
     but not those the other workers of this job (``siblings``) have already uploaded.
 
-    Returns whether the store could be checked. ``unreachable="log"``: an unreachable
-    endpoint is logged and does not stop training (the spool keeps the data, and the
-    uploader checks before its first upload: :data:`UNCHECKED_KEY`); ``"raise"``: its error
-    propagates (the uploader retries).
+    Returns True; the store's errors propagate (:class:`PrefixCheck` turns them into a
+    warning and :data:`UNCHECKED_KEY`; the uploader retries them). ``timeout``: seconds per
+    request (one attempt each); ``cancelled``: set by a caller that stopped waiting, so that
+    an earlier run found late is not removed behind its back; ``fs_root``: ``(fs, root)``
+    made already.
     """
-    import logging
-
     from ..exceptions import OutDirError
     from .format import layout
 
-    log = logging.getLogger("smdebug")
     fs, root = fs_root or filesystem(url, for_writing=True, timeout=timeout)
     markers = [layout.END_OF_JOB_FILE, layout.collections_file_relpath(worker)]
-    try:
-        existing = [m for m in markers if fs.exists(join(root, m))]
-        if existing and overwrite:
-            from .siblings import is_previous_run, job_start_time
+    existing = [m for m in markers if fs.exists(join(root, m))]
+    if existing and overwrite:
+        from .siblings import is_previous_run, job_start_time
 
-            # Not what this job's other workers may already have uploaded.
-            siblings = set(siblings)
-            job_start = job_start_time() if siblings else float("inf")
-            old = []
-            for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR,
-                        layout.END_OF_JOB_FILE):
-                for path, info in fs.find(join(root, sub), detail=True).items():
-                    if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), siblings, job_start):
-                        old.append(path)
-            if old and not (cancelled is not None and cancelled.is_set()):
-                fs.rm(old)
-            return True
-    except Exception as exc:  # the store is down: the uploader will retry
-        if unreachable == "raise":
-            raise
-        log.warning("smdebug: cannot check %s for an earlier run (%s: %s); writing into the spool, the uploader "
-                    "checks before it uploads anything", url, type(exc).__name__, exc)
-        return False
+        # Not what this job's other workers may already have uploaded.
+        siblings = set(siblings)
+        job_start = job_start_time() if siblings else float("inf")
+        old = []
+        for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR,
+                    layout.END_OF_JOB_FILE):
+            for path, info in fs.find(join(root, sub), detail=True).items():
+                if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), siblings, job_start):
+                    old.append(path)
+        if old and not (cancelled is not None and cancelled.is_set()):
+            fs.rm(old)
+        return True
     if existing:
         raise OutDirError(f"out_dir {url} already holds a run ({', '.join(existing)} exist); choose a new prefix, "
                           "delete it, or pass overwrite=True to replace that run")
@@ -237,8 +227,8 @@ class PrefixCheck:
             with self._cond:
                 self._client_ready = time.monotonic()
                 self._cond.notify_all()
-            outcome = check_remote_out_dir(self.url, self.worker, self.overwrite, self.siblings, unreachable="raise",
-                                           timeout=self.bound, cancelled=self._cancelled, fs_root=fs_root)
+            outcome = check_remote_out_dir(self.url, self.worker, self.overwrite, self.siblings, timeout=self.bound,
+                                           cancelled=self._cancelled, fs_root=fs_root)
         except BaseException as exc:  # noqa: BLE001 - handed to the thread that settles
             outcome = exc
         with self._cond:

@@ -198,6 +198,8 @@ class Uploader(SpoolAccount):
         # (step, worker) -> relpath of an event file uploaded and kept in the spool until its index is up
         self._uploaded_events: Dict[Tuple[int, str], str] = {}
         self._failing_since: Optional[float] = None
+        #: Whether close() says, after a few seconds, what it waits for (not for smdebug-sync's own close).
+        self.announce_close_wait = True
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="smdebug-upload")
         self._thread = threading.Thread(target=self._run, name="smdebug-uploader", daemon=True)
         self._thread.start()
@@ -227,7 +229,7 @@ class Uploader(SpoolAccount):
             self._closing = True
             self._cond.notify_all()
         self._thread.join(min(timeout, CLOSE_NOTICE_S))
-        if self._thread.is_alive() and timeout > CLOSE_NOTICE_S:
+        if self._thread.is_alive() and timeout > CLOSE_NOTICE_S and self.announce_close_wait:
             self._say_what_close_waits_for(timeout, failing=self._failing_since is not None)
             self._thread.join(max(0.0, timeout - (time.monotonic() - started)))
         finished = not self._thread.is_alive()
@@ -403,8 +405,8 @@ class Uploader(SpoolAccount):
             return
         try:
             self._retrying(lambda: remote.check_remote_out_dir(
-                self.url, str(pending.get("worker")), bool(pending.get("overwrite")), pending.get("siblings") or (),
-                unreachable="raise"), self.url, final=(OutDirError,))
+                self.url, str(pending.get("worker")), bool(pending.get("overwrite")), pending.get("siblings") or ()),
+                self.url, final=(OutDirError,))
         except OutDirError as exc:
             with self._cond:
                 self._gave_up = f"nothing was uploaded: {exc}"
@@ -581,6 +583,7 @@ def sync_spool(spool: str, url: Optional[str] = None, retry_budget_s: float = 60
         pass
     uploader = Uploader(spool, url, retry_budget_s=retry_budget_s,
                         extra_dirs=[(os.path.join(spool, rel), target) for rel, target in extra.items()])
+    uploader.announce_close_wait = False  # no close() of a hook here: its failures say enough
     items = [item for item in spool_files(spool)
              if not any(item[0].startswith(rel.replace(os.sep, "/") + "/") for rel in extra)]
     end = [item for item in items if item[0] == layout.END_OF_JOB_FILE]
