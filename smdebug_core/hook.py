@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, cast
 
 from . import config as cfg
 from .environment import smdebug_enabled
@@ -86,8 +86,7 @@ class Hook:
             from .capture.flight_recorder import watch_uncaught_exceptions
 
             watch_uncaught_exceptions(self)
-        self_ref = weakref.ref(self)
-        atexit.register(lambda: self_ref() is not None and self_ref().close())
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # --- the adapter callbacks (smdebug.capture.contract.Adapter), for numpy values -------------------
     def worker(self) -> Worker:
@@ -152,7 +151,7 @@ class Hook:
     @property
     def save_config(self) -> SaveConfig:
         """The default SaveConfig of the hook's collections."""
-        return self._session.save_config
+        return cast(SaveConfig, self._session.save_config)  # HookArguments made it one
 
     @property
     def reduction_config(self) -> ReductionConfig:
@@ -323,6 +322,12 @@ class Hook:
         s = self._session
         return (f"<{type(self).__name__} out_dir={s.out_dir!r} worker={s.worker_name} "
                 f"step={s.global_step} mode={s.mode.name} collections={s.include_collections}>")
+
+
+def _close_at_exit(hook_ref: "weakref.ref[Hook]") -> None:
+    hook = hook_ref()
+    if hook is not None:
+        hook.close()
 
 
 def _numpy_worker(rank, world_size) -> Worker:
