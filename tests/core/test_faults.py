@@ -357,6 +357,13 @@ def test_a_store_stopped_between_a_steps_event_and_index_keeps_every_step_whole(
         monkeypatch.setenv("AWS_ENDPOINT_URL", store.url)
         on_store = set(create_trial(url).steps())
         assert on_store | set(in_spool) == set(range(10)) and in_spool
+        # ... and the reader reads the spool's steps there, whole (what smdebug-sync will send).
+        spool_trial = create_trial(spool)
+        assert set(spool_trial.steps()) == set(in_spool)
+        for step in in_spool:
+            for i, name in enumerate(TENSORS):
+                np.testing.assert_array_equal(spool_trial.tensor(name).value(step),
+                                              np.full(64, step * 10 + i, np.float32))
         warnings = " ".join(smdebug_warnings(messages=True))
         assert spool in warnings and "smdebug-sync" in warnings
         # The command the warning names finishes the upload, every step whole.
