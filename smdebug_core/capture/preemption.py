@@ -42,7 +42,9 @@ DEFAULT_FLUSH_TIMEOUT_S = 10.0
 ALLOWED = ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGHUP")
 _OFF = {"", "0", "false", "no", "off", "none"}
 
-_sessions: "weakref.WeakSet" = weakref.WeakSet()
+# session -> the process that registered it: a forked child (a DataLoader worker, which its
+# parent stops with SIGTERM) inherits the handler and this table, not the sessions' threads.
+_sessions: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _previous: Dict[int, object] = {}  # signal -> the handler installed before ours
 _lock = threading.Lock()
 
@@ -87,7 +89,7 @@ def watch(session, signals: Tuple[int, ...]) -> None:
     if not signals:
         return
     with _lock:
-        _sessions.add(session)
+        _sessions[session] = os.getpid()
     if threading.current_thread() is not threading.main_thread():
         if not all(s in _previous for s in signals):
             logger.info("smdebug: the hook was made outside the main thread, where Python cannot install signal "
@@ -102,7 +104,7 @@ def unwatch(session) -> None:
     """``session`` closed: no longer flushed. With no session left, the handlers go (where they
     are still ours and this is the main thread), and the program's own are back."""
     with _lock:
-        _sessions.discard(session)
+        _sessions.pop(session, None)
         if len(_sessions) or threading.current_thread() is not threading.main_thread():
             return
         for signum, previous in list(_previous.items()):
@@ -129,7 +131,7 @@ def _install(signum: int) -> None:
 
 
 def _flush_all(deadline: float) -> None:
-    for session in list(_sessions):
+    for session in [s for s, pid in list(_sessions.items()) if pid == os.getpid()]:
         left = deadline - time.monotonic()
         if left <= 0:
             return

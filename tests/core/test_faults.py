@@ -466,3 +466,33 @@ def test_a_worker_that_cannot_be_is_refused_at_construction(tmp_path, monkeypatc
     hook = smd.Hook(str(tmp_path / "c"), rank=3, world_size=4)  # the arguments win over the environment
     assert (hook.rank, hook.world_size, hook.worker_name) == (3, 4, "worker_3") and not hook.writes_files
     hook.close()
+
+
+def test_a_forked_worker_stopped_by_sigterm_ends_at_once(tmp_path):
+    """A DataLoader worker (forked after the hook was made) inherits the handler; its parent stops
+    it with SIGTERM: it flushes nothing of its parent's and ends by the signal at once."""
+    script = textwrap.dedent("""
+        import multiprocessing, sys, time
+        import numpy as np
+        import smdebug as smd
+
+        hook = smd.Hook(sys.argv[1], save_config=smd.SaveConfig(save_interval=1))
+        for step in range(5):
+            hook.begin_step()
+            hook.save_tensor("a", np.ones(4), "weights")
+            hook.end_step()
+        worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+        worker.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        worker.terminate()
+        worker.join(30)
+        print(worker.exitcode, round(time.monotonic() - started, 2))
+        hook.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    code, took = done.stdout.split()
+    assert int(code) == -signal.SIGTERM and float(took) < 2.0
+    assert create_trial(str(tmp_path / "run")).steps() == [0, 1, 2, 3, 4]
