@@ -14,7 +14,9 @@ again, so the process ends as it would have without smdebug.
 Which signals: the hook argument ``flush_on_signals``, else ``$SMDEBUG_FLUSH_ON_SIGNALS``
 (``TERM`` by default; ``TERM,USR1`` for SLURM's ``--signal=USR1@60``; ``0`` for none).
 A signal the program ignores (SIG_IGN) is left alone. A handler the program installs after the
-hook replaces this one (Python keeps one per signal): call ``hook.flush(timeout)`` in it.
+hook replaces this one (Python keeps one per signal): call ``hook.flush(timeout)`` in it, or
+call the handler it replaced (Lightning does): this one then flushes and returns, leaving
+the signal's outcome to the caller.
 
 The flush runs on a thread of its own while the main thread waits: a lock the training thread
 held when the signal came costs the deadline, never a hang.
@@ -157,6 +159,10 @@ def _on_signal(signum, frame) -> None:
     previous = _previous.get(signum, signal.SIG_DFL)
     if callable(previous):
         previous(signum, frame)
+        return
+    if signal.getsignal(signum) is not _on_signal:
+        # Called by a handler installed after ours that chains the one it found (Lightning
+        # composes them): that handler decides what the signal does.
         return
     # No handler before ours: the default action (the process ends by this signal, as without smdebug).
     signal.signal(signum, signal.SIG_DFL)

@@ -28,6 +28,14 @@ _TRAINER = textwrap.dedent("""
             os._exit(3)
         signal.signal(signal.SIGTERM, handler)
     hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1))
+    if own_handler == "after":  # installed after the hook, calling the handler it found (as Lightning does)
+        found = signal.getsignal(signal.SIGTERM)
+        def composed(signum, frame):
+            found(signum, frame)
+            with open(os.path.join(out_dir + ".handled"), "w") as fh:
+                fh.write("after")
+            os._exit(4)
+        signal.signal(signal.SIGTERM, composed)
     step = 0
     while True:
         hook.begin_step()
@@ -46,7 +54,8 @@ def _run_and_terminate(tmp_path, own_handler=False, after_steps=30, env=None, si
     steps (to its whole process group with ``whole_group``, as ``scancel`` or ``kill -TERM -PGID``
     do); returns (return code, the steps it reported ended, out_dir)."""
     out_dir = out_dir or str(tmp_path / "run")
-    child = subprocess.Popen([sys.executable, "-c", _TRAINER, out_dir, "1" if own_handler else "0"],
+    child = subprocess.Popen([sys.executable, "-c", _TRAINER, out_dir,
+                              own_handler if isinstance(own_handler, str) else "1" if own_handler else "0"],
                              stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
                              start_new_session=whole_group)
     ended = []
@@ -83,6 +92,14 @@ def _assert_whole(out_dir, ended):
 def test_sigterm_flushes_ended_steps_then_ends_by_the_signal(tmp_path):
     code, ended, out_dir = _run_and_terminate(tmp_path)
     assert code == -signal.SIGTERM  # the default action: the process ends by the signal, as without smdebug
+    _assert_whole(out_dir, ended)
+
+
+def test_a_handler_installed_after_the_hook_that_calls_it_decides_the_outcome(tmp_path):
+    code, ended, out_dir = _run_and_terminate(tmp_path, own_handler="after")
+    assert code == 4  # the hook flushed and returned: the composed handler ended the process its own way
+    with open(out_dir + ".handled") as fh:
+        assert fh.read() == "after"
     _assert_whole(out_dir, ended)
 
 
