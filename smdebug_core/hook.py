@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, cast
 
 from . import config as cfg
 from .environment import smdebug_enabled
@@ -55,6 +55,13 @@ class Hook:
     Usable directly with numpy values in custom loops (``hook.begin_step()``,
     ``hook.record(name, value)``, ``hook.save_scalar(...)``); each framework's hook is a
     ``Hook`` that adapts its framework.
+
+    ``smd.Hook``'s own keyword-only arguments, for a job of several processes that you start
+    yourself: ``rank`` and ``world_size`` say which worker this process is; it writes as
+    ``worker_<rank>`` (with ``include_workers="all"`` every worker writes into the run, else
+    only rank 0). Default: ``$RANK`` and ``$WORLD_SIZE`` (what torchrun and most launchers
+    set, and what the PyTorch hook reads), else a single worker. A framework's hook takes its
+    worker from its framework.
     """
 
     #: The framework's name (in messages and the run's metadata); adapters override.
@@ -63,7 +70,11 @@ class Hook:
     #: declare their framework's (``smdebug.collections.FrameworkProfile``).
     profile: FrameworkProfile = NUMPY_PROFILE
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, rank: Optional[int] = None, world_size: Optional[int] = None, **kwargs):
+        if (rank is not None or world_size is not None) and type(self).worker is not Hook.worker:
+            raise ConfigError(f"rank and world_size are arguments of smd.Hook (numpy values); {type(self).__name__} "
+                              f"reads its worker from {self.framework}: leave them out")
+        self._numpy_worker = _numpy_worker(rank, world_size) if type(self).worker is Hook.worker else None
         # A framework's hook may pass the arguments it already parsed (and narrowed).
         if len(args) == 1 and not kwargs and isinstance(args[0], HookArguments):
             arguments = args[0]
@@ -75,13 +86,13 @@ class Hook:
             from .capture.flight_recorder import watch_uncaught_exceptions
 
             watch_uncaught_exceptions(self)
-        self_ref = weakref.ref(self)
-        atexit.register(lambda: self_ref() is not None and self_ref().close())
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # --- the adapter callbacks (smdebug.capture.contract.Adapter), for numpy values -------------------
     def worker(self) -> Worker:
-        """This process's worker: a single process, unless an adapter knows better."""
-        return Worker.numbered(0, 1)
+        """This process's worker: ``rank`` and ``world_size`` given to ``smd.Hook``, else ``$RANK``
+        and ``$WORLD_SIZE``, else a single process; adapters ask their framework."""
+        return self._numpy_worker or Worker.numbered(0, 1)
 
     def make_backend(self) -> TensorBackend:
         return NumpyBackend()
@@ -140,7 +151,7 @@ class Hook:
     @property
     def save_config(self) -> SaveConfig:
         """The default SaveConfig of the hook's collections."""
-        return self._session.save_config
+        return cast(SaveConfig, self._session.save_config)  # HookArguments made it one
 
     @property
     def reduction_config(self) -> ReductionConfig:
@@ -311,6 +322,37 @@ class Hook:
         s = self._session
         return (f"<{type(self).__name__} out_dir={s.out_dir!r} worker={s.worker_name} "
                 f"step={s.global_step} mode={s.mode.name} collections={s.include_collections}>")
+
+
+def _close_at_exit(hook_ref: "weakref.ref[Hook]") -> None:
+    hook = hook_ref()
+    if hook is not None:
+        hook.close()
+
+
+def _numpy_worker(rank, world_size) -> Worker:
+    """The worker of a ``smd.Hook``: the arguments, else ``$RANK``/``$WORLD_SIZE``, checked
+    (ConfigError naming the value and where it came from)."""
+    import os
+
+    given = rank is not None or world_size is not None
+    where = "rank={!r}, world_size={!r}".format(rank, world_size)
+    if not given:
+        rank, world_size = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+        if rank is None and world_size is None:
+            return Worker.numbered(0, 1)
+        where = f"environment variables RANK={rank!r}, WORLD_SIZE={world_size!r}"
+        try:
+            rank, world_size = int(rank or 0), int(world_size or 1)
+        except ValueError:
+            raise ConfigError(f"{where}: both must be integers; or pass smd.Hook(..., rank=, world_size=)") from None
+    rank = 0 if rank is None else rank
+    world_size = rank + 1 if world_size is None else world_size
+    if not (isinstance(rank, int) and isinstance(world_size, int) and not isinstance(rank, bool)
+            and not isinstance(world_size, bool) and 0 <= rank < world_size):
+        raise ConfigError(f"{where}: a worker's rank must be an integer with 0 <= rank < world_size "
+                          "(rank 0 of 1 for a single process)")
+    return Worker.numbered(rank, world_size)
 
 
 # --- the process-wide current hook (zero-code-change and get_hook) -------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from ..storage import remote
+from . import preemption
 from ..collections import as_name_list
 from ..exceptions import ConfigError
 from ..flight_recorder_config import FlightRecorder
@@ -44,6 +45,10 @@ class HookArguments:
             the last N steps of its collections in memory whatever the save config, and write
             them when a captured tensor turns NaN or infinite, a rule's action asks, or an
             exception escapes the training step (docs/flight_recorder.md).
+        flush_on_signals: the signals on which the steps that have ended are written before the
+            signal takes its course (docs/faults.md): None (default) reads
+            ``$SMDEBUG_FLUSH_ON_SIGNALS``, else SIGTERM; False for none; or names such as
+            ``("SIGTERM", "SIGUSR1")``. A handler the program installed first still runs after.
     """
 
     out_dir: object = None
@@ -58,6 +63,7 @@ class HookArguments:
     include_workers: str = "one"
     overwrite: bool = False
     flight_recorder: object = None
+    flush_on_signals: object = None
 
     def __post_init__(self):
         # Checked and normalized here, before the session touches the disk.
@@ -82,6 +88,7 @@ class HookArguments:
             flight_recorder=FlightRecorder.coerce(self.flight_recorder),
             include_collections=tuple(as_name_list(self.include_collections, "include_collections")),
             include_regex=tuple(as_name_list(self.include_regex, "include_regex")),
+            flush_on_signals=preemption.flush_signals(self.flush_on_signals),
         )
         for name, value in normalized.items():
             object.__setattr__(self, name, value)

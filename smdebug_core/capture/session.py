@@ -58,7 +58,7 @@ from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, 
 from .step_records import StepRecordMaker
 from .inbox import StepInbox
 from .clock import StepClock
-from . import run_output
+from . import preemption, run_output
 from .fail_open import Guard, never_raises
 
 logger = get_logger()
@@ -118,7 +118,7 @@ class StepSession:
         self.rank, self.world_size, self.worker_name = check_worker(adapter, adapter.worker())
         self.is_chief = self.rank == 0
         self.writes_files = (self.include_workers == "all" or self.is_chief) and not self.dry_run
-        self.out_dir, tensorboard_dir, export_tensorboard, remote_extra = run_output.locate(
+        self.out_dir, tensorboard_dir, export_tensorboard, remote_extra, prefix_check = run_output.locate(
             a, self.out_url, self.out_dir, self.worker_name, self.writes_files, self.is_chief, self._sibling_workers())
         self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
         #: Configs -> plans, and what the open step saves (adapters: ``session.plans``).
@@ -165,10 +165,12 @@ class StepSession:
         self.writer = None
         if self.writes_files:
             self.writer, self._recorder = run_output.open_writer(self, a.overwrite, self._sibling_workers(), remote_extra,
-                                                                  flight_recorder)
+                                                                  flight_recorder, prefix_check)
         if self.writer is not None:
             open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
         self._sinks = self._make_sinks()
+        if self.writer is not None:  # a SIGTERM writes the steps that have ended first (preemption.py)
+            preemption.watch(self, a.flush_on_signals)
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self._stop_poller = None if self.dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
         where = "a dry run (nothing written)" if self.dry_run else (
@@ -498,6 +500,16 @@ class StepSession:
             done = bool(writer.flush(timeout))
         return done and self.enabled
 
+    def flush_ended_steps(self, timeout: float) -> bool:
+        """Publish (and upload) the steps that have ended, within ``timeout`` seconds, from any
+        thread: what a signal handler does before the process ends (preemption.py). The open
+        step is not ended (never written half); nothing is disabled or closed."""
+        deadline = time.monotonic() + timeout
+        if not self._pipeline.drain(timeout):
+            return False
+        writer = self.writer
+        return writer is None or bool(writer.flush(max(0.0, deadline - time.monotonic())))
+
     def _on_pipeline_error(self, what: str, exc: BaseException) -> None:
         if self._pipeline_failure is None:
             self._pipeline_failure = (f"{what}: {type(exc).__name__}: {exc}", False)
@@ -590,6 +602,7 @@ class StepSession:
             if self._closed:
                 return
             self._closed = True
+        preemption.unwatch(self)
         try:
             if (self.enabled and self.clock.open) or self.inbox:
                 self.end_step()

@@ -18,11 +18,19 @@ import os
 import re
 import tempfile
 import time
-from typing import Tuple
+import threading
+from typing import Optional, Tuple
 
 #: The file in a spool directory that says where its files go (read by ``smdebug-sync``).
 SPOOL_MANIFEST = ".smdebug_spool.json"
 SPOOL_DIR_ENV = "SMDEBUG_SPOOL_DIR"
+#: Seconds the hook waits, at construction, for the store to say whether the prefix holds an
+#: earlier run; past them training starts and the uploader checks before its first upload.
+PREFIX_CHECK_TIMEOUT_ENV = "SMDEBUG_PREFIX_CHECK_TIMEOUT"
+DEFAULT_PREFIX_CHECK_TIMEOUT_S = 1.0
+#: Seconds the check may take to make the store's client (botocore loads its models: local
+#: work, 0.2-0.4 s here) before its requests' bound starts.
+_CLIENT_SETUP_S = 2.0
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 
@@ -53,12 +61,13 @@ def _missing(url: str, exc: ImportError) -> ImportError:
                        f"install them: {how}")
 
 
-def filesystem(url: str, for_writing: bool = False):
+def filesystem(url: str, for_writing: bool = False, timeout: Optional[float] = None):
     """``(fs, root)``: the fsspec filesystem of ``url`` and the run's path in it (no trailing slash).
 
-    For S3 the AWS SDK's own settings apply (``AWS_ENDPOINT_URL``, profiles, region). The
-    SDK's and s3fs's internal retries are kept short for the uploader, which does its own
-    retries with backoff and must notice an outage quickly (it never blocks training).
+    For S3 the AWS SDK's own settings apply (``AWS_ENDPOINT_URL``, profiles, region). For
+    writing (the uploader, which does its own retries with backoff and must notice an outage
+    quickly) one request per attempt: neither the SDK nor s3fs retries. ``timeout``: seconds
+    each connect and read may take (the hook's check for an earlier run), else 5 and 60.
     ImportError with the command that installs what is missing.
     """
     url = normalize_url(url)
@@ -67,21 +76,22 @@ def filesystem(url: str, for_writing: bool = False):
     except ImportError as exc:
         raise _missing(url, exc) from None
     options = {}
+    single_requests = for_writing or timeout is not None
     if scheme(url) in ("s3", "s3a"):
         try:
             import s3fs  # noqa: F401 - fsspec would import it; this gives our message
         except ImportError as exc:
             raise _missing(url, exc) from None
-        attempts = 1 if for_writing else 3
         options = {
-            "config_kwargs": {"retries": {"max_attempts": attempts, "mode": "standard"},
-                              "connect_timeout": 5, "read_timeout": 60},
+            "config_kwargs": {"retries": {"max_attempts": 1 if single_requests else 3, "mode": "standard"},
+                              "connect_timeout": min(5.0, timeout) if timeout else 5,
+                              "read_timeout": timeout if timeout else 60},
         }
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:  # botocore reads it too; passing it keeps older botocore versions right
             options["endpoint_url"] = endpoint
         # Never mix the cached instance of another configuration (the writer's retries).
-        options["skip_instance_cache"] = for_writing
+        options["skip_instance_cache"] = single_requests
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
     except ImportError as exc:
@@ -89,6 +99,8 @@ def filesystem(url: str, for_writing: bool = False):
     except ValueError as exc:  # "Protocol not known"
         raise ValueError(f"{url!r}: {exc}; give a local path or a URL of an installed fsspec filesystem "
                          "(s3://, file://, memory://, gs://, az://...)") from None
+    if single_requests and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = 1  # s3fs retries a timed-out request 5 times by itself: 5 x 60 s on a hung store
     return fs, root.rstrip("/")
 
 
@@ -147,51 +159,117 @@ def split_url(url: str) -> Tuple[str, str]:
     return scheme(url), url.split("://", 1)[1]
 
 
-def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), unreachable: str = "log") -> bool:
+def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), timeout: Optional[float] = None,
+                         cancelled: Optional[threading.Event] = None, fs_root=None) -> bool:
     """Refuse a URL that already holds a run of this worker (its collections file or the end
     marker), as a local ``out_dir`` is refused; with ``overwrite`` remove that run's objects,
     but not those the other workers of this job (``siblings``) have already uploaded.
 
-    Returns whether the store could be checked. ``unreachable="log"``: an unreachable
-    endpoint is logged and does not stop training (the spool keeps the data, and the
-    uploader checks before its first upload: :data:`UNCHECKED_KEY`); ``"raise"``: its error
-    propagates (the uploader retries).
+    Returns True; the store's errors propagate (:class:`PrefixCheck` turns them into a
+    warning and :data:`UNCHECKED_KEY`; the uploader retries them). ``timeout``: seconds per
+    request (one attempt each); ``cancelled``: set by a caller that stopped waiting, so that
+    an earlier run found late is not removed behind its back; ``fs_root``: ``(fs, root)``
+    made already.
     """
-    import logging
-
     from ..exceptions import OutDirError
     from .format import layout
 
-    log = logging.getLogger("smdebug")
-    fs, root = filesystem(url, for_writing=True)
+    fs, root = fs_root or filesystem(url, for_writing=True, timeout=timeout)
     markers = [layout.END_OF_JOB_FILE, layout.collections_file_relpath(worker)]
-    try:
-        existing = [m for m in markers if fs.exists(join(root, m))]
-        if existing and overwrite:
-            from .siblings import is_previous_run, job_start_time
+    existing = [m for m in markers if fs.exists(join(root, m))]
+    if existing and overwrite:
+        from .siblings import is_previous_run, job_start_time
 
-            # Not what this job's other workers may already have uploaded.
-            siblings = set(siblings)
-            job_start = job_start_time() if siblings else float("inf")
-            old = []
-            for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR,
-                        layout.END_OF_JOB_FILE):
-                for path, info in fs.find(join(root, sub), detail=True).items():
-                    if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), siblings, job_start):
-                        old.append(path)
-            if old:
-                fs.rm(old)
-            return True
-    except Exception as exc:  # the store is down: the uploader will retry
-        if unreachable == "raise":
-            raise
-        log.warning("smdebug: cannot check %s for an earlier run (%s: %s); writing into the spool, the uploader "
-                    "checks before it uploads anything", url, type(exc).__name__, exc)
-        return False
+        # Not what this job's other workers may already have uploaded.
+        siblings = set(siblings)
+        job_start = job_start_time() if siblings else float("inf")
+        old = []
+        for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR,
+                    layout.END_OF_JOB_FILE):
+            for path, info in fs.find(join(root, sub), detail=True).items():
+                if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), siblings, job_start):
+                    old.append(path)
+        if old and not (cancelled is not None and cancelled.is_set()):
+            fs.rm(old)
+        return True
     if existing:
         raise OutDirError(f"out_dir {url} already holds a run ({', '.join(existing)} exist); choose a new prefix, "
                           "delete it, or pass overwrite=True to replace that run")
     return True
+
+
+class PrefixCheck:
+    """:func:`check_remote_out_dir` on a thread of its own, started at once and waited for by
+    :meth:`settle` at most ``$SMDEBUG_PREFIX_CHECK_TIMEOUT`` seconds (1) once the store's client
+    is made, each request as long at most and tried once: hook construction never waits
+    longer on the network (the upload process starts meanwhile)."""
+
+    def __init__(self, url: str, worker: str, overwrite: bool, siblings, spool: str):
+        from ..environment import env_nonnegative_float
+
+        self.url, self.worker, self.overwrite, self.siblings, self.spool = url, worker, overwrite, siblings, spool
+        self.bound = env_nonnegative_float(PREFIX_CHECK_TIMEOUT_ENV, DEFAULT_PREFIX_CHECK_TIMEOUT_S,
+                                           " of seconds") or 0.001
+        self._started = time.monotonic()
+        self._client_ready: Optional[float] = None
+        self._outcome: list = []
+        self._cancelled = threading.Event()
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._check, name="smdebug-prefix-check", daemon=True)
+        self._thread.start()
+
+    def _check(self) -> None:
+        try:
+            fs_root = filesystem(self.url, for_writing=True, timeout=self.bound)
+            connect = getattr(fs_root[0], "connect", None)
+            if callable(connect):  # s3fs: the client is made here (local work), before the clock starts
+                connect()
+            with self._cond:
+                self._client_ready = time.monotonic()
+                self._cond.notify_all()
+            outcome = check_remote_out_dir(self.url, self.worker, self.overwrite, self.siblings, timeout=self.bound,
+                                           cancelled=self._cancelled, fs_root=fs_root)
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that settles
+            outcome = exc
+        with self._cond:
+            self._outcome.append(outcome)
+            self._cond.notify_all()
+
+    def _decided(self) -> bool:
+        """Whether the check has an outcome, or its time is up: ``bound`` seconds of requests
+        once the client is made (making it, local work, may take up to ``_CLIENT_SETUP_S`` more)."""
+        now = time.monotonic()
+        if self._outcome:
+            return True
+        if self._client_ready is None:
+            return now >= self._started + self.bound + _CLIENT_SETUP_S
+        return now >= self._client_ready + self.bound
+
+    def settle(self) -> bool:
+        """True: checked (OutDirError for a prefix holding a run, as for a local out_dir); False:
+        the store did not answer in time or failed: one warning, and the spool's manifest tells
+        the uploader to check before its first upload (off the training thread)."""
+        import logging
+
+        from ..exceptions import OutDirError
+
+        with self._cond:
+            while not self._decided():
+                self._cond.wait(0.05)
+        self._cancelled.set()
+        result = self._outcome[0] if self._outcome else None
+        if isinstance(result, OutDirError):
+            raise result
+        if result is True:
+            return True
+        why = (f"{type(result).__name__}: {result}" if isinstance(result, BaseException)
+               else f"it did not answer within {self.bound:g} s, {PREFIX_CHECK_TIMEOUT_ENV}")
+        logging.getLogger("smdebug").warning(
+            "smdebug: could not check %s for an earlier run (%s); training starts now and the run is written into "
+            "the spool %s; the uploader checks the prefix before it uploads anything", self.url, why, self.spool)
+        set_manifest(self.spool, **{UNCHECKED_KEY: {"worker": self.worker, "overwrite": bool(self.overwrite),
+                                                    "siblings": sorted(self.siblings)}})
+        return False
 
 
 #: Spool manifest key of a prefix not checked yet for an earlier run (the store was down when
@@ -231,17 +309,16 @@ def _modified_at(info: dict) -> float:
 
 def start_remote_writer(url: str, worker: str, tensorboard_dir, export_tensorboard: bool, overwrite: bool,
                         check: bool = True, siblings=()):
-    """For a hook writing to ``url``: ``(spool, local tensorboard dir or None, extra_dirs)``.
+    """For a hook writing to ``url``: ``(spool, local tensorboard dir or None, extra_dirs,
+    prefix_check)``; the caller settles the :class:`PrefixCheck` (None: none made) before the
+    uploader starts.
 
     The spool is where the RunWriter writes; ``extra_dirs`` are the ``(local, URL)`` pairs the
     uploader sends at close (TensorBoard's files, appended to until then).
     """
     filesystem(url, for_writing=True)  # ImportError now, naming the package, not in the writer thread
-    checked = check_remote_out_dir(url, worker, overwrite, siblings) if check else True
     spool = make_spool(url, worker)
-    if not checked:
-        set_manifest(spool, **{UNCHECKED_KEY: {"worker": worker, "overwrite": bool(overwrite),
-                                               "siblings": sorted(siblings)}})
+    prefix_check = PrefixCheck(url, worker, overwrite, siblings, spool) if check else None
     extra = []
     tb_local = None
     if tensorboard_dir is not None and is_url(os.fspath(tensorboard_dir)):
@@ -258,4 +335,4 @@ def start_remote_writer(url: str, worker: str, tensorboard_dir, export_tensorboa
         extra.append((tb_local, normalize_url(url) + "/tensorboard"))
     if extra:
         set_manifest(spool, extra_dirs={os.path.relpath(local, spool): target for local, target in extra})
-    return spool, tb_local, extra
+    return spool, tb_local, extra, prefix_check

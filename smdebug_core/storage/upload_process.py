@@ -25,10 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
-from typing import Optional, Sequence, Tuple
+import time
+from typing import Callable, Optional, Sequence, Tuple
 
 from ..environment import env_nonnegative_float
 from .format import layout
@@ -36,24 +38,30 @@ from . import uploader as _uploader
 
 logger = _uploader.logger  # the same logger as in-process uploads: one place to configure or capture
 
-#: Seconds close() waits for the child beyond the upload timeout it gave it.
-_CLOSE_GRACE_S = 30.0
+#: Seconds close() waits for the child beyond the upload timeout it gave it (the child
+#: gives up at that timeout and replies at once; this is for a child that hangs).
+_CLOSE_GRACE_S = 5.0
 #: Seconds the child may take to start (import the store's client, build its uploader).
 _START_TIMEOUT_S = 60.0
 
 
-def make_uploader(spool: str, url: str, **kwargs):
+def make_uploader(spool: str, url: str, before_start: Optional[Callable[[], object]] = None, **kwargs):
     """The uploader of a hook's spool: in a process of its own (:class:`UploaderProcess`) unless
     the store lives in this process (``memory://``) or ``$SMDEBUG_UPLOAD_IN_PROCESS`` is set;
-    then (or if the process cannot start) a thread of this one. Same interface either way."""
+    then (or if the process cannot start) a thread of this one. Same interface either way.
+    ``before_start()`` runs before the uploader reads the spool (while the process starts);
+    what it raises propagates, the process stopped."""
     from . import remote
 
     url = remote.normalize_url(url)
     if url.split("://", 1)[0] != "memory" and os.environ.get(_uploader.IN_PROCESS_ENV, "") in ("", "0"):
         try:
-            return UploaderProcess(spool, url, **kwargs)
+            return UploaderProcess(spool, url, before_start=before_start, **kwargs)
         except OSError as exc:  # no fork/exec here (a sandbox): upload from a thread instead
             logger.info("smdebug: uploading from this process (could not start an upload process: %s)", exc)
+            before_start = None  # it ran
+    if before_start is not None:
+        before_start()
     return _uploader.Uploader(spool, url, **kwargs)
 
 
@@ -64,19 +72,27 @@ class UploaderProcess(_uploader.SpoolAccount):
     def __init__(self, spool: str, url: str, *, concurrency: Optional[int] = None,
                  retry_budget_s: Optional[float] = None, max_spool_bytes: Optional[int] = None,
                  extra_dirs: Sequence[Tuple[str, str]] = (), worker: Optional[str] = None,
-                 wait_for_workers: Sequence[str] = ()):
+                 wait_for_workers: Sequence[str] = (), before_start: Optional[Callable[[], object]] = None):
         self._init_account(spool, url, max_spool_bytes)
         #: The child's counters (as Uploader.stats), filled in when it has closed.
         self.stats = {}
         self._send_lock = threading.Lock()
         self._closed: Optional[bool] = None  # the child's close() result once it replied
         self._warned_left = False
+        self._store_failing = False  # the child warned of a failed upload
         # The child finds this package as the parent did: the parent's sys.path entries come
         # after its own (never ahead of them: a script's folder could shadow a library).
         bootstrap = (f"import json, sys; sys.path += [p for p in json.loads(sys.argv[1]) if p not in sys.path]; "
                      f"from {__name__} import main; raise SystemExit(main())")
         self._proc = subprocess.Popen([sys.executable, "-c", bootstrap, json.dumps(sys.path)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        if before_start is not None:  # while the child imports the store's client
+            try:
+                before_start()
+            except BaseException:
+                self._proc.stdin.close()  # no config: the child exits
+                self._proc.wait(10)
+                raise
         self._send(["config", {"spool": self.spool, "url": self.url, "concurrency": concurrency,
                                "retry_budget_s": retry_budget_s, "max_spool_bytes": self.max_spool_bytes,
                                "extra_dirs": [list(pair) for pair in extra_dirs], "worker": worker,
@@ -109,9 +125,13 @@ class UploaderProcess(_uploader.SpoolAccount):
             self._proc.stdin.close()
         except OSError:
             pass
+        started = time.monotonic()
+        closed = lambda: self._closed is not None or not self._reader.is_alive()  # noqa: E731 - used twice
         with self._cond:
-            self._cond.wait_for(lambda: self._closed is not None or not self._reader.is_alive(),
-                                timeout + _CLOSE_GRACE_S)
+            if not self._cond.wait_for(closed, min(timeout, _uploader.CLOSE_NOTICE_S)) \
+                    and timeout > _uploader.CLOSE_NOTICE_S:
+                self._say_what_close_waits_for(timeout, failing=self._store_failing)
+            self._cond.wait_for(closed, max(0.0, timeout + _CLOSE_GRACE_S - (time.monotonic() - started)))
         if self._closed is None:  # the child hung or died without replying
             self._proc.kill()
             self._give_up(f"the upload process did not finish within close()'s {timeout:g} s")
@@ -142,11 +162,14 @@ class UploaderProcess(_uploader.SpoolAccount):
                 self._ready.set()
             elif kind == "r":
                 with self._cond:
+                    self._last_progress = time.monotonic()
                     self._backlog_bytes -= args[0]
                     self._outstanding -= 1
                     self._cond.notify_all()
             elif kind == "log":
                 logger.log(args[0], "%s", args[1])
+                if args[0] >= logging.WARNING:
+                    self._store_failing = True
                 if args[0] >= logging.WARNING and "smdebug-sync" in args[1]:
                     self._warned_left = True  # the child named the spool and the command already
             elif kind == "gave_up":
@@ -187,6 +210,15 @@ class _Forward(logging.Handler):
 
 
 def main() -> int:
+    # A SIGTERM or Ctrl-C sent to the whole job (process group) is the training process's to
+    # handle: this one ends when that one does (its stdin closes), after uploading what was published.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # the store's client, imported while the parent settles its check of the prefix
+        import fsspec  # noqa: F401 - imported early on purpose (see above)
+        import s3fs  # noqa: F401 - imported early on purpose (see above)
+    except ImportError:
+        pass
     reports = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol channel, line-buffered
     os.dup2(2, 1)  # anything else printed goes to stderr, not into the protocol
     sys.stdout = sys.stderr
@@ -212,6 +244,9 @@ def main() -> int:
         def _warn_left_behind(self) -> None:
             report(["gave_up", self._gave_up])
             super()._warn_left_behind()
+
+        def _say_what_close_waits_for(self, timeout: float, failing: bool) -> None:
+            pass  # the training process says it, counting what it notified
 
     uploader = None
     timeout = None

@@ -13,13 +13,17 @@ the URL under the same relative keys, so the objects have the local layout and s
   the last step it has seen (trials/trial.py) never misses one;
 * each object is written once with one PUT of its whole content (or s3fs's multipart
   upload for large ones), never appended to or re-uploaded; its spool copy is deleted once
-  uploaded, so the spool holds only what is not yet up. The collections file is the one
-  exception: the hook rewrites it at close with the final collections, and it is sent
-  again only if its bytes changed;
+  uploaded, so the spool holds only what is not yet up, except that a step's event file
+  is deleted only once its index object is up too: a step an outage interrupts stays whole
+  in the spool, and ``smdebug-sync`` sends it again whole (docs/faults.md). The collections
+  file is the one exception: the hook rewrites it at close with the final collections, and
+  it is sent again only if its bytes changed;
 * a failed upload is retried with exponential backoff, the files waiting in the spool,
   for as long as ``retry_budget_s`` of consecutive failures; an outage shorter than that
   costs nothing. Past it the uploader gives up with one warning that names the spool and
-  the command that finishes the upload (``smdebug-sync SPOOL URL``);
+  the command that finishes the upload (``smdebug-sync SPOOL URL``). ``close()`` waits
+  at most ``$SMDEBUG_UPLOAD_CLOSE_TIMEOUT`` (60 s), says after a few seconds what for,
+  and past it leaves the rest in the spool with the same warning;
 * the training thread never waits for the network: :meth:`notify` only appends to a
   list. The spool's disk use is bounded: while more than ``max_spool_bytes`` wait, the
   writer is told to skip new steps (``spool_full``), with one warning.
@@ -45,8 +49,11 @@ DEFAULT_CONCURRENCY = 8
 #: in the spool for ``smdebug-sync``).
 DEFAULT_RETRY_BUDGET_S = 900.0
 DEFAULT_MAX_SPOOL_BYTES = 8 << 30
-#: How long ``close()`` waits for the upload by default (seconds).
-DEFAULT_CLOSE_TIMEOUT_S = 600.0
+#: How long ``close()`` waits for the upload by default (seconds): a training job's end should
+#: not wait longer on a dead store; what is left stays in the spool for ``smdebug-sync``.
+DEFAULT_CLOSE_TIMEOUT_S = 60.0
+#: After this many seconds of waiting, ``close()`` says what it waits for.
+CLOSE_NOTICE_S = 2.0
 #: Files the hook writes into out_dir itself (not through the writer): uploaded at close.
 SIDE_FILES = ("training_stop_reason.json",)
 #: Files of a spool that are never uploaded: stop requests are read by the hook from its spool.
@@ -108,6 +115,7 @@ class SpoolAccount:
         self._end_held = False  # the end marker was notified: it waits for close
         self._gave_up: Optional[str] = None
         self._warned_full = False
+        self._last_progress = time.monotonic()  # when a file was last uploaded (or the account opened)
         return remote.filesystem(self.url, for_writing=True)
 
     def spool_full(self) -> bool:
@@ -126,6 +134,18 @@ class SpoolAccount:
     @property
     def pending_bytes(self) -> int:
         return self._backlog_bytes
+
+    def _say_what_close_waits_for(self, timeout: float, failing: bool) -> None:
+        """One line, a few seconds into a close that has not finished: what is left, where it
+        goes and how long close() waits. A warning while the store fails or nothing went up
+        for a while (a store that does not answer fails no request yet); else info (a slow
+        store, a large backlog)."""
+        failing = failing or time.monotonic() - self._last_progress >= CLOSE_NOTICE_S
+        logger.log(logging.WARNING if failing else logging.INFO,
+                   "smdebug: close() is waiting for %d file(s) (%.1f MiB) of the spool %s to reach %s%s; it waits "
+                   "up to %g s in all (%s), then leaves them in the spool for: %s", self._outstanding,
+                   self._backlog_bytes / 2**20, self.spool, self.url, ", which is not taking them" if failing else "",
+                   timeout, CLOSE_TIMEOUT_ENV, sync_command(self.spool, self.url))
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
         """Wait until every file notified so far is uploaded (not for the end marker, which
@@ -175,7 +195,11 @@ class Uploader(SpoolAccount):
         self._warned_outage = False
         self._warned_left = False
         self._uploaded_hashes: Dict[str, str] = {}  # relpath -> sha1 of the bytes sent (collections)
+        # (step, worker) -> relpath of an event file uploaded and kept in the spool until its index is up
+        self._uploaded_events: Dict[Tuple[int, str], str] = {}
         self._failing_since: Optional[float] = None
+        #: Whether close() says, after a few seconds, what it waits for (not for smdebug-sync's own close).
+        self.announce_close_wait = True
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="smdebug-upload")
         self._thread = threading.Thread(target=self._run, name="smdebug-uploader", daemon=True)
         self._thread.start()
@@ -193,9 +217,10 @@ class Uploader(SpoolAccount):
     def close(self, timeout: Optional[float] = None) -> bool:
         """Upload what is left (extra directories, then the end marker) and stop.
 
-        Waits up to ``timeout`` seconds (default ``$SMDEBUG_UPLOAD_CLOSE_TIMEOUT`` or 600).
-        Returns True when everything is uploaded; otherwise logs one warning that names
-        the spool and the command that finishes the upload, and leaves the files there.
+        Waits up to ``timeout`` seconds (default ``$SMDEBUG_UPLOAD_CLOSE_TIMEOUT`` or 60),
+        saying after a few seconds what it waits for. Returns True when everything is
+        uploaded; otherwise logs one warning that names the spool and the command that
+        finishes the upload, and leaves the files there.
         """
         if timeout is None:
             timeout = env_nonnegative_float(CLOSE_TIMEOUT_ENV, DEFAULT_CLOSE_TIMEOUT_S)
@@ -203,7 +228,10 @@ class Uploader(SpoolAccount):
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join(timeout)
+        self._thread.join(min(timeout, CLOSE_NOTICE_S))
+        if self._thread.is_alive() and timeout > CLOSE_NOTICE_S and self.announce_close_wait:
+            self._say_what_close_waits_for(timeout, failing=self._failing_since is not None)
+            self._thread.join(max(0.0, timeout - (time.monotonic() - started)))
         finished = not self._thread.is_alive()
         if not finished:
             with self._cond:
@@ -278,10 +306,13 @@ class Uploader(SpoolAccount):
             self.stats["objects"] += 1
             self.stats["bytes"] += size
         if delete:
-            try:
-                os.remove(local_path)
-            except OSError:
-                pass
+            self._remove_from_spool(local_path)
+
+    def _remove_from_spool(self, path: str) -> None:
+        try:
+            os.remove(os.path.join(self.spool, path))  # a relpath, or an absolute path
+        except OSError:
+            pass
 
     def _note_failure(self, key: str, exc: BaseException) -> None:
         now = time.monotonic()
@@ -374,8 +405,8 @@ class Uploader(SpoolAccount):
             return
         try:
             self._retrying(lambda: remote.check_remote_out_dir(
-                self.url, str(pending.get("worker")), bool(pending.get("overwrite")), pending.get("siblings") or (),
-                unreachable="raise"), self.url, final=(OutDirError,))
+                self.url, str(pending.get("worker")), bool(pending.get("overwrite")), pending.get("siblings") or ()),
+                self.url, final=(OutDirError,))
         except OutDirError as exc:
             with self._cond:
                 self._gave_up = f"nothing was uploaded: {exc}"
@@ -408,6 +439,9 @@ class Uploader(SpoolAccount):
                         self._put_bytes(f"{WORKERS_DONE_DIR}/{self.worker}.done", b"")
                     if end_marker is not None and self.wait_for_workers:
                         self._wait_for_workers()
+                    for event in self._uploaded_events.values():  # uploaded; no index file came for them
+                        self._remove_from_spool(event)
+                    self._uploaded_events.clear()
                     if end_marker is not None:  # last of all (docs/format.md 1.4)
                         self._put(layout.END_OF_JOB_FILE)
                         self._release(end_marker)
@@ -422,6 +456,7 @@ class Uploader(SpoolAccount):
 
     def _release(self, nbytes: int) -> None:
         with self._cond:
+            self._last_progress = time.monotonic()
             self._backlog_bytes -= nbytes
             self._outstanding -= 1
             self._cond.notify_all()
@@ -443,15 +478,22 @@ class Uploader(SpoolAccount):
                 fresh.append((relpath, nbytes))
         events = [item for item in fresh if item[0].startswith(layout.EVENTS_DIR + "/")]
         indexes = [item for item in fresh if item[0].startswith(layout.INDEX_DIR + "/")]
+        indexes_set = {relpath for relpath, _ in indexes}
         for relpath, nbytes in collections:
             self._put_collections(relpath, nbytes)
             self._release(nbytes)
-        futures = [self._pool.submit(self._put, relpath) for relpath, _ in events]
+        # An event file stays in the spool until its index is up too: a step whose upload an
+        # outage interrupts is then whole in the spool (and re-sent whole), never split.
+        futures = [self._pool.submit(self._put, relpath, delete=False) for relpath, _ in events]
         for (relpath, nbytes), future in zip(events, futures):
             future.result()  # _GaveUp propagates
+            self._uploaded_events[_step_file_key(relpath)] = relpath
             self._release(nbytes)
         for relpath, nbytes in sorted(indexes) + others:
             self._put(relpath)
+            event = self._uploaded_events.pop(_step_file_key(relpath), None) if relpath in indexes_set else None
+            if event is not None:
+                self._remove_from_spool(event)
             self._release(nbytes)
 
     def _put_collections(self, relpath: str, nbytes: int) -> None:
@@ -485,6 +527,14 @@ class Uploader(SpoolAccount):
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, local_dir).replace(os.sep, "/")
                 self._put(rel, local_path=path, key=self._key(rel, fs_root))
+
+
+def _step_file_key(relpath: str) -> Tuple[int, str]:
+    """The (step, worker) an event or index file belongs to; (-1, relpath) for any other file."""
+    try:
+        return layout.parse_step_and_worker(relpath.rsplit("/", 1)[-1])
+    except ValueError:
+        return (-1, relpath)
 
 
 def spool_files(spool: str) -> List[Tuple[str, int]]:
@@ -533,6 +583,7 @@ def sync_spool(spool: str, url: Optional[str] = None, retry_budget_s: float = 60
         pass
     uploader = Uploader(spool, url, retry_budget_s=retry_budget_s,
                         extra_dirs=[(os.path.join(spool, rel), target) for rel, target in extra.items()])
+    uploader.announce_close_wait = False  # no close() of a hook here: its failures say enough
     items = [item for item in spool_files(spool)
              if not any(item[0].startswith(rel.replace(os.sep, "/") + "/") for rel in extra)]
     end = [item for item in items if item[0] == layout.END_OF_JOB_FILE]

@@ -14,7 +14,10 @@ def test_adapter_hooks_share_the_core_arguments(hook_cls, tmp_path):
     from smdebug.capture.arguments import HookArguments
 
     core = list(inspect.signature(HookArguments).parameters.values())
-    assert list(inspect.signature(smd.Hook).parameters.values()) == core
+    numpy_params = list(inspect.signature(smd.Hook).parameters.values())
+    assert numpy_params[:len(core)] == core  # then its own, keyword-only: the worker of a job of processes
+    assert [(p.name, p.kind) for p in numpy_params[len(core):]] == [("rank", inspect.Parameter.KEYWORD_ONLY),
+                                                                    ("world_size", inspect.Parameter.KEYWORD_ONLY)]
     params = list(inspect.signature(cls).parameters.values())
     assert params[:len(core)] == core
     assert all(p.kind is p.KEYWORD_ONLY for p in params[len(core):])  # an adapter's own, after them

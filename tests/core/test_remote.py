@@ -253,7 +253,7 @@ def test_a_prefix_holding_a_run_is_checked_before_the_first_upload_when_the_stor
     try:
         with caplog.at_level(logging.WARNING):
             hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
-            assert any("cannot check" in r.getMessage() for r in caplog.records)
+            assert any("could not check" in r.getMessage() for r in caplog.records)
             _train(hook, 3, start=0, size=4)
     finally:
         endpoint.start()
