@@ -23,6 +23,11 @@ from .views import SAVED_REDUCTIONS, VALUE, Required
 _MAX_LISTED = 5
 _MAX_DETAILS = 20
 _TRAINING_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
+#: Default name patterns of activation tensors. The reference's ``.*relu_output`` misses the
+#: names users give their modules (``relu1``, ``ReLU``): digits and any case are matched here.
+RELU_INPUTS = r"(?i).*relu\w*_input"
+RELU_OUTPUTS = r"(?i).*relu\w*_output"
+TANH_SIGMOID_INPUTS = (r"(?i).*tanh\w*_input", r"(?i).*sigmoid\w*_input")
 
 
 def _listing(items: Dict[str, object], fmt="{:.3g}") -> str:
@@ -427,17 +432,19 @@ class PoorWeightInitialization(Rule):
 
     Fires when any holds at a step:
     * the variances of the activation inputs (``activation_inputs_regex``, default
-      ``.*relu_input``) differ across layers by a ratio max/min above ``threshold`` (10.0);
+      ``(?i).*relu\\w*_input``) differ across layers by a ratio max/min above ``threshold`` (10.0);
     * for some gradient (``gradients`` collection, full tensors with at least 10 values) the
       95th minus 5th percentile is below ``distribution_range`` (0.001);
-    * a loss (``losses`` collection) has not reached a new minimum for ``patience`` (5) steps.
+    * a loss (``losses`` collection) has not reached a new minimum for ``patience`` (5) steps
+      and the mean of its last ``patience`` values is above that of its first by more than two
+      standard errors (without that, the reference's check fires on mini-batch noise).
     Parameters: ``activation_inputs_regex``, ``threshold``, ``distribution_range``,
     ``patience``, ``steps`` (10).
     """
 
     _MIN_GRADIENT_SIZE = 10
 
-    def __init__(self, base_trial=None, activation_inputs_regex=".*relu_input", threshold=10.0,
+    def __init__(self, base_trial=None, activation_inputs_regex=RELU_INPUTS, threshold=10.0,
                  distribution_range=0.001, patience=5, steps=10, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.activation_inputs_regex = P.regex_list(self.rule_name, "activation_inputs_regex",
@@ -448,6 +455,8 @@ class PoorWeightInitialization(Rule):
         self.steps = P.number(self.rule_name, "steps", steps, minimum=1, integer=True)
         self._seen = 0
         self._best: Dict[str, Tuple[float, int]] = {}
+        self._first_loss: Dict[str, List[float]] = {}
+        self._recent: Dict[str, deque] = {}
 
     def _active(self) -> bool:
         return self._seen < self.steps and self.view.mode in _TRAINING_MODES
@@ -499,15 +508,27 @@ class PoorWeightInitialization(Rule):
                 loss = view.scalar(name)
             except DATA_MISSING:
                 continue
+            recent = self._recent.setdefault(name, deque(maxlen=self.patience))
+            recent.append(loss)
+            opening = self._first_loss.setdefault(name, [])
+            if len(opening) < self.patience:
+                opening.append(loss)
+            first = float(np.mean(opening))
             best = self._best.get(name)
             if best is None or loss < best[0]:
                 self._best[name] = (loss, 0)
                 continue
             waited = best[1] + 1
             self._best[name] = (best[0], waited)
-            if waited >= self.patience:
+            # Mini-batch noise alone leaves a learning loss without a new minimum for a few
+            # steps; only a loss whose recent mean is not even below its first value is stuck.
+            noise = float(np.sqrt((np.var(opening) + np.var(recent)) / max(1, len(recent) - 1)))
+            if waited >= self.patience and len(opening) == self.patience and float(np.mean(recent)) >= first + 2 * noise:
                 fired = True
-                self.note(f"loss {name} has not decreased for {waited} steps (best {best[0]:.4g})", loss=name)
+                self.note(f"loss {name} has not decreased for {waited} steps (best {best[0]:.4g}; the last "
+                          f"{len(recent)} average {float(np.mean(recent)):.4g}, above the first {len(opening)}'s "
+                          f"{first:.4g} by more than their noise)",
+                          loss=name)
         return fired
 
 
@@ -546,11 +567,12 @@ class DeadRelu(_ActivityRule):
 
     A unit is dead when it is positive in less than ``threshold_inactivity`` percent of the
     batch. Reads full ReLU outputs: ``tensor_regex`` (default: names matching
-    ``.*relu_output``, the collection the original configured for this rule). Parameters:
+    ``(?i).*relu\\w*_output``: the reference's ``.*relu_output`` with numbered and capitalised
+    module names, ``relu1``, ``ReLU``). Parameters:
     ``tensor_regex``, ``threshold_inactivity`` (1.0), ``threshold_layer`` (50.0).
     """
 
-    DEFAULT_REGEX = (".*relu_output",)
+    DEFAULT_REGEX = (RELU_OUTPUTS,)
 
     def __init__(self, base_trial=None, tensor_regex=None, threshold_inactivity=1.0, threshold_layer=50.0,
                  actions=None, name=None):
@@ -578,14 +600,17 @@ class SaturatedActivation(_ActivityRule):
     """Fires when more than ``threshold_layer`` percent of a tanh/sigmoid layer's units saturate.
 
     A unit is active when its input lies strictly inside ``threshold_tanh`` (default
-    (-9.4999, 9.4999)) or ``threshold_sigmoid`` ((-23, 16.99999)) - whichever of "tanh" or
-    "sigmoid" the tensor name contains - and saturated when active in less than
-    ``threshold_inactivity`` (1.0) percent of the batch. Reads full activation inputs:
-    ``collection_names`` and ``tensor_regex`` (default ``.*tanh_input, .*sigmoid_input``).
+    (-4.15, 4.15)) or ``threshold_sigmoid`` ((-6.9, 6.9)) - whichever of "tanh" or "sigmoid"
+    the tensor name contains - and saturated when active in less than
+    ``threshold_inactivity`` (50.0) percent of the batch. Reads full activation inputs:
+    ``collection_names`` and ``tensor_regex`` (default ``(?i).*tanh\\w*_input`` and the same
+    for sigmoid). The defaults differ from the reference's ((-9.4999, 9.4999), (-23, 16.99999)
+    and 1.0), which count only units past the float32 flat ends on 99% of the batch, and so
+    miss a layer whose inputs nearly all have a derivative below 1e-3 (docs/migrating.md).
     """
 
-    def __init__(self, base_trial=None, collection_names=None, tensor_regex=".*tanh_input, .*sigmoid_input",
-                 threshold_tanh=(-9.4999, 9.4999), threshold_sigmoid=(-23, 16.99999), threshold_inactivity=1.0,
+    def __init__(self, base_trial=None, collection_names=None, tensor_regex=TANH_SIGMOID_INPUTS,
+                 threshold_tanh=(-4.15, 4.15), threshold_sigmoid=(-6.9, 6.9), threshold_inactivity=50.0,
                  threshold_layer=50.0, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.collection_names = P.str_list(self.rule_name, "collection_names", collection_names)

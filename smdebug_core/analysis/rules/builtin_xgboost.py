@@ -47,14 +47,15 @@ def tree_depths(columns: Dict[str, np.ndarray]) -> Dict[int, int]:
 
 
 class TreeDepth(Rule):
-    """Fires when a tree of the model is deeper than ``depth`` (default 4).
+    """Fires when a tree of the model is deeper than ``depth`` (default 6, XGBoost's own default
+    ``max_depth``: the reference's 4 fires on every booster trained with XGBoost's defaults).
 
     Reads the ``trees`` collection (include it in the XGBoost hook). The depth is computed
     from the saved child links; with only node numbers saved it is the reference's estimate,
     the base-2 logarithm of the largest node id.
     """
 
-    def __init__(self, base_trial=None, depth=4, actions=None, name=None):
+    def __init__(self, base_trial=None, depth=6, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.depth = P.number(self.rule_name, "depth", depth, minimum=0)
 
