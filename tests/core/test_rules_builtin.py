@@ -298,15 +298,18 @@ def test_unchanged_tensor_from_saved_reductions(tmp_path):
 
 
 # --- TensorVariance ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("reductions", [RAW, smd.ReductionConfig(reductions=["variance"])], ids=["raw", "reductions"])
+@pytest.mark.parametrize("reductions", [RAW, smd.ReductionConfig(reductions=["variance"], save_shape=True)],
+                         ids=["raw", "reductions"])
 def test_tensor_variance(tmp_path, reductions):
     def record(hook, step, mode):
         hook.record("fc.weight", rng.standard_normal(1000) * (10.0 if step == 1 else 1.0))
         hook.record("fc2.weight", np.full(10, 3.0) if step == 2 else rng.standard_normal(10))
+        hook.record("out.weight", rng.standard_normal(1))  # one element: variance 0, always
 
     trial = make_run(tmp_path, record, 3, reductions=reductions)
     assert fired(TensorVariance(trial, collection_names="weights", max_threshold=10)) == [1]
     assert fired(TensorVariance(trial, collection_names="weights", min_threshold=1e-6)) == [2]
+    assert fired(TensorVariance(trial, tensor_regex="^out.weight", min_threshold=1e-6)) == []
     assert fired(TensorVariance(trial, tensor_regex="fc.weight", max_threshold=1000, min_threshold=1e-6)) == []
     with pytest.raises(ConfigError, match="max_threshold and/or min_threshold"):
         TensorVariance(trial, tensor_regex="fc")

@@ -338,7 +338,9 @@ class TensorVariance(_SelectionRule):
 
     Parameters: ``collection_names``, ``tensor_regex`` (one is required), ``max_threshold``,
     ``min_threshold`` (at least one). Uses the saved ``variance`` (or ``std`` squared), else
-    computes the population variance from the full tensor.
+    computes the population variance from the full tensor. Tensors of one element (a 1-unit
+    bias) are left out: their variance is always 0, so any ``min_threshold`` fired forever (with
+    only reductions saved, the run must save shapes too, ``save_shape=True``, to tell).
     """
 
     selection_required = True
@@ -370,6 +372,8 @@ class TensorVariance(_SelectionRule):
                 except DATA_MISSING:
                     self.unavailable()
                     continue
+            if variance == 0 and (self.view.size(name) or 2) < 2:
+                continue  # one element: its variance is 0 by definition, whatever the training does
             if (self.max_threshold is not None and variance > self.max_threshold) or \
                     (self.min_threshold is not None and variance < self.min_threshold):
                 out[name] = variance

@@ -21,7 +21,12 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...exceptions import ReductionUnavailableForStep, TensorUnavailable, TensorUnavailableForStep
+from ...exceptions import (
+    ReductionUnavailableForStep,
+    ShapeUnavailableForStep,
+    TensorUnavailable,
+    TensorUnavailableForStep,
+)
 from ...logger import get_logger
 from ...modes import ModeKeys
 from ...reductions import reduce
@@ -188,6 +193,13 @@ class StepView:
                     return SAVED_REDUCTIONS, saved
         raise TensorUnavailableForStep(name, self.mode_step, self.mode)
 
+    def size(self, name: str) -> Optional[int]:
+        """How many elements ``name`` has at this step, when known (None: only reductions saved)."""
+        try:
+            return int(np.asarray(self.value(name)).size)
+        except TensorUnavailableForStep:
+            return None
+
     def scalar(self, name: str) -> float:
         """A single number for ``name``: the value if it has one element, else its mean."""
         try:
@@ -251,6 +263,15 @@ class TrialStepView(StepView):
         self.records_read += 1
         self._values[name] = value
         return value
+
+    def size(self, name: str) -> Optional[int]:
+        hit = self._values.get(name)
+        if hit is not None:
+            return int(np.asarray(hit).size)
+        try:  # a saved shape answers without reading the value
+            return int(np.prod(self._tensor(name).shape(self.step)))
+        except (TensorUnavailable, TensorUnavailableForStep, ShapeUnavailableForStep):
+            return super().size(name)
 
     def saved_reductions(self, name: str) -> Dict[ReductionKey, float]:
         hit = self._saved.get(name)
