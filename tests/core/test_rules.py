@@ -308,7 +308,9 @@ def test_string_parameters_as_sagemaker_passes_them():
 def test_cli_exit_codes_summary_lines_and_reports_only_when_asked(run, tmp_path, capsys):
     assert cli_main([run, "--rules", "VanishingGradient", "--no-progress"]) == 1
     out = capsys.readouterr().out
-    assert out.count("\n") == 1  # one line per rule, no per-step lines
+    # one line per rule and the culprit of its first firing, no per-step lines
+    assert out.count("\n") == 2
+    assert out.splitlines()[1].split() == ["culprit:", "layer", "fc1", "(gradient/fc1.weight),", "from", "step", "3"]
     assert out.startswith("VanishingGradient  FIRED at 3 of 6 evaluated steps (first 3, last 5); worst mean "
                           "|gradient| 1e-09 at step 3: 1 of 2 gradients")
     assert not os.path.exists(os.path.join(run, "rule_reports"))  # nothing written unless asked
@@ -356,11 +358,12 @@ def test_cli_persistent_nan_is_one_line_and_did_not_fire_counts_what_was_evaluat
     hook.close()
     assert cli_main([str(tmp_path / "run"), "--rules", "ExplodingTensor,VanishingGradient", "--no-progress"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2
     assert lines[0].startswith("ExplodingTensor    FIRED at 28 of 50 evaluated steps (first 2, last 29); worst "
                                "tensors with NaN/inf 1 at step 2")
-    assert lines[1].startswith("VanishingGradient  did not fire: 30 of 50 steps evaluated; 20 steps had nothing to "
-                               "read (20 EVAL): no tensors in the 'gradients' collection (is it saved?)")
+    assert len(lines) == 3
+    assert lines[1].split() == ["culprit:", "layer", "w", "(gradient/w),", "from", "step", "2"]
+    assert lines[2] == ("VanishingGradient  did not fire: 30 of 50 steps evaluated, all fine; 20 steps had nothing to "
+                        "read (20 EVAL): gradients saved at other steps (30 TRAIN steps; e.g. gradient/w)")
 
 
 def test_cli_follow_waits_for_the_end_or_the_idle_timeout(tmp_path, capsys):
@@ -405,12 +408,13 @@ def test_cli_default_rules_follow_what_the_run_contains(run, tmp_path, capsys):
     assert cli_main([run, "--no-progress"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("deep-learning run, collections with saved tensors: gradients, losses; running 4 of the "
-                          "default rules, skipping 8:")
+                          "default rules, skipping 9:")
+    assert "  skipped Overtraining: no validation loss" in out
     assert "  skipped TreeDepth: reads XGBoost trees/feature importance; this is a deep-learning run" in out
     assert "  skipped Overfit: no validation loss" in out
     assert "  skipped WeightUpdateRatio: the 'weights' collection was not saved" in out
     ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "deep-learning"))]
-    assert ran == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "Overtraining"]
+    assert ran == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "LossSpike"]
 
 
 def test_cli_as_module_in_a_real_process(run):

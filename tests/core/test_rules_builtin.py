@@ -218,6 +218,33 @@ def test_overtraining_relative_threshold_lets_small_losses_improve(tmp_path):
         list(range(5, 20))
 
 
+def test_weight_update_ratio_reads_update_tensors_when_the_run_saved_them(tmp_path):
+    """update/<weight> (the updates collection: after optimizer.step() minus before) gives the
+    ratio at its own step, without weights at consecutive steps (here weights every 5 steps)."""
+    def record(hook, step, mode):
+        w = np.full(100, 1.0)
+        if step % 5 == 0:
+            hook.record("fc.weight", w)
+        hook.save_tensor("update/fc.weight", w * (50.0 if step == 7 else 1e-3), "updates")
+
+    trial = make_run(tmp_path, record, 12, collections=("weights", "updates"))
+    report = invoke_rule(WeightUpdateRatio(trial), report_path=None).to_dict()
+    # Only steps with both the weight and its update are judged: 0, 5, 10 (fine); the step-7
+    # update has no weight to compare with (a real run saves both at the same steps).
+    assert report["triggered"] == 0 and report["datapoints"] == 3
+
+    def both(hook, step, mode):
+        w = np.full(100, 1.0)
+        hook.record("fc.weight", w)
+        hook.save_tensor("update/fc.weight", w * (50.0 if step == 7 else 1e-3), "updates")
+
+    trial = make_run(tmp_path, both, 12, collections=("weights", "updates"), name="both")
+    report = invoke_rule(WeightUpdateRatio(trial), report_path=None).to_dict()
+    assert [v["step"] for v in report["violations"]] == [7]
+    assert report["violations"][0]["details"]["culprit"] == {"layer": "fc", "tensor": "fc.weight", "first_step": 7,
+                                                             "ratio": pytest.approx(50.0)}
+
+
 def test_rules_count_steps_without_data_per_mode(tmp_path):
     def record(hook, step, mode):
         if mode is smd.modes.TRAIN:

@@ -49,7 +49,47 @@ def test_each_rule_fires_on_its_broken_runs(corpus, name, rule):
     report = rules_corpus.evaluate(corpus[name], rule)
     assert report.triggered > 0, report
     label = rules_corpus.label_of(name)
-    if label.fault_step is not None:
-        assert abs(report.violation_steps[0] - label.fault_step) <= 2, report.violation_steps[:5]
+    first = report.to_dict()["violations"][0]
+    if label.fault_step is not None:  # caught within a step or two of the injected fault
+        assert abs(first["step"] - label.fault_step) <= 2, report.violation_steps[:5]
+    if label.culprit is not None and rule in label.culprit_rules:  # and the finding names where it started
+        named = first["details"]["culprit"]
+        assert named["layer"] == label.culprit, named
+        assert label.fault_step is None or abs(named["first_step"] - label.fault_step) <= 2, named
     status, output = rules_corpus.default_rules(corpus[name])
     assert status == 1 and any(line.startswith(rule) and "FIRED" in line for line in output.splitlines()), output
+
+
+def test_loss_spike_live_dumps_the_flight_recorder(tmp_path):
+    """Live, LossSpike's action fires the flight recorder, naming the rule, the step and the
+    layer that moved first (weights and gradients saved every 100 steps, the loss every step)."""
+    import torch
+
+    import smdebug.pytorch as smd
+    from smdebug.trials import create_trial
+
+    model, data, loss_fn = rules_corpus._mlp(), rules_corpus._Data(), torch.nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=100),
+                    include_collections=["weights", "gradients", "losses"],
+                    flight_recorder=smd.FlightRecorder(steps=6, collections=["weights", "gradients"]))
+    hook.get_collection("losses").save_config = smd.SaveConfig(save_interval=1)
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    from smdebug.rules import LossSpike
+
+    evaluator = hook.add_rule(LossSpike())
+    for step in range(170):
+        x, y = data.batch(32)
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        if step == 150:
+            model.fc2.weight.grad.mul_(30000.0)
+        opt.step()
+    hook.close()
+    evaluator.wait()
+    marker = create_trial(str(tmp_path / "run")).flight_recorder_trigger()
+    assert marker is not None and marker["trigger"] == "rule" and "LossSpike" in marker["reason"]
+    assert marker["global_step"] == 151 and "fc2 moved first" in marker["reason"]
+    assert 150 in marker["steps_written"] + marker["steps_already_saved"]

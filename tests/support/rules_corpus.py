@@ -37,6 +37,11 @@ class Label:
     # e.g. a loss that never falls, which trend rules can only judge after some steps).
     fault_step: Optional[int] = None
     culprit: Optional[str] = None  # the layer or tensor the fault starts in
+    culprit_rules: List[str] = field(default_factory=list)  # the rules expected to name it (default: all)
+
+    def __post_init__(self):
+        if self.culprit is not None and not self.culprit_rules:
+            self.culprit_rules = list(self.rules)
 
 
 _RUNS: Dict[str, tuple] = {}  # name -> (framework, builder, Label kwargs)
@@ -284,8 +289,9 @@ def _readme(out_dir):
 
 
 # --- broken ----------------------------------------------------------------------------------
-@_run("pt_vanishing_gradient", "pytorch", False, "8 sigmoid layers with small weights: early gradients vanish",
-      rules=["VanishingGradient"], fault_step=0, culprit="fc1")
+@_run("pt_vanishing_gradient", "pytorch", False, "8 sigmoid layers with small weights: gradients vanish from fc5 "
+      "back to fc1 (fc5 is where the backward pass first drops below 1e-7)",
+      rules=["VanishingGradient"], fault_step=0, culprit="fc5")
 def _vanishing(out_dir):
     torch = _torch()
     model = _mlp("sigmoid", depth=8)
@@ -393,13 +399,13 @@ def _update_small(out_dir):
     _train_torch(out_dir, steps=60, lr={"fc1": 1e-3, "fc2": 1e-12, "out": 1e-3})
 
 
-@_run("pt_loss_spike", "pytorch", False, "at step 150 a corrupted gradient (x3000) hits fc2: the loss spikes at "
+@_run("pt_loss_spike", "pytorch", False, "at step 150 a corrupted gradient (x30000) hits fc2: the loss spikes at "
       "the next step", rules=["LossSpike"], fault_step=150, culprit="fc2")
 def _spike(out_dir):
     def corrupt(step, model):
         if step == 150:
-            model.fc2.weight.grad.mul_(3000.0)
-    _train_torch(out_dir, steps=200, lr=0.05, optimizer="sgd", before_update=corrupt)
+            model.fc2.weight.grad.mul_(30000.0)
+    _train_torch(out_dir, steps=200, lr=0.05, optimizer="momentum", before_update=corrupt)
 
 
 # =============================================================================================

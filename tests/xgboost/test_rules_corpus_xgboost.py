@@ -41,7 +41,12 @@ def test_each_rule_fires_on_its_broken_runs(corpus, name, rule):
     report = rules_corpus.evaluate(corpus[name], rule)
     assert report.triggered > 0, report
     label = rules_corpus.label_of(name)
-    if label.fault_step is not None:
-        assert abs(report.violation_steps[0] - label.fault_step) <= 2, report.violation_steps[:5]
+    first = report.to_dict()["violations"][0]
+    if label.fault_step is not None:  # caught within a step or two of the injected fault
+        assert abs(first["step"] - label.fault_step) <= 2, report.violation_steps[:5]
+    if label.culprit is not None and rule in label.culprit_rules:  # and the finding names where it started
+        named = first["details"]["culprit"]
+        assert named["layer"] == label.culprit, named
+        assert label.fault_step is None or abs(named["first_step"] - label.fault_step) <= 2, named
     status, output = rules_corpus.default_rules(corpus[name])
     assert status == 1 and any(line.startswith(rule) and "FIRED" in line for line in output.splitlines()), output

@@ -25,6 +25,7 @@ from .builtin_tensors import (
     VanishingGradient,
     WeightUpdateRatio,
 )
+from .builtin_spike import LossSpike
 from .builtin_training import ClassImbalance, LossNotDecreasing, Overfit, Overtraining, StalledTrainingRule
 from .builtin_xgboost import FeatureImportanceOverweight, TreeDepth
 from .rule import Rule
@@ -35,6 +36,7 @@ BUILTIN_RULES: Dict[str, Type[Rule]] = {
         VanishingGradient, ExplodingTensor, LossNotDecreasing, Overfit, Overtraining, AllZero, UnchangedTensor,
         TensorVariance, WeightUpdateRatio, PoorWeightInitialization, DeadRelu, SaturatedActivation,
         ClassImbalance, SimilarAcrossRuns, StalledTrainingRule, TreeDepth, FeatureImportanceOverweight,
+        LossSpike,
     )
 }
 
@@ -103,12 +105,15 @@ def _why_not(name: str, run: RunContents) -> Optional[str]:
     xgb = run.framework == "XGBoost"
     if name == "ExplodingTensor":
         return None if run.names else "the run saved no tensors"
-    if name in ("LossNotDecreasing", "Overtraining", "Overfit"):
+    if name == "LossSpike" and xgb:
+        return "boosting adds trees: its training metric does not spike as a network's loss does"
+    if name in ("LossNotDecreasing", "Overtraining", "Overfit", "LossSpike"):
         losses = run.loss_names()
         if not losses:
             return "no tensor in the 'losses' collection and no loss-like metric"
-        if name == "Overfit" and not run.has_validation_loss(losses):
-            return "no validation loss (no EVAL steps with losses, no val_*/validation-* names)"
+        if name in ("Overfit", "Overtraining") and not run.has_validation_loss(losses):
+            return ("no validation loss (no EVAL steps with losses, no val_*/validation-* names)" +
+                    (": it cannot tell over-training from convergence without one" if name == "Overtraining" else ""))
         return None
     if name in ("TreeDepth", "FeatureImportanceOverweight"):
         if not xgb:

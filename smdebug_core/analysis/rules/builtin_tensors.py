@@ -17,6 +17,7 @@ import numpy as np
 from ...exceptions import ConfigError
 from ...modes import ModeKeys
 from . import _params as P
+from .culprit import culprit, first_in_forward_order, forward_rank, in_forward_order, layer_of
 from .rule import DATA_MISSING, Rule
 from .views import SAVED_REDUCTIONS, VALUE, Required
 
@@ -51,6 +52,12 @@ def _note_found(rule, finding: str, noun: str, found: Dict[str, object], key: st
     if found:
         rule.note(f"{finding} in {_count(len(found), noun)}: {_listing(found, fmt)}", **{key: _details(found)})
     return bool(found)
+
+
+def _earliest(rule, found: Dict[str, object]) -> str:
+    """Of the tensors where a condition holds, the one where it started first (earliest
+    streak), the first in forward order among those."""
+    return min(found, key=lambda n: (rule.streak_start(n, True), forward_rank(n)))
 
 
 def _numeric(array: np.ndarray) -> Optional[np.ndarray]:
@@ -125,7 +132,7 @@ class VanishingGradient(Rule):
     def invoke_at_step(self, step):
         names = self.reads(self.view.tensor_names(collection="gradients"))
         if not names:
-            self.no_data("step %d has no tensors in the 'gradients' collection (is it saved?)", step)
+            self.no_data(self.saved_elsewhere("gradients", collection="gradients"))
             return False
         small = {}
         for name in names:
@@ -134,11 +141,15 @@ class VanishingGradient(Rule):
             except DATA_MISSING:
                 self.unavailable()
                 continue
-            if value < self.threshold:
+            if self.streak_start(name, value < self.threshold) is not None:
                 small[name] = value
         if small:
-            self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g}: "
-                      f"{_listing(small)}", measure=min(small.values()), tensors=_details(small))
+            first = _earliest(self, small)
+            layers = ", ".join(dict.fromkeys(layer_of(n) for n in in_forward_order(small)))
+            self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g} (layers "
+                      f"{layers}): {_listing(small)}", measure=min(small.values()), tensors=_details(small),
+                      layers=list(dict.fromkeys(layer_of(n) for n in in_forward_order(small))),
+                      culprit=culprit(first, self.streak_start(first, True), value=small[first]))
         return bool(small)
 
 
@@ -204,11 +215,31 @@ class ExplodingTensor(_SelectionRule):
                 self._check_reductions(data, nan_by_design)
             if finding:
                 bad[name] = finding
+        for name in bad:
+            self.streak_start(name, True)
         if bad:
             what = "NaN" if self.only_nan else "NaN or infinite values"
+            first = self._first_nonfinite(bad)
             self.note(f"{what} in {_count(len(bad), 'tensor')}: {_listing(bad)}", measure=len(bad),
-                      tensors=_details(bad))
+                      tensors=_details(bad), culprit=first)
         return bool(bad)
+
+    def _first_nonfinite(self, bad: Dict[str, str]) -> dict:
+        """Where the first non-finite value appeared: the flight recorder's module when it fired
+        here, else the tensor that went bad first, first in forward order (see culprit.py)."""
+        earliest = min(self.streak_start(n, True) for n in bad)
+        name = first_in_forward_order(n for n in bad if self.streak_start(n, True) == earliest)
+        found = culprit(name, earliest, what=bad[name])
+        trial = getattr(self.view, "trial", None)
+        try:
+            marker = trial.flight_recorder_trigger() if trial is not None else None
+        except (OSError, ValueError):
+            marker = None
+        where = (marker or {}).get("first_nonfinite") if (marker or {}).get("trigger") == "nonfinite" else None
+        if isinstance(where, dict) and where.get("module") and marker.get("global_step") == earliest:
+            found.update(layer=str(where["module"]), why=f"flight recorder: {where.get('phase', '')} "
+                                                         f"{where.get('what', '')}".strip())
+        return found
 
 
 class AllZero(_SelectionRule):
@@ -384,12 +415,17 @@ class TensorVariance(_SelectionRule):
 class WeightUpdateRatio(Rule):
     """Fires when the size of a weight update relative to the weights is too large or too small.
 
-    ratio = ||w(s) - w(p)||_2 / (||w(p)||_2 + epsilon) for each tensor of the ``weights``
-    collection, between step s and the previous saved step p (TRAIN and GLOBAL steps only).
-    Parameters: ``num_steps`` (None: compare with the previous saved step; else only when
-    p >= s - num_steps), ``large_threshold`` (10.0), ``small_threshold`` (1e-8), ``epsilon``
-    (1e-9). Needs full weight tensors at consecutive saved steps (save_interval 1 is best).
+    ratio = ||update||_2 / (||w||_2 + epsilon) for each tensor of the ``weights`` collection.
+    The update is the run's ``update/<weight name>`` tensor when it saved one (the ``updates``
+    collection: the value after ``optimizer.step()`` minus the value before, at that step; its
+    saved l2 norm or its value, and the weight's), else the difference between the weight at
+    step s and at the previous saved step p (TRAIN and GLOBAL steps only). Parameters:
+    ``num_steps`` (None: compare with the previous saved step; else only when p >= s -
+    num_steps), ``large_threshold`` (10.0), ``small_threshold`` (1e-8), ``epsilon`` (1e-9).
+    Without updates it needs full weight tensors at consecutive saved steps.
     """
+
+    UPDATE_PREFIX = "update/"
 
     def __init__(self, base_trial=None, num_steps=None, large_threshold=10.0, small_threshold=0.00000001,
                  epsilon=0.000000001, actions=None, name=None):
@@ -402,20 +438,47 @@ class WeightUpdateRatio(Rule):
             raise ConfigError(f"{self.rule_name}: small_threshold={self.small_threshold:g} is above "
                               f"large_threshold={self.large_threshold:g}")
         self._previous: Dict[str, Tuple[int, np.ndarray]] = {}
+        #: weight name -> the step whose update its latest ratio measured
+        self.update_step: Dict[str, int] = {}
+        self._origin: Dict[str, int] = {}
 
     def required_tensors(self, step):
         if self.view.mode not in _TRAINING_MODES:
             return ()
-        return [Required(collections="weights", value=True)]
+        return [Required(collections="weights", first_of=(VALUE, SAVED_REDUCTIONS)),
+                Required(regex=(f"^{self.UPDATE_PREFIX}",), first_of=(VALUE, SAVED_REDUCTIONS))]
 
-    def invoke_at_step(self, step):
-        if self.view.mode not in _TRAINING_MODES:
-            return False
-        names = self.view.tensor_names(collection="weights")
+    def _norm(self, name: str) -> float:
+        try:
+            return float(np.linalg.norm(np.asarray(self.view.value(name), dtype=np.float64).ravel()))
+        except DATA_MISSING:
+            return self.view.reduction(name, "l2")
+
+    def ratios(self) -> Dict[str, float]:
+        """This step's update/weight ratio of every weight the run lets it compute."""
+        view, step = self.view, self.view.step
+        # update/<weight> tensors can match the weights collection's pattern too: they are not weights.
+        names = [n for n in view.tensor_names(collection="weights") if not n.startswith(self.UPDATE_PREFIX)]
         if not names:
-            self.no_data("step %d has no tensors in the 'weights' collection (is it saved?)", step)
-        out = {}
-        for name, array in _numeric_values(self, names):
+            self.no_data(self.saved_elsewhere("weights", collection="weights"))
+        present = set(view.all_names())
+        out: Dict[str, float] = {}
+        for name in names:
+            update = self.UPDATE_PREFIX + name
+            if update in present:
+                try:
+                    out[name] = self._norm(update) / (self._norm(name) + self.epsilon)
+                    self.update_step[name] = step
+                except DATA_MISSING:
+                    self.unavailable()
+                continue
+            try:
+                array = _numeric(view.value(name))
+            except DATA_MISSING:
+                self.unavailable()
+                continue
+            if array is None or not array.size:
+                continue
             current = array.astype(np.float64)
             previous = self._previous.get(name)
             self._previous[name] = (step, current)
@@ -423,12 +486,26 @@ class WeightUpdateRatio(Rule):
                 continue
             if self.num_steps is not None and previous[0] < step - self.num_steps:
                 continue
-            update = float(np.linalg.norm((current - previous[1]).ravel()))
-            ratio = update / (float(np.linalg.norm(previous[1].ravel())) + self.epsilon)
-            if ratio > self.large_threshold or ratio < self.small_threshold:
-                out[name] = ratio
-        return _note_found(self, f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}]",
-                           "weight", out, "ratios")
+            update_norm = float(np.linalg.norm((current - previous[1]).ravel()))
+            out[name] = update_norm / (float(np.linalg.norm(previous[1].ravel())) + self.epsilon)
+            # The change from p to s is the update made at step p (weights are saved before the update).
+            self.update_step[name] = previous[0]
+        return out
+
+    def invoke_at_step(self, step):
+        if self.view.mode not in _TRAINING_MODES:
+            return False
+        out = {name: ratio for name, ratio in self.ratios().items()
+               if self.streak_start(name, not self.small_threshold <= ratio <= self.large_threshold) is not None}
+        for name in out:
+            if self.streak_start(name, True) == step:
+                self._origin[name] = self.update_step.get(name, step)
+        if out:
+            first = min(out, key=lambda n: (self._origin[n], forward_rank(n)))
+            self.note(f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}] in "
+                      f"{_count(len(out), 'weight')}: {_listing(out)}", ratios=_details(out),
+                      culprit=culprit(first, self._origin[first], ratio=out[first]))
+        return bool(out)
 
 
 class PoorWeightInitialization(Rule):
@@ -489,8 +566,12 @@ class PoorWeightInitialization(Rule):
             ratio = high / low if low > 0 else float("inf")
             if ratio > self.threshold:
                 fired = True
+                # Initialisations aim at unit variance: the layer farthest from it is the culprit.
+                worst = max(variances, key=lambda n: abs(np.log(max(variances[n], 1e-300))))
                 self.note(f"activation input variances differ across layers by {ratio:.3g}x (> {self.threshold:g}): "
-                          f"{_listing(variances)}", variance_ratio=ratio, variances=_details(variances))
+                          f"{_listing(variances)}", variance_ratio=ratio, variances=_details(variances),
+                          culprit=culprit(worst, self.streak_start(("variance", worst), True),
+                                          variance=variances[worst]))
         spreads = {}
         for name in view.tensor_names(collection="gradients"):
             try:
@@ -561,7 +642,7 @@ class _ActivityRule(Rule):
         found = {}
         for name, array in _numeric_values(self, names):
             percent = self._inactive_percent(active(name, array))
-            if percent > self.threshold_layer:
+            if self.streak_start(name, percent > self.threshold_layer) is not None:
                 found[name] = percent
         return found
 
@@ -592,11 +673,14 @@ class DeadRelu(_ActivityRule):
     def invoke_at_step(self, step):
         names = self.view.tensor_names(regex=self.tensor_regex)
         if not names:
-            self.no_data("step %d has no tensor matching %s", step, list(self.tensor_regex))
+            self.no_data(self.saved_elsewhere(f"tensors matching {', '.join(self.tensor_regex)}",
+                                              regex=self.tensor_regex))
         dead = self._inactive_layers(names, lambda name, array: array > 0)
         if dead:
+            first = _earliest(self, dead)
             self.note(f"more than {self.threshold_layer:g}% dead units in {_count(len(dead), 'ReLU layer')}: "
-                      f"{_listing(dead, '{:.1f}%')}", percent_dead=_details(dead))
+                      f"{_listing(dead, '{:.1f}%')}", percent_dead=_details(dead),
+                      culprit=culprit(first, self.streak_start(first, True), percent=dead[first]))
         return bool(dead)
 
 
@@ -640,9 +724,11 @@ class SaturatedActivation(_ActivityRule):
             lambda name, array: (array > bounds[name][0]) & (array < bounds[name][1]),
         )
         if saturated:
+            first = _earliest(self, saturated)
             self.note(f"more than {self.threshold_layer:g}% saturated units in "
                       f"{_count(len(saturated), 'activation layer')}: {_listing(saturated, '{:.1f}%')}",
-                      percent_saturated=_details(saturated))
+                      percent_saturated=_details(saturated),
+                      culprit=culprit(first, self.streak_start(first, True), percent=saturated[first]))
         return bool(saturated)
 
     def _bounds(self, name: str):

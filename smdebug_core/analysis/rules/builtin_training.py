@@ -21,6 +21,7 @@ from ...exceptions import ConfigError
 from ...modes import ModeKeys
 from . import _params as P
 from .actions import StopTraining, stops_training
+from .culprit import culprit
 from .rule import DATA_MISSING, Rule
 from .views import Required, StepView
 
@@ -167,6 +168,8 @@ class LossNotDecreasing(_LossRule):
         now = view.mode_step
         stuck = {}
         for name, value in _read_losses(self, names).items():
+            if not np.isfinite(value):
+                continue  # NaN/inf is ExplodingTensor's finding, not a stall
             key = (name, view.mode)
             history = self._history.setdefault(key, [])
             history.append((now, value))
@@ -202,7 +205,7 @@ class LossNotDecreasing(_LossRule):
             self.note(f"loss {name} ({view.mode.name}): mean {ref:.6g} over {window}, {value:.6g} over the "
                       f"{self.num_steps} steps to {now} ({percent:+.3g}%): less than the required "
                       f"{self.diff_percent:g}% decrease, and not converged (it started at {start:.6g})",
-                      measure=percent,
+                      measure=percent, culprit=culprit(name, first, why="the stall began in this window"),
                       **{name: {"from_steps": [first, last], "from": ref, "to_step": now, "to": value,
                                 "start": start}})
         return bool(stuck)
@@ -324,6 +327,7 @@ class Overfit(_RegexLossRule):
             ratio = gap / abs(train_mean) if train_mean else float("inf") if gap > 0 else 0.0
             overfitted = (step >= self.start_step and ratio > self.ratio_threshold and gap > floor and gap - narrowest > floor
                           and val_mean > best_val + floor)
+            self.streak_start(key, overfitted)
             over = self._over.get(key, 0) + 1 if overfitted else 0
             self._over[key] = over
             if over >= self.patience:
@@ -331,8 +335,10 @@ class Overfit(_RegexLossRule):
                 self.note(f"{key}: validation {val_mean:.6g} vs training {train_mean:.6g} (ratio {ratio:.3g} > "
                           f"{self.ratio_threshold:g}; the gap {gap:.3g} widened from {narrowest:.3g}, and the "
                           f"validation loss is above its best {best_val:.6g}) for {over} evaluation passes",
-                          measure=ratio, **{key: {"train_mean": train_mean, "validation_mean": val_mean,
-                                                  "ratio": ratio, "gap": gap, "narrowest_gap": narrowest}})
+                          measure=ratio, culprit=culprit(key, self.streak_start(key, True),
+                                                         why="the first over-fitted evaluation pass"),
+                          **{key: {"train_mean": train_mean, "validation_mean": val_mean,
+                                   "ratio": ratio, "gap": gap, "narrowest_gap": narrowest}})
         return fired
 
 
@@ -404,6 +410,7 @@ class Overtraining(_RegexLossRule):
             return False
         self.note(f"validation {key} has not improved on its best ({best:.6g}, at step {best_step}) for {waited} "
                   f"evaluation passes and rose to {value:.6g}", measure=waited,
+                  culprit=culprit(key, best_step, why="its best evaluation pass; no better one since"),
                   **{f"validation:{key}": {"best": best, "best_step": best_step, "latest": value,
                                            "passes": waited}})
         return True
