@@ -147,8 +147,9 @@ def test_required_tensors_are_read_in_one_batch_per_step(tmp_path):
     reads = trial.stats["event_reads"]
     run_rules(rules, report_paths={id(r): None for r in rules})
     assert rules[0].seen == rules[1].seen == [0, 1, 2]
-    # 20 values + 20 saved l2 norms per step, for two rules: one read per step.
-    assert trial.stats["event_reads"] - reads == 3
+    # The saved l2 norms of all steps in bulk (one read per event file: 3), then the 20 values
+    # of each step for two rules: one read per step.
+    assert trial.stats["event_reads"] - reads == 3 + 3
     view = TrialStepView(trial, 2)
     view.prefetch(rules[0].required_tensors(2))
     assert view.records_read == 40

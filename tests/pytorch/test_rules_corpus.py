@@ -91,5 +91,7 @@ def test_loss_spike_live_dumps_the_flight_recorder(tmp_path):
     evaluator.wait()
     marker = create_trial(str(tmp_path / "run")).flight_recorder_trigger()
     assert marker is not None and marker["trigger"] == "rule" and "LossSpike" in marker["reason"]
-    assert marker["global_step"] == 151 and "fc2 moved first" in marker["reason"]
+    # The rule runs beside training (one step of lag allowed): the recorder fires at 151 or 152.
+    assert "fired at step 151" in marker["reason"] and "fc2 moved first" in marker["reason"]
+    assert marker["global_step"] in (151, 152)
     assert 150 in marker["steps_written"] + marker["steps_already_saved"]

@@ -426,6 +426,7 @@ class WeightUpdateRatio(Rule):
     """
 
     UPDATE_PREFIX = "update/"
+    reads_what = "their full values or an update/<weight> tensor"
 
     def __init__(self, base_trial=None, num_steps=None, large_threshold=10.0, small_threshold=0.00000001,
                  epsilon=0.000000001, actions=None, name=None):
@@ -458,7 +459,8 @@ class WeightUpdateRatio(Rule):
         """This step's update/weight ratio of every weight the run lets it compute."""
         view, step = self.view, self.view.step
         # update/<weight> tensors can match the weights collection's pattern too: they are not weights.
-        names = [n for n in view.tensor_names(collection="weights") if not n.startswith(self.UPDATE_PREFIX)]
+        names = self.reads([n for n in view.tensor_names(collection="weights")
+                            if not n.startswith(self.UPDATE_PREFIX)])
         if not names:
             self.no_data(self.saved_elsewhere("weights", collection="weights"))
         present = set(view.all_names())
@@ -471,6 +473,9 @@ class WeightUpdateRatio(Rule):
                     self.update_step[name] = step
                 except DATA_MISSING:
                     self.unavailable()
+                continue
+            if not view.has_value(name):
+                self.unavailable()  # only reductions saved: no update to measure
                 continue
             try:
                 array = _numeric(view.value(name))

@@ -55,7 +55,7 @@ from ...modes import ModeKeys
 from .actions import Action, RuleEvent, as_actions
 from .report import RuleReport, to_jsonable
 from .req_tensors import RequiredTensors
-from .views import Required, StepView, TrialStepView
+from .views import BulkSteps, Required, StepView, TrialStepView
 
 logger = get_logger("smdebug.rules")
 
@@ -543,8 +543,10 @@ def run_rules(
             if bar is not None:
                 bar.total = (bar.n + len(todo))
                 bar.refresh()
+            bulk = BulkSteps(trial, todo) if len(todo) > 1 and hasattr(trial, "to_table") else None
             for step in todo:
-                view = _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire)
+                view = _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire,
+                                      bulk)
                 last_evaluated = view
                 next_step = step + 1
                 if bar is not None:
@@ -575,13 +577,13 @@ def run_rules(
             rule.report.finish()
 
 
-def _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire) -> StepView:
+def _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire, bulk=None) -> StepView:
     others_by_rule = {id(rule): [_other_view(t, step, follow, idle_timeout) for t in rule.other_trials]
                       for rule in rules}
     all_trials = {id(t): t for rule in rules for t in rule.trials}
     fired_rules = []
     with _no_refresh(all_trials.values()):
-        view = TrialStepView(trial, step)
+        view = TrialStepView(trial, step, bulk)
         requirements = []
         for rule in rules:
             others = others_by_rule[id(rule)]
