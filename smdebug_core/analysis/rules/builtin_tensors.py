@@ -8,6 +8,7 @@ choose.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from typing import Dict, List, Optional, Tuple
@@ -190,6 +191,8 @@ class ExplodingTensor(_SelectionRule):
         return ", ".join(parts) or None
 
     def _check_reductions(self, saved, nan_by_design: bool = False) -> Optional[str]:
+        if all(math.isfinite(v) for v in saved.values()):
+            return None  # the common case, without numpy
         keys = [k for k in self._PREFERRED if k in saved] or list(saved)
         values = np.array([saved[k] for k in keys], dtype=np.float64)
         if nan_by_design:

@@ -159,6 +159,9 @@ class StepView:
         # query for the whole evaluation where the view shares a cache (BulkSteps).
         memo = getattr(self, "_membership", None)
         query = (collections, regexes, exact)
+        whole = (query, tuple(candidates)) if memo is not None else None
+        if whole is not None and whole in memo:
+            return list(memo[whole])
         patterns = None
         out = []
         for n in candidates:
@@ -173,6 +176,8 @@ class StepView:
                     memo[key] = hit
             if hit:
                 out.append(n)
+        if whole is not None:
+            memo[whole] = tuple(out)
         return out
 
     def select(self, req: Required) -> List[str]:
@@ -276,24 +281,34 @@ class BulkSteps:
             # Not a Trial with a bulk reader, or a read that failed: the rules read step by step.
             logger.debug("rules: bulk read of steps %d-%d unavailable (%s)", steps[0], steps[-1], exc)
             return
-        by_label = {}
+        by_label = {"": ""}
         for op in ("min", "max", "mean", "prod", "std", "variance", "sum", "median", "l1", "l2"):
             for is_abs in (False, True):
                 by_label[reduction_label(op, is_abs)] = (op, is_abs)
-        step_col = table.numbers["step"]
-        values = table.numbers["value"].tolist()
         tensor_codes, tensors = table.texts["tensor"]
         label_codes, labels = table.texts["reduction"]
-        keys = [by_label.get(label) for label in labels]
+        # Rows sorted by step; names and reduction keys looked up once per row with numpy.
+        order = np.argsort(table.numbers["step"], kind="stable")
+        names = np.asarray(list(tensors) + [""], dtype=object)[tensor_codes[order]].tolist()
+        keys = np.asarray([by_label.get(label, "") for label in labels] + [None], dtype=object)
+        row_keys = keys[label_codes[order]].tolist()
+        values = table.numbers["value"][order].tolist()
+        step_of = table.numbers["step"][order]
+        bounds = np.flatnonzero(np.diff(step_of)) + 1
         for step in steps:
             self._loaded.setdefault(int(step), ({}, {}))
-        for step, t, r, value in zip(step_col.tolist(), tensor_codes.tolist(), label_codes.tolist(), values):
-            saved, scalars = self._loaded[step]
-            name = tensors[t]
-            if labels[r] == "":
-                scalars[name] = value
-            elif keys[r] is not None:
-                saved.setdefault(name, {})[keys[r]] = value
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(values)]):
+            if lo == hi:
+                continue
+            saved, scalars = self._loaded[int(step_of[lo])]
+            for name, key, value in zip(names[lo:hi], row_keys[lo:hi], values[lo:hi]):
+                if key == "":
+                    scalars[name] = value  # a one-element value (the "" reduction)
+                elif key is not None:
+                    inner = saved.get(name)
+                    if inner is None:
+                        inner = saved[name] = {}
+                    inner[key] = value
 
 
 class TrialStepView(StepView):
