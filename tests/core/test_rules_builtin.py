@@ -9,7 +9,8 @@ import pytest
 import smdebug as smd
 from smdebug.exceptions import ConfigError
 from smdebug.rules import (
-    AllZero, ClassImbalance, DeadRelu, ExplodingTensor, FeatureImportanceOverweight, LossNotDecreasing, Overfit,
+    AllZero, ClassImbalance, DeadRelu, ExplodingTensor, FeatureImportanceOverweight, LossNotDecreasing, LossSpike,
+    Overfit,
     Overtraining, PoorWeightInitialization, SaturatedActivation, SimilarAcrossRuns, TensorVariance, TreeDepth,
     UnchangedTensor, VanishingGradient, WeightUpdateRatio, invoke_rule,
 )
@@ -520,3 +521,27 @@ def test_feature_importance_overweight_on_crafted_tensors(tmp_path):
     assert fired(FeatureImportanceOverweight(trial)) == [1]
     assert fired(FeatureImportanceOverweight(trial, threshold=0.99)) == []
     assert fired(FeatureImportanceOverweight(trial, nfeatures=6)) == [0, 1, 2]  # all the features there are
+
+
+# --- LossSpike --------------------------------------------------------------------------------------
+def test_loss_spike_names_the_layer_that_jumped_first(tmp_path):
+    """A loss of 1 +- batch noise; at step 30 fc2's gradient norm jumps 100x, at step 31 the loss is 8."""
+    def record(hook, step, mode):
+        hook.save_tensor("loss", np.float32(8.0 if step == 31 else 1.0 + 0.05 * rng.standard_normal()), "losses")
+        for layer in ("fc1", "fc2", "fc3"):
+            scale = 100.0 if (layer == "fc2" and step == 30) else 1.0
+            hook.record(f"gradient/{layer}.weight", rng.standard_normal(50) * 0.01 * scale)
+
+    trial = make_run(tmp_path, record, 40, collections=("gradients", "losses"))
+    report = invoke_rule(LossSpike(trial), report_path=None).to_dict()
+    assert [v["step"] for v in report["violations"]] == [31]
+    culprit = report["violations"][0]["details"]["culprit"]
+    assert culprit["layer"] == "fc2" and culprit["tensor"] == "gradient/fc2.weight" and culprit["first_step"] == 30
+    assert report["actions"][0]["action"] == "DumpFlightRecorder"  # offline: says there is no recorder
+    assert "no flight recorder here" in report["actions"][0]["result"]
+    # Batch noise of a converged loss is no spike: 0.05 after a median of 0.005, with the loss starting at 2.
+    quiet = make_run(tmp_path, lambda h, s, m: h.save_tensor(
+        "loss", np.float32(2.0 if s == 0 else 0.05 if s % 17 == 0 else 0.005 + 0.002 * rng.random()), "losses"),
+        60, name="quiet", collections=("losses",))
+    assert fired(LossSpike(quiet)) == []
+    assert fired(LossSpike(quiet, min_rise_fraction=0, min_zscore=0)) == [17, 34, 51]
