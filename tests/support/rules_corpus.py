@@ -64,7 +64,7 @@ def label_of(name: str) -> Label:
 
 
 def available(framework: str) -> bool:
-    module = {"pytorch": "torch", "xgboost": "xgboost", "keras": "keras"}[framework]
+    module = {"pytorch": "torch", "xgboost": "xgboost", "keras": "keras", "lightning": "pytorch_lightning"}[framework]
     return importlib.util.find_spec(module) is not None
 
 
@@ -470,6 +470,47 @@ def _keras(out_dir):
     model.fit(x[:1536], y[:1536], batch_size=32, epochs=5, validation_data=(x[1536:], y[1536:]),
               callbacks=[hook], verbose=0)
     hook.close()
+
+
+# =============================================================================================
+# PyTorch Lightning (the lightning env)
+@_run("lightning_fit", "lightning", True, "a LightningModule trained with DebuggerCallback, validation each epoch")
+def _lightning(out_dir):
+    import pytorch_lightning as pl
+
+    from smdebug.lightning import DebuggerCallback, SaveConfig
+
+    torch = _torch()
+
+    class Classifier(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp()
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, batch_idx):
+            loss = torch.nn.functional.cross_entropy(self(batch[0]), batch[1])
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", torch.nn.functional.cross_entropy(self(batch[0]), batch[1]))
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=3e-3)
+
+    data = _Data(n_train=2048, n_val=256)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data.x_train, data.y_train), batch_size=32,
+                                         shuffle=True, generator=torch.Generator().manual_seed(0))
+    val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data.x_val, data.y_val), batch_size=64)
+    callback = DebuggerCallback(out_dir=out_dir, save_config=SaveConfig(save_interval=1),
+                                include_collections=["weights", "biases", "gradients", "losses"])
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=4, callbacks=[callback], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Classifier(), loader, val)
+    callback.close()
 
 
 def main(argv=None) -> int:
