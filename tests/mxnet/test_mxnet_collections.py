@@ -242,7 +242,7 @@ def test_cli_default_rules_for_a_gluon_run(run_dir, make_net, train, capsys):
     assert cli_main([run_dir, "--no-progress"]) in (0, 1)
     out = capsys.readouterr().out
     assert out.startswith("MXNet run, collections with saved tensors: gradients, losses, outputs; running 4 of the "
-                          "default rules, skipping 8:")
+                          "default rules, skipping 9:")
     assert "  skipped WeightUpdateRatio: the 'weights' collection was not saved" in out
     ran = [line.split()[0] for line in out.splitlines() if not line.startswith(("  ", "MXNet"))]
-    assert ran == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "Overtraining"]
+    assert ran == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing", "LossSpike"]

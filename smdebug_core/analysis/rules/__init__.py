@@ -14,7 +14,7 @@ import importlib
 from ...exceptions import RuleEvaluationConditionMet
 
 _BUILTIN = ("AllZero", "ClassImbalance", "DeadRelu", "ExplodingTensor", "FeatureImportanceOverweight",
-            "LossNotDecreasing", "Overfit", "Overtraining", "PoorWeightInitialization", "SaturatedActivation",
+            "LossNotDecreasing", "LossSpike", "Overfit", "Overtraining", "PoorWeightInitialization", "SaturatedActivation",
             "SimilarAcrossRuns", "StalledTrainingRule", "TensorVariance", "TreeDepth", "UnchangedTensor",
             "VanishingGradient", "WeightUpdateRatio")
 _LAZY = {

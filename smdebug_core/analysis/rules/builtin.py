@@ -11,6 +11,9 @@ import re
 from typing import Dict, List, Optional, Tuple, Type
 
 from .builtin_tensors import (
+    RELU_INPUTS,
+    RELU_OUTPUTS,
+    TANH_SIGMOID_INPUTS,
     AllZero,
     DeadRelu,
     ExplodingTensor,
@@ -22,6 +25,7 @@ from .builtin_tensors import (
     VanishingGradient,
     WeightUpdateRatio,
 )
+from .builtin_spike import LossSpike
 from .builtin_training import ClassImbalance, LossNotDecreasing, Overfit, Overtraining, StalledTrainingRule
 from .builtin_xgboost import FeatureImportanceOverweight, TreeDepth
 from .rule import Rule
@@ -32,6 +36,7 @@ BUILTIN_RULES: Dict[str, Type[Rule]] = {
         VanishingGradient, ExplodingTensor, LossNotDecreasing, Overfit, Overtraining, AllZero, UnchangedTensor,
         TensorVariance, WeightUpdateRatio, PoorWeightInitialization, DeadRelu, SaturatedActivation,
         ClassImbalance, SimilarAcrossRuns, StalledTrainingRule, TreeDepth, FeatureImportanceOverweight,
+        LossSpike,
     )
 }
 
@@ -100,12 +105,15 @@ def _why_not(name: str, run: RunContents) -> Optional[str]:
     xgb = run.framework == "XGBoost"
     if name == "ExplodingTensor":
         return None if run.names else "the run saved no tensors"
-    if name in ("LossNotDecreasing", "Overtraining", "Overfit"):
+    if name == "LossSpike" and xgb:
+        return "boosting adds trees: its training metric does not spike as a network's loss does"
+    if name in ("LossNotDecreasing", "Overtraining", "Overfit", "LossSpike"):
         losses = run.loss_names()
         if not losses:
             return "no tensor in the 'losses' collection and no loss-like metric"
-        if name == "Overfit" and not run.has_validation_loss(losses):
-            return "no validation loss (no EVAL steps with losses, no val_*/validation-* names)"
+        if name in ("Overfit", "Overtraining") and not run.has_validation_loss(losses):
+            return ("no validation loss (no EVAL steps with losses, no val_*/validation-* names)" +
+                    (": it cannot tell over-training from convergence without one" if name == "Overtraining" else ""))
         return None
     if name in ("TreeDepth", "FeatureImportanceOverweight"):
         if not xgb:
@@ -120,15 +128,28 @@ def _why_not(name: str, run: RunContents) -> Optional[str]:
     if name == "WeightUpdateRatio":
         return None if run.saved.get("weights") else "the 'weights' collection was not saved"
     if name == "PoorWeightInitialization":
-        return None if run.matching(r".*relu_input") else "no ReLU inputs saved (tensors matching .*relu_input)"
+        return None if run.matching(RELU_INPUTS) else _no_activations(run, "ReLU inputs", RELU_INPUTS,
+                                                                      "activation_inputs_regex")
     if name == "DeadRelu":
-        return None if run.matching(r".*relu_output") else "no ReLU outputs saved (tensors matching .*relu_output)"
+        return None if run.matching(RELU_OUTPUTS) else _no_activations(run, "ReLU outputs", RELU_OUTPUTS,
+                                                                       "tensor_regex")
     if name == "SaturatedActivation":
-        return None if run.matching(r".*tanh_input", r".*sigmoid_input") else \
-            "no tanh/sigmoid inputs saved (tensors matching .*tanh_input, .*sigmoid_input)"
+        return None if run.matching(*TANH_SIGMOID_INPUTS) else \
+            _no_activations(run, "tanh/sigmoid inputs", " or ".join(TANH_SIGMOID_INPUTS), "tensor_regex")
     if name == "ClassImbalance":
         return None if run.matching(r".*labels") else "no labels tensor saved (tensors matching .*labels)"
     return None
+
+
+def _no_activations(run: RunContents, what: str, pattern: str, parameter: str) -> str:
+    """Why an activation rule has nothing to read: none saved, or saved under names it cannot
+    recognise (nn.Sequential children are named by their index: ``features.1_output_0``)."""
+    modules = run.matching(r"_(input|output)_\d+$")
+    if not modules:
+        return f"no {what} saved (tensors matching {pattern})"
+    shown = ", ".join(modules[:3]) + (" ..." if len(modules) > 3 else "")
+    return (f"no {what} recognised: {len(modules)} module inputs/outputs are saved ({shown}) but none is named "
+            f"like {pattern}; name the activation modules (self.relu1 = nn.ReLU()) or pass {parameter}")
 
 
 def choose_rules(trial) -> Tuple[List[str], Dict[str, str], RunContents]:

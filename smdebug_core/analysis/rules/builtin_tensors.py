@@ -8,6 +8,7 @@ choose.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from typing import Dict, List, Optional, Tuple
@@ -17,12 +18,18 @@ import numpy as np
 from ...exceptions import ConfigError
 from ...modes import ModeKeys
 from . import _params as P
+from .culprit import culprit, first_in_forward_order, forward_rank, in_forward_order, layer_of
 from .rule import DATA_MISSING, Rule
 from .views import SAVED_REDUCTIONS, VALUE, Required
 
 _MAX_LISTED = 5
 _MAX_DETAILS = 20
 _TRAINING_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
+#: Default name patterns of activation tensors. The reference's ``.*relu_output`` misses the
+#: names users give their modules (``relu1``, ``ReLU``): digits and any case are matched here.
+RELU_INPUTS = r"(?i).*relu\w*_input"
+RELU_OUTPUTS = r"(?i).*relu\w*_output"
+TANH_SIGMOID_INPUTS = (r"(?i).*tanh\w*_input", r"(?i).*sigmoid\w*_input")
 
 
 def _listing(items: Dict[str, object], fmt="{:.3g}") -> str:
@@ -46,6 +53,12 @@ def _note_found(rule, finding: str, noun: str, found: Dict[str, object], key: st
     if found:
         rule.note(f"{finding} in {_count(len(found), noun)}: {_listing(found, fmt)}", **{key: _details(found)})
     return bool(found)
+
+
+def _earliest(rule, found: Dict[str, object]) -> str:
+    """Of the tensors where a condition holds, the one where it started first (earliest
+    streak), the first in forward order among those."""
+    return min(found, key=lambda n: (rule.streak_start(n, True), forward_rank(n)))
 
 
 def _numeric(array: np.ndarray) -> Optional[np.ndarray]:
@@ -120,7 +133,7 @@ class VanishingGradient(Rule):
     def invoke_at_step(self, step):
         names = self.reads(self.view.tensor_names(collection="gradients"))
         if not names:
-            self.no_data("step %d has no tensors in the 'gradients' collection (is it saved?)", step)
+            self.no_data(self.saved_elsewhere("gradients", collection="gradients"))
             return False
         small = {}
         for name in names:
@@ -129,11 +142,15 @@ class VanishingGradient(Rule):
             except DATA_MISSING:
                 self.unavailable()
                 continue
-            if value < self.threshold:
+            if self.streak_start(name, value < self.threshold) is not None:
                 small[name] = value
         if small:
-            self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g}: "
-                      f"{_listing(small)}", measure=min(small.values()), tensors=_details(small))
+            first = _earliest(self, small)
+            layers = ", ".join(dict.fromkeys(layer_of(n) for n in in_forward_order(small)))
+            self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g} (layers "
+                      f"{layers}): {_listing(small)}", measure=min(small.values()), tensors=_details(small),
+                      layers=list(dict.fromkeys(layer_of(n) for n in in_forward_order(small))),
+                      culprit=culprit(first, self.streak_start(first, True), value=small[first]))
         return bool(small)
 
 
@@ -174,6 +191,8 @@ class ExplodingTensor(_SelectionRule):
         return ", ".join(parts) or None
 
     def _check_reductions(self, saved, nan_by_design: bool = False) -> Optional[str]:
+        if all(math.isfinite(v) for v in saved.values()):
+            return None  # the common case, without numpy
         keys = [k for k in self._PREFERRED if k in saved] or list(saved)
         values = np.array([saved[k] for k in keys], dtype=np.float64)
         if nan_by_design:
@@ -199,11 +218,31 @@ class ExplodingTensor(_SelectionRule):
                 self._check_reductions(data, nan_by_design)
             if finding:
                 bad[name] = finding
+        for name in bad:
+            self.streak_start(name, True)
         if bad:
             what = "NaN" if self.only_nan else "NaN or infinite values"
+            first = self._first_nonfinite(bad)
             self.note(f"{what} in {_count(len(bad), 'tensor')}: {_listing(bad)}", measure=len(bad),
-                      tensors=_details(bad))
+                      tensors=_details(bad), culprit=first)
         return bool(bad)
+
+    def _first_nonfinite(self, bad: Dict[str, str]) -> dict:
+        """Where the first non-finite value appeared: the flight recorder's module when it fired
+        here, else the tensor that went bad first, first in forward order (see culprit.py)."""
+        earliest = min(self.streak_start(n, True) for n in bad)
+        name = first_in_forward_order(n for n in bad if self.streak_start(n, True) == earliest)
+        found = culprit(name, earliest, what=bad[name])
+        trial = getattr(self.view, "trial", None)
+        try:
+            marker = trial.flight_recorder_trigger() if trial is not None else None
+        except (OSError, ValueError):
+            marker = None
+        where = (marker or {}).get("first_nonfinite") if (marker or {}).get("trigger") == "nonfinite" else None
+        if isinstance(where, dict) and where.get("module") and marker.get("global_step") == earliest:
+            found.update(layer=str(where["module"]), why=f"flight recorder: {where.get('phase', '')} "
+                                                         f"{where.get('what', '')}".strip())
+        return found
 
 
 class AllZero(_SelectionRule):
@@ -333,7 +372,9 @@ class TensorVariance(_SelectionRule):
 
     Parameters: ``collection_names``, ``tensor_regex`` (one is required), ``max_threshold``,
     ``min_threshold`` (at least one). Uses the saved ``variance`` (or ``std`` squared), else
-    computes the population variance from the full tensor.
+    computes the population variance from the full tensor. Tensors of one element (a 1-unit
+    bias) are left out: their variance is always 0, so any ``min_threshold`` fired forever (with
+    only reductions saved, the run must save shapes too, ``save_shape=True``, to tell).
     """
 
     selection_required = True
@@ -365,6 +406,8 @@ class TensorVariance(_SelectionRule):
                 except DATA_MISSING:
                     self.unavailable()
                     continue
+            if variance == 0 and (self.view.size(name) or 2) < 2:
+                continue  # one element: its variance is 0 by definition, whatever the training does
             if (self.max_threshold is not None and variance > self.max_threshold) or \
                     (self.min_threshold is not None and variance < self.min_threshold):
                 out[name] = variance
@@ -375,12 +418,18 @@ class TensorVariance(_SelectionRule):
 class WeightUpdateRatio(Rule):
     """Fires when the size of a weight update relative to the weights is too large or too small.
 
-    ratio = ||w(s) - w(p)||_2 / (||w(p)||_2 + epsilon) for each tensor of the ``weights``
-    collection, between step s and the previous saved step p (TRAIN and GLOBAL steps only).
-    Parameters: ``num_steps`` (None: compare with the previous saved step; else only when
-    p >= s - num_steps), ``large_threshold`` (10.0), ``small_threshold`` (1e-8), ``epsilon``
-    (1e-9). Needs full weight tensors at consecutive saved steps (save_interval 1 is best).
+    ratio = ||update||_2 / (||w||_2 + epsilon) for each tensor of the ``weights`` collection.
+    The update is the run's ``update/<weight name>`` tensor when it saved one (the ``updates``
+    collection: the value after ``optimizer.step()`` minus the value before, at that step; its
+    saved l2 norm or its value, and the weight's), else the difference between the weight at
+    step s and at the previous saved step p (TRAIN and GLOBAL steps only). Parameters:
+    ``num_steps`` (None: compare with the previous saved step; else only when p >= s -
+    num_steps), ``large_threshold`` (10.0), ``small_threshold`` (1e-8), ``epsilon`` (1e-9).
+    Without updates it needs full weight tensors at consecutive saved steps.
     """
+
+    UPDATE_PREFIX = "update/"
+    reads_what = "their full values or an update/<weight> tensor"
 
     def __init__(self, base_trial=None, num_steps=None, large_threshold=10.0, small_threshold=0.00000001,
                  epsilon=0.000000001, actions=None, name=None):
@@ -393,20 +442,51 @@ class WeightUpdateRatio(Rule):
             raise ConfigError(f"{self.rule_name}: small_threshold={self.small_threshold:g} is above "
                               f"large_threshold={self.large_threshold:g}")
         self._previous: Dict[str, Tuple[int, np.ndarray]] = {}
+        #: weight name -> the step whose update its latest ratio measured
+        self.update_step: Dict[str, int] = {}
+        self._origin: Dict[str, int] = {}
 
     def required_tensors(self, step):
         if self.view.mode not in _TRAINING_MODES:
             return ()
-        return [Required(collections="weights", value=True)]
+        return [Required(collections="weights", first_of=(VALUE, SAVED_REDUCTIONS)),
+                Required(regex=(f"^{self.UPDATE_PREFIX}",), first_of=(VALUE, SAVED_REDUCTIONS))]
 
-    def invoke_at_step(self, step):
-        if self.view.mode not in _TRAINING_MODES:
-            return False
-        names = self.view.tensor_names(collection="weights")
+    def _norm(self, name: str) -> float:
+        try:
+            return float(np.linalg.norm(np.asarray(self.view.value(name), dtype=np.float64).ravel()))
+        except DATA_MISSING:
+            return self.view.reduction(name, "l2")
+
+    def ratios(self) -> Dict[str, float]:
+        """This step's update/weight ratio of every weight the run lets it compute."""
+        view, step = self.view, self.view.step
+        # update/<weight> tensors can match the weights collection's pattern too: they are not weights.
+        names = self.reads([n for n in view.tensor_names(collection="weights")
+                            if not n.startswith(self.UPDATE_PREFIX)])
         if not names:
-            self.no_data("step %d has no tensors in the 'weights' collection (is it saved?)", step)
-        out = {}
-        for name, array in _numeric_values(self, names):
+            self.no_data(self.saved_elsewhere("weights", collection="weights"))
+        present = set(view.all_names())
+        out: Dict[str, float] = {}
+        for name in names:
+            update = self.UPDATE_PREFIX + name
+            if update in present:
+                try:
+                    out[name] = self._norm(update) / (self._norm(name) + self.epsilon)
+                    self.update_step[name] = step
+                except DATA_MISSING:
+                    self.unavailable()
+                continue
+            if not view.has_value(name):
+                self.unavailable()  # only reductions saved: no update to measure
+                continue
+            try:
+                array = _numeric(view.value(name))
+            except DATA_MISSING:
+                self.unavailable()
+                continue
+            if array is None or not array.size:
+                continue
             current = array.astype(np.float64)
             previous = self._previous.get(name)
             self._previous[name] = (step, current)
@@ -414,12 +494,26 @@ class WeightUpdateRatio(Rule):
                 continue
             if self.num_steps is not None and previous[0] < step - self.num_steps:
                 continue
-            update = float(np.linalg.norm((current - previous[1]).ravel()))
-            ratio = update / (float(np.linalg.norm(previous[1].ravel())) + self.epsilon)
-            if ratio > self.large_threshold or ratio < self.small_threshold:
-                out[name] = ratio
-        return _note_found(self, f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}]",
-                           "weight", out, "ratios")
+            update_norm = float(np.linalg.norm((current - previous[1]).ravel()))
+            out[name] = update_norm / (float(np.linalg.norm(previous[1].ravel())) + self.epsilon)
+            # The change from p to s is the update made at step p (weights are saved before the update).
+            self.update_step[name] = previous[0]
+        return out
+
+    def invoke_at_step(self, step):
+        if self.view.mode not in _TRAINING_MODES:
+            return False
+        out = {name: ratio for name, ratio in self.ratios().items()
+               if self.streak_start(name, not self.small_threshold <= ratio <= self.large_threshold) is not None}
+        for name in out:
+            if self.streak_start(name, True) == step:
+                self._origin[name] = self.update_step.get(name, step)
+        if out:
+            first = min(out, key=lambda n: (self._origin[n], forward_rank(n)))
+            self.note(f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}] in "
+                      f"{_count(len(out), 'weight')}: {_listing(out)}", ratios=_details(out),
+                      culprit=culprit(first, self._origin[first], ratio=out[first]))
+        return bool(out)
 
 
 class PoorWeightInitialization(Rule):
@@ -427,17 +521,19 @@ class PoorWeightInitialization(Rule):
 
     Fires when any holds at a step:
     * the variances of the activation inputs (``activation_inputs_regex``, default
-      ``.*relu_input``) differ across layers by a ratio max/min above ``threshold`` (10.0);
+      ``(?i).*relu\\w*_input``) differ across layers by a ratio max/min above ``threshold`` (10.0);
     * for some gradient (``gradients`` collection, full tensors with at least 10 values) the
       95th minus 5th percentile is below ``distribution_range`` (0.001);
-    * a loss (``losses`` collection) has not reached a new minimum for ``patience`` (5) steps.
+    * a loss (``losses`` collection) has not reached a new minimum for ``patience`` (5) steps
+      and the mean of its last ``patience`` values is above that of its first by more than two
+      standard errors (without that, the reference's check fires on mini-batch noise).
     Parameters: ``activation_inputs_regex``, ``threshold``, ``distribution_range``,
     ``patience``, ``steps`` (10).
     """
 
     _MIN_GRADIENT_SIZE = 10
 
-    def __init__(self, base_trial=None, activation_inputs_regex=".*relu_input", threshold=10.0,
+    def __init__(self, base_trial=None, activation_inputs_regex=RELU_INPUTS, threshold=10.0,
                  distribution_range=0.001, patience=5, steps=10, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.activation_inputs_regex = P.regex_list(self.rule_name, "activation_inputs_regex",
@@ -448,6 +544,8 @@ class PoorWeightInitialization(Rule):
         self.steps = P.number(self.rule_name, "steps", steps, minimum=1, integer=True)
         self._seen = 0
         self._best: Dict[str, Tuple[float, int]] = {}
+        self._first_loss: Dict[str, List[float]] = {}
+        self._recent: Dict[str, deque] = {}
 
     def _active(self) -> bool:
         return self._seen < self.steps and self.view.mode in _TRAINING_MODES
@@ -476,8 +574,12 @@ class PoorWeightInitialization(Rule):
             ratio = high / low if low > 0 else float("inf")
             if ratio > self.threshold:
                 fired = True
+                # Initialisations aim at unit variance: the layer farthest from it is the culprit.
+                worst = max(variances, key=lambda n: abs(np.log(max(variances[n], 1e-300))))
                 self.note(f"activation input variances differ across layers by {ratio:.3g}x (> {self.threshold:g}): "
-                          f"{_listing(variances)}", variance_ratio=ratio, variances=_details(variances))
+                          f"{_listing(variances)}", variance_ratio=ratio, variances=_details(variances),
+                          culprit=culprit(worst, self.streak_start(("variance", worst), True),
+                                          variance=variances[worst]))
         spreads = {}
         for name in view.tensor_names(collection="gradients"):
             try:
@@ -499,15 +601,27 @@ class PoorWeightInitialization(Rule):
                 loss = view.scalar(name)
             except DATA_MISSING:
                 continue
+            recent = self._recent.setdefault(name, deque(maxlen=self.patience))
+            recent.append(loss)
+            opening = self._first_loss.setdefault(name, [])
+            if len(opening) < self.patience:
+                opening.append(loss)
+            first = float(np.mean(opening))
             best = self._best.get(name)
             if best is None or loss < best[0]:
                 self._best[name] = (loss, 0)
                 continue
             waited = best[1] + 1
             self._best[name] = (best[0], waited)
-            if waited >= self.patience:
+            # Mini-batch noise alone leaves a learning loss without a new minimum for a few
+            # steps; only a loss whose recent mean is not even below its first value is stuck.
+            noise = float(np.sqrt((np.var(opening) + np.var(recent)) / max(1, len(recent) - 1)))
+            if waited >= self.patience and len(opening) == self.patience and float(np.mean(recent)) >= first + 2 * noise:
                 fired = True
-                self.note(f"loss {name} has not decreased for {waited} steps (best {best[0]:.4g})", loss=name)
+                self.note(f"loss {name} has not decreased for {waited} steps (best {best[0]:.4g}; the last "
+                          f"{len(recent)} average {float(np.mean(recent)):.4g}, above the first {len(opening)}'s "
+                          f"{first:.4g} by more than their noise)",
+                          loss=name)
         return fired
 
 
@@ -536,7 +650,7 @@ class _ActivityRule(Rule):
         found = {}
         for name, array in _numeric_values(self, names):
             percent = self._inactive_percent(active(name, array))
-            if percent > self.threshold_layer:
+            if self.streak_start(name, percent > self.threshold_layer) is not None:
                 found[name] = percent
         return found
 
@@ -546,11 +660,12 @@ class DeadRelu(_ActivityRule):
 
     A unit is dead when it is positive in less than ``threshold_inactivity`` percent of the
     batch. Reads full ReLU outputs: ``tensor_regex`` (default: names matching
-    ``.*relu_output``, the collection the original configured for this rule). Parameters:
+    ``(?i).*relu\\w*_output``: the reference's ``.*relu_output`` with numbered and capitalised
+    module names, ``relu1``, ``ReLU``). Parameters:
     ``tensor_regex``, ``threshold_inactivity`` (1.0), ``threshold_layer`` (50.0).
     """
 
-    DEFAULT_REGEX = (".*relu_output",)
+    DEFAULT_REGEX = (RELU_OUTPUTS,)
 
     def __init__(self, base_trial=None, tensor_regex=None, threshold_inactivity=1.0, threshold_layer=50.0,
                  actions=None, name=None):
@@ -566,11 +681,14 @@ class DeadRelu(_ActivityRule):
     def invoke_at_step(self, step):
         names = self.view.tensor_names(regex=self.tensor_regex)
         if not names:
-            self.no_data("step %d has no tensor matching %s", step, list(self.tensor_regex))
+            self.no_data(self.saved_elsewhere(f"tensors matching {', '.join(self.tensor_regex)}",
+                                              regex=self.tensor_regex))
         dead = self._inactive_layers(names, lambda name, array: array > 0)
         if dead:
+            first = _earliest(self, dead)
             self.note(f"more than {self.threshold_layer:g}% dead units in {_count(len(dead), 'ReLU layer')}: "
-                      f"{_listing(dead, '{:.1f}%')}", percent_dead=_details(dead))
+                      f"{_listing(dead, '{:.1f}%')}", percent_dead=_details(dead),
+                      culprit=culprit(first, self.streak_start(first, True), percent=dead[first]))
         return bool(dead)
 
 
@@ -578,14 +696,17 @@ class SaturatedActivation(_ActivityRule):
     """Fires when more than ``threshold_layer`` percent of a tanh/sigmoid layer's units saturate.
 
     A unit is active when its input lies strictly inside ``threshold_tanh`` (default
-    (-9.4999, 9.4999)) or ``threshold_sigmoid`` ((-23, 16.99999)) - whichever of "tanh" or
-    "sigmoid" the tensor name contains - and saturated when active in less than
-    ``threshold_inactivity`` (1.0) percent of the batch. Reads full activation inputs:
-    ``collection_names`` and ``tensor_regex`` (default ``.*tanh_input, .*sigmoid_input``).
+    (-4.15, 4.15)) or ``threshold_sigmoid`` ((-6.9, 6.9)) - whichever of "tanh" or "sigmoid"
+    the tensor name contains - and saturated when active in less than
+    ``threshold_inactivity`` (50.0) percent of the batch. Reads full activation inputs:
+    ``collection_names`` and ``tensor_regex`` (default ``(?i).*tanh\\w*_input`` and the same
+    for sigmoid). The defaults differ from the reference's ((-9.4999, 9.4999), (-23, 16.99999)
+    and 1.0), which count only units past the float32 flat ends on 99% of the batch, and so
+    miss a layer whose inputs nearly all have a derivative below 1e-3 (docs/migrating.md).
     """
 
-    def __init__(self, base_trial=None, collection_names=None, tensor_regex=".*tanh_input, .*sigmoid_input",
-                 threshold_tanh=(-9.4999, 9.4999), threshold_sigmoid=(-23, 16.99999), threshold_inactivity=1.0,
+    def __init__(self, base_trial=None, collection_names=None, tensor_regex=TANH_SIGMOID_INPUTS,
+                 threshold_tanh=(-4.15, 4.15), threshold_sigmoid=(-6.9, 6.9), threshold_inactivity=50.0,
                  threshold_layer=50.0, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.collection_names = P.str_list(self.rule_name, "collection_names", collection_names)
@@ -611,9 +732,11 @@ class SaturatedActivation(_ActivityRule):
             lambda name, array: (array > bounds[name][0]) & (array < bounds[name][1]),
         )
         if saturated:
+            first = _earliest(self, saturated)
             self.note(f"more than {self.threshold_layer:g}% saturated units in "
                       f"{_count(len(saturated), 'activation layer')}: {_listing(saturated, '{:.1f}%')}",
-                      percent_saturated=_details(saturated))
+                      percent_saturated=_details(saturated),
+                      culprit=culprit(first, self.streak_start(first, True), percent=saturated[first]))
         return bool(saturated)
 
     def _bounds(self, name: str):

@@ -12,6 +12,7 @@ with ``loss`` (Keras), ``validation-rmse`` with ``train-rmse`` (XGBoost).
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -20,6 +21,7 @@ from ...exceptions import ConfigError
 from ...modes import ModeKeys
 from . import _params as P
 from .actions import StopTraining, stops_training
+from .culprit import culprit
 from .rule import DATA_MISSING, Rule
 from .views import Required, StepView
 
@@ -104,7 +106,8 @@ class _RegexLossRule(_LossRule):
 
 # ---------------------------------------------------------------------------------------------
 class LossNotDecreasing(_LossRule):
-    """Fires when a loss has not decreased enough over a window of ``num_steps`` steps.
+    """Fires when a loss has not decreased enough over a window of ``num_steps`` steps, and
+    has not converged.
 
     As in the reference, the rule checks every ``num_steps`` steps (counted in the loss's
     mode): at the first saved step at least ``num_steps`` after the previous check, it
@@ -113,18 +116,26 @@ class LossNotDecreasing(_LossRule):
     last ``num_steps`` steps (``(check - num_steps, check]``), "earlier" the mean of the
     window before it (``(check - 2 num_steps, check - num_steps]``), or, when saving is
     sparser than that, the latest value at least ``num_steps`` back (the reference's
-    point-to-point comparison). The rule fires when the loss fell by less than
+    point-to-point comparison). The loss has not decreased when it fell by less than
     ``diff_percent`` percent of the earlier value (``diff_percent=0``: when it did not fall).
+
+    A loss that stopped decreasing because it converged is not flagged (the reference
+    flags every plateau, so every run that trains to the end): the rule fires only when the
+    loss is also not far below where it started (less than ``converged_fraction`` (0.5) of
+    the start's magnitude below the first window's mean), unless it made progress (at
+    least 10% below the start) and the change between the two windows is within the
+    loss's own step-to-step noise (3 standard errors of the windows' difference).
     Each mode's losses form their own series unless ``mode`` picks one.
     Parameters (the reference's): ``collection_names``, ``tensor_regex``,
     ``use_losses_collection`` (True), ``num_steps`` (10), ``diff_percent`` (0.0), ``mode``
-    (None: every mode).
+    (None: every mode); ours: ``converged_fraction`` (0.5; None judges every plateau, as
+    the reference).
     """
 
     worst, measure_name = "min", "decrease %"
 
     def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, use_losses_collection=True,
-                 num_steps=10, diff_percent=0.0, mode=None, actions=None, name=None):
+                 num_steps=10, diff_percent=0.0, mode=None, converged_fraction=0.5, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.collection_names = P.str_list(self.rule_name, "collection_names", collection_names)
         self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
@@ -135,6 +146,10 @@ class LossNotDecreasing(_LossRule):
         self.num_steps = P.number(self.rule_name, "num_steps", num_steps, minimum=1, integer=True)
         self.diff_percent = P.number(self.rule_name, "diff_percent", diff_percent, minimum=0, maximum=100)
         self.mode = P.mode(self.rule_name, "mode", mode)
+        self.converged_fraction = P.number(self.rule_name, "converged_fraction", converged_fraction, minimum=0,
+                                           maximum=1, allow_none=True)
+        # (name, mode) -> the mean of the first window ((first step, values) while it fills)
+        self._start: Dict[Tuple[str, ModeKeys], List] = {}
         # (name, mode) -> [(mode_step, value), ...] since the reference point, and the last checked step
         self._history: Dict[Tuple[str, ModeKeys], List[Tuple[int, float]]] = {}
         self._last_check: Dict[Tuple[str, ModeKeys], int] = {}
@@ -153,9 +168,14 @@ class LossNotDecreasing(_LossRule):
         now = view.mode_step
         stuck = {}
         for name, value in _read_losses(self, names).items():
+            if not np.isfinite(value):
+                continue  # NaN/inf is ExplodingTensor's finding, not a stall
             key = (name, view.mode)
             history = self._history.setdefault(key, [])
             history.append((now, value))
+            start = self._start.setdefault(key, [now, []])
+            if now - start[0] < self.num_steps:
+                start[1].append(value)
             last = self._last_check.setdefault(key, now)
             if now - last < self.num_steps:
                 continue
@@ -169,19 +189,41 @@ class LossNotDecreasing(_LossRule):
             ref_steps = [s for s, _ in earlier if s > cutoff - self.num_steps] or [earlier[-1][0]]
             # What the next check needs: this window (its reference) and the newest older value.
             self._history[key] = [earlier[-1]] + [entry for entry in history if entry[0] > cutoff]
+            if len(reference) < len(current) / 2:
+                continue  # the series' first window: one value to compare with is noise, not a trend
             ref, value = float(np.mean(reference)), float(np.mean(current))
             decrease = ref - value
             required = self.diff_percent / 100.0 * abs(ref)
-            if decrease <= 0 or decrease < required:
+            if decrease > 0 and decrease >= required:
+                continue
+            why = self._excused(float(np.mean(start[1])), ref, value, reference, current)
+            if why is None:
                 percent = 100.0 * decrease / abs(ref) if ref else 0.0
-                stuck[name] = (min(ref_steps), max(ref_steps), ref, value, percent)
-        for name, (first, last, ref, value, percent) in stuck.items():
+                stuck[name] = (min(ref_steps), max(ref_steps), ref, value, percent, float(np.mean(start[1])))
+        for name, (first, last, ref, value, percent, start) in stuck.items():
             window = f"steps {first}-{last}" if first != last else f"step {first}"
             self.note(f"loss {name} ({view.mode.name}): mean {ref:.6g} over {window}, {value:.6g} over the "
                       f"{self.num_steps} steps to {now} ({percent:+.3g}%): less than the required "
-                      f"{self.diff_percent:g}% decrease", measure=percent,
-                      **{name: {"from_steps": [first, last], "from": ref, "to_step": now, "to": value}})
+                      f"{self.diff_percent:g}% decrease, and not converged (it started at {start:.6g})",
+                      measure=percent, culprit=culprit(name, first, why="the stall began in this window"),
+                      **{name: {"from_steps": [first, last], "from": ref, "to_step": now, "to": value,
+                                "start": start}})
         return bool(stuck)
+
+    def _excused(self, start: float, ref: float, value: float, reference, current) -> Optional[str]:
+        """Why a loss that did not decrease over the window is fine (converged), or None."""
+        if self.converged_fraction is None:
+            return None
+        scale = abs(start)
+        if scale and start - value >= self.converged_fraction * scale:
+            return "far below its start"
+        noise = 0.0
+        if len(reference) > 1 and len(current) > 1:
+            noise = float(np.sqrt(np.var(reference, ddof=1) / len(reference) +
+                                  np.var(current, ddof=1) / len(current)))
+        if scale and start - value >= 0.1 * scale and abs(ref - value) <= 3.0 * noise:
+            return "a plateau within its step-to-step noise"
+        return None
 
 
 class _PhaseWindows:
@@ -219,68 +261,111 @@ def _split_by_series(view: StepView, values: Dict[str, float]) -> Dict[str, Tupl
     return out
 
 
-class Overfit(_RegexLossRule):
-    """Fires when the validation loss exceeds the training loss by more than ``ratio_threshold``.
+def _finished_pass(windows: "_PhaseWindows", train: List[float], val: List[float]) -> Optional[Tuple[float, float]]:
+    """Update ``windows`` with a step's values; ``(training mean, validation mean)`` of the
+    evaluation pass this step completes, or None.
 
-    At each step with validation values, ratio = (mean validation loss of the current
-    evaluation phase - mean training loss of the latest training phase) / |mean training
-    loss|; the rule fires once the ratio has exceeded ``ratio_threshold`` at ``patience``
-    consecutive such steps from global step ``start_step`` on. Parameters: ``tensor_regex``
-    (default: the losses), ``start_step`` (0), ``patience`` (1), ``ratio_threshold`` (0.1).
+    A pass is complete when training values follow validation values, or at once for a step
+    that has both (Keras logs ``val_loss`` with ``loss`` at the end of an epoch)."""
+    done = None
+    if train and not val and windows.last == "val" and windows.val and windows.train:
+        done = (float(np.mean(windows.train)), float(np.mean(windows.val)))
+    windows.update(train, val)
+    if train and val:
+        done = (float(np.mean(train)), float(np.mean(val)))
+    return done
+
+
+class Overfit(_RegexLossRule):
+    """Fires when the validation loss pulls away from the training loss.
+
+    Judged once per complete evaluation pass (the mean of a run of consecutive validation
+    values, against the mean of the training phase before it): ratio = (validation -
+    training) / |training|. A pass is over-fitted when the ratio exceeds ``ratio_threshold``,
+    the gap exceeds ``min_gap_fraction`` of the first training loss (an absolute floor on the
+    run's own scale: 0.0055 vs 0.0042 is no gap worth a warning), the gap has widened by that
+    floor since its narrowest pass (a trend, not a constant offset between two data sets) and
+    the validation loss has risen above its best pass by more than that floor (while it still
+    improves, a gap is the usual price of fitting). The rule fires once
+    ``patience`` passes in a row are over-fitted, from global step ``start_step`` on.
+    Parameters (the reference's): ``tensor_regex`` (default: the losses), ``start_step`` (0),
+    ``patience`` (1, in evaluation passes), ``ratio_threshold`` (0.1); ours:
+    ``min_gap_fraction`` (0.05).
     """
 
     measure_name = "validation/training ratio"
 
     def __init__(self, base_trial=None, tensor_regex=None, start_step=0, patience=1, ratio_threshold=0.1,
-                 actions=None, name=None):
+                 min_gap_fraction=0.05, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
         self.start_step = P.number(self.rule_name, "start_step", start_step, minimum=0, integer=True)
         self.patience = P.number(self.rule_name, "patience", patience, minimum=1, integer=True)
         self.ratio_threshold = P.number(self.rule_name, "ratio_threshold", ratio_threshold, minimum=0)
+        self.min_gap_fraction = P.number(self.rule_name, "min_gap_fraction", min_gap_fraction, minimum=0)
         self._windows: Dict[str, _PhaseWindows] = {}
         self._over: Dict[str, int] = {}
+        self._first_train: Dict[str, float] = {}
+        self._narrowest: Dict[str, float] = {}
+        self._best_val: Dict[str, float] = {}
 
     def invoke_at_step(self, step):
         fired = False
         for key, (train, val) in self._loss_series():
-            windows = self._windows.setdefault(key, _PhaseWindows())
-            windows.update(train, val)
-            if not val or not windows.train or step < self.start_step:
+            if train and key not in self._first_train:
+                self._first_train[key] = float(np.mean(train))
+            done = _finished_pass(self._windows.setdefault(key, _PhaseWindows()), train, val)
+            if done is None:
                 continue
-            train_mean, val_mean = float(np.mean(windows.train)), float(np.mean(windows.val))
-            if train_mean == 0:
-                continue
-            ratio = (val_mean - train_mean) / abs(train_mean)
-            over = self._over.get(key, 0) + 1 if ratio > self.ratio_threshold else 0
+            train_mean, val_mean = done
+            gap = val_mean - train_mean
+            floor = self.min_gap_fraction * abs(self._first_train.get(key, train_mean))
+            narrowest = self._narrowest.get(key, gap)
+            best_val = self._best_val.get(key, val_mean)
+            self._narrowest[key] = min(narrowest, gap)
+            self._best_val[key] = min(best_val, val_mean)
+            ratio = gap / abs(train_mean) if train_mean else float("inf") if gap > 0 else 0.0
+            overfitted = (step >= self.start_step and ratio > self.ratio_threshold and gap > floor and gap - narrowest > floor
+                          and val_mean > best_val + floor)
+            self.streak_start(key, overfitted)
+            over = self._over.get(key, 0) + 1 if overfitted else 0
             self._over[key] = over
             if over >= self.patience:
                 fired = True
-                self.note(f"{key}: validation {val_mean:.6g} vs training {train_mean:.6g} "
-                          f"(ratio {ratio:.3g} > {self.ratio_threshold:g} for {over} steps)", measure=ratio,
-                          **{key: {"train_mean": train_mean, "validation_mean": val_mean, "ratio": ratio}})
+                self.note(f"{key}: validation {val_mean:.6g} vs training {train_mean:.6g} (ratio {ratio:.3g} > "
+                          f"{self.ratio_threshold:g}; the gap {gap:.3g} widened from {narrowest:.3g}, and the "
+                          f"validation loss is above its best {best_val:.6g}) for {over} evaluation passes",
+                          measure=ratio, culprit=culprit(key, self.streak_start(key, True),
+                                                         why="the first over-fitted evaluation pass"),
+                          **{key: {"train_mean": train_mean, "validation_mean": val_mean,
+                                   "ratio": ratio, "gap": gap, "narrowest_gap": narrowest}})
         return fired
 
 
 class Overtraining(_RegexLossRule):
-    """Fires when the training or the validation loss stops improving.
+    """Fires when training goes on while the validation loss has stopped improving and rises.
 
-    A value improves on the best so far when it is lower by more than the smaller of
-    ``delta`` (absolute) and ``delta_relative`` times the best value; the rule fires once
-    the training loss has not improved for ``patience_train`` of its steps, or the
-    validation loss for ``patience_validation`` of its steps.
+    It needs validation losses (EVAL steps, or ``val_*``/``validation-*`` names): without
+    them it cannot tell over-training from convergence, says so, and counts every step as one
+    without data. Validation values are judged per evaluation pass (the mean of a run of
+    consecutive validation values, complete when training values follow). A pass improves on
+    the best pass so far when it is lower by more than the smaller of ``delta`` (absolute) and
+    ``delta_relative`` times the best. The rule fires once ``patience_validation`` passes in
+    a row have not improved and the latest pass is above the best by more than
+    ``rise_fraction`` of the progress the validation loss had made (first pass - best), so
+    that a converged validation loss, flat within its noise, does not fire.
 
-    From the SageMaker reference: ``patience_train`` (5), ``patience_validation`` (10),
-    ``delta`` (0.1). Ours: ``delta_relative`` (0.01: 1% of the best value; None for the
-    reference's absolute delta alone, which never sees a loss below about ``delta``
-    improve and so fires on every run whose loss gets small), ``tensor_regex`` (default:
-    the losses).
+    From the SageMaker reference: ``patience_train`` (5; accepted, no longer fires the rule
+    alone: a flat training loss is what convergence looks like), ``patience_validation``
+    (10, now counted in evaluation passes, not in eval batches), ``delta`` (0.1). Ours:
+    ``delta_relative`` (0.01), ``rise_fraction`` (0.1; 0 fires on any plateau of
+    ``patience_validation`` passes), ``tensor_regex`` (default: the losses).
     """
 
-    measure_name = "steps without improvement"
+    measure_name = "evaluation passes without improvement"
 
     def __init__(self, base_trial=None, patience_train=5, patience_validation=10, delta=0.1, tensor_regex=None,
-                 delta_relative=0.01, actions=None, name=None):
+                 delta_relative=0.01, rise_fraction=0.1, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.patience_train = P.number(self.rule_name, "patience_train", patience_train, minimum=1, integer=True)
         self.patience_validation = P.number(self.rule_name, "patience_validation", patience_validation, minimum=1,
@@ -288,29 +373,47 @@ class Overtraining(_RegexLossRule):
         self.delta = P.number(self.rule_name, "delta", delta, minimum=0)
         self.delta_relative = None if delta_relative is None else \
             P.number(self.rule_name, "delta_relative", delta_relative, minimum=0)
+        self.rise_fraction = P.number(self.rule_name, "rise_fraction", rise_fraction, minimum=0)
         self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
-        self._best: Dict[Tuple[str, str], Tuple[float, int]] = {}
+        self._windows: Dict[str, _PhaseWindows] = {}
+        # series -> [first pass, best pass, step of best, passes since best]
+        self._passes: Dict[str, list] = {}
+        self._seen_validation = False
 
     def invoke_at_step(self, step):
         fired = False
-        for key, groups in self._loss_series():
-            for kind, values, patience in ((TRAIN, groups[0], self.patience_train),
-                                           (VAL, groups[1], self.patience_validation)):
-                if not values:
-                    continue
-                value = float(np.mean(values))
-                best = self._best.get((key, kind))
-                if best is None or value < best[0] - self._min_improvement(best[0]):
-                    self._best[(key, kind)] = (value, 0)
-                    continue
-                waited = best[1] + 1
-                self._best[(key, kind)] = (best[0], waited)
-                if waited >= patience:
-                    fired = True
-                    self.note(f"{kind} {key} has not improved by more than {self._min_improvement(best[0]):.3g} on "
-                              f"its best ({best[0]:.6g}) for {waited} steps", measure=waited,
-                              **{f"{kind}:{key}": {"best": best[0], "steps": waited}})
+        for key, (train, val) in self._loss_series():
+            done = _finished_pass(self._windows.setdefault(key, _PhaseWindows()), train, val)
+            if val:
+                self._seen_validation = True
+            if done is not None:
+                fired |= self._judge_pass(key, done[1], step)
+        if not self._seen_validation:
+            self.no_data("no validation loss (EVAL steps or val_*/validation-* names): Overtraining cannot "
+                         "tell over-training from convergence without it")
         return fired
+
+    def _judge_pass(self, key: str, value: float, step: int) -> bool:
+        state = self._passes.get(key)
+        if state is None:
+            self._passes[key] = [value, value, step, 0]
+            return False
+        first, best, best_step, waited = state
+        if value < best - self._min_improvement(best):
+            self._passes[key] = [first, value, step, 0]
+            return False
+        waited += 1
+        state[3] = waited
+        rise = value - best
+        if waited < self.patience_validation or (self.rise_fraction > 0 and
+                                                    rise <= self.rise_fraction * max(first - best, 0.0)):
+            return False
+        self.note(f"validation {key} has not improved on its best ({best:.6g}, at step {best_step}) for {waited} "
+                  f"evaluation passes and rose to {value:.6g}", measure=waited,
+                  culprit=culprit(key, best_step, why="its best evaluation pass; no better one since"),
+                  **{f"validation:{key}": {"best": best, "best_step": best_step, "latest": value,
+                                           "passes": waited}})
+        return True
 
     def _min_improvement(self, best: float) -> float:
         if self.delta_relative is None:
@@ -325,8 +428,11 @@ class ClassImbalance(Rule):
     (``predictions_regex``, default ``.*predictions``; ``argmax=True`` takes the argmax over
     the last axis, or p > 0.5 for 1-D probabilities). Once ``samples`` (500) labels have been
     seen it fires when the largest class has more than ``threshold_imbalance`` (10) times the
-    samples of the smallest, or when a class's fraction of mispredictions exceeds
-    ``threshold_misprediction`` (0.7). Needs full label and prediction tensors.
+    samples of the smallest (class counts over the whole run). Mispredictions are judged on
+    the latest ``samples`` predictions only, once twice that many were seen: a class whose
+    fraction of mispredictions there exceeds ``threshold_misprediction`` (0.7) fires (the
+    reference counts from step 0, so an untrained model's first guesses fire it on runs that
+    end at accuracy 1.0). Needs full label and prediction tensors.
     """
 
     def __init__(self, base_trial=None, threshold_imbalance=10, threshold_misprediction=0.7, samples=500,
@@ -342,8 +448,9 @@ class ClassImbalance(Rule):
         if not self.labels_regex:
             raise ConfigError(f"{self.rule_name}: labels_regex must name the labels tensor")
         self._counts: Dict[int, int] = {}
-        self._wrong: Dict[int, int] = {}
-        self._judged: Dict[int, int] = {}  # samples per class that had a prediction
+        self._recent: deque = deque()  # (labels, predictions) of the latest steps, >= samples in all
+        self._recent_size = 0
+        self._predicted = 0  # samples with a prediction, over the run
         self._seen = 0
 
     def required_tensors(self, step):
@@ -396,11 +503,11 @@ class ClassImbalance(Rule):
         for c, n in zip(classes.tolist(), counts.tolist()):
             self._counts[c] = self._counts.get(c, 0) + n
         if predictions is not None:
-            for c, n in zip(classes.tolist(), counts.tolist()):
-                self._judged[c] = self._judged.get(c, 0) + n
-            wrong = labels[predictions != labels]
-            for c, n in zip(*np.unique(wrong, return_counts=True)):
-                self._wrong[int(c)] = self._wrong.get(int(c), 0) + int(n)
+            self._recent.append((labels, predictions))
+            self._recent_size += labels.size
+            self._predicted += labels.size
+            while self._recent_size - self._recent[0][0].size >= self.samples:
+                self._recent_size -= self._recent.popleft()[0].size
         self._seen += labels.size
         if self._seen < self.samples or not self._counts:
             return False
@@ -413,13 +520,18 @@ class ClassImbalance(Rule):
             self.note(f"class {largest[0]} has {ratio:.3g}x the samples of class {smallest[0]} "
                       f"({largest[1]} vs {smallest[1]}; > {self.threshold_imbalance:g})",
                       class_counts={str(k): v for k, v in sorted(self._counts.items())})
-        if self._judged:
-            bad = {c: self._wrong.get(c, 0) / n for c, n in self._judged.items()
-                   if self._wrong.get(c, 0) / n > self.threshold_misprediction}
+        if self._recent and self._predicted >= 2 * self.samples:
+            recent_labels = np.concatenate([lab for lab, _ in self._recent])
+            recent_wrong = recent_labels[np.concatenate([pred for _, pred in self._recent]) != recent_labels]
+            judged = dict(zip(*[a.tolist() for a in np.unique(recent_labels, return_counts=True)]))
+            wrong = dict(zip(*[a.tolist() for a in np.unique(recent_wrong, return_counts=True)]))
+            bad = {c: wrong.get(c, 0) / n for c, n in judged.items()
+                   if wrong.get(c, 0) / n > self.threshold_misprediction}
             if bad:
                 fired = True
                 shown = ", ".join(f"class {c}: {f:.0%}" for c, f in sorted(bad.items())[:5])
-                self.note(f"classes mispredicted more than {self.threshold_misprediction:.0%} of the time: {shown}",
+                self.note(f"classes mispredicted more than {self.threshold_misprediction:.0%} of the time in the "
+                          f"latest {recent_labels.size} samples: {shown}",
                           misprediction_fraction={str(c): f for c, f in sorted(bad.items())})
         return fired
 

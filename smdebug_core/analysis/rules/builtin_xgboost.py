@@ -47,14 +47,15 @@ def tree_depths(columns: Dict[str, np.ndarray]) -> Dict[int, int]:
 
 
 class TreeDepth(Rule):
-    """Fires when a tree of the model is deeper than ``depth`` (default 4).
+    """Fires when a tree of the model is deeper than ``depth`` (default 6, XGBoost's own default
+    ``max_depth``: the reference's 4 fires on every booster trained with XGBoost's defaults).
 
     Reads the ``trees`` collection (include it in the XGBoost hook). The depth is computed
     from the saved child links; with only node numbers saved it is the reference's estimate,
     the base-2 logarithm of the largest node id.
     """
 
-    def __init__(self, base_trial=None, depth=4, actions=None, name=None):
+    def __init__(self, base_trial=None, depth=6, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.depth = P.number(self.rule_name, "depth", depth, minimum=0)
 
@@ -78,9 +79,13 @@ class TreeDepth(Rule):
         tree, deepest = max(depths.items(), key=lambda kv: kv[1])
         if deepest > self.depth:
             too_deep = sum(1 for d in depths.values() if d > self.depth)
+            first_tree = min(t for t, d in depths.items() if d > self.depth)
             self.note(f"{too_deep} of {len(depths)} trees are deeper than {self.depth:g} (tree {tree}: depth "
-                      f"{deepest})", max_depth=deepest, tree=tree, trees_too_deep=too_deep)
+                      f"{deepest})", max_depth=deepest, tree=tree, trees_too_deep=too_deep,
+                      culprit={"layer": f"tree {first_tree}", "tensor": "trees/Tree", "first_step":
+                               self.streak_start("deep", True), "why": f"depth {depths[first_tree]}"})
             return True
+        self.streak_start("deep", False)
         return False
 
 
@@ -127,6 +132,10 @@ class FeatureImportanceOverweight(Rule):
         if share > self.threshold:
             names = ", ".join(n.rpartition("/")[2] for n, _ in top)
             self.note(f"the top {self.nfeatures} features ({names}) hold {share:.0%} of the importance "
-                      f"(> {self.threshold:.0%})", share=share, top_features={n: v for n, v in top})
+                      f"(> {self.threshold:.0%})", share=share, top_features={n: v for n, v in top},
+                      culprit={"layer": top[0][0].rpartition("/")[2], "tensor": top[0][0],
+                               "first_step": self.streak_start("overweight", True),
+                               "why": f"{top[0][1] / sum(importance.values()):.0%} of the importance"})
             return True
+        self.streak_start("overweight", False)
         return False

@@ -46,7 +46,7 @@ from typing import Dict, List, Optional
 from ...exceptions import ConfigError, RunNotFound, SMDebugError
 from .actions import StopTraining
 from .builtin import BUILTIN_RULES, NEEDS_PARAMETERS, choose_rules, rule_parameters
-from .report import summary_line
+from .report import culprit_line, summary_line
 from .rule import run_rules
 
 EXIT_OK, EXIT_FIRED, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -274,6 +274,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         report = rule.report.to_dict()
         reports[rule.rule_name] = report
         print(f"{rule.rule_name:<{width}}  {summary_line(rule, report)}")
+        culprit = culprit_line(report)
+        if culprit:
+            print(f"{'':<{width}}  culprit: {culprit}")
         if args.verbose:
             for text in report["notices"] + report["errors"]:
                 print(f"{'':<{width}}    {text}")

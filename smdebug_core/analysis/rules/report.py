@@ -247,7 +247,7 @@ def summary_line(rule, report: dict) -> str:
             what = f"{label} {measure:.4g} " if isinstance(measure, (int, float)) else ""
             line += f"; worst {what}at step {worst['step']}: {_shorten(worst['message'])}"
         return line + _errors_clause(report)
-    line = f"did not fire: {evaluated} of {total} steps evaluated"
+    line = f"did not fire: {evaluated} of {total} steps evaluated" + (", all fine" if evaluated else "")
     if without:
         modes = ", ".join(f"{n} {m}" for m, n in sorted(report.get("steps_without_data_by_mode", {}).items()))
         line += f"; {without} steps had nothing to read" + (f" ({modes})" if modes else "")
@@ -258,6 +258,20 @@ def summary_line(rule, report: dict) -> str:
     if report["tensors_unavailable"]:
         line += f"; {report['tensors_unavailable']} tensor reads found no data"
     return line + _errors_clause(report)
+
+
+def culprit_line(report: dict) -> str:
+    """Where the first firing's condition started: its layer, tensor and first step ("" if unnamed)."""
+    violations = report.get("violations") or []
+    if not violations:
+        return ""
+    found = (violations[0].get("details") or {}).get("culprit")
+    if not isinstance(found, dict):
+        return ""
+    text = f"layer {found.get('layer')} ({found.get('tensor')}), from step {found.get('first_step')}"
+    if found.get("why"):
+        text += f": {found['why']}"
+    return text
 
 
 def _errors_clause(report: dict) -> str:

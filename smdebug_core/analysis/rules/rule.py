@@ -55,7 +55,7 @@ from ...modes import ModeKeys
 from .actions import Action, RuleEvent, as_actions
 from .report import RuleReport, to_jsonable
 from .req_tensors import RequiredTensors
-from .views import Required, StepView, TrialStepView
+from .views import BulkSteps, Required, StepView, TrialStepView
 
 logger = get_logger("smdebug.rules")
 
@@ -219,6 +219,38 @@ class Rule:
         which summaries use to name the worst firing.
         """
         self._notes.append(_Note(str(message), details, None if measure is None else float(measure)))
+
+    def streak_start(self, key, holds: bool) -> Optional[int]:
+        """The first step of the current run of evaluated steps at which the condition on
+        ``key`` (a tensor name, a layer) held; None when it does not hold at this step."""
+        starts = self.__dict__.setdefault("_streaks", {})
+        if not holds:
+            starts.pop(key, None)
+            return None
+        return starts.setdefault(key, self.view.step if self.view is not None else -1)
+
+    def saved_elsewhere(self, what: str, collection=None, regex=None) -> str:
+        """Why a step has no ``what``: saved at other steps (how often), or not saved at all.
+
+        Only a rule reading a saved run can tell (a live rule sees one step at a time)."""
+        trial = getattr(self.view, "trial", None)
+        names: List[str] = []
+        if trial is not None:
+            try:
+                names = trial.tensor_names(collection=collection, regex=regex) if collection or regex else []
+            except (KeyError, ValueError):
+                names = []
+        if not names:
+            return f"no {what} saved in this run (is the collection included?)"
+        tensor = trial.tensor(names[0])
+        parts = []
+        for mode in trial.modes():
+            steps = tensor.steps(mode=mode)
+            if steps:
+                gaps = sorted({b - a for a, b in zip(steps, steps[1:])})
+                every = f", every {gaps[0]}" if len(gaps) == 1 and gaps[0] > 1 else ""
+                parts.append(f"{len(steps)} {mode.name} steps{every}")
+        return f"{what} saved at other steps ({', '.join(parts)}; e.g. {names[0]})"
 
     def unavailable(self, count: int = 1) -> None:
         """Count tensors the rule wanted but the step could not supply (shown in the report)."""
@@ -511,8 +543,10 @@ def run_rules(
             if bar is not None:
                 bar.total = (bar.n + len(todo))
                 bar.refresh()
+            bulk = BulkSteps(trial, todo) if len(todo) > 1 and hasattr(trial, "to_table") else None
             for step in todo:
-                view = _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire)
+                view = _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire,
+                                      bulk)
                 last_evaluated = view
                 next_step = step + 1
                 if bar is not None:
@@ -543,13 +577,13 @@ def run_rules(
             rule.report.finish()
 
 
-def _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire) -> StepView:
+def _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_timeout, on_fire, bulk=None) -> StepView:
     others_by_rule = {id(rule): [_other_view(t, step, follow, idle_timeout) for t in rule.other_trials]
                       for rule in rules}
     all_trials = {id(t): t for rule in rules for t in rule.trials}
     fired_rules = []
     with _no_refresh(all_trials.values()):
-        view = TrialStepView(trial, step)
+        view = TrialStepView(trial, step, bulk)
         requirements = []
         for rule in rules:
             others = others_by_rule[id(rule)]

@@ -21,7 +21,12 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...exceptions import ReductionUnavailableForStep, TensorUnavailable, TensorUnavailableForStep
+from ...exceptions import (
+    ReductionUnavailableForStep,
+    ShapeUnavailableForStep,
+    TensorUnavailable,
+    TensorUnavailableForStep,
+)
 from ...logger import get_logger
 from ...modes import ModeKeys
 from ...reductions import reduce
@@ -145,14 +150,35 @@ class StepView:
         candidates = self.all_names()
         if all_tensors:
             return candidates
-        collections = [c for c in _as_tuple(collection, "collection") if self.has_collection(c)]
-        patterns = [re.compile(r) for r in _as_tuple(regex, "regex")]
-        exact = set(_as_tuple(names, "names"))
-        if not (collections or patterns or exact):
+        collections = tuple(c for c in _as_tuple(collection, "collection") if self.has_collection(c))
+        regexes = _as_tuple(regex, "regex")
+        exact = frozenset(_as_tuple(names, "names"))
+        if not (collections or regexes or exact):
             return []
-        return [n for n in candidates
-                if n in exact or any(p.search(n) for p in patterns)
-                or any(self._in_collection(n, c) for c in collections)]
+        # Whether a name is selected does not depend on the step: decided once per name and
+        # query for the whole evaluation where the view shares a cache (BulkSteps).
+        memo = getattr(self, "_membership", None)
+        query = (collections, regexes, exact)
+        whole = (query, tuple(candidates)) if memo is not None else None
+        if whole is not None and whole in memo:
+            return list(memo[whole])
+        patterns = None
+        out = []
+        for n in candidates:
+            key = (query, n)
+            hit = memo.get(key) if memo is not None else None
+            if hit is None:
+                if patterns is None:
+                    patterns = [re.compile(r) for r in regexes]
+                hit = (n in exact or any(p.search(n) for p in patterns)
+                       or any(self._in_collection(n, c) for c in collections))
+                if memo is not None:
+                    memo[key] = hit
+            if hit:
+                out.append(n)
+        if whole is not None:
+            memo[whole] = tuple(out)
+        return out
 
     def select(self, req: Required) -> List[str]:
         return self.tensor_names(req.collections, req.regex, req.names, req.all_tensors)
@@ -188,6 +214,21 @@ class StepView:
                     return SAVED_REDUCTIONS, saved
         raise TensorUnavailableForStep(name, self.mode_step, self.mode)
 
+    def has_value(self, name: str) -> bool:
+        """Whether the step holds ``name``'s value (not only reductions), without reading it."""
+        try:
+            self.value(name)
+            return True
+        except TensorUnavailableForStep:
+            return False
+
+    def size(self, name: str) -> Optional[int]:
+        """How many elements ``name`` has at this step, when known (None: only reductions saved)."""
+        try:
+            return int(np.asarray(self.value(name)).size)
+        except TensorUnavailableForStep:
+            return None
+
     def scalar(self, name: str) -> float:
         """A single number for ``name``: the value if it has one element, else its mean."""
         try:
@@ -204,10 +245,76 @@ class StepView:
 
 
 # ---------------------------------------------------------------------------------------------
+class BulkSteps:
+    """What many steps of a saved run hold in small records - every saved reduction and every
+    one-element value - read in bulk (``Trial.to_table``: whole event files parsed together
+    with numpy), ``chunk`` steps at a time, as the rules walk the steps in order; and which
+    collections each tensor name belongs to, decided once per name for the whole run.
+
+    The per-step read (one decoded record at a time) costs about 40 us a record: 20 s for
+    the 500,000 records of 1,000 steps of 100 tensors with 5 reductions each."""
+
+    def __init__(self, trial, steps: Sequence[int], chunk: int = 256):
+        self.trial = trial
+        self._steps = list(steps)
+        self._chunk = max(1, int(chunk))
+        self._loaded: Dict[int, Tuple[dict, dict]] = {}
+        self._next = 0  # position in _steps of the first step not loaded yet
+        self.membership: Dict[Tuple[str, str], bool] = {}
+
+    def get(self, step: int) -> Optional[Tuple[dict, dict]]:
+        """``(saved reductions by name, one-element values by name)`` of ``step``, or None
+        when the step is not among those this reads."""
+        if step not in self._loaded and self._next < len(self._steps) and step >= self._steps[self._next]:
+            self._loaded.clear()  # steps come in order: earlier chunks are done with
+            while self._next < len(self._steps) and self._steps[self._next] <= step:
+                self._load(self._steps[self._next:self._next + self._chunk])
+                self._next += self._chunk
+        return self._loaded.get(step)
+
+    def _load(self, steps: List[int]) -> None:
+        from ..trials.labels import reduction_label
+
+        try:
+            table = self.trial.to_table(steps=steps, progress=False, on_error="warn")
+        except (AttributeError, TypeError, ValueError, KeyError, OSError) as exc:
+            # Not a Trial with a bulk reader, or a read that failed: the rules read step by step.
+            logger.debug("rules: bulk read of steps %d-%d unavailable (%s)", steps[0], steps[-1], exc)
+            return
+        by_label = {"": ""}
+        for op in ("min", "max", "mean", "prod", "std", "variance", "sum", "median", "l1", "l2"):
+            for is_abs in (False, True):
+                by_label[reduction_label(op, is_abs)] = (op, is_abs)
+        tensor_codes, tensors = table.texts["tensor"]
+        label_codes, labels = table.texts["reduction"]
+        # Rows sorted by step; names and reduction keys looked up once per row with numpy.
+        order = np.argsort(table.numbers["step"], kind="stable")
+        names = np.asarray(list(tensors) + [""], dtype=object)[tensor_codes[order]].tolist()
+        keys = np.asarray([by_label.get(label, "") for label in labels] + [None], dtype=object)
+        row_keys = keys[label_codes[order]].tolist()
+        values = table.numbers["value"][order].tolist()
+        step_of = table.numbers["step"][order]
+        bounds = np.flatnonzero(np.diff(step_of)) + 1
+        for step in steps:
+            self._loaded.setdefault(int(step), ({}, {}))
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(values)]):
+            if lo == hi:
+                continue
+            saved, scalars = self._loaded[int(step_of[lo])]
+            for name, key, value in zip(names[lo:hi], row_keys[lo:hi], values[lo:hi]):
+                if key == "":
+                    scalars[name] = value  # a one-element value (the "" reduction)
+                elif key is not None:
+                    inner = saved.get(name)
+                    if inner is None:
+                        inner = saved[name] = {}
+                    inner[key] = value
+
+
 class TrialStepView(StepView):
     """One step of a saved run, read through a Trial (values cached for the rules of the step)."""
 
-    def __init__(self, trial, step: int):
+    def __init__(self, trial, step: int, bulk: Optional[BulkSteps] = None):
         self.trial = trial
         self.step = int(step)
         self.mode, self.mode_step = trial.mode_modestep(self.step)
@@ -217,7 +324,14 @@ class TrialStepView(StepView):
         self._no_value: set = set()
         self._reductions: Dict[str, Dict[ReductionKey, float]] = {}
         self._saved: Dict[str, Dict[ReductionKey, float]] = {}
+        self._membership = bulk.membership if bulk is not None else {}
         self.records_read = 0
+        preloaded = bulk.get(self.step) if bulk is not None else None
+        if preloaded is not None:
+            saved, scalars = preloaded
+            self._saved.update(saved)
+            for name, value in scalars.items():
+                self._values[name] = np.asarray(value)
 
     def all_names(self) -> List[str]:
         if self._names is None:
@@ -228,8 +342,22 @@ class TrialStepView(StepView):
         return name in self.trial.collections()
 
     def _in_collection(self, tensor_name: str, collection: str) -> bool:
-        coll = self.trial.collections().get(collection)
-        return coll is not None and coll.matches(tensor_name)
+        key = (tensor_name, collection)
+        known = self._membership.get(key)
+        if known is None:
+            coll = self.trial.collections().get(collection)
+            known = self._membership[key] = coll is not None and coll.matches(tensor_name)
+        return known
+
+    def has_value(self, name: str) -> bool:
+        if name in self._values:
+            return True
+        if name in self._no_value:
+            return False
+        try:
+            return self._tensor(name)._locations.get(self.step) is not None
+        except (TensorUnavailableForStep, AttributeError):
+            return super().has_value(name)
 
     def _tensor(self, name: str):
         try:
@@ -251,6 +379,15 @@ class TrialStepView(StepView):
         self.records_read += 1
         self._values[name] = value
         return value
+
+    def size(self, name: str) -> Optional[int]:
+        hit = self._values.get(name)
+        if hit is not None:
+            return int(np.asarray(hit).size)
+        try:  # a saved shape answers without reading the value
+            return int(np.prod(self._tensor(name).shape(self.step)))
+        except (TensorUnavailable, TensorUnavailableForStep, ShapeUnavailableForStep):
+            return super().size(name)
 
     def saved_reductions(self, name: str) -> Dict[ReductionKey, float]:
         hit = self._saved.get(name)
@@ -297,6 +434,17 @@ class TrialStepView(StepView):
             logger.debug("rules: batched read unavailable (%s); reading tensor by tensor", exc)
             self._prefetch_each(needs)
 
+    def _satisfied(self, name: str, need: "_Need") -> bool:
+        """Whether what was read in bulk already answers ``need`` (nothing to fetch)."""
+        if name in self._values:
+            return True  # a one-element value: every reduction comes from it
+        saved = self._saved.get(name)
+        if saved is None or need.value:
+            return False
+        if need.first_of and need.first_of[0] == VALUE and self._tensor(name)._locations.get(self.step):
+            return False  # a full value exists and comes first
+        return all(key in saved for key in need.reductions)
+
     def _prefetch_each(self, needs: Dict[str, _Need]) -> None:
         for name, need in needs.items():
             try:
@@ -322,6 +470,8 @@ class TrialStepView(StepView):
         compute_from_raw: List[Tuple[str, ReductionKey]] = []
         reader = None
         for name, need in needs.items():
+            if self._satisfied(name, need):
+                continue
             tensor = self.trial.tensor(name) if self.trial.has_tensor(name) else None
             if tensor is None:
                 continue

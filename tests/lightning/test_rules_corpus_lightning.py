@@ -1,0 +1,32 @@
+"""The built-in rules on the rules corpus's Lightning run (tests/support/rules_corpus.py).
+
+The default ``smdebug rules`` exits 0 on a healthy Lightning fit (DebuggerCallback).
+"""
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("smdebug.lightning")
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+
+import rules_corpus
+
+FRAMEWORK = "lightning"
+HEALTHY = [n for n in rules_corpus.run_names(FRAMEWORK) if rules_corpus.label_of(n).healthy]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Every Lightning run of the corpus, built once for this module."""
+    root = str(tmp_path_factory.mktemp("rules_corpus"))
+    return {name: rules_corpus.build(name, root) for name in rules_corpus.run_names(FRAMEWORK)}
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_default_rules_are_silent_on_a_healthy_run(corpus, name):
+    status, output = rules_corpus.default_rules(corpus[name])
+    assert status == 0, output
+    assert "FIRED" not in output

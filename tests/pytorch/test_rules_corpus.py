@@ -1,0 +1,97 @@
+"""The built-in rules on the rules corpus's PyTorch runs (tests/support/rules_corpus.py).
+
+The default ``smdebug rules`` exits 0 on every healthy run (the README example's included) and
+each rule fires on the broken runs meant for it, at the injected fault's step where it has one.
+"""
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("smdebug.pytorch")
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
+
+import rules_corpus
+from smdebug.analysis.rules.builtin import BUILTIN_RULES
+
+FRAMEWORK = "pytorch"
+HEALTHY = [n for n in rules_corpus.run_names(FRAMEWORK) if rules_corpus.label_of(n).healthy]
+BROKEN = [(n, r) for n in rules_corpus.run_names(FRAMEWORK) for r in rules_corpus.label_of(n).rules
+          if r in BUILTIN_RULES]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Every PyTorch run of the corpus, built once for this module."""
+    root = str(tmp_path_factory.mktemp("rules_corpus"))
+    return {name: rules_corpus.build(name, root) for name in rules_corpus.run_names(FRAMEWORK)}
+
+
+def test_the_corpus_has_what_the_issue_asks():
+    labels = [rules_corpus.label_of(n) for n in rules_corpus.run_names()]
+    assert sum(label.healthy for label in labels) >= 8
+    assert sum(not label.healthy for label in labels) >= 12
+    assert all(label.rules for label in labels if not label.healthy)
+    assert "pt_readme_example" in HEALTHY
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_default_rules_are_silent_on_a_healthy_run(corpus, name):
+    status, output = rules_corpus.default_rules(corpus[name])
+    assert status == 0, output
+    assert "FIRED" not in output
+
+
+@pytest.mark.parametrize("name,rule", BROKEN, ids=[f"{n}-{r}" for n, r in BROKEN])
+def test_each_rule_fires_on_its_broken_runs(corpus, name, rule):
+    report = rules_corpus.evaluate(corpus[name], rule)
+    assert report.triggered > 0, report
+    label = rules_corpus.label_of(name)
+    first = report.to_dict()["violations"][0]
+    if label.fault_step is not None:  # caught within a step or two of the injected fault
+        assert abs(first["step"] - label.fault_step) <= 2, report.violation_steps[:5]
+    if label.culprit is not None and rule in label.culprit_rules:  # and the finding names where it started
+        named = first["details"]["culprit"]
+        assert named["layer"] == label.culprit, named
+        assert label.fault_step is None or abs(named["first_step"] - label.fault_step) <= 2, named
+    status, output = rules_corpus.default_rules(corpus[name])
+    assert status == 1 and any(line.startswith(rule) and "FIRED" in line for line in output.splitlines()), output
+
+
+def test_loss_spike_live_dumps_the_flight_recorder(tmp_path):
+    """Live, LossSpike's action fires the flight recorder, naming the rule, the step and the
+    layer that moved first (weights and gradients saved every 100 steps, the loss every step)."""
+    import torch
+
+    import smdebug.pytorch as smd
+    from smdebug.trials import create_trial
+
+    model, data, loss_fn = rules_corpus._mlp(), rules_corpus._Data(), torch.nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=100),
+                    include_collections=["weights", "gradients", "losses"],
+                    flight_recorder=smd.FlightRecorder(steps=6, collections=["weights", "gradients"]))
+    hook.get_collection("losses").save_config = smd.SaveConfig(save_interval=1)
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    from smdebug.rules import LossSpike
+
+    evaluator = hook.add_rule(LossSpike())
+    for step in range(170):
+        x, y = data.batch(32)
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        if step == 150:
+            model.fc2.weight.grad.mul_(30000.0)
+        opt.step()
+    hook.close()
+    evaluator.wait()
+    marker = create_trial(str(tmp_path / "run")).flight_recorder_trigger()
+    assert marker is not None and marker["trigger"] == "rule" and "LossSpike" in marker["reason"]
+    # The rule runs beside training (one step of lag allowed): the recorder fires at 151 or 152.
+    assert "fired at step 151" in marker["reason"] and "fc2 moved first" in marker["reason"]
+    assert marker["global_step"] in (151, 152)
+    assert 150 in marker["steps_written"] + marker["steps_already_saved"]
