@@ -37,7 +37,7 @@ def test_gradient_accumulation_gives_one_step_with_the_accumulated_gradients(tmp
                                           grad.numpy())
     logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert trial.tensor("scalar/train/loss").steps() == [0, 1]
-    np.testing.assert_allclose([trial.tensor("scalar/loss").value(s) for s in (0, 1)], logged, rtol=1e-6)
+    np.testing.assert_allclose([trial.tensor("scalar/loss").value(s).item() for s in (0, 1)], logged, rtol=1e-6)
     np.testing.assert_allclose([trial.tensor("loss").value(s) for s in (0, 1)], logged, rtol=1e-5)
 
 
@@ -65,7 +65,7 @@ def test_epoch_logs_and_the_training_summary_are_saved(tmp_path):
     trial = create_trial(out)
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert trial.tensor("scalar/loss").steps() == [2, 5]  # each epoch's last step (3 a epoch)
-    np.testing.assert_allclose([trial.tensor("scalar/loss").value(s) for s in (2, 5)],
+    np.testing.assert_allclose([trial.tensor("scalar/loss").value(s).item() for s in (2, 5)],
                                [entry["loss"] for entry in logged], rtol=1e-6)
     summary = trainer.state.log_history[-1]
     assert trial.tensor("scalar/train_loss").steps() == [5]
@@ -102,7 +102,7 @@ def test_modes_and_steps_follow_the_trainer(tmp_path):
     eval_loss = trial.tensor("scalar/eval_loss")
     assert eval_loss.steps() == [4, 9, 11]  # in each evaluation's last step
     logged = [entry["eval_loss"] for entry in trainer.state.log_history if "eval_loss" in entry]
-    np.testing.assert_allclose([eval_loss.value(s) for s in eval_loss.steps()], logged, rtol=1e-6)
+    np.testing.assert_allclose([eval_loss.value(s).item() for s in eval_loss.steps()], logged, rtol=1e-6)
     # an EVAL step's loss is its batch's; the evaluation's eval_loss is their mean
     np.testing.assert_allclose(np.mean([trial.tensor("loss").value(s) for s in (10, 11)]), logged[-1], rtol=1e-5)
 
