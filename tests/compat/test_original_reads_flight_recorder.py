@@ -38,6 +38,6 @@ def test_original_reads_the_flight_recorders_steps(original_python, tmp_path):
                                    [wrote[step].min(), wrote[step].max(), wrote[step].astype(np.float64).mean()],
                                    rtol=1e-6)
     losses = got["tensors"]["scalar/loss"]["at"]
-    assert [float(decode_array(losses[str(s)]["by_worker"]["worker_0"]["value"])) for s in range(9)] == \
+    assert [decode_array(losses[str(s)]["by_worker"]["worker_0"]["value"]).item() for s in range(9)] == \
         [float(s) for s in range(9)]
     assert all("error" not in f for f in got["event_files"].values())

@@ -115,7 +115,7 @@ def write_our_run(run_dir):
                     written[name] = value
                 lr = 0.1 / (g + 1) + rank
                 hook.save_scalar("lr", lr)
-                written["scalar/lr"] = np.asarray(lr)
+                written["scalar/lr"] = np.asarray([lr])  # a number: stored as (1,), as 1.0.34 stores it
                 values[(g, WORKERS[rank])] = written
     for hook in hooks:
         hook.close()

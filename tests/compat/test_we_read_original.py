@@ -139,14 +139,11 @@ def test_every_value_shape_and_reduction(trial, original_run):
             for worker, item in at["by_worker"].items():
                 what = f"{name} at step {g} ({worker})"
                 mode, mode_step = trial.mode_modestep(g)
-                # Deliberate difference: one number of a scalar collection (losses...) that the
-                # original stored and reads as a (1,) vector comes back 0-d here.
-                one_number = tensor._is_scalar() and tuple(item["shape"]) == (1,)
-                assert (() if one_number else tuple(item["shape"])) == tensor.shape(g, worker=worker), what
+                # Shapes as the original reads them: one number of a scalar collection stored
+                # as a (1,) vector comes back (1,) here too.
+                assert tuple(item["shape"]) == tensor.shape(g, worker=worker), what
                 if "error" not in item["value"]:
                     expected = decode_array(item["value"])
-                    if one_number:
-                        expected = expected.reshape(())
                     _same_array(tensor.value(g, worker=worker), expected, what)
                     _same_array(tensor.value(mode_step, mode=mode, worker=worker), expected, what + " by mode step")
                     checked["values"] += 1
@@ -202,7 +199,7 @@ def test_scalar_flushed_after_set_mode(trial, original_run):
     assert stale and all(r[2:4] == ["EVAL", -1] for r in stale), stale  # the quirk is really there
     assert trial.mode_modestep(4) == (ModeKeys.TRAIN, 4)
     expected = decode_array(want["tensors"]["scalar/lr"]["at"]["4"]["by_worker"]["worker_0"]["value"])
-    expected = expected.reshape(())  # save_scalar values come back 0-d (stored as (1,) by the original)
+    assert expected.shape == (1,)  # save_scalar values: stored and read as (1,), by the original and by us
     _same_array(trial.tensor("scalar/lr").value(4), expected, "scalar/lr at step 4")
     _same_array(trial.tensor("scalar/lr").value(4, mode=ModeKeys.TRAIN), expected, "scalar/lr at TRAIN step 4")
 

@@ -145,6 +145,8 @@ def test_a_small_sequential_saves_its_layers_weights_and_adams_state_only(tmp_pa
     assert not [n for n in trial.tensor_names() if "seed" in n.lower()]
     assert len(trial.tensor_names(collection="weights")) == 2 and len(trial.tensor_names(collection="biases")) == 2
     assert len(trial.tensor_names(collection="gradients")) == 4
-    optimizer = trial.tensor_names(collection="optimizer_variables")
-    assert {"adam/iteration", "adam/learning_rate"} <= set(optimizer) and len(optimizer) == 2 + 2 * 4
+    optimizer = trial.tensor_names(collection="optimizer_variables")  # "adam/...", "adam_1/..." in one process
+    assert sorted(n.split("/", 1)[1] for n in optimizer if n.endswith(("/iteration", "/learning_rate"))) == [
+        "iteration", "learning_rate"]
+    assert len(optimizer) == 2 + 2 * 4
     assert trial.tensor_names(collection="losses") == ["loss"]
