@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..modes import ModeKeys
+from .trials.order import production_order
 from .heatmaps import (
     MAX_BINS,
     MAX_LINES,
@@ -124,6 +125,7 @@ class _Run:
         if missing:
             self.series.by_key.update(_Series(trial.to_table(missing, progress=progress)).by_key)
         self.scalars = natural_sorted({t for (t, label) in self.series.by_key if label == ""})
+        self.model_order = production_order(trial, self.names)
         steps = trial.steps()
         self.span = (steps[0], steps[-1]) if steps else (0, 0)
         self.markers = trial.flight_recorder_triggers()
@@ -330,6 +332,30 @@ def _heading(ax, text: str) -> None:
     ax.text(0.0, 1.01, text, fontsize=10, ha="left", va="bottom", transform=ax.transAxes)
 
 
+def _layer_of(name: str) -> str:
+    """The parameter a derived tensor belongs to: ``gradient/W``, ``update/W`` and
+    ``optimizer/W/<state>`` are W's."""
+    for prefix in ("gradient/", "gradients/", "update/"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    if name.startswith("optimizer/") and name.count("/") >= 2:
+        return name[len("optimizer/"):].rsplit("/", 1)[0]
+    return name
+
+
+def _in_model_order(run: _Run, names: List[str]) -> List[str]:
+    """Rows in the order the model produced its layers (a derived tensor at its parameter's
+    place: gradients come in backward order), the rest after them in natural order."""
+    order = run.model_order
+    unknown = len(order)
+
+    def key(name):
+        layer = _layer_of(name)
+        rank = order.get(layer, order.get(name, unknown))
+        return (rank, natural_key(name))
+    return sorted(names, key=key)
+
+
 def _heatmaps(run: _Run) -> str:
     groups = _heatmap_groups(run)
     if not groups:
@@ -337,7 +363,7 @@ def _heatmaps(run: _Run) -> str:
     out = []
     for group, names in groups.items():
         label = _group_label(run, names)
-        members = natural_sorted(n for n in names if (n, label) in run.series.by_key)
+        members = _in_model_order(run, [n for n in names if (n, label) in run.series.by_key])
         left_out = len(names) - len(members)
         series = [(n, *run.series.by_key[(n, label)][:2]) for n in members]
         binned = bin_series(series, MAX_BINS, run.span)
@@ -351,7 +377,7 @@ def _heatmaps(run: _Run) -> str:
         note = f"<p class='note'>{left_out} tensors of this group have no {_esc(label)} and are left out.</p>" \
             if left_out else ""
         out.append(f"<h3>{_esc(group)}</h3>{_png(fig, f'{group} heatmap of {label}', tight=False)}{note}")
-    out.append("<p class='note'>Rows: tensors in natural order; columns: bins of global steps (each bin the mean "
+    out.append("<p class='note'>Rows: tensors in the order the model produced them (gradients at their weight's place), the rest in natural order; columns: bins of global steps (each bin the mean "
                "of its values; a tensor saved less often holds its last value until its next save; grey: not "
                "saved yet; magenta: NaN or infinity). Reductions of tensors saved whole are computed from their "
                "values.</p>")

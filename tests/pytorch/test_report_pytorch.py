@@ -37,3 +37,40 @@ def test_report_of_the_readme_example(tmp_path):
     console, pixels = render(out, tmp_path)
     assert console == []
     assert_not_blank(pixels)
+
+
+def test_heatmap_rows_follow_the_model_not_the_alphabet(tmp_path):
+    # Layers named against the alphabet: the report's rows follow the order the model runs them,
+    # gradients at their weight's place.
+    import torch
+
+    import smdebug.pytorch as smd
+    from smdebug.analysis import report
+    from smdebug.trials import create_trial
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.zeta = torch.nn.Linear(3, 4)
+            self.mu = torch.nn.Linear(4, 4)
+            self.alpha = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.alpha(torch.relu(self.mu(torch.relu(self.zeta(x)))))
+
+    net = Net()
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["weights", "gradients"])
+    hook.register_module(net)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        net(torch.rand(2, 3)).sum().backward()
+        optimizer.step()
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    run = report._Run(trial, "l2", progress=False, rules=False)
+    grads = [f"gradient/Net_{n}.weight" for n in ("alpha", "mu", "zeta")]
+    assert report._in_model_order(run, grads) == [f"gradient/Net_{n}.weight" for n in ("zeta", "mu", "alpha")]
+    weights = [f"Net_{n}.weight" for n in ("alpha", "mu", "zeta")]
+    assert report._in_model_order(run, weights) == [f"Net_{n}.weight" for n in ("zeta", "mu", "alpha")]
