@@ -1,8 +1,11 @@
 """TorchBackend: the core's tensor contract for ``torch.Tensor``.
 
 Reductions (``min``, ``max``, ``mean``, ``std``, ``variance``, ``sum``, ``prod``,
-``median``, ``l1``, ``l2``, and their ``abs_`` forms) are computed where the tensors lie,
-in a few whole-batch calls, and cross to the host once.
+``median``, ``l1``, ``l2``, the health reductions, and their ``abs_`` forms) are computed
+where the tensors lie, in a few whole-batch calls, and cross to the host once. Health
+reductions (non-finite counts, zero fraction, kurtosis, low-precision over/underflow) come
+from per-segment partials, :func:`smdebug.reductions.health_partials`, in each path's own
+segments.
 
 **CPU tensors** (:func:`_finish_cpu_batch`, for batches and for tensors recorded one by one):
 tensors of one dtype and shape are stacked into a buffer kept between steps and reduced
@@ -37,9 +40,11 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
+from smdebug import reductions as reference
 from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
 
 ReductionKey = Tuple[str, bool]
+_HEALTH = frozenset(reference.HEALTH_REDUCTIONS)
 
 #: Tensors with at most this many elements are concatenated and reduced together; bigger
 #: ones are reduced in place. CPU: below ~8K elements the per-call dispatch cost (~5 us)
@@ -409,10 +414,15 @@ class TorchBackend(TensorBackend):
                 cache[key] = seg(centered.square_(), "sum") / counts
             return cache[key]
 
+        health = _lazy_health(keys, lambda columns: reference.health_partials(
+            x, columns, counts, lambda a: seg(a.to(torch.float64), "sum"),
+            lambda v: torch.repeat_interleave(v, lengths, output_size=x.numel()), torch))
         rows = []
         for op, is_abs in keys:
             src = absx() if is_abs else x
-            if op in ("min", "max", "prod"):
+            if op in _HEALTH:
+                rows.append(health(op, is_abs))
+            elif op in ("min", "max", "prod"):
                 rows.append(seg(src, op))
             elif op == "sum":
                 rows.append(l1() if is_abs else seg(x, "sum"))
@@ -476,9 +486,14 @@ def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor
             cache[key] = torch.linalg.vector_norm(src - total(abs_) / n).square() / n
         return cache[key]
 
+    health = _lazy_health(keys, lambda columns: reference.health_partials(
+        x.reshape(1, -1).to(torch.float64), columns, torch.full((1,), float(n), dtype=torch.float64, device=x.device),
+        _row_sums, _per_row, torch))
     values = []
     for op, is_abs in keys:
-        if op == "min":
+        if op in _HEALTH:
+            values.append(health(op, is_abs)[0])
+        elif op == "min":
             values.append(minmax(is_abs)[0])
         elif op == "max":
             values.append(minmax(is_abs)[1])
@@ -502,6 +517,27 @@ def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor
         else:
             raise ValueError(f"unknown reduction {op!r}")
     return torch.stack(values).to(torch.float64)  # stack promotes mixed float32/float64
+
+
+def _lazy_health(keys: Tuple[ReductionKey, ...], partials_of):
+    """``health(op, is_abs)``: a health reduction of every segment, from partials computed
+    once, on first use, by ``partials_of(columns)`` (see :func:`smdebug.reductions.health_partials`)."""
+    partials = None
+
+    def health(op: str, is_abs: bool):
+        nonlocal partials
+        if partials is None:
+            partials = partials_of(reference.health_columns(keys))
+        return reference.finish_health(partials, op, is_abs)
+    return health
+
+
+def _row_sums(a: torch.Tensor) -> torch.Tensor:
+    return a.sum(dim=1, dtype=torch.float64)
+
+
+def _per_row(v: torch.Tensor) -> torch.Tensor:
+    return v[:, None]
 
 
 def _median(x: torch.Tensor) -> torch.Tensor:
@@ -700,11 +736,17 @@ def _reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tu
             cache[("var", is_abs)] = var
         return cache[("var", is_abs)]
 
+    lengths = n.astype(np.intp)
+    health = _lazy_health(keys, lambda columns: reference.health_partials(
+        wide, columns, n, lambda a: np.add.reduceat(a.astype(np.float64, copy=False), starts),
+        lambda v: np.repeat(v, lengths), np))
     out = np.empty((len(n), len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
         for j, (op, is_abs) in enumerate(keys):
             src = magnitudes if is_abs else wide
-            if op == "min":
+            if op in _HEALTH:
+                out[:, j] = health(op, is_abs)
+            elif op == "min":
                 out[:, j] = np.minimum.reduceat(src, starts)
             elif op == "max":
                 out[:, j] = np.maximum.reduceat(src, starts)
@@ -740,7 +782,9 @@ def _reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.nd
         row = []
         for op, is_abs in keys:
             v = abs(value) if (is_abs or op == "l1") else value
-            if op in ("min", "max", "sum", "mean", "prod", "median", "l1"):
+            if op in _HEALTH:
+                row.append(float(reference.reduce(np.array([value]), op, is_abs)))
+            elif op in ("min", "max", "sum", "mean", "prod", "median", "l1"):
                 row.append(v)
             elif op in ("variance", "std"):
                 spread = v - v
@@ -890,10 +934,14 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
             return var
         return get(("var", is_abs), compute)
 
+    health = _lazy_health(keys, lambda columns: reference.health_partials(
+        as_wide(), columns, torch.full((rows.shape[0],), float(n), dtype=torch.float64), _row_sums, _per_row, torch))
     out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):
         for j, (op, is_abs) in enumerate(keys):
-            if op == "min":
+            if op in _HEALTH:
+                out[:, j] = health(op, is_abs).numpy()
+            elif op == "min":
                 out[:, j] = source(is_abs).amin(dim=1).numpy()
             elif op == "max":
                 out[:, j] = source(is_abs).amax(dim=1).numpy()

@@ -314,3 +314,47 @@ def test_median_and_prod_as_segments():
     batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
     result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
     np.testing.assert_array_equal(result.reductions, [[2.0, 2.0, -6.0], [0.5, 4.5, -20.0], [7.0, 7.0, 7.0]])
+
+
+HEALTH_KEYS = tuple(itertools.product(reductions.HEALTH_REDUCTIONS, (False, True)))
+
+
+def health_tensors():
+    limits = []
+    for t in (np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        info = ml_dtypes.finfo(t)
+        largest, tiny = np.float32(info.max), np.float32(info.smallest_subnormal)
+        limits += [largest, np.nextafter(largest, np.float32(np.inf)), -tiny / 2, np.nextafter(tiny / 2, 1)]
+    edge = torch.tensor(limits + [0.0, -0.0, float("nan"), float("inf"), 2.0, -1.0], dtype=torch.float32)
+    big = torch.randn(10000, generator=torch.Generator().manual_seed(2)) ** 3
+    big[::7] = 0
+    big[3] = float("-inf")
+    return sample_tensors() + [edge, edge.double(), big, edge.to(torch.float8_e4m3fn), big.to(torch.float8_e5m2)]
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_health_reductions_of_every_dtype_and_path_equal_numpy(monkeypatch, in_place):
+    if in_place:
+        monkeypatch.setitem(torch_backend.BATCH_MAX_NUMEL, "cpu", 0)  # device path: every tensor alone
+    tensors = health_tensors()
+    backend = TorchBackend()
+    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=False, shape=True, reductions=HEALTH_KEYS)
+                for i, t in enumerate(tensors)]
+    for tensor, result in zip(tensors, backend.materialize(requests)):
+        array = as_numpy(tensor.float() if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else tensor)
+        for key, want in zip(HEALTH_KEYS, reductions.reduce_many(array, HEALTH_KEYS)):
+            np.testing.assert_allclose(result.reductions[key], want, rtol=1e-5, equal_nan=True,
+                                       err_msg=f"{key} of {tensor.dtype} {tuple(tensor.shape)}")
+
+
+@cuda
+def test_cuda_health_reductions_equal_numpy():
+    tensors = [t for t in health_tensors() if t.dtype != torch.complex64] + [torch.randn(5_000_000)]
+    backend = TorchBackend()
+    requests = [Request(f"t{i}", backend.snapshot(t.cuda(), True), raw=False, shape=True, reductions=HEALTH_KEYS)
+                for i, t in enumerate(tensors)]
+    for tensor, result in zip(tensors, backend.materialize(requests)):
+        array = as_numpy(tensor.float() if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else tensor)
+        for key, want in zip(HEALTH_KEYS, reductions.reduce_many(array, HEALTH_KEYS)):
+            np.testing.assert_allclose(result.reductions[key], want, rtol=1e-5, equal_nan=True,
+                                       err_msg=f"{key} of {tensor.dtype} {tuple(tensor.shape)}")
