@@ -39,6 +39,7 @@ class CollectionKeys:
     SM_METRICS = "sm_metrics"
     SEARCHABLE_SCALARS = "searchable_scalars"
     OPTIMIZER_VARIABLES = "optimizer_variables"
+    UPDATES = "updates"
     TENSORFLOW_SUMMARIES = "tensorflow_summaries"
     # XGBoost
     HYPERPARAMETERS = "hyperparameters"
@@ -56,7 +57,7 @@ SCALAR_COLLECTIONS = frozenset({K.LOSSES, K.METRICS, K.SM_METRICS, K.FEATURE_IMP
 #: Collections always saved as the raw tensor with no reductions.
 RAW_ONLY_COLLECTIONS = SCALAR_COLLECTIONS | {K.TENSORFLOW_SUMMARIES, K.SEARCHABLE_SCALARS, K.SCALARS}
 #: Collections that only make sense while training: never saved in EVAL/PREDICT.
-TRAIN_ONLY_COLLECTIONS = frozenset({K.GRADIENTS, K.OPTIMIZER_VARIABLES})
+TRAIN_ONLY_COLLECTIONS = frozenset({K.GRADIENTS, K.OPTIMIZER_VARIABLES, K.UPDATES})
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,20 @@ PARAMETER_REGEXES = {
     K.WEIGHTS: (r"^(?!gradient).*weight",),
     K.BIASES: (r"^(?!gradient).*bias",),
     K.GRADIENTS: (r"^gradient",),
+}
+
+#: What an optimizer step did, for adapters that see it (PyTorch): ``update/<weight name>``, the
+#: value just after the step minus just before, and ``optimizer/<weight name>/<state key>``,
+#: the optimizer's state after it (docs/format.md 8.4).
+UPDATE_PREFIX = "update/"
+OPTIMIZER_STATE_PREFIX = "optimizer/"
+#: :data:`PARAMETER_REGEXES` with those two collections (weights and biases leave their names out).
+OPTIMIZER_STEP_REGEXES = {
+    K.WEIGHTS: (r"^(?!gradient|update/|optimizer/).*weight",),
+    K.BIASES: (r"^(?!gradient|update/|optimizer/).*bias",),
+    K.GRADIENTS: (r"^gradient",),
+    K.UPDATES: (r"^update/",),
+    K.OPTIMIZER_VARIABLES: (r"^optimizer/",),
 }
 
 #: smd.Hook's (numpy arrays saved by hand); adapters declare their own.

@@ -22,6 +22,10 @@ What is recorded, and when
       any accumulation, before the update); without a known optimizer, from a
       post-accumulate-grad hook on each parameter (``.grad`` once autograd finished with
       it, the last backward of the step wins). Frozen parameters have none.
+    * Updates ``update/<same name>`` (``updates``): the value just after ``optimizer.step()``
+      minus the value just before, and the optimizer's state ``optimizer/<same name>/<key>``
+      (``optimizer_variables``) just after it; only around steps of an optimizer that updates
+      a registered model (optimizer_capture.py).
     * Module inputs/outputs ``<module path>_input_<i>`` / ``<module path>_output_<i>``
       (root module: its class name; loss modules: their class name). ``i`` counts the
       tensors a module produced in the step: a module called twice with one output gives
@@ -52,7 +56,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from smdebug.collections import PARAMETER_REGEXES, CollectionKeys, FrameworkProfile, describe_object
+from smdebug.collections import OPTIMIZER_STEP_REGEXES, CollectionKeys, FrameworkProfile, describe_object
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.capture.contract import Worker
 from smdebug.hook import Hook as CoreHook
@@ -64,6 +68,7 @@ from smdebug.modes import ModeKeys
 
 from .backend import _VERSION, TorchBackend, tensor_leaves
 from .nonfinite import NonfiniteLocator
+from .optimizer_capture import OptimizerCapture
 from .sharded import clean_path, fsdp_classes, model_name
 from .sharded_capture import ShardedCapture
 
@@ -134,7 +139,7 @@ class Hook(CoreHook):
 
     framework = "pytorch"
     profile = FrameworkProfile(
-        "pytorch", {**PARAMETER_REGEXES, CollectionKeys.LOSSES: (r"[Ll]oss_(?!input).*output",)},
+        "pytorch", {**OPTIMIZER_STEP_REGEXES, CollectionKeys.LOSSES: (r"[Ll]oss_(?!input).*output",)},
         (CollectionKeys.LOSSES,),
         extra_collections=(CollectionKeys.SCALARS, CollectionKeys.INPUTS, CollectionKeys.OUTPUTS),
     )
@@ -192,6 +197,9 @@ class Hook(CoreHook):
         # Sharded parameters (FSDP2/DTensor, FSDP v1 use_orig_params): reduced from their shards
         # with a fixed number of collectives per saved step (sharded_capture.py), apart from _params.
         self._sharded = ShardedCapture(session)
+        # update/<name> and optimizer/<name>/<state key> around each optimizer step (optimizer_capture.py).
+        self._optimizer_capture = OptimizerCapture(session, session.backend)
+        self._names_by_id: Dict[int, str] = {}
 
     # --- the adapter callbacks (smdebug.capture.contract.Adapter) ---------------------------------------
     def worker(self) -> Worker:
@@ -230,6 +238,7 @@ class Hook(CoreHook):
         """No sharded collectives the other ranks may not reach; the failed step keeps the
         weights its forward used, for the flight recorder."""
         self._sharded.abandon()
+        self._optimizer_capture.forget()
         if self._session.flight_recording and self._session.step_open:
             self._fence_weights_guarded()
 
@@ -319,6 +328,7 @@ class Hook(CoreHook):
                            "or drive steps yourself with hook.begin_step() and hook.save_tensor(...)")
         self._remove_handles(self._capture_handles)
         self._remove_handles(self._handles)
+        self._optimizer_capture.forget()
         if self._locator is not None:
             self._locator.remove()
             self._locator = None
@@ -371,6 +381,7 @@ class Hook(CoreHook):
         self._params.extend(self._sharded.add_model(module, inner, root_name, self._param_ids))
         self._param_names = tuple(name for name, _ in self._params)
         self._param_tensors = [param for _, param in self._params]
+        self._names_by_id = {id(param): name for name, param in self._params}
         if self._pending_params:
             pending, self._pending_params = self._pending_params, []
             for coll_name, param in pending:
@@ -611,7 +622,13 @@ class Hook(CoreHook):
     @never_raises("optimizer pre-step hook")
     def _on_optimizer_pre_step(self, optimizer, args, kwargs) -> None:
         session = self._session
-        if self.step_owner is not None or not self._owns(optimizer):
+        if not self._owns(optimizer):
+            return
+        if session.saving_step and session.step_open and session.step_mode in _TRAINING_MODES:
+            self._optimizer_capture.before_step(optimizer, self._names_by_id)
+        else:
+            self._optimizer_capture.fence_state()
+        if self.step_owner is not None:
             return
         if not self.step_by_optimizer:
             self.step_by_optimizer = True
@@ -630,7 +647,12 @@ class Hook(CoreHook):
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
         # The step is over; it is closed (written) when the next one begins, as without an
         # optimizer, so that save_scalar() calls after optimizer.step() land in this step.
-        if self.step_owner is None and self._owns(optimizer):
+        if not self._owns(optimizer):
+            return
+        session = self._session
+        if session.saving_step and session.step_open and session.step_mode in _TRAINING_MODES:
+            self._optimizer_capture.after_step(optimizer, self._names_by_id)
+        if self.step_owner is None:
             self._optimizer_stepped = True
 
     def _owns(self, optimizer) -> bool:
