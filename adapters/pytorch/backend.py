@@ -290,6 +290,19 @@ class TorchBackend(TensorBackend):
             results[i] = result
         return results
 
+    def health_partials(self, tensors: Sequence[torch.Tensor], columns: Tuple[str, ...]) -> np.ndarray:
+        """``[len(tensors), len(columns)]`` float64: the health reductions' partials
+        (:func:`smdebug.reductions.health_partials`) of each non-empty tensor, computed where
+        it lies, one transfer per device. For pieces of a sharded tensor, combined later."""
+        rows = []
+        with torch.no_grad():
+            for t in tensors:
+                x = _as_real(plain_tensor(t), torch.float64).reshape(1, -1)
+                counts = torch.full((1,), float(x.shape[1]), dtype=torch.float64, device=x.device)
+                partials = reference.health_partials(x, columns, counts, _row_sums, _per_row, torch)
+                rows.append(torch.cat([partials[c].reshape(1).to(torch.float64) for c in columns]))
+        return np.stack(self._results_to_host(rows)) if rows else np.empty((0, len(columns)))
+
     @staticmethod
     def _reducible(keys, t: torch.Tensor) -> Tuple[ReductionKey, ...]:
         # Like the numpy reference: an empty tensor has no reductions.
