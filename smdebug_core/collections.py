@@ -40,6 +40,7 @@ class CollectionKeys:
     SEARCHABLE_SCALARS = "searchable_scalars"
     OPTIMIZER_VARIABLES = "optimizer_variables"
     UPDATES = "updates"
+    ROUTER = "router"
     TENSORFLOW_SUMMARIES = "tensorflow_summaries"
     # XGBoost
     HYPERPARAMETERS = "hyperparameters"

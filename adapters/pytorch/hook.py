@@ -69,6 +69,7 @@ from smdebug.modes import ModeKeys
 from .backend import _VERSION, TorchBackend, tensor_leaves
 from .nonfinite import NonfiniteLocator
 from .optimizer_capture import OptimizerCapture
+from .router import RouterCapture, check_router_arguments, declared_routers
 from .sharded import clean_path, fsdp_classes, model_name
 from .sharded_capture import ShardedCapture
 
@@ -139,7 +140,8 @@ class Hook(CoreHook):
 
     framework = "pytorch"
     profile = FrameworkProfile(
-        "pytorch", {**OPTIMIZER_STEP_REGEXES, CollectionKeys.LOSSES: (r"[Ll]oss_(?!input).*output",)},
+        "pytorch", {**OPTIMIZER_STEP_REGEXES, CollectionKeys.LOSSES: (r"[Ll]oss_(?!input).*output",),
+                    CollectionKeys.ROUTER: (r"^router/",)},
         (CollectionKeys.LOSSES,),
         extra_collections=(CollectionKeys.SCALARS, CollectionKeys.INPUTS, CollectionKeys.OUTPUTS),
     )
@@ -200,6 +202,8 @@ class Hook(CoreHook):
         # update/<name> and optimizer/<name>/<state key> around each optimizer step (optimizer_capture.py).
         self._optimizer_capture = OptimizerCapture(session, session.backend)
         self._names_by_id: Dict[int, str] = {}
+        # Mixture-of-experts routers (router.py): statistics of the step's routing.
+        self._routers = RouterCapture(session, self._name_of, self._parent_of)
 
     # --- the adapter callbacks (smdebug.capture.contract.Adapter) ---------------------------------------
     def worker(self) -> Worker:
@@ -230,6 +234,8 @@ class Hook(CoreHook):
             self._sharded.capture(with_gradients=session.mode in _TRAINING_MODES, reread_weights=True)
         if self._sharded.inflight is not None:
             self._sharded.finish()
+        if self._routers:
+            self._routers.hand_over()
         if self.step_owner is not None and self._weights_batch is not None:
             # An owned step that ended without capture_parameters() (no optimizer update): keep its weights.
             self._fence_weights_guarded()
@@ -393,10 +399,27 @@ class Hook(CoreHook):
         if self._locator is not None:
             self._install_locator(module, inner, root_name)
         self._install_optimizer_hooks()
+        for gate, num_experts, top_k in declared_routers(inner):  # saved when "router" is included
+            self._add_router(gate, num_experts, top_k)
         self._resolve_layer_requests()
         self._sync_capture_hooks()
 
     register_hook = register_module  # the original library's name
+
+    def register_router(self, module: torch.nn.Module, num_experts: int, top_k: int) -> None:
+        """Save mixture-of-experts routing statistics of ``module``, whose output is the router
+        logits ``[..., num_experts]``, each token going to its ``top_k`` experts: per step, the
+        fraction of assignments per expert, their coefficient of variation, the router's
+        entropy, and the fraction dropped when the module reports a capacity (router.py).
+        Includes the ``router`` collection. Routers a model declares are found by
+        ``register_module`` (router.py says which)."""
+        check_router_arguments(module, num_experts, top_k)
+        self._add_router(module, num_experts, top_k)
+        self._session.include(CollectionKeys.ROUTER, expect=False)
+
+    def _add_router(self, module: torch.nn.Module, num_experts: int, top_k: int) -> None:
+        if self._routers.add(module, num_experts, top_k):
+            self._handles.append(module.register_forward_hook(self._routers.forward_hook()))
 
     def _install_locator(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str) -> None:
         """The flight recorder's notes on every module of a registered model, and a root hook
@@ -512,6 +535,14 @@ class Hook(CoreHook):
         name = model_name(module)
         self._module_names[id(module)] = (module, name)
         return name
+
+    def _parent_of(self, module: torch.nn.Module) -> Optional[torch.nn.Module]:
+        """The module of a registered model that holds ``module`` as a child, if any."""
+        for _, inner, _ in self._roots:
+            for parent in inner.modules():
+                if any(child is module for child in parent.children()):
+                    return parent
+        return None
 
     def _resolve_layer_requests(self) -> None:
         """Turn ``add_module_tensors`` requests into name regexes of their collections."""
