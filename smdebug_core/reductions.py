@@ -14,7 +14,7 @@ up across shards (:func:`combine_health_partials`) and finish the same way every
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import ml_dtypes
 import numpy as np
@@ -158,34 +158,49 @@ def health_columns(keys: Iterable[Tuple[str, bool]]) -> Tuple[str, ...]:
     return tuple(c for c in HEALTH_COLUMNS if c in need)
 
 
-def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand: Callable, xp) -> Dict[str, object]:
-    """The ``columns`` of each segment of ``x`` (float64), in any array library.
+def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand: Callable, xp,
+                    seg_count: Optional[Callable] = None, wide=None, all_finite: Optional[Callable] = None
+                    ) -> Dict[str, object]:
+    """The ``columns`` of each segment of ``x``, in any array library.
 
-    ``counts``: each segment's element count; ``seg_sum(a)``: each segment's sum of ``a`` (a
-    boolean mask or float64 array) as float64; ``expand(v)``: a per-segment value broadcast
-    against ``x``; ``xp``: a namespace with ``where(mask, a, scalar)`` and ``isfinite`` (numpy
-    and torch are ones). Backends call it with their own segments: rows of a stacked batch,
-    slices of a flat copy, one whole tensor.
+    ``counts``: each segment's element count; ``seg_sum(a)``: each segment's sum of a float64
+    array ``a`` (and of a boolean mask, unless ``seg_count`` counts those); ``expand(v)``: a
+    per-segment value broadcast against ``x``; ``xp``: a namespace with ``where(mask, a,
+    scalar)`` and ``isfinite`` (numpy and torch are ones). Counts compare ``|x|`` once with
+    each bound needed (``x`` may be float32: every bound is a float32 value); the moments are
+    taken of ``wide`` (``x`` in float64; default ``x``), masked to the finite elements unless
+    ``all_finite(finite counts)`` says there is nothing to mask (host arrays). Backends call
+    it with their own segments: rows of a stacked batch, slices of a flat copy, one tensor.
     """
-    finite = xp.isfinite(x)
+    seg_count = seg_count or seg_sum
     magnitude = abs(x)
-    out: Dict[str, object] = {"count": counts, "finite": seg_sum(finite)}
+    finite = xp.isfinite(x)
+    out: Dict[str, object] = {"count": counts, "finite": seg_count(finite)}
     if "nonfinite" in columns:
         out["nonfinite"] = counts - out["finite"]
-    if "zero" in columns:
-        out["zero"] = seg_sum(x == 0)
-    nonzero = finite & (x != 0) if "nonzero" in columns else None
-    if nonzero is not None:
-        out["nonzero"] = seg_sum(nonzero)
+    zero = None
+    if "zero" in columns or "nonzero" in columns:
+        zero = out["zero"] = seg_count(x == 0)
+    if "nonzero" in columns:
+        out["nonzero"] = out["finite"] - zero
     for name, (largest, to_zero) in LOW_PRECISION_TYPES.items():
-        if f"over_{name}" in columns:
-            out[f"over_{name}"] = seg_sum(finite & (magnitude > largest))
+        if f"over_{name}" in columns:  # "<=" leaves NaN and Inf out, as the finite count does
+            out[f"over_{name}"] = out["finite"] - seg_count(magnitude <= largest)
         if f"under_{name}" in columns:
-            out[f"under_{name}"] = seg_sum(nonzero & (magnitude <= to_zero))
-    for prefix, source in (("", x), ("abs_", magnitude)):
+            out[f"under_{name}"] = seg_count(magnitude <= to_zero) - zero
+    if not ("mean" in columns or "abs_mean" in columns):
+        return out
+    wide = x if wide is None else wide
+    masked = not (all_finite is not None and all_finite(out["finite"]))
+    for prefix in ("", "abs_"):
         if prefix + "mean" in columns:
-            mean = seg_sum(xp.where(finite, source, 0.0)) / out["finite"]  # NaN where none is finite
-            deviation = xp.where(finite, source - expand(mean), 0.0)
+            source = abs(wide) if prefix else wide
+            if masked:
+                mean = seg_sum(xp.where(finite, source, 0.0)) / out["finite"]  # NaN where none is finite
+                deviation = xp.where(finite, source - expand(mean), 0.0)
+            else:
+                mean = seg_sum(source) / out["finite"]
+                deviation = source - expand(mean)
             square = deviation * deviation
             out.update({prefix + "mean": mean, prefix + "m2": seg_sum(square),
                         prefix + "m3": seg_sum(square * deviation), prefix + "m4": seg_sum(square * square)})

@@ -545,6 +545,22 @@ def _lazy_health(keys: Tuple[ReductionKey, ...], partials_of):
     return health
 
 
+def _health_of_rows(rows: torch.Tensor, as_wide, columns: Tuple[str, ...]):
+    """Health partials of each row of a big ``[n, size]`` CPU tensor, in numpy: counts compare
+    the rows in their own dtype (one comparison and one ``count_nonzero`` per bound, calls that
+    release the GIL), moments are taken of the float64 copy the sums use, unmasked when every
+    element is finite (the usual case)."""
+    x = rows.detach().numpy()
+    size = x.shape[1]
+    counts = np.full(x.shape[0], float(size))
+    need_moments = "mean" in columns or "abs_mean" in columns
+    return reference.health_partials(
+        x, columns, counts, lambda a: a.sum(axis=1), lambda v: v[:, None], np,
+        seg_count=lambda mask: np.array([np.count_nonzero(row) for row in mask], dtype=np.float64),
+        wide=as_wide().detach().numpy() if need_moments else None,
+        all_finite=lambda finite: bool((finite == size).all()))
+
+
 def _row_sums(a: torch.Tensor) -> torch.Tensor:
     return a.sum(dim=1, dtype=torch.float64)
 
@@ -751,8 +767,9 @@ def _reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tu
 
     lengths = n.astype(np.intp)
     health = _lazy_health(keys, lambda columns: reference.health_partials(
-        wide, columns, n, lambda a: np.add.reduceat(a.astype(np.float64, copy=False), starts),
-        lambda v: np.repeat(v, lengths), np))
+        wide, columns, n, lambda a: np.add.reduceat(a, starts), lambda v: np.repeat(v, lengths), np,
+        seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64),
+        all_finite=lambda finite: bool((finite == n).all())))
     out = np.empty((len(n), len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
         for j, (op, is_abs) in enumerate(keys):
@@ -796,7 +813,7 @@ def _reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.nd
         for op, is_abs in keys:
             v = abs(value) if (is_abs or op == "l1") else value
             if op in _HEALTH:
-                row.append(float(reference.reduce(np.array([value]), op, is_abs)))
+                row.append(_health_of_value(value, op))
             elif op in ("min", "max", "sum", "mean", "prod", "median", "l1"):
                 row.append(v)
             elif op in ("variance", "std"):
@@ -808,6 +825,22 @@ def _reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.nd
                 raise ValueError(f"unknown reduction {op!r}")
         out[i] = row
     return out
+
+
+def _health_of_value(value: float, op: str) -> float:
+    """A health reduction of a one-element tensor (the reference's on one value)."""
+    finite = math.isfinite(value)
+    if op == "nonfinite":
+        return 0.0 if finite else 1.0
+    if op == "zero_fraction":
+        return 1.0 if value == 0 else 0.0
+    if op == "kurtosis" or not finite:  # one value: no spread; or no finite element
+        return math.nan
+    kind, _, name = op.partition("flow_")
+    largest, to_zero = reference.LOW_PRECISION_TYPES[name]
+    if kind == "over":
+        return 1.0 if abs(value) > largest else 0.0
+    return math.nan if value == 0 else (1.0 if abs(value) <= to_zero else 0.0)
 
 
 def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, table, buffers) -> None:
@@ -947,13 +980,12 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
             return var
         return get(("var", is_abs), compute)
 
-    health = _lazy_health(keys, lambda columns: reference.health_partials(
-        as_wide(), columns, torch.full((rows.shape[0],), float(n), dtype=torch.float64), _row_sums, _per_row, torch))
+    health = _lazy_health(keys, lambda columns: _health_of_rows(rows, as_wide, columns))
     out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):
         for j, (op, is_abs) in enumerate(keys):
             if op in _HEALTH:
-                out[:, j] = health(op, is_abs).numpy()
+                out[:, j] = health(op, is_abs)
             elif op == "min":
                 out[:, j] = source(is_abs).amin(dim=1).numpy()
             elif op == "max":

@@ -275,10 +275,10 @@ def test_one_value_tensors_are_reduced_in_python_as_the_reference(monkeypatch):
     for negative, zero, NaN, infinite and half-precision values; anything else, or more than
     a few, takes the numpy path."""
     keys = tuple((op, is_abs) for op in ("min", "max", "sum", "mean", "variance", "std", "l1", "l2", "prod", "median")
-                 for is_abs in (False, True) if not (op in ("l1", "l2") and is_abs))
+                 + reductions.HEALTH_REDUCTIONS for is_abs in (False, True) if not (op in ("l1", "l2") and is_abs))
     tensors = [torch.tensor(-2.5), torch.tensor([0.0]), torch.tensor(float("nan")), torch.tensor(float("-inf")),
                torch.tensor([[3.25]], dtype=torch.bfloat16), torch.tensor(1e300, dtype=torch.float64),
-               torch.tensor(0.1, dtype=torch.float16)]
+               torch.tensor(0.1, dtype=torch.float16), torch.tensor(1e-30)]
     assert torch_backend._segment_plan(tuple(t.dtype for t in tensors), tuple(tuple(t.shape) for t in tensors)) \
         is torch_backend._ONE_VALUE_EACH
     monkeypatch.setattr(torch_backend, "_reduce_segments", lambda *a: pytest.fail("numpy path taken"))
