@@ -173,7 +173,7 @@ def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand
     it with their own segments: rows of a stacked batch, slices of a flat copy, one tensor.
     """
     seg_count = seg_count or seg_sum
-    magnitude = abs(x)
+    magnitude = abs(x) if any(c.startswith(("over_", "under_")) for c in columns) else None
     finite = xp.isfinite(x)
     out: Dict[str, object] = {"count": counts, "finite": seg_count(finite)}
     if "nonfinite" in columns:

@@ -657,6 +657,8 @@ class Hook(CoreHook):
             return
         if session.saving_step and session.step_open and session.step_mode in _TRAINING_MODES:
             self._optimizer_capture.before_step(optimizer, self._names_by_id)
+            if self._sharded:
+                self._optimizer_capture.note_sharded()
         else:
             self._optimizer_capture.fence_state()
         if self.step_owner is not None:

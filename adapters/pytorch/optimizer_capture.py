@@ -57,6 +57,7 @@ class OptimizerCapture:
         self._named: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._state_batch = None
         self.disabled: set = set()
+        self._warned_sharded = False
 
     def _fail(self, part: str, exc: Exception) -> None:
         self.disabled.add(part)
@@ -75,6 +76,15 @@ class OptimizerCapture:
         update_names = tuple(UPDATE_PREFIX + name for name, _ in named)
         self._named[optimizer] = (key, named, update_names)
         return named, update_names
+
+    def note_sharded(self) -> None:
+        """The model has sharded parameters (FSDP2, DTensor, FSDP v1): their updates and optimizer
+        state are not captured; say so once when either collection is saved."""
+        saving = self._session.plans.saving_collections
+        if not self._warned_sharded and (CollectionKeys.UPDATES in saving or CollectionKeys.OPTIMIZER_VARIABLES in saving):
+            self._warned_sharded = True
+            logger.warning("smdebug: the updates and optimizer state of sharded parameters (FSDP2, DTensor, FSDP) "
+                           "are not saved (not supported yet); those of the other parameters are")
 
     def before_step(self, optimizer, names_by_id: Dict[int, str]) -> None:
         """The optimizer's pre-step hook, in a saving TRAIN step: copy the wanted parameters."""

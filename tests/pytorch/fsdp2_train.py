@@ -142,7 +142,8 @@ def run(scenario, out_base, rank, world):
     flight = smd.FlightRecorder(steps=2) if scenario == "flight" else None
     hook = smd.Hook(out_dir=out, include_workers="all" if scenario.endswith("full_all") else "one",
                     save_config=smd.SaveConfig(save_interval=100 if flight else 1), reduction_config=reduction_config,
-                    include_collections=["weights", "biases", "gradients"], flight_recorder=flight)
+                    include_collections=["weights", "biases", "gradients"] + (["updates"] if scenario == "health" else []),
+                    flight_recorder=flight)
     hook.register_module(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     if scenario in ("fsdp1_flat", "flight"):  # nothing saved to compare (FSDP v1: no full gradients)

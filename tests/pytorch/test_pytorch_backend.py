@@ -329,7 +329,10 @@ def health_tensors():
     big = torch.randn(10000, generator=torch.Generator().manual_seed(2)) ** 3
     big[::7] = 0
     big[3] = float("-inf")
-    return sample_tensors() + [edge, edge.double(), big, edge.to(torch.float8_e4m3fn), big.to(torch.float8_e5m2)]
+    finite = torch.randn(300, 300, generator=torch.Generator().manual_seed(3)) ** 3  # float32 moments
+    offset = 50 + torch.randn(300, 300, generator=torch.Generator().manual_seed(4))  # float64 moments
+    return sample_tensors() + [edge, edge.double(), big, edge.to(torch.float8_e4m3fn), big.to(torch.float8_e5m2),
+                               finite, offset]
 
 
 @pytest.mark.parametrize("in_place", [False, True])
