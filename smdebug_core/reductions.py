@@ -14,6 +14,7 @@ up across shards (:func:`combine_health_partials`) and finish the same way every
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import ml_dtypes
@@ -139,7 +140,8 @@ HEALTH_COLUMNS: Tuple[str, ...] = (
 )
 
 
-def health_columns(keys: Iterable[Tuple[str, bool]]) -> Tuple[str, ...]:
+@functools.lru_cache(maxsize=256)  # the same few key tuples at every saved step
+def health_columns(keys: Tuple[Tuple[str, bool], ...]) -> Tuple[str, ...]:
     """The partial columns the health reductions among ``keys`` need (empty when none)."""
     need = set()
     for op, is_abs in keys:

@@ -324,7 +324,7 @@ def columns_needed(keys) -> Tuple[str, ...]:
             need.add("sum_sq")
         elif op in ("variance", "std"):
             need.update(("sum_abs", "m2_abs") if is_abs else ("m2", "sum_sq"))  # sum_sq: free with m2
-    need.update("h:" + c for c in reference.health_columns(keys) if c != "count")
+    need.update("h:" + c for c in reference.health_columns(tuple(keys)) if c != "count")
     return tuple(name for name in PARTIAL_COLUMNS if name in need)
 
 
@@ -433,7 +433,7 @@ def reductions_table(rows: np.ndarray, keys: Sequence[ReductionKey]) -> np.ndarr
             elif op == "l2":
                 out[:, j] = np.sqrt(rows[:, _COL["sum_sq"]])
             elif op in _HEALTH_OPS:
-                partials = {c: rows[:, _COL["h:" + c]] for c in reference.health_columns([(op, is_abs)])
+                partials = {c: rows[:, _COL["h:" + c]] for c in reference.health_columns(((op, is_abs),))
                             if c != "count"}
                 out[:, j] = reference.finish_health({"count": count, **partials}, op, is_abs)
             else:

@@ -427,7 +427,7 @@ def _wide_exact(t):
 def _health_partials(x, keys, sizes, seg_sum, expand):
     """:func:`smdebug.reductions.health_partials` of float64 ``x`` in TensorFlow ops."""
     counts = tf.constant(np.asarray(sizes, dtype=np.float64))
-    return reference.health_partials(x, reference.health_columns(keys), counts, seg_sum, expand, _TF_ARRAYS)
+    return reference.health_partials(x, reference.health_columns(tuple(keys)), counts, seg_sum, expand, _TF_ARRAYS)
 
 
 def _propagate_nan(extreme, has_nan):
