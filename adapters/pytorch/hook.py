@@ -56,7 +56,8 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from smdebug.collections import OPTIMIZER_STEP_REGEXES, CollectionKeys, FrameworkProfile, describe_object
+from smdebug.collections import (OPTIMIZER_STATE_REGEXES, OPTIMIZER_STEP_REGEXES, CollectionKeys, FrameworkProfile,
+                                 describe_object)
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.capture.contract import Worker
 from smdebug.hook import Hook as CoreHook
@@ -144,6 +145,7 @@ class Hook(CoreHook):
                     CollectionKeys.ROUTER: (r"^router/",)},
         (CollectionKeys.LOSSES,),
         extra_collections=(CollectionKeys.SCALARS, CollectionKeys.INPUTS, CollectionKeys.OUTPUTS),
+        on_demand=OPTIMIZER_STATE_REGEXES,
     )
 
     def __init__(self, *args, **kwargs):

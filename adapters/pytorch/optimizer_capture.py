@@ -11,7 +11,8 @@
   SGD, whatever a fused or foreach implementation keeps: the state dict is the same).
 
 Each is captured only at steps that save its own collection (``updates``,
-``optimizer_variables``; ``save_all`` and ``all`` include every collection, as in 1.0.34): a
+``optimizer_variables``, which exists only once asked for by name; ``save_all`` and ``all``
+include every collection, as in 1.0.34): a
 collection of another name whose regex matches ``update/...`` does not start the capture. The
 updates cost a transient copy of the wanted parameters per saved step.
 Both go through the step pipeline as any batch (reductions on the tensors' device, one

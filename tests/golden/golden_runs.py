@@ -17,7 +17,7 @@ commit)::
 The PyTorch and numpy digests were recorded before the step pipeline replaced the capture
 path (issue 18) and have changed only where a change of the files was intended (issue 25:
 collections files list the tensors their regexes matched; issue 35: PyTorch has the
-``updates``, ``optimizer_variables`` and ``router`` collections); the XGBoost digest was recorded
+``updates`` and ``router`` collections); the XGBoost digest was recorded
 after those changes.
 """
 from __future__ import annotations

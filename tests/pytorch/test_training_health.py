@@ -163,3 +163,14 @@ def test_updates_are_train_only_and_not_saved_by_default(tmp_path):
     names = create_trial(str(tmp_path / "run")).tensor_names()
     assert not any(n.startswith(("update/", "optimizer/")) for n in names)
     assert Net  # the helpers' model class names the tensors
+
+
+def test_optimizer_variables_exists_once_asked_for(tmp_path):
+    """Not in a PyTorch run's collections file unless asked for (readers tell TensorFlow runs by
+    that collection); asked for by name or from a JSON config, it has its regex."""
+    hook = smd.Hook(out_dir=str(tmp_path / "a"))
+    assert "optimizer_variables" not in hook.get_collections() and "updates" in hook.get_collections()
+    hook.close()
+    hook = smd.Hook(out_dir=str(tmp_path / "b"), include_collections=["optimizer_variables"])
+    assert list(hook.get_collection("optimizer_variables").include_regex) == ["^optimizer/"]
+    hook.close()
