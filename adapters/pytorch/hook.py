@@ -206,6 +206,7 @@ class Hook(CoreHook):
         self._names_by_id: Dict[int, str] = {}
         # Mixture-of-experts routers (router.py): statistics of the step's routing.
         self._routers = RouterCapture(session, self._name_of, self._parent_of)
+        self._parents: Dict[int, tuple] = {}  # id(module) -> (registered models then, its parent)
 
     # --- the adapter callbacks (smdebug.capture.contract.Adapter) ---------------------------------------
     def worker(self) -> Worker:
@@ -539,12 +540,21 @@ class Hook(CoreHook):
         return name
 
     def _parent_of(self, module: torch.nn.Module) -> Optional[torch.nn.Module]:
-        """The module of a registered model that holds ``module`` as a child, if any."""
+        """The module of a registered model that holds ``module`` as a child, if any (looked up
+        once per module and set of registered models)."""
+        known = self._parents.get(id(module))
+        if known is not None and known[0] == len(self._roots):
+            return known[1]
+        found = None
         for _, inner, _ in self._roots:
             for parent in inner.modules():
                 if any(child is module for child in parent.children()):
-                    return parent
-        return None
+                    found = parent
+                    break
+            if found is not None:
+                break
+        self._parents[id(module)] = (len(self._roots), found)
+        return found
 
     def _resolve_layer_requests(self) -> None:
         """Turn ``add_module_tensors`` requests into name regexes of their collections."""
