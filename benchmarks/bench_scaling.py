@@ -20,7 +20,11 @@ Two axes, each with three hook configurations:
   500 steps), ``flight`` (the flight recorder, docs/flight_recorder.md: the same
   reductions of weights, biases and gradients kept in memory every step for the last 16
   steps, saved every 500 steps, with its per-module NaN/Inf notes; nothing fires),
-  ``flight-noloc`` (the same with ``locate=False``: no per-module notes) and ``control`` (no hook on either model: the noise floor of the method; a
+  ``flight-noloc`` (the same with ``locate=False``: no per-module notes), ``health-red``
+  (``reductions`` plus every health reduction: nonfinite, zero_fraction, kurtosis and the
+  eight overflow_/underflow_ ones), ``health`` (``health-red`` plus the ``updates`` and
+  ``optimizer_variables`` collections with the same reductions; both models train with SGD
+  momentum 0.9 in this row, so that there is optimizer state) and ``control`` (no hook on either model: the noise floor of the method; a
   ratio away from 1.00 there is the machine, not the hook).
 
 Method, as a user feels it: the baseline model and the hooked model (same architecture,
@@ -63,7 +67,7 @@ import torch
 
 COUNTS = (25, 100, 400)
 SIZES = {4096: 64, 65536: 256, 262144: 512, 1048576: 1024}  # elements of a weight -> MLP width
-CONFIGS = ("reductions", "full", "default", "flight", "flight-noloc", "control")
+CONFIGS = ("reductions", "health-red", "health", "full", "default", "flight", "flight-noloc", "control")
 BATCH = 64
 BLOCK = 16  # steps of one model before switching to the other
 SETTLE = 2  # steps at the start of each block left out of the figures
@@ -121,11 +125,21 @@ def make_hook(smd, out_dir, axis, config):
         kwargs["include_regex"] = [r"^\d+_output_0$"]
     if config == "reductions":
         kwargs["reduction_config"] = REDUCTIONS(smd)
+    if config.startswith("health"):
+        kwargs["reduction_config"] = smd.ReductionConfig(reductions=["min", "max", "mean", "std"] + HEALTH,
+                                                         norms=["l2"])
+        if config == "health":
+            kwargs["include_collections"] += ["updates", "optimizer_variables"]
     return smd.Hook(**kwargs)
 
 
 def REDUCTIONS(smd):  # the reductions of the "reductions" and "flight" configurations
     return smd.ReductionConfig(reductions=["min", "max", "mean", "std"], norms=["l2"])
+
+
+#: The health reductions (smdebug.reductions.HEALTH_REDUCTIONS), spelled out: smdebug 1.0.34 has none.
+HEALTH = ["nonfinite", "zero_fraction", "kurtosis"] + [f"{kind}_{t}" for kind in ("overflow", "underflow")
+                                                      for t in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")]
 
 
 def run(smd, scenario, steps, warmup, work_dir):
@@ -135,7 +149,8 @@ def run(smd, scenario, steps, warmup, work_dir):
     models = [factory(arg), factory(arg)]
     models[1].load_state_dict(models[0].state_dict())
     loss_fns = [torch.nn.MSELoss(), torch.nn.MSELoss()]  # the hook watches its own loss module only
-    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in models]
+    momentum = 0.9 if config == "health" else 0.0  # optimizer state to save
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-3, momentum=momentum) for m in models]
     gen = torch.Generator().manual_seed(0)
     data = [(torch.randn(BATCH, width, generator=gen), torch.randn(BATCH, width, generator=gen)) for _ in range(4)]
     out_dir = os.path.join(work_dir, f"{label.replace(' ', '_')}_{config}")
@@ -190,7 +205,7 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
             (base, hooked), close_s = run(smd, scenario, n, warmup, work_dir)
             base_ms, hooked_ms = 1e3 * statistics.median(base), 1e3 * statistics.median(hooked)
             added_us = 1e3 * (hooked_ms - base_ms)
-            per_tensor = config in ("reductions", "full", "flight", "flight-noloc")
+            per_tensor = config in ("reductions", "full", "flight", "flight-noloc", "health-red")
             if config.startswith("flight") and axis == "count":
                 saved = saved * 4 // 6  # weights, biases and their gradients; no module outputs
             row = dict(scenario=label, axis=axis, config=config, steps=n, saved=saved if per_tensor else 0,
@@ -319,7 +334,7 @@ def main():
                   for _ in range(args.rounds)]
     rows = [dict(r, library=library) for r in combine_rounds(rounds)]
     # control has no hook to compare; smdebug 1.0.34 has no flight recorder
-    hooked_configs = [c for c in args.configs if c not in ("control", "flight", "flight-noloc")]
+    hooked_configs = [c for c in args.configs if c not in ("control", "flight", "flight-noloc", "health-red", "health")]
     if args.original_python and hooked_configs:
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--one-process", "--json", "/dev/stdout",
                "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Literal, Optional, overload, Tuple
 
 from .exceptions import ConfigError, CorruptCollectionsFile, loads_from_json
@@ -39,6 +39,8 @@ class CollectionKeys:
     SM_METRICS = "sm_metrics"
     SEARCHABLE_SCALARS = "searchable_scalars"
     OPTIMIZER_VARIABLES = "optimizer_variables"
+    UPDATES = "updates"
+    ROUTER = "router"
     TENSORFLOW_SUMMARIES = "tensorflow_summaries"
     # XGBoost
     HYPERPARAMETERS = "hyperparameters"
@@ -58,7 +60,7 @@ SCALAR_COLLECTIONS = frozenset({K.LOSSES, K.METRICS, K.SM_METRICS, K.FEATURE_IMP
 #: Collections always saved as the raw tensor with no reductions.
 RAW_ONLY_COLLECTIONS = SCALAR_COLLECTIONS | {K.TENSORFLOW_SUMMARIES, K.SEARCHABLE_SCALARS, K.SCALARS}
 #: Collections that only make sense while training: never saved in EVAL/PREDICT.
-TRAIN_ONLY_COLLECTIONS = frozenset({K.GRADIENTS, K.OPTIMIZER_VARIABLES})
+TRAIN_ONLY_COLLECTIONS = frozenset({K.GRADIENTS, K.OPTIMIZER_VARIABLES, K.UPDATES})
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,10 @@ class FrameworkProfile:
     #: Reduction tags name ``w`` for a tensor ``w:0`` (every framework but TensorFlow,
     #: whose tags keep the output index: docs/format.md).
     strip_output_index_in_reduction_tags: bool = True
+    #: Collections that exist once asked for by name (then with these regexes), not before: a
+    #: run that never asks for one lists none (PyTorch's ``optimizer_variables``: readers that
+    #: tell TensorFlow runs by that collection keep telling them apart).
+    on_demand: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
 
     def collection_names(self) -> List[str]:
         names = [K.ALL, K.DEFAULT, *self.regexes, *self.default_included, *self.extra_collections]
@@ -85,6 +91,21 @@ PARAMETER_REGEXES = {
     K.BIASES: (r"^(?!gradient).*bias",),
     K.GRADIENTS: (r"^gradient",),
 }
+
+#: What an optimizer step did, for adapters that see it (PyTorch): ``update/<weight name>``, the
+#: value just after the step minus just before, and ``optimizer/<weight name>/<state key>``,
+#: the optimizer's state after it (docs/format.md 8.4).
+UPDATE_PREFIX = "update/"
+OPTIMIZER_STATE_PREFIX = "optimizer/"
+#: :data:`PARAMETER_REGEXES` with those two collections (weights and biases leave their names out).
+OPTIMIZER_STEP_REGEXES = {
+    K.WEIGHTS: (r"^(?!gradient|update/|optimizer/).*weight",),
+    K.BIASES: (r"^(?!gradient|update/|optimizer/).*bias",),
+    K.GRADIENTS: (r"^gradient",),
+    K.UPDATES: (r"^update/",),
+}
+#: ... and ``optimizer_variables``, a collection created when asked for (FrameworkProfile.on_demand).
+OPTIMIZER_STATE_REGEXES = {K.OPTIMIZER_VARIABLES: (r"^optimizer/",)}
 
 #: smd.Hook's (numpy arrays saved by hand); adapters declare their own.
 NUMPY_PROFILE = FrameworkProfile(
@@ -461,6 +482,7 @@ class CollectionManager:
         self.on_new_collection: Optional[Callable[[Collection], None]] = None
         #: ``(collection, obj)`` for framework objects given to ``Collection.add`` (set by adapters).
         self.object_handler: Optional[Callable[[Collection, object], None]] = None
+        self._on_demand = profile.on_demand if profile is not None else {}
         if profile is not None:
             for name in profile.collection_names():
                 self.add(Collection(name, include_regex=profile.regexes.get(name, ())))
@@ -500,7 +522,7 @@ class CollectionManager:
         """The named collection, created empty on first use (unless ``create=False``)."""
         coll = self.collections.get(name)
         if coll is None and create:
-            coll = self.add(Collection(name))
+            coll = self.add(Collection(name, include_regex=self._on_demand.get(name, ())))
         return coll
 
     def __getitem__(self, name):

@@ -15,12 +15,13 @@ import re
 from typing import Iterable, List, Optional, Tuple
 
 from .exceptions import ConfigError, loads_from_json
+from .reductions import NORMS, NOT_IN_ORIGINAL, REDUCTIONS
 
-ALLOWED_REDUCTIONS = ("min", "max", "median", "mean", "std", "variance", "sum", "prod")
-ALLOWED_NORMS = ("l1", "l2")
+ALLOWED_REDUCTIONS = REDUCTIONS
+ALLOWED_NORMS = NORMS
 # The original reader rejects a collections file whose "reductions" names one of these, so
 # they are written under EXTRA_REDUCTIONS_KEY, which it ignores.
-_NOT_IN_ORIGINAL = ("median",)
+_NOT_IN_ORIGINAL = NOT_IN_ORIGINAL
 EXTRA_REDUCTIONS_KEY = "extra_reductions"
 REDUCTION_TAG_PREFIX = "smdebug/reductions/"
 
@@ -51,7 +52,9 @@ class ReductionConfig:
     """Which reductions of a tensor to save, and whether to save the tensor itself.
 
     Args:
-        reductions: any of min, max, median, mean, std, variance, sum, prod.
+        reductions: any of min, max, median, mean, std, variance, sum, prod, and the health
+            reductions nonfinite, zero_fraction, kurtosis, overflow_<t> and underflow_<t> for
+            t in fp16, bf16, fp8_e4m3, fp8_e5m2 (docs/format.md, section 8.3).
         abs_reductions: the same, computed on the absolute value of the tensor.
         norms: any of l1, l2 (norms of the flattened tensor).
         abs_norms: the same, on the absolute value.

@@ -1,8 +1,11 @@
 """TorchBackend: the core's tensor contract for ``torch.Tensor``.
 
 Reductions (``min``, ``max``, ``mean``, ``std``, ``variance``, ``sum``, ``prod``,
-``median``, ``l1``, ``l2``, and their ``abs_`` forms) are computed where the tensors lie,
-in a few whole-batch calls, and cross to the host once.
+``median``, ``l1``, ``l2``, the health reductions, and their ``abs_`` forms) are computed
+where the tensors lie, in a few whole-batch calls, and cross to the host once. Health
+reductions (non-finite counts, zero fraction, kurtosis, low-precision over/underflow) come
+from per-segment partials, :func:`smdebug.reductions.health_partials`, in each path's own
+segments.
 
 **CPU tensors** (:func:`_finish_cpu_batch`, for batches and for tensors recorded one by one):
 tensors of one dtype and shape are stacked into a buffer kept between steps and reduced
@@ -37,9 +40,11 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
+from smdebug import reductions as reference
 from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
 
 ReductionKey = Tuple[str, bool]
+_HEALTH = frozenset(reference.HEALTH_REDUCTIONS)
 
 #: Tensors with at most this many elements are concatenated and reduced together; bigger
 #: ones are reduced in place. CPU: below ~8K elements the per-call dispatch cost (~5 us)
@@ -285,6 +290,19 @@ class TorchBackend(TensorBackend):
             results[i] = result
         return results
 
+    def health_partials(self, tensors: Sequence[torch.Tensor], columns: Tuple[str, ...]) -> np.ndarray:
+        """``[len(tensors), len(columns)]`` float64: the health reductions' partials
+        (:func:`smdebug.reductions.health_partials`) of each non-empty tensor, computed where
+        it lies, one transfer per device. For pieces of a sharded tensor, combined later."""
+        rows = []
+        with torch.no_grad():
+            for t in tensors:
+                x = _as_real(plain_tensor(t), torch.float64).reshape(1, -1)
+                counts = torch.full((1,), float(x.shape[1]), dtype=torch.float64, device=x.device)
+                partials = reference.health_partials(x, columns, counts, _row_sums, _per_row, torch)
+                rows.append(torch.cat([partials[c].reshape(1).to(torch.float64) for c in columns]))
+        return np.stack(self._results_to_host(rows)) if rows else np.empty((0, len(columns)))
+
     @staticmethod
     def _reducible(keys, t: torch.Tensor) -> Tuple[ReductionKey, ...]:
         # Like the numpy reference: an empty tensor has no reductions.
@@ -409,10 +427,15 @@ class TorchBackend(TensorBackend):
                 cache[key] = seg(centered.square_(), "sum") / counts
             return cache[key]
 
+        health = _lazy_health(keys, lambda columns: reference.health_partials(
+            x, columns, counts, lambda a: seg(a.to(torch.float64), "sum"),
+            lambda v: torch.repeat_interleave(v, lengths, output_size=x.numel()), torch))
         rows = []
         for op, is_abs in keys:
             src = absx() if is_abs else x
-            if op in ("min", "max", "prod"):
+            if op in _HEALTH:
+                rows.append(health(op, is_abs))
+            elif op in ("min", "max", "prod"):
                 rows.append(seg(src, op))
             elif op == "sum":
                 rows.append(l1() if is_abs else seg(x, "sum"))
@@ -476,9 +499,14 @@ def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor
             cache[key] = torch.linalg.vector_norm(src - total(abs_) / n).square() / n
         return cache[key]
 
+    health = _lazy_health(keys, lambda columns: reference.health_partials(
+        x.reshape(1, -1).to(torch.float64), columns, torch.full((1,), float(n), dtype=torch.float64, device=x.device),
+        _row_sums, _per_row, torch))
     values = []
     for op, is_abs in keys:
-        if op == "min":
+        if op in _HEALTH:
+            values.append(health(op, is_abs)[0])
+        elif op == "min":
             values.append(minmax(is_abs)[0])
         elif op == "max":
             values.append(minmax(is_abs)[1])
@@ -502,6 +530,86 @@ def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor
         else:
             raise ValueError(f"unknown reduction {op!r}")
     return torch.stack(values).to(torch.float64)  # stack promotes mixed float32/float64
+
+
+def _lazy_health(keys: Tuple[ReductionKey, ...], partials_of):
+    """``health(op, is_abs)``: a health reduction of every segment, from partials computed
+    once, on first use, by ``partials_of(columns)`` (see :func:`smdebug.reductions.health_partials`)."""
+    partials = None
+
+    def health(op: str, is_abs: bool):
+        nonlocal partials
+        if partials is None:
+            partials = partials_of(reference.health_columns(keys))
+        return reference.finish_health(partials, op, is_abs)
+    return health
+
+
+_MOMENT_COLUMNS = frozenset(p + m for p in ("", "abs_") for m in ("mean", "m2", "m3", "m4"))
+
+
+def _health_of_rows(rows: torch.Tensor, as_wide, columns: Tuple[str, ...]):
+    """Health partials of each row of a big ``[n, size]`` CPU tensor: counts compare the rows
+    in their own dtype with numpy (one comparison and one ``count_nonzero`` per bound);
+    moments of float32 rows in float32 with float64 sums (:func:`_float32_moments`), else (or
+    where some element is not finite) of the float64 copy the sums use."""
+    x = rows.detach().numpy()
+    size = x.shape[1]
+    counts = np.full(x.shape[0], float(size))
+
+    def partials(wanted, wide=None):
+        return reference.health_partials(
+            x, wanted, counts, lambda a: a.sum(axis=1), lambda v: v[:, None], np,
+            seg_count=lambda mask: np.array([np.count_nonzero(row) for row in mask], dtype=np.float64),
+            wide=wide, all_finite=lambda finite: bool((finite == size).all()))
+
+    moments = [c for c in columns if c in _MOMENT_COLUMNS]
+    out = partials(tuple(c for c in columns if c not in _MOMENT_COLUMNS))
+    if not moments:
+        return out
+    fast = None
+    if rows.dtype == torch.float32 and bool((out["finite"] == size).all()):
+        fast = _float32_moments(rows.detach(), {c[:-len("mean")] for c in moments if c.endswith("mean")})
+    out.update(fast if fast is not None else partials(columns, as_wide().detach().numpy()))
+    return out
+
+
+#: :func:`_float32_moments` leaves rows whose mean exceeds this many standard deviations to
+#: float64: centred on the float32-rounded mean, their moments would move by more than 1e-6.
+FLOAT32_MOMENTS_MAX_MEAN = 10.0
+
+
+def _float32_moments(rows: torch.Tensor, prefixes) -> Optional[Dict[str, np.ndarray]]:
+    """``mean``, ``m2``-``m4`` (and ``abs_`` ones) of finite float32 rows: deviations and their
+    powers in float32 (rounding each by at most half an ulp, without bias), summed by numpy
+    in float64 (torch's float64-accumulating sums of float32 data are 10x slower). None when
+    a row's mean is too far from 0 for float32 deviations (:data:`FLOAT32_MOMENTS_MAX_MEAN`)."""
+    x = rows.numpy()
+    n = x.shape[1]
+    out = {}
+
+    def total(a):
+        return np.add.reduce(a, axis=1, dtype=np.float64)
+
+    for prefix in prefixes:
+        source = np.abs(x) if prefix else x
+        mean = total(source) / n
+        deviation = source - mean.astype(np.float32)[:, None]
+        square = deviation * deviation
+        m2 = total(square)
+        if bool((mean * mean > FLOAT32_MOMENTS_MAX_MEAN ** 2 * m2 / n).any()):
+            return None
+        out.update({prefix + "mean": mean, prefix + "m2": m2, prefix + "m4": total(square * square),
+                    prefix + "m3": total(np.multiply(square, deviation, out=square))})
+    return out
+
+
+def _row_sums(a: torch.Tensor) -> torch.Tensor:
+    return a.sum(dim=1, dtype=torch.float64)
+
+
+def _per_row(v: torch.Tensor) -> torch.Tensor:
+    return v[:, None]
 
 
 def _median(x: torch.Tensor) -> torch.Tensor:
@@ -700,11 +808,18 @@ def _reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tu
             cache[("var", is_abs)] = var
         return cache[("var", is_abs)]
 
+    lengths = n.astype(np.intp)
+    health = _lazy_health(keys, lambda columns: reference.health_partials(
+        wide, columns, n, lambda a: np.add.reduceat(a, starts), lambda v: np.repeat(v, lengths), np,
+        seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64),
+        all_finite=lambda finite: bool((finite == n).all())))
     out = np.empty((len(n), len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
         for j, (op, is_abs) in enumerate(keys):
             src = magnitudes if is_abs else wide
-            if op == "min":
+            if op in _HEALTH:
+                out[:, j] = health(op, is_abs)
+            elif op == "min":
                 out[:, j] = np.minimum.reduceat(src, starts)
             elif op == "max":
                 out[:, j] = np.maximum.reduceat(src, starts)
@@ -740,7 +855,9 @@ def _reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.nd
         row = []
         for op, is_abs in keys:
             v = abs(value) if (is_abs or op == "l1") else value
-            if op in ("min", "max", "sum", "mean", "prod", "median", "l1"):
+            if op in _HEALTH:
+                row.append(_health_of_value(value, op))
+            elif op in ("min", "max", "sum", "mean", "prod", "median", "l1"):
                 row.append(v)
             elif op in ("variance", "std"):
                 spread = v - v
@@ -751,6 +868,22 @@ def _reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.nd
                 raise ValueError(f"unknown reduction {op!r}")
         out[i] = row
     return out
+
+
+def _health_of_value(value: float, op: str) -> float:
+    """A health reduction of a one-element tensor (the reference's on one value)."""
+    finite = math.isfinite(value)
+    if op == "nonfinite":
+        return 0.0 if finite else 1.0
+    if op == "zero_fraction":
+        return 1.0 if value == 0 else 0.0
+    if op == "kurtosis" or not finite:  # one value: no spread; or no finite element
+        return math.nan
+    kind, _, name = op.partition("flow_")
+    largest, to_zero = reference.LOW_PRECISION_TYPES[name]
+    if kind == "over":
+        return 1.0 if abs(value) > largest else 0.0
+    return math.nan if value == 0 else (1.0 if abs(value) <= to_zero else 0.0)
 
 
 def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, table, buffers) -> None:
@@ -890,10 +1023,13 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
             return var
         return get(("var", is_abs), compute)
 
+    health = _lazy_health(keys, lambda columns: _health_of_rows(rows, as_wide, columns))
     out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):
         for j, (op, is_abs) in enumerate(keys):
-            if op == "min":
+            if op in _HEALTH:
+                out[:, j] = health(op, is_abs)
+            elif op == "min":
                 out[:, j] = source(is_abs).amin(dim=1).numpy()
             elif op == "max":
                 out[:, j] = source(is_abs).amax(dim=1).numpy()

@@ -22,6 +22,10 @@ What is recorded, and when
       any accumulation, before the update); without a known optimizer, from a
       post-accumulate-grad hook on each parameter (``.grad`` once autograd finished with
       it, the last backward of the step wins). Frozen parameters have none.
+    * Updates ``update/<same name>`` (``updates``): the value just after ``optimizer.step()``
+      minus the value just before, and the optimizer's state ``optimizer/<same name>/<key>``
+      (``optimizer_variables``) just after it; only around steps of an optimizer that updates
+      a registered model (optimizer_capture.py).
     * Module inputs/outputs ``<module path>_input_<i>`` / ``<module path>_output_<i>``
       (root module: its class name; loss modules: their class name). ``i`` counts the
       tensors a module produced in the step: a module called twice with one output gives
@@ -52,7 +56,8 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from smdebug.collections import PARAMETER_REGEXES, CollectionKeys, FrameworkProfile, describe_object
+from smdebug.collections import (OPTIMIZER_STATE_REGEXES, OPTIMIZER_STEP_REGEXES, CollectionKeys, FrameworkProfile,
+                                 describe_object)
 from smdebug.exceptions import ConfigError, TrainingStopRequested
 from smdebug.capture.contract import Worker
 from smdebug.hook import Hook as CoreHook
@@ -64,6 +69,8 @@ from smdebug.modes import ModeKeys
 
 from .backend import _VERSION, TorchBackend, tensor_leaves
 from .nonfinite import NonfiniteLocator
+from .optimizer_capture import OptimizerCapture
+from .router import RouterCapture, check_router_arguments, declared_routers
 from .sharded import clean_path, fsdp_classes, model_name
 from .sharded_capture import ShardedCapture
 
@@ -134,9 +141,11 @@ class Hook(CoreHook):
 
     framework = "pytorch"
     profile = FrameworkProfile(
-        "pytorch", {**PARAMETER_REGEXES, CollectionKeys.LOSSES: (r"[Ll]oss_(?!input).*output",)},
+        "pytorch", {**OPTIMIZER_STEP_REGEXES, CollectionKeys.LOSSES: (r"[Ll]oss_(?!input).*output",),
+                    CollectionKeys.ROUTER: (r"^router/",)},
         (CollectionKeys.LOSSES,),
         extra_collections=(CollectionKeys.SCALARS, CollectionKeys.INPUTS, CollectionKeys.OUTPUTS),
+        on_demand=OPTIMIZER_STATE_REGEXES,
     )
 
     def __init__(self, *args, **kwargs):
@@ -192,6 +201,12 @@ class Hook(CoreHook):
         # Sharded parameters (FSDP2/DTensor, FSDP v1 use_orig_params): reduced from their shards
         # with a fixed number of collectives per saved step (sharded_capture.py), apart from _params.
         self._sharded = ShardedCapture(session)
+        # update/<name> and optimizer/<name>/<state key> around each optimizer step (optimizer_capture.py).
+        self._optimizer_capture = OptimizerCapture(session, session.backend)
+        self._names_by_id: Dict[int, str] = {}
+        # Mixture-of-experts routers (router.py): statistics of the step's routing.
+        self._routers = RouterCapture(session, self._name_of, self._parent_of)
+        self._parents: Dict[int, tuple] = {}  # id(module) -> (registered models then, its parent)
 
     # --- the adapter callbacks (smdebug.capture.contract.Adapter) ---------------------------------------
     def worker(self) -> Worker:
@@ -222,6 +237,8 @@ class Hook(CoreHook):
             self._sharded.capture(with_gradients=session.mode in _TRAINING_MODES, reread_weights=True)
         if self._sharded.inflight is not None:
             self._sharded.finish()
+        if self._routers:
+            self._routers.hand_over()
         if self.step_owner is not None and self._weights_batch is not None:
             # An owned step that ended without capture_parameters() (no optimizer update): keep its weights.
             self._fence_weights_guarded()
@@ -230,6 +247,7 @@ class Hook(CoreHook):
         """No sharded collectives the other ranks may not reach; the failed step keeps the
         weights its forward used, for the flight recorder."""
         self._sharded.abandon()
+        self._optimizer_capture.forget()
         if self._session.flight_recording and self._session.step_open:
             self._fence_weights_guarded()
 
@@ -319,6 +337,7 @@ class Hook(CoreHook):
                            "or drive steps yourself with hook.begin_step() and hook.save_tensor(...)")
         self._remove_handles(self._capture_handles)
         self._remove_handles(self._handles)
+        self._optimizer_capture.forget()
         if self._locator is not None:
             self._locator.remove()
             self._locator = None
@@ -371,6 +390,7 @@ class Hook(CoreHook):
         self._params.extend(self._sharded.add_model(module, inner, root_name, self._param_ids))
         self._param_names = tuple(name for name, _ in self._params)
         self._param_tensors = [param for _, param in self._params]
+        self._names_by_id = {id(param): name for name, param in self._params}
         if self._pending_params:
             pending, self._pending_params = self._pending_params, []
             for coll_name, param in pending:
@@ -382,10 +402,27 @@ class Hook(CoreHook):
         if self._locator is not None:
             self._install_locator(module, inner, root_name)
         self._install_optimizer_hooks()
+        for gate, num_experts, top_k in declared_routers(inner):  # saved when "router" is included
+            self._add_router(gate, num_experts, top_k)
         self._resolve_layer_requests()
         self._sync_capture_hooks()
 
     register_hook = register_module  # the original library's name
+
+    def register_router(self, module: torch.nn.Module, num_experts: int, top_k: int) -> None:
+        """Save mixture-of-experts routing statistics of ``module``, whose output is the router
+        logits ``[..., num_experts]``, each token going to its ``top_k`` experts: per step, the
+        fraction of assignments per expert, their coefficient of variation, the router's
+        entropy, and the fraction dropped when the module reports a capacity (router.py).
+        Includes the ``router`` collection. Routers a model declares are found by
+        ``register_module`` (router.py says which)."""
+        check_router_arguments(module, num_experts, top_k)
+        self._add_router(module, num_experts, top_k)
+        self._session.include(CollectionKeys.ROUTER, expect=False)
+
+    def _add_router(self, module: torch.nn.Module, num_experts: int, top_k: int) -> None:
+        if self._routers.add(module, num_experts, top_k):
+            self._handles.append(module.register_forward_hook(self._routers.forward_hook()))
 
     def _install_locator(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str) -> None:
         """The flight recorder's notes on every module of a registered model, and a root hook
@@ -502,6 +539,23 @@ class Hook(CoreHook):
         self._module_names[id(module)] = (module, name)
         return name
 
+    def _parent_of(self, module: torch.nn.Module) -> Optional[torch.nn.Module]:
+        """The module of a registered model that holds ``module`` as a child, if any (looked up
+        once per module and set of registered models)."""
+        known = self._parents.get(id(module))
+        if known is not None and known[0] == len(self._roots):
+            return known[1]
+        found = None
+        for _, inner, _ in self._roots:
+            for parent in inner.modules():
+                if any(child is module for child in parent.children()):
+                    found = parent
+                    break
+            if found is not None:
+                break
+        self._parents[id(module)] = (len(self._roots), found)
+        return found
+
     def _resolve_layer_requests(self) -> None:
         """Turn ``add_module_tensors`` requests into name regexes of their collections."""
         manager = self._session.collection_manager
@@ -611,7 +665,15 @@ class Hook(CoreHook):
     @never_raises("optimizer pre-step hook")
     def _on_optimizer_pre_step(self, optimizer, args, kwargs) -> None:
         session = self._session
-        if self.step_owner is not None or not self._owns(optimizer):
+        if not self._owns(optimizer):
+            return
+        if session.saving_step and session.step_open and session.step_mode in _TRAINING_MODES:
+            self._optimizer_capture.before_step(optimizer, self._names_by_id)
+            if self._sharded:
+                self._optimizer_capture.note_sharded()
+        else:
+            self._optimizer_capture.fence_state()
+        if self.step_owner is not None:
             return
         if not self.step_by_optimizer:
             self.step_by_optimizer = True
@@ -630,7 +692,12 @@ class Hook(CoreHook):
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
         # The step is over; it is closed (written) when the next one begins, as without an
         # optimizer, so that save_scalar() calls after optimizer.step() land in this step.
-        if self.step_owner is None and self._owns(optimizer):
+        if not self._owns(optimizer):
+            return
+        session = self._session
+        if session.saving_step and session.step_open and session.step_mode in _TRAINING_MODES:
+            self._optimizer_capture.after_step(optimizer, self._names_by_id)
+        if self.step_owner is None:
             self._optimizer_stepped = True
 
     def _owns(self, optimizer) -> bool:

@@ -9,14 +9,17 @@ gathering it:
 1. each worker reduces its own shards to a fixed row of float64 partials
    (:data:`PARTIAL_COLUMNS`: count, sum, sum of |x|, sum of squares, min, max, min/max of
    |x|, and the sums of squared deviations ``M2`` of x and |x| about the shard's mean; only
-   the columns the saved reductions need), all shards of the step in one batch of the
-   backend's reductions (:func:`shard_partials`), then one copy to the host;
+   the columns the saved reductions need; for the health reductions, counts and the finite
+   elements' moment sums up to the 4th, :func:`smdebug.reductions.health_partials`), all
+   shards of the step in one batch of the backend's reductions (:func:`shard_partials`),
+   then one copy to the host;
 2. the rows of every sharded tensor of the step are packed into one float64 array and
    exchanged with **one** ``all_gather`` per shard group (:class:`ShardGroups`), whatever
    the number of parameters: the collective count of a saved step is fixed;
 3. every worker combines the gathered rows (:func:`combine_partials`): sums add up, extrema
    take the extremum, and variances use Chan et al.'s pairwise update
-   ``M2 = sum(M2_i + n_i (mean_i - mean)^2)``, stable where ``E[x^2] - mean^2`` cancels.
+   ``M2 = sum(M2_i + n_i (mean_i - mean)^2)``, stable where ``E[x^2] - mean^2`` cancels (the
+   3rd and 4th moment sums by its extension, :func:`smdebug.reductions.combine_health_partials`).
 
 Only the mesh dimensions a tensor is *sharded* over are gathered: under HSDP (a 2D mesh,
 replicate x shard) every replica holds the same values, and gathering over the replicate
@@ -41,13 +44,20 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from smdebug import reductions as reference
+
 ReductionKey = Tuple[str, bool]
 
+#: The health reductions' partials (counts, finite elements' means and moment sums:
+#: :data:`smdebug.reductions.HEALTH_COLUMNS`), prefixed ``h:``; ``count`` is shared.
+_HEALTH_PARTIALS = tuple("h:" + c for c in reference.HEALTH_COLUMNS if c != "count")
 #: The partials of one shard, one float64 each, in this order.
-PARTIAL_COLUMNS = ("count", "sum", "sum_abs", "sum_sq", "min", "max", "min_abs", "max_abs", "m2", "m2_abs")
+PARTIAL_COLUMNS = ("count", "sum", "sum_abs", "sum_sq", "min", "max", "min_abs", "max_abs", "m2",
+                   "m2_abs") + _HEALTH_PARTIALS
 _COL = {name: i for i, name in enumerate(PARTIAL_COLUMNS)}
 #: Reductions computed exactly from shard partials (and their ``abs_`` forms).
-EXACT_REDUCTIONS = frozenset({"min", "max", "mean", "std", "variance", "sum", "l1", "l2"})
+EXACT_REDUCTIONS = frozenset({"min", "max", "mean", "std", "variance", "sum", "l1", "l2"}
+                             | set(reference.HEALTH_REDUCTIONS))
 #: How long a worker waits in a statistics collective for the others before it gives up (one
 #: warning, sharded capture off): a peer that stopped capturing must not stall training forever.
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
@@ -296,6 +306,9 @@ _COLUMN_SOURCES = {"sum": ("sum", False), "sum_abs": ("sum", True), "sum_sq": ("
                    "m2": ("variance", False), "m2_abs": ("variance", True)}
 
 
+_HEALTH_OPS = frozenset(reference.HEALTH_REDUCTIONS)
+
+
 def columns_needed(keys) -> Tuple[str, ...]:
     """The partials columns the reductions ``keys`` need (the others are left NaN): each
     costs passes over every shard, so only what is saved is computed."""
@@ -311,6 +324,7 @@ def columns_needed(keys) -> Tuple[str, ...]:
             need.add("sum_sq")
         elif op in ("variance", "std"):
             need.update(("sum_abs", "m2_abs") if is_abs else ("m2", "sum_sq"))  # sum_sq: free with m2
+    need.update("h:" + c for c in reference.health_columns(tuple(keys)) if c != "count")
     return tuple(name for name in PARTIAL_COLUMNS if name in need)
 
 
@@ -332,15 +346,25 @@ def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend,
     if not present:
         return out
     columns = [c for c in columns if c != "count"]
+    health = [c for c in columns if c.startswith("h:")]
+    columns = [c for c in columns if not c.startswith("h:")]
     keys = tuple(dict.fromkeys(_COLUMN_SOURCES[c] for c in columns))
     tensors = [shards[i].detach() for i in present]
-    result = backend.finish_batch(backend.start_batch(tensors, keys, False))
-    if result.lost:
-        raise ValueError("; ".join(f"shard {pos}: {why}" for pos, why in sorted(result.lost.items())))
-    table = result.reductions
+    table = None
+    if keys:
+        result = backend.finish_batch(backend.start_batch(tensors, keys, False))
+        if result.lost:
+            raise ValueError("; ".join(f"shard {pos}: {why}" for pos, why in sorted(result.lost.items())))
+        table = result.reductions
     count = np.array([t.numel() for t in tensors], dtype=np.float64)
     rows = out[present]
     rows[:, _COL["count"]] = count
+    if health:  # empty shards add nothing: their counts and moment sums stay 0
+        rows[:, [_COL[c] for c in health]] = 0.0
+        nonempty = np.flatnonzero(count > 0)
+        if len(nonempty):
+            rows[np.ix_(nonempty, [_COL[c] for c in health])] = backend.health_partials(
+                [tensors[i] for i in nonempty], tuple(c[2:] for c in health))
     for name in columns:
         values = table[:, keys.index(_COLUMN_SOURCES[name])]
         if name == "sum_sq":
@@ -351,7 +375,7 @@ def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend,
     empty = count == 0
     if empty.any():
         neutral = {"count": 0.0, "min": np.inf, "max": -np.inf, "min_abs": np.inf, "max_abs": -np.inf}
-        rows[empty] = [neutral.get(name, 0.0) if name in columns or name == "count" else np.nan
+        rows[empty] = [neutral.get(name, 0.0) if name in columns or name in health or name == "count" else np.nan
                        for name in PARTIAL_COLUMNS]
     out[present] = rows
     return out
@@ -375,6 +399,14 @@ def combine_partials(gathered: np.ndarray) -> np.ndarray:
             mean_i = np.where(count_i > 0, totals / np.where(count_i > 0, count_i, 1.0), 0.0)
             spread = np.where(count_i > 0, count_i * (mean_i - mean) ** 2, 0.0)
             out[:, _COL[m2_name]] = (gathered[..., _COL[m2_name]] + spread).sum(axis=0)
+        health = [_COL[c] for c in _HEALTH_PARTIALS]
+        if np.isfinite(gathered[..., health]).any():  # asked for: the health partials of each full tensor
+            names = ("count",) + tuple(c[2:] for c in _HEALTH_PARTIALS)
+            for t in range(gathered.shape[1]):
+                out[t, health] = reference.combine_health_partials(
+                    gathered[:, t, [_COL["count"]] + health], names)[1:]
+        else:
+            out[:, health] = np.nan
     return out
 
 
@@ -400,6 +432,10 @@ def reductions_table(rows: np.ndarray, keys: Sequence[ReductionKey]) -> np.ndarr
                 out[:, j] = rows[:, _COL["sum_abs"]]
             elif op == "l2":
                 out[:, j] = np.sqrt(rows[:, _COL["sum_sq"]])
+            elif op in _HEALTH_OPS:
+                partials = {c: rows[:, _COL["h:" + c]] for c in reference.health_columns(((op, is_abs),))
+                            if c != "count"}
+                out[:, j] = reference.finish_health({"count": count, **partials}, op, is_abs)
             else:
                 raise ValueError(f"{op!r} cannot be computed exactly from shards")
     return out

@@ -10,6 +10,9 @@ reductions of the step run on the tensors' device inside one compiled ``tf.funct
 * big tensors (more than :data:`SEGMENT_MAX_NUMEL` elements) are reduced one by one with
   TensorFlow's vectorized reductions, in the same function;
 * ``median`` needs a sort and is computed per tensor;
+* the health reductions (non-finite counts, zero fraction, kurtosis, low-precision over- and
+  underflow) come from per-tensor partials, :func:`smdebug.reductions.health_partials`, in
+  float64, with segment sums for the small tensors and whole-tensor sums for big ones;
 * the results come back as one ``[reduction kinds, tensors]`` matrix: one transfer.
 
 Values the capture already reduced (:class:`ReducedValue`, see :meth:`.capture.GraphCapture.collect`)
@@ -28,14 +31,20 @@ tensors reduced by magnitude, booleans and integers as numbers.
 """
 from __future__ import annotations
 
+import types
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from smdebug import reductions as reference
 from smdebug.capture.backend import Materialized, Request, TensorBackend
 
 ReductionKey = Tuple[str, bool]
+_HEALTH = frozenset(reference.HEALTH_REDUCTIONS)
+#: What :func:`smdebug.reductions.health_partials` needs of an array library.
+_TF_ARRAYS = types.SimpleNamespace(where=lambda mask, a, other: tf.where(mask, a, tf.constant(other, a.dtype)),
+                                   isfinite=tf.math.is_finite)
 
 #: Tensors with at most this many elements are concatenated and reduced with segment ops;
 #: bigger ones are reduced one by one (see reduction_matrix).
@@ -290,19 +299,28 @@ def _large_reductions(tensors, sizes, keys, compute):
             derive.append(("times_n", stat("mean", True)))
         elif op == "l2":
             derive.append(("l2", (stat("mean", False), stat("variance", False))))
+        elif op in _HEALTH:
+            derive.append(("stat", stat(op, is_abs)))
         else:  # pragma: no cover - ReductionConfig validates names
             raise ValueError(f"unknown reduction {op!r}")
     stats.sort(key=lambda s: s[0] == "variance")  # a variance needs its mean first
+    health_stats = [s for s in stats if s[0] in _HEALTH]
     per_tensor = []  # per tensor: {stat: scalar}
-    for t in tensors:
+    for t, size in zip(tensors, sizes):
         x = _as_real(t, compute)
         values = {False: x}
         if any(a for _, a in stats):
             values[True] = tf.abs(x)
         got = {}
         per_tensor.append(got)
+        if health_stats:
+            partials = _health_partials(tf.reshape(_wide_exact(t), [1, -1]), health_stats, [size],
+                                        lambda a: tf.reduce_sum(tf.cast(a, tf.float64), axis=1), lambda v: v[:, None])
+            got.update({s: reference.finish_health(partials, *s)[0] for s in health_stats})
         for name, is_abs in stats:
             v = values[is_abs]
+            if name in _HEALTH:
+                continue
             if name == "min":
                 got[(name, is_abs)] = _propagate_nan(tf.reduce_min(v), tf.reduce_any(tf.math.is_nan(v)))
             elif name == "max":
@@ -317,7 +335,7 @@ def _large_reductions(tensors, sizes, keys, compute):
                 # Exact in the compute dtype (an element or the mean of two): stacked with the rest.
                 got[(name, is_abs)] = tf.cast(_median(tf.reshape(v, [-1])), compute)
     # [len(stats), len(tensors)], one pack per statistic: the op count does not grow with the tensors.
-    table = tf.cast(tf.stack([tf.stack([got[s] for got in per_tensor]) for s in stats]), tf.float64)
+    table = tf.stack([tf.stack([tf.cast(got[s], tf.float64) for got in per_tensor]) for s in stats])
     rows = {s: table[i] for i, s in enumerate(stats)}
     counts = np.asarray(sizes, dtype=np.float64)
     out = []
@@ -356,6 +374,12 @@ def _segment_reductions(tensors, sizes, keys, compute, xla=False):
     ids = tf.constant(np.repeat(np.arange(n, dtype=np.int32), sizes))  # not rebuilt at each call
     absolute = tf.abs(data)
     out: Dict[ReductionKey, tf.Tensor] = {}
+    health_keys = [k for k in keys if k[0] in _HEALTH]
+    if health_keys:
+        wide = [tf.reshape(_wide_exact(t), [-1]) for t in tensors]
+        partials = _health_partials(tf.concat(wide, axis=0) if n > 1 else wide[0], health_keys, sizes,
+                                    lambda a: segment_sum(tf.cast(a, tf.float64), ids), lambda v: tf.gather(v, ids))
+        out.update({k: reference.finish_health(partials, *k) for k in health_keys})
     if ops & {"sum", "mean", "variance", "std", "l1", "l2"}:
         wide = tf.cast(data, tf.float64)
         wide_abs = tf.abs(wide)
@@ -381,6 +405,29 @@ def _segment_reductions(tensors, sizes, keys, compute, xla=False):
         if "median" in needed:
             out[("median", is_abs)] = tf.stack([_median(part) for part in tf.split(x, sizes)])
     return tf.stack([tf.cast(out[key], tf.float64) for key in keys], axis=0)
+
+
+def _wide_exact(t):
+    """``t`` as float64 (complex: magnitude), float32 subnormals kept. TensorFlow's CPU threads
+    treat subnormal operands as zero (DAZ), so a plain cast would turn them into zeros and
+    hide them from ``zero_fraction`` and ``underflow_*``: they are rebuilt from their bits
+    (integer ops) instead. float64 subnormals (below 2.2e-308) still read as zero on CPU."""
+    if t.dtype.is_complex:
+        t = tf.abs(t)
+    if not t.dtype.is_floating or t.dtype == tf.float64:
+        return tf.cast(t, tf.float64)
+    x = tf.cast(t, tf.float32)  # exact from float16 and bfloat16
+    bits = tf.bitcast(x, tf.int32)
+    magnitude = tf.bitwise.bitwise_and(bits, 0x7FFFFFFF)
+    subnormal = (magnitude > 0) & (magnitude < 0x00800000)
+    value = tf.cast(magnitude, tf.float64) * 2.0 ** -149  # the subnormal's value, exactly
+    return tf.where(subnormal, tf.where(bits < 0, -value, value), tf.cast(x, tf.float64))
+
+
+def _health_partials(x, keys, sizes, seg_sum, expand):
+    """:func:`smdebug.reductions.health_partials` of float64 ``x`` in TensorFlow ops."""
+    counts = tf.constant(np.asarray(sizes, dtype=np.float64))
+    return reference.health_partials(x, reference.health_columns(tuple(keys)), counts, seg_sum, expand, _TF_ARRAYS)
 
 
 def _propagate_nan(extreme, has_nan):

@@ -424,3 +424,38 @@ def test_original_reads_a_step_that_a_late_scalar_joined(original_python, tmp_pa
     _assert_same(decode_array(final["value"]), np.array([0.25]), "scalar/final")
     w = got["tensors"]["w"]["at"]["0"]["by_worker"]["worker_0"]
     _assert_same(decode_array(w["value"]), np.arange(3.0), "w")
+
+
+def test_health_reductions_leave_the_rest_of_the_run_readable_by_the_original(original_python, tmp_path):
+    """The health reductions (nonfinite, zero_fraction, kurtosis, overflow_*, underflow_*) are
+    ours: the collections file lists them under ``extra_reductions``, which 1.0.34 ignores,
+    so it still reads every other tensor and reduction of the run, and their records too."""
+    from smdebug import reductions as reference
+
+    run_dir = tmp_path / "run"
+    health = list(reference.HEALTH_REDUCTIONS)
+    weight = np.array([[0.0, 1e-9, 500.0], [70000.0, -2.0, np.nan]], dtype=np.float32)
+    plain = np.array([3.0, -1.0, 2.0])
+    hook = smd.Hook(out_dir=str(run_dir), save_config=smd.SaveConfig(save_interval=1))
+    hook.get_collection("health").reduction_config = smd.ReductionConfig(
+        reductions=health + ["max"], abs_reductions=["kurtosis"], save_raw_tensor=True)
+    hook.get_collection("plain").reduction_config = smd.ReductionConfig(reductions=["min", "mean"], norms=["l2"],
+                                                                        save_raw_tensor=True)
+    hook.begin_step()
+    hook.save_tensor("health/w", weight, "health")
+    hook.save_tensor("plain/x", plain, "plain")
+    hook.close()
+    dump = tmp_path / "original_reads.json"
+    run_original(original_python, "original_dump_trial.py", run_dir, dump, cwd=tmp_path)
+    got = load_json(dump)
+    item = got["tensors"]["plain/x"]["at"]["0"]["by_worker"]["worker_0"]
+    _assert_same(decode_array(item["value"]), plain, "plain/x")
+    reductions = {k: float(decode_array(v).reshape(-1)[0]) for k, v in item["reductions"].items()}
+    assert reductions == {"min": -1.0, "mean": plain.mean(), "l2": float(np.linalg.norm(plain))}
+    item = got["tensors"]["health/w"]["at"]["0"]["by_worker"]["worker_0"]
+    _assert_same(decode_array(item["value"]), weight, "health/w")
+    reductions = {k: float(decode_array(v).reshape(-1)[0]) for k, v in item["reductions"].items()}
+    want = {op: float(reference.reduce(weight, op)) for op in health + ["max"]}
+    want["abs_kurtosis"] = float(reference.reduce(weight, "kurtosis", True))
+    assert reductions.keys() == want.keys()
+    np.testing.assert_allclose([reductions[k] for k in want], list(want.values()), rtol=1e-12, equal_nan=True)

@@ -196,3 +196,49 @@ def test_every_adapter_module_imports_no_other_framework():
         for attr in vars(module).values():
             mod = getattr(attr, "__module__", None) or getattr(attr, "__name__", "")
             assert str(mod).split(".")[0] not in heavy or name.startswith("smdebug.") is False, (name, mod)
+
+
+HEALTH_KEYS = tuple((op, is_abs) for op in reference.HEALTH_REDUCTIONS for is_abs in (False, True))
+
+
+def _health_values():
+    """Values at and just past each low-precision type's limits, NaN, ±Inf, zeros, subnormals,
+    in shapes that take each of a backend's paths (one value, small batches, big tensors)."""
+    import ml_dtypes
+
+    limits = []
+    for t in (np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        info = ml_dtypes.finfo(t)
+        largest, tiny = np.float32(info.max), np.float32(info.smallest_subnormal)
+        limits += [largest, -np.nextafter(largest, np.float32(np.inf)), tiny, tiny / 2, np.nextafter(tiny / 2, 1)]
+    edge = np.array(limits + [0.0, -0.0, np.nan, np.inf, -np.inf, 1.5, -3.0], dtype=np.float32)
+    rng = np.random.default_rng(5)
+    big = (rng.standard_normal(70000) ** 3).astype(np.float32)
+    big[::997] = 0
+    big[5], big[9], big[11] = np.nan, np.inf, 1e-40
+    return {"edge f32": edge, "edge f64": edge.astype(np.float64), "edge again": edge[::-1].copy(),
+            "big": big, "f16": np.array([0, 1e-7, 6e4, np.inf], dtype=np.float16),
+            "i64": np.array([0, 3, 70000], dtype=np.int64), "no finite": np.array([np.nan, np.inf], np.float32),
+            "one value": np.array([0.0], np.float32)}
+
+
+def _assert_health(name, array, keys, got):
+    want = reference.reduce_many(array, keys)
+    for key, expected in zip(keys, want):
+        np.testing.assert_allclose(got[key], expected, rtol=1e-5, atol=0, equal_nan=True, err_msg=f"{name}: {key}")
+
+
+def test_health_reductions_equal_the_reference_one_by_one_and_in_batches(framework):
+    backend = framework.make_backend()
+    values = _health_values()
+    requests = [Request(name, backend.snapshot(framework.to_tensor(v), True), raw=False, shape=True,
+                        reductions=HEALTH_KEYS) for name, v in values.items()]
+    for (name, array), result in zip(values.items(), backend.materialize(requests)):
+        _assert_health(name, array, HEALTH_KEYS, result.reductions)
+    for raw in (False, True):
+        for group in (list(values), ["one value"], ["edge f32", "edge again"]):
+            result = backend.finish_batch(backend.start_batch([framework.to_tensor(values[n]) for n in group],
+                                                              HEALTH_KEYS, raw))
+            assert not result.lost
+            for i, name in enumerate(group):
+                _assert_health(name, values[name], HEALTH_KEYS, dict(zip(HEALTH_KEYS, result.reductions[i])))

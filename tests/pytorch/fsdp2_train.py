@@ -14,7 +14,8 @@ v1 with ``use_orig_params=True``: flat pieces of parameters), ``fsdp1_flat`` (wi
 nothing to name, one warning), ``inplace`` (weights scaled in place between backward and
 ``optimizer.step()``), ``tp`` and ``tp_full_all`` (a DTensor parameter sharded along dim 1,
 no FSDP), ``hsdp``, ``hsdp_full_one`` and ``hsdp_full_all`` (a 2D replicate x shard mesh:
-2 processes as 2x1, 4 as 2x2).
+2 processes as 2x1, 4 as 2x2), ``health`` (the ``reductions`` model with the health
+reductions, weights set past the fp16/fp8 limits, to zero and below their smallest subnormals).
 """
 import json
 import os
@@ -34,6 +35,7 @@ from smdebug import reductions as ref
 
 REDUCTIONS = ["min", "max", "mean", "std", "variance", "sum"]
 NORMS = ["l1", "l2"]
+HEALTH = list(ref.HEALTH_REDUCTIONS)
 STEPS = 3
 
 
@@ -78,7 +80,7 @@ def full_parameters(model):
     return [(name, p.full_tensor().detach(), p.grad.full_tensor().detach()) for name, p in model.named_parameters()]
 
 
-def reference(model, optimizer, rank, out):
+def reference(model, optimizer, rank, out, ops=REDUCTIONS + NORMS):
     """Record the full tensor of every weight and gradient before each optimizer step."""
     steps, full = [], {}
 
@@ -89,14 +91,14 @@ def reference(model, optimizer, rank, out):
                 whole = tensor.numpy().astype(np.float64)
                 full[f"{len(steps)}|{key}"] = whole
                 values[key] = {("abs_" if a else "") + op: float(ref.reduce(whole, op, a))
-                               for op in REDUCTIONS + NORMS for a in (False, True)}
+                               for op in ops for a in (False, True)}
         steps.append(values)
 
     optimizer.register_step_pre_hook(pre_step)
 
     def weights_now():  # an EVAL step: its weights, no gradients
         steps.append({f"Sequential_{name}": {("abs_" if a else "") + op: float(ref.reduce(
-            weight.numpy().astype(np.float64), op, a)) for op in REDUCTIONS + NORMS
+            weight.numpy().astype(np.float64), op, a)) for op in ops
             for a in (False, True)} for name, weight, _ in full_parameters(model)})
 
     def save():
@@ -119,6 +121,13 @@ def run(scenario, out_base, rank, world):
         model = torch.nn.Sequential(ColumnSharded(mesh))
     elif scenario.startswith("fsdp1"):  # FSDP (v1), one flat parameter sharded over the ranks
         model = FSDP(make_model(2), use_orig_params=scenario != "fsdp1_flat", device_id=torch.device("cpu"))
+    elif scenario == "health":
+        model = make_model(2)
+        with torch.no_grad():  # past the fp16/fp8 limits, zeros, below the smallest subnormals
+            model[0].weight[0, :4] = torch.tensor([7e4, 500.0, 0.0, 1e-9])
+            model[0].weight[2, 0] = 3e-41  # a float32 subnormal, below bf16's too
+            model[2].bias.zero_()
+        model = shard(model, mesh)
     else:
         model = shard(make_model(20 if scenario == "wide" else 2), mesh)
     full_values = "full" in scenario
@@ -126,18 +135,22 @@ def run(scenario, out_base, rank, world):
     reduction_config = smd.ReductionConfig(save_raw_tensor=True) if full_values else smd.ReductionConfig(
         reductions=REDUCTIONS + (["median"] if scenario == "reductions" else []), abs_reductions=REDUCTIONS,
         norms=NORMS, abs_norms=NORMS)
+    if scenario == "health":
+        reduction_config = smd.ReductionConfig(reductions=HEALTH, abs_reductions=HEALTH)
     # flight: a flight recorder (on the chief only: the one rank that writes), nothing saved by the
     # save config; every rank must still take part in every step's statistics collectives
     flight = smd.FlightRecorder(steps=2) if scenario == "flight" else None
     hook = smd.Hook(out_dir=out, include_workers="all" if scenario.endswith("full_all") else "one",
                     save_config=smd.SaveConfig(save_interval=100 if flight else 1), reduction_config=reduction_config,
-                    include_collections=["weights", "biases", "gradients"], flight_recorder=flight)
+                    include_collections=["weights", "biases", "gradients"] + (["updates"] if scenario == "health" else []),
+                    flight_recorder=flight)
     hook.register_module(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     if scenario in ("fsdp1_flat", "flight"):  # nothing saved to compare (FSDP v1: no full gradients)
         save_reference = eval_reference = lambda: None
     else:
-        save_reference, eval_reference = reference(model, optimizer, rank, out)
+        save_reference, eval_reference = reference(model, optimizer, rank, out,
+                                                   HEALTH if scenario == "health" else REDUCTIONS + NORMS)
     gen = torch.Generator().manual_seed(rank)  # each rank its own data
     collectives = []
     for _ in range(STEPS):
@@ -149,6 +162,10 @@ def run(scenario, out_base, rank, world):
             with torch.no_grad():
                 for param in model.parameters():
                     param.to_local().mul_(1.5)
+        if scenario == "health":  # the gradients too, past the limits
+            with torch.no_grad():
+                for param in model.parameters():
+                    param.grad.to_local().mul_(1e5)
         optimizer.step()
         collectives.append(hook._sharded.groups.collectives - before)
     if scenario == "reductions":  # an EVAL step: weights captured at its forward

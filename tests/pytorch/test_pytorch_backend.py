@@ -275,10 +275,10 @@ def test_one_value_tensors_are_reduced_in_python_as_the_reference(monkeypatch):
     for negative, zero, NaN, infinite and half-precision values; anything else, or more than
     a few, takes the numpy path."""
     keys = tuple((op, is_abs) for op in ("min", "max", "sum", "mean", "variance", "std", "l1", "l2", "prod", "median")
-                 for is_abs in (False, True) if not (op in ("l1", "l2") and is_abs))
+                 + reductions.HEALTH_REDUCTIONS for is_abs in (False, True) if not (op in ("l1", "l2") and is_abs))
     tensors = [torch.tensor(-2.5), torch.tensor([0.0]), torch.tensor(float("nan")), torch.tensor(float("-inf")),
                torch.tensor([[3.25]], dtype=torch.bfloat16), torch.tensor(1e300, dtype=torch.float64),
-               torch.tensor(0.1, dtype=torch.float16)]
+               torch.tensor(0.1, dtype=torch.float16), torch.tensor(1e-30)]
     assert torch_backend._segment_plan(tuple(t.dtype for t in tensors), tuple(tuple(t.shape) for t in tensors)) \
         is torch_backend._ONE_VALUE_EACH
     monkeypatch.setattr(torch_backend, "_reduce_segments", lambda *a: pytest.fail("numpy path taken"))
@@ -314,3 +314,50 @@ def test_median_and_prod_as_segments():
     batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
     result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
     np.testing.assert_array_equal(result.reductions, [[2.0, 2.0, -6.0], [0.5, 4.5, -20.0], [7.0, 7.0, 7.0]])
+
+
+HEALTH_KEYS = tuple(itertools.product(reductions.HEALTH_REDUCTIONS, (False, True)))
+
+
+def health_tensors():
+    limits = []
+    for t in (np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        info = ml_dtypes.finfo(t)
+        largest, tiny = np.float32(info.max), np.float32(info.smallest_subnormal)
+        limits += [largest, np.nextafter(largest, np.float32(np.inf)), -tiny / 2, np.nextafter(tiny / 2, 1)]
+    edge = torch.tensor(limits + [0.0, -0.0, float("nan"), float("inf"), 2.0, -1.0], dtype=torch.float32)
+    big = torch.randn(10000, generator=torch.Generator().manual_seed(2)) ** 3
+    big[::7] = 0
+    big[3] = float("-inf")
+    finite = torch.randn(300, 300, generator=torch.Generator().manual_seed(3)) ** 3  # float32 moments
+    offset = 50 + torch.randn(300, 300, generator=torch.Generator().manual_seed(4))  # float64 moments
+    return sample_tensors() + [edge, edge.double(), big, edge.to(torch.float8_e4m3fn), big.to(torch.float8_e5m2),
+                               finite, offset]
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_health_reductions_of_every_dtype_and_path_equal_numpy(monkeypatch, in_place):
+    if in_place:
+        monkeypatch.setitem(torch_backend.BATCH_MAX_NUMEL, "cpu", 0)  # device path: every tensor alone
+    tensors = health_tensors()
+    backend = TorchBackend()
+    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=False, shape=True, reductions=HEALTH_KEYS)
+                for i, t in enumerate(tensors)]
+    for tensor, result in zip(tensors, backend.materialize(requests)):
+        array = as_numpy(tensor.float() if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else tensor)
+        for key, want in zip(HEALTH_KEYS, reductions.reduce_many(array, HEALTH_KEYS)):
+            np.testing.assert_allclose(result.reductions[key], want, rtol=1e-5, equal_nan=True,
+                                       err_msg=f"{key} of {tensor.dtype} {tuple(tensor.shape)}")
+
+
+@cuda
+def test_cuda_health_reductions_equal_numpy():
+    tensors = [t for t in health_tensors() if t.dtype != torch.complex64] + [torch.randn(5_000_000)]
+    backend = TorchBackend()
+    requests = [Request(f"t{i}", backend.snapshot(t.cuda(), True), raw=False, shape=True, reductions=HEALTH_KEYS)
+                for i, t in enumerate(tensors)]
+    for tensor, result in zip(tensors, backend.materialize(requests)):
+        array = as_numpy(tensor.float() if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else tensor)
+        for key, want in zip(HEALTH_KEYS, reductions.reduce_many(array, HEALTH_KEYS)):
+            np.testing.assert_allclose(result.reductions[key], want, rtol=1e-5, equal_nan=True,
+                                       err_msg=f"{key} of {tensor.dtype} {tuple(tensor.shape)}")

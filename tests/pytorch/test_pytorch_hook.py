@@ -427,7 +427,8 @@ def test_save_all_and_include_regex(run_dir):
     expected = {*PARAMS, *(f"gradient/{n}" for n in PARAMS), "Net_input_0", "Net_output_0",
                 "CrossEntropyLoss_input_0", "CrossEntropyLoss_input_1", "CrossEntropyLoss_output_0",
                 "conv_input_0", "conv_output_0", "relu_input_0", "relu_output_0", "relu_input_1", "relu_output_1",
-                "fc1_input_0", "fc1_output_0", "fc2_input_0", "fc2_output_0"}
+                "fc1_input_0", "fc1_output_0", "fc2_input_0", "fc2_output_0",
+                *(f"update/{n}" for n in PARAMS)}  # "all" includes every collection, updates too
     assert names == expected
 
     hook = every_step(out_dir=run_dir + "_regex", include_regex=[r"relu_output_\d", "fc2.bias"])

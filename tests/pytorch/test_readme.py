@@ -67,3 +67,15 @@ def test_looking_at_a_run_python_lines(cnn_run):
     exec("from smdebug.trials import create_trial", scope)
     for line in lines:
         exec(line.replace("/tmp/cnn_run", cnn_run), scope)  # each line of the README runs
+
+
+def test_training_health_runs_as_written(tmp_path):
+    """The README's "Training health" example, its run directory moved to tmp_path."""
+    code = re.findall(r"```python\n(.*?)```", section("Training health"), re.S)[0]
+    code = code.replace('"/tmp/health_run"', repr(str(tmp_path / "health_run")))
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert 0 < scope["ratio"] < 1
+    trial = scope["trial"]
+    assert {"update/Sequential_0.weight", "optimizer/Sequential_0.weight/exp_avg"} <= set(trial.tensor_names())
+    assert trial.tensor("Sequential_0.weight").reduction_value(0, "kurtosis") > 1
