@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..modes import ModeKeys
+from .trials.health import update_ratio_table
 from .trials.order import production_order
 from .heatmaps import (
     MAX_BINS,
@@ -49,7 +50,8 @@ _HISTOGRAM_SAMPLE = 50_000
 _HISTOGRAM_BINS = 48
 #: Collections naming a role rather than a kind of tensor: not heatmap groups.
 _NOT_GROUPS = {"all", "default", "losses", "metrics", "scalars", "sm_metrics", "gradient_norms", "hyperparameters"}
-_GROUP_ORDER = ("gradient", "gradients", "update", "optimizer", "weights", "biases", "outputs", "inputs")
+RATIO_GROUP = "update_ratio"
+_GROUP_ORDER = ("gradient", "gradients", RATIO_GROUP, "update", "optimizer", "weights", "biases", "outputs", "inputs")
 _MODE_STYLE = {"TRAIN": "-", "EVAL": "--", "PREDICT": ":", "GLOBAL": "-."}
 _DPI = 80
 #: Seconds the default rules may take in a report (they read every step; a long run's
@@ -125,6 +127,9 @@ class _Run:
         if missing:
             self.series.by_key.update(_Series(trial.to_table(missing, progress=progress)).by_key)
         self.scalars = natural_sorted({t for (t, label) in self.series.by_key if label == ""})
+        # Each layer's update-to-weight ratio, when the run saved its updates (training health).
+        self.series.by_key.update({(f"{RATIO_GROUP}/{name}", label): value for (name, label), value in
+                                   _Series(update_ratio_table(trial, progress=progress)).by_key.items()})
         self.model_order = production_order(trial, self.names)
         steps = trial.steps()
         self.span = (steps[0], steps[-1]) if steps else (0, 0)
@@ -140,7 +145,7 @@ class _Run:
 
 
 #: Name prefixes that say what a tensor is whatever its collection (``update/fc.weight``).
-_KIND_PREFIXES = ("gradient", "update", "optimizer")
+_KIND_PREFIXES = ("gradient", "update", RATIO_GROUP, "optimizer")
 
 
 def _group_of(name: str, collection_of: Dict[str, str]) -> str:
@@ -335,7 +340,7 @@ def _heading(ax, text: str) -> None:
 def _layer_of(name: str) -> str:
     """The parameter a derived tensor belongs to: ``gradient/W``, ``update/W`` and
     ``optimizer/W/<state>`` are W's."""
-    for prefix in ("gradient/", "gradients/", "update/"):
+    for prefix in ("gradient/", "gradients/", "update/", f"{RATIO_GROUP}/"):
         if name.startswith(prefix):
             return name[len(prefix):]
     if name.startswith("optimizer/") and name.count("/") >= 2:

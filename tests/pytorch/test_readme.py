@@ -75,7 +75,9 @@ def test_training_health_runs_as_written(tmp_path):
     code = code.replace('"/tmp/health_run"', repr(str(tmp_path / "health_run")))
     scope = {}
     exec(compile(code, "README.md", "exec"), scope)
-    assert 0 < scope["ratio"] < 1
+    ratios = scope["ratios"]
+    assert "Sequential_0.weight" in set(ratios["tensor"]) and set(ratios["step"]) == {0}
+    assert ((0 < ratios["value"]) & (ratios["value"] < 1)).all()
     trial = scope["trial"]
     assert {"update/Sequential_0.weight", "optimizer/Sequential_0.weight/exp_avg"} <= set(trial.tensor_names())
     assert trial.tensor("Sequential_0.weight").reduction_value(0, "kurtosis") > 1

@@ -174,3 +174,41 @@ def test_optimizer_variables_exists_once_asked_for(tmp_path):
     hook = smd.Hook(out_dir=str(tmp_path / "b"), include_collections=["optimizer_variables"])
     assert list(hook.get_collection("optimizer_variables").include_regex) == ["^optimizer/"]
     hook.close()
+
+
+def test_trial_and_report_give_each_layers_update_to_weight_ratio(tmp_path):
+    pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    from smdebug.analysis.report import write_report
+
+    model = make_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    weights = []  # full weights before every step, independently of the hook
+
+    def before(module, args):
+        weights.append({n: p.detach().clone() for n, p in model.named_parameters()})
+
+    # Updates as reductions, weights saved whole every other step: the ratio wherever both are known.
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["updates", "weights", "biases"])
+    hook.get_collection("updates").reduction_config = smd.ReductionConfig(norms=["l2"])
+    hook.get_collection("weights").save_config = smd.SaveConfig(save_interval=2)
+    hook.get_collection("biases").save_config = smd.SaveConfig(save_interval=2)
+    hook.register_module(model)
+    model.register_forward_pre_hook(before)
+    _loop(model, optimizer, batches(STEPS))
+    weights.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    ratios = trial.update_ratios()
+    assert set(ratios["reduction"]) == {"update_ratio"}
+    assert sorted(set(ratios["tensor"])) == sorted(f"Net_{n}" for n, _ in model.named_parameters())
+    assert sorted(set(ratios["step"])) == [0, 2, 4, 6]
+    for row in ratios.itertuples():
+        n = row.tensor[len("Net_"):]
+        before_step, after_step = weights[row.step][n].double(), weights[row.step + 1][n].double()
+        expected = float(torch.linalg.vector_norm(after_step - before_step) / torch.linalg.vector_norm(before_step))
+        assert row.value == pytest.approx(expected, rel=1e-5)
+    out = tmp_path / "report.html"
+    write_report(trial, str(out), rules=False)
+    assert "<h3>update_ratio</h3>" in out.read_text()

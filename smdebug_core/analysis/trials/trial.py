@@ -570,6 +570,17 @@ class Trial:
                              show_incomplete_steps=show_incomplete_steps, progress=progress,
                              on_error=on_error, reductions=reductions).to_pandas()
 
+    def update_ratios(self, *, mode=None, workers=None, progress: Optional[bool] = None):
+        """Each layer's update-to-weight ratio, ``l2(update/<w>) / l2(<w>)``, at every step
+        both were saved (the ``updates`` collection with the weights): a DataFrame with the
+        :meth:`to_dataframe` columns, ``tensor`` the weight's name and ``reduction``
+        ``"update_ratio"``. Either L2 may be saved or computed from a saved full value.
+        Empty when the run saved no updates. Needs pandas."""
+        from .health import update_ratio_table
+
+        require_pandas("Trial.update_ratios")
+        return update_ratio_table(self, mode=mode, workers=workers, progress=progress).to_pandas()
+
     def to_parquet(self, directory, names=None, *, regex=None, collection=None, mode=None, steps=None,
                    workers=None, show_incomplete_steps: bool = False, progress: Optional[bool] = None,
                    on_error: str = "warn") -> List[str]:

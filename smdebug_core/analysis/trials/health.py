@@ -1,0 +1,51 @@
+"""Statistics derived from the training-health collections (docs/format.md 8.4): the
+update-to-weight ratio ``l2(update/<w>) / l2(<w>)`` of each layer at each step both were saved.
+
+The weight saved at a step is its value before that step's optimizer update (PyTorch
+saves parameters when the step begins), the update its change in that step: the ratio is the
+step's relative change of the layer. Either L2 may be saved as a reduction or computed from
+a saved full value.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .table import Table
+
+UPDATE_PREFIX = "update/"
+RATIO_LABEL = "update_ratio"
+
+
+def update_ratio_table(trial, *, mode=None, workers=None, progress: Optional[bool] = None) -> Table:
+    """Rows of ``tensor`` = the weight's name, ``reduction`` = ``"update_ratio"``, ``value`` =
+    the ratio, for every (step, worker) at which both L2 norms are known (a zero weight gives inf)."""
+    known = set(trial.tensor_names())
+    updates = sorted(n for n in known if n.startswith(UPDATE_PREFIX) and n[len(UPDATE_PREFIX):] in known)
+    if not updates:
+        return Table.empty()
+    weights = [n[len(UPDATE_PREFIX):] for n in updates]
+    table = trial.to_table(updates + weights, reductions=["l2"], mode=mode, workers=workers, progress=progress)
+    if not len(table):
+        return Table.empty()
+    t_codes, t_cats = table.texts["tensor"]
+    w_codes, w_cats = table.texts["worker"]
+    code_of = {name: i for i, name in enumerate(t_cats)}
+    # The weight's code for each row: an update row maps to its weight's, a weight row to its own.
+    weight_code = np.array([code_of.get(name[len(UPDATE_PREFIX):], -1) if name.startswith(UPDATE_PREFIX)
+                            else i for i, name in enumerate(t_cats)], np.int64)[t_codes]
+    is_update = np.array([name.startswith(UPDATE_PREFIX) for name in t_cats], bool)[t_codes]
+    steps = table.numbers["step"].astype(np.int64)
+    key = (weight_code * (len(w_cats) + 1) + w_codes.astype(np.int64)) * (int(steps.max()) + 1) + steps
+    upd, wgt = np.flatnonzero(is_update & (weight_code >= 0)), np.flatnonzero(~is_update)
+    _, at_u, at_w = np.intersect1d(key[upd], key[wgt], assume_unique=False, return_indices=True)
+    rows_u, rows_w = upd[at_u], wgt[at_w]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = table.numbers["value"][rows_u] / table.numbers["value"][rows_w]
+    order = np.lexsort((steps[rows_u], w_codes[rows_u], weight_code[rows_u]))
+    rows_u, rows_w, ratio = rows_u[order], rows_w[order], ratio[order]
+    m_codes, m_cats = table.texts["mode"]
+    return Table({"step": steps[rows_u], "mode_step": table.numbers["mode_step"][rows_u], "value": ratio},
+                 {"mode": (m_codes[rows_u], m_cats), "worker": (w_codes[rows_u], w_cats),
+                  "tensor": (t_codes[rows_w], t_cats), "reduction": (np.zeros(len(rows_u), np.int64), [RATIO_LABEL])})
