@@ -15,18 +15,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import rules_corpus
 
 FRAMEWORK = "lightning"
-HEALTHY = [n for n in rules_corpus.run_names(FRAMEWORK) if rules_corpus.label_of(n).healthy]
+HEALTHY = rules_corpus.healthy_runs(FRAMEWORK)
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """Every Lightning run of the corpus, built once for this module."""
-    root = str(tmp_path_factory.mktemp("rules_corpus"))
-    return {name: rules_corpus.build(name, root) for name in rules_corpus.run_names(FRAMEWORK)}
+    return rules_corpus.build_all(FRAMEWORK, str(tmp_path_factory.mktemp("rules_corpus")))
 
 
 @pytest.mark.parametrize("name", HEALTHY)
 def test_default_rules_are_silent_on_a_healthy_run(corpus, name):
-    status, output = rules_corpus.default_rules(corpus[name])
-    assert status == 0, output
-    assert "FIRED" not in output
+    rules_corpus.assert_silent(corpus[name])

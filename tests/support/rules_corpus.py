@@ -112,6 +112,45 @@ def evaluate(run_dir: str, rule_name: str, **params):
     return invoke_rule(BUILTIN_RULES[rule_name](create_trial(run_dir, wait_timeout=0), **params), follow=False)
 
 
+def healthy_runs(framework: str) -> List[str]:
+    return [n for n in run_names(framework) if label_of(n).healthy]
+
+
+def broken_cases(framework: str) -> List[tuple]:
+    """``(run, rule)`` for each built-in rule meant to catch each broken run of ``framework``."""
+    from smdebug.analysis.rules.builtin import BUILTIN_RULES
+
+    return [(n, r) for n in run_names(framework) for r in label_of(n).rules if r in BUILTIN_RULES]
+
+
+def build_all(framework: str, root: str) -> Dict[str, str]:
+    return {name: build(name, root) for name in run_names(framework)}
+
+
+def assert_silent(run_dir: str) -> None:
+    """The default ``smdebug rules`` exits 0 and fires nothing on a healthy run."""
+    status, output = default_rules(run_dir)
+    assert status == 0, output
+    assert "FIRED" not in output
+
+
+def assert_caught(run_dir: str, name: str, rule: str) -> None:
+    """``rule`` fires on broken run ``name`` within two steps of the injected fault, names the
+    layer it started in (where the label says), and the default ``smdebug rules`` says so."""
+    report = evaluate(run_dir, rule)
+    assert report.triggered > 0, report
+    label = label_of(name)
+    first = report.to_dict()["violations"][0]
+    if label.fault_step is not None:
+        assert abs(first["step"] - label.fault_step) <= 2, report.violation_steps[:5]
+    if label.culprit is not None and rule in label.culprit_rules:
+        named = first["details"]["culprit"]
+        assert named["layer"] == label.culprit, named
+        assert label.fault_step is None or abs(named["first_step"] - label.fault_step) <= 2, named
+    status, output = default_rules(run_dir)
+    assert status == 1 and any(line.startswith(rule) and "FIRED" in line for line in output.splitlines()), output
+
+
 # =============================================================================================
 # PyTorch: an MLP classifier on a synthetic task (4 classes from a fixed linear teacher).
 # Modules are named as users name them: fc1, relu1, ... (the rules' ReLU/tanh patterns must
