@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from .table import COLUMNS, Table
+from .table import COLUMNS, Table, require_optional
 
 #: The Hive partition columns, outermost first.
 PARTITIONS = ("worker", "mode")
@@ -29,14 +29,10 @@ _FILE = "part-0.parquet"
 
 
 def require_pyarrow(what: str):
-    """The pyarrow module, or ImportError saying how to install it."""
-    try:
-        import pyarrow
-        import pyarrow.parquet  # loaded here: a broken install fails here, not mid-export
-    except ImportError:
-        raise ImportError(f"{what} needs pyarrow, which is not installed: pip install \".[parquet]\" "
-                          "(smdebug-core's 'parquet' extra; pip install pyarrow works too)") from None
-    return pyarrow
+    """The pyarrow module, or ImportError saying how to install it (pyarrow.parquet loaded
+    here: a broken install fails here, not mid-export)."""
+    require_optional("pyarrow.parquet", what, '".[parquet]"', "parquet")
+    return require_optional("pyarrow", what, '".[parquet]"', "parquet")
 
 
 def arrow_table(table: Table, columns=COLUMNS):

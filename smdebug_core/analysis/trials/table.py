@@ -14,14 +14,20 @@ COLUMNS = ("step", "mode", "mode_step", "worker", "tensor", "reduction", "value"
 _MAX_MODE_NUMBER = max(m.value for m in ModeKeys)
 
 
+def require_optional(module: str, what: str, install: str, extra: str):
+    """``module`` imported, or ImportError saying what needs it and how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{what} needs {module.split('.')[0]}, which is not installed: pip install {install} "
+                          f"(smdebug-core's '{extra}' extra)") from None
+
+
 def require_pandas(what: str):
     """The pandas module, or ImportError saying how to install it."""
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError(f"{what} needs pandas, which is not installed: pip install pandas "
-                          "(smdebug-core's 'analysis' extra)") from None
-    return pandas
+    return require_optional("pandas", what, "pandas", "analysis")
 
 
 def _used_ids(codes: np.ndarray, size: int) -> np.ndarray:
