@@ -64,11 +64,22 @@ class TensorRecords:
             workers.add(worker)
 
     def add_reduction(self, step: int, worker: str, key: Tuple[str, bool], location: TensorLocation) -> None:
+        # Called once per index entry while loading (most entries are reductions): kept flat.
         by_worker = self.reductions.get(step)
         if by_worker is None:
-            by_worker = self.reductions[step] = {}
-        by_worker.setdefault(worker, {})[key] = location
-        self._note(step, worker)
+            self.reductions[step] = {worker: {key: location}}
+        else:
+            by_key = by_worker.get(worker)
+            if by_key is None:
+                by_worker[worker] = {key: location}
+            else:
+                by_key[key] = location
+        workers = self.step_workers.get(step)
+        if workers is None:
+            self.step_workers[step] = {worker}
+            self._sorted_steps = None
+        else:
+            workers.add(worker)
 
     def add_placement(self, step: int, worker: str, placement: Placement) -> None:
         self.placements.setdefault(step, {})[worker] = placement

@@ -36,6 +36,10 @@ _RESCAN_GRACE_NS = 2_000_000_000
 _PROGRESS_MIN_INDEX_FILES = 5000
 
 
+#: Entry names remembered while loading (a run with more distinct names parses the rest again).
+_MAX_CACHED_TAGS = 1 << 20
+
+
 class RunIndex:
     """The index files of one run read so far, and what they say.
 
@@ -49,6 +53,8 @@ class RunIndex:
         self.stats = stats
         self.steps = StepIndex()
         self.tensors: Dict[str, TensorRecords] = {}
+        # index entry name -> (its tensor's records, reduction key or None, tensor name)
+        self._by_tag: Dict[str, tuple] = {}
         self.log = RecordLog()  # the same entries in columns, for bulk reads
         self.tensors_for_step: Dict[int, Set[str]] = {}
         self.tensors_for_mode: Dict[ModeKeys, Set[str]] = {}
@@ -211,22 +217,28 @@ class RunIndex:
         is_new = self.steps.add(step, worker, mode, parsed.mode_step, self.storage.root)
 
         tensors = self.tensors
+        by_tag = self._by_tag
+        if len(by_tag) > _MAX_CACHED_TAGS:
+            by_tag.clear()
         event_file = parsed.event_file_name
         names = []
         locations = []
         for entry in parsed.tensors:
-            name = entry.name
-            location = TensorLocation(event_file, entry.start_idx, entry.length, entry.crc32c, name)
-            reduction = parse_reduction_tag(name) if REDUCTION_TAG_PREFIX in name else None
-            if reduction is not None:
-                op, is_abs, name = reduction
-            records = tensors.get(name)
-            if records is None:
-                records = tensors[name] = TensorRecords()
-            if reduction is None:
+            tag = entry.name
+            location = TensorLocation(event_file, entry.start_idx, entry.length, entry.crc32c, tag)
+            known = by_tag.get(tag)  # a run repeats its tags at every step: each is parsed once
+            if known is None:
+                reduction = parse_reduction_tag(tag) if REDUCTION_TAG_PREFIX in tag else None
+                name = tag if reduction is None else reduction[2]
+                records = tensors.get(name)
+                if records is None:
+                    records = tensors[name] = TensorRecords()
+                known = by_tag[tag] = (records, None if reduction is None else reduction[:2], name)
+            records, key, name = known
+            if key is None:
                 records.add_value(step, worker, location)
             else:
-                records.add_reduction(step, worker, (op, is_abs), location)
+                records.add_reduction(step, worker, key, location)
             names.append(name)
             locations.append(location)
         self.log.add(step, worker, locations)
