@@ -78,28 +78,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 class _Series:
-    """The run's numbers by (tensor, reduction label): global steps, values and mode names,
-    one value per step (the first worker's)."""
+    """The run's numbers by (tensor, reduction label) (:meth:`Table.series`)."""
 
     def __init__(self, table):
-        self.by_key: Dict[Tuple[str, str], Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        if not len(table):
-            return
-        t_codes, t_cats = table.texts["tensor"]
-        r_codes, r_cats = table.texts["reduction"]
-        m_codes, m_cats = table.texts["mode"]
-        steps, values = table.numbers["step"], table.numbers["value"]
-        key = t_codes.astype(np.int64) * (len(r_cats) + 1) + r_codes
-        bounds = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True])
-        modes = np.asarray(m_cats, dtype=object)
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            s = steps[a:b]
-            order = np.argsort(s, kind="stable")  # rows come worker after worker
-            s = s[order]
-            first = np.r_[True, s[1:] != s[:-1]]
-            pick = order[first]
-            self.by_key[(t_cats[t_codes[a]], r_cats[r_codes[a]])] = (
-                steps[a:b][pick], values[a:b][pick], modes[m_codes[a:b][pick]])
+        self.by_key: Dict[Tuple[str, str], Tuple[np.ndarray, np.ndarray, np.ndarray]] = table.series()
 
     def labels_of(self, name: str) -> List[str]:
         return [label for (tensor, label) in self.by_key if tensor == name]

@@ -189,6 +189,27 @@ class Table:
         """The rows as tuples, in :data:`COLUMNS` order."""
         return zip(*(self.column(name) if name in self.texts else self.numbers[name].tolist() for name in COLUMNS))
 
+    def series(self) -> Dict[Tuple[str, str], Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The rows by (tensor, reduction label): global steps, values and mode names, one
+        value per step (the first worker's; rows come worker after worker)."""
+        out: Dict[Tuple[str, str], Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        if not len(self):
+            return out
+        t_codes, t_cats = self.texts["tensor"]
+        r_codes, r_cats = self.texts["reduction"]
+        m_codes, m_cats = self.texts["mode"]
+        steps, values = self.numbers["step"], self.numbers["value"]
+        key = t_codes.astype(np.int64) * (len(r_cats) + 1) + r_codes
+        bounds = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True])
+        modes = np.asarray(m_cats, dtype=object)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            order = np.argsort(steps[a:b], kind="stable")
+            s = steps[a:b][order]
+            pick = order[np.r_[True, s[1:] != s[:-1]]]
+            out[(t_cats[t_codes[a]], r_cats[r_codes[a]])] = (
+                steps[a:b][pick], values[a:b][pick], modes[m_codes[a:b][pick]])
+        return out
+
     def to_pandas(self):
         """The table as a pandas DataFrame (texts as categoricals)."""
         pd = require_pandas("Trial.to_dataframe")

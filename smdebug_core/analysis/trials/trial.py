@@ -17,15 +17,14 @@ import os
 import time
 from typing import Dict, List, Optional, Set, Tuple, Union
 
-import numpy as np
 
 from ...collections import Collection, CollectionManager
-from ...exceptions import CorruptCollectionsFile, StepNotYetAvailable, TensorUnavailable
+from ...exceptions import StepNotYetAvailable, TensorUnavailable
 from ...modes import ModeKeys
 from ...reduction_config import parse_reduction_tag
 from ...storage.format.layout import END_OF_JOB_FILE, validate_step
 from ...storage.open_runs import flush_before_reading
-from . import settings
+from . import notebook, settings
 from .bulk import collect, read_rows
 from .event_reads import RecordReader
 from .opening import check_run_path, collection_workers, list_collection_files, load_collections
@@ -601,87 +600,13 @@ class Trial:
     def summary(self) -> Dict[str, object]:
         """What the run holds, for people: path, state, workers, modes with their step
         ranges, collections used, and tensor counts."""
-        self._maybe_refresh()
-        modes = {}
-        to_mode = self._steps.global_to_mode
-        for mode in self.modes():
-            steps = self._steps.sorted_steps(mode)
-            modes[mode.name] = (len(steps), steps[0], steps[-1]) if steps else (0, None, None)
-        if GLOBAL in {m for m, _ in to_mode.values()}:
-            steps = sorted(g for g, (m, _) in to_mode.items() if m is GLOBAL)
-            modes["GLOBAL"] = (len(steps), steps[0], steps[-1])
-        names = list(self._index.tensors)[:2000]  # enough to name the collections in use
-        used = []
-        for cname, coll in sorted(self.collections().items()):
-            try:
-                if any(coll.matches(n) for n in names):
-                    used.append(cname)
-            except CorruptCollectionsFile:  # a regex refused for safety: listed as unknown
-                used.append(f"{cname} (regex refused)")
-        return {"name": self.name, "path": self.path, "ended": self.loaded_all_steps,
-                "workers": sorted(self._workers), "steps": len(to_mode), "modes": modes,
-                "tensors": len(self._index.tensors), "collections": used}
+        return notebook.summary(self)
 
     def _repr_html_(self) -> str:
         """Jupyter's view of the run: a summary table, a sparkline of the loss and a small
         heatmap of the gradients' L2 norms (pictures need matplotlib; ``smdebug report``
         shows the whole run)."""
-        import html
-
-        info = self.summary()
-        rows = [("path", info["path"]), ("state", "ended" if info["ended"] else "training (or not ended)"),
-                ("workers", ", ".join(info["workers"]) or "none"), ("saved steps", str(info["steps"])),
-                ("tensors", str(info["tensors"])), ("collections", ", ".join(info["collections"]) or "none")]
-        for mode, (count, first, last) in info["modes"].items():
-            rows.append((f"{mode} steps", f"{count} ({first} to {last})" if count else "0"))
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
-                       f"{html.escape(v)}</td></tr>" for k, v in rows)
-        table = f"<table>{body}</table>"
-        try:
-            pictures = self._notebook_pictures()
-        except ImportError:  # no matplotlib: the table alone
-            pictures = ""
-        except Exception as exc:  # noqa: BLE001 - a notebook's display of a trial never raises
-            logger.debug("smdebug: no pictures in the trial's notebook view: %s", exc)
-            pictures = ""
-        return (f"<div><strong>smdebug Trial {html.escape(info['name'])}</strong><div style='display:flex;"
-                f"gap:1em;align-items:flex-start'>{table}<div>{pictures}</div></div></div>")
-
-    def _notebook_pictures(self) -> str:
-        from ..heatmaps import small_heatmap, sparkline
-
-        names = self.tensor_names()
-        collections = self.collections()
-        losses_coll = collections.get("losses")
-        losses = [n for n in names if losses_coll is not None and losses_coll.matches(n)] or \
-            [n for n in names if "loss" in n.lower() and "/" not in n]
-        gradients = [n for n in names if n.startswith("gradient/") or n.startswith("gradients/")][:_NOTEBOOK_ROWS]
-        if not losses and not gradients:
-            return ""
-        table = self.to_table(losses[:1] + gradients, reductions=["l2"], progress=False)
-        tensor, reduction, mode = table.column("tensor"), table.column("reduction"), table.column("mode")
-        steps, values = table.numbers["step"], table.numbers["value"]
-        out = []
-        if losses:
-            keep = np.fromiter((t == losses[0] and r == "" and m == "TRAIN" for t, r, m in zip(tensor, reduction, mode)),
-                               bool, len(tensor))
-            if not keep.any():  # no TRAIN mode (XGBoost rounds): every step
-                keep = np.fromiter((t == losses[0] and r == "" for t, r in zip(tensor, reduction)), bool, len(tensor))
-            if keep.any():
-                out.append(f"<img alt='loss' src='{sparkline(steps[keep], values[keep], losses[0])}'>")
-        if gradients:
-            series = []
-            for name in gradients:
-                keep = np.fromiter((t == name and r == "l2" for t, r in zip(tensor, reduction)), bool, len(tensor))
-                if keep.any():
-                    series.append((name, steps[keep], values[keep]))
-            if series:
-                out.append(f"<br><img alt='gradient L2 norms' src='{small_heatmap(series, 'gradient l2')}'>")
-        return "".join(out)
-
-
-#: The most gradients in a trial's notebook heatmap.
-_NOTEBOOK_ROWS = 200
+        return notebook.notebook_html(self)
 
 
 def create_trial(
