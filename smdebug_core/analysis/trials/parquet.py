@@ -38,15 +38,8 @@ def require_pyarrow(what: str):
 def arrow_table(table: Table, columns=COLUMNS):
     """``columns`` of the table as a pyarrow Table: numbers as they are, texts dictionary-encoded."""
     pa = require_pyarrow("Parquet export")
-    out = {}
-    for name in columns:
-        if name in table.numbers:
-            out[name] = table.numbers[name]
-        else:
-            codes, categories = table.texts[name]
-            out[name] = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32), pa.int32()),
-                                                       pa.array(categories, pa.string()))
-    return pa.table(out)
+    return pa.table(table.encoded(columns, lambda codes, categories: pa.DictionaryArray.from_arrays(
+        pa.array(codes.astype(np.int32), pa.int32()), pa.array(categories, pa.string()))))
 
 
 def write_file(table: Table, path: str) -> None:

@@ -213,11 +213,9 @@ class Table:
     def to_pandas(self):
         """The table as a pandas DataFrame (texts as categoricals)."""
         pd = require_pandas("Trial.to_dataframe")
-        data = {}
-        for name in COLUMNS:
-            if name in self.numbers:
-                data[name] = self.numbers[name]
-            else:
-                codes, categories = self.texts[name]
-                data[name] = pd.Categorical.from_codes(codes, categories=categories)
-        return pd.DataFrame(data)
+        return pd.DataFrame(self.encoded(COLUMNS, lambda codes, categories: pd.Categorical.from_codes(
+            codes, categories=categories)))
+
+    def encoded(self, columns, text) -> dict:
+        """``columns`` by name: numbers as they are, texts made by ``text(codes, categories)``."""
+        return {name: self.numbers[name] if name in self.numbers else text(*self.texts[name]) for name in columns}
