@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ...collections import UPDATE_PREFIX
 from ...exceptions import ConfigError
 from ...modes import ModeKeys
 from . import _params as P
@@ -428,7 +429,6 @@ class WeightUpdateRatio(Rule):
     Without updates it needs full weight tensors at consecutive saved steps.
     """
 
-    UPDATE_PREFIX = "update/"
     reads_what = "their full values or an update/<weight> tensor"
 
     def __init__(self, base_trial=None, num_steps=None, large_threshold=10.0, small_threshold=0.00000001,
@@ -450,7 +450,7 @@ class WeightUpdateRatio(Rule):
         if self.view.mode not in _TRAINING_MODES:
             return ()
         return [Required(collections="weights", first_of=(VALUE, SAVED_REDUCTIONS)),
-                Required(regex=(f"^{self.UPDATE_PREFIX}",), first_of=(VALUE, SAVED_REDUCTIONS))]
+                Required(regex=(f"^{UPDATE_PREFIX}",), first_of=(VALUE, SAVED_REDUCTIONS))]
 
     def _norm(self, name: str) -> float:
         try:
@@ -463,13 +463,13 @@ class WeightUpdateRatio(Rule):
         view, step = self.view, self.view.step
         # update/<weight> tensors can match the weights collection's pattern too: they are not weights.
         names = self.reads([n for n in view.tensor_names(collection="weights")
-                            if not n.startswith(self.UPDATE_PREFIX)])
+                            if not n.startswith(UPDATE_PREFIX)])
         if not names:
             self.no_data(self.saved_elsewhere("weights", collection="weights"))
         present = set(view.all_names())
         out: Dict[str, float] = {}
         for name in names:
-            update = self.UPDATE_PREFIX + name
+            update = UPDATE_PREFIX + name
             if update in present:
                 try:
                     out[name] = self._norm(update) / (self._norm(name) + self.epsilon)

@@ -12,9 +12,9 @@ from typing import Optional
 
 import numpy as np
 
+from ...collections import UPDATE_PREFIX
 from .table import Table
 
-UPDATE_PREFIX = "update/"
 RATIO_LABEL = "update_ratio"
 
 
