@@ -303,11 +303,12 @@ class SaveConfig:
         """
         builtin = SaveConfigMode(save_interval=default_interval, start_step=0, end_step=None, save_steps=[])
         sets_every_mode = not self.mode_save_configs or self.base != SaveConfigMode()
+        parent = parent.resolved(None, default_interval) if parent is not None else None
         modes = {}
         for mode in ALL_MODES:
             cfg = self.get_save_config(mode)
             if parent is not None:
-                from_parent = parent.resolved(None, default_interval).get_save_config(mode)
+                from_parent = parent.get_save_config(mode)
                 if self.fields_from_hook:
                     cfg = cfg.filled_from(from_parent)
                 elif not sets_every_mode and mode not in self.mode_save_configs:
