@@ -3,9 +3,10 @@
 Gluon has no global "training started" event, so :func:`instrument` wraps three
 construction-time methods, each called a handful of times per run (never per step):
 
-* ``gluon.Block.initialize``, ``gluon.Block.load_parameters`` and ``gluon.Block.collect_params``
-  remember (weakly) the blocks whose parameters a script sets up or hands to a Trainer
-  (``net.collect_params().initialize()`` included): the network is one of them;
+* ``gluon.Block.collect_params`` (which ``Block.initialize`` calls) and
+  ``gluon.Block.load_parameters`` remember (weakly) the blocks whose parameters a script sets
+  up or hands to a Trainer (``net.collect_params().initialize()`` included): the network is
+  one of them;
 * ``gluon.loss.Loss.__init__`` remembers every loss block (weakly), and registers it with the
   process's hook if there is one already;
 * ``gluon.Trainer.__init__`` takes the hook from :func:`smdebug.mxnet.get_hook` (creating
@@ -46,7 +47,6 @@ class MXNetInstrumentor(Instrumentor):
         from mxnet import gluon
 
         targets = (
-            (gluon.Block, "initialize", _wrap_remember_block),
             (gluon.Block, "load_parameters", _wrap_remember_block),
             (gluon.Block, "collect_params", _wrap_remember_block),
             (gluon.Trainer, "__init__", _wrap_trainer_init),
