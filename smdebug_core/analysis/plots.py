@@ -83,20 +83,26 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
     wanted = sorted({label for _, labels in series_of for label in labels if label})
     table = trial.to_table(sorted({n for n, _ in series_of}), mode=mode, workers=None if worker is None else [worker],
                            reductions=wanted or None)
-    tensor_col, red_col, mode_col = table.column("tensor"), table.column("reduction"), table.column("mode")
+    tensor_col, red_col = table.column("tensor"), table.column("reduction")
     xs = table.numbers[x]
     values = table.numbers["value"]
     steps = table.numbers["step"]
+
+    def rows_of(column, text):  # by category code: one vectorized comparison per series, not per row
+        codes, categories = table.texts[column]
+        return codes == (categories.index(text) if text in categories else -1)
+
+    m_codes, m_cats = table.texts["mode"]
     lines = []  # (name, label, mode name, x, y)
     for name, labels in series_of:
-        is_name = np.fromiter((t == name for t in tensor_col), bool, len(tensor_col))
+        is_name = rows_of("tensor", name)
         for label in labels:
-            is_red = is_name & np.fromiter((r == label for r in red_col), bool, len(red_col))
+            is_red = is_name & rows_of("reduction", label)
             if not is_red.any():
                 raise ValueError(_nothing_to_plot(trial, name, label, red_col, tensor_col))
-            for mode_name in sorted({m for m, keep in zip(mode_col, is_red) if keep},
+            for mode_name in sorted({m_cats[c] for c in np.unique(m_codes[is_red]).tolist()},
                                     key=lambda m: ModeKeys[m].value):
-                sel = is_red & np.fromiter((m == mode_name for m in mode_col), bool, len(mode_col))
+                sel = is_red & rows_of("mode", mode_name)
                 # The first worker's value at each step (rows are sorted by worker, then step).
                 _, first = np.unique(steps[sel], return_index=True)
                 line_x, line_y = xs[sel][first], values[sel][first]
