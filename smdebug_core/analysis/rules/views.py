@@ -29,7 +29,7 @@ from ...exceptions import (
 )
 from ...logger import get_logger
 from ...modes import ModeKeys
-from ...reductions import reduce
+from ...reductions import NORMS, REDUCTIONS, reduce
 
 logger = get_logger("smdebug.rules")
 
@@ -282,7 +282,7 @@ class BulkSteps:
             logger.debug("rules: bulk read of steps %d-%d unavailable (%s)", steps[0], steps[-1], exc)
             return
         by_label = {"": ""}
-        for op in ("min", "max", "mean", "prod", "std", "variance", "sum", "median", "l1", "l2"):
+        for op in REDUCTIONS + NORMS:  # every reduction a run may have saved
             for is_abs in (False, True):
                 by_label[reduction_label(op, is_abs)] = (op, is_abs)
         tensor_codes, tensors = table.texts["tensor"]
