@@ -10,15 +10,17 @@ import inspect
 import re
 from typing import Dict, List, Optional, Tuple, Type
 
-from .builtin_tensors import (
+from .builtin_activations import (
     RELU_INPUTS,
     RELU_OUTPUTS,
     TANH_SIGMOID_INPUTS,
-    AllZero,
     DeadRelu,
-    ExplodingTensor,
     PoorWeightInitialization,
     SaturatedActivation,
+)
+from .builtin_tensors import (
+    AllZero,
+    ExplodingTensor,
     SimilarAcrossRuns,
     TensorVariance,
     UnchangedTensor,

@@ -13,14 +13,14 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...modes import ModeKeys
+from ...collections import UPDATE_PREFIX
 from . import _params as P
 from .actions import DumpFlightRecorder
 from .builtin_training import _read_losses, _split_by_series, loss_names, loss_requirements
 from .culprit import culprit, forward_rank
+from .findings import TRAINING_MODES
 from .rule import DATA_MISSING, Rule
 
-_TRAINING_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
-_UPDATE = "update/"
 
 
 class LossSpike(Rule):
@@ -66,13 +66,13 @@ class LossSpike(Rule):
         self._live_norms: deque = deque(maxlen=self.window + self.lookback + 2)
 
     def required_tensors(self, step):
-        if self.view.mode not in _TRAINING_MODES:
+        if self.view.mode not in TRAINING_MODES:
             return ()
         return loss_requirements((), self.tensor_regex, not self.tensor_regex)
 
     def invoke_at_step(self, step):
         view = self.view
-        if view.mode not in _TRAINING_MODES:
+        if view.mode not in TRAINING_MODES:
             return False
         if self.live:
             self._live_norms.append((step, self._norms_now()))
@@ -118,7 +118,7 @@ class LossSpike(Rule):
         one step at a time, so without ``update/`` tensors only gradients attribute)."""
         out = {}
         view = self.view
-        for name in view.tensor_names(collection="gradients", regex=(f"^{_UPDATE}",)):
+        for name in view.tensor_names(collection="gradients", regex=(f"^{UPDATE_PREFIX}",)):
             try:
                 out[name] = _l2(view, name)
             except DATA_MISSING:
@@ -136,9 +136,9 @@ class LossSpike(Rule):
         steps = [s for s in trial.steps(mode=ModeKeys.TRAIN) or trial.steps()
                  if spike_step - self.window - self.lookback - 1 <= s <= spike_step]
         names = trial.tensor_names(collection="gradients") if "gradients" in trial.collections() else []
-        updates = trial.tensor_names(regex=f"^{_UPDATE}")
+        updates = trial.tensor_names(regex=f"^{UPDATE_PREFIX}")
         weights = [] if updates or "weights" not in trial.collections() else \
-            [n for n in trial.tensor_names(collection="weights") if not n.startswith(_UPDATE)]
+            [n for n in trial.tensor_names(collection="weights") if not n.startswith(UPDATE_PREFIX)]
         out = []
         for s in steps:
             values: Dict[str, object] = {}
@@ -188,7 +188,7 @@ class LossSpike(Rule):
         jump, name = max(at_first, key=lambda jn: (jn[0], [-x if isinstance(x, int) else 0
                                                           for x in forward_rank(jn[1])[1]]))
         tensor = name.replace("update of ", "")
-        what = "update ratio" if name.startswith("update of ") or name.startswith(_UPDATE) else "gradient norm"
+        what = "update ratio" if name.startswith("update of ") or name.startswith(UPDATE_PREFIX) else "gradient norm"
         return culprit(tensor, earliest, jump=jump,
                        why=f"its {what} jumped {jump:.3g}x its median at step {earliest}")
 

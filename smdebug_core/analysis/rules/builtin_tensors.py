@@ -1,4 +1,5 @@
-"""Built-in rules that inspect tensors: gradients, weights, activations, any selection.
+"""Built-in rules that inspect tensors: gradients, weights, any selection (activations:
+:mod:`.builtin_activations`).
 
 Parameter names and defaults follow the public SageMaker Debugger built-in rules reference
 ("List of Debugger built-in rules", docs.aws.amazon.com/sagemaker/latest/dg/debugger-built-in-rules.html).
@@ -17,74 +18,12 @@ import numpy as np
 
 from ...collections import UPDATE_PREFIX
 from ...exceptions import ConfigError
-from ...modes import ModeKeys
 from . import _params as P
+from .findings import (MAX_DETAILS, MAX_LISTED, TRAINING_MODES, count, details, earliest, listing, note_found,
+                       numeric)
 from .culprit import culprit, first_in_forward_order, forward_rank, in_forward_order, layer_of
 from .rule import DATA_MISSING, Rule
 from .views import SAVED_REDUCTIONS, VALUE, Required
-
-_MAX_LISTED = 5
-_MAX_DETAILS = 20
-_TRAINING_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
-#: Default name patterns of activation tensors. The reference's ``.*relu_output`` misses the
-#: names users give their modules (``relu1``, ``ReLU``): digits and any case are matched here.
-RELU_INPUTS = r"(?i).*relu\w*_input"
-RELU_OUTPUTS = r"(?i).*relu\w*_output"
-TANH_SIGMOID_INPUTS = (r"(?i).*tanh\w*_input", r"(?i).*sigmoid\w*_input")
-
-
-def _listing(items: Dict[str, object], fmt="{:.3g}") -> str:
-    shown = []
-    for name, value in list(items.items())[:_MAX_LISTED]:
-        shown.append(f"{name}={fmt.format(value) if isinstance(value, (int, float)) else value}")
-    more = len(items) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _details(items: Dict[str, object]) -> Dict[str, object]:
-    return dict(list(items.items())[:_MAX_DETAILS])
-
-
-def _note_found(rule, finding: str, noun: str, found: Dict[str, object], key: str, fmt: str = "{:.3g}") -> bool:
-    """One note: ``finding`` in how many ``noun``s, which (with their values under ``key``); whether any."""
-    if found:
-        rule.note(f"{finding} in {_count(len(found), noun)}: {_listing(found, fmt)}", **{key: _details(found)})
-    return bool(found)
-
-
-def _earliest(rule, found: Dict[str, object]) -> str:
-    """Of the tensors where a condition holds, the one where it started first (earliest
-    streak), the first in forward order among those."""
-    return min(found, key=lambda n: (rule.streak_start(n, True), forward_rank(n)))
-
-
-def _numeric(array: np.ndarray) -> Optional[np.ndarray]:
-    """The array as a float/complex/int numpy array, or None for strings and other non-numbers."""
-    array = np.asarray(array)
-    if array.dtype.kind in "biufc":
-        return array
-    try:  # ml_dtypes (bfloat16, float8) register as kind "V"
-        return array.astype(np.float32)
-    except (TypeError, ValueError):
-        return None
-
-
-def _numeric_values(rule, names):
-    """``(name, array)`` of the names whose value at the rule's step is a non-empty numeric
-    array; a value the step cannot supply is counted as unavailable in the rule's report."""
-    for name in names:
-        try:
-            array = _numeric(rule.view.value(name))
-        except DATA_MISSING:
-            rule.unavailable()
-            continue
-        if array is not None and array.size:
-            yield name, array
-
 
 class _SelectionRule(Rule):
     """A rule over ``collection_names`` and/or ``tensor_regex`` (their union)."""
@@ -146,10 +85,10 @@ class VanishingGradient(Rule):
             if self.streak_start(name, value < self.threshold) is not None:
                 small[name] = value
         if small:
-            first = _earliest(self, small)
+            first = earliest(self, small)
             layers = ", ".join(dict.fromkeys(layer_of(n) for n in in_forward_order(small)))
             self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g} (layers "
-                      f"{layers}): {_listing(small)}", measure=min(small.values()), tensors=_details(small),
+                      f"{layers}): {listing(small)}", measure=min(small.values()), tensors=details(small),
                       layers=list(dict.fromkeys(layer_of(n) for n in in_forward_order(small))),
                       culprit=culprit(first, self.streak_start(first, True), value=small[first]))
         return bool(small)
@@ -183,7 +122,7 @@ class ExplodingTensor(_SelectionRule):
         return [self._required(first_of=(SAVED_REDUCTIONS, VALUE))]
 
     def _check_values(self, values, nan_by_design: bool = False) -> Optional[str]:
-        array = _numeric(values)
+        array = numeric(values)
         if array is None or array.dtype.kind not in "fc":
             return None  # integers and booleans cannot be NaN or infinite
         nan = 0 if nan_by_design else int(np.count_nonzero(np.isnan(array)))
@@ -224,23 +163,23 @@ class ExplodingTensor(_SelectionRule):
         if bad:
             what = "NaN" if self.only_nan else "NaN or infinite values"
             first = self._first_nonfinite(bad)
-            self.note(f"{what} in {_count(len(bad), 'tensor')}: {_listing(bad)}", measure=len(bad),
-                      tensors=_details(bad), culprit=first)
+            self.note(f"{what} in {count(len(bad), 'tensor')}: {listing(bad)}", measure=len(bad),
+                      tensors=details(bad), culprit=first)
         return bool(bad)
 
     def _first_nonfinite(self, bad: Dict[str, str]) -> dict:
         """Where the first non-finite value appeared: the flight recorder's module when it fired
         here, else the tensor that went bad first, first in forward order (see culprit.py)."""
-        earliest = min(self.streak_start(n, True) for n in bad)
-        name = first_in_forward_order(n for n in bad if self.streak_start(n, True) == earliest)
-        found = culprit(name, earliest, what=bad[name])
+        first_step = min(self.streak_start(n, True) for n in bad)
+        name = first_in_forward_order(n for n in bad if self.streak_start(n, True) == first_step)
+        found = culprit(name, first_step, what=bad[name])
         trial = getattr(self.view, "trial", None)
         try:
             marker = trial.flight_recorder_trigger() if trial is not None else None
         except (OSError, ValueError):
             marker = None
         where = (marker or {}).get("first_nonfinite") if (marker or {}).get("trigger") == "nonfinite" else None
-        if isinstance(where, dict) and where.get("module") and marker.get("global_step") == earliest:
+        if isinstance(where, dict) and where.get("module") and marker.get("global_step") == first_step:
             found.update(layer=str(where["module"]), why=f"flight recorder: {where.get('phase', '')} "
                                                          f"{where.get('what', '')}".strip())
         return found
@@ -294,7 +233,7 @@ class AllZero(_SelectionRule):
                 self.unavailable()
                 continue
             if kind == VALUE:
-                array = _numeric(data)
+                array = numeric(data)
                 if array is None or array.size == 0:
                     continue
                 percent = 100.0 * (array.size - np.count_nonzero(array)) / array.size
@@ -306,7 +245,7 @@ class AllZero(_SelectionRule):
                 percent = 100.0 if decided else 0.0
             if percent >= self.threshold:
                 zero[name] = percent
-        return _note_found(self, f"at least {self.threshold:g}% zeros", "tensor", zero, "percent_zero", "{:.1f}%")
+        return note_found(self, f"at least {self.threshold:g}% zeros", "tensor", zero, "percent_zero", "{:.1f}%")
 
 
 class UnchangedTensor(_SelectionRule):
@@ -331,12 +270,12 @@ class UnchangedTensor(_SelectionRule):
         self._history: Dict[str, deque] = {}
 
     def required_tensors(self, step):
-        if self.view.mode not in _TRAINING_MODES:
+        if self.view.mode not in TRAINING_MODES:
             return ()
         return [self._required(first_of=(VALUE, SAVED_REDUCTIONS))]
 
     def invoke_at_step(self, step):
-        if self.view.mode not in _TRAINING_MODES:
+        if self.view.mode not in TRAINING_MODES:
             return False
         unchanged = []
         for name in self._selected():
@@ -346,7 +285,7 @@ class UnchangedTensor(_SelectionRule):
                 self.unavailable()
                 continue
             if kind == VALUE:
-                array = _numeric(data)
+                array = numeric(data)
                 if array is None:
                     continue
                 fingerprint = (kind, array.shape, None, array)
@@ -363,8 +302,8 @@ class UnchangedTensor(_SelectionRule):
                        for h in list(history)[:-1]):
                     unchanged.append(name)
         if unchanged:
-            self.note(f"no change over the last {self.num_steps} saved steps in {_count(len(unchanged), 'tensor')}: "
-                      f"{', '.join(unchanged[:_MAX_LISTED])}", tensors=unchanged[:_MAX_DETAILS])
+            self.note(f"no change over the last {self.num_steps} saved steps in {count(len(unchanged), 'tensor')}: "
+                      f"{', '.join(unchanged[:MAX_LISTED])}", tensors=unchanged[:MAX_DETAILS])
         return bool(unchanged)
 
 
@@ -412,7 +351,7 @@ class TensorVariance(_SelectionRule):
             if (self.max_threshold is not None and variance > self.max_threshold) or \
                     (self.min_threshold is not None and variance < self.min_threshold):
                 out[name] = variance
-        return _note_found(self, f"variance outside [{self.min_threshold}, {self.max_threshold}]", "tensor", out,
+        return note_found(self, f"variance outside [{self.min_threshold}, {self.max_threshold}]", "tensor", out,
                            "variances")
 
 
@@ -447,7 +386,7 @@ class WeightUpdateRatio(Rule):
         self._origin: Dict[str, int] = {}
 
     def required_tensors(self, step):
-        if self.view.mode not in _TRAINING_MODES:
+        if self.view.mode not in TRAINING_MODES:
             return ()
         return [Required(collections="weights", first_of=(VALUE, SAVED_REDUCTIONS)),
                 Required(regex=(f"^{UPDATE_PREFIX}",), first_of=(VALUE, SAVED_REDUCTIONS))]
@@ -481,7 +420,7 @@ class WeightUpdateRatio(Rule):
                 self.unavailable()  # only reductions saved: no update to measure
                 continue
             try:
-                array = _numeric(view.value(name))
+                array = numeric(view.value(name))
             except DATA_MISSING:
                 self.unavailable()
                 continue
@@ -501,7 +440,7 @@ class WeightUpdateRatio(Rule):
         return out
 
     def invoke_at_step(self, step):
-        if self.view.mode not in _TRAINING_MODES:
+        if self.view.mode not in TRAINING_MODES:
             return False
         out = {name: ratio for name, ratio in self.ratios().items()
                if self.streak_start(name, not self.small_threshold <= ratio <= self.large_threshold) is not None}
@@ -511,241 +450,9 @@ class WeightUpdateRatio(Rule):
         if out:
             first = min(out, key=lambda n: (self._origin[n], forward_rank(n)))
             self.note(f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}] in "
-                      f"{_count(len(out), 'weight')}: {_listing(out)}", ratios=_details(out),
+                      f"{count(len(out), 'weight')}: {listing(out)}", ratios=details(out),
                       culprit=culprit(first, self._origin[first], ratio=out[first]))
         return bool(out)
-
-
-class PoorWeightInitialization(Rule):
-    """Looks for signs of a poor initialization in the first ``steps`` saved training steps.
-
-    Fires when any holds at a step:
-    * the variances of the activation inputs (``activation_inputs_regex``, default
-      ``(?i).*relu\\w*_input``) differ across layers by a ratio max/min above ``threshold`` (10.0);
-    * for some gradient (``gradients`` collection, full tensors with at least 10 values) the
-      95th minus 5th percentile is below ``distribution_range`` (0.001);
-    * a loss (``losses`` collection) has not reached a new minimum for ``patience`` (5) steps
-      and the mean of its last ``patience`` values is above that of its first by more than two
-      standard errors (without that, the reference's check fires on mini-batch noise).
-    Parameters: ``activation_inputs_regex``, ``threshold``, ``distribution_range``,
-    ``patience``, ``steps`` (10).
-    """
-
-    _MIN_GRADIENT_SIZE = 10
-
-    def __init__(self, base_trial=None, activation_inputs_regex=RELU_INPUTS, threshold=10.0,
-                 distribution_range=0.001, patience=5, steps=10, actions=None, name=None):
-        super().__init__(base_trial, actions=actions, name=name)
-        self.activation_inputs_regex = P.regex_list(self.rule_name, "activation_inputs_regex",
-                                                    activation_inputs_regex)
-        self.threshold = P.number(self.rule_name, "threshold", threshold, minimum=1)
-        self.distribution_range = P.number(self.rule_name, "distribution_range", distribution_range, minimum=0)
-        self.patience = P.number(self.rule_name, "patience", patience, minimum=1, integer=True)
-        self.steps = P.number(self.rule_name, "steps", steps, minimum=1, integer=True)
-        self._seen = 0
-        self._best: Dict[str, Tuple[float, int]] = {}
-        self._first_loss: Dict[str, List[float]] = {}
-        self._recent: Dict[str, deque] = {}
-
-    def _active(self) -> bool:
-        return self._seen < self.steps and self.view.mode in _TRAINING_MODES
-
-    def required_tensors(self, step):
-        if not self._active():
-            return ()
-        return [Required(regex=self.activation_inputs_regex, reductions=[("variance", False)]),
-                Required(collections="gradients", value=True),
-                Required(collections="losses", value=True)]
-
-    def invoke_at_step(self, step):
-        if not self._active():
-            return False
-        self._seen += 1
-        view = self.view
-        fired = False
-        variances = {}
-        for name in view.tensor_names(regex=self.activation_inputs_regex):
-            try:
-                variances[name] = view.reduction(name, "variance")
-            except DATA_MISSING:
-                self.unavailable()
-        if len(variances) >= 2:
-            low, high = min(variances.values()), max(variances.values())
-            ratio = high / low if low > 0 else float("inf")
-            if ratio > self.threshold:
-                fired = True
-                # Initialisations aim at unit variance: the layer farthest from it is the culprit.
-                worst = max(variances, key=lambda n: abs(np.log(max(variances[n], 1e-300))))
-                self.note(f"activation input variances differ across layers by {ratio:.3g}x (> {self.threshold:g}): "
-                          f"{_listing(variances)}", variance_ratio=ratio, variances=_details(variances),
-                          culprit=culprit(worst, self.streak_start(("variance", worst), True),
-                                          variance=variances[worst]))
-        spreads = {}
-        for name in view.tensor_names(collection="gradients"):
-            try:
-                array = _numeric(view.value(name))
-            except DATA_MISSING:
-                continue  # only reductions saved: this check needs full gradients
-            if array is None or array.size < self._MIN_GRADIENT_SIZE:
-                continue
-            low, high = np.percentile(array.astype(np.float64).ravel(), [5, 95])
-            spreads[name] = float(high - low)
-        if spreads:
-            name, spread = min(spreads.items(), key=lambda kv: kv[1])
-            if spread < self.distribution_range:
-                fired = True
-                self.note(f"gradient {name} is concentrated: 95th - 5th percentile = {spread:.3g} "
-                          f"(< {self.distribution_range:g})", gradient=name, percentile_range=spread)
-        for name in view.tensor_names(collection="losses"):
-            try:
-                loss = view.scalar(name)
-            except DATA_MISSING:
-                continue
-            recent = self._recent.setdefault(name, deque(maxlen=self.patience))
-            recent.append(loss)
-            opening = self._first_loss.setdefault(name, [])
-            if len(opening) < self.patience:
-                opening.append(loss)
-            first = float(np.mean(opening))
-            best = self._best.get(name)
-            if best is None or loss < best[0]:
-                self._best[name] = (loss, 0)
-                continue
-            waited = best[1] + 1
-            self._best[name] = (best[0], waited)
-            # Mini-batch noise alone leaves a learning loss without a new minimum for a few
-            # steps; only a loss whose recent mean is not even below its first value is stuck.
-            noise = float(np.sqrt((np.var(opening) + np.var(recent)) / max(1, len(recent) - 1)))
-            if waited >= self.patience and len(opening) == self.patience and float(np.mean(recent)) >= first + 2 * noise:
-                fired = True
-                self.note(f"loss {name} has not decreased for {waited} steps (best {best[0]:.4g}; the last "
-                          f"{len(recent)} average {float(np.mean(recent)):.4g}, above the first {len(opening)}'s "
-                          f"{first:.4g} by more than their noise)",
-                          loss=name)
-        return fired
-
-
-class _ActivityRule(Rule):
-    """Shared by DeadRelu and SaturatedActivation: the share of units that are (in)active.
-
-    A unit is one position of the tensor outside the batch axis (axis 0 when the tensor
-    has two or more dimensions; each element of a 1-D tensor). A unit's activity is the
-    percentage of samples in which it is active; below ``threshold_inactivity`` it counts
-    as inactive; the rule fires when more than ``threshold_layer`` percent of a layer's
-    units are inactive.
-    """
-
-    def _inactive_percent(self, active: np.ndarray) -> float:
-        if active.ndim >= 2:
-            activity = 100.0 * active.reshape(active.shape[0], -1).mean(axis=0)
-        else:
-            activity = 100.0 * active.astype(np.float64).ravel()
-        return 100.0 * float(np.mean(activity < self.threshold_inactivity))
-
-    def _inactive_layers(self, names, active) -> Dict[str, float]:
-        """``{name: percent of inactive units}`` of the layers above ``threshold_layer``.
-
-        ``active(name, array)`` gives the boolean mask of active entries.
-        """
-        found = {}
-        for name, array in _numeric_values(self, names):
-            percent = self._inactive_percent(active(name, array))
-            if self.streak_start(name, percent > self.threshold_layer) is not None:
-                found[name] = percent
-        return found
-
-
-class DeadRelu(_ActivityRule):
-    """Fires when more than ``threshold_layer`` percent of a ReLU layer's units are dead.
-
-    A unit is dead when it is positive in less than ``threshold_inactivity`` percent of the
-    batch. Reads full ReLU outputs: ``tensor_regex`` (default: names matching
-    ``(?i).*relu\\w*_output``: the reference's ``.*relu_output`` with numbered and capitalised
-    module names, ``relu1``, ``ReLU``). Parameters:
-    ``tensor_regex``, ``threshold_inactivity`` (1.0), ``threshold_layer`` (50.0).
-    """
-
-    DEFAULT_REGEX = (RELU_OUTPUTS,)
-
-    def __init__(self, base_trial=None, tensor_regex=None, threshold_inactivity=1.0, threshold_layer=50.0,
-                 actions=None, name=None):
-        super().__init__(base_trial, actions=actions, name=name)
-        self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex) or self.DEFAULT_REGEX
-        self.threshold_inactivity = P.number(self.rule_name, "threshold_inactivity", threshold_inactivity,
-                                             minimum=0, maximum=100)
-        self.threshold_layer = P.number(self.rule_name, "threshold_layer", threshold_layer, minimum=0, maximum=100)
-
-    def required_tensors(self, step):
-        return [Required(regex=self.tensor_regex, value=True)]
-
-    def invoke_at_step(self, step):
-        names = self.view.tensor_names(regex=self.tensor_regex)
-        if not names:
-            self.no_data(self.saved_elsewhere(f"tensors matching {', '.join(self.tensor_regex)}",
-                                              regex=self.tensor_regex))
-        dead = self._inactive_layers(names, lambda name, array: array > 0)
-        if dead:
-            first = _earliest(self, dead)
-            self.note(f"more than {self.threshold_layer:g}% dead units in {_count(len(dead), 'ReLU layer')}: "
-                      f"{_listing(dead, '{:.1f}%')}", percent_dead=_details(dead),
-                      culprit=culprit(first, self.streak_start(first, True), percent=dead[first]))
-        return bool(dead)
-
-
-class SaturatedActivation(_ActivityRule):
-    """Fires when more than ``threshold_layer`` percent of a tanh/sigmoid layer's units saturate.
-
-    A unit is active when its input lies strictly inside ``threshold_tanh`` (default
-    (-4.15, 4.15)) or ``threshold_sigmoid`` ((-6.9, 6.9)) - whichever of "tanh" or "sigmoid"
-    the tensor name contains - and saturated when active in less than
-    ``threshold_inactivity`` (50.0) percent of the batch. Reads full activation inputs:
-    ``collection_names`` and ``tensor_regex`` (default ``(?i).*tanh\\w*_input`` and the same
-    for sigmoid). The defaults differ from the reference's ((-9.4999, 9.4999), (-23, 16.99999)
-    and 1.0), which count only units past the float32 flat ends on 99% of the batch, and so
-    miss a layer whose inputs nearly all have a derivative below 1e-3 (docs/migrating.md).
-    """
-
-    def __init__(self, base_trial=None, collection_names=None, tensor_regex=TANH_SIGMOID_INPUTS,
-                 threshold_tanh=(-4.15, 4.15), threshold_sigmoid=(-6.9, 6.9), threshold_inactivity=50.0,
-                 threshold_layer=50.0, actions=None, name=None):
-        super().__init__(base_trial, actions=actions, name=name)
-        self.collection_names = P.str_list(self.rule_name, "collection_names", collection_names)
-        self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
-        self.threshold_tanh = P.number_pair(self.rule_name, "threshold_tanh", threshold_tanh)
-        self.threshold_sigmoid = P.number_pair(self.rule_name, "threshold_sigmoid", threshold_sigmoid)
-        self.threshold_inactivity = P.number(self.rule_name, "threshold_inactivity", threshold_inactivity,
-                                             minimum=0, maximum=100)
-        self.threshold_layer = P.number(self.rule_name, "threshold_layer", threshold_layer, minimum=0, maximum=100)
-
-    def required_tensors(self, step):
-        return [Required(collections=self.collection_names, regex=self.tensor_regex, value=True)]
-
-    def invoke_at_step(self, step):
-        names = self.view.tensor_names(self.collection_names, self.tensor_regex)
-        if not names:
-            self.no_data("step %d has no tensor matching collection_names=%s tensor_regex=%s", step,
-                         list(self.collection_names), list(self.tensor_regex))
-        # Only tanh and sigmoid layers have known saturation bounds; other tensors are not read.
-        bounds = {name: self._bounds(name) for name in names}
-        saturated = self._inactive_layers(
-            [name for name in names if bounds[name] is not None],
-            lambda name, array: (array > bounds[name][0]) & (array < bounds[name][1]),
-        )
-        if saturated:
-            first = _earliest(self, saturated)
-            self.note(f"more than {self.threshold_layer:g}% saturated units in "
-                      f"{_count(len(saturated), 'activation layer')}: {_listing(saturated, '{:.1f}%')}",
-                      percent_saturated=_details(saturated),
-                      culprit=culprit(first, self.streak_start(first, True), percent=saturated[first]))
-        return bool(saturated)
-
-    def _bounds(self, name: str):
-        lowered = name.lower()
-        if "tanh" in lowered:
-            return self.threshold_tanh
-        if "sigmoid" in lowered:
-            return self.threshold_sigmoid
-        return None
 
 
 class SimilarAcrossRuns(_SelectionRule):
@@ -778,7 +485,7 @@ class SimilarAcrossRuns(_SelectionRule):
         mine = self.view.first_of(name, (VALUE, SAVED_REDUCTIONS))
         theirs = other.first_of(name, (VALUE, SAVED_REDUCTIONS))
         if mine[0] == VALUE and theirs[0] == VALUE:
-            a, b = _numeric(mine[1]), _numeric(theirs[1])
+            a, b = numeric(mine[1]), numeric(theirs[1])
             if a is None or b is None:
                 return None if np.array_equal(mine[1], theirs[1]) else "values differ"
             if a.shape != b.shape:
@@ -811,4 +518,4 @@ class SimilarAcrossRuns(_SelectionRule):
                 continue
             if finding:
                 differ[name] = finding
-        return _note_found(self, f"values differ from {self.other_trial.path}", "tensor", differ, "tensors")
+        return note_found(self, f"values differ from {self.other_trial.path}", "tensor", differ, "tensors")
