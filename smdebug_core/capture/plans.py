@@ -20,8 +20,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ..collections import (
     RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS, Collection, CollectionKeys, CollectionManager,
-    FrameworkProfile, InclusionCheck,
+    FrameworkProfile,
 )
+from .inclusion import InclusionCheck
 from ..flight_recorder_config import FlightRecorder
 from ..logger import get_logger
 from ..modes import ALL_MODES, ModeKeys

@@ -38,8 +38,9 @@ from .. import config as cfg
 from ..environment import on_sagemaker
 from .backend import NumpyBackend, TensorBackend
 from ..collections import (
-    Collection, CollectionKeys, CollectionManager, FrameworkProfile, InclusionCheck, as_name_list,
+    Collection, CollectionKeys, CollectionManager, FrameworkProfile, as_name_list,
 )
+from .inclusion import InclusionCheck
 from .arguments import HookArguments
 from .contract import Worker, check_adapter, check_backend, check_worker
 from ..exceptions import ConfigError
