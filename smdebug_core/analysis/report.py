@@ -101,7 +101,8 @@ class _Run:
         self.chosen_rules = chosen if rules else []
         self.framework = contents.framework
         self.saved = contents.saved  # collection -> member names
-        self.series = _Series(trial.to_table(self.names, reductions=[reduction], progress=progress))
+        table = trial.to_table(self.names, reductions=[reduction], progress=progress)
+        self.series = _Series(table)
         # Tensors without that reduction and without full values: their saved reductions
         # (a group's heatmap then shows the one most of them saved).
         present = {name for name, _ in self.series.by_key}
@@ -111,12 +112,14 @@ class _Run:
         self.scalars = natural_sorted({t for (t, label) in self.series.by_key if label == ""})
         # Each layer's update-to-weight ratio, when the run saved its updates (training health).
         self.series.by_key.update({(f"{RATIO_GROUP}/{name}", label): value for (name, label), value in
-                                   _Series(update_ratio_table(trial, progress=progress)).by_key.items()})
+                                   _Series(update_ratio_table(trial, progress=progress, l2_rows=table if
+                                                              reduction == "l2" else None)).by_key.items()})
         self.model_order = production_order(trial, self.names)
         steps = trial.steps()
         self.span = (steps[0], steps[-1]) if steps else (0, 0)
         self.markers = trial.flight_recorder_triggers()
-        self.modes = [ModeKeys[m] for m in trial.summary()["modes"]]
+        self.info = trial.summary()
+        self.modes = [ModeKeys[m] for m in self.info["modes"]]
         self.findings: List[Tuple[str, dict]] = []
         self.rules_error: Optional[str] = None
         self.rules_last_step: Optional[int] = None
@@ -174,7 +177,7 @@ def _group_label(run: _Run, names: List[str]) -> str:
 # ---------------------------------------------------------------------------- sections
 def _summary(run: _Run) -> str:
     trial = run.trial
-    info = trial.summary()
+    info = run.info
     if info["ended"]:
         state = "ended"
     else:

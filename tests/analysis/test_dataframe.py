@@ -339,3 +339,18 @@ def test_a_name_saved_twice_in_a_step_and_steps_added_after_a_first_read(tmp_pat
     second = trial.to_dataframe()
     assert second["step"].tolist() == [0, 1, 2, 3, 4]
     assert assert_rows_equal_value_api(trial, second) == 5
+
+
+def test_update_ratio_of_a_one_element_weight_uses_its_l2_not_its_value(tmp_path):
+    # A 1-element tensor saved whole is also a scalar-value row; the ratio is of the L2 norms.
+    import smdebug as smd
+
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1))
+    for name in ("params", "updates"):
+        hook.get_collection(name).reduction_config = smd.ReductionConfig(norms=["l2"], save_raw_tensor=True)
+    hook.begin_step()
+    hook.save_tensor("b", np.array([-2.0]), "params")
+    hook.save_tensor("update/b", np.array([0.5]), "updates")
+    hook.close()
+    ratios = create_trial(str(tmp_path / "run")).update_ratios()
+    assert ratios[["tensor", "step", "value"]].values.tolist() == [["b", 0, 0.25]]

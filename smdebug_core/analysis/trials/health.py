@@ -18,15 +18,19 @@ from .table import Table
 RATIO_LABEL = "update_ratio"
 
 
-def update_ratio_table(trial, *, mode=None, workers=None, progress: Optional[bool] = None) -> Table:
+def update_ratio_table(trial, *, mode=None, workers=None, progress: Optional[bool] = None,
+                       l2_rows: Optional[Table] = None) -> Table:
     """Rows of ``tensor`` = the weight's name, ``reduction`` = ``"update_ratio"``, ``value`` =
-    the ratio, for every (step, worker) at which both L2 norms are known (a zero weight gives inf)."""
+    the ratio, for every (step, worker) at which both L2 norms are known (a zero weight gives inf).
+    ``l2_rows``: a table the caller already read that holds those L2 norms (``to_table(...,
+    reductions=["l2"])`` of the updates and their weights, other rows ignored); else they are read."""
     known = set(trial.tensor_names())
     updates = sorted(n for n in known if n.startswith(UPDATE_PREFIX) and n[len(UPDATE_PREFIX):] in known)
     if not updates:
         return Table.empty()
     weights = [n[len(UPDATE_PREFIX):] for n in updates]
-    table = trial.to_table(updates + weights, reductions=["l2"], mode=mode, workers=workers, progress=progress)
+    table = l2_rows if l2_rows is not None else trial.to_table(
+        updates + weights, reductions=["l2"], mode=mode, workers=workers, progress=progress)
     if not len(table):
         return Table.empty()
     t_codes, t_cats = table.texts["tensor"]
@@ -38,7 +42,9 @@ def update_ratio_table(trial, *, mode=None, workers=None, progress: Optional[boo
     is_update = np.array([name.startswith(UPDATE_PREFIX) for name in t_cats], bool)[t_codes]
     steps = table.numbers["step"].astype(np.int64)
     key = (weight_code * (len(w_cats) + 1) + w_codes.astype(np.int64)) * (int(steps.max()) + 1) + steps
-    upd, wgt = np.flatnonzero(is_update & (weight_code >= 0)), np.flatnonzero(~is_update)
+    r_codes, r_cats = table.texts["reduction"]
+    is_l2 = r_codes == (r_cats.index("l2") if "l2" in r_cats else -1)  # not a 1-element tensor's own value
+    upd, wgt = np.flatnonzero(is_l2 & is_update & (weight_code >= 0)), np.flatnonzero(is_l2 & ~is_update)
     _, at_u, at_w = np.intersect1d(key[upd], key[wgt], assume_unique=False, return_indices=True)
     rows_u, rows_w = upd[at_u], wgt[at_w]
     with np.errstate(divide="ignore", invalid="ignore"):
