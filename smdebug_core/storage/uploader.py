@@ -229,8 +229,9 @@ class Uploader(SpoolAccount):
             self._closing = True
             self._cond.notify_all()
         self._thread.join(min(timeout, CLOSE_NOTICE_S))
-        if self._thread.is_alive() and timeout > CLOSE_NOTICE_S and self.announce_close_wait:
-            self._say_what_close_waits_for(timeout, failing=self._failing_since is not None)
+        if self._thread.is_alive() and timeout > CLOSE_NOTICE_S:
+            if self.announce_close_wait:
+                self._say_what_close_waits_for(timeout, failing=self._failing_since is not None)
             self._thread.join(max(0.0, timeout - (time.monotonic() - started)))
         finished = not self._thread.is_alive()
         if not finished:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -266,6 +267,7 @@ class TrippingProxy:
         self._pattern = re.compile(rb"PUT [^ ]*/index/")
         self._left = trip_at
         self.down = False
+        self.delay = 0.0  # seconds each request waits before it is forwarded (a slow store)
         self._lock = threading.Lock()
         self._conns = []
         self._sock = socket.socket()
@@ -299,6 +301,8 @@ class TrippingProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                if requests and self.delay:
+                    time.sleep(self.delay)
                 if requests and self._pattern.search(data):
                     with self._lock:
                         self._left -= 1
@@ -385,8 +389,11 @@ def test_a_store_stopped_between_a_steps_event_and_index_keeps_every_step_whole(
         assert spool in warnings and "smdebug-sync" in warnings
         # The command the warning names finishes the upload, every step whole.
         proxy.restart()
+        proxy.delay = 0.4  # a slow store: the sync takes longer than close()'s first notice (2 s)
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        started = time.monotonic()
         assert sync_main([spool, url]) == 0
+        assert time.monotonic() - started > 2.0, "the store was not slow: the test tested nothing"
         monkeypatch.setenv("AWS_ENDPOINT_URL", store.url)
         trial = create_trial(url)
         _assert_whole_trial(trial, range(10))
