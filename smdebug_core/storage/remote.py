@@ -213,6 +213,7 @@ class PrefixCheck:
         self._started = time.monotonic()
         self._client_ready: Optional[float] = None
         self._outcome: list = []
+        self._settled: Optional[bool] = None  # what settle() decided, once
         self._cancelled = threading.Event()
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._check, name="smdebug-prefix-check", daemon=True)
@@ -248,11 +249,14 @@ class PrefixCheck:
     def settle(self) -> bool:
         """True: checked (OutDirError for a prefix holding a run, as for a local out_dir); False:
         the store did not answer in time or failed: one warning, and the spool's manifest tells
-        the uploader to check before its first upload (off the training thread)."""
+        the uploader to check before its first upload (off the training thread). Called again,
+        it says the same without waiting, warning or writing again."""
         import logging
 
         from ..exceptions import OutDirError
 
+        if self._settled is not None:
+            return self._settled
         with self._cond:
             while not self._decided():
                 self._cond.wait(0.05)
@@ -260,7 +264,8 @@ class PrefixCheck:
         result = self._outcome[0] if self._outcome else None
         if isinstance(result, OutDirError):
             raise result
-        if result is True:
+        self._settled = result is True
+        if self._settled:
             return True
         why = (f"{type(result).__name__}: {result}" if isinstance(result, BaseException)
                else f"it did not answer within {self.bound:g} s, {PREFIX_CHECK_TIMEOUT_ENV}")

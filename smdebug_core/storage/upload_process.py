@@ -50,7 +50,8 @@ def make_uploader(spool: str, url: str, before_start: Optional[Callable[[], obje
     the store lives in this process (``memory://``) or ``$SMDEBUG_UPLOAD_IN_PROCESS`` is set;
     then (or if the process cannot start) a thread of this one. Same interface either way.
     ``before_start()`` runs before the uploader reads the spool (while the process starts);
-    what it raises propagates, the process stopped."""
+    what it raises propagates, the process stopped. It may run twice (the process failed to
+    start after it ran): it must say the same the second time."""
     from . import remote
 
     url = remote.normalize_url(url)
@@ -59,7 +60,6 @@ def make_uploader(spool: str, url: str, before_start: Optional[Callable[[], obje
             return UploaderProcess(spool, url, before_start=before_start, **kwargs)
         except OSError as exc:  # no fork/exec here (a sandbox): upload from a thread instead
             logger.info("smdebug: uploading from this process (could not start an upload process: %s)", exc)
-            before_start = None  # it ran
     if before_start is not None:
         before_start()
     return _uploader.Uploader(spool, url, **kwargs)

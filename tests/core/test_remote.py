@@ -160,13 +160,19 @@ def test_reading_one_tensor_fetches_a_range_not_the_event_object(endpoint, bucke
     assert storage.stats["bytes_fetched"] - before < 1000
 
 
-def test_hook_refuses_a_prefix_holding_a_run_unless_overwrite(endpoint, bucket):
+def test_hook_refuses_a_prefix_holding_a_run_unless_overwrite(endpoint, bucket, monkeypatch, tmp_path):
     url = f"s3://{bucket}/taken"
     hook = smd.Hook(out_dir=url)
     _train(hook, 1)
     hook.close()
     with pytest.raises(OutDirError, match="already holds a run.*overwrite=True"):
         smd.Hook(out_dir=url)
+
+    # Also where no upload process can start (the hook uploads from a thread of its own).
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "executable", str(tmp_path / "no-python-here"))
+        with pytest.raises(OutDirError, match="already holds a run"):
+            smd.Hook(out_dir=url)
     hook = smd.Hook(out_dir=url, overwrite=True, save_config=smd.SaveConfig(save_interval=1))
     _train(hook, 2, start=100)
     hook.close()
