@@ -138,8 +138,7 @@ class StepSession:
         # reductions the adapter computed. Insertion order is recording order (a name recorded
         # again moves to the end): the last record wins.
         self._early_tensors: List[Tuple[str, object]] = []  # save_tensor before the first step
-        self._collections_written = False
-        self._collections_version = -1
+        self._collections_version = -1  # the collections' version last written; -1: none written
         self._closed = False
         self._lock = threading.RLock()
         self._listeners = StepListeners()  # live rules
@@ -399,13 +398,11 @@ class StepSession:
         if not pending and not scalars:
             return
         collections = None
-        if self.writer is not None and (not self._collections_written
-                                        or self.collection_manager.version != self._collections_version):
+        if self.writer is not None and self.collection_manager.version != self._collections_version:
             # Written with the first saved step, again when collections changed (a tensor saved
             # with save_tensor joins its collections): readers of a live run see them. Here:
             # the training thread changes collections.
             collections = self.collections_json()
-            self._collections_written = True
             self._collections_version = self.collection_manager.version
         # On the worker while it still reduces this step's batches (steps stay in order);
         # else here: making the records costs less than waking the worker for them.
@@ -527,7 +524,6 @@ class StepSession:
     def _write_collections(self) -> None:
         if self.writer is not None:
             self.writer.write_collections(self.collections_json())
-            self._collections_written = True
             self._collections_version = self.collection_manager.version
 
     # --- live consumers of saved values (rules) and stopping ---------------------------
@@ -665,7 +661,7 @@ class StepSession:
         """Write as ``worker`` from now on (a distribution strategy met after construction),
         and with ``include_workers`` if given; False, changing nothing, once something was
         written under the current name."""
-        if self._collections_written or self.global_step >= 0:
+        if self._collections_version >= 0 or self.global_step >= 0:
             return False
         self.rank, self.world_size, self.worker_name = worker
         if include_workers is not None:
