@@ -13,6 +13,8 @@ import threading
 import weakref
 from typing import Callable, Dict, List, Optional
 
+from .remote import is_url, normalize_url
+
 #: How long a reader waits for the writing hook at most (a stuck store must not stall it).
 FLUSH_TIMEOUT_S = 10.0
 
@@ -21,8 +23,8 @@ _flushers: Dict[str, List[weakref.WeakMethod]] = {}
 
 
 def _key(location: str) -> str:
-    if "://" in location and not location.startswith("file://"):
-        return location.rstrip("/")
+    if is_url(location) and not location.startswith("file://"):
+        return normalize_url(location)
     path = location[len("file://"):] if location.startswith("file://") else location
     return os.path.realpath(os.path.expanduser(path))
 
@@ -49,8 +51,8 @@ def unregister(flush: Callable) -> None:
 def flush_before_reading(location: str, timeout: float = FLUSH_TIMEOUT_S) -> None:
     """Flush the hooks of this process that write ``location``. Not from smdebug's own
     threads (a live rule's thread waiting for the pipeline it runs on would wait forever)."""
-    if threading.current_thread().name.startswith("smdebug"):
-        return
+    if not _flushers or threading.current_thread().name.startswith("smdebug"):
+        return  # no hook writes in this process (a reader's): nothing to resolve
     with _lock:
         refs = list(_flushers.get(_key(location), ()))
     for ref in refs:
