@@ -15,6 +15,7 @@ up across shards (:func:`combine_health_partials`) and finish the same way every
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import ml_dtypes
@@ -141,16 +142,19 @@ HEALTH_COLUMNS: Tuple[str, ...] = (
 
 
 @functools.lru_cache(maxsize=256)  # the same few key tuples at every saved step
-def health_columns(keys: Tuple[Tuple[str, bool], ...]) -> Tuple[str, ...]:
-    """The partial columns the health reductions among ``keys`` need (empty when none)."""
+def health_columns(keys: Tuple[Tuple[str, bool], ...], combinable: bool = False) -> Tuple[str, ...]:
+    """The partial columns the health reductions among ``keys`` need (empty when none).
+    ``combinable``: also those that pieces of a tensor need to combine (``m3``: the 4th
+    moment sum of a union needs the 3rd of its parts; one tensor's kurtosis does not)."""
     need = set()
+    moments = _MOMENTS if combinable else ("mean", "m2", "m4")
     for op, is_abs in keys:
         if op == "nonfinite":
             need.add("nonfinite")
         elif op == "zero_fraction":
             need.add("zero")
         elif op == "kurtosis":
-            need.update(("abs_" if is_abs else "") + m for m in _MOMENTS)
+            need.update(("abs_" if is_abs else "") + m for m in moments)
         elif op.startswith("overflow_"):
             need.add("over_" + op[len("overflow_"):])
         elif op.startswith("underflow_"):
@@ -161,52 +165,93 @@ def health_columns(keys: Tuple[Tuple[str, bool], ...]) -> Tuple[str, ...]:
 
 
 def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand: Callable, xp,
-                    seg_count: Optional[Callable] = None, wide=None, all_finite: Optional[Callable] = None
-                    ) -> Dict[str, object]:
+                    seg_count: Optional[Callable] = None, wide=None, all_finite: Optional[Callable] = None,
+                    host: bool = False) -> Dict[str, object]:
     """The ``columns`` of each segment of ``x``, in any array library.
 
     ``counts``: each segment's element count; ``seg_sum(a)``: each segment's sum of a float64
     array ``a`` (and of a boolean mask, unless ``seg_count`` counts those); ``expand(v)``: a
     per-segment value broadcast against ``x``; ``xp``: a namespace with ``where(mask, a,
-    scalar)`` and ``isfinite`` (numpy and torch are ones). Counts compare ``|x|`` once with
-    each bound needed (``x`` may be float32: every bound is a float32 value); the moments are
-    taken of ``wide`` (``x`` in float64; default ``x``), masked to the finite elements unless
-    ``all_finite(finite counts)`` says there is nothing to mask (host arrays). Backends call
-    it with their own segments: rows of a stacked batch, slices of a flat copy, one tensor.
+    scalar)`` and ``isfinite`` (numpy and torch are ones). Counts compare ``|x|`` with each
+    bound (every bound is a float32 value: ``x`` may be float32). The moments are taken of
+    ``wide`` (``x`` in float64; default ``x``), masked to the finite elements unless
+    ``all_finite(finite counts)`` says there is nothing to mask. Backends call it with their
+    own segments: rows of a stacked batch, slices of a flat copy, one tensor.
+
+    ``host``: ``x`` is a numpy array, whose extremes cost no transfer. Then the largest ``|x|``
+    of all segments settles most counts without a pass: when it is finite, so is every
+    element, and no element exceeds a type whose largest value is at least that; where no
+    element is 0, none is at most a bound below the smallest ``|x|``.
     """
     seg_count = seg_count or seg_sum
-    magnitude = abs(x) if any(c.startswith(("over_", "under_")) for c in columns) else None
-    finite = xp.isfinite(x)
-    out: Dict[str, object] = {"count": counts, "finite": seg_count(finite)}
+    kept: Dict[str, object] = {}  # |x| and the finite mask, made on first use
+
+    def abs_x():
+        if "abs" not in kept:
+            kept["abs"] = abs(x)
+        return kept["abs"]
+
+    def is_finite():
+        if "finite" not in kept:
+            kept["finite"] = xp.isfinite(x)
+        return kept["finite"]
+
+    peak, floor = (float(abs_x().max()), float(abs_x().min())) if host else (math.nan, math.nan)  # NaN: unknown
+    settled = math.isfinite(peak)
+    out: Dict[str, object] = {"count": counts, "finite": counts if settled else seg_count(is_finite())}
     if "nonfinite" in columns:
         out["nonfinite"] = counts - out["finite"]
-    zero = None
-    if "zero" in columns or "nonzero" in columns:
-        zero = out["zero"] = seg_count(x == 0)
-    if "nonzero" in columns:
-        out["nonzero"] = out["finite"] - zero
-    for name, (largest, to_zero) in LOW_PRECISION_TYPES.items():
+    for name, (largest, _) in LOW_PRECISION_TYPES.items():
         if f"over_{name}" in columns:  # "<=" leaves NaN and Inf out, as the finite count does
-            out[f"over_{name}"] = out["finite"] - seg_count(magnitude <= largest)
-        if f"under_{name}" in columns:
-            out[f"under_{name}"] = seg_count(magnitude <= to_zero) - zero
+            out[f"over_{name}"] = counts * 0.0 if peak <= largest else out["finite"] - seg_count(abs_x() <= largest)
+    under = [name for name in LOW_PRECISION_TYPES if f"under_{name}" in columns]
+    if under or "zero" in columns or "nonzero" in columns:
+        if floor > 0:
+            out["zero"] = zero = counts * 0.0
+        else:
+            is_zero = abs_x() <= 0.0  # -0.0 too
+            out["zero"] = zero = seg_count(is_zero)
+            if host and under:  # bounds below the smallest nonzero |x| have nothing past the zeros
+                floor = smallest_nonzero(abs_x())
+        out["nonzero"] = out["finite"] - zero
+        for name in under:
+            to_zero = LOW_PRECISION_TYPES[name][1]
+            out[f"under_{name}"] = counts * 0.0 if to_zero < floor else seg_count(abs_x() <= to_zero) - zero
     if not ("mean" in columns or "abs_mean" in columns):
         return out
     wide = x if wide is None else wide
-    masked = not (all_finite is not None and all_finite(out["finite"]))
+    masked = not (settled or (all_finite is not None and all_finite(out["finite"])))
     for prefix in ("", "abs_"):
         if prefix + "mean" in columns:
             source = abs(wide) if prefix else wide
             if masked:
-                mean = seg_sum(xp.where(finite, source, 0.0)) / out["finite"]  # NaN where none is finite
-                deviation = xp.where(finite, source - expand(mean), 0.0)
+                mean = seg_sum(xp.where(is_finite(), source, 0.0)) / out["finite"]  # NaN where none is finite
+                deviation = xp.where(is_finite(), source - expand(mean), 0.0)
             else:
                 mean = seg_sum(source) / out["finite"]
                 deviation = source - expand(mean)
             square = deviation * deviation
-            out.update({prefix + "mean": mean, prefix + "m2": seg_sum(square),
-                        prefix + "m3": seg_sum(square * deviation), prefix + "m4": seg_sum(square * square)})
+            out.update({prefix + "mean": mean, prefix + "m2": seg_sum(square), prefix + "m4": seg_sum(square * square)})
+            if prefix + "m3" in columns:
+                out[prefix + "m3"] = seg_sum(square * deviation)
     return out
+
+
+def smallest_nonzero(magnitude: np.ndarray) -> float:
+    """The smallest nonzero element of an array of magnitudes (``inf`` if none; NaNs left out), in
+    two branch-free passes (``np.where`` on a mask of scattered zeros, such as ReLU outputs,
+    is 50x slower): read as unsigned integers, nonnegative floats order as their values, and
+    0 minus 1 wraps around to the largest."""
+    unsigned = {4: np.uint32, 8: np.uint64}.get(magnitude.itemsize) if magnitude.dtype.kind == "f" else None
+    if unsigned is None:
+        positive = magnitude[magnitude > 0]
+        return float(positive.min()) if positive.size else math.inf
+    bits = np.ascontiguousarray(magnitude).reshape(-1).view(unsigned)
+    below = (bits - unsigned(1)).min()
+    if below == np.iinfo(unsigned).max:
+        return math.inf
+    smallest = float(np.array(below + unsigned(1), dtype=unsigned).view(magnitude.dtype))
+    return math.inf if math.isnan(smallest) else smallest  # NaNs order above inf
 
 
 def finish_health(partials: Dict[str, object], op: str, is_abs: bool):

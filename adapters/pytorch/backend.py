@@ -548,60 +548,97 @@ def _lazy_health(keys: Tuple[ReductionKey, ...], partials_of):
 _MOMENT_COLUMNS = frozenset(p + m for p in ("", "abs_") for m in ("mean", "m2", "m3", "m4"))
 
 
-def _health_of_rows(rows: torch.Tensor, as_wide, columns: Tuple[str, ...]):
-    """Health partials of each row of a big ``[n, size]`` CPU tensor: counts compare the rows
-    in their own dtype with numpy (one comparison and one ``count_nonzero`` per bound);
-    moments of float32 rows in float32 with float64 sums (:func:`_float32_moments`), else (or
-    where some element is not finite) of the float64 copy the sums use."""
+def _health_of_rows(rows: torch.Tensor, as_wide, row_stats, buffers, columns: Tuple[str, ...]):
+    """Health partials of each row of a big ``[n, size]`` CPU tensor. Counts with numpy, block by
+    block (:func:`_blocks`; each block's extremes leave most of them settled, see
+    :func:`smdebug.reductions.health_partials`), in the rows' own dtype; moments of float32
+    rows in float32 (:func:`_float32_moments`; ``row_stats()``: the rows' float64 means, minima
+    and maxima), else (or where some element is not finite) of the float64 copy the sums use."""
     x = rows.detach().numpy()
-    size = x.shape[1]
-    counts = np.full(x.shape[0], float(size))
+    n_rows, size = x.shape
 
-    def partials(wanted, wide=None):
+    def partials(block, wanted, wide=None):
+        width = block.shape[1]
         return reference.health_partials(
-            x, wanted, counts, lambda a: a.sum(axis=1), lambda v: v[:, None], np,
+            block, wanted, np.full(block.shape[0], float(width)), lambda a: a.sum(axis=1), lambda v: v[:, None], np,
             seg_count=lambda mask: np.array([np.count_nonzero(row) for row in mask], dtype=np.float64),
-            wide=wide, all_finite=lambda finite: bool((finite == size).all()))
+            wide=wide, all_finite=lambda finite: bool((finite == width).all()), host=True)
 
+    out: Dict[str, np.ndarray] = {}
+    for top, bottom, left, right in _blocks(n_rows, size):  # every count adds up over a row's blocks
+        for name, counts in partials(x[top:bottom, left:right], tuple(c for c in columns if c not in _MOMENT_COLUMNS)
+                                     ).items():
+            out.setdefault(name, np.zeros(n_rows))[top:bottom] += counts
     moments = [c for c in columns if c in _MOMENT_COLUMNS]
-    out = partials(tuple(c for c in columns if c not in _MOMENT_COLUMNS))
     if not moments:
         return out
     fast = None
-    if rows.dtype == torch.float32 and bool((out["finite"] == size).all()):
-        fast = _float32_moments(rows.detach(), {c[:-len("mean")] for c in moments if c.endswith("mean")})
-    out.update(fast if fast is not None else partials(columns, as_wide().detach().numpy()))
+    if rows.dtype == torch.float32 and bool((out["finite"] == size).all()) and "abs_mean" not in moments \
+            and "m3" not in moments:
+        fast = _float32_moments(rows.detach(), *row_stats(), buffers)
+    out.update(fast if fast is not None else partials(x, columns, as_wide().detach().numpy()))
     return out
+
+
+#: Big groups of rows are read in blocks of this many elements (1 MiB of float32): all the
+#: passes over a block run while it is still in the core's cache (the health reductions
+#: make about ten), and their scratch arrays are small.
+ROWS_BLOCK = 1 << 18
+
+
+def _blocks(n_rows: int, size: int):
+    """``(top, bottom, left, right)`` of the blocks of a ``[n_rows, size]`` array: whole rows
+    together while they are short, pieces of one row when long."""
+    width = min(size, ROWS_BLOCK)
+    height = max(1, min(n_rows, ROWS_BLOCK // width))
+    for top in range(0, n_rows, height):
+        for left in range(0, size, width):
+            yield top, min(n_rows, top + height), left, min(size, left + width)
 
 
 #: :func:`_float32_moments` leaves rows whose mean exceeds this many standard deviations to
 #: float64: centred on the float32-rounded mean, their moments would move by more than 1e-6.
 FLOAT32_MOMENTS_MAX_MEAN = 10.0
+#: ... and scales deviations only in rows whose largest lies outside [2^-30, 2^30): within,
+#: their 4th powers neither underflow nor overflow float32, nor do sums of 2^24 of them.
+MOMENTS_UNSCALED_EXPONENTS = 30
 
 
-def _float32_moments(rows: torch.Tensor, prefixes) -> Optional[Dict[str, np.ndarray]]:
-    """``mean``, ``m2``-``m4`` (and ``abs_`` ones) of finite float32 rows: deviations and their
-    powers in float32 (rounding each by at most half an ulp, without bias), summed by numpy
-    in float64 (torch's float64-accumulating sums of float32 data are 10x slower). None when
-    a row's mean is too far from 0 for float32 deviations (:data:`FLOAT32_MOMENTS_MAX_MEAN`)."""
-    x = rows.numpy()
-    n = x.shape[1]
-    out = {}
-
-    def total(a):
-        return np.add.reduce(a, axis=1, dtype=np.float64)
-
-    for prefix in prefixes:
-        source = np.abs(x) if prefix else x
-        mean = total(source) / n
-        deviation = source - mean.astype(np.float32)[:, None]
-        square = deviation * deviation
-        m2 = total(square)
-        if bool((mean * mean > FLOAT32_MOMENTS_MAX_MEAN ** 2 * m2 / n).any()):
-            return None
-        out.update({prefix + "mean": mean, prefix + "m2": m2, prefix + "m4": total(square * square),
-                    prefix + "m3": total(np.multiply(square, deviation, out=square))})
-    return out
+def _float32_moments(rows: torch.Tensor, mean: np.ndarray, low: np.ndarray, high: np.ndarray,
+                     buffers: Optional["_BufferPool"]) -> Optional[Dict[str, np.ndarray]]:
+    """``mean``, ``m2`` and ``m4`` of finite float32 rows, from their float64 means and extremes:
+    deviations from the mean, in float32 (each rounded by at most half an ulp, without bias),
+    scaled per row by the power of two that brings the largest below 1 where their 4th powers
+    would leave float32's range (exact), squared twice in place; sums by torch in float32 per
+    block (cascade sums of nonnegative terms: relative error near 1e-7), in float64 across
+    blocks (:func:`_blocks`), scaled back in float64. None when a row's mean is too far
+    from 0 for float32 deviations (:data:`FLOAT32_MOMENTS_MAX_MEAN`)."""
+    n_rows, n = rows.shape
+    spread = np.maximum(high - mean, mean - low)
+    exponent = np.clip(np.frexp(np.where(spread > 0, spread, 1.0))[1], -120, 120)  # spread < 2^exponent
+    if not bool((np.abs(exponent) > MOMENTS_UNSCALED_EXPONENTS).any()):
+        exponent[:] = 0
+    inverse = torch.from_numpy(np.ldexp(1.0, -exponent).astype(np.float32))[:, None] if exponent.any() else None
+    centre = torch.from_numpy(mean.astype(np.float32))[:, None]
+    blocks = list(_blocks(n_rows, n))
+    shape = (blocks[0][1] - blocks[0][0], blocks[0][3] - blocks[0][2])
+    scratch = buffers.take(torch.float32, shape) if buffers is not None else torch.empty(shape)
+    m2, m4 = np.zeros(n_rows), np.zeros(n_rows)
+    try:
+        for top, bottom, left, right in blocks:
+            power = scratch[:bottom - top, :right - left]
+            torch.sub(rows[top:bottom, left:right], centre[top:bottom], out=power)
+            if inverse is not None:
+                power.mul_(inverse[top:bottom])
+            m2[top:bottom] += power.square_().sum(dim=1).numpy()
+            m4[top:bottom] += power.square_().sum(dim=1).numpy()
+    finally:
+        if buffers is not None:
+            buffers.give(scratch)
+    m2 *= np.ldexp(1.0, 2 * exponent)
+    if bool((mean * mean > FLOAT32_MOMENTS_MAX_MEAN ** 2 * m2 / n).any()):
+        return None
+    return {"mean": mean, "m2": m2, "m4": m4 * np.ldexp(1.0, 4 * exponent)}
 
 
 def _row_sums(a: torch.Tensor) -> torch.Tensor:
@@ -812,7 +849,7 @@ def _reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tu
     health = _lazy_health(keys, lambda columns: reference.health_partials(
         wide, columns, n, lambda a: np.add.reduceat(a, starts), lambda v: np.repeat(v, lengths), np,
         seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64),
-        all_finite=lambda finite: bool((finite == n).all())))
+        all_finite=lambda finite: bool((finite == n).all()), host=True))
     out = np.empty((len(n), len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
         for j, (op, is_abs) in enumerate(keys):
@@ -1000,6 +1037,9 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
                 wide = rows.to(torch.float64)
         return wide
 
+    def extreme(op: str, is_abs: bool = False) -> torch.Tensor:  # "amin" or "amax" of each row
+        return get((op, is_abs), lambda: getattr(source(is_abs), op)(dim=1))
+
     def total(is_abs: bool) -> torch.Tensor:
         if is_abs:
             return get(("sum", True), lambda: source(True).sum(dim=1, dtype=torch.float64))
@@ -1023,16 +1063,20 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
             return var
         return get(("var", is_abs), compute)
 
-    health = _lazy_health(keys, lambda columns: _health_of_rows(rows, as_wide, columns))
+    def row_stats():  # float64 means, minima and maxima of the rows, for the health moments
+        return ((total(False) / n).numpy(), extreme("amin").numpy().astype(np.float64),
+                extreme("amax").numpy().astype(np.float64))
+
+    health = _lazy_health(keys, lambda columns: _health_of_rows(rows, as_wide, row_stats, buffers, columns))
     out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):
         for j, (op, is_abs) in enumerate(keys):
             if op in _HEALTH:
                 out[:, j] = health(op, is_abs)
             elif op == "min":
-                out[:, j] = source(is_abs).amin(dim=1).numpy()
+                out[:, j] = (extreme("amin", True) if is_abs else extreme("amin")).numpy()
             elif op == "max":
-                out[:, j] = source(is_abs).amax(dim=1).numpy()
+                out[:, j] = (extreme("amax", True) if is_abs else extreme("amax")).numpy()
             elif op == "sum":
                 out[:, j] = total(is_abs).numpy()
             elif op == "mean":

@@ -324,7 +324,7 @@ def columns_needed(keys) -> Tuple[str, ...]:
             need.add("sum_sq")
         elif op in ("variance", "std"):
             need.update(("sum_abs", "m2_abs") if is_abs else ("m2", "sum_sq"))  # sum_sq: free with m2
-    need.update("h:" + c for c in reference.health_columns(tuple(keys)) if c != "count")
+    need.update("h:" + c for c in reference.health_columns(tuple(keys), combinable=True) if c != "count")
     return tuple(name for name in PARTIAL_COLUMNS if name in need)
 
 

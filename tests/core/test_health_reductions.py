@@ -84,23 +84,37 @@ def test_edge_cases_give_nan_not_errors():
     assert reference.reduce(np.array([0, 1, 70000]), "overflow_fp16") == pytest.approx(1 / 3)
 
 
-def _segments_partials(x, sizes, keys):
+def _segments_partials(x, sizes, keys, host=False):
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
     return reference.health_partials(
-        x, reference.health_columns(keys), np.asarray(sizes, np.float64),
-        lambda a: np.add.reduceat(a.astype(np.float64), starts), lambda v: np.repeat(v, sizes), np)
+        x, reference.health_columns(keys, combinable=True), np.asarray(sizes, np.float64),
+        lambda a: np.add.reduceat(a.astype(np.float64), starts), lambda v: np.repeat(v, sizes), np, host=host)
 
 
-def test_partials_of_segments_and_of_pieces_finish_as_the_reference():
+def _finite_pieces():
+    """Every element finite, none 0: the host path settles counts from the extremes."""
+    rng = np.random.default_rng(2)
+    limits = constructed()
+    return [limits[np.isfinite(limits) & (limits != 0)], 1e-9 * rng.standard_normal(30),
+            np.array([3e-8, 2.0 ** -25, 7e-6]), rng.standard_normal(50)]
+
+
+@pytest.mark.parametrize("host", [False, True])
+@pytest.mark.parametrize("case", ["limits, NaN and zeros", "finite, no zero", "finite and zeros", "small and finite"])
+def test_partials_of_segments_and_of_pieces_finish_as_the_reference(case, host):
     rng = np.random.default_rng(1)
-    pieces = [constructed(), 5 + rng.standard_normal(40) ** 3, np.array([np.nan]), np.array([4.0, 4.0, 9.0]),
-              np.array([-0.0])]
+    pieces = {"limits, NaN and zeros": [constructed(), 5 + rng.standard_normal(40) ** 3, np.array([np.nan]),
+                                        np.array([4.0, 4.0, 9.0]), np.array([-0.0])],
+              "finite, no zero": _finite_pieces(),
+              "finite and zeros": [np.concatenate([piece, [0.0, -0.0]]) for piece in _finite_pieces()]
+              + [np.zeros(3), np.array([0.0, 1e-30])],
+              "small and finite": [rng.uniform(0.5, 2.0, 20), rng.uniform(-1, 1, 30)]}[case]
     whole = np.concatenate(pieces)
     keys = tuple((op, is_abs) for op in reference.HEALTH_REDUCTIONS for is_abs in (False, True))
-    columns = reference.health_columns(keys)
+    columns = reference.health_columns(keys, combinable=True)
     sizes = [p.size for p in pieces]
     with np.errstate(all="ignore"):
-        partials = _segments_partials(np.concatenate(pieces), sizes, keys)
+        partials = _segments_partials(np.concatenate(pieces), sizes, keys, host)
         for i, piece in enumerate(pieces):  # segments: each piece's own reductions
             for op, is_abs in keys:
                 np.testing.assert_allclose(reference.finish_health(partials, op, is_abs)[i],
@@ -151,3 +165,13 @@ def test_a_hook_saves_them_and_the_trial_reads_them(tmp_path):
     tensor = create_trial(out_dir, wait_timeout=1).tensor("w")
     for op in keys:
         np.testing.assert_allclose(tensor.reduction_value(0, op), reference.reduce(x, op), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_smallest_nonzero_magnitude(dtype):
+    cases = [([0, 3, 0, 2, 5], 2), ([0, 0], np.inf), ([7], 7)]
+    if dtype != np.int64:
+        tiny = float(np.finfo(dtype).smallest_subnormal)
+        cases += [([0.0, np.nan, 0.5, np.inf], 0.5), ([np.nan, 0.0], np.inf), ([tiny, 0.0, 1.0], tiny)]
+    for values, want in cases:
+        assert reference.smallest_nonzero(np.abs(np.array(values, dtype=dtype))) == want, values

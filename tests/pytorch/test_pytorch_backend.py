@@ -335,6 +335,20 @@ def health_tensors():
                                finite, offset]
 
 
+def test_kurtosis_of_float32_rows_at_any_scale_equals_numpy():
+    """Rows of one group (stacked) whose scales differ by 21 decades: their 4th powers in float32
+    would underflow (1e-12 ** 4) or overflow (1e9 ** 4) without the per-row scaling."""
+    base = torch.randn(300, 300, generator=torch.Generator().manual_seed(5)) ** 3
+    tensors = [base * scale for scale in (1e-12, 1e-6, 1.0, 1e9)] + [base * 1e-12 + 3e-12]
+    keys = tuple((op, False) for op in ("min", "max", "mean", "std", "kurtosis", "zero_fraction", "underflow_fp16"))
+    backend = TorchBackend()
+    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=False, shape=True, reductions=keys)
+                for i, t in enumerate(tensors)]
+    for tensor, result in zip(tensors, backend.materialize(requests)):
+        for key, want in zip(keys, reductions.reduce_many(tensor.numpy(), keys)):
+            np.testing.assert_allclose(result.reductions[key], want, rtol=1e-5, err_msg=f"{key} of {tensor.abs().max()}")
+
+
 @pytest.mark.parametrize("in_place", [False, True])
 def test_health_reductions_of_every_dtype_and_path_equal_numpy(monkeypatch, in_place):
     if in_place:

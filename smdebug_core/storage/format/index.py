@@ -83,12 +83,25 @@ def entry_json(name, start_idx, length, crc=None):
     return f"{_entry_json_head(name, start_idx, length)}{int(crc)}}}"
 
 
-def entries_json_template(names, starts, lengths):
-    """The ``tensor_payload`` items of several records, joined by ``", "``, as a ``%``-template
-    with one ``%d`` per record for its CRC: ``template % tuple(crcs)``. A writer that repeats a
-    step's layout makes this once and completes it with one formatting call per step."""
-    return ", ".join([_entry_json_head(name, start, length).replace("%", "%%") + "%d}"
-                      for name, start, length in zip(names, starts, lengths)])
+def entries_json_template(names, starts, lengths) -> List[str]:
+    """The ``tensor_payload`` items of several records, joined by ``", "``, as the text around
+    their CRCs: one more piece than records, to complete with :func:`complete_entries`. A
+    writer that repeats a step's layout makes this once and completes it at each step."""
+    pieces = [""]
+    for name, start, length in zip(names, starts, lengths):
+        pieces[-1] += _entry_json_head(name, start, length)
+        pieces.append("}, ")
+    pieces[-1] = "}"
+    return pieces
+
+
+def complete_entries(pieces: List[str], crcs: List[int]) -> str:
+    """:func:`entries_json_template`'s pieces with each record's CRC in place (one join: a
+    step may hold thousands of records)."""
+    out = [""] * (2 * len(pieces) - 1)
+    out[::2] = pieces
+    out[1::2] = map(str, crcs)
+    return "".join(out)
 
 
 def _entry_json_head(name, start_idx, length):

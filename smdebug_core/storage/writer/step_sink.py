@@ -16,7 +16,7 @@ import itertools
 import logging
 
 from ..format.codec import StepEncoder
-from ..format.index import entry_json, index_json_from_items
+from ..format.index import complete_entries, entry_json, index_json_from_items
 from ..format.record_templates import EVENT_FOOTER, ScalarRunLayout, SmallRecordsLayout
 from ..format.records import RECORD_OVERHEAD, crc32c, crc32c_of_parts, crc32c_of_slices, record_header
 from ..format import layout
@@ -167,7 +167,7 @@ class StepSink:
         """Records joined from a layout's template (``data``) into the step's event file and index."""
         self._event_file(open_step).write(data)
         open_step.names += tags
-        open_step.index_items.append(layout_.index_template(open_step.offset) % tuple(crcs))
+        open_step.index_items.append(complete_entries(layout_.index_template(open_step.offset), crcs))
         open_step.offset += len(data)
 
     def _write_pairs(self, open_step, encoder, tensors):
