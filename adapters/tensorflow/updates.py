@@ -9,8 +9,9 @@ float32. Only trainable weights the hook has named are followed.
   ``run_eagerly=True``): in a TRAIN step that saves ``updates``, the wanted weights are
   copied before ``apply`` and the differences recorded after it. Under ``jax.jit`` the
   variables hold tracers: the names go to the capture, which warns once each.
-* **Inside a TensorFlow graph**: one float32-or-wider stash variable per weight takes
-  the value before ``apply``, then ``after - stash``, and the stash is offered to the
+* **Inside a TensorFlow graph**: one stash variable per weight (float32 for half-precision
+  weights; a lasting copy of the followed weights' memory) takes the value before
+  ``apply``, then ``after - stash``, and the stash is offered to the
   capture (:mod:`.capture`), which reduces or copies it as any captured tensor. In a
   specialized step function (:mod:`.keras_functions`) this is traced only into the
   functions of steps that save ``updates``, unconditionally; the function of steps that
@@ -20,6 +21,8 @@ float32. Only trainable weights the hook has named are followed.
 
 Reads and assignments of the same variable run in program order inside a ``tf.function``
 (automatic control dependencies), so the stash holds the value before the update.
+Under MirroredStrategy only the chief replica's graph gets the stash, as any capture site.
+A failure here is handled as in the other wrappers: one warning, the hook switches off, training goes on.
 """
 from __future__ import annotations
 
