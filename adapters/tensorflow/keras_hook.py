@@ -264,8 +264,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                     pending = hook._offer_gradients(optimizer, grads, trainable_variables)
             result = original(grads, trainable_variables)
             if pending is not None and hook._session.enabled:
-                with hook.guard("capturing updates"):
-                    hook._updates.after(pending)
+                hook._updates.after(pending)  # its own failure turns the updates off only
             return result
 
         self._patches.set(optimizer, "apply", apply)

@@ -22,7 +22,7 @@ float32. Only trainable weights the hook has named are followed.
 Reads and assignments of the same variable run in program order inside a ``tf.function``
 (automatic control dependencies), so the stash holds the value before the update.
 Under MirroredStrategy only the chief replica's graph gets the stash, as any capture site.
-A failure here is handled as in the other wrappers: one warning, the hook switches off, training goes on.
+A failure here warns once and turns the updates off; training and the rest of the capture go on.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import keras
 from smdebug.collections import OPTIMIZER_STEP_REGEXES, UPDATE_PREFIX, CollectionKeys
 from smdebug.modes import ModeKeys
 
-from .base import TFHookBase
+from .base import TFHookBase, logger
 from .eager_capture import is_traced
 
 K = CollectionKeys
@@ -57,6 +57,7 @@ class KerasUpdates:
         self._stashes: Dict[int, Tuple[object, object]] = {}
         self._flag = None  # tf bool variable: whether this step saves updates (graphs without a specialized function)
         self._flag_value = False
+        self.failed = False  # a failure turned the updates off
 
     # --- which weights ------------------------------------------------------------------
     def _named(self, variables) -> List[Tuple[str, object]]:
@@ -73,11 +74,35 @@ class KerasUpdates:
 
     def wanted_for(self, variables) -> bool:
         """Whether the updates of any of ``variables`` can be saved (the optimizer's apply is wrapped)."""
-        return bool(self._named(variables))
+        return not self.failed and bool(self._named(variables))
 
     # --- around the optimizer's apply -------------------------------------------------------
     def before(self, optimizer, variables) -> Optional[tuple]:
         """Just before ``optimizer.apply``: what :meth:`after` needs (None: no update is captured here)."""
+        if self.failed:
+            return None
+        try:
+            return self._before(optimizer, variables)
+        except Exception as exc:  # noqa: BLE001 - updates off, training and the rest of the capture go on
+            self._fail(exc)
+            return None
+
+    def after(self, pending: tuple) -> None:
+        """Just after ``apply``: the differences go to the capture."""
+        if self.failed:
+            return
+        try:
+            self._after(pending)
+        except Exception as exc:  # noqa: BLE001 - updates off, training and the rest of the capture go on
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        self.failed = True
+        self.disarm()
+        logger.warning("smdebug: saving the updates failed (%s: %s); they are off for the rest of the run, "
+                       "the rest of the capture goes on", type(exc).__name__, exc)
+
+    def _before(self, optimizer, variables) -> Optional[tuple]:
         if self._tf:
             import tensorflow as tf
 
@@ -97,8 +122,7 @@ class KerasUpdates:
         return ("eager", (("updates", id(optimizer)), [(name, var, self._snapshot(var)) for name, var in named])) \
             if named else None
 
-    def after(self, pending: tuple) -> None:
-        """Just after ``apply``: the differences go to the capture."""
+    def _after(self, pending: tuple) -> None:
         kind, items = pending
         if kind == "eager":
             key, named = items
