@@ -19,6 +19,11 @@ a. ``reductions``: min, max, mean, std, l1 and l2 norms of weights, biases and g
    at every step (no whole tensors);
 b. ``full``: whole weights, biases and gradients at every step;
 c. ``default``: the default configuration (losses and metrics every 500 steps).
+d. ``updates``: (a) with the ``updates`` collection (after minus before the optimizer's
+   ``apply``, in the compiled step) in place of the gradients;
+e. ``health``: the README's training-health configuration: weights, biases and updates,
+   their L2 norms and health reductions (nonfinite, zero_fraction, kurtosis, fp8/bf16
+   over/underflow) every 100 steps.
 
 ``--depth k`` inserts k more Dense(128) layers after ``fc1``: 4k more tensors saved (weights,
 biases and their gradients), for the hook's cost per tensor (its callbacks' columns).
@@ -119,6 +124,15 @@ def make_hook(scenario, out_dir, dry_run=False):
         return smd.KerasHook(out_dir=out_dir, save_config=every_step, include_collections=PARAMS, dry_run=dry_run)
     if scenario == "default":
         return smd.KerasHook(out_dir=out_dir, dry_run=dry_run)
+    if scenario == "updates":
+        return smd.KerasHook(out_dir=out_dir, save_config=every_step, include_collections=["weights", "biases", "updates"],
+                             dry_run=dry_run, reduction_config=smd.ReductionConfig(reductions=["min", "max", "mean", "std"],
+                                                                                   norms=["l1", "l2"]))
+    if scenario == "health":
+        health = smd.ReductionConfig(norms=["l2"], reductions=["nonfinite", "zero_fraction", "kurtosis",
+                                                               "overflow_fp8_e4m3", "underflow_bf16"])
+        return smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=100), dry_run=dry_run,
+                             include_collections=["weights", "biases", "updates"], reduction_config=health)
     if scenario == "idle":
         return smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(start_step=10 ** 9),
                              include_collections=PARAMS, dry_run=dry_run,

@@ -21,6 +21,7 @@ As a ``keras.callbacks.Callback``:
   through the layers' ``call``. Only what the configuration can save is wrapped, so the
   default configuration changes nothing in the compiled step. See :mod:`.capture` for how
   values leave ``tf.function``/XLA only on steps that save them;
+* ``updates``: ``update/<weight name>``, after minus before the same ``apply`` (:mod:`.updates`);
 * each kind of step runs its own compiled function (:mod:`.keras_functions`): steps that
   save nothing run the graph Keras would run without the hook, saved steps one that copies
   and reduces their tensors with no conditional around the work. A configuration with k
@@ -28,7 +29,8 @@ As a ``keras.callbacks.Callback``:
 
 Custom loops: ``hook.wrap_tape(tf.GradientTape())`` (each entry of the tape begins a step;
 its ``gradient`` saves the gradients, the target as ``loss`` and, on the first use, the
-sources as weights) and ``hook.wrap_optimizer(optimizer)``; both work eagerly and inside
+sources as weights) and ``hook.wrap_optimizer(optimizer)`` (gradients, and updates of the
+weights a registered model or the tape named); both work eagerly and inside
 ``tf.function``. Use ``hook.set_mode`` to switch modes between steps.
 
 Limits worth knowing:
@@ -63,6 +65,7 @@ weights, biases             yes         yes    yes / yes
 optimizer_variables         yes         yes    yes / yes
 losses, metrics (logs)      yes         yes    yes / yes
 gradients                   yes         yes    no (one warning) / yes
+updates                     yes         yes    no (one warning) / yes
 inputs, labels, predictions yes         yes    predict only / yes
 layer inputs/outputs        yes         yes    no (one warning) / yes
 ==========================  ==========  =====  ==========================
@@ -87,6 +90,8 @@ from smdebug.modes import ModeKeys
 
 from . import naming
 from .base import NO_NAMES, TFHookBase, logger
+from .eager_capture import EagerCapture
+from .updates import KERAS_PROFILE, KerasUpdates
 
 K = CollectionKeys
 #: The compiled function Keras' loop calls at each batch of a mode (looked up per batch).
@@ -99,51 +104,6 @@ def _keras_backend() -> str:
     return keras.backend.backend()
 
 
-def _is_traced(value) -> bool:
-    """Whether ``value`` is a JAX tracer: a placeholder inside ``jax.jit``, with no values to copy."""
-    jax_core = getattr(sys.modules.get("jax"), "core", None)
-    tracer = getattr(jax_core, "Tracer", None)
-    return tracer is not None and isinstance(value, tracer)
-
-
-class _EagerCapture:
-    """Capture for Keras backends without TensorFlow's graph capture (torch, JAX): record at
-    once, on saved steps. Under JAX, Keras compiles the train and predict steps with
-    ``jax.jit`` (unless ``run_eagerly=True``): what the wrappers see there are tracers,
-    which are skipped, with one warning per tensor name."""
-
-    def __init__(self, hook):
-        self._hook = weakref.proxy(hook)
-        self._warned_traced: set = set()
-
-    def offer(self, key, named) -> None:
-        hook = self._hook
-        if not (hook._session.enabled and hook._session.saving_step and hook._step_active):
-            return
-        for name, value in named:
-            if value is None or not hook._session.plans.wants(name):
-                continue
-            if _is_traced(value):
-                if name not in self._warned_traced:
-                    self._warned_traced.add(name)
-                    logger.warning("smdebug: %s is computed inside a jax.jit-compiled step, where it has no values "
-                                   "to save; it is not saved (compile the model with run_eagerly=True to save it)",
-                                   name)
-                continue
-            hook._session.inbox.record(name, hook._host_or_tensor(value))
-
-    def arm(self) -> None:
-        pass
-
-    def collect(self, extra=()) -> None:
-        hook = self._hook
-        for name, value in extra:  # tracked variables read when the step began
-            hook._session.inbox.record(name, value)
-
-    def disarm_all(self) -> None:
-        pass
-
-
 @takes_hook_arguments
 class KerasHook(TFHookBase, keras.callbacks.Callback):
     """Saves tensors of a Keras 3 model; pass it in ``callbacks=`` of fit/evaluate/predict.
@@ -151,11 +111,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     Saved by default: ``losses``, ``metrics``, ``sm_metrics``.
     """
 
+    profile = KERAS_PROFILE  # TensorFlow's, with the ``updates`` collection
+
     def __init__(self, *args, **kwargs):
         # Keras' and this adapter's state first, then the session (TFHookBase.__init__).
         keras.callbacks.Callback.__init__(self)
         self._tf = _keras_backend() == "tensorflow"
         self._step_functions = None
+        self._updates = KerasUpdates(self, self._tf)
         if self._tf:
             from .capture import GraphCapture
             from .keras_functions import StepFunctions
@@ -163,7 +126,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             self._capture = GraphCapture(self)
             self._step_functions = StepFunctions(self._capture)
         else:
-            self._capture = _EagerCapture(self)
+            self._capture = EagerCapture(self)
         # The model attribute of the compiled function the batch beginning now runs (None
         # when a step begins outside Keras' loops: a custom loop).
         self._batch_function: Optional[str] = None
@@ -267,13 +230,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         step before they exist: the site is wrapped then (it keeps only what is included)."""
         if not model.weights:
             return True
-        return any(self._is_included(naming.gradient_name(v), K.GRADIENTS) or
-                   self._is_included(self._weight_names.get(id(v), ""))
-                   for v in model.trainable_weights)
+        return self._updates.wanted_for(model.trainable_weights) or \
+            any(self._is_included(naming.gradient_name(v), K.GRADIENTS) or
+                self._is_included(self._weight_names.get(id(v), "")) for v in model.trainable_weights)
 
     # ====================================================================== wrappers
     def wrap_optimizer(self, optimizer):
-        """Capture the gradients this Keras 3 optimizer applies (``gradients`` collection).
+        """Capture the gradients this Keras 3 optimizer applies (``gradients`` collection)
+        and what its ``apply`` does to the named weights (``updates``).
 
         Returns the same optimizer. Works eagerly, in ``tf.function`` and with XLA.
         """
@@ -294,16 +258,20 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
         @functools.wraps(original)
         def apply(grads, trainable_variables=None):
-            hook = hook_ref()
+            hook, pending = hook_ref(), None
             if hook is not None and hook._session.enabled:
                 with hook.guard("capturing gradients"):
-                    hook._offer_gradients(optimizer, grads, trainable_variables)
-            return original(grads, trainable_variables)
+                    pending = hook._offer_gradients(optimizer, grads, trainable_variables)
+            result = original(grads, trainable_variables)
+            if pending is not None and hook._session.enabled:
+                hook._updates.after(pending)  # its own failure turns the updates off only
+            return result
 
         self._patches.set(optimizer, "apply", apply)
         return True
 
-    def _offer_gradients(self, optimizer, grads, trainable_variables) -> None:
+    def _offer_gradients(self, optimizer, grads, trainable_variables):
+        """Offer the gradients and weights before ``apply``; returns what the updates need after it."""
         self._scan_optimizer(optimizer)  # slots appear when the optimizer is built, possibly just now
         if self._unbuilt:  # built by this step's forward pass: its weights are named in time to be copied here
             self._scan_built_models()
@@ -311,7 +279,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             list(getattr(optimizer, "_trainable_variables", []) or [])
         grads = list(grads)
         if len(variables) != len(grads):
-            return
+            return None
         named = [(naming.gradient_name(v), g) for v, g in zip(variables, grads) if g is not None]
         if self._tf and not _executing_eagerly():
             # Inside the train step the variables still hold the values of this step's
@@ -321,6 +289,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 if name is not None and self._tracked.get(name) is var and self._is_included(name):
                     named.append((name, var))
         self._capture.offer(("optimizer", id(optimizer)), named)
+        return self._updates.before(optimizer, variables)
 
     def wrap_tape(self, tape):
         """Make a ``tf.GradientTape`` save steps: entering it begins a step, and its
@@ -681,6 +650,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         functions = self._step_functions
         if functions is None:
             return
+        self._updates.arm()
         if self._batch_function is None or self.model is None or self._graph_driven:
             self._capture.running = None  # a custom loop's step: no specialized function runs
             return
@@ -794,6 +764,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     # ====================================================================== lifecycle
     def on_disabled(self, reason: str) -> None:
         super().on_disabled(reason)
+        self._updates.disarm()
         if self._step_functions is not None:
             self._step_functions.restore()  # Keras' own functions, even in the middle of a fit
 

@@ -74,3 +74,20 @@ def test_gradients_with_run_eagerly_are_the_sgd_update(tmp_path):
     assert grad.steps() == [0, 1, 2]
     for step in (0, 1):  # plain SGD: w(t+1) = w(t) - lr * g(t)
         np.testing.assert_allclose(weights[step + 1], weights[step] - LR * grad.value(step), rtol=1e-5, atol=1e-7)
+
+
+def test_updates_with_run_eagerly_are_after_minus_before_and_skipped_under_jit_with_one_warning_each(
+        tmp_path, caplog):
+    collections = ("weights", "biases", "updates")
+    trial, weights, _, _ = fit_and_predict(str(tmp_path / "eager"), run_eagerly=True, collections=collections)
+    update = trial.tensor("update/d1/weights/net/d1/kernel")
+    assert update.steps() == [0, 1, 2]
+    for step in (0, 1):
+        np.testing.assert_array_equal(update.value(step), weights[step + 1] - weights[step])
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        trial, _, history, _ = fit_and_predict(str(tmp_path / "jit"), run_eagerly=False, collections=collections)
+    assert not trial.tensor_names(collection="updates")
+    warned = [r.getMessage().split()[1] for r in caplog.records if "jax.jit-compiled" in r.getMessage()]
+    assert sorted(warned) == ["update/d1/weights/net/d1/bias", "update/d1/weights/net/d1/kernel",
+                              "update/d2/weights/net/d2/bias", "update/d2/weights/net/d2/kernel"]
+    assert len(history.history["loss"]) == 1

@@ -61,7 +61,7 @@ def test_keras_hook_with_the_torch_backend(tmp_path):
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d1")], name="net")
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         hook = smd.KerasHook(out_dir={str(out)!r}, save_config=smd.SaveConfig(save_interval=1),
-                             include_collections=["weights", "biases", "gradients", "outputs"])
+                             include_collections=["weights", "biases", "gradients", "outputs", "updates"])
         weights = []
         class Before(keras.callbacks.Callback):
             def on_train_batch_begin(self, batch, logs=None):
@@ -85,6 +85,9 @@ def test_keras_hook_with_the_torch_backend(tmp_path):
     for step in (0, 1):
         np.testing.assert_array_equal(trial.tensor("d1/weights/net/d1/kernel").value(step), weights[step])
     assert trial.tensor("gradients/net/d1/kernelGrad").steps() == [0, 1]
+    # the optimizer's apply runs eagerly: the update of step 0 is the weights of step 1 minus those of step 0
+    assert trial.tensor("update/d1/weights/net/d1/kernel").steps() == [0, 1]
+    np.testing.assert_array_equal(trial.tensor("update/d1/weights/net/d1/kernel").value(0), weights[1] - weights[0])
     assert trial.tensor("val_loss").steps() == [3]
     assert trial.tensor("predictions").value(5).shape == (4, 2)
 
