@@ -47,7 +47,8 @@ def launch(base, world, scenarios):
 def runs(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2"), 2,
                   ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat",
-                   "inplace", "tp", "tp_full_all", "flight", "health"])
+                   "inplace", "tp", "tp_full_all", "flight", "health", "updates", "updates_full_one",
+                   "updates_full_all"])
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +94,53 @@ def test_health_reductions_of_sharded_parameters_are_those_of_the_full_tensor(ru
     and moment sums, one rank holding an empty piece of the 1-row weight; still one collective
     per saved step."""
     n = len(ref.HEALTH_REDUCTIONS) * 2
-    assert assert_reductions_equal_full_tensor(runs / "health") == 3 * 8 * n
+    # weights, gradients, updates and momentum buffers of the 4 parameters
+    assert assert_reductions_equal_full_tensor(runs / "health") == 3 * 16 * n
     trial = create_trial(runs / "health")
     assert trial.tensor("Sequential_0.weight").reduction_value(0, "overflow_fp16") == pytest.approx(1 / 15)
     assert trial.tensor("Sequential_0.weight").reduction_value(0, "underflow_bf16") == pytest.approx(1 / 14)
     for rank in (0, 1):
         with open(runs / "health" / f"collectives_{rank}.json") as f:
             assert json.load(f)["per_step"] == [1, 1, 1]
-    # updates of sharded parameters are not captured yet: said once by the rank that writes, nothing else changes
-    assert (runs / "stderr.txt").read_text().count("updates and optimizer state of sharded parameters") == 1
+    assert "optimizer/Sequential_2.weight/momentum_buffer" in trial.tensor_names()
+
+
+def test_updates_and_optimizer_state_of_sharded_parameters_are_those_of_the_full_tensors(runs):
+    """update/<w> (after optimizer.step() minus before, from each rank's piece) and Adam's
+    exp_avg, exp_avg_sq (sharded as their parameter) and step (a plain scalar) equal the
+    reductions of the full tensors around each step; one rank holds an empty piece of the
+    1-row weight; the weights, gradients, updates and state of a step share its one collective."""
+    trial = create_trial(runs / "updates")
+    names = trial.tensor_names(step=0)
+    assert [n for n in names if n.startswith("optimizer/Sequential_2.weight/")] == [
+        "optimizer/Sequential_2.weight/exp_avg", "optimizer/Sequential_2.weight/exp_avg_sq",
+        "optimizer/Sequential_2.weight/step"]
+    assert len([n for n in names if n.startswith("update/")]) == 4
+    assert assert_reductions_equal_full_tensor(runs / "updates") == 3 * (4 * 3 + 4 * 3) * 16
+    for rank in (0, 1):
+        with open(runs / "updates" / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == [1, 1, 1]
+    stderr = (runs / "stderr.txt").read_text()
+    assert " is not saved: " not in stderr and "are not saved from step" not in stderr  # no tensor, no collective lost
+
+
+@pytest.mark.parametrize("workers", ["one", "all"])
+def test_full_updates_and_optimizer_state_of_sharded_parameters_are_reassembled(runs, workers):
+    """save_raw_tensor: as for the weights, the chief gathers the pieces of the updates and
+    state (one all_gather and one gather per saved step) and writes the full tensors, or each
+    worker writes its pieces and the Trial reassembles them."""
+    run_dir = runs / f"updates_full_{workers}"
+    trial = create_trial(run_dir)
+    full = np.load(run_dir / "full_0.npz")
+    assert len(full.files) == 3 * (8 + 4 + 4 * 3)
+    for key in full.files:
+        step, name = key.split("|")
+        np.testing.assert_array_equal(trial.tensor(name).value(int(step)).astype(np.float64), full[key],
+                                      err_msg=key)
+    assert trial.workers() == (["worker_0"] if workers == "one" else ["worker_0", "worker_1"])
+    for rank in (0, 1):
+        with open(run_dir / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == ([2, 2, 2] if workers == "one" else [1, 1, 1])
 
 
 def test_weights_changed_in_place_after_the_forward_are_saved_as_the_optimizer_sees_them(runs):
