@@ -457,8 +457,13 @@ class ShardedCapture:
         state a sharded parameter keeps whole (Adam's ``step``) is recorded as it is."""
         entries, whole = [], []
         for one in self.params:
-            if one.flat is not None or id(one.param) not in stepped:
-                continue  # FSDP v1: a rank holding none of a parameter keeps no state for it
+            if id(one.param) not in stepped:
+                continue
+            if one.flat is not None:
+                if optimizer.state.get(one.param):
+                    self._warn("the optimizer state of FSDP (v1) parameters", "a rank holding none of a parameter "
+                               "keeps no state for it; use fully_shard (FSDP2)")
+                continue
             for key, value in optimizer.state.get(one.param, {}).items():
                 if isinstance(value, torch.Tensor):
                     name = f"{OPTIMIZER_STATE_PREFIX}{one.name}/{key}"

@@ -18,7 +18,10 @@ no FSDP), ``hsdp``, ``hsdp_full_one`` and ``hsdp_full_all`` (a 2D replicate x sh
 reductions, weights set past the fp16/fp8 limits, to zero and below their smallest subnormals;
 SGD with momentum: its updates and momentum buffers too), ``updates``, ``updates_full_one`` and ``updates_full_all``
 (the ``reductions`` model trained by Adam: updates, ``exp_avg``, ``exp_avg_sq`` and ``step``,
-whose full tensors around each step are written to ``full_<rank>.npz`` too).
+whose full tensors around each step are written to ``full_<rank>.npz`` too), ``updates_only``
+(the ``updates`` collection alone), ``updates_skipped`` (steps owned by the loop, as a trainer
+integration does; step 1 skips ``optimizer.step()`` after ``capture_parameters``, as a gradient
+scaler does on overflow) and ``fsdp1_updates`` (FSDP v1: updates; SGD with momentum).
 """
 import json
 import os
@@ -106,7 +109,7 @@ def reference(model, optimizer, rank, out, ops=REDUCTIONS + NORMS, around_step=F
         params = dict(model.named_parameters())
         for name, weight, _ in full_parameters(model):
             note(values, step, f"update/Sequential_{name}", weight - before[name])
-            for key, value in opt.state[params[name]].items():
+            for key, value in (opt.state[params[name]] if name in params else {}).items():  # FSDP v1: other names
                 whole = value.full_tensor() if hasattr(value, "full_tensor") else value
                 note(values, step, f"optimizer/Sequential_{name}/{key}", whole.detach())
 
@@ -150,7 +153,7 @@ def run(scenario, out_base, rank, world):
         model = shard(make_model(20 if scenario == "wide" else 2), mesh)
     full_values = "full" in scenario
     # the step's updates and the optimizer's state, sharded as their parameters
-    around_step = scenario == "health" or scenario.startswith("updates")
+    around_step = scenario in ("health", "fsdp1_updates") or scenario.startswith("updates")
     # median cannot be exact from shards: refused for sharded tensors (one warning), the rest saved
     reduction_config = smd.ReductionConfig(save_raw_tensor=True) if full_values else smd.ReductionConfig(
         reductions=REDUCTIONS + (["median"] if scenario == "reductions" else []), abs_reductions=REDUCTIONS,
@@ -162,10 +165,13 @@ def run(scenario, out_base, rank, world):
     flight = smd.FlightRecorder(steps=2) if scenario == "flight" else None
     hook = smd.Hook(out_dir=out, include_workers="all" if scenario.endswith("full_all") else "one",
                     save_config=smd.SaveConfig(save_interval=100 if flight else 1), reduction_config=reduction_config,
-                    include_collections=["weights", "biases", "gradients"] + (
-                        ["updates", "optimizer_variables"] if around_step else []),
+                    include_collections=["updates"] if scenario == "updates_only" else [
+                        "weights", "biases", "gradients"] + (["updates", "optimizer_variables"] if around_step else []),
                     flight_recorder=flight)
     hook.register_module(model)
+    owned = scenario == "updates_skipped"
+    if owned:
+        hook.own_steps("fsdp2_train")
     if scenario.startswith("updates"):
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)  # exp_avg, exp_avg_sq, step
     else:  # the health scenario: a momentum buffer
@@ -177,8 +183,11 @@ def run(scenario, out_base, rank, world):
                                                    HEALTH if scenario == "health" else REDUCTIONS + NORMS, around_step)
     gen = torch.Generator().manual_seed(rank)  # each rank its own data
     collectives = []
-    for _ in range(STEPS):
+    for step in range(STEPS):
         before = hook._sharded.groups.collectives
+        if owned:
+            hook.set_mode(smd.modes.TRAIN)
+            hook.begin_step()
         x, y = torch.randn(4, 5, generator=gen), torch.randn(4, 1, generator=gen)
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
@@ -190,7 +199,12 @@ def run(scenario, out_base, rank, world):
             with torch.no_grad():
                 for param in model.parameters():
                     param.grad.to_local().mul_(1e5)
-        optimizer.step()
+        if owned:
+            hook.capture_parameters(optimizer)
+        if not (owned and step == 1):
+            optimizer.step()
+        if owned:
+            hook.end_step()
         hook._sharded.fence_gradients()  # the step's exchange is issued on the step pipeline: wait for it
         collectives.append(hook._sharded.groups.collectives - before)
     if scenario == "reductions":  # an EVAL step: weights captured at its forward

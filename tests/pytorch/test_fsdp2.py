@@ -48,7 +48,7 @@ def runs(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2"), 2,
                   ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat",
                    "inplace", "tp", "tp_full_all", "flight", "health", "updates", "updates_full_one",
-                   "updates_full_all"])
+                   "updates_full_all", "updates_only", "updates_skipped", "fsdp1_updates"])
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +56,14 @@ def runs_4(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2_4"), 4, ["hsdp", "hsdp_full_one", "hsdp_full_all"])
 
 
-def assert_reductions_equal_full_tensor(run_dir):
-    """Every reduction of every weight and gradient at every step, against full_tensor()."""
+def assert_reductions_equal_full_tensor(run_dir, saved=lambda name: True):
+    """Every reduction of every weight and gradient (and update and optimizer state, where the
+    run saved them) at every step, against full_tensor(); ``saved``: the reference's names the
+    run saves."""
     trial = create_trial(run_dir)
     with open(os.path.join(run_dir, "reference_0.json")) as f:
-        reference = json.load(f)
+        reference = [{name: values for name, values in by_name.items() if saved(name)}
+                     for by_name in json.load(f)]
     assert trial.steps() == list(range(len(reference)))
     assert all(len(names) for names in reference)
     checked = 0
@@ -121,7 +124,42 @@ def test_updates_and_optimizer_state_of_sharded_parameters_are_those_of_the_full
         with open(runs / "updates" / f"collectives_{rank}.json") as f:
             assert json.load(f)["per_step"] == [1, 1, 1]
     stderr = (runs / "stderr.txt").read_text()
-    assert " is not saved: " not in stderr and "are not saved from step" not in stderr  # no tensor, no collective lost
+    assert "are not saved from step" not in stderr  # no collective lost
+    assert not [line for line in stderr.splitlines() if " is not saved: " in line and "/Sequential" in line]
+
+
+def test_updates_alone_of_sharded_parameters(runs):
+    """The updates collection without the weights and gradients: their one collective moves
+    after the optimizer step and carries the updates only."""
+    assert assert_reductions_equal_full_tensor(
+        runs / "updates_only", lambda name: name.startswith("update/")) == 3 * 4 * 16
+    with open(runs / "updates_only" / "collectives_0.json") as f:
+        assert json.load(f)["per_step"] == [1, 1, 1]
+
+
+def test_a_step_whose_optimizer_step_is_skipped_saves_weights_and_gradients(runs):
+    """A trainer's gradient scaler skips optimizer.step() after capture_parameters (an overflow):
+    the step's exchange runs at its end with the weights and gradients alone, on every rank."""
+    trial = create_trial(runs / "updates_skipped")
+    assert trial.steps() == [0, 1, 2]
+    for step in (0, 1, 2):
+        names = trial.tensor_names(step=step)
+        assert "Sequential_2.weight" in names and "gradient/Sequential_2.weight" in names
+        has_changes = any(n.startswith(("update/", "optimizer/")) for n in names)
+        assert has_changes == (step != 1), (step, names)
+    for rank in (0, 1):
+        with open(runs / "updates_skipped" / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == [1, 1, 1]
+    np.testing.assert_allclose(trial.tensor("optimizer/Sequential_0.weight/step").reduction_value(2, "max"), 2.0)
+
+
+def test_fsdp1_updates_are_those_of_the_full_tensor_and_its_optimizer_state_is_refused_once(runs):
+    """FSDP (v1) flat pieces: updates exact; optimizer state not saved (a rank that holds none
+    of a parameter keeps no state for it: the ranks would not agree on what to exchange)."""
+    assert assert_reductions_equal_full_tensor(
+        runs / "fsdp1_updates", lambda name: not name.startswith("optimizer/")) == 3 * 12 * 16
+    assert not create_trial(runs / "fsdp1_updates").tensor_names(collection="optimizer_variables")
+    assert (runs / "stderr.txt").read_text().count("optimizer state of FSDP (v1) parameters is not saved") == 2  # once per rank
 
 
 @pytest.mark.parametrize("workers", ["one", "all"])
