@@ -25,7 +25,7 @@ What is recorded, and when
     * Updates ``update/<same name>`` (``updates``): the value just after ``optimizer.step()``
       minus the value just before, and the optimizer's state ``optimizer/<same name>/<key>``
       (``optimizer_variables``) just after it; only around steps of an optimizer that updates
-      a registered model (optimizer_capture.py).
+      a registered model (optimizer_capture.py; of sharded parameters, sharded_capture.py).
     * Module inputs/outputs ``<module path>_input_<i>`` / ``<module path>_output_<i>``
       (root module: its class name; loss modules: their class name). ``i`` counts the
       tensors a module produced in the step: a module called twice with one output gives

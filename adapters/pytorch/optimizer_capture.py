@@ -20,6 +20,10 @@ transfer per saved step), only on saving steps of TRAIN mode; steps that save ne
 one plan lookup. The optimizer's state changes in place at the next ``optimizer.step()``:
 the batch is fenced (read) before it. A failure here warns once and turns off that part
 only (updates, or optimizer state); the rest of the capture goes on.
+
+Sharded parameters (FSDP2, DTensor, FSDP v1) are left to :mod:`smdebug.pytorch.sharded_capture`,
+which reduces their updates and state from each rank's pieces with :func:`copy_before` and
+:func:`updates_in_place`.
 """
 from __future__ import annotations
 

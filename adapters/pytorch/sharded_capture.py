@@ -10,6 +10,10 @@ points; the arithmetic, the process groups and the pieces' encoding are in
   hands over the gradients' partials and the start of the step's ``all_gather``
   (:meth:`capture`); EVAL/PREDICT steps do this at their first forward, TRAIN steps without
   an optimizer step at their end;
+* where the step saves ``updates`` or ``optimizer_variables``, the pre-step hook computes
+  those partials and copies the parameters' pieces instead, and the optimizer's post-step
+  hook adds the updates' and the optimizer state's pieces and starts the step's one
+  ``all_gather`` (:meth:`after_step`);
 * the end of the step waits for the exchange, combines and records (:meth:`finish`).
 
 The pipeline runs jobs in submission order and every rank submits the same jobs, so the
