@@ -21,7 +21,8 @@ SGD with momentum: its updates and momentum buffers too), ``updates``, ``updates
 whose full tensors around each step are written to ``full_<rank>.npz`` too), ``updates_only``
 (the ``updates`` collection alone), ``updates_skipped`` (steps owned by the loop, as a trainer
 integration does; step 1 skips ``optimizer.step()`` after ``capture_parameters``, as a gradient
-scaler does on overflow) and ``fsdp1_updates`` (FSDP v1: updates; SGD with momentum).
+scaler does on overflow), ``hsdp_updates`` and ``tp_updates`` (``updates`` on an HSDP mesh and
+for the column-sharded DTensor) and ``fsdp1_updates`` (FSDP v1: updates; SGD with momentum).
 """
 import json
 import os
@@ -153,7 +154,7 @@ def run(scenario, out_base, rank, world):
         model = shard(make_model(20 if scenario == "wide" else 2), mesh)
     full_values = "full" in scenario
     # the step's updates and the optimizer's state, sharded as their parameters
-    around_step = scenario in ("health", "fsdp1_updates") or scenario.startswith("updates")
+    around_step = scenario == "health" or "updates" in scenario
     # median cannot be exact from shards: refused for sharded tensors (one warning), the rest saved
     reduction_config = smd.ReductionConfig(save_raw_tensor=True) if full_values else smd.ReductionConfig(
         reductions=REDUCTIONS + (["median"] if scenario == "reductions" else []), abs_reductions=REDUCTIONS,
@@ -172,7 +173,7 @@ def run(scenario, out_base, rank, world):
     owned = scenario == "updates_skipped"
     if owned:
         hook.own_steps("fsdp2_train")
-    if scenario.startswith("updates"):
+    if "updates" in scenario and scenario != "fsdp1_updates":
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)  # exp_avg, exp_avg_sq, step
     else:  # the health scenario: a momentum buffer
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if around_step else 0.0)

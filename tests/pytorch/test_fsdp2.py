@@ -48,12 +48,13 @@ def runs(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2"), 2,
                   ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat",
                    "inplace", "tp", "tp_full_all", "flight", "health", "updates", "updates_full_one",
-                   "updates_full_all", "updates_only", "updates_skipped", "fsdp1_updates"])
+                   "updates_full_all", "updates_only", "updates_skipped", "fsdp1_updates", "hsdp_updates",
+                   "tp_updates"])
 
 
 @pytest.fixture(scope="module")
 def runs_4(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("fsdp2_4"), 4, ["hsdp", "hsdp_full_one", "hsdp_full_all"])
+    return launch(tmp_path_factory.mktemp("fsdp2_4"), 4, ["hsdp", "hsdp_full_one", "hsdp_full_all", "hsdp_updates"])
 
 
 def assert_reductions_equal_full_tensor(run_dir, saved=lambda name: True):
@@ -126,6 +127,25 @@ def test_updates_and_optimizer_state_of_sharded_parameters_are_those_of_the_full
     stderr = (runs / "stderr.txt").read_text()
     assert "are not saved from step" not in stderr  # no collective lost
     assert not [line for line in stderr.splitlines() if " is not saved: " in line and "/Sequential" in line]
+
+
+@pytest.mark.parametrize("scenario, tensors, collectives", [
+    ("hsdp_updates", 4, [0, 0, 0]),  # a 2x1 mesh: shard groups of one rank exchange nothing
+    ("tp_updates", 1, [1, 1, 1]),  # a DTensor sharded along its columns, no FSDP
+])
+def test_updates_and_optimizer_state_on_other_meshes(runs, scenario, tensors, collectives):
+    assert assert_reductions_equal_full_tensor(runs / scenario) == 3 * tensors * 6 * 16
+    with open(runs / scenario / "collectives_0.json") as f:
+        assert json.load(f)["per_step"] == collectives
+
+
+def test_hsdp_2x2_updates_and_optimizer_state_count_each_element_once(runs_4):
+    """State and updates under HSDP (replicate x shard) are combined over the shard dimension
+    only, as the weights: a replica counted twice would double sums, norms and counts."""
+    assert assert_reductions_equal_full_tensor(runs_4 / "hsdp_updates") == 3 * 4 * 6 * 16
+    for rank in range(4):
+        with open(runs_4 / "hsdp_updates" / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == [1, 1, 1]
 
 
 def test_updates_alone_of_sharded_parameters(runs):
