@@ -373,16 +373,16 @@ class ShardedCapture:
 
     def _defer(self, before: _Exchange, columns, known, changes) -> None:
         """Before the optimizer step: the weights' and gradients' partials (on the worker; here
-        when full tensors are saved, with copies of the weights' pieces, which the optimizer
-        changes next) and copies of the pieces of the parameters whose updates are saved."""
+        when full tensors are saved, with copies of the pieces saved whole, gathered after the
+        step) and copies of the pieces of the parameters whose updates are saved."""
         updates, state = changes
         pieces = before.pieces
         if not before.chosen:  # updates or optimizer state only
             job = None
-        elif before.raw_wanted:
+        elif before.raw_wanted:  # gathered after the step: copies (the optimizer changes the weights)
             for pos in before.raw_wanted:
-                if before.chosen[pos][0] < len(self.params) and pieces[pos] is not None:
-                    pieces[pos] = pieces[pos].clone()
+                if pieces[pos] is not None:
+                    pieces[pos] = pieces[pos].detach().clone()
             job = self._pipeline_partials(pieces, columns, known)
         else:
             job = self.session.submit_work("sharded partials before the update", self._pipeline_partials, pieces,
