@@ -4,8 +4,10 @@
 
 Each scenario trains a few steps with the hook and writes, next to the run, what the test
 compares it with: ``reference_<rank>.json`` (every reduction of ``full_tensor()`` of every
-weight and gradient, computed just before ``optimizer.step()``), ``full_<rank>.npz`` (the
-full tensors) and ``collectives_<rank>.json`` (the hook's statistics collectives per step).
+weight and gradient, computed just before ``optimizer.step()``; where updates are saved,
+of the update, full weight after minus before, and of each optimizer state tensor just
+after it), ``full_<rank>.npz`` (the full tensors) and ``collectives_<rank>.json`` (the
+hook's statistics collectives per step).
 
 Scenarios: ``reductions`` (2 Linear layers, 4 parameters, uneven shards: one rank holds an
 empty piece of a 1-row weight; 3 TRAIN steps, then an EVAL step), ``wide`` (20 layers, 40 parameters), ``full_one`` and
