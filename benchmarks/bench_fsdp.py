@@ -4,6 +4,7 @@ Run::
 
     .venv/bin/python benchmarks/bench_fsdp.py                       # 2 gloo processes on CPU
     .venv/bin/python benchmarks/bench_fsdp.py --layers 2 8 32 --width 256 --steps 60
+    .venv/bin/python benchmarks/bench_fsdp.py --updates    # Adam; updates and optimizer state too
 
 Each of the 2 processes (gloo, CPU, torch at 1 intra-op thread) builds two identical FSDP2
 models (``fully_shard`` per Linear layer and at the root): one trained without a hook, one
@@ -15,7 +16,9 @@ and the first ``--settle`` steps of each block are left out: they still share th
 with the other model's background work, the hook's worker and writer), after a warm-up. The table gives
 the MEDIAN per-step time of each and their ratio, per model size (``--layers`` Linear layers
 of ``--width``: 2 parameters per layer), and the statistics collectives per saved step (one
-all_gather, whatever the number of parameters). Figures are rank 0's. The ranks run with
+all_gather, whatever the number of parameters). ``--updates``: both models train with Adam and
+the hook also saves the ``updates`` and ``optimizer_variables`` collections (``update/<w>``,
+``exp_avg``, ``exp_avg_sq``, ``step``), in the same collective. Figures are rank 0's. The ranks run with
 glibc's malloc set as ``bench_scaling.py``'s rows (``MALLOC_ENV``: every allocation from a
 heap that is never trimmed), unless the environment sets those variables.
 """
@@ -56,15 +59,18 @@ def step(model, optimizer, x):
     optimizer.step()
 
 
-def measure(rank: int, layers: int, width: int, steps: int, block: int, out_dir: str, settle: int = 2) -> dict:
+def measure(rank: int, layers: int, width: int, steps: int, block: int, out_dir: str, settle: int = 2,
+            updates: bool = False) -> dict:
     import smdebug.pytorch as smd
 
     plain, hooked = make_model(layers, width), make_model(layers, width)
-    opt_plain = torch.optim.SGD(plain.parameters(), lr=1e-3)
-    opt_hooked = torch.optim.SGD(hooked.parameters(), lr=1e-3)
+    optimizer_class = torch.optim.Adam if updates else torch.optim.SGD
+    opt_plain = optimizer_class(plain.parameters(), lr=1e-3)
+    opt_hooked = optimizer_class(hooked.parameters(), lr=1e-3)
     hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
                     reduction_config=smd.ReductionConfig(reductions=["min", "max", "mean", "std"], norms=["l2"]),
-                    include_collections=["weights", "biases", "gradients"])
+                    include_collections=["weights", "biases", "gradients"] + (
+                        ["updates", "optimizer_variables"] if updates else []))
     hook.register_module(hooked)
     x = torch.randn(32, width, generator=torch.Generator().manual_seed(rank))
     for _ in range(3):  # warm-up
@@ -99,7 +105,7 @@ def worker(rank: int, port: int, args, result_path: str) -> None:
     dist.broadcast_object_list(holder)
     for layers in args.layers:
         out_dir = os.path.join(holder[0], f"layers_{layers}")
-        rows.append(measure(rank, layers, args.width, args.steps, args.block, out_dir, args.settle))
+        rows.append(measure(rank, layers, args.width, args.steps, args.block, out_dir, args.settle, args.updates))
         dist.barrier()
     if rank == 0:
         with open(result_path, "w") as f:
@@ -115,6 +121,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40, help="timed steps of each model")
     parser.add_argument("--block", type=int, default=8, help="steps of one model before switching")
     parser.add_argument("--settle", type=int, default=2, help="steps left out at the start of each block")
+    parser.add_argument("--updates", action="store_true",
+                        help="Adam, and the hook saves updates and optimizer state too")
     args = parser.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -130,7 +138,9 @@ def main() -> None:
     with open(result) as f:
         rows = json.load(f)
     os.unlink(result)
-    print(f"FSDP2, 2 gloo processes on CPU, torch threads 1, width {args.width}, median of {rows[0]['steps_each']} "
+    saved = "weights, gradients, updates, Adam's state" if args.updates else "weights, gradients (SGD)"
+    print(f"FSDP2 ({saved}), 2 gloo processes on CPU, torch threads 1, width {args.width}, median of "
+          f"{rows[0]['steps_each']} "
           f"steps each, interleaved in blocks of {args.block} (first {args.settle} left out)")
     print(f"{'layers':>6} {'params':>6} {'no hook ms':>10} {'hook ms':>8} {'ratio':>6} {'added ms':>8} "
           f"{'collectives/step':>16}")

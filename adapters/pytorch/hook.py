@@ -25,7 +25,7 @@ What is recorded, and when
     * Updates ``update/<same name>`` (``updates``): the value just after ``optimizer.step()``
       minus the value just before, and the optimizer's state ``optimizer/<same name>/<key>``
       (``optimizer_variables``) just after it; only around steps of an optimizer that updates
-      a registered model (optimizer_capture.py).
+      a registered model (optimizer_capture.py; of sharded parameters, sharded_capture.py).
     * Module inputs/outputs ``<module path>_input_<i>`` / ``<module path>_output_<i>``
       (root module: its class name; loss modules: their class name). ``i`` counts the
       tensors a module produced in the step: a module called twice with one output gives
@@ -235,7 +235,7 @@ class Hook(CoreHook):
                 self._locator = None
         if self._sharded.due():  # a TRAIN step with no optimizer step (manual updates)
             self._sharded.capture(with_gradients=session.mode in _TRAINING_MODES, reread_weights=True)
-        if self._sharded.inflight is not None:
+        if self._sharded.unfinished:
             self._sharded.finish()
         if self._routers:
             self._routers.hand_over()
@@ -317,7 +317,7 @@ class Hook(CoreHook):
         if self._session.saving_step and self._session.step_open and self._session.mode in _TRAINING_MODES:
             self._capture_parameters(with_gradients=True)
         if self._session.mode in _TRAINING_MODES and self._sharded.due():  # every rank joins its collectives
-            self._sharded.capture(with_gradients=True)
+            self._sharded.capture(with_gradients=True, before_update=True)
         if wait_for_gradients:  # plain and sharded gradients read before the owner changes them
             self._fence_gradients()
 
@@ -669,8 +669,6 @@ class Hook(CoreHook):
             return
         if session.saving_step and session.step_open and session.step_mode in _TRAINING_MODES:
             self._optimizer_capture.before_step(optimizer, self._names_by_id)
-            if self._sharded:
-                self._optimizer_capture.note_sharded()
         else:
             self._optimizer_capture.fence_state()
         if self.step_owner is not None:
@@ -686,7 +684,7 @@ class Hook(CoreHook):
         else:
             self._fence_weights()
         if session.step_mode in _TRAINING_MODES and self._sharded.due():
-            self._sharded.capture(with_gradients=True)
+            self._sharded.capture(with_gradients=True, before_update=True)
 
     @never_raises("optimizer post-step hook")
     def _on_optimizer_post_step(self, optimizer, args, kwargs) -> None:
@@ -697,6 +695,8 @@ class Hook(CoreHook):
         session = self._session
         if session.saving_step and session.step_open and session.step_mode in _TRAINING_MODES:
             self._optimizer_capture.after_step(optimizer, self._names_by_id)
+        if self._sharded.unfinished:  # every rank, saving or not: the step's sharded updates and state
+            self._sharded.after_step(optimizer)
         if self.step_owner is None:
             self._optimizer_stepped = True
 

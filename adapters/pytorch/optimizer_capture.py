@@ -20,6 +20,10 @@ transfer per saved step), only on saving steps of TRAIN mode; steps that save ne
 one plan lookup. The optimizer's state changes in place at the next ``optimizer.step()``:
 the batch is fenced (read) before it. A failure here warns once and turns off that part
 only (updates, or optimizer state); the rest of the capture goes on.
+
+Sharded parameters (FSDP2, DTensor, FSDP v1) are left to :mod:`smdebug.pytorch.sharded_capture`,
+which reduces their updates and state from each rank's pieces with :func:`copy_before` and
+:func:`updates_in_place`.
 """
 from __future__ import annotations
 
@@ -38,9 +42,17 @@ _HALF = (torch.float16, torch.bfloat16)
 _DETACH = operator.methodcaller("detach")
 
 
-def _copy_before(param: torch.Tensor) -> torch.Tensor:
+def copy_before(param: torch.Tensor) -> torch.Tensor:
+    """A parameter's value before the step (half precision: in float32)."""
     value = param.detach()
     return value.to(torch.float32, copy=True) if value.dtype in _HALF else value.clone()
+
+
+def updates_in_place(copies: List[torch.Tensor], after: List[torch.Tensor]) -> None:
+    """``copies`` (:func:`copy_before`) become the updates ``after - before``: two fused calls,
+    ``-before + after`` (+0 where nothing changed)."""
+    torch._foreach_mul_(copies, -1.0)
+    torch._foreach_add_(copies, after)
 
 
 class OptimizerCapture:
@@ -58,7 +70,6 @@ class OptimizerCapture:
         self._named: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._state_batch = None
         self.disabled: set = set()
-        self._warned_sharded = False
 
     def _fail(self, part: str, exc: Exception) -> None:
         self.disabled.add(part)
@@ -78,15 +89,6 @@ class OptimizerCapture:
         self._named[optimizer] = (key, named, update_names)
         return named, update_names
 
-    def note_sharded(self) -> None:
-        """The model has sharded parameters (FSDP2, DTensor, FSDP v1): their updates and optimizer
-        state are not captured; say so once when either collection is saved."""
-        saving = self._session.plans.saving_collections
-        if not self._warned_sharded and (CollectionKeys.UPDATES in saving or CollectionKeys.OPTIMIZER_VARIABLES in saving):
-            self._warned_sharded = True
-            logger.warning("smdebug: the updates and optimizer state of sharded parameters (FSDP2, DTensor, FSDP) "
-                           "are not saved (not supported yet); those of the other parameters are")
-
     def before_step(self, optimizer, names_by_id: Dict[int, str]) -> None:
         """The optimizer's pre-step hook, in a saving TRAIN step: copy the wanted parameters."""
         self.fence_state()
@@ -99,7 +101,7 @@ class OptimizerCapture:
                 return
             params = [named[i][1] for i in selection.indices]
             with torch.no_grad():
-                self._pending[optimizer] = (selection, params, list(map(_copy_before, params)))
+                self._pending[optimizer] = (selection, params, list(map(copy_before, params)))
         except Exception as exc:  # noqa: BLE001 - updates off, training and the rest of the capture go on
             self._fail(self.UPDATES, exc)
 
@@ -112,8 +114,7 @@ class OptimizerCapture:
             try:
                 selection, params, updates = pending
                 with torch.no_grad():
-                    torch._foreach_mul_(updates, -1.0)  # -before + after: +0 where nothing changed
-                    torch._foreach_add_(updates, list(map(_DETACH, params)))
+                    updates_in_place(updates, list(map(_DETACH, params)))
                 inbox.record_batch(inbox.start_batch(selection, updates, self._backend))
             except Exception as exc:  # noqa: BLE001 - updates off, training and the rest of the capture go on
                 self._fail(self.UPDATES, exc)

@@ -472,6 +472,11 @@ class ShardedParam:
             return local if isinstance(local, torch.Tensor) else tensor.to_local()
         return None
 
+    @property
+    def full_shape(self) -> Tuple[int, ...]:
+        """The shape of the full tensor."""
+        return self.flat.global_shape if self.flat is not None else tuple(self.param.shape)
+
     def placement_of(self, tensor) -> Optional[Placement]:
         if self.flat is not None:
             return self.flat

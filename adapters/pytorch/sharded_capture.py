@@ -10,6 +10,10 @@ points; the arithmetic, the process groups and the pieces' encoding are in
   hands over the gradients' partials and the start of the step's ``all_gather``
   (:meth:`capture`); EVAL/PREDICT steps do this at their first forward, TRAIN steps without
   an optimizer step at their end;
+* where the step saves ``updates`` or ``optimizer_variables``, the pre-step hook computes
+  those partials and copies the parameters' pieces instead, and the optimizer's post-step
+  hook adds the updates' and the optimizer state's pieces and starts the step's one
+  ``all_gather`` (:meth:`after_step`);
 * the end of the step waits for the exchange, combines and records (:meth:`finish`).
 
 The pipeline runs jobs in submission order and every rank submits the same jobs, so the
@@ -25,9 +29,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from smdebug.collections import OPTIMIZER_STATE_PREFIX, UPDATE_PREFIX, CollectionKeys
 from smdebug.logger import get_logger
 
 from .backend import TorchSnapshot, plain_tensor
+from .optimizer_capture import copy_before, updates_in_place
 from .sharded import (EXACT_REDUCTIONS, CollectiveFailed, Placement, ShardedParam, ShardGroups, assemble,
                       columns_needed, combine_partials, decode_pieces, dtensor_shard_dims, encode_piece, encoded_size,
                       clean_path, fsdp1_flat_params, inexact_reductions, is_dtensor, reductions_from_partials,
@@ -50,14 +56,24 @@ class _WeightsJob(NamedTuple):
 class _Exchange(NamedTuple):
     """A step's sharded statistics under way, from the capture point to the end of the step."""
 
-    chosen: list  # (index into the sharded names, plan)
-    tensors: list  # the parameters and gradients
+    chosen: list  # (index into the sharded names or -1 (optimizer state), plan)
+    tensors: list  # the parameters, gradients and optimizer state (an update: its parameter)
     pieces: list  # this rank's pieces of them (None: read by the weights' job, or missing)
     shapes: list  # their full shapes
+    owners: list  # the ShardedParam of each
     by_group: dict  # shard group -> positions in chosen
     job: object  # the exchange job's Ticket, or its result (tuple or exception) when run here
     raw_wanted: list  # positions whose full tensors are saved
 
+
+class _Pending(NamedTuple):
+    """A TRAIN step's weights and gradients, reduced before its optimizer step, waiting for the
+    step's updates and the optimizer's state: all are exchanged after it, in one collective."""
+
+    before: _Exchange  # its job: the partials' Ticket, or the partials when computed here
+    updates: list  # (index into the update names, plan) chosen
+    copies: list  # this rank's pieces of those parameters before the step (None: missing)
+    state: bool  # whether the optimizer's state is saved somewhere
 
 
 class ShardedCapture:
@@ -72,11 +88,12 @@ class ShardedCapture:
     def __init__(self, session):
         self.session = session
         self.params: List[ShardedParam] = []
-        self.names: Tuple[str, ...] = ()  # weights, then gradients
+        self.names: Tuple[str, ...] = ()  # weights, gradients, then updates
         self.groups = ShardGroups()
         self._step = -1  # the global step whose sharded parameters were captured
         self._muted = False  # after a local failure: join the collectives, record nothing
         self.inflight = None  # a step's statistics being exchanged (_Exchange)
+        self._pending = None  # a TRAIN step's statistics waiting for its optimizer step (_Pending)
         self._weights_job = None  # the weights' partials job of the step (_WeightsJob)
         self._blocks: Dict[tuple, tuple] = {}
         self._warned: set = set()
@@ -88,11 +105,17 @@ class ShardedCapture:
         """The name of a registered sharded parameter, or None."""
         return next((s.name for s in self.params if s.param is obj), None)
 
+    @property
+    def unfinished(self) -> bool:
+        """Whether statistics of the step are still to be exchanged or recorded (:meth:`finish`)."""
+        return self.inflight is not None or self._pending is not None
+
     def fence_gradients(self) -> None:
-        """Before gradients are written in place: wait until their partials were read."""
-        inflight = self.inflight
-        if inflight is not None and not isinstance(inflight.job, (tuple, Exception)):
-            inflight.job.wait()
+        """Before gradients (or the optimizer's state) are written in place: wait until their
+        partials were read."""
+        for exchange in (self.inflight, self._pending and self._pending.before):
+            if exchange is not None and hasattr(exchange.job, "wait"):
+                exchange.job.wait()
 
     def add_model(self, outer: torch.nn.Module, inner: torch.nn.Module, root_name: str,
                   seen: set) -> List[Tuple[str, torch.nn.Parameter]]:
@@ -135,7 +158,8 @@ class ShardedCapture:
                 added = True
         if added:
             weights = tuple(s.name for s in self.params)
-            self.names = weights + tuple(f"gradient/{name}" for name in weights)
+            self.names = weights + tuple(f"gradient/{name}" for name in weights) + tuple(
+                UPDATE_PREFIX + name for name in weights)
             self._blocks.clear()
             self._warn_inexact_reductions()
         return plain
@@ -186,13 +210,15 @@ class ShardedCapture:
         return bool(self.params) and session.enabled and session.step_open and session.step_saves_somewhere \
             and self._step != session.global_step
 
-    def capture(self, with_gradients: bool, reread_weights: bool = False) -> None:
+    def capture(self, with_gradients: bool, reread_weights: bool = False, before_update: bool = False) -> None:
         """Reduce this step's sharded weights (and gradients) from their shards and record them.
 
         Called on the training thread at a point every rank reaches in the same order: the
         optimizer's pre-step hook in TRAIN steps (the end of the step if none came), the
         step's first forward in others (see docs/architecture.md); the work runs on the step
         pipeline, in order. One ``all_gather`` per shard group, however many parameters.
+        ``before_update``: an optimizer step comes next; when the step's updates or optimizer
+        state are saved, the exchange waits for it (:meth:`after_step`).
         A failure turns off sharded capture only (one warning); the rest of the hook goes on.
         A collective that a peer never joins gives up after ``sharded.COLLECTIVE_TIMEOUT``.
         """
@@ -200,9 +226,21 @@ class ShardedCapture:
         if reread_weights:  # read at the forward, maybe updated since (no optimizer step): read them now
             self._weights_job = None
         with self._guard():
-            self._start(with_gradients)
+            self._start(with_gradients, before_update)
             if self.inflight is not None and self.inflight.raw_wanted:
                 self._finish_now()  # full tensors: gathered from the pieces now, before they change
+
+    def after_step(self, optimizer) -> None:
+        """The optimizer's post-step hook (on every rank, saving or not): the step's updates and
+        ``optimizer``'s state join the weights' and gradients' partials in the step's one
+        exchange."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        with self._guard():
+            self._exchange_after(pending, optimizer)
+            if self.inflight is not None and self.inflight.raw_wanted:
+                self._finish_now()
 
     def abandon(self) -> None:
         """This rank's step failed (an exception left it): start no more collectives for it,
@@ -210,7 +248,7 @@ class ShardedCapture:
         times out) on the step pipeline; nothing of this step is recorded."""
         self._step = self.session.global_step
         self._weights_job = None
-        self.inflight = None
+        self.inflight = self._pending = None
 
     @contextlib.contextmanager
     def _guard(self):
@@ -220,17 +258,20 @@ class ShardedCapture:
         except CollectiveFailed as exc:  # the peers are gone or out of step: issue no more collectives
             logger.warning("smdebug: sharded parameters are not saved from step %d on: %s", self.session.global_step,
                            exc)
-            self.params, self.names, self.inflight = [], (), None
+            self.params, self.names, self.inflight, self._pending = [], (), None, None
         except Exception as exc:  # noqa: BLE001 - record nothing more, but keep joining the peers' collectives
             logger.warning("smdebug: sharded parameters are not saved from step %d on: %s: %s",
                            self.session.global_step,
                            type(exc).__name__, exc)
-            self._muted, self.inflight = True, None
+            self._muted, self.inflight, self._pending = True, None, None
 
     def finish(self) -> None:
         """The end of a step: the statistics' exchange started at the capture point is waited
         for (it went on meanwhile), combined and recorded into the step."""
         with self._guard():
+            pending, self._pending = self._pending, None
+            if pending is not None:  # no optimizer step came (skipped): weights and gradients alone
+                self._exchange_after(pending, None)
             self._finish_now()
 
     def start_weights(self) -> None:
@@ -261,25 +302,26 @@ class ShardedCapture:
         keys = {k for plan in plans for k in plan.reductions}
         return columns_needed(keys)
 
-    def _start(self, with_gradients: bool) -> None:
+    def _start(self, with_gradients: bool, before_update: bool = False) -> None:
         """Partials of this rank's pieces and the start of their exchange, on the step pipeline's
         worker (the weights' since the step's forward: waited for here, before the optimizer
         changes them); :meth:`_finish_now` records the results at the end of the step.
-        Full tensors wanted: all of it here, on the training thread."""
+        Full tensors wanted: all of it here, on the training thread. Updates or optimizer
+        state saved (``before_update``): the exchange waits for the optimizer step (:meth:`_defer`)."""
         sharded = self.params
         n = len(sharded)
-        names = self.names if with_gradients else self.names[:n]
-        chosen = self.session.plans.select_everywhere(names)
+        chosen = self.session.plans.select_everywhere(self.names[:2 * n] if with_gradients else self.names[:n])
         weights_job, self._weights_job = self._weights_job, None
-        if not chosen:
+        changes = self._step_changes_wanted() if before_update else None
+        if not chosen and changes is None:
             return
         muted = self._muted
-        tensors, pieces, shapes = [], [], []
+        tensors, shapes, owners = [], [], []
         for i, _ in chosen:
             one = sharded[i % n]
-            tensor = one.param if i < n else one.param.grad
-            tensors.append(tensor)
-            shapes.append(one.flat.global_shape if one.flat is not None else tuple(one.param.shape))
+            tensors.append(one.param if i < n else one.param.grad)
+            shapes.append(one.full_shape)
+            owners.append(one)
         weights_at = [pos for pos, (i, _) in enumerate(chosen) if i < n]
         raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
         columns = self._partial_columns([plan for _, plan in chosen])
@@ -291,36 +333,179 @@ class ShardedCapture:
             # another step's, other plans, pieces needed whole, or weights changed in place since the
             # forward (not by the optimizer: it comes next): read them again
             weights_job = None
+        pieces = []
         for pos, (i, _) in enumerate(chosen):
             known = weights_job is not None and i < n
             pieces.append(None if muted or known else self._piece(sharded[i % n], tensors[pos], i >= n))
-        by_group: Dict[tuple, List[int]] = {}
-        for pos, (i, _) in enumerate(chosen):
-            by_group.setdefault(sharded[i % n].group, []).append(pos)
-        ticket = weights_job.ticket if weights_job is not None else None
-        args = (pieces, columns, ticket, weights_at, by_group)
+        known = [(weights_job.ticket, weights_at)] if weights_job is not None else []
+        if changes is not None:
+            self._defer(_Exchange(chosen, tensors, pieces, shapes, owners, {}, None, raw_wanted), columns, known,
+                        changes)
+            return
+        by_group = self._by_group(owners)
+        args = (pieces, columns, known, by_group)
         if raw_wanted:  # the pieces are encoded below, before anything changes them
             job = self._pipeline_exchange(*args)
         else:
             job = self.session.submit_work("sharded statistics", self._pipeline_exchange, *args)
             # The fence: in a TRAIN step the optimizer changes the weights next (EVAL steps: nothing
             # changes them before the step ends, where the job is waited for).
-            if ticket is not None:
-                ticket.wait()
+            if known:
+                known[0][0].wait()
             elif weights_at and with_gradients:
                 job.wait()  # the weights are read by this job: wait until it read them
-        self.inflight = _Exchange(chosen, tensors, pieces, shapes, by_group, job, raw_wanted)
+        self.inflight = _Exchange(chosen, tensors, pieces, shapes, owners, by_group, job, raw_wanted)
 
-    def _pipeline_exchange(self, pieces, columns, weights_ticket, weights_at, by_group):
+    @staticmethod
+    def _by_group(owners) -> Dict[tuple, List[int]]:
+        by_group: Dict[tuple, List[int]] = {}
+        for pos, one in enumerate(owners):
+            by_group.setdefault(one.group, []).append(pos)
+        return by_group
+
+    def _step_changes_wanted(self):
+        """``(updates chosen, whether optimizer state is saved)`` where this step saves either
+        somewhere, else None (the same answer on every rank)."""
+        plans = self.session.plans
+        updates = plans.select_everywhere(self.names[2 * len(self.params):])
+        state = CollectionKeys.OPTIMIZER_VARIABLES in plans.everywhere
+        return (updates, state) if updates or state else None
+
+    def _defer(self, before: _Exchange, columns, known, changes) -> None:
+        """Before the optimizer step: the weights' and gradients' partials (on the worker; here
+        when full tensors are saved, with copies of the pieces saved whole, gathered after the
+        step) and copies of the pieces of the parameters whose updates are saved."""
+        updates, state = changes
+        pieces = before.pieces
+        if not before.chosen:  # updates or optimizer state only
+            job = None
+        elif before.raw_wanted:  # gathered after the step: copies (the optimizer changes the weights)
+            for pos in before.raw_wanted:
+                if pieces[pos] is not None:
+                    pieces[pos] = pieces[pos].detach().clone()
+            job = self._pipeline_partials(pieces, columns, known)
+        else:
+            job = self.session.submit_work("sharded partials before the update", self._pipeline_partials, pieces,
+                                           columns, known)
+            weights_at = [pos for pos, (i, _) in enumerate(before.chosen) if i < len(self.params)]
+            if known:
+                known[0][0].wait()
+            elif weights_at:
+                job.wait()  # the weights are read by this job: wait until it read them
+        copies = []
+        with torch.no_grad():
+            for i, _ in updates:
+                piece = None if self._muted else self.params[i].local(self.params[i].param)
+                copies.append(None if piece is None else copy_before(piece))
+        self._pending = _Pending(before._replace(job=job), list(updates), copies, state)
+
+    def _exchange_after(self, pending: _Pending, optimizer) -> None:
+        """After the optimizer step (``optimizer``; None: it did not come): the pieces of the
+        updates and of the optimizer's state, and the exchange of the step's partials, all in
+        one collective per shard group as before (every rank adds the same tensors: its
+        optimizer holds the same state keys for each parameter)."""
+        before = pending.before
+        chosen, tensors, pieces = list(before.chosen), list(before.tensors), list(before.pieces)
+        shapes, owners = list(before.shapes), list(before.owners)
+        if optimizer is not None:
+            stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            n = len(self.params)
+            for (i, plan), piece in zip(pending.updates, self._update_pieces(pending, stepped)):
+                one = self.params[i]
+                chosen.append((2 * n + i, plan))
+                tensors.append(one.param)
+                pieces.append(piece)
+                shapes.append(one.full_shape)
+                owners.append(one)
+            if pending.state:
+                for plan, one, value, piece in self._state_pieces(optimizer, stepped):
+                    chosen.append((-1, plan))
+                    tensors.append(value)
+                    pieces.append(piece)
+                    shapes.append(tuple(value.shape))
+                    owners.append(one)
+        if not chosen:
+            return
+        known_count = len(before.chosen)
+        to_reduce = [None] * known_count + pieces[known_count:]
+        columns = self._partial_columns([plan for _, plan in chosen[known_count:]])
+        known = [(before.job, list(range(known_count)))] if known_count else []
+        by_group = self._by_group(owners)
+        raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
+        args = (to_reduce, columns, known, by_group)
+        if raw_wanted:
+            job = self._pipeline_exchange(*args)
+        else:  # waited for at the end of the step, before anything changes the optimizer's state
+            job = self.session.submit_work("sharded statistics", self._pipeline_exchange, *args)
+        self.inflight = _Exchange(chosen, tensors, pieces, shapes, owners, by_group, job, raw_wanted)
+
+    def _update_pieces(self, pending: _Pending, stepped: set) -> list:
+        """This rank's pieces of the step's updates, in place of the copies made before it: the
+        parameters ``optimizer`` updates (``stepped``: their ids), None for the others."""
+        owners = [self.params[i] for i, _ in pending.updates]
+        pieces = [copy if id(one.param) in stepped else None for one, copy in zip(owners, pending.copies)]
+        try:
+            # empty pieces (a rank holding none of a small parameter) stay out of the fused calls
+            todo = [(piece, one.local(one.param).detach()) for piece, one in zip(pieces, owners)
+                    if piece is not None and piece.numel()]
+            if todo:
+                with torch.no_grad():
+                    updates_in_place([piece for piece, _ in todo], [after for _, after in todo])
+        except Exception as exc:  # noqa: BLE001 - the updates are left out; the exchange still takes place
+            self._warn("update/", f"{type(exc).__name__}: {exc}")
+            return [None] * len(owners)
+        return pieces
+
+    def _state_pieces(self, optimizer, stepped):
+        """``(plan, owner, state tensor, this rank's piece)`` of the sharded optimizer state chosen;
+        state a sharded parameter keeps whole (Adam's ``step``) is recorded as it is."""
+        entries, whole = [], []
+        for one in self.params:
+            if id(one.param) not in stepped:
+                continue
+            if one.flat is not None:
+                if optimizer.state.get(one.param):
+                    self._warn("the optimizer state of FSDP (v1) parameters", "a rank holding none of a parameter "
+                               "keeps no state for it; use fully_shard (FSDP2)")
+                continue
+            for key, value in optimizer.state.get(one.param, {}).items():
+                if isinstance(value, torch.Tensor):
+                    name = f"{OPTIMIZER_STATE_PREFIX}{one.name}/{key}"
+                    if is_dtensor(value):
+                        entries.append((name, one, value))
+                    else:
+                        whole.append((name, value))
+        for name, value in whole:
+            if self.session.plans.wants(name):
+                self.session.inbox.record(name, value.detach().clone(), self.session.backend)
+        names = tuple(name for name, _, _ in entries)
+        for j, plan in self.session.plans.select_everywhere(names):
+            name, one, value = entries[j]
+            piece = None
+            if not self._muted:
+                if tuple(value.placements) == tuple(one.param.placements) and value.device_mesh == one.param.device_mesh:
+                    piece = one.local(value)
+                else:  # its pieces would not combine over the parameter's shard group
+                    self._warn(name, f"it is laid out unlike its parameter ({tuple(value.placements)}, "
+                                     f"{tuple(one.param.placements)})")
+            yield plan, one, value, piece
+
+    def _pipeline_partials(self, pieces, columns, known) -> np.ndarray:
+        """Worker: the partials of ``pieces``, and those other jobs computed (``known``:
+        ``(their Ticket or result, positions)``: the worker runs jobs in order, they are done)."""
+        partials = self._safe_partials(pieces, columns)
+        for source, positions in known:
+            rows = source if isinstance(source, np.ndarray) else source.wait()
+            partials[positions] = rows if rows is not None else np.nan
+        return partials
+
+    def _pipeline_exchange(self, pieces, columns, known, by_group):
         """Worker: all partials of the step (the weights' from their own job) and the start
         of one all_gather per shard group, in the same order on every rank (the pipeline runs
         jobs in order). Returns ``(partials, {group: Gathering})``, or the exception that
         stopped the exchange (raised on the training thread at the end of the step)."""
         try:
-            partials = self._safe_partials(pieces, columns)
-            if weights_ticket is not None:
-                known = weights_ticket.wait()
-                partials[weights_at] = known if known is not None else np.nan
+            partials = self._pipeline_partials(pieces, columns, known)
             started = {key: self.groups.all_gather(key, partials[positions])
                        for key, positions in by_group.items()}
             return partials, started
@@ -331,7 +516,7 @@ class ShardedCapture:
         inflight, self.inflight = self.inflight, None
         if inflight is None:
             return
-        chosen, tensors, pieces, shapes, by_group, job, raw_wanted = inflight
+        chosen, tensors, pieces, shapes, owners, by_group, job, raw_wanted = inflight
         exchanged = job if isinstance(job, (tuple, Exception)) else job.wait()
         if exchanged is None:
             raise CollectiveFailed("the statistics job did not run (the step pipeline is closed)")
@@ -343,7 +528,7 @@ class ShardedCapture:
         for key, positions in by_group.items():
             gathered[key] = started[key].result()
             combined[positions] = combine_partials(gathered[key])
-        full = self._gather_full(chosen, tensors, pieces, gathered, by_group, raw_wanted) if raw_wanted else {}
+        full = self._gather_full(tensors, pieces, owners, gathered, by_group, raw_wanted) if raw_wanted else {}
         # missing on some rank (no gradient yet, a frozen parameter), or empty: not saved; nor
         # what this rank does not save itself (every rank joins for what any rank saves)
         present = np.isfinite(combined[:, 0]) & (combined[:, 0] > 0)
@@ -360,7 +545,7 @@ class ShardedCapture:
         reduced = tuple(pos for pos, (_, plan) in enumerate(chosen) if present[pos] and not plan.raw)
         if not (reduced and self.session.saving_step):
             return
-        key = (self.session.plans.version, len(chosen), reduced)
+        key = (self.session.plans.version, tuple(plan.name for _, plan in chosen), reduced)
         laid_out = self._blocks.get(key)
         if laid_out is None:
             if len(self._blocks) > 16:
@@ -392,7 +577,7 @@ class ShardedCapture:
             by_keys.setdefault(keys, []).append(pos)
         return self.session.inbox.reduced_block(entries), by_keys
 
-    def _gather_full(self, chosen, tensors, pieces, gathered: Dict[tuple, np.ndarray], by_group,
+    def _gather_full(self, tensors, pieces, owners, gathered: Dict[tuple, np.ndarray], by_group,
                      raw_wanted) -> Dict[int, object]:
         """The sharded tensors saved whole, by position in ``chosen``.
 
@@ -403,7 +588,6 @@ class ShardedCapture:
         """
         wanted = set(raw_wanted)
         out: Dict[int, object] = {}
-        n = len(self.params)
         for key, positions in by_group.items():
             mine = [(j, pos) for j, pos in enumerate(positions) if pos in wanted]
             if not mine:
@@ -412,15 +596,14 @@ class ShardedCapture:
             mine = [(j, pos) for j, pos in mine if np.isfinite(counts[:, j]).all()]
             if self.session.include_workers == "all":
                 for _, pos in mine:
-                    out[pos] = (pieces[pos], self.params[chosen[pos][0] % n].placement_of(tensors[pos]))
+                    out[pos] = (pieces[pos], owners[pos].placement_of(tensors[pos]))
                 continue
             ranks = self.groups.ranks(key)
             if 0 not in ranks or not mine:
                 continue
             layouts, payload = [], []
             for j, pos in mine:
-                one = self.params[chosen[pos][0] % n]
-                placement = one.placement_of(tensors[pos])
+                placement = owners[pos].placement_of(tensors[pos])
                 ndim = 1 if placement.flat_offset is not None else len(placement.global_shape)
                 layouts.append((j, pos, ndim, pieces[pos].dtype, placement))
                 payload.append(encode_piece(pieces[pos], placement))

@@ -46,6 +46,8 @@ class PlanSurface(Protocol):
     #: Changes whenever a plan may answer differently: key what you derive from plans by it.
     version: tuple
     saving_collections: frozenset
+    #: The collections saved at the open step by *some* worker (what collective capture follows).
+    everywhere: frozenset
 
     def plan_for(self, name: str): ...
     def wants(self, name: str) -> bool: ...

@@ -4,8 +4,10 @@
 
 Each scenario trains a few steps with the hook and writes, next to the run, what the test
 compares it with: ``reference_<rank>.json`` (every reduction of ``full_tensor()`` of every
-weight and gradient, computed just before ``optimizer.step()``), ``full_<rank>.npz`` (the
-full tensors) and ``collectives_<rank>.json`` (the hook's statistics collectives per step).
+weight and gradient, computed just before ``optimizer.step()``; where updates are saved,
+of the update, full weight after minus before, and of each optimizer state tensor just
+after it), ``full_<rank>.npz`` (the full tensors) and ``collectives_<rank>.json`` (the
+hook's statistics collectives per step).
 
 Scenarios: ``reductions`` (2 Linear layers, 4 parameters, uneven shards: one rank holds an
 empty piece of a 1-row weight; 3 TRAIN steps, then an EVAL step), ``wide`` (20 layers, 40 parameters), ``full_one`` and
@@ -15,7 +17,14 @@ nothing to name, one warning), ``inplace`` (weights scaled in place between back
 ``optimizer.step()``), ``tp`` and ``tp_full_all`` (a DTensor parameter sharded along dim 1,
 no FSDP), ``hsdp``, ``hsdp_full_one`` and ``hsdp_full_all`` (a 2D replicate x shard mesh:
 2 processes as 2x1, 4 as 2x2), ``health`` (the ``reductions`` model with the health
-reductions, weights set past the fp16/fp8 limits, to zero and below their smallest subnormals).
+reductions, weights set past the fp16/fp8 limits, to zero and below their smallest subnormals;
+SGD with momentum: its updates and momentum buffers too), ``updates``, ``updates_full_one`` and ``updates_full_all``
+(the ``reductions`` model trained by Adam: updates, ``exp_avg``, ``exp_avg_sq`` and ``step``,
+whose full tensors around each step are written to ``full_<rank>.npz`` too), ``updates_only``
+(the ``updates`` collection alone), ``updates_skipped`` (steps owned by the loop, as a trainer
+integration does; step 1 skips ``optimizer.step()`` after ``capture_parameters``, as a gradient
+scaler does on overflow), ``hsdp_updates`` and ``tp_updates`` (``updates`` on an HSDP mesh and
+for the column-sharded DTensor) and ``fsdp1_updates`` (FSDP v1: updates; SGD with momentum).
 """
 import json
 import os
@@ -80,21 +89,36 @@ def full_parameters(model):
     return [(name, p.full_tensor().detach(), p.grad.full_tensor().detach()) for name, p in model.named_parameters()]
 
 
-def reference(model, optimizer, rank, out, ops=REDUCTIONS + NORMS):
-    """Record the full tensor of every weight and gradient before each optimizer step."""
-    steps, full = [], {}
+def reference(model, optimizer, rank, out, ops=REDUCTIONS + NORMS, around_step=False):
+    """Record the full tensor of every weight and gradient before each optimizer step (and,
+    ``around_step``, of its update and the optimizer's state after it)."""
+    steps, full, before = [], {}, {}
+
+    def note(values, step, key, tensor):
+        whole = tensor.numpy().astype(np.float64)
+        full[f"{step}|{key}"] = whole
+        values[key] = {("abs_" if a else "") + op: float(ref.reduce(whole, op, a)) for op in ops for a in (False, True)}
 
     def pre_step(opt, args, kwargs):
         values = {}
         for name, weight, grad in full_parameters(model):
+            before[name] = weight.clone()
             for key, tensor in ((f"Sequential_{name}", weight), (f"gradient/Sequential_{name}", grad)):
-                whole = tensor.numpy().astype(np.float64)
-                full[f"{len(steps)}|{key}"] = whole
-                values[key] = {("abs_" if a else "") + op: float(ref.reduce(whole, op, a))
-                               for op in ops for a in (False, True)}
+                note(values, len(steps), key, tensor)
         steps.append(values)
 
+    def post_step(opt, args, kwargs):  # the update (in float32, as the hook) and the state, whole
+        values, step = steps[-1], len(steps) - 1
+        params = dict(model.named_parameters())
+        for name, weight, _ in full_parameters(model):
+            note(values, step, f"update/Sequential_{name}", weight - before[name])
+            for key, value in (opt.state[params[name]] if name in params else {}).items():  # FSDP v1: other names
+                whole = value.full_tensor() if hasattr(value, "full_tensor") else value
+                note(values, step, f"optimizer/Sequential_{name}/{key}", whole.detach())
+
     optimizer.register_step_pre_hook(pre_step)
+    if around_step:
+        optimizer.register_step_post_hook(post_step)
 
     def weights_now():  # an EVAL step: its weights, no gradients
         steps.append({f"Sequential_{name}": {("abs_" if a else "") + op: float(ref.reduce(
@@ -131,6 +155,8 @@ def run(scenario, out_base, rank, world):
     else:
         model = shard(make_model(20 if scenario == "wide" else 2), mesh)
     full_values = "full" in scenario
+    # the step's updates and the optimizer's state, sharded as their parameters
+    around_step = scenario == "health" or "updates" in scenario
     # median cannot be exact from shards: refused for sharded tensors (one warning), the rest saved
     reduction_config = smd.ReductionConfig(save_raw_tensor=True) if full_values else smd.ReductionConfig(
         reductions=REDUCTIONS + (["median"] if scenario == "reductions" else []), abs_reductions=REDUCTIONS,
@@ -142,19 +168,29 @@ def run(scenario, out_base, rank, world):
     flight = smd.FlightRecorder(steps=2) if scenario == "flight" else None
     hook = smd.Hook(out_dir=out, include_workers="all" if scenario.endswith("full_all") else "one",
                     save_config=smd.SaveConfig(save_interval=100 if flight else 1), reduction_config=reduction_config,
-                    include_collections=["weights", "biases", "gradients"] + (["updates"] if scenario == "health" else []),
+                    include_collections=["updates"] if scenario == "updates_only" else [
+                        "weights", "biases", "gradients"] + (["updates", "optimizer_variables"] if around_step else []),
                     flight_recorder=flight)
     hook.register_module(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    owned = scenario == "updates_skipped"
+    if owned:
+        hook.own_steps("fsdp2_train")
+    if "updates" in scenario and scenario != "fsdp1_updates":
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)  # exp_avg, exp_avg_sq, step
+    else:  # the health scenario: a momentum buffer
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9 if around_step else 0.0)
     if scenario in ("fsdp1_flat", "flight"):  # nothing saved to compare (FSDP v1: no full gradients)
         save_reference = eval_reference = lambda: None
     else:
         save_reference, eval_reference = reference(model, optimizer, rank, out,
-                                                   HEALTH if scenario == "health" else REDUCTIONS + NORMS)
+                                                   HEALTH if scenario == "health" else REDUCTIONS + NORMS, around_step)
     gen = torch.Generator().manual_seed(rank)  # each rank its own data
     collectives = []
-    for _ in range(STEPS):
+    for step in range(STEPS):
         before = hook._sharded.groups.collectives
+        if owned:
+            hook.set_mode(smd.modes.TRAIN)
+            hook.begin_step()
         x, y = torch.randn(4, 5, generator=gen), torch.randn(4, 1, generator=gen)
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
@@ -166,7 +202,13 @@ def run(scenario, out_base, rank, world):
             with torch.no_grad():
                 for param in model.parameters():
                     param.grad.to_local().mul_(1e5)
-        optimizer.step()
+        if owned:
+            hook.capture_parameters(optimizer)
+        if not (owned and step == 1):
+            optimizer.step()
+        if owned:
+            hook.end_step()
+        hook._sharded.fence_gradients()  # the step's exchange is issued on the step pipeline: wait for it
         collectives.append(hook._sharded.groups.collectives - before)
     if scenario == "reductions":  # an EVAL step: weights captured at its forward
         model.eval()

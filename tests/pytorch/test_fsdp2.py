@@ -47,19 +47,24 @@ def launch(base, world, scenarios):
 def runs(tmp_path_factory):
     return launch(tmp_path_factory.mktemp("fsdp2"), 2,
                   ["reductions", "wide", "full_one", "full_all", "hsdp", "fsdp1", "fsdp1_full_all", "fsdp1_flat",
-                   "inplace", "tp", "tp_full_all", "flight", "health"])
+                   "inplace", "tp", "tp_full_all", "flight", "health", "updates", "updates_full_one",
+                   "updates_full_all", "updates_only", "updates_skipped", "fsdp1_updates", "hsdp_updates",
+                   "tp_updates"])
 
 
 @pytest.fixture(scope="module")
 def runs_4(tmp_path_factory):
-    return launch(tmp_path_factory.mktemp("fsdp2_4"), 4, ["hsdp", "hsdp_full_one", "hsdp_full_all"])
+    return launch(tmp_path_factory.mktemp("fsdp2_4"), 4, ["hsdp", "hsdp_full_one", "hsdp_full_all", "hsdp_updates"])
 
 
-def assert_reductions_equal_full_tensor(run_dir):
-    """Every reduction of every weight and gradient at every step, against full_tensor()."""
+def assert_reductions_equal_full_tensor(run_dir, saved=lambda name: True):
+    """Every reduction of every weight and gradient (and update and optimizer state, where the
+    run saved them) at every step, against full_tensor(); ``saved``: the reference's names the
+    run saves."""
     trial = create_trial(run_dir)
     with open(os.path.join(run_dir, "reference_0.json")) as f:
-        reference = json.load(f)
+        reference = [{name: values for name, values in by_name.items() if saved(name)}
+                     for by_name in json.load(f)]
     assert trial.steps() == list(range(len(reference)))
     assert all(len(names) for names in reference)
     checked = 0
@@ -93,15 +98,107 @@ def test_health_reductions_of_sharded_parameters_are_those_of_the_full_tensor(ru
     and moment sums, one rank holding an empty piece of the 1-row weight; still one collective
     per saved step."""
     n = len(ref.HEALTH_REDUCTIONS) * 2
-    assert assert_reductions_equal_full_tensor(runs / "health") == 3 * 8 * n
+    # weights, gradients, updates and momentum buffers of the 4 parameters
+    assert assert_reductions_equal_full_tensor(runs / "health") == 3 * 16 * n
     trial = create_trial(runs / "health")
     assert trial.tensor("Sequential_0.weight").reduction_value(0, "overflow_fp16") == pytest.approx(1 / 15)
     assert trial.tensor("Sequential_0.weight").reduction_value(0, "underflow_bf16") == pytest.approx(1 / 14)
     for rank in (0, 1):
         with open(runs / "health" / f"collectives_{rank}.json") as f:
             assert json.load(f)["per_step"] == [1, 1, 1]
-    # updates of sharded parameters are not captured yet: said once by the rank that writes, nothing else changes
-    assert (runs / "stderr.txt").read_text().count("updates and optimizer state of sharded parameters") == 1
+    assert "optimizer/Sequential_2.weight/momentum_buffer" in trial.tensor_names()
+
+
+def test_updates_and_optimizer_state_of_sharded_parameters_are_those_of_the_full_tensors(runs):
+    """update/<w> (after optimizer.step() minus before, from each rank's piece) and Adam's
+    exp_avg, exp_avg_sq (sharded as their parameter) and step (a plain scalar) equal the
+    reductions of the full tensors around each step; one rank holds an empty piece of the
+    1-row weight; the weights, gradients, updates and state of a step share its one collective."""
+    trial = create_trial(runs / "updates")
+    names = trial.tensor_names(step=0)
+    assert [n for n in names if n.startswith("optimizer/Sequential_2.weight/")] == [
+        "optimizer/Sequential_2.weight/exp_avg", "optimizer/Sequential_2.weight/exp_avg_sq",
+        "optimizer/Sequential_2.weight/step"]
+    assert len([n for n in names if n.startswith("update/")]) == 4
+    assert assert_reductions_equal_full_tensor(runs / "updates") == 3 * (4 * 3 + 4 * 3) * 16
+    for rank in (0, 1):
+        with open(runs / "updates" / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == [1, 1, 1]
+    stderr = (runs / "stderr.txt").read_text()
+    assert "are not saved from step" not in stderr  # no collective lost
+    assert not [line for line in stderr.splitlines() if " is not saved: " in line and "/Sequential" in line]
+
+
+@pytest.mark.parametrize("scenario, tensors, collectives", [
+    ("hsdp_updates", 4, [0, 0, 0]),  # a 2x1 mesh: shard groups of one rank exchange nothing
+    ("tp_updates", 1, [1, 1, 1]),  # a DTensor sharded along its columns, no FSDP
+])
+def test_updates_and_optimizer_state_on_other_meshes(runs, scenario, tensors, collectives):
+    assert assert_reductions_equal_full_tensor(runs / scenario) == 3 * tensors * 6 * 16
+    with open(runs / scenario / "collectives_0.json") as f:
+        assert json.load(f)["per_step"] == collectives
+
+
+def test_hsdp_2x2_updates_and_optimizer_state_count_each_element_once(runs_4):
+    """State and updates under HSDP (replicate x shard) are combined over the shard dimension
+    only, as the weights: a replica counted twice would double sums, norms and counts."""
+    assert assert_reductions_equal_full_tensor(runs_4 / "hsdp_updates") == 3 * 4 * 6 * 16
+    for rank in range(4):
+        with open(runs_4 / "hsdp_updates" / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == [1, 1, 1]
+
+
+def test_updates_alone_of_sharded_parameters(runs):
+    """The updates collection without the weights and gradients: their one collective moves
+    after the optimizer step and carries the updates only."""
+    assert assert_reductions_equal_full_tensor(
+        runs / "updates_only", lambda name: name.startswith("update/")) == 3 * 4 * 16
+    with open(runs / "updates_only" / "collectives_0.json") as f:
+        assert json.load(f)["per_step"] == [1, 1, 1]
+
+
+def test_a_step_whose_optimizer_step_is_skipped_saves_weights_and_gradients(runs):
+    """A trainer's gradient scaler skips optimizer.step() after capture_parameters (an overflow):
+    the step's exchange runs at its end with the weights and gradients alone, on every rank."""
+    trial = create_trial(runs / "updates_skipped")
+    assert trial.steps() == [0, 1, 2]
+    for step in (0, 1, 2):
+        names = trial.tensor_names(step=step)
+        assert "Sequential_2.weight" in names and "gradient/Sequential_2.weight" in names
+        has_changes = any(n.startswith(("update/", "optimizer/")) for n in names)
+        assert has_changes == (step != 1), (step, names)
+    for rank in (0, 1):
+        with open(runs / "updates_skipped" / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == [1, 1, 1]
+    np.testing.assert_allclose(trial.tensor("optimizer/Sequential_0.weight/step").reduction_value(2, "max"), 2.0)
+
+
+def test_fsdp1_updates_are_those_of_the_full_tensor_and_its_optimizer_state_is_refused_once(runs):
+    """FSDP (v1) flat pieces: updates exact; optimizer state not saved (a rank that holds none
+    of a parameter keeps no state for it: the ranks would not agree on what to exchange)."""
+    assert assert_reductions_equal_full_tensor(
+        runs / "fsdp1_updates", lambda name: not name.startswith("optimizer/")) == 3 * 12 * 16
+    assert not create_trial(runs / "fsdp1_updates").tensor_names(collection="optimizer_variables")
+    assert (runs / "stderr.txt").read_text().count("optimizer state of FSDP (v1) parameters is not saved") == 2  # once per rank
+
+
+@pytest.mark.parametrize("workers", ["one", "all"])
+def test_full_updates_and_optimizer_state_of_sharded_parameters_are_reassembled(runs, workers):
+    """save_raw_tensor: as for the weights, the chief gathers the pieces of the updates and
+    state (one all_gather and one gather per saved step) and writes the full tensors, or each
+    worker writes its pieces and the Trial reassembles them."""
+    run_dir = runs / f"updates_full_{workers}"
+    trial = create_trial(run_dir)
+    full = np.load(run_dir / "full_0.npz")
+    assert len(full.files) == 3 * (8 + 4 + 4 * 3)
+    for key in full.files:
+        step, name = key.split("|")
+        np.testing.assert_array_equal(trial.tensor(name).value(int(step)).astype(np.float64), full[key],
+                                      err_msg=key)
+    assert trial.workers() == (["worker_0"] if workers == "one" else ["worker_0", "worker_1"])
+    for rank in (0, 1):
+        with open(run_dir / f"collectives_{rank}.json") as f:
+            assert json.load(f)["per_step"] == ([2, 2, 2] if workers == "one" else [1, 1, 1])
 
 
 def test_weights_changed_in_place_after_the_forward_are_saved_as_the_optimizer_sees_them(runs):

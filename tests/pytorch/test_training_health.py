@@ -137,7 +137,7 @@ def test_a_failing_update_warns_once_and_the_rest_is_saved(tmp_path, caplog, mon
     def broken(param):
         raise RuntimeError("no memory for the copy")
 
-    monkeypatch.setattr(optimizer_capture, "_copy_before", broken)
+    monkeypatch.setattr(optimizer_capture, "copy_before", broken)
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     hook = _hook(tmp_path / "run", 1, updates=None, optimizer_variables=None, weights=None)
