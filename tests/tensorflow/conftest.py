@@ -53,6 +53,17 @@ def data():
     return x, y
 
 
+@pytest.fixture(scope="session")
+def mirrored_strategy():
+    """The process's one MirroredStrategy over two logical CPUs: a second instance in the same
+    process issues collectives whose instance keys collide with the first's (TensorFlow then
+    aborts them with a shape mismatch)."""
+    import tensorflow as tf
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("TensorFlow devices were initialised before two logical CPUs could be configured")
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
 def make_recorder():
     """A Keras callback keeping, per global batch, the weights before it and its logs."""
     import keras

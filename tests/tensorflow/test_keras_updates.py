@@ -166,11 +166,8 @@ def test_custom_loop_with_wrapped_tape_and_optimizer_saves_the_updates_of_saved_
             np.testing.assert_array_equal(trial.tensor("update/" + name).value(s), expected_update(weights, s, name))
 
 
-def test_mirrored_strategy_saves_the_chief_replica_update(tmp_path):
-    if len(tf.config.list_logical_devices("CPU")) < 2:
-        pytest.skip("TensorFlow devices were initialised before two logical CPUs could be configured")
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    with strategy.scope():
+def test_mirrored_strategy_saves_the_chief_replica_update(tmp_path, mirrored_strategy):
+    with mirrored_strategy.scope():
         model = make_model("adam")
     hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
                          include_collections=["updates"], reduction_config=smd.ReductionConfig(save_raw_tensor=True))

@@ -15,11 +15,9 @@ from smdebug.trials import create_trial  # noqa: E402
 CHIEF = "_job-localhost_replica-0_task-0_device-CPU-0"
 
 
-@pytest.fixture(scope="module")
-def strategy():
-    if len(tf.config.list_logical_devices("CPU")) < 2:
-        pytest.skip("TensorFlow devices were initialised before two logical CPUs could be configured")
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+@pytest.fixture
+def strategy(mirrored_strategy):
+    return mirrored_strategy
 
 
 def mirrored_model(strategy):
