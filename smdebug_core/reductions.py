@@ -166,7 +166,7 @@ def health_columns(keys: Tuple[Tuple[str, bool], ...], combinable: bool = False)
 
 def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand: Callable, xp,
                     seg_count: Optional[Callable] = None, wide=None, all_finite: Optional[Callable] = None,
-                    host: bool = False) -> Dict[str, object]:
+                    host: bool = False, peak: Optional[float] = None) -> Dict[str, object]:
     """The ``columns`` of each segment of ``x``, in any array library.
 
     ``counts``: each segment's element count; ``seg_sum(a)``: each segment's sum of a float64
@@ -179,9 +179,10 @@ def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand
     own segments: rows of a stacked batch, slices of a flat copy, one tensor.
 
     ``host``: ``x`` is a numpy array, whose extremes cost no transfer. Then the largest ``|x|``
-    of all segments settles most counts without a pass: when it is finite, so is every
-    element, and no element exceeds a type whose largest value is at least that; where no
-    element is 0, none is at most a bound below the smallest ``|x|``.
+    of all segments (``peak``, or an upper bound of it, when the caller has it; NaN if any
+    element is NaN) settles most counts without a pass: when it is finite, so is every
+    element, and no element exceeds a type whose largest value is at least that; no nonzero
+    element is at most a bound below the smallest nonzero ``|x|``.
     """
     seg_count = seg_count or seg_sum
     kept: Dict[str, object] = {}  # |x| and the finite mask, made on first use
@@ -196,16 +197,19 @@ def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand
             kept["finite"] = xp.isfinite(x)
         return kept["finite"]
 
-    peak, floor = (float(abs_x().max()), float(abs_x().min())) if host else (math.nan, math.nan)  # NaN: unknown
-    settled = math.isfinite(peak)
+    if host and peak is None:
+        peak = float(abs_x().max())
+    settled = host and math.isfinite(peak)
     out: Dict[str, object] = {"count": counts, "finite": counts if settled else seg_count(is_finite())}
     if "nonfinite" in columns:
         out["nonfinite"] = counts - out["finite"]
     for name, (largest, _) in LOW_PRECISION_TYPES.items():
         if f"over_{name}" in columns:  # "<=" leaves NaN and Inf out, as the finite count does
-            out[f"over_{name}"] = counts * 0.0 if peak <= largest else out["finite"] - seg_count(abs_x() <= largest)
+            out[f"over_{name}"] = counts * 0.0 if settled and peak <= largest else \
+                out["finite"] - seg_count(abs_x() <= largest)
     under = [name for name in LOW_PRECISION_TYPES if f"under_{name}" in columns]
     if under or "zero" in columns or "nonzero" in columns:
+        floor = float(abs_x().min()) if host else math.nan  # NaN: unknown
         if floor > 0:
             out["zero"] = zero = counts * 0.0
         else:

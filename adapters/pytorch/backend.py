@@ -548,12 +548,13 @@ def _lazy_health(keys: Tuple[ReductionKey, ...], partials_of):
 _MOMENT_COLUMNS = frozenset(p + m for p in ("", "abs_") for m in ("mean", "m2", "m3", "m4"))
 
 
-def _health_of_rows(rows: torch.Tensor, as_wide, row_stats, buffers, columns: Tuple[str, ...]):
+def _health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers, columns: Tuple[str, ...]):
     """Health partials of each row of a big ``[n, size]`` CPU tensor. Counts with numpy, block by
-    block (:func:`_blocks`; each block's extremes leave most of them settled, see
-    :func:`smdebug.reductions.health_partials`), in the rows' own dtype; moments of float32
-    rows in float32 (:func:`_float32_moments`; ``row_stats()``: the rows' float64 means, minima
-    and maxima), else (or where some element is not finite) of the float64 copy the sums use."""
+    block (:func:`_blocks`), in the rows' own dtype, most of them settled by the rows' extremes
+    (``row_extremes()``, float64) or by a smaller bound's count (see
+    :func:`smdebug.reductions.health_partials`); moments of float32 rows in float32
+    (:func:`_float32_moments`, from ``row_mean()``), else (or where some element is not
+    finite) of the float64 copy the sums use."""
     x = rows.detach().numpy()
     n_rows, size = x.shape
 
@@ -562,8 +563,10 @@ def _health_of_rows(rows: torch.Tensor, as_wide, row_stats, buffers, columns: Tu
         return reference.health_partials(
             block, wanted, np.full(block.shape[0], float(width)), lambda a: a.sum(axis=1), lambda v: v[:, None], np,
             seg_count=lambda mask: np.array([np.count_nonzero(row) for row in mask], dtype=np.float64),
-            wide=wide, all_finite=lambda finite: bool((finite == width).all()), host=True)
+            wide=wide, all_finite=lambda finite: bool((finite == width).all()), host=True, peak=peak)
 
+    low, high = row_extremes()
+    peak = float(np.max([-low.min(), high.max()]))  # NaN if any element is; of every block, an upper bound
     out: Dict[str, np.ndarray] = {}
     for top, bottom, left, right in _blocks(n_rows, size):  # every count adds up over a row's blocks
         for name, counts in partials(x[top:bottom, left:right], tuple(c for c in columns if c not in _MOMENT_COLUMNS)
@@ -575,7 +578,7 @@ def _health_of_rows(rows: torch.Tensor, as_wide, row_stats, buffers, columns: Tu
     fast = None
     if rows.dtype == torch.float32 and bool((out["finite"] == size).all()) and "abs_mean" not in moments \
             and "m3" not in moments:
-        fast = _float32_moments(rows.detach(), *row_stats(), buffers)
+        fast = _float32_moments(rows.detach(), row_mean(), low, high, buffers)
     out.update(fast if fast is not None else partials(x, columns, as_wide().detach().numpy()))
     return out
 
@@ -1063,11 +1066,14 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
             return var
         return get(("var", is_abs), compute)
 
-    def row_stats():  # float64 means, minima and maxima of the rows, for the health moments
-        return ((total(False) / n).numpy(), extreme("amin").numpy().astype(np.float64),
-                extreme("amax").numpy().astype(np.float64))
+    def row_mean():  # float64, for the health moments
+        return (total(False) / n).numpy()
 
-    health = _lazy_health(keys, lambda columns: _health_of_rows(rows, as_wide, row_stats, buffers, columns))
+    def row_extremes():  # float64 minima and maxima, for the health counts and moments
+        return extreme("amin").numpy().astype(np.float64), extreme("amax").numpy().astype(np.float64)
+
+    health = _lazy_health(keys, lambda columns: _health_of_rows(rows, as_wide, row_mean, row_extremes, buffers,
+                                                                columns))
     out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):
         for j, (op, is_abs) in enumerate(keys):
