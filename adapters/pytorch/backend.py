@@ -1010,7 +1010,8 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
     Sums, means, norms and variances are accumulated in float64 (variance from the sums
     mean and l2 need anyway, or in two passes where that would cancel); min/max are exact
     in the tensor's own dtype. Definitions are those of :mod:`smdebug.reductions`. With
-    ``buffers``, the float64 copy the sums read is made into a buffer kept between steps.
+    ``buffers``, the scratch blocks (and the float64 copy the rare two-pass paths read) are
+    buffers kept between steps.
     """
     if rows.numel() <= NUMPY_ROWS_MAX_NUMEL:  # each row a segment of one flat float64 copy
         return _reduce_flat(rows.numpy().astype(np.float64).reshape(-1), _row_segments(*rows.shape), keys)
@@ -1043,16 +1044,39 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
     def extreme(op: str, is_abs: bool = False) -> torch.Tensor:  # "amin" or "amax" of each row
         return get((op, is_abs), lambda: getattr(source(is_abs), op)(dim=1))
 
+    def wide_sums() -> Tuple[torch.Tensor, torch.Tensor]:
+        """Each row's sum and sum of squares in float64; past :data:`WHOLE_WIDE_COPY_MAX`
+        elements, block by block (:func:`_blocks`) through a float64 scratch block that stays
+        in cache instead of a float64 copy of the rows.
+        Not numpy's matmul of the rows with themselves for the squares, though faster alone:
+        it runs on OpenBLAS, whose threads spin on every core after each call and slowed a
+        training step of 24 tensors of 262k elements from 11 to 17 ms (docs/performance.md)."""
+        def compute():
+            if rows.dtype == torch.float64 or rows.numel() <= WHOLE_WIDE_COPY_MAX:
+                wide_rows = as_wide()
+                return wide_rows.sum(dim=1), torch.linalg.vector_norm(wide_rows, dim=1).square()
+            blocks = list(_blocks(*rows.shape))
+            shape = (blocks[0][1] - blocks[0][0], blocks[0][3] - blocks[0][2])
+            scratch = buffers.take(torch.float64, shape) if buffers is not None else torch.empty(shape, dtype=torch.float64)
+            sums = torch.zeros(rows.shape[0], dtype=torch.float64)
+            squares = torch.zeros(rows.shape[0], dtype=torch.float64)
+            for top, bottom, left, right in blocks:
+                block = scratch[:bottom - top, :right - left]
+                block.copy_(rows[top:bottom, left:right])
+                sums[top:bottom] += block.sum(dim=1)
+                squares[top:bottom] += torch.linalg.vector_norm(block, dim=1).square()
+            if buffers is not None:
+                buffers.give(scratch)
+            return sums, squares
+        return get("wide sums", compute)
+
     def total(is_abs: bool) -> torch.Tensor:
         if is_abs:
             return get(("sum", True), lambda: source(True).sum(dim=1, dtype=torch.float64))
-        return get(("sum", False), lambda: as_wide().sum(dim=1))
+        return wide_sums()[0]
 
     def sum_of_squares() -> torch.Tensor:
-        # Not numpy's matmul of the rows with themselves, though faster alone: it runs on
-        # OpenBLAS, whose threads spin on every core after each call and slowed a training
-        # step of 24 tensors of 262k elements from 11 to 17 ms (docs/performance.md).
-        return get("sumsq", lambda: torch.linalg.vector_norm(as_wide(), dim=1).square())
+        return wide_sums()[1]
 
     def variance(is_abs: bool) -> torch.Tensor:
         def compute():
@@ -1105,6 +1129,11 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
         buffers.give(wide)
     return out
 
+
+#: Groups of at most this many elements have their float64 sums taken of one float64 copy
+#: (8 MiB at most); bigger ones, block by block (fewer calls for small groups, less memory
+#: traffic for big ones).
+WHOLE_WIDE_COPY_MAX = 1 << 20
 
 #: Groups of at most this many elements are reduced in numpy, in float64 (:func:`_reduce_flat`):
 #: for small arrays a numpy call costs a microsecond, a torch call several.

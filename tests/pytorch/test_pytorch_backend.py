@@ -335,6 +335,27 @@ def health_tensors():
                                finite, offset]
 
 
+@pytest.mark.parametrize("shape, count", [((300, 200), 20), ((1100, 1000), 2)],
+                         ids=["a stack of short rows", "rows of several blocks"])
+def test_groups_past_one_float64_copy_are_summed_in_blocks_as_numpy(shape, count, segment_ops):
+    """Groups of more than WHOLE_WIDE_COPY_MAX elements take their float64 sums block by block
+    (the CPU's rows; the segment ops sum float32 tensors in float32: checked to 2e-6 above)."""
+    if segment_ops != "rows":
+        pytest.skip("the rows path's blocks")
+    generator = torch.Generator().manual_seed(6)
+    tensors = [torch.randn(shape, generator=generator) * 3 + 0.5 for _ in range(count)]
+    group = count * tensors[0].numel() if tensors[0].numel() <= torch_backend.STACK_MAX_NUMEL else tensors[0].numel()
+    assert group > torch_backend.WHOLE_WIDE_COPY_MAX
+    keys = tuple((op, False) for op in ("sum", "mean", "variance", "std", "l2", "min", "max", "kurtosis", "nonfinite"))
+    backend = TorchBackend()
+    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=False, shape=True, reductions=keys)
+                for i, t in enumerate(tensors)]
+    for tensor, result in zip(tensors, backend.materialize(requests)):
+        for key, want in zip(keys, reductions.reduce_many(tensor.numpy(), keys)):
+            np.testing.assert_allclose(result.reductions[key], want, rtol=1e-12 if key[0] != "kurtosis" else 1e-5,
+                                       err_msg=str(key))
+
+
 def test_kurtosis_of_float32_rows_at_any_scale_equals_numpy():
     """Rows of one group (stacked) whose scales differ by 21 decades: their 4th powers in float32
     would underflow (1e-12 ** 4) or overflow (1e9 ** 4) without the per-row scaling."""
