@@ -86,6 +86,24 @@ def test_exploding_tensor_from_min_max_reductions_only(tmp_path):
     assert fired(ExplodingTensor(trial, collection_names="gradients", only_nan=True)) == []
 
 
+def test_exploding_tensor_reads_health_reductions_for_what_they_say(tmp_path):
+    """A NaN kurtosis or underflow fraction says "undefined here" (one element, all equal, no
+    nonzero element), not that the tensor holds a NaN; the nonfinite count says that."""
+    def record(hook, step, mode):
+        hook.record("fc.bias", np.array([0.25], np.float32))  # one element: kurtosis NaN at every step
+        hook.record("fc.weight", np.zeros((4, 4), np.float32))  # no nonzero element: underflow NaN
+        g = np.full(16, 0.5, np.float32)
+        if step == 2:
+            g[3] = np.nan
+        hook.record("gradient/fc.weight", g)
+
+    health = smd.ReductionConfig(reductions=["nonfinite", "kurtosis", "underflow_bf16"])
+    trial = make_run(tmp_path, record, 4, reductions=health, collections=("gradients", "weights", "biases"))
+    assert np.isnan(trial.tensor("fc.bias").reduction_value(0, "kurtosis"))
+    assert fired(ExplodingTensor(trial)) == [2]
+    assert fired(ExplodingTensor(trial, only_nan=True)) == []  # a count does not tell NaN from infinity
+
+
 # --- LossNotDecreasing -----------------------------------------------------------------------------
 def test_loss_not_decreasing(tmp_path):
     flat = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 1.0), 25, name="flat")

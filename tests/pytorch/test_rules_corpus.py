@@ -31,7 +31,14 @@ def test_the_corpus_has_what_the_issue_asks():
     assert sum(label.healthy for label in labels) >= 8
     assert sum(not label.healthy for label in labels) >= 12
     assert all(label.rules for label in labels if not label.healthy)
-    assert "pt_readme_example" in HEALTHY
+    assert "pt_readme_example" in HEALTHY and "pt_training_health" in HEALTHY
+
+
+def test_a_run_with_optimizer_state_is_still_told_a_pytorch_run(corpus):
+    from smdebug.analysis.rules.builtin import RunContents
+    from smdebug.trials import create_trial
+
+    assert RunContents(create_trial(corpus["pt_training_health"])).framework == "PyTorch"
 
 
 @pytest.mark.parametrize("name", HEALTHY)

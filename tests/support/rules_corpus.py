@@ -327,6 +327,34 @@ def _readme(out_dir):
         module.train(out_dir, 300, 50)
 
 
+@_run("pt_training_health", "pytorch", True, "the README's training-health configuration (health reductions of "
+      "weights, updates and optimizer state) on a regression with one output: a 1-element bias, whose kurtosis is NaN")
+def _training_health(out_dir):
+    torch = _torch()
+    import smdebug.pytorch as smd
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, FEATURES, generator=generator)
+    y = x @ torch.randn(FEATURES, 1, generator=generator) + 0.1 * torch.randn(4096, 1, generator=generator)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loss_fn = torch.nn.MSELoss()
+    health = smd.ReductionConfig(norms=["l2"], reductions=["nonfinite", "zero_fraction", "kurtosis",
+                                                           "overflow_fp8_e4m3", "underflow_bf16"])
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), reduction_config=health,
+                    include_collections=["weights", "biases", "gradients", "updates", "optimizer_variables",
+                                         "losses"])
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    for step in range(300):
+        rows = torch.randint(0, 4096, (32,), generator=generator)
+        optimizer.zero_grad()
+        loss_fn(model(x[rows]), y[rows]).backward()
+        optimizer.step()
+    hook.close()
+
+
 # --- broken ----------------------------------------------------------------------------------
 @_run("pt_vanishing_gradient", "pytorch", False, "8 sigmoid layers with small weights: gradients vanish from fc5 "
       "back to fc1 (fc5 is where the backward pass first drops below 1e-7)",

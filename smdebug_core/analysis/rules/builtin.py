@@ -67,12 +67,12 @@ class RunContents:
         inputs = collections.get("inputs")
         if self._XGBOOST_COLLECTIONS & set(collections) or any(n.startswith("trees/") for n in self.names):
             self.framework = "XGBoost"
+        elif any(self._PYTORCH_PARAMETER.match(n) for n in self.names):  # before optimizer_variables: PyTorch has it too
+            self.framework = "PyTorch"
         elif "optimizer_variables" in collections:
             self.framework = "TensorFlow"
         elif inputs is not None and any("_input_" in r for r in inputs.include_regex):
             self.framework = "MXNet"
-        elif any(self._PYTORCH_PARAMETER.match(n) for n in self.names):
-            self.framework = "PyTorch"
         else:  # the numpy hook, or a run whose names do not tell
             self.framework = "deep-learning"
         self.saved: Dict[str, List[str]] = {}
