@@ -22,6 +22,7 @@ only called for the step that fired, so a step that fires nothing costs no read 
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -34,6 +35,7 @@ import numpy as np
 
 from ..flight_recorder_config import FlightRecorder
 from ..logger import get_logger
+from ..reductions import HEALTH_REDUCTIONS
 from ..storage.format.layout import marker_relpath
 from ..storage.step_data import records_nbytes
 
@@ -108,23 +110,47 @@ def step_nbytes(tensors: Sequence[Any], shapes: Sequence) -> int:
     return RECORD_OVERHEAD_BYTES * (len(tensors) + len(shapes)) + records_nbytes(tensors)
 
 
-def nonfinite_rows(table: Optional[np.ndarray]) -> Optional[np.ndarray]:
-    """Row indices of a ``[n, k]`` reductions table with a NaN or an infinity; None if none.
+def nonfinite_rows(table: Optional[np.ndarray], keys: Sequence[Tuple[str, bool]]) -> Optional[np.ndarray]:
+    """Row indices of a ``[n, len(keys)]`` reductions table whose tensor holds a NaN or an
+    infinity; None if none.
 
-    Every reduction the hook computes (min, max, mean, std, variance, sum, prod, median,
-    norms, their abs forms) is NaN or infinite when its tensor holds a NaN or an infinity,
-    so the reductions already on the host tell, without reading the tensors again: one
-    numpy call per batch. (The converse has one exception: a sum of finite values that
-    overflows float64, ~1e308, reads as infinite.) A row of NaN for an empty tensor is
-    the caller's to skip (``BatchResult.unreduced``).
+    Every plain reduction (min, max, mean, std, variance, sum, prod, median, norms, their abs
+    forms) is NaN or infinite when its tensor holds a NaN or an infinity, so the reductions
+    already on the host tell, without reading the tensors again: one numpy call per batch.
+    (The converse has one exception: a sum of finite values that overflows float64, ~1e308,
+    reads as infinite.) The health reductions are NaN where they are undefined (the kurtosis
+    of one element, a fraction of no element): of them only the ``nonfinite`` count tells,
+    read as a count (:func:`_telling_columns`). A row of NaN for an empty tensor is the
+    caller's to skip (``BatchResult.unreduced``).
     """
     if table is None or table.size == 0:
         return None
+    propagating, counting = _telling_columns(tuple(keys))
     with np.errstate(invalid="ignore"):
         finite = np.isfinite(table)
-    if finite.all():
-        return None
-    return np.flatnonzero(~finite.all(axis=1))
+        if finite.all():
+            return None
+        bad = ~finite[:, propagating].all(axis=1)
+        if len(counting):
+            bad |= (table[:, counting] > 0).any(axis=1)
+    return np.flatnonzero(bad) if bad.any() else None
+
+
+def reductions_nonfinite(reductions: Dict[Tuple[str, bool], Any]) -> bool:
+    """:func:`nonfinite_rows` of one tensor's reductions, as a ``{key: value}`` dict."""
+    if not reductions:
+        return False
+    keys = tuple(reductions)
+    return nonfinite_rows(np.array([[float(np.asarray(reductions[k]).reshape(-1)[0]) for k in keys]]), keys) is not None
+
+
+@functools.lru_cache(maxsize=256)  # the same few key tuples at every saved step
+def _telling_columns(keys: Tuple[Tuple[str, bool], ...]) -> Tuple[np.ndarray, np.ndarray]:
+    """The columns of ``keys`` whose non-finite value says the tensor holds one (the plain
+    reductions), and those that count non-finite elements (``nonfinite``)."""
+    propagating = [j for j, (op, _) in enumerate(keys) if op not in HEALTH_REDUCTIONS]
+    counting = [j for j, (op, _) in enumerate(keys) if op == "nonfinite"]
+    return np.array(propagating, dtype=np.intp), np.array(counting, dtype=np.intp)
 
 
 def value_is_nonfinite(value) -> bool:

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .backend import BatchResult, Materialized, Request, TensorBackend
-from .flight_recorder import nonfinite_rows, value_is_nonfinite
+from .flight_recorder import nonfinite_rows, reductions_nonfinite, value_is_nonfinite
 from .inbox import Kind, PendingEntry
 from ..logger import get_logger
 from ..modes import ModeKeys
@@ -85,7 +85,8 @@ class StepRecordMaker:
                 shapes += block.shapes
                 tensors += zip(block.tags, values)
                 if bad is not None and value_is_nonfinite(np.asarray(values, dtype=np.float64)):
-                    bad += [one.name for one, _, vals in block.split(values) if value_is_nonfinite(np.asarray(vals))]
+                    bad += [one.name for one, _, vals in block.split(values)
+                            if nonfinite_rows(np.asarray(vals, dtype=np.float64)[None], one.reductions) is not None]
                 if seen is not None:
                     for one, _, values_of_one in block.split(values):
                         seen.reductions[one.name] = dict(zip(one.reductions, values_of_one))
@@ -147,7 +148,7 @@ class StepRecordMaker:
 
     def _emit_one(self, plan: TensorPlan, result: Materialized, mode, out, seen, bad=None) -> None:
         self._emit(plan, result, mode, *out)
-        if bad is not None and (any(value_is_nonfinite(v) for v in result.reductions.values())
+        if bad is not None and (reductions_nonfinite(result.reductions)
                                 or (result.raw is not None and value_is_nonfinite(result.raw))):
             bad.append(plan.name)
         if seen is not None:
@@ -168,7 +169,7 @@ class StepRecordMaker:
             result = results[0]
             tensors.append(ScalarRun(selection.fast_tags, result.reductions))
             if bad is not None:  # one numpy call for the whole batch
-                rows = nonfinite_rows(result.reductions)
+                rows = nonfinite_rows(result.reductions, selection.groups[0][1])
                 if rows is not None:
                     bad += [selection.plans[i].name for i in rows]
             if selection.plans[0].shape:
@@ -189,7 +190,7 @@ class StepRecordMaker:
         for (positions, keys, raw, _), result in zip(selection.groups, results):
             skip = set(result.unreduced) | set(result.lost)
             if keys:
-                rows = nonfinite_rows(result.reductions)
+                rows = nonfinite_rows(result.reductions, keys)
                 if rows is not None:
                     bad += [selection.plans[positions[j]].name for j in rows if j not in skip]
             elif raw and result.raw is not None:

@@ -42,14 +42,39 @@ def test_ring_counts_saved_steps_as_recent_without_bytes():
 
 def test_nonfinite_rows_and_values():
     table = np.array([[1.0, 2.0], [np.nan, 1.0], [0.0, np.inf], [3.0, 4.0]])
-    assert list(nonfinite_rows(table)) == [1, 2]
-    assert nonfinite_rows(np.ones((3, 2))) is None and nonfinite_rows(None) is None
+    keys = (("min", False), ("max", False))
+    assert list(nonfinite_rows(table, keys)) == [1, 2]
+    assert nonfinite_rows(np.ones((3, 2)), keys) is None and nonfinite_rows(None, keys) is None
     assert value_is_nonfinite(np.array([1.0, -np.inf])) and not value_is_nonfinite(np.arange(3))
     assert not value_is_nonfinite(np.array([], dtype=np.float32))
     import ml_dtypes  # raw bfloat16 values reach the core as ml_dtypes arrays (kind "V")
 
     assert value_is_nonfinite(np.array([1.0, np.nan], dtype=ml_dtypes.bfloat16))
     assert not value_is_nonfinite(np.array([1.0, 2.0], dtype=ml_dtypes.bfloat16))
+
+
+def test_health_reductions_undefined_for_a_tensor_do_not_fire_it(tmp_path):
+    """A 1-element tensor's kurtosis and a tensor of zeros' underflow fraction are NaN by
+    definition: the recorder fires on the tensor that holds an infinity, at its step."""
+    keys = (("min", False), ("kurtosis", False), ("underflow_bf16", False), ("nonfinite", False))
+    table = np.array([[0.5, np.nan, np.nan, 0.0], [np.inf, np.nan, 0.0, 1.0], [0.1, 3.0, 0.0, 0.0]])
+    assert list(nonfinite_rows(table, keys)) == [1]
+    counted = (("kurtosis", False), ("nonfinite", False))  # a health-only table: the count tells
+    assert list(nonfinite_rows(np.array([[np.nan, 0.0], [np.nan, 2.0]]), counted)) == [1]
+    run_dir = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=run_dir, save_config=smd.SaveConfig(save_interval=100), include_regex=["w", "b", "z"],
+                    reduction_config=smd.ReductionConfig(reductions=["max", "kurtosis", "underflow_bf16"]),
+                    flight_recorder=smd.FlightRecorder(steps=3, collections="default"))
+    for step in range(8):
+        hook.begin_step()
+        hook.record("b", np.array([0.25]))
+        hook.record("z", np.zeros(4))
+        with np.errstate(divide="ignore"):
+            hook.record("w", np.ones(4) / (6 - step))
+    hook.close()
+    with open(os.path.join(run_dir, "flight_recorder", "trigger-worker_0.json")) as fh:
+        marker = json.load(fh)
+    assert marker["global_step"] == 6 and marker["nonfinite_tensors"] == ["w"]
 
 
 def _numpy_run(run_dir, steps=10, bad_at=6, save_interval=100, recorder=None):
