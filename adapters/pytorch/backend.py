@@ -562,8 +562,8 @@ def _health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers
         width = block.shape[1]
         return reference.health_partials(
             block, wanted, np.full(block.shape[0], float(width)), lambda a: a.sum(axis=1), lambda v: v[:, None], np,
-            seg_count=lambda mask: np.array([np.count_nonzero(row) for row in mask], dtype=np.float64),
-            wide=wide, all_finite=lambda finite: bool((finite == width).all()), host=True, peak=peak)
+            seg_count=_count_per_row, wide=wide, all_finite=lambda finite: bool((finite == width).all()), host=True,
+            peak=peak)
 
     low, high = row_extremes()
     peak = float(np.max([-low.min(), high.max()]))  # NaN if any element is; of every block, an upper bound
@@ -581,6 +581,19 @@ def _health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers
         fast = _float32_moments(rows.detach(), row_mean(), low, high, buffers)
     out.update(fast if fast is not None else partials(x, columns, as_wide().detach().numpy()))
     return out
+
+
+_BITWISE_COUNT = getattr(np, "bitwise_count", None)  # numpy 2
+
+
+def _count_per_row(mask: np.ndarray) -> np.ndarray:
+    """Each row's count of True, float64: for many rows, 8 at a time (the rows read as uint64,
+    each True a 1 byte: ``bitwise_count`` counts them), 2-3x faster than a ``count_nonzero``
+    per row, which is faster for a few long rows."""
+    rows, size = mask.shape
+    if _BITWISE_COUNT is not None and rows > 8 and size % 8 == 0 and mask.flags.c_contiguous:
+        return _BITWISE_COUNT(mask.view(np.uint64)).sum(axis=1, dtype=np.int64).astype(np.float64)
+    return np.array([np.count_nonzero(row) for row in mask], dtype=np.float64)
 
 
 #: Big groups of rows are read in blocks of this many elements (1 MiB of float32): all the

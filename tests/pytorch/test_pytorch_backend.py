@@ -356,6 +356,12 @@ def test_groups_past_one_float64_copy_are_summed_in_blocks_as_numpy(shape, count
                                        err_msg=str(key))
 
 
+@pytest.mark.parametrize("shape", [(64, 4096), (3, 100), (20, 13), (9, 8)])
+def test_counts_per_row_of_many_or_few_rows(shape, segment_ops):
+    mask = np.random.default_rng(7).random(shape) < 0.3
+    assert torch_backend._count_per_row(mask).tolist() == [float(np.count_nonzero(row)) for row in mask]
+
+
 def test_kurtosis_of_float32_rows_at_any_scale_equals_numpy():
     """Rows of one group (stacked) whose scales differ by 21 decades: their 4th powers in float32
     would underflow (1e-12 ** 4) or overflow (1e9 ** 4) without the per-row scaling."""
