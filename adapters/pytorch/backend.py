@@ -43,6 +43,8 @@ from torch._utils import _flatten_dense_tensors
 from smdebug import reductions as reference
 from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
 
+from .row_health import health_of_rows, row_blocks
+
 ReductionKey = Tuple[str, bool]
 _HEALTH = frozenset(reference.HEALTH_REDUCTIONS)
 
@@ -545,118 +547,6 @@ def _lazy_health(keys: Tuple[ReductionKey, ...], partials_of):
     return health
 
 
-_MOMENT_COLUMNS = frozenset(p + m for p in ("", "abs_") for m in ("mean", "m2", "m3", "m4"))
-
-
-def _health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers, columns: Tuple[str, ...]):
-    """Health partials of each row of a big ``[n, size]`` CPU tensor. Counts with numpy, block by
-    block (:func:`_blocks`), in the rows' own dtype, most of them settled by the rows' extremes
-    (``row_extremes()``, float64) or by a smaller bound's count (see
-    :func:`smdebug.reductions.health_partials`); moments of float32 rows in float32
-    (:func:`_float32_moments`, from ``row_mean()``), else (or where some element is not
-    finite) of the float64 copy the sums use."""
-    x = rows.detach().numpy()
-    n_rows, size = x.shape
-
-    def partials(block, wanted, wide=None):
-        width = block.shape[1]
-        return reference.health_partials(
-            block, wanted, np.full(block.shape[0], float(width)), lambda a: a.sum(axis=1), lambda v: v[:, None], np,
-            seg_count=_count_per_row, wide=wide, all_finite=lambda finite: bool((finite == width).all()), host=True,
-            peak=peak)
-
-    low, high = row_extremes()
-    peak = float(np.max([-low.min(), high.max()]))  # NaN if any element is; of every block, an upper bound
-    out: Dict[str, np.ndarray] = {}
-    for top, bottom, left, right in _blocks(n_rows, size):  # every count adds up over a row's blocks
-        for name, counts in partials(x[top:bottom, left:right], tuple(c for c in columns if c not in _MOMENT_COLUMNS)
-                                     ).items():
-            out.setdefault(name, np.zeros(n_rows))[top:bottom] += counts
-    moments = [c for c in columns if c in _MOMENT_COLUMNS]
-    if not moments:
-        return out
-    fast = None
-    if rows.dtype == torch.float32 and bool((out["finite"] == size).all()) and "abs_mean" not in moments \
-            and "m3" not in moments:
-        fast = _float32_moments(rows.detach(), row_mean(), low, high, buffers)
-    out.update(fast if fast is not None else partials(x, columns, as_wide().detach().numpy()))
-    return out
-
-
-_BITWISE_COUNT = getattr(np, "bitwise_count", None)  # numpy 2
-
-
-def _count_per_row(mask: np.ndarray) -> np.ndarray:
-    """Each row's count of True, float64: for many rows, 8 at a time (the rows read as uint64,
-    each True a 1 byte: ``bitwise_count`` counts them), 2-3x faster than a ``count_nonzero``
-    per row, which is faster for a few long rows."""
-    rows, size = mask.shape
-    if _BITWISE_COUNT is not None and rows > 8 and size % 8 == 0 and mask.flags.c_contiguous:
-        return _BITWISE_COUNT(mask.view(np.uint64)).sum(axis=1, dtype=np.int64).astype(np.float64)
-    return np.array([np.count_nonzero(row) for row in mask], dtype=np.float64)
-
-
-#: Big groups of rows are read in blocks of this many elements (1 MiB of float32): all the
-#: passes over a block run while it is still in the core's cache (the health reductions
-#: make about ten), and their scratch arrays are small.
-ROWS_BLOCK = 1 << 18
-
-
-def _blocks(n_rows: int, size: int):
-    """``(top, bottom, left, right)`` of the blocks of a ``[n_rows, size]`` array: whole rows
-    together while they are short, pieces of one row when long."""
-    width = min(size, ROWS_BLOCK)
-    height = max(1, min(n_rows, ROWS_BLOCK // width))
-    for top in range(0, n_rows, height):
-        for left in range(0, size, width):
-            yield top, min(n_rows, top + height), left, min(size, left + width)
-
-
-#: :func:`_float32_moments` leaves rows whose mean exceeds this many standard deviations to
-#: float64: centred on the float32-rounded mean, their moments would move by more than 1e-6.
-FLOAT32_MOMENTS_MAX_MEAN = 10.0
-#: ... and scales deviations only in rows whose largest lies outside [2^-30, 2^30): within,
-#: their 4th powers neither underflow nor overflow float32, nor do sums of 2^24 of them.
-MOMENTS_UNSCALED_EXPONENTS = 30
-
-
-def _float32_moments(rows: torch.Tensor, mean: np.ndarray, low: np.ndarray, high: np.ndarray,
-                     buffers: Optional["_BufferPool"]) -> Optional[Dict[str, np.ndarray]]:
-    """``mean``, ``m2`` and ``m4`` of finite float32 rows, from their float64 means and extremes:
-    deviations from the mean, in float32 (each rounded by at most half an ulp, without bias),
-    scaled per row by the power of two that brings the largest below 1 where their 4th powers
-    would leave float32's range (exact), squared twice in place; sums by torch in float32 per
-    block (cascade sums of nonnegative terms: relative error near 1e-7), in float64 across
-    blocks (:func:`_blocks`), scaled back in float64. None when a row's mean is too far
-    from 0 for float32 deviations (:data:`FLOAT32_MOMENTS_MAX_MEAN`)."""
-    n_rows, n = rows.shape
-    spread = np.maximum(high - mean, mean - low)
-    exponent = np.clip(np.frexp(np.where(spread > 0, spread, 1.0))[1], -120, 120)  # spread < 2^exponent
-    if not bool((np.abs(exponent) > MOMENTS_UNSCALED_EXPONENTS).any()):
-        exponent[:] = 0
-    inverse = torch.from_numpy(np.ldexp(1.0, -exponent).astype(np.float32))[:, None] if exponent.any() else None
-    centre = torch.from_numpy(mean.astype(np.float32))[:, None]
-    blocks = list(_blocks(n_rows, n))
-    shape = (blocks[0][1] - blocks[0][0], blocks[0][3] - blocks[0][2])
-    scratch = buffers.take(torch.float32, shape) if buffers is not None else torch.empty(shape)
-    m2, m4 = np.zeros(n_rows), np.zeros(n_rows)
-    try:
-        for top, bottom, left, right in blocks:
-            power = scratch[:bottom - top, :right - left]
-            torch.sub(rows[top:bottom, left:right], centre[top:bottom], out=power)
-            if inverse is not None:
-                power.mul_(inverse[top:bottom])
-            m2[top:bottom] += power.square_().sum(dim=1).numpy()
-            m4[top:bottom] += power.square_().sum(dim=1).numpy()
-    finally:
-        if buffers is not None:
-            buffers.give(scratch)
-    m2 *= np.ldexp(1.0, 2 * exponent)
-    if bool((mean * mean > FLOAT32_MOMENTS_MAX_MEAN ** 2 * m2 / n).any()):
-        return None
-    return {"mean": mean, "m2": m2, "m4": m4 * np.ldexp(1.0, 4 * exponent)}
-
-
 def _row_sums(a: torch.Tensor) -> torch.Tensor:
     return a.sum(dim=1, dtype=torch.float64)
 
@@ -1059,7 +949,7 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
 
     def wide_sums() -> Tuple[torch.Tensor, torch.Tensor]:
         """Each row's sum and sum of squares in float64; past :data:`WHOLE_WIDE_COPY_MAX`
-        elements, block by block (:func:`_blocks`) through a float64 scratch block that stays
+        elements, block by block (:func:`.row_health.row_blocks`) through a float64 scratch block that stays
         in cache instead of a float64 copy of the rows.
         Not numpy's matmul of the rows with themselves for the squares, though faster alone:
         it runs on OpenBLAS, whose threads spin on every core after each call and slowed a
@@ -1068,7 +958,7 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
             if rows.dtype == torch.float64 or rows.numel() <= WHOLE_WIDE_COPY_MAX:
                 wide_rows = as_wide()
                 return wide_rows.sum(dim=1), torch.linalg.vector_norm(wide_rows, dim=1).square()
-            blocks = list(_blocks(*rows.shape))
+            blocks = list(row_blocks(*rows.shape))
             shape = (blocks[0][1] - blocks[0][0], blocks[0][3] - blocks[0][2])
             scratch = buffers.take(torch.float64, shape) if buffers is not None else torch.empty(shape, dtype=torch.float64)
             sums = torch.zeros(rows.shape[0], dtype=torch.float64)
@@ -1109,8 +999,8 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
     def row_extremes():  # float64 minima and maxima, for the health counts and moments
         return extreme("amin").numpy().astype(np.float64), extreme("amax").numpy().astype(np.float64)
 
-    health = _lazy_health(keys, lambda columns: _health_of_rows(rows, as_wide, row_mean, row_extremes, buffers,
-                                                                columns))
+    health = _lazy_health(keys, lambda columns: health_of_rows(rows, as_wide, row_mean, row_extremes, buffers,
+                                                               columns))
     out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):
         for j, (op, is_abs) in enumerate(keys):

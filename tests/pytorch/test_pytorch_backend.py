@@ -10,6 +10,7 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 from smdebug import reductions  # noqa: E402
 from smdebug.capture.backend import Request  # noqa: E402
 from smdebug.pytorch import backend as torch_backend  # noqa: E402
+from smdebug.pytorch import row_health  # noqa: E402
 from smdebug.pytorch.backend import TorchBackend  # noqa: E402
 
 OPS = ("min", "max", "mean", "std", "variance", "sum", "prod", "median", "l1", "l2")
@@ -359,7 +360,7 @@ def test_groups_past_one_float64_copy_are_summed_in_blocks_as_numpy(shape, count
 @pytest.mark.parametrize("shape", [(64, 4096), (3, 100), (20, 13), (9, 8)])
 def test_counts_per_row_of_many_or_few_rows(shape, segment_ops):
     mask = np.random.default_rng(7).random(shape) < 0.3
-    assert torch_backend._count_per_row(mask).tolist() == [float(np.count_nonzero(row)) for row in mask]
+    assert row_health.count_per_row(mask).tolist() == [float(np.count_nonzero(row)) for row in mask]
 
 
 def test_kurtosis_of_float32_rows_at_any_scale_equals_numpy():
