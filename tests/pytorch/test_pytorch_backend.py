@@ -54,9 +54,9 @@ def assert_matches(result, tensor):
                                    err_msg=f"{key} of {tensor.dtype} {tuple(tensor.shape)}")
 
 
-def requests_for(tensors, raw=False):
+def requests_for(tensors, raw=False, keys=ALL_KEYS):
     backend = TorchBackend()
-    return backend, [Request(f"t{i}", backend.snapshot(t, True), raw=raw, shape=True, reductions=ALL_KEYS)
+    return backend, [Request(f"t{i}", backend.snapshot(t, True), raw=raw, shape=True, reductions=keys)
                      for i, t in enumerate(tensors)]
 
 
@@ -206,9 +206,7 @@ def test_cuda_reductions_equal_numpy_with_one_transfer(monkeypatch):
     # The last one is above BATCH_MAX_NUMEL["cuda"]: reduced in place.
     tensors = [t for t in sample_tensors() if t.dtype != torch.complex64] + [torch.randn(5_000_000)]
     on_device = [t.cuda() for t in tensors]
-    backend = TorchBackend()
-    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=True, shape=True, reductions=ALL_KEYS)
-                for i, t in enumerate(on_device)]
+    backend, requests = requests_for(on_device, raw=True)
     calls = {"cpu": 0}
     real_cpu = torch.Tensor.cpu
 
@@ -348,9 +346,7 @@ def test_groups_past_one_float64_copy_are_summed_in_blocks_as_numpy(shape, count
     group = count * tensors[0].numel() if tensors[0].numel() <= torch_backend.STACK_MAX_NUMEL else tensors[0].numel()
     assert group > torch_backend.WHOLE_WIDE_COPY_MAX
     keys = tuple((op, False) for op in ("sum", "mean", "variance", "std", "l2", "min", "max", "kurtosis", "nonfinite"))
-    backend = TorchBackend()
-    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=False, shape=True, reductions=keys)
-                for i, t in enumerate(tensors)]
+    backend, requests = requests_for(tensors, keys=keys)
     for tensor, result in zip(tensors, backend.materialize(requests)):
         for key, want in zip(keys, reductions.reduce_many(tensor.numpy(), keys)):
             np.testing.assert_allclose(result.reductions[key], want, rtol=1e-12 if key[0] != "kurtosis" else 1e-5,
@@ -369,9 +365,7 @@ def test_kurtosis_of_float32_rows_at_any_scale_equals_numpy():
     base = torch.randn(300, 300, generator=torch.Generator().manual_seed(5)) ** 3
     tensors = [base * scale for scale in (1e-12, 1e-6, 1.0, 1e9)] + [base * 1e-12 + 3e-12]
     keys = tuple((op, False) for op in ("min", "max", "mean", "std", "kurtosis", "zero_fraction", "underflow_fp16"))
-    backend = TorchBackend()
-    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=False, shape=True, reductions=keys)
-                for i, t in enumerate(tensors)]
+    backend, requests = requests_for(tensors, keys=keys)
     for tensor, result in zip(tensors, backend.materialize(requests)):
         for key, want in zip(keys, reductions.reduce_many(tensor.numpy(), keys)):
             np.testing.assert_allclose(result.reductions[key], want, rtol=1e-5, err_msg=f"{key} of {tensor.abs().max()}")
@@ -382,9 +376,7 @@ def test_health_reductions_of_every_dtype_and_path_equal_numpy(monkeypatch, in_p
     if in_place:
         monkeypatch.setitem(torch_backend.BATCH_MAX_NUMEL, "cpu", 0)  # device path: every tensor alone
     tensors = health_tensors()
-    backend = TorchBackend()
-    requests = [Request(f"t{i}", backend.snapshot(t, True), raw=False, shape=True, reductions=HEALTH_KEYS)
-                for i, t in enumerate(tensors)]
+    backend, requests = requests_for(tensors, keys=HEALTH_KEYS)
     for tensor, result in zip(tensors, backend.materialize(requests)):
         array = as_numpy(tensor.float() if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else tensor)
         for key, want in zip(HEALTH_KEYS, reductions.reduce_many(array, HEALTH_KEYS)):
@@ -395,9 +387,7 @@ def test_health_reductions_of_every_dtype_and_path_equal_numpy(monkeypatch, in_p
 @cuda
 def test_cuda_health_reductions_equal_numpy():
     tensors = [t for t in health_tensors() if t.dtype != torch.complex64] + [torch.randn(5_000_000)]
-    backend = TorchBackend()
-    requests = [Request(f"t{i}", backend.snapshot(t.cuda(), True), raw=False, shape=True, reductions=HEALTH_KEYS)
-                for i, t in enumerate(tensors)]
+    backend, requests = requests_for([t.cuda() for t in tensors], keys=HEALTH_KEYS)
     for tensor, result in zip(tensors, backend.materialize(requests)):
         array = as_numpy(tensor.float() if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else tensor)
         for key, want in zip(HEALTH_KEYS, reductions.reduce_many(array, HEALTH_KEYS)):
