@@ -43,7 +43,7 @@ from torch._utils import _flatten_dense_tensors
 from smdebug import reductions as reference
 from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
 
-from .row_health import health_of_rows, row_blocks
+from .row_health import health_of_rows, scratch_blocks
 
 ReductionKey = Tuple[str, bool]
 _HEALTH = frozenset(reference.HEALTH_REDUCTIONS)
@@ -949,8 +949,8 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
 
     def wide_sums() -> Tuple[torch.Tensor, torch.Tensor]:
         """Each row's sum and sum of squares in float64; past :data:`WHOLE_WIDE_COPY_MAX`
-        elements, block by block (:func:`.row_health.row_blocks`) through a float64 scratch block that stays
-        in cache instead of a float64 copy of the rows.
+        elements, block by block through a float64 scratch block that stays in cache
+        (:func:`.row_health.scratch_blocks`) instead of a float64 copy of the rows.
         Not numpy's matmul of the rows with themselves for the squares, though faster alone:
         it runs on OpenBLAS, whose threads spin on every core after each call and slowed a
         training step of 24 tensors of 262k elements from 11 to 17 ms (docs/performance.md)."""
@@ -958,18 +958,12 @@ def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Op
             if rows.dtype == torch.float64 or rows.numel() <= WHOLE_WIDE_COPY_MAX:
                 wide_rows = as_wide()
                 return wide_rows.sum(dim=1), torch.linalg.vector_norm(wide_rows, dim=1).square()
-            blocks = list(row_blocks(*rows.shape))
-            shape = (blocks[0][1] - blocks[0][0], blocks[0][3] - blocks[0][2])
-            scratch = buffers.take(torch.float64, shape) if buffers is not None else torch.empty(shape, dtype=torch.float64)
             sums = torch.zeros(rows.shape[0], dtype=torch.float64)
             squares = torch.zeros(rows.shape[0], dtype=torch.float64)
-            for top, bottom, left, right in blocks:
-                block = scratch[:bottom - top, :right - left]
-                block.copy_(rows[top:bottom, left:right])
-                sums[top:bottom] += block.sum(dim=1)
-                squares[top:bottom] += torch.linalg.vector_norm(block, dim=1).square()
-            if buffers is not None:
-                buffers.give(scratch)
+            for top, bottom, block, wide_block in scratch_blocks(rows, torch.float64, buffers):
+                wide_block.copy_(block)
+                sums[top:bottom] += wide_block.sum(dim=1)
+                squares[top:bottom] += torch.linalg.vector_norm(wide_block, dim=1).square()
             return sums, squares
         return get("wide sums", compute)
 

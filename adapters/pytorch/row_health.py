@@ -80,6 +80,21 @@ def row_blocks(n_rows: int, size: int):
             yield top, min(n_rows, top + height), left, min(size, left + width)
 
 
+def scratch_blocks(rows: torch.Tensor, dtype: torch.dtype, buffers):
+    """``(top, bottom, block, scratch)`` for each block of ``rows`` (:func:`row_blocks`): the
+    block's rows, and a scratch array of its shape in ``dtype``; one array (taken from
+    ``buffers`` when given, and given back) serves every block."""
+    blocks = list(row_blocks(*rows.shape))
+    shape = (blocks[0][1] - blocks[0][0], blocks[0][3] - blocks[0][2])
+    scratch = buffers.take(dtype, shape) if buffers is not None else torch.empty(shape, dtype=dtype)
+    try:
+        for top, bottom, left, right in blocks:
+            yield top, bottom, rows[top:bottom, left:right], scratch[:bottom - top, :right - left]
+    finally:
+        if buffers is not None:
+            buffers.give(scratch)
+
+
 #: :func:`float32_moments` leaves rows whose mean exceeds this many standard deviations to
 #: float64: centred on the float32-rounded mean, their moments would move by more than 1e-6.
 FLOAT32_MOMENTS_MAX_MEAN = 10.0
@@ -104,21 +119,13 @@ def float32_moments(rows: torch.Tensor, mean: np.ndarray, low: np.ndarray, high:
         exponent[:] = 0
     inverse = torch.from_numpy(np.ldexp(1.0, -exponent).astype(np.float32))[:, None] if exponent.any() else None
     centre = torch.from_numpy(mean.astype(np.float32))[:, None]
-    blocks = list(row_blocks(n_rows, n))
-    shape = (blocks[0][1] - blocks[0][0], blocks[0][3] - blocks[0][2])
-    scratch = buffers.take(torch.float32, shape) if buffers is not None else torch.empty(shape)
     m2, m4 = np.zeros(n_rows), np.zeros(n_rows)
-    try:
-        for top, bottom, left, right in blocks:
-            power = scratch[:bottom - top, :right - left]
-            torch.sub(rows[top:bottom, left:right], centre[top:bottom], out=power)
-            if inverse is not None:
-                power.mul_(inverse[top:bottom])
-            m2[top:bottom] += power.square_().sum(dim=1).numpy()
-            m4[top:bottom] += power.square_().sum(dim=1).numpy()
-    finally:
-        if buffers is not None:
-            buffers.give(scratch)
+    for top, bottom, block, power in scratch_blocks(rows, torch.float32, buffers):
+        torch.sub(block, centre[top:bottom], out=power)
+        if inverse is not None:
+            power.mul_(inverse[top:bottom])
+        m2[top:bottom] += power.square_().sum(dim=1).numpy()
+        m4[top:bottom] += power.square_().sum(dim=1).numpy()
     m2 *= np.ldexp(1.0, 2 * exponent)
     if bool((mean * mean > FLOAT32_MOMENTS_MAX_MEAN ** 2 * m2 / n).any()):
         return None
