@@ -33,6 +33,11 @@ HEALTH_REDUCTIONS: Tuple[str, ...] = ("nonfinite", "zero_fraction", "kurtosis") 
     f"{kind}_{name}" for kind in ("overflow", "underflow") for name in LOW_PRECISION_TYPES)
 #: Every reduction name (each also has an ``abs_`` form); ``median`` and the health
 #: reductions are ours (smdebug 1.0.34 has none of them).
+#: Reductions that are NaN where undefined (the kurtosis of equal values or of one element, a
+#: fraction of no element), not because their tensor holds a NaN: the health reductions. Every
+#: other reduction is NaN or infinite when its tensor holds a NaN or an infinity; of these,
+#: ``nonfinite`` counts them instead.
+NAN_WHEN_UNDEFINED = frozenset(HEALTH_REDUCTIONS)
 REDUCTIONS: Tuple[str, ...] = ("min", "max", "median", "mean", "std", "variance", "sum", "prod") + HEALTH_REDUCTIONS
 NORMS: Tuple[str, ...] = ("l1", "l2")
 #: Names 1.0.34's reader rejects in a collections file's ``reductions`` string.

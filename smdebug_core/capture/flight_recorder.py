@@ -35,7 +35,7 @@ import numpy as np
 
 from ..flight_recorder_config import FlightRecorder
 from ..logger import get_logger
-from ..reductions import HEALTH_REDUCTIONS
+from ..reductions import NAN_WHEN_UNDEFINED
 from ..storage.format.layout import marker_relpath
 from ..storage.step_data import records_nbytes
 
@@ -148,7 +148,7 @@ def reductions_nonfinite(reductions: Dict[Tuple[str, bool], Any]) -> bool:
 def _telling_columns(keys: Tuple[Tuple[str, bool], ...]) -> Tuple[np.ndarray, np.ndarray]:
     """The columns of ``keys`` whose non-finite value says the tensor holds one (the plain
     reductions), and those that count non-finite elements (``nonfinite``)."""
-    propagating = [j for j, (op, _) in enumerate(keys) if op not in HEALTH_REDUCTIONS]
+    propagating = [j for j, (op, _) in enumerate(keys) if op not in NAN_WHEN_UNDEFINED]
     counting = [j for j, (op, _) in enumerate(keys) if op == "nonfinite"]
     return np.array(propagating, dtype=np.intp), np.array(counting, dtype=np.intp)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...collections import UPDATE_PREFIX
 from ...exceptions import ConfigError
-from ...reductions import HEALTH_REDUCTIONS
+from ...reductions import NAN_WHEN_UNDEFINED
 from . import _params as P
 from .findings import (MAX_DETAILS, MAX_LISTED, TRAINING_MODES, count, details, earliest, listing, note_found,
                        numeric)
@@ -95,12 +95,6 @@ class VanishingGradient(Rule):
         return bool(small)
 
 
-#: Health reductions whose NaN says "undefined here", not that the tensor holds a NaN: the
-#: kurtosis of equal values or of one element, a fraction of no element (docs/format.md 8.3).
-#: ``nonfinite`` is a count, read as one.
-_NAN_WHEN_UNDEFINED = frozenset(HEALTH_REDUCTIONS)
-
-
 class ExplodingTensor(_SelectionRule):
     """Fires when a tensor holds NaN (``only_nan=True``) or NaN/infinite values.
 
@@ -140,7 +134,7 @@ class ExplodingTensor(_SelectionRule):
     def _check_reductions(self, saved, nan_by_design: bool = False) -> Optional[str]:
         if all(math.isfinite(v) for v in saved.values()):
             return None  # the common case, without numpy
-        keys = [k for k in self._PREFERRED if k in saved] or [k for k in saved if k[0] not in _NAN_WHEN_UNDEFINED]
+        keys = [k for k in self._PREFERRED if k in saved] or [k for k in saved if k[0] not in NAN_WHEN_UNDEFINED]
         values = np.array([saved[k] for k in keys], dtype=np.float64)
         if nan_by_design:
             values = values[~np.isnan(values)]
