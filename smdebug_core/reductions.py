@@ -170,8 +170,7 @@ def health_columns(keys: Tuple[Tuple[str, bool], ...], combinable: bool = False)
 
 
 def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand: Callable, xp,
-                    seg_count: Optional[Callable] = None, wide=None, all_finite: Optional[Callable] = None,
-                    host: bool = False, peak: Optional[float] = None) -> Dict[str, object]:
+                    seg_count: Optional[Callable] = None, wide=None, host: bool = False, peak: Optional[float] = None) -> Dict[str, object]:
     """The ``columns`` of each segment of ``x``, in any array library.
 
     ``counts``: each segment's element count; ``seg_sum(a)``: each segment's sum of a float64
@@ -179,9 +178,9 @@ def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand
     per-segment value broadcast against ``x``; ``xp``: a namespace with ``where(mask, a,
     scalar)`` and ``isfinite`` (numpy and torch are ones). Counts compare ``|x|`` with each
     bound (every bound is a float32 value: ``x`` may be float32). The moments are taken of
-    ``wide`` (``x`` in float64; default ``x``), masked to the finite elements unless
-    ``all_finite(finite counts)`` says there is nothing to mask. Backends call it with their
-    own segments: rows of a stacked batch, slices of a flat copy, one tensor.
+    ``wide`` (``x`` in float64; default ``x``), masked to the finite elements unless the peak
+    (below) says there is nothing to mask. Backends call it with their own segments: rows of
+    a stacked batch, slices of a flat copy, one tensor.
 
     ``host``: ``x`` is a numpy array, whose extremes cost no transfer. Then the largest ``|x|``
     of all segments (``peak``, or an upper bound of it, when the caller has it; NaN if any
@@ -229,7 +228,7 @@ def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand
     if not ("mean" in columns or "abs_mean" in columns):
         return out
     wide = x if wide is None else wide
-    masked = not (settled or (all_finite is not None and all_finite(out["finite"])))
+    masked = not settled
     for prefix in ("", "abs_"):
         if prefix + "mean" in columns:
             source = abs(wide) if prefix else wide

@@ -754,8 +754,7 @@ def _reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tu
     lengths = n.astype(np.intp)
     health = _lazy_health(keys, lambda columns: reference.health_partials(
         wide, columns, n, lambda a: np.add.reduceat(a, starts), lambda v: np.repeat(v, lengths), np,
-        seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64),
-        all_finite=lambda finite: bool((finite == n).all()), host=True))
+        seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64), host=True))
     out = np.empty((len(n), len(keys)), dtype=np.float64)
     with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
         for j, (op, is_abs) in enumerate(keys):

@@ -30,8 +30,7 @@ def health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers,
         width = block.shape[1]
         return reference.health_partials(
             block, wanted, np.full(block.shape[0], float(width)), lambda a: a.sum(axis=1), lambda v: v[:, None], np,
-            seg_count=count_per_row, wide=wide, all_finite=lambda finite: bool((finite == width).all()), host=True,
-            peak=peak)
+            seg_count=count_per_row, wide=wide, host=True, peak=peak)
 
     low, high = row_extremes()
     peak = float(np.max([-low.min(), high.max()]))  # NaN if any element is; of every block, an upper bound
