@@ -342,19 +342,27 @@ class ShardedCapture:
             self._defer(_Exchange(chosen, tensors, pieces, shapes, owners, {}, None, raw_wanted), columns, known,
                         changes)
             return
-        by_group = self._by_group(owners)
-        args = (pieces, columns, known, by_group)
-        if raw_wanted:  # the pieces are encoded below, before anything changes them
-            job = self._pipeline_exchange(*args)
-        else:
-            job = self.session.submit_work("sharded statistics", self._pipeline_exchange, *args)
+        job = self._launch(_Exchange(chosen, tensors, pieces, shapes, owners, {}, None, raw_wanted), pieces,
+                           columns, known)
+        if not raw_wanted:
             # The fence: in a TRAIN step the optimizer changes the weights next (EVAL steps: nothing
             # changes them before the step ends, where the job is waited for).
             if known:
                 known[0][0].wait()
             elif weights_at and with_gradients:
                 job.wait()  # the weights are read by this job: wait until it read them
-        self.inflight = _Exchange(chosen, tensors, pieces, shapes, owners, by_group, job, raw_wanted)
+
+    def _launch(self, exchange: _Exchange, to_reduce, columns, known):
+        """Start the step's exchange of ``exchange`` (``to_reduce``: the pieces whose partials
+        are still to compute) and keep it in flight: here when full tensors are wanted (their
+        pieces are encoded before anything changes them), else on the step pipeline's worker.
+        Returns the job (its Ticket, or its result when run here)."""
+        by_group = self._by_group(exchange.owners)
+        args = (to_reduce, columns, known, by_group)
+        job = self._pipeline_exchange(*args) if exchange.raw_wanted else \
+            self.session.submit_work("sharded statistics", self._pipeline_exchange, *args)
+        self.inflight = exchange._replace(by_group=by_group, job=job)
+        return job
 
     @staticmethod
     def _by_group(owners) -> Dict[tuple, List[int]]:
@@ -430,14 +438,10 @@ class ShardedCapture:
         to_reduce = [None] * known_count + pieces[known_count:]
         columns = self._partial_columns([plan for _, plan in chosen[known_count:]])
         known = [(before.job, list(range(known_count)))] if known_count else []
-        by_group = self._by_group(owners)
         raw_wanted = [pos for pos, (_, plan) in enumerate(chosen) if plan.raw]
-        args = (to_reduce, columns, known, by_group)
-        if raw_wanted:
-            job = self._pipeline_exchange(*args)
-        else:  # waited for at the end of the step, before anything changes the optimizer's state
-            job = self.session.submit_work("sharded statistics", self._pipeline_exchange, *args)
-        self.inflight = _Exchange(chosen, tensors, pieces, shapes, owners, by_group, job, raw_wanted)
+        # on the worker, waited for at the end of the step, before anything changes the optimizer's state
+        self._launch(_Exchange(chosen, tensors, pieces, shapes, owners, {}, None, raw_wanted), to_reduce, columns,
+                     known)
 
     def _update_pieces(self, pending: _Pending, stepped: set) -> list:
         """This rank's pieces of the step's updates, in place of the copies made before it: the

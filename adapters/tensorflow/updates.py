@@ -215,7 +215,6 @@ class KerasUpdates:
                 pass
 
 
-
 def _wide_dtype(tf, var):
     dtype = tf.as_dtype(var.dtype)
     return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
