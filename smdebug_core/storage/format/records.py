@@ -193,3 +193,22 @@ def verify_payload_crc(payload, expected_crc32c, source="record"):
         raise CorruptRecord(
             f"{source}: payload CRC32C {actual:#010x} does not match the index's {expected_crc32c:#010x}"
         )
+
+
+def append_record(write, parts, footer=None):
+    """Write one record whose payload is ``parts`` (buffers, in order) through ``write``;
+    returns ``(payload length, payload CRC32C)``. ``footer``: the record's last 4 bytes
+    (the constant footer of ``events/`` records unless given)."""
+    if footer is None:
+        footer = record_footer(SMDEBUG_PAYLOAD_FOOTER)
+    if len(parts) == 1:  # a small record: one write call
+        payload = parts[0]
+        length = len(payload)
+        write(b"".join((record_header(length), payload, footer)))
+        return length, crc32c(payload)
+    length = sum(len(part) for part in parts)
+    write(record_header(length))
+    for part in parts:  # a large tensor: its bytes go to the file straight from the array
+        write(part)
+    write(footer)
+    return length, crc32c_of_parts(parts)

@@ -87,3 +87,18 @@ class Publisher:
         os.replace(tmp, final)
         if self.uploader is not None:
             self.uploader.notify(relpath, len(data))
+
+    def announce(self, relpath, nbytes):
+        """``relpath``, written in place and complete (a chunk of the run store), goes to the uploader."""
+        if self.uploader is not None:
+            self.uploader.notify(relpath, nbytes)
+
+    def write_with(self, relpath, write):
+        """Publish what ``write(path)`` writes at a temporary path (a Parquet file) as ``relpath``."""
+        self.ensure_parent(relpath)
+        final = self.path(relpath)
+        tmp = final + layout.TMP_SUFFIX
+        write(tmp)
+        os.replace(tmp, final)
+        if self.uploader is not None:
+            self.uploader.notify(relpath, os.path.getsize(final))

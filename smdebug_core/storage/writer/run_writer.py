@@ -26,11 +26,11 @@ import os
 import threading
 import time
 
-from ..format import layout
+from ..format import layout, store
 from ..step_data import ITEM_OVERHEAD_BYTES as _ITEM_OVERHEAD_BYTES, StepData
 from ...modes import ModeKeys
 from .publish import Publisher
-from .step_sink import StepSink
+from .step_sink import StepFiles
 from .summaries import MetricLines, TensorBoardOutput
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ class RunWriter:
     """
 
     def __init__(self, out_dir, worker, tensorboard_dir=None, max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
-                 max_delay=DEFAULT_MAX_DELAY, uploader=None):
+                 max_delay=DEFAULT_MAX_DELAY, uploader=None, run_layout=store.LAYOUT_1034, segment_steps=None,
+                 segment_seconds=None):
         self.out_dir = os.path.abspath(os.fspath(out_dir))
         self.worker = layout.validate_worker(worker)
         self.tensorboard_dir = os.fspath(tensorboard_dir) if tensorboard_dir is not None else None
@@ -89,7 +90,15 @@ class RunWriter:
 
         # Writer-thread state: one object per job.
         self._files = Publisher(self.out_dir, uploader)
-        self._sink = StepSink(self._files)
+        self.layout = store.validate_layout(run_layout)
+        if self.layout == store.LAYOUT_1034:
+            self._sink = StepFiles(self._files)
+        else:
+            from .store_sink import StoreSink
+
+            self._sink = StoreSink(self._files, **{k: v for k, v in (("segment_steps", segment_steps),
+                                                                     ("segment_seconds", segment_seconds))
+                                                   if v is not None})
         self._tensorboard = TensorBoardOutput(self.tensorboard_dir) if self.tensorboard_dir else None
         self._metrics = MetricLines()
 
@@ -253,6 +262,12 @@ class RunWriter:
                 with self._cond:
                     self._pending_bytes -= nbytes
                     self._cond.notify_all()
+                    ran_dry = not self._queue
+            if ran_dry and self._failed is None and kind != _CLOSE:
+                try:  # what was published is put where readers see it (the run store's live files)
+                    self._sink.sync()
+                except BaseException as exc:  # noqa: BLE001 - recorded as the writer's failure
+                    self._fail(exc)
             if kind == _CLOSE:
                 return
 
@@ -307,12 +322,18 @@ class RunWriter:
             self._metrics.append(*payload)
         elif kind == _FILE:
             self._files.write_atomically(*payload)
+        elif kind == _FLUSH and self.uploader is not None:
+            self._sink.close()  # a remote run: what is sealed is what readers of the store see
+            if self._tensorboard is not None:
+                self._tensorboard.flush()
         elif kind in (_PUBLISH, _FLUSH):
             self._sink.publish_all()
+            if kind == _FLUSH:
+                self._sink.sync()
             if self._tensorboard is not None:
                 self._tensorboard.flush()
         elif kind == _CLOSE:
-            self._sink.publish_all()
+            self._sink.close()
             if self._tensorboard is not None:
                 self._tensorboard.close()
                 self._tensorboard = None

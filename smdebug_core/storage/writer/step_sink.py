@@ -18,7 +18,7 @@ import logging
 from ..format.codec import StepEncoder
 from ..format.index import complete_entries, entry_json, index_json_from_items
 from ..format.record_templates import EVENT_FOOTER, ScalarRunLayout, SmallRecordsLayout
-from ..format.records import RECORD_OVERHEAD, crc32c, crc32c_of_parts, crc32c_of_slices, record_header
+from ..format.records import RECORD_OVERHEAD, append_record, crc32c_of_slices
 from ..format import layout
 from ..step_data import ScalarRun, iter_records
 
@@ -54,7 +54,7 @@ class _OpenStep:
         self.appending = False  # reopened after it was published (records that came late)
 
 
-class StepSink:
+class StepFiles:
     """Writes the ``events/`` and ``index/`` files of submitted steps through ``publisher``
     (:class:`~.publish.Publisher`). Used by the writer thread only."""
 
@@ -113,6 +113,12 @@ class StepSink:
     def publish_all(self):
         for open_step in list(self._open_steps.values()):
             self._publish(open_step)
+
+    def sync(self):
+        """Nothing to do: every published step is in its own files already."""
+
+    def close(self):
+        self.publish_all()
 
     def abandon(self):
         """Close the open steps' files without publishing them (the writer failed)."""
@@ -189,18 +195,7 @@ class StepSink:
                     continue
                 if write is None:
                     write = self._event_file(open_step).write
-                if len(parts) == 1:  # small record: one write call
-                    payload = parts[0]
-                    length = len(payload)
-                    write(b"".join((record_header(length), payload, EVENT_FOOTER)))
-                    crc = crc32c(payload)
-                else:  # large tensor: its bytes go to the file straight from the array
-                    length = sum(len(part) for part in parts)
-                    write(record_header(length))
-                    for part in parts:
-                        write(part)
-                    write(EVENT_FOOTER)
-                    crc = crc32c_of_parts(parts)
+                length, crc = append_record(write, parts, EVENT_FOOTER)
                 names.append(tag)
                 items.append(entry_json(tag, offset, length + RECORD_OVERHEAD, crc))
                 offset += length + RECORD_OVERHEAD
