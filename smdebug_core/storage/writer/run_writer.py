@@ -27,6 +27,7 @@ import threading
 import time
 
 from ..format import layout, store
+from ...layouts import DEFAULT_LAYOUT
 from ..step_data import ITEM_OVERHEAD_BYTES as _ITEM_OVERHEAD_BYTES, StepData
 from ...modes import ModeKeys
 from .publish import Publisher
@@ -61,7 +62,7 @@ class RunWriter:
     """
 
     def __init__(self, out_dir, worker, tensorboard_dir=None, max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
-                 max_delay=DEFAULT_MAX_DELAY, uploader=None, run_layout=store.LAYOUT_1034, segment_steps=None,
+                 max_delay=DEFAULT_MAX_DELAY, uploader=None, run_layout=DEFAULT_LAYOUT, segment_steps=None,
                  segment_seconds=None):
         self.out_dir = os.path.abspath(os.fspath(out_dir))
         self.worker = layout.validate_worker(worker)
