@@ -192,7 +192,8 @@ class StoreSink:
         for shape_item in step.shapes:
             name, *original, shape = shape_item
             open_step.tensor_rows.append((name, store.KIND_SHAPE, None, None, None, None, None,
-                                          [int(s) for s in shape], original[0] if original else None))
+                                          [int(s) for s in shape],
+                                          original[0] if original and original[0] != name else None))
 
     def _add_run(self, open_step, run) -> bool:
         """A batch of reductions as columns; False when some tag cannot be a row."""
