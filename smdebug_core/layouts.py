@@ -14,6 +14,19 @@ DEFAULT_LAYOUT = LAYOUT_1034
 LAYOUT_ENV = "SMDEBUG_LAYOUT"
 
 
+def resolve_layout(layout=None) -> str:
+    """``layout``, else ``$SMDEBUG_LAYOUT``, else the default; ValueError naming the setting
+    and the choices for anything else."""
+    import os
+
+    if layout is not None:
+        return validate_layout(layout)
+    try:
+        return validate_layout(os.environ.get(LAYOUT_ENV) or DEFAULT_LAYOUT)
+    except ValueError as exc:
+        raise ValueError(f"${LAYOUT_ENV}: {exc}") from None
+
+
 def validate_layout(layout) -> str:
     """``layout`` if it names a layout a hook can write, else ValueError naming the choices."""
     if layout not in LAYOUTS:

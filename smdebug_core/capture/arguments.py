@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from ..storage import remote
-from ..layouts import DEFAULT_LAYOUT, LAYOUT_ENV, validate_layout
+from ..layouts import resolve_layout
 from . import preemption
 from ..collections import as_name_list
 from ..exceptions import ConfigError
@@ -95,7 +95,7 @@ class HookArguments:
             include_collections=tuple(as_name_list(self.include_collections, "include_collections")),
             include_regex=tuple(as_name_list(self.include_regex, "include_regex")),
             flush_on_signals=preemption.flush_signals(self.flush_on_signals),
-            layout=run_layout(self.layout),
+            layout=_checked(resolve_layout, self.layout),
         )
         for name, value in normalized.items():
             object.__setattr__(self, name, value)
@@ -110,16 +110,12 @@ class HookArguments:
         return dataclasses.replace(self, **changes)
 
 
-def run_layout(layout: Optional[str]) -> str:
-    """The layout a hook writes: ``layout``, else ``$SMDEBUG_LAYOUT``, else the run store."""
-    where = "layout"
-    if layout is None:
-        layout = os.environ.get(LAYOUT_ENV) or DEFAULT_LAYOUT
-        where = f"${LAYOUT_ENV}"
+def _checked(resolve, value):
+    """``resolve(value)``, its ValueError a ConfigError (bad input fails at construction)."""
     try:
-        return validate_layout(layout)
+        return resolve(value)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(str(exc)) from None
 
 
 #: The hook arguments' names, in their positional order.
