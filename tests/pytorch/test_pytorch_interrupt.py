@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from smdebug.trials import create_trial  # noqa: E402
+from smdebug.trials import create_trial
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "sigint_train.py")
 REPETITIONS = int(os.environ.get("SMDEBUG_INTERRUPT_REPETITIONS", "8"))
