@@ -37,6 +37,19 @@ def is_compiled(module: torch.nn.Module) -> bool:
             or getattr(module, "_compiled_call_impl", None) is not None)
 
 
+def tensor_leaves(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Tensors in a module's inputs/outputs, depth first (tuples, lists, dicts, ModelOutput)."""
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            tensor_leaves(item, out)
+    elif isinstance(value, dict):
+        for item in value.values():
+            tensor_leaves(item, out)
+    return out
+
+
 class RegisteredModels:
     """The registered models, losses and plain (unsharded) parameters of one hook."""
 

@@ -24,8 +24,8 @@ import torch
 from smdebug.capture.fail_open import never_raises
 from smdebug.logger import get_logger
 
-from .backend import _VERSION, tensor_leaves
-from .models import RegisteredModels
+from .backend import _VERSION
+from .models import RegisteredModels, tensor_leaves
 from .participant import StepParticipant, eager_forward_hook, remove_handles
 
 logger = get_logger("smdebug.pytorch")

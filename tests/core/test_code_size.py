@@ -16,7 +16,6 @@ MAX_METHODS = 30
 
 #: path -> lines now (a debt: it may shrink, never grow)
 LONG_FILES = {
-    "adapters/pytorch/backend.py": 1054,
     "adapters/tensorflow/keras_hook.py": 833,
     "adapters/tensorflow/capture.py": 734,
 }
