@@ -10,10 +10,11 @@ NDArray the step recorded. Per context, it
 * copies each of those flat arrays to the host once (``asnumpy``) and slices it there.
 
 So a saved step costs one host transfer per (context, dtype) of raw tensors plus one for
-all reductions of a context, instead of one per tensor and reduction. The results equal
+all reductions of a context, instead of one per tensor and reduction. Both paths only produce the partial columns of
+:mod:`smdebug.reduction_columns`, finished by its one finisher: the results equal
 :mod:`smdebug.reductions` (float64, population variance, flattened norms) within float32
-tolerance; anything the device path does not cover (e.g. ``median``) is computed on the
-host from the same values.
+tolerance; anything the device path does not cover (``median``, the health reductions) is
+computed on the host from the same values (:func:`smdebug.reduction_columns.reduce_host`).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd
 
-from smdebug import reductions as reference
 from smdebug.capture.backend import Materialized, Request, TensorBackend
+from smdebug.reduction_columns import columns_for, finish, reduce_host
 
 #: Reductions computed on the device; others fall back to the host reference.
 DEVICE_REDUCTIONS = frozenset({"min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2"})
@@ -95,7 +96,7 @@ class MXNetBackend(TensorBackend):
                 results[i].raw = host
         for i, reds in host_fallback:
             host = hosts[raw_needed.index(i)]
-            results[i].reductions.update(zip(reds, reference.reduce_many(host, reds)))
+            results[i].reductions.update(zip(reds, reduce_host(host, reds)))
 
 
 def _to_host(values: Sequence[mx.nd.NDArray]) -> List[np.ndarray]:
@@ -182,12 +183,12 @@ def _reduce_rows(arrays: Sequence[mx.nd.NDArray], wanted: Sequence[Tuple[str, bo
         positions = mx.nd.arange(width, ctx=ctx, dtype="float64").reshape((1, width))
         mask = mx.nd.broadcast_lesser(positions, counts.reshape((-1, 1)))
 
-    cache = {}
+    sources = {}
 
     def source(is_abs):
-        if is_abs not in cache:
-            cache[is_abs] = mx.nd.abs(matrix) if is_abs else matrix
-        return cache[is_abs]
+        if is_abs not in sources:
+            sources[is_abs] = mx.nd.abs(matrix) if is_abs else matrix
+        return sources[is_abs]
 
     def filled(x, value):
         """x with its padding replaced by ``value`` (so it cannot win a min/max/prod)."""
@@ -195,42 +196,39 @@ def _reduce_rows(arrays: Sequence[mx.nd.NDArray], wanted: Sequence[Tuple[str, bo
             return x
         return mx.nd.where(mask, x, mx.nd.full(x.shape, value, ctx=ctx, dtype="float64"))
 
-    def has_nan(x):
-        if "nan" not in cache:
-            cache["nan"] = (x != x).sum(axis=1) > 0
-        return cache["nan"]
+    def has_nan():
+        if "nan" not in sources:
+            sources["nan"] = (matrix != matrix).sum(axis=1) > 0
+        return sources["nan"]
 
-    sums = {}
+    columns = {"count": counts}
 
-    def row_sum(is_abs):
-        if is_abs not in sums:
-            sums[is_abs] = source(is_abs).sum(axis=1)
-        return sums[is_abs]
-
-    for op, is_abs in wanted:
-        x = source(is_abs)
-        if op == "sum":
-            value = row_sum(is_abs)
-        elif op == "mean":
-            value = row_sum(is_abs) / counts
-        elif op in ("variance", "std"):
-            centered = mx.nd.broadcast_sub(x, (row_sum(is_abs) / counts).reshape((-1, 1)))
+    def col(name):
+        if name in columns:
+            return columns[name]
+        is_abs = name.endswith("_abs")
+        base, x = (name[:-4] if is_abs else name), source(is_abs)
+        if base == "sum":
+            value = x.sum(axis=1)
+        elif base == "var":
+            centered = mx.nd.broadcast_sub(x, (col("sum" + name[3:]) / counts).reshape((-1, 1)))
             if mask is not None:
                 centered = centered * mask
             value = mx.nd.square(centered).sum(axis=1) / counts
-            if op == "std":
-                value = mx.nd.sqrt(value)
-        elif op in ("min", "max"):
-            fill = np.inf if op == "min" else -np.inf
-            value = filled(x, fill).min(axis=1) if op == "min" else filled(x, fill).max(axis=1)
+        elif base in ("min", "max"):
+            fill = np.inf if base == "min" else -np.inf
+            value = filled(x, fill).min(axis=1) if base == "min" else filled(x, fill).max(axis=1)
             # numpy propagates NaN through min/max; device kernels may skip it.
-            value = mx.nd.where(has_nan(matrix), mx.nd.full(value.shape, np.nan, ctx=ctx, dtype="float64"), value)
-        elif op == "prod":
+            value = mx.nd.where(has_nan(), mx.nd.full(value.shape, np.nan, ctx=ctx, dtype="float64"), value)
+        elif base == "prod":
             value = filled(x, 1.0).prod(axis=1)
-        elif op == "l1":
-            value = row_sum(True)
-        elif op == "l2":
-            value = mx.nd.sqrt(mx.nd.square(matrix).sum(axis=1))
+        elif name == "sum_sq":
+            value = mx.nd.square(matrix).sum(axis=1)
         else:  # guarded by DEVICE_REDUCTIONS
-            raise ValueError(f"no device implementation of reduction {op!r}")
-        yield (op, is_abs), value
+            raise ValueError(f"no device column {name!r}")
+        columns[name] = value
+        return value
+
+    for name in columns_for(tuple(wanted)):
+        col(name)
+    yield from zip(wanted, finish(columns, wanted, mx.nd.sqrt))

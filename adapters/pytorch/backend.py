@@ -2,10 +2,9 @@
 
 Reductions (``min``, ``max``, ``mean``, ``std``, ``variance``, ``sum``, ``prod``,
 ``median``, ``l1``, ``l2``, the health reductions, and their ``abs_`` forms) are computed
-where the tensors lie, in a few whole-batch calls, and cross to the host once. Health
-reductions (non-finite counts, zero fraction, kurtosis, low-precision over/underflow) come
-from per-segment partials, :func:`smdebug.reductions.health_partials`, in each path's own
-segments.
+where the tensors lie, in a few whole-batch calls, and cross to the host once. Every path
+only produces the partial columns of :mod:`smdebug.reduction_columns` in its own segments
+(rows, flat or device segments, one tensor, one value each), finished by its one finisher.
 
 **CPU tensors** (:func:`_finish_cpu_batch`, for batches and for tensors recorded one by one):
 tensors of one dtype and shape are stacked into a buffer kept between steps and reduced
@@ -38,12 +37,14 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from smdebug import reductions as reference
+from torch._utils import _flatten_dense_tensors
+
 from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
+from smdebug.reduction_columns import HEALTH_COLUMNS, columns_for, finish, flat_columns, health_partials
 
 from . import host_reductions as host
-from .host_reductions import (FLOAT64_SOURCES, HEALTH, BufferPool, ReductionKey, as_rows, lazy_health, reduce_rows,
-                              reduce_values)
+from .host_reductions import (FLOAT64_SOURCES, BufferPool, ReductionKey, as_rows, reduce_rows, reduce_values,
+                              row_columns)
 
 
 #: Tensors with at most this many elements are concatenated and reduced together; bigger
@@ -288,18 +289,36 @@ class TorchBackend(TensorBackend):
             results[i] = result
         return results
 
-    def health_partials(self, tensors: Sequence[torch.Tensor], columns: Tuple[str, ...]) -> np.ndarray:
-        """``[len(tensors), len(columns)]`` float64: the health reductions' partials
-        (:func:`smdebug.reductions.health_partials`) of each non-empty tensor, computed where
-        it lies, one transfer per device. For pieces of a sharded tensor, combined later."""
-        rows = []
+    def partial_columns(self, tensors: Sequence[torch.Tensor], needed: Tuple[str, ...]) -> np.ndarray:
+        """``[len(tensors), len(needed)]`` float64: the partial columns (:mod:`smdebug.reduction_columns`)
+        of each non-empty tensor, computed where it lies, one transfer per device. For pieces
+        of a sharded tensor, combined later. CPU tensors go through the CPU strategies: small
+        ones of one dtype as segments of one flat copy, others stacked by dtype and size."""
+        out: List[Optional[torch.Tensor]] = [None] * len(tensors)
         with torch.no_grad():
-            for t in tensors:
-                x = _as_real(plain_tensor(t), torch.float64).reshape(1, -1)
-                counts = torch.full((1,), float(x.shape[1]), dtype=torch.float64, device=x.device)
-                partials = reference.health_partials(x, columns, counts, _row_sums, _per_row, torch)
-                rows.append(torch.cat([partials[c].reshape(1).to(torch.float64) for c in columns]))
-        return np.stack(self._results_to_host(rows)) if rows else np.empty((0, len(columns)))
+            tensors = [plain_tensor(t) for t in tensors]
+            cpu = [i for i, t in enumerate(tensors) if t.is_cpu and CPU_ROWS]
+            plan = host.segment_plan(tuple(tensors[i].dtype for i in cpu), tuple(tuple(tensors[i].shape) for i in cpu))
+            if plan is not None and plan is not host.ONE_VALUE_EACH:
+                columns = flat_columns(_flatten_dense_tensors([tensors[i] for i in cpu]).numpy().astype(np.float64),
+                                       plan, needed)
+                groups = [(cpu, columns)]
+            else:
+                by_size: Dict[tuple, List[int]] = {}
+                for i in cpu:
+                    by_size.setdefault((tensors[i].dtype, tensors[i].numel()), []).append(i)
+                groups = [(members, row_columns(as_rows(torch.stack([tensors[i].reshape(-1) for i in members])),
+                                                needed, self._stack_buffers)) for members in by_size.values()]
+            for members, columns in groups:
+                table = np.stack([np.asarray(columns[c], dtype=np.float64).reshape(-1) for c in needed], axis=1)
+                for row, i in enumerate(members):
+                    out[i] = torch.from_numpy(table[row])
+            for i, t in enumerate(tensors):
+                if out[i] is None:
+                    columns = _one_columns(t, needed)
+                    out[i] = torch.stack([torch.as_tensor(columns[c], dtype=torch.float64, device=t.device).reshape(())
+                                          for c in needed])
+        return np.stack(self._results_to_host(out)) if out else np.empty((0, len(needed)))
 
     @staticmethod
     def _reducible(keys, t: torch.Tensor) -> Tuple[ReductionKey, ...]:
@@ -395,63 +414,48 @@ class TorchBackend(TensorBackend):
         x = torch.empty(sum(sizes), dtype=torch.float64, device=device)
         torch.cat(flat, out=x)  # one kernel: gathers and casts to float64
         lengths, counts = self._lengths(sizes, device)
+        return torch.stack(finish(_segment_columns(x, lengths, counts, columns_for(keys)), keys, torch.sqrt))
 
-        cache: Dict[str, torch.Tensor] = {}
 
-        def seg(data: torch.Tensor, op: str) -> torch.Tensor:
-            return torch.segment_reduce(data, op, lengths=lengths, unsafe=True)
+def _segment_columns(x: torch.Tensor, lengths: torch.Tensor, counts: torch.Tensor, needed: Tuple[str, ...]
+                     ) -> Dict[str, torch.Tensor]:
+    """The ``needed`` partial columns of each segment of the flat float64 tensor ``x``, one
+    ``segment_reduce`` per kind of pass (two-pass variances)."""
+    got: Dict[str, torch.Tensor] = {"count": counts}
+    kept: Dict[str, torch.Tensor] = {}
 
-        def absx() -> torch.Tensor:
-            if "abs" not in cache:
-                cache["abs"] = x.abs()
-            return cache["abs"]
+    def seg(data: torch.Tensor, op: str) -> torch.Tensor:
+        return torch.segment_reduce(data, op, lengths=lengths, unsafe=True)
 
-        def mean_of(abs_: bool) -> torch.Tensor:
-            key = f"mean{abs_}"
-            if key not in cache:
-                cache[key] = (l1() if abs_ else seg(x, "sum")) / counts
-            return cache[key]
+    def expand(v: torch.Tensor) -> torch.Tensor:
+        return torch.repeat_interleave(v, lengths, output_size=x.numel())
 
-        def l1() -> torch.Tensor:
-            if "l1" not in cache:
-                cache["l1"] = seg(absx(), "sum")
-            return cache["l1"]
+    def source(is_abs: bool) -> torch.Tensor:
+        if is_abs and "abs" not in kept:
+            kept["abs"] = x.abs()
+        return kept["abs"] if is_abs else x
 
-        def variance(abs_: bool) -> torch.Tensor:
-            key = f"var{abs_}"
-            if key not in cache:
-                src = absx() if abs_ else x
-                centered = src - torch.repeat_interleave(mean_of(abs_), lengths, output_size=src.numel())
-                cache[key] = seg(centered.square_(), "sum") / counts
-            return cache[key]
+    def col(name: str) -> torch.Tensor:
+        if name not in got:
+            is_abs = name.endswith("_abs")
+            base = name[:-4] if is_abs else name
+            if name == "sum_sq":
+                got[name] = seg(x.square(), "sum")
+            elif base in ("sum", "min", "max", "prod"):
+                got[name] = seg(source(is_abs), base)
+            elif base == "var":
+                centered = source(is_abs) - expand(col("sum" + name[3:]) / counts)
+                got[name] = seg(centered.square_(), "sum") / counts
+            else:  # median is computed per tensor (_split_median)
+                raise ValueError(f"no segment column {name!r}")
+        return got[name]
 
-        health = lazy_health(keys, lambda columns: reference.health_partials(
-            x, columns, counts, lambda a: seg(a.to(torch.float64), "sum"),
-            lambda v: torch.repeat_interleave(v, lengths, output_size=x.numel()), torch))
-        rows = []
-        for op, is_abs in keys:
-            src = absx() if is_abs else x
-            if op in HEALTH:
-                rows.append(health(op, is_abs))
-            elif op in ("min", "max", "prod"):
-                rows.append(seg(src, op))
-            elif op == "sum":
-                rows.append(l1() if is_abs else seg(x, "sum"))
-            elif op == "mean":
-                rows.append(mean_of(is_abs))
-            elif op == "variance":
-                rows.append(variance(is_abs))
-            elif op == "std":
-                rows.append(variance(is_abs).sqrt())
-            elif op == "l1":
-                rows.append(l1())
-            elif op == "l2":
-                if "l2" not in cache:
-                    cache["l2"] = seg(x.square(), "sum").sqrt()
-                rows.append(cache["l2"])
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
-        return torch.stack(rows)
+    health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
+    if health:
+        got.update(health_partials(x, health, counts, lambda a: seg(a.to(torch.float64), "sum"), expand, torch))
+    for name in needed:
+        col(name)
+    return got
 
 
 @functools.lru_cache(maxsize=256)
@@ -461,7 +465,13 @@ def _split_median(keys: Tuple[ReductionKey, ...]) -> Tuple[Tuple[ReductionKey, .
 
 
 def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor:
-    """``keys`` of one tensor with a few whole-tensor kernels, as a float64 vector on its device.
+    """``keys`` of one tensor from its columns (:func:`_one_columns`), as a float64 vector on its device."""
+    return torch.stack(finish(_one_columns(t, columns_for(keys)), keys, torch.sqrt)).to(torch.float64)  # stack promotes
+
+
+def _one_columns(t: torch.Tensor, needed: Tuple[str, ...]) -> Dict[str, object]:
+    """The ``needed`` partial columns of one tensor with a few whole-tensor kernels, 0-d tensors
+    on its device in its compute dtype (``count``: a number, so float32 means stay float32).
 
     Measured on CPU (100K float32): ``aminmax``, ``sum``, ``linalg.vector_norm`` and
     ``abs().sum()`` take 10-20 us each; ``var_mean`` (Welford) and ``vector_norm(ord=1)``
@@ -469,65 +479,46 @@ def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor
     """
     x = _as_real(t, _compute_dtype(t.dtype))
     n = x.numel()
-    cache: Dict[str, torch.Tensor] = {}
+    kept: Dict[str, torch.Tensor] = {}
+    got: Dict[str, object] = {}
 
-    def source(abs_: bool) -> torch.Tensor:
-        if not abs_:
-            return x
-        if "abs" not in cache:
-            cache["abs"] = x.abs()
-        return cache["abs"]
+    def source(is_abs: bool) -> torch.Tensor:
+        if is_abs and "abs" not in kept:
+            kept["abs"] = x.abs()
+        return kept["abs"] if is_abs else x
 
-    def minmax(abs_: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-        key = f"minmax{abs_}"
-        if key not in cache:
-            cache[key] = torch.aminmax(source(abs_))
-        return cache[key]
+    def col(name: str):
+        if name not in got:
+            is_abs = name.endswith("_abs")
+            base = name[:-4] if is_abs else name
+            if base in ("min", "max"):
+                low, high = torch.aminmax(source(is_abs))
+                got["min" + name[3:]], got["max" + name[3:]] = low, high
+            elif base == "sum":
+                got[name] = source(is_abs).sum()
+            elif base == "var":
+                got[name] = torch.linalg.vector_norm(source(is_abs) - col("sum" + name[3:]) / n).square() / n
+            elif name == "sum_sq":  # the norm squared in float64: its square root is the norm, exactly
+                got[name] = torch.linalg.vector_norm(x, 2).to(torch.float64).square()
+            elif base == "prod":
+                p = x.prod(dtype=torch.float64)
+                got[name] = p.abs() if is_abs else p
+            elif base == "median":
+                got[name] = _median(source(is_abs))
+            else:
+                raise ValueError(f"no column {name!r}")
+        return got[name]
 
-    def total(abs_: bool) -> torch.Tensor:
-        key = f"sum{abs_}"
-        if key not in cache:
-            cache[key] = source(abs_).sum()
-        return cache[key]
-
-    def variance(abs_: bool) -> torch.Tensor:
-        key = f"var{abs_}"
-        if key not in cache:
-            src = source(abs_)
-            cache[key] = torch.linalg.vector_norm(src - total(abs_) / n).square() / n
-        return cache[key]
-
-    health = lazy_health(keys, lambda columns: reference.health_partials(
-        x.reshape(1, -1).to(torch.float64), columns, torch.full((1,), float(n), dtype=torch.float64, device=x.device),
-        _row_sums, _per_row, torch))
-    values = []
-    for op, is_abs in keys:
-        if op in HEALTH:
-            values.append(health(op, is_abs)[0])
-        elif op == "min":
-            values.append(minmax(is_abs)[0])
-        elif op == "max":
-            values.append(minmax(is_abs)[1])
-        elif op == "sum":
-            values.append(total(is_abs))
-        elif op == "mean":
-            values.append(total(is_abs) / n)
-        elif op == "variance":
-            values.append(variance(is_abs))
-        elif op == "std":
-            values.append(variance(is_abs).sqrt())
-        elif op == "prod":
-            p = x.prod(dtype=torch.float64)
-            values.append(p.abs() if is_abs else p)
-        elif op == "l1":
-            values.append(total(True))
-        elif op == "l2":
-            values.append(torch.linalg.vector_norm(x, 2))
-        elif op == "median":
-            values.append(_median(source(is_abs)))
-        else:
-            raise ValueError(f"unknown reduction {op!r}")
-    return torch.stack(values).to(torch.float64)  # stack promotes mixed float32/float64
+    health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
+    if health:
+        partials = health_partials(x.reshape(1, -1).to(torch.float64), health,
+                                   torch.full((1,), float(n), dtype=torch.float64, device=x.device),
+                                   _row_sums, _per_row, torch)
+        got.update({name: value.reshape(()) for name, value in partials.items()})
+    got["count"] = float(n)
+    for name in needed:
+        col(name)
+    return got
 
 
 def _row_sums(a: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,10 @@
 * :func:`reduce_flat`: each segment of one flat float64 copy (a batch of small tensors);
 * :func:`reduce_values`: one-element tensors given as their values, in plain Python.
 
-Definitions are those of :mod:`smdebug.reductions`; health reductions come from its partials
-(:func:`lazy_health`). The backend (backend.py) decides which strategy reads a batch.
+Each strategy only produces the partial columns of :mod:`smdebug.reduction_columns`
+(:func:`row_columns`; :func:`smdebug.reduction_columns.flat_columns` and ``value_columns`` for
+the numpy ones), which its one finisher turns into reductions. The backend (backend.py)
+decides which strategy reads a batch.
 """
 from __future__ import annotations
 
@@ -20,150 +22,28 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from smdebug import reductions as reference
+from smdebug.reduction_columns import (CANCELLATION_LIMIT, HEALTH_COLUMNS, columns_for, finish_table, flat_columns,
+                                       row_segments, segments, value_columns)
 
 from .row_health import health_of_rows, scratch_blocks
 
 ReductionKey = Tuple[str, bool]
-HEALTH = frozenset(reference.HEALTH_REDUCTIONS)
 #: Dtypes whose rows are reduced in float64 (widened losslessly); others in float32.
 FLOAT64_SOURCES = frozenset({torch.float64, torch.int64, torch.int32, torch.complex128}
                             | {getattr(torch, n) for n in ("uint32", "uint64") if hasattr(torch, n)})
 
 
-def lazy_health(keys: Tuple[ReductionKey, ...], partials_of):
-    """``health(op, is_abs)``: a health reduction of every segment, from partials computed
-    once, on first use, by ``partials_of(columns)`` (see :func:`smdebug.reductions.health_partials`)."""
-    partials = None
-
-    def health(op: str, is_abs: bool):
-        nonlocal partials
-        if partials is None:
-            partials = partials_of(reference.health_columns(keys))
-        return reference.finish_health(partials, op, is_abs)
-    return health
-
-
-def segments(lengths: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """``(starts, lengths as float64)`` of consecutive segments, read-only (they are cached)."""
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.intp)
-    lengths = lengths.astype(np.float64)
-    starts.setflags(write=False)
-    lengths.setflags(write=False)
-    return starts, lengths
-
-
-@functools.lru_cache(maxsize=64)
-def row_segments(rows: int, size: int) -> Tuple[np.ndarray, np.ndarray]:
-    return segments(np.full(rows, size, np.int64))
-
-
 def reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
     """``keys`` of each segment of the flat float64 array ``wide`` (``plan``: the segments'
-    starts and lengths), a ``[segments, len(keys)]`` array: one ``reduceat`` per kind of
-    pass, whatever the number of segments. Definitions are those of :mod:`smdebug.reductions`;
-    variances from the sums (as :func:`reduce_rows`), in two passes where that would cancel."""
-    starts, n = plan
-    needs_abs = any(is_abs or op == "l1" for op, is_abs in keys)
-    magnitudes = np.abs(wide) if needs_abs else None
-    cache: Dict[object, np.ndarray] = {}
-
-    def total(is_abs):
-        if ("sum", is_abs) not in cache:
-            cache[("sum", is_abs)] = np.add.reduceat(magnitudes if is_abs else wide, starts)
-        return cache[("sum", is_abs)]
-
-    def sum_of_squares():  # the same for x and |x|
-        if "sumsq" not in cache:
-            cache["sumsq"] = np.add.reduceat(wide * wide, starts)
-        return cache["sumsq"]
-
-    def variance(is_abs):
-        if ("var", is_abs) not in cache:
-            mean = total(is_abs) / n
-            var = sum_of_squares() / n - mean * mean
-            for i in np.flatnonzero(~(var > CANCELLATION_LIMIT * mean * mean)):  # cancels, or not finite
-                start, stop = int(starts[i]), int(starts[i] + n[i])
-                centered = (magnitudes if is_abs else wide)[start:stop] - mean[i]
-                var[i] = (centered * centered).sum() / n[i]  # not np.dot: OpenBLAS threads spin after it
-            cache[("var", is_abs)] = var
-        return cache[("var", is_abs)]
-
-    lengths = n.astype(np.intp)
-    health = lazy_health(keys, lambda columns: reference.health_partials(
-        wide, columns, n, lambda a: np.add.reduceat(a, starts), lambda v: np.repeat(v, lengths), np,
-        seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64), host=True))
-    out = np.empty((len(n), len(keys)), dtype=np.float64)
-    with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
-        for j, (op, is_abs) in enumerate(keys):
-            src = magnitudes if is_abs else wide
-            if op in HEALTH:
-                out[:, j] = health(op, is_abs)
-            elif op == "min":
-                out[:, j] = np.minimum.reduceat(src, starts)
-            elif op == "max":
-                out[:, j] = np.maximum.reduceat(src, starts)
-            elif op == "sum":
-                out[:, j] = total(is_abs)
-            elif op == "mean":
-                out[:, j] = total(is_abs) / n
-            elif op == "variance":
-                out[:, j] = variance(is_abs)
-            elif op == "std":
-                out[:, j] = np.sqrt(variance(is_abs))
-            elif op == "l1":
-                out[:, j] = total(True)
-            elif op == "l2":
-                out[:, j] = np.sqrt(sum_of_squares())
-            elif op == "prod":
-                out[:, j] = np.multiply.reduceat(src, starts)
-            elif op == "median":
-                out[:, j] = [np.median(src[a:a + int(k)]) for a, k in zip(starts.tolist(), n.tolist())]
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
-    return out
+    starts and lengths), a ``[segments, len(keys)]`` array (:func:`smdebug.reduction_columns.flat_columns`)."""
+    return finish_table(flat_columns(wide, plan, columns_for(keys)), keys)
 
 
 def reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
-    """``keys`` of one-element tensors given as their values (a step's losses and metrics), in
-    plain Python: a handful of numpy and torch calls would cost the training thread far more
-    than the arithmetic, their code being cold between steps (docs/performance.md). The same
-    results as :func:`reduce_flat` on one-element segments: variance ``(v - v)**2`` (0, or
-    NaN for an infinite or NaN value), ``l2`` as ``sqrt(v * v)``."""
-    out = np.empty((len(values), len(keys)), dtype=np.float64)
-    for i, value in enumerate(values):
-        row = []
-        for op, is_abs in keys:
-            v = abs(value) if (is_abs or op == "l1") else value
-            if op in HEALTH:
-                row.append(_health_of_value(value, op))
-            elif op in ("min", "max", "sum", "mean", "prod", "median", "l1"):
-                row.append(v)
-            elif op in ("variance", "std"):
-                spread = v - v
-                row.append(spread * spread)  # std of one value: sqrt(0) = 0, sqrt(NaN) = NaN
-            elif op == "l2":
-                row.append(math.sqrt(v * v))  # NaN stays NaN
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
-        out[i] = row
-    return out
-
-
-def _health_of_value(value: float, op: str) -> float:
-    """A health reduction of a one-element tensor (the reference's on one value)."""
-    finite = math.isfinite(value)
-    if op == "nonfinite":
-        return 0.0 if finite else 1.0
-    if op == "zero_fraction":
-        return 1.0 if value == 0 else 0.0
-    if op == "kurtosis" or not finite:  # one value: no spread; or no finite element
-        return math.nan
-    kind, _, name = op.partition("flow_")
-    largest, to_zero = reference.LOW_PRECISION_TYPES[name]
-    if kind == "over":
-        return 1.0 if abs(value) > largest else 0.0
-    return math.nan if value == 0 else (1.0 if abs(value) <= to_zero else 0.0)
+    """``keys`` of one-element tensors given as their values (a step's losses and metrics):
+    :func:`smdebug.reduction_columns.value_columns`, a few whole-array numpy operations (no
+    torch call, whose code is cold between steps: docs/performance.md)."""
+    return finish_table(value_columns(values, columns_for(keys)), keys)
 
 
 class BufferPool:
@@ -211,26 +91,28 @@ def as_rows(stacked: torch.Tensor) -> torch.Tensor:
     return rows
 
 
-#: One-pass variances (E[x^2] - mean^2, float64) are kept where variance > this * mean^2,
-#: i.e. where cancellation leaves a relative error well below 1e-9; other rows take two passes.
-CANCELLATION_LIMIT = 1e-6
-
-
 def reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Optional["BufferPool"] = None
                  ) -> np.ndarray:
-    """``keys`` of every row of a ``[n, size]`` CPU tensor: a ``[n, len(keys)]`` float64 array.
+    """``keys`` of every row of a ``[n, size]`` CPU tensor: a ``[n, len(keys)]`` float64 array
+    (:func:`row_columns`, finished by :func:`smdebug.reduction_columns.finish_table`)."""
+    return finish_table(row_columns(rows, columns_for(keys), buffers), keys)
+
+
+def row_columns(rows: torch.Tensor, needed: Tuple[str, ...], buffers: Optional["BufferPool"] = None
+                ) -> Dict[str, np.ndarray]:
+    """The ``needed`` partial columns (:mod:`smdebug.reduction_columns`) of every row of a
+    ``[n, size]`` CPU tensor, float64 numpy arrays (extremes in the rows' dtype).
 
     Runs on the step pipeline's worker, so every pass is a call that releases the GIL (the
     training thread runs Python meanwhile): torch's min/max and float64-accumulating sums and
     norms. numpy's casting reductions and einsum hold the GIL; they are avoided.
-    Sums, means, norms and variances are accumulated in float64 (variance from the sums
-    mean and l2 need anyway, or in two passes where that would cancel); min/max are exact
-    in the tensor's own dtype. Definitions are those of :mod:`smdebug.reductions`. With
-    ``buffers``, the scratch blocks (and the float64 copy the rare two-pass paths read) are
-    buffers kept between steps.
+    Sums, norms and variances are accumulated in float64 (variance from the sums
+    the mean and l2 need anyway, or in two passes where that would cancel); min/max are exact
+    in the tensor's own dtype. With ``buffers``, the scratch blocks (and the float64 copy the
+    rare two-pass paths read) are buffers kept between steps.
     """
     if rows.numel() <= NUMPY_ROWS_MAX_NUMEL:  # each row a segment of one flat float64 copy
-        return reduce_flat(rows.numpy().astype(np.float64).reshape(-1), row_segments(*rows.shape), keys)
+        return flat_columns(rows.numpy().astype(np.float64).reshape(-1), row_segments(*rows.shape), needed)
     n = rows.shape[1]
     cache: Dict[object, object] = {}
     wide = None  # float64 copy of rows, made once for sums and norms (into a kept buffer)
@@ -285,15 +167,12 @@ def reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Opt
             return get(("sum", True), lambda: source(True).sum(dim=1, dtype=torch.float64))
         return wide_sums()[0]
 
-    def sum_of_squares() -> torch.Tensor:
-        return wide_sums()[1]
-
     def variance(is_abs: bool) -> torch.Tensor:
         def compute():
             mean = total(is_abs) / n
             if is_abs:  # |x| has no sum of squares at hand (rare): two passes
                 return _two_pass_variance(source(True), mean)
-            var = sum_of_squares() / n - mean * mean
+            var = wide_sums()[1] / n - mean * mean
             redo = ~(var > CANCELLATION_LIMIT * mean * mean)  # cancels, or not finite
             if bool(redo.any()):
                 var[redo] = _two_pass_variance(rows[redo], mean[redo])
@@ -306,35 +185,23 @@ def reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Opt
     def row_extremes():  # float64 minima and maxima, for the health counts and moments
         return extreme("amin").numpy().astype(np.float64), extreme("amax").numpy().astype(np.float64)
 
-    health = lazy_health(keys, lambda columns: health_of_rows(rows, as_wide, row_mean, row_extremes, buffers,
-                                                               columns))
-    out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
+    plain = {"sum": lambda: total(False), "sum_abs": lambda: total(True), "sum_sq": lambda: wide_sums()[1],
+             "min": lambda: extreme("amin"), "max": lambda: extreme("amax"),
+             "min_abs": lambda: extreme("amin", True), "max_abs": lambda: extreme("amax", True),
+             "var": lambda: variance(False), "var_abs": lambda: variance(True),
+             "prod": lambda: source(False).to(torch.float64).prod(dim=1),
+             "prod_abs": lambda: source(True).to(torch.float64).prod(dim=1),
+             "median": lambda: np.median(source(False).to(torch.float64).numpy(), axis=1),
+             "median_abs": lambda: np.median(source(True).to(torch.float64).numpy(), axis=1)}
+    out: Dict[str, np.ndarray] = {"count": np.full(rows.shape[0], float(n))}
+    health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
     with np.errstate(all="ignore"):
-        for j, (op, is_abs) in enumerate(keys):
-            if op in HEALTH:
-                out[:, j] = health(op, is_abs)
-            elif op == "min":
-                out[:, j] = (extreme("amin", True) if is_abs else extreme("amin")).numpy()
-            elif op == "max":
-                out[:, j] = (extreme("amax", True) if is_abs else extreme("amax")).numpy()
-            elif op == "sum":
-                out[:, j] = total(is_abs).numpy()
-            elif op == "mean":
-                out[:, j] = (total(is_abs) / n).numpy()
-            elif op == "variance":
-                out[:, j] = variance(is_abs).numpy()
-            elif op == "std":
-                out[:, j] = variance(is_abs).sqrt().numpy()
-            elif op == "l1":
-                out[:, j] = total(True).numpy()
-            elif op == "l2":
-                out[:, j] = sum_of_squares().sqrt().numpy()
-            elif op == "prod":
-                out[:, j] = source(is_abs).to(torch.float64).prod(dim=1).numpy()
-            elif op == "median":
-                out[:, j] = np.median(source(is_abs).to(torch.float64).numpy(), axis=1)
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
+        for name in needed:
+            if name in plain:
+                value = plain[name]()
+                out[name] = value.numpy() if isinstance(value, torch.Tensor) else value
+        if health:
+            out.update(health_of_rows(rows, as_wide, row_mean, row_extremes, buffers, health))
     if wide is not None and wide is not rows and buffers is not None:
         buffers.give(wide)
     return out

@@ -1,5 +1,5 @@
 """Health reductions of groups of CPU rows (``[n, size]``, the step worker's stacked tensors):
-their partials (:func:`smdebug.reductions.health_partials`) computed block by block, in the
+their partial columns (:func:`smdebug.reduction_columns.health_partials`) computed block by block, in the
 rows' own dtype, most counts settled by the rows' extremes, and the kurtosis moments of float32
 rows in float32. :func:`.host_reductions.reduce_rows` calls :func:`health_of_rows` with what its
 plain reductions already have (means, minima and maxima, a float64 copy for the rare paths).
@@ -12,7 +12,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from smdebug import reductions as reference
+from smdebug.reduction_columns import health_partials
 
 MOMENT_COLUMNS = frozenset(p + m for p in ("", "abs_") for m in ("mean", "m2", "m3", "m4"))
 
@@ -20,7 +20,7 @@ MOMENT_COLUMNS = frozenset(p + m for p in ("", "abs_") for m in ("mean", "m2", "
 def health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers, columns: Tuple[str, ...]):
     """Health partials of each row of a big ``[n, size]`` CPU tensor. Counts with numpy, block
     by block (:func:`row_blocks`), in the rows' own dtype, most of them settled by the rows'
-    extremes (``row_extremes()``, float64; see :func:`smdebug.reductions.health_partials`);
+    extremes (``row_extremes()``, float64; see :func:`smdebug.reduction_columns.health_partials`);
     moments of float32 rows in float32 (:func:`float32_moments`, from ``row_mean()``), else
     (or where some element is not finite) of the float64 copy the sums use (``as_wide()``)."""
     x = rows.detach().numpy()
@@ -28,7 +28,7 @@ def health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers,
 
     def partials(block, wanted, wide=None):
         width = block.shape[1]
-        return reference.health_partials(
+        return health_partials(
             block, wanted, np.full(block.shape[0], float(width)), lambda a: a.sum(axis=1), lambda v: v[:, None], np,
             seg_count=count_per_row, wide=wide, host=True, peak=peak)
 

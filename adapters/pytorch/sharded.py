@@ -7,19 +7,20 @@ that no worker holds. Its reductions are those of the full tensor, computed with
 gathering it:
 
 1. each worker reduces its own shards to a fixed row of float64 partials
-   (:data:`PARTIAL_COLUMNS`: count, sum, sum of |x|, sum of squares, min, max, min/max of
-   |x|, and the sums of squared deviations ``M2`` of x and |x| about the shard's mean; only
-   the columns the saved reductions need; for the health reductions, counts and the finite
-   elements' moment sums up to the 4th, :func:`smdebug.reductions.health_partials`), all
-   shards of the step in one batch of the backend's reductions (:func:`shard_partials`),
-   then one copy to the host;
+   (:data:`PARTIAL_COLUMNS`, the columns of :mod:`smdebug.reduction_columns` in their
+   travelling form: count, sum, sum of |x|, sum of squares, min, max, min/max of |x|, and the
+   sums of squared deviations ``M2`` of x and |x| about the shard's mean; only the columns
+   the saved reductions need; for the health reductions, counts and the finite elements'
+   moment sums up to the 4th), all shards of the step in one call of the backend's
+   ``partial_columns`` (:func:`shard_partials`), then one copy to the host;
 2. the rows of every sharded tensor of the step are packed into one float64 array and
    exchanged with **one** ``all_gather`` per shard group (:class:`ShardGroups`), whatever
    the number of parameters: the collective count of a saved step is fixed;
-3. every worker combines the gathered rows (:func:`combine_partials`): sums add up, extrema
-   take the extremum, and variances use Chan et al.'s pairwise update
-   ``M2 = sum(M2_i + n_i (mean_i - mean)^2)``, stable where ``E[x^2] - mean^2`` cancels (the
-   3rd and 4th moment sums by its extension, :func:`smdebug.reductions.combine_health_partials`).
+3. every worker combines the gathered rows (:func:`combine_partials`, which is
+   :func:`smdebug.reduction_columns.combine`): sums add up, extrema take the extremum, and
+   variances use Chan et al.'s pairwise update ``M2 = sum(M2_i + n_i (mean_i - mean)^2)``,
+   stable where ``E[x^2] - mean^2`` cancels (the 3rd and 4th moment sums by its extension),
+   and finishes them with the one finisher (:func:`reductions_table`).
 
 Only the mesh dimensions a tensor is *sharded* over are gathered: under HSDP (a 2D mesh,
 replicate x shard) every replica holds the same values, and gathering over the replicate
@@ -45,6 +46,7 @@ import torch
 import torch.distributed as dist
 
 from smdebug import reductions as reference
+from smdebug.reduction_columns import columns_for, combine, finish_table, to_sums, to_variances
 
 ReductionKey = Tuple[str, bool]
 
@@ -300,32 +302,22 @@ class Gathering:
 
 
 # --------------------------------------------------------------------------- partials
-#: The backend reduction each partials column comes from (count is the shard's size).
-_COLUMN_SOURCES = {"sum": ("sum", False), "sum_abs": ("sum", True), "sum_sq": ("l2", False), "min": ("min", False),
-                   "max": ("max", False), "min_abs": ("min", True), "max_abs": ("max", True),
-                   "m2": ("variance", False), "m2_abs": ("variance", True)}
-
-
-_HEALTH_OPS = frozenset(reference.HEALTH_REDUCTIONS)
+#: The column of :mod:`smdebug.reduction_columns` (in :func:`~smdebug.reduction_columns.to_sums`
+#: form) each partials column carries.
+_CORE_NAMES = {name: {"m2": "dev2", "m2_abs": "dev2_abs"}.get(name, name[2:] if name.startswith("h:") else name)
+               for name in PARTIAL_COLUMNS}
+_WIRE_NAMES = {core: name for name, core in _CORE_NAMES.items()}
 
 
 def columns_needed(keys) -> Tuple[str, ...]:
     """The partials columns the reductions ``keys`` need (the others are left NaN): each
     costs passes over every shard, so only what is saved is computed."""
     need = {"sum"}  # the means of the variance's combination
-    for op, is_abs in keys:
-        if op in ("min", "max"):
-            need.add(op + ("_abs" if is_abs else ""))
-        elif op in ("sum", "mean"):
-            need.add("sum_abs" if is_abs else "sum")
-        elif op == "l1":
-            need.add("sum_abs")
-        elif op == "l2":
-            need.add("sum_sq")
-        elif op in ("variance", "std"):
-            need.update(("sum_abs", "m2_abs") if is_abs else ("m2", "sum_sq"))  # sum_sq: free with m2
-    need.update("h:" + c for c in reference.health_columns(tuple(keys), combinable=True) if c != "count")
-    return tuple(name for name in PARTIAL_COLUMNS if name in need)
+    for core in columns_for(tuple(keys), combinable=True):
+        need.add(_WIRE_NAMES.get({"var": "dev2", "var_abs": "dev2_abs"}.get(core, core)))
+    if "m2" in need:
+        need.add("sum_sq")  # free with the variance: the sums it comes from hold both
+    return tuple(name for name in PARTIAL_COLUMNS if name in need and name != "count")
 
 
 def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend,
@@ -334,111 +326,57 @@ def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend,
     ``columns`` (:func:`columns_needed`; the others NaN); a row of NaN for a missing shard
     (``None``).
 
-    The shards go through ``backend`` (the PyTorch :class:`~smdebug.pytorch.backend.TorchBackend`)
-    as one batch: sums, norms and variances accumulated in float64 (two passes where one
-    would cancel), min/max exact, shards of one shape stacked and reduced together, one
-    transfer to the host. ``M2`` is the variance times the count. An empty shard (a worker
-    may hold none of a small tensor) has count 0, sums 0, M2 0 and extrema ``+inf``/``-inf``,
-    the neutral elements of the combination.
+    The shards' columns come from ``backend.partial_columns`` (the PyTorch
+    :class:`~smdebug.pytorch.backend.TorchBackend`: sums, norms and variances accumulated in
+    float64, two passes where one would cancel, min/max exact, one transfer to the host).
+    ``M2`` is the variance times the count. An empty shard (a worker may hold none of a small
+    tensor) has count 0, sums 0, M2 0 and extrema ``+inf``/``-inf``, the neutral elements of
+    the combination.
     """
     out = np.full((len(shards), len(PARTIAL_COLUMNS)), np.nan)
     present = [i for i, s in enumerate(shards) if s is not None]
     if not present:
         return out
-    columns = [c for c in columns if c != "count"]
-    health = [c for c in columns if c.startswith("h:")]
-    columns = [c for c in columns if not c.startswith("h:")]
-    keys = tuple(dict.fromkeys(_COLUMN_SOURCES[c] for c in columns))
+    wire = [c for c in columns if c != "count"]
+    needed = ("count",) + tuple(dict.fromkeys({"dev2": "var", "dev2_abs": "var_abs"}.get(_CORE_NAMES[c], _CORE_NAMES[c])
+                                              for c in wire))
     tensors = [shards[i].detach() for i in present]
-    table = None
-    if keys:
-        result = backend.finish_batch(backend.start_batch(tensors, keys, False))
-        if result.lost:
-            raise ValueError("; ".join(f"shard {pos}: {why}" for pos, why in sorted(result.lost.items())))
-        table = result.reductions
     count = np.array([t.numel() for t in tensors], dtype=np.float64)
     rows = out[present]
     rows[:, _COL["count"]] = count
-    if health:  # empty shards add nothing: their counts and moment sums stay 0
-        rows[:, [_COL[c] for c in health]] = 0.0
-        nonempty = np.flatnonzero(count > 0)
-        if len(nonempty):
-            rows[np.ix_(nonempty, [_COL[c] for c in health])] = backend.health_partials(
-                [tensors[i] for i in nonempty], tuple(c[2:] for c in health))
-    for name in columns:
-        values = table[:, keys.index(_COLUMN_SOURCES[name])]
-        if name == "sum_sq":
-            values = values ** 2
-        elif name in ("m2", "m2_abs"):
-            values = values * count
-        rows[:, _COL[name]] = values
-    empty = count == 0
-    if empty.any():
-        neutral = {"count": 0.0, "min": np.inf, "max": -np.inf, "min_abs": np.inf, "max_abs": -np.inf}
-        rows[empty] = [neutral.get(name, 0.0) if name in columns or name in health or name == "count" else np.nan
-                       for name in PARTIAL_COLUMNS]
+    neutral = {"min": np.inf, "max": -np.inf, "min_abs": np.inf, "max_abs": -np.inf}
+    rows[:, [_COL[c] for c in wire]] = [neutral.get(c, 0.0) for c in wire]  # empty shards keep these
+    nonempty = np.flatnonzero(count > 0)
+    if len(nonempty) and wire:
+        table = backend.partial_columns([tensors[i] for i in nonempty], needed)
+        sums = to_sums({c: table[:, j] for j, c in enumerate(needed)})
+        rows[np.ix_(nonempty, [_COL[c] for c in wire])] = np.stack([sums[_CORE_NAMES[c]] for c in wire], axis=1)
     out[present] = rows
     return out
 
 
 def combine_partials(gathered: np.ndarray) -> np.ndarray:
     """The partials of the full tensors from those of their shards: ``gathered`` is
-    ``[shards, tensors, columns]``; a tensor missing on any shard comes out NaN."""
-    with np.errstate(all="ignore"):
-        count_i = gathered[..., _COL["count"]]
-        count = count_i.sum(axis=0)
-        out = np.empty(gathered.shape[1:], dtype=np.float64)
-        out[:, _COL["count"]] = count
-        for name in ("sum", "sum_abs", "sum_sq"):
-            out[:, _COL[name]] = gathered[..., _COL[name]].sum(axis=0)
-        for name, how in (("min", np.min), ("max", np.max), ("min_abs", np.min), ("max_abs", np.max)):
-            out[:, _COL[name]] = how(gathered[..., _COL[name]], axis=0)  # propagates NaN
-        for total_name, m2_name in (("sum", "m2"), ("sum_abs", "m2_abs")):
-            totals = gathered[..., _COL[total_name]]
-            mean = out[:, _COL[total_name]] / count
-            mean_i = np.where(count_i > 0, totals / np.where(count_i > 0, count_i, 1.0), 0.0)
-            spread = np.where(count_i > 0, count_i * (mean_i - mean) ** 2, 0.0)
-            out[:, _COL[m2_name]] = (gathered[..., _COL[m2_name]] + spread).sum(axis=0)
-        health = [_COL[c] for c in _HEALTH_PARTIALS]
-        if np.isfinite(gathered[..., health]).any():  # asked for: the health partials of each full tensor
-            names = ("count",) + tuple(c[2:] for c in _HEALTH_PARTIALS)
-            for t in range(gathered.shape[1]):
-                out[t, health] = reference.combine_health_partials(
-                    gathered[:, t, [_COL["count"]] + health], names)[1:]
-        else:
-            out[:, health] = np.nan
+    ``[shards, tensors, columns]``; a tensor missing on any shard comes out NaN
+    (:func:`smdebug.reduction_columns.combine`; columns no shard computed stay NaN)."""
+    pieces = {_CORE_NAMES[name]: gathered[..., j] for j, name in enumerate(PARTIAL_COLUMNS)
+              if name == "count" or not np.isnan(gathered[..., j]).all()}
+    whole = combine(pieces)
+    out = np.full(gathered.shape[1:], np.nan)
+    for j, name in enumerate(PARTIAL_COLUMNS):
+        if _CORE_NAMES[name] in whole:
+            out[:, j] = whole[_CORE_NAMES[name]]
     return out
 
 
 def reductions_table(rows: np.ndarray, keys: Sequence[ReductionKey]) -> np.ndarray:
     """``[len(rows), len(keys)]``: the ``keys`` reductions of full tensors from their combined
-    partials rows, a few array operations for all of them."""
-    count = rows[:, _COL["count"]]
-    out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
-    with np.errstate(all="ignore"):
-        for j, (op, is_abs) in enumerate(keys):
-            suffix = "_abs" if is_abs else ""
-            if op in ("min", "max"):
-                out[:, j] = rows[:, _COL[op + suffix]]
-            elif op == "sum":
-                out[:, j] = rows[:, _COL["sum" + suffix]]
-            elif op == "mean":
-                out[:, j] = rows[:, _COL["sum" + suffix]] / count
-            elif op == "variance":
-                out[:, j] = rows[:, _COL["m2" + suffix]] / count
-            elif op == "std":
-                out[:, j] = np.sqrt(rows[:, _COL["m2" + suffix]] / count)
-            elif op == "l1":
-                out[:, j] = rows[:, _COL["sum_abs"]]
-            elif op == "l2":
-                out[:, j] = np.sqrt(rows[:, _COL["sum_sq"]])
-            elif op in _HEALTH_OPS:
-                partials = {c: rows[:, _COL["h:" + c]] for c in reference.health_columns(((op, is_abs),))
-                            if c != "count"}
-                out[:, j] = reference.finish_health({"count": count, **partials}, op, is_abs)
-            else:
-                raise ValueError(f"{op!r} cannot be computed exactly from shards")
-    return out
+    partials rows (:func:`smdebug.reduction_columns.finish_table`)."""
+    for op, _ in keys:
+        if op not in EXACT_REDUCTIONS:
+            raise ValueError(f"{op!r} cannot be computed exactly from shards")
+    columns = to_variances({_CORE_NAMES[name]: rows[:, j] for j, name in enumerate(PARTIAL_COLUMNS)})
+    return finish_table(columns, keys)
 
 
 def reductions_from_partials(row: np.ndarray, keys: Sequence[ReductionKey]) -> List[np.float64]:

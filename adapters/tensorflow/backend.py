@@ -10,9 +10,9 @@ reductions of the step run on the tensors' device inside one compiled ``tf.funct
 * big tensors (more than :data:`SEGMENT_MAX_NUMEL` elements) are reduced one by one with
   TensorFlow's vectorized reductions, in the same function;
 * ``median`` needs a sort and is computed per tensor;
-* the health reductions (non-finite counts, zero fraction, kurtosis, low-precision over- and
-  underflow) come from per-tensor partials, :func:`smdebug.reductions.health_partials`, in
-  float64, with segment sums for the small tensors and whole-tensor sums for big ones;
+* both produce only the partial columns of :mod:`smdebug.reduction_columns` (sums, extremes,
+  variances; for the health reductions, counts and moment sums in float64), which its one
+  finisher turns into reductions, in the same function;
 * the results come back as one ``[reduction kinds, tensors]`` matrix: one transfer.
 
 Values the capture already reduced (:class:`ReducedValue`, see :meth:`.capture.GraphCapture.collect`)
@@ -37,12 +37,11 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from smdebug import reductions as reference
 from smdebug.capture.backend import Materialized, Request, TensorBackend
+from smdebug.reduction_columns import HEALTH_COLUMNS, columns_for, finish, health_partials
 
 ReductionKey = Tuple[str, bool]
-_HEALTH = frozenset(reference.HEALTH_REDUCTIONS)
-#: What :func:`smdebug.reductions.health_partials` needs of an array library.
+#: What :func:`smdebug.reduction_columns.health_partials` needs of an array library.
 _TF_ARRAYS = types.SimpleNamespace(where=lambda mask, a, other: tf.where(mask, a, tf.constant(other, a.dtype)),
                                    isfinite=tf.math.is_finite)
 
@@ -262,50 +261,45 @@ def reduction_matrix(tensors, sizes: List[int], keys: Tuple[ReductionKey, ...], 
     """
     small = [i for i, size in enumerate(sizes) if size <= SEGMENT_MAX_NUMEL]
     large = [i for i, size in enumerate(sizes) if size > SEGMENT_MAX_NUMEL]
-    columns = []
+    needed = columns_for(tuple(keys))
+    matrices = []
     if small:
-        columns.append(_segment_reductions([tensors[i] for i in small], [sizes[i] for i in small], keys, compute,
-                                           xla))
+        matrices.append(_finished(_segment_columns([tensors[i] for i in small], [sizes[i] for i in small], needed,
+                                                   compute, xla), keys))
     if large:
-        columns.append(_large_reductions([tensors[i] for i in large], [sizes[i] for i in large], keys, compute))
-    if len(columns) == 1:
-        return columns[0]
-    return tf.gather(tf.concat(columns, axis=1), np.argsort(small + large), axis=1)
+        matrices.append(_finished(_large_columns([tensors[i] for i in large], [sizes[i] for i in large], needed,
+                                                 compute), keys))
+    if len(matrices) == 1:
+        return matrices[0]
+    return tf.gather(tf.concat(matrices, axis=1), np.argsort(small + large), axis=1)
 
 
-def _large_reductions(tensors, sizes, keys, compute):
-    """``[len(keys), len(tensors)]`` for big tensors, with as few passes over each as the keys
-    allow: min, max, mean and two-pass variance of x and/or |x| (plus prod and median when
-    asked); sum, l1 and l2 follow from them in float64 (l2^2 = n (var + mean^2), no
-    cancellation). Every tensor's statistics are stacked and widened together, so the
-    ops after the reductions do not grow with the number of tensors."""
-    stats: List[Tuple[str, bool]] = []  # statistics reduced per tensor, in this order
+def _finished(columns, keys):
+    """``[len(keys), tensors]`` float64 from the tensors' columns (the one finisher)."""
+    return tf.stack([tf.cast(values, tf.float64) for values in finish(columns, keys, tf.sqrt)], axis=0)
 
-    def stat(name, is_abs):
-        if (name, is_abs) not in stats:
-            stats.append((name, is_abs))
-        return (name, is_abs)
 
-    derive = []  # per key: how its row follows from the statistic rows
-    for op, is_abs in keys:
-        if op in ("min", "max", "prod", "median", "mean"):
-            derive.append(("stat", stat(op, is_abs)))
-        elif op in ("variance", "std"):
-            stat("mean", is_abs)
-            derive.append(("stat" if op == "variance" else "std", stat("variance", is_abs)))
-        elif op == "sum":
-            derive.append(("times_n", stat("mean", is_abs)))
-        elif op == "l1":
-            derive.append(("times_n", stat("mean", True)))
-        elif op == "l2":
-            derive.append(("l2", (stat("mean", False), stat("variance", False))))
-        elif op in _HEALTH:
-            derive.append(("stat", stat(op, is_abs)))
-        else:  # pragma: no cover - ReductionConfig validates names
-            raise ValueError(f"unknown reduction {op!r}")
-    stats.sort(key=lambda s: s[0] == "variance")  # a variance needs its mean first
-    health_stats = [s for s in stats if s[0] in _HEALTH]
-    per_tensor = []  # per tensor: {stat: scalar}
+def _health_of(columns):
+    return tuple(c for c in columns if c in HEALTH_COLUMNS and c != "count")
+
+
+def _large_columns(tensors, sizes, needed, compute):
+    """The ``needed`` columns of big tensors, with as few passes over each as they allow: min,
+    max, mean and two-pass variance of x and/or |x| (plus prod and median when asked); sums
+    and the sum of squares follow from them in float64 (``n * mean``, ``n (var + mean^2)``:
+    no cancellation). Every tensor's statistics are stacked and widened together, so the ops
+    after the reductions do not grow with the number of tensors."""
+    stats = []  # statistics reduced per tensor: (name, is_abs), a variance after its mean
+    for name in needed:
+        is_abs = name.endswith("_abs")
+        base = name[:-4] if is_abs else name
+        if base in ("min", "max", "prod", "median"):
+            stats.append((base, is_abs))
+        elif base in ("sum", "var", "sum_sq"):
+            stats += [("mean", is_abs)] + ([("var", is_abs)] if base != "sum" else [])
+    stats = sorted(dict.fromkeys(stats), key=lambda stat: stat[0] == "var")
+    health = _health_of(needed)
+    per_tensor = []  # per tensor: {stat or health column: scalar}
     for t, size in zip(tensors, sizes):
         x = _as_real(t, compute)
         values = {False: x}
@@ -313,49 +307,49 @@ def _large_reductions(tensors, sizes, keys, compute):
             values[True] = tf.abs(x)
         got = {}
         per_tensor.append(got)
-        if health_stats:
-            partials = _health_partials(tf.reshape(_wide_exact(t), [1, -1]), health_stats, [size],
+        if health:
+            partials = _health_partials(tf.reshape(_wide_exact(t), [1, -1]), health, [size],
                                         lambda a: tf.reduce_sum(tf.cast(a, tf.float64), axis=1), lambda v: v[:, None])
-            got.update({s: reference.finish_health(partials, *s)[0] for s in health_stats})
+            got.update({c: partials[c][0] for c in health})
         for name, is_abs in stats:
             v = values[is_abs]
-            if name in _HEALTH:
-                continue
             if name == "min":
                 got[(name, is_abs)] = _propagate_nan(tf.reduce_min(v), tf.reduce_any(tf.math.is_nan(v)))
             elif name == "max":
                 got[(name, is_abs)] = _propagate_nan(tf.reduce_max(v), tf.reduce_any(tf.math.is_nan(v)))
             elif name == "mean":
                 got[(name, is_abs)] = tf.reduce_mean(v)
-            elif name == "variance":
+            elif name == "var":
                 got[(name, is_abs)] = tf.reduce_mean(tf.math.squared_difference(v, got[("mean", is_abs)]))
             elif name == "prod":
                 got[(name, is_abs)] = tf.reduce_prod(v)
             else:
                 # Exact in the compute dtype (an element or the mean of two): stacked with the rest.
                 got[(name, is_abs)] = tf.cast(_median(tf.reshape(v, [-1])), compute)
-    # [len(stats), len(tensors)], one pack per statistic: the op count does not grow with the tensors.
-    table = tf.stack([tf.stack([tf.cast(got[s], tf.float64) for got in per_tensor]) for s in stats])
-    rows = {s: table[i] for i, s in enumerate(stats)}
+    # one pack per statistic: the op count does not grow with the tensors.
+    rows = {s: tf.stack([tf.cast(got[s], tf.float64) for got in per_tensor]) for s in list(stats) + list(health)}
     counts = np.asarray(sizes, dtype=np.float64)
-    out = []
-    for kind, source in derive:
-        if kind == "stat":
-            out.append(rows[source])
-        elif kind == "std":
-            out.append(tf.sqrt(rows[source]))
-        elif kind == "times_n":
-            out.append(rows[source] * counts)
+    columns = {"count": counts}
+    columns.update({c: rows[c] for c in health})
+    for name, is_abs in stats:
+        a = "_abs" if is_abs else ""
+        if name in ("min", "max", "prod", "median"):
+            columns[name + a] = rows[(name, is_abs)]
+        elif name == "mean":
+            columns["sum" + a] = rows[(name, is_abs)] * counts
         else:
-            mean, variance = rows[source[0]], rows[source[1]]
-            out.append(tf.sqrt(counts * (variance + mean * mean)))
-    return tf.stack(out, axis=0)
+            columns["var" + a] = rows[(name, is_abs)]
+            if not is_abs:
+                mean = rows[("mean", False)]
+                columns["sum_sq"] = counts * (columns["var"] + mean * mean)
+    return columns
 
 
-def _segment_reductions(tensors, sizes, keys, compute, xla=False):
-    """``[len(keys), len(tensors)]``: segment sums of x, x*x and |x| give sum, mean, variance
-    (E[x^2] - E[x]^2, accumulated in float64), std, l1 and l2; segment min/max the extrema.
-    Under XLA the unsorted segment ops (same results) replace the sorted ones, which it lacks."""
+def _segment_columns(tensors, sizes, needed, compute, xla=False):
+    """The ``needed`` columns of small tensors concatenated: segment sums of x, x*x and |x| give
+    the sums and variances (E[x^2] - E[x]^2, accumulated in float64); segment min/max the
+    extrema. Under XLA the unsorted segment ops (same results) replace the sorted ones, which
+    it lacks."""
     n = len(sizes)
     if xla:
         def unsorted(op):
@@ -367,44 +361,38 @@ def _segment_reductions(tensors, sizes, keys, compute, xla=False):
     else:
         segment_sum, segment_min, segment_max, segment_prod = (
             tf.math.segment_sum, tf.math.segment_min, tf.math.segment_max, tf.math.segment_prod)
-    ops = {op for op, _ in keys}
     counts = np.asarray(sizes, dtype=np.float64)
     flats = [tf.reshape(_as_real(t, compute), [-1]) for t in tensors]
     data = tf.concat(flats, axis=0) if n > 1 else flats[0]
     ids = tf.constant(np.repeat(np.arange(n, dtype=np.int32), sizes))  # not rebuilt at each call
     absolute = tf.abs(data)
-    out: Dict[ReductionKey, tf.Tensor] = {}
-    health_keys = [k for k in keys if k[0] in _HEALTH]
-    if health_keys:
+    columns = {"count": counts}
+    health = _health_of(needed)
+    if health:
         wide = [tf.reshape(_wide_exact(t), [-1]) for t in tensors]
-        partials = _health_partials(tf.concat(wide, axis=0) if n > 1 else wide[0], health_keys, sizes,
-                                    lambda a: segment_sum(tf.cast(a, tf.float64), ids), lambda v: tf.gather(v, ids))
-        out.update({k: reference.finish_health(partials, *k) for k in health_keys})
-    if ops & {"sum", "mean", "variance", "std", "l1", "l2"}:
+        columns.update(_health_partials(tf.concat(wide, axis=0) if n > 1 else wide[0], health, sizes,
+                                        lambda a: segment_sum(tf.cast(a, tf.float64), ids), lambda v: tf.gather(v, ids)))
+    if {"sum", "sum_abs", "sum_sq", "var", "var_abs"} & set(needed):
         wide = tf.cast(data, tf.float64)
-        wide_abs = tf.abs(wide)
         total = segment_sum(wide, ids)
-        abs_total = segment_sum(wide_abs, ids)
+        abs_total = segment_sum(tf.abs(wide), ids)
         squares = segment_sum(wide * wide, ids)
-        for is_abs, first in ((False, total), (True, abs_total)):
+        columns.update({"sum": total, "sum_abs": abs_total, "sum_sq": squares})
+        for a, first in (("", total), ("_abs", abs_total)):
             mean = first / counts
-            variance = tf.maximum(squares / counts - mean * mean, 0.0)
-            out.update({("sum", is_abs): first, ("mean", is_abs): mean, ("variance", is_abs): variance,
-                        ("std", is_abs): tf.sqrt(variance), ("l1", is_abs): abs_total,
-                        ("l2", is_abs): tf.sqrt(squares)})
-    for is_abs, x in ((False, data), (True, absolute)):
-        needed = {op for op, a in keys if a == is_abs}
-        if needed & {"min", "max"}:
+            columns["var" + a] = tf.maximum(squares / counts - mean * mean, 0.0)
+    for a, x in (("", data), ("_abs", absolute)):
+        if "min" + a in needed or "max" + a in needed:
             has_nan = segment_max(tf.cast(tf.math.is_nan(x), tf.int32), ids) > 0
-        if "min" in needed:
-            out[("min", is_abs)] = _propagate_nan(segment_min(x, ids), has_nan)
-        if "max" in needed:
-            out[("max", is_abs)] = _propagate_nan(segment_max(x, ids), has_nan)
-        if "prod" in needed:
-            out[("prod", is_abs)] = segment_prod(tf.cast(x, tf.float64), ids)
-        if "median" in needed:
-            out[("median", is_abs)] = tf.stack([_median(part) for part in tf.split(x, sizes)])
-    return tf.stack([tf.cast(out[key], tf.float64) for key in keys], axis=0)
+        if "min" + a in needed:
+            columns["min" + a] = _propagate_nan(segment_min(x, ids), has_nan)
+        if "max" + a in needed:
+            columns["max" + a] = _propagate_nan(segment_max(x, ids), has_nan)
+        if "prod" + a in needed:
+            columns["prod" + a] = segment_prod(tf.cast(x, tf.float64), ids)
+        if "median" + a in needed:
+            columns["median" + a] = tf.stack([_median(part) for part in tf.split(x, sizes)])
+    return columns
 
 
 def _wide_exact(t):
@@ -424,10 +412,10 @@ def _wide_exact(t):
     return tf.where(subnormal, tf.where(bits < 0, -value, value), tf.cast(x, tf.float64))
 
 
-def _health_partials(x, keys, sizes, seg_sum, expand):
-    """:func:`smdebug.reductions.health_partials` of float64 ``x`` in TensorFlow ops."""
+def _health_partials(x, columns, sizes, seg_sum, expand):
+    """:func:`smdebug.reduction_columns.health_partials` of float64 ``x`` in TensorFlow ops."""
     counts = tf.constant(np.asarray(sizes, dtype=np.float64))
-    return reference.health_partials(x, reference.health_columns(tuple(keys)), counts, seg_sum, expand, _TF_ARRAYS)
+    return health_partials(x, columns, counts, seg_sum, expand, _TF_ARRAYS)
 
 
 def _propagate_nan(extreme, has_nan):

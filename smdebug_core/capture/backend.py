@@ -13,7 +13,9 @@ An adapter gives the hook a :class:`TensorBackend` for its tensor type. Two ways
   copied to the host. Until the adapter's fence (``TensorBatch.wait``) the tensors must not
   change; a backend that can tell (torch version counters) reports those that did as lost.
 
-The numpy backend is the reference; every backend's results are tested against it.
+Every backend only produces the partial columns of :mod:`smdebug.reduction_columns` (the numpy
+backend: segments of one flat float64 copy), finished by its one finisher; tests/contract checks
+each against the reference definitions, :mod:`smdebug.reductions`.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import reductions
+from .. import reduction_columns, reductions
 
 ReductionKey = Tuple[str, bool]  # (reduction name, on absolute values)
 
@@ -107,7 +109,7 @@ class TensorBackend(ABC):
 
 
 class NumpyBackend(TensorBackend):
-    """Reference backend for numpy arrays, Python numbers and anything array-like."""
+    """Backend for numpy arrays, Python numbers and anything array-like."""
 
     name = "numpy"
 
@@ -122,13 +124,19 @@ class NumpyBackend(TensorBackend):
 
     def materialize(self, requests: Sequence[Request]) -> List[Materialized]:
         out = []
-        for req in requests:
+        by_keys: Dict[Tuple[ReductionKey, ...], List[int]] = {}
+        for i, req in enumerate(requests):
             array = req.value
-            result = Materialized(raw=array if req.raw else None, shape=tuple(array.shape) if req.shape else None)
+            out.append(Materialized(raw=array if req.raw else None, shape=tuple(array.shape) if req.shape else None))
             if req.reductions and array.size and array.dtype.kind in "biufc":
-                values = reductions.reduce_many(array, req.reductions)
-                result.reductions = dict(zip(req.reductions, values))
-            out.append(result)
+                by_keys.setdefault(tuple(req.reductions), []).append(i)
+        for keys, members in by_keys.items():  # segments of one flat float64 copy per set of keys
+            flats = [reductions.as_float_array(requests[i].value).reshape(-1) for i in members]
+            plan = reduction_columns.segments(np.array([f.size for f in flats], np.int64))
+            table = reduction_columns.finish_table(
+                reduction_columns.flat_columns(np.concatenate(flats), plan, reduction_columns.columns_for(keys)), keys)
+            for i, row in zip(members, table):
+                out[i].reductions = {key: np.asarray(value) for key, value in zip(keys, row)}
         return out
 
 
