@@ -425,7 +425,9 @@ def _propagate_nan(extreme, has_nan):
 
 
 def _median(values):
+    """numpy's median: NaN when an element is NaN (``tf.sort`` places NaNs anywhere)."""
     ordered = tf.sort(values)
     size = int(values.shape[0])
     mid = size // 2
-    return tf.cast(ordered[mid] if size % 2 else (ordered[mid - 1] + ordered[mid]) / 2, tf.float64)
+    middle = tf.cast(ordered[mid] if size % 2 else (ordered[mid - 1] + ordered[mid]) / 2, tf.float64)
+    return _propagate_nan(middle, tf.reduce_any(tf.math.is_nan(values)))
