@@ -30,6 +30,7 @@ from .save_config import SaveConfig
 from .reduction_config import ReductionConfig
 from .capture.inbox import StepInbox
 from .capture.session import StepSession
+from .capture.session_parts import RunCollections
 
 __all__ = ["Hook", "takes_hook_arguments", "get_hook", "set_hook", "del_hook"]
 
@@ -213,13 +214,13 @@ class Hook:
             hook.session.include(name)
         return hook
 
-    @_doc_of(StepSession.collections_json)
+    @_doc_of(RunCollections.json)
     def collections_json(self) -> bytes:
-        return self._session.collections_json()
+        return self._session.collections.json()
 
-    @_doc_of(StepSession.seen_tensor_names)
+    @_doc_of(RunCollections.seen_tensor_names)
     def seen_tensor_names(self) -> List[str]:
-        return self._session.seen_tensor_names()
+        return self._session.collections.seen_tensor_names()
 
     # --- steps and values ------------------------------------------------------------------
     @_doc_of(StepSession.set_mode)
@@ -258,12 +259,16 @@ class Hook:
 
         return attach_rule(self, rule, actions=actions, **kwargs)
 
-    @_doc_of(StepSession.add_step_listener)
     def add_step_listener(self, listener) -> None:
-        self._session.add_step_listener(listener)
+        """Call ``listener(StepValues)`` after every saved step, on the training thread.
+
+        Listeners must return quickly (hand the values to their own thread); an exception
+        in a listener is logged once and the listener removed. Live rules use this.
+        """
+        self._session.listeners.add(listener)
 
     def remove_step_listener(self, listener) -> None:
-        self._session.remove_step_listener(listener)
+        self._session.listeners.remove(listener)
 
     @_doc_of(StepSession.request_stop)
     def request_stop(self, reason: str) -> None:

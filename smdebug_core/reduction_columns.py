@@ -61,54 +61,93 @@ _HEALTH_MOMENTS = frozenset(p + m for p in ("", "abs_") for m in _MOMENTS)
 
 
 # --- the definitions: per reduction, the columns it needs and its formula ----------------------
-# ``a``: "_abs" for the abs_ form of a plain reduction, else ""; ``h``: "abs_" or "" (health).
-def _value(column):
-    return lambda c, a, sqrt: c[column + a]
+# Each takes ``a`` ("_abs" for the abs_ form, else "") and gives ``(columns needed, formula)``;
+# a formula takes the columns and the array library's ``sqrt``.
+def _column(base: str):
+    def define(a: str):
+        name = base + a
+        return (name,), lambda c, sqrt: c[name]
+    return define
 
 
-_DEFINITIONS: Dict[str, Tuple[Callable[[str], Tuple[str, ...]], Callable]] = {
-    "min": (lambda a: ("min" + a,), _value("min")),
-    "max": (lambda a: ("max" + a,), _value("max")),
-    "sum": (lambda a: ("sum" + a,), _value("sum")),
-    "prod": (lambda a: ("prod" + a,), _value("prod")),
-    "median": (lambda a: ("median" + a,), _value("median")),
-    "mean": (lambda a: ("sum" + a,), lambda c, a, sqrt: c["sum" + a] / c["count"]),
-    "variance": (lambda a: ("var" + a,), _value("var")),
-    "std": (lambda a: ("var" + a,), lambda c, a, sqrt: sqrt(c["var" + a])),
-    "l1": (lambda a: ("sum_abs",), lambda c, a, sqrt: c["sum_abs"]),
-    "l2": (lambda a: ("sum_sq",), lambda c, a, sqrt: sqrt(c["sum_sq"])),
-    "nonfinite": (lambda a: ("finite", "nonfinite"), lambda c, a, sqrt: c["nonfinite"]),
-    "zero_fraction": (lambda a: ("finite", "zero"), lambda c, a, sqrt: c["zero"] / c["count"]),
-    # (m4 / n) / (m2 / n)^2 of the finite elements; NaN when none is finite or all are equal
-    "kurtosis": (lambda a: ("finite",) + tuple(("abs_" if a else "") + m for m in ("mean", "m2", "m4")),
-                 lambda c, a, sqrt: c["finite"] * c[("abs_" if a else "") + "m4"]
-                 / (c[("abs_" if a else "") + "m2"] * c[("abs_" if a else "") + "m2"])),
+def _mean(a: str):
+    total = "sum" + a
+    return (total,), lambda c, sqrt: c[total] / c["count"]
+
+
+def _std(a: str):
+    var = "var" + a
+    return (var,), lambda c, sqrt: sqrt(c[var])
+
+
+def _l1(a: str):
+    return ("sum_abs",), lambda c, sqrt: c["sum_abs"]
+
+
+def _l2(a: str):
+    return ("sum_sq",), lambda c, sqrt: sqrt(c["sum_sq"])
+
+
+def _nonfinite(a: str):
+    return ("finite", "nonfinite"), lambda c, sqrt: c["nonfinite"]
+
+
+def _zero_fraction(a: str):
+    return ("finite", "zero"), lambda c, sqrt: c["zero"] / c["count"]
+
+
+def _kurtosis(a: str):
+    """(m4 / n) / (m2 / n)^2 of the finite elements; NaN when none is finite or all are equal."""
+    h = "abs_" if a else ""
+    m2, m4 = h + "m2", h + "m4"
+    return ("finite", h + "mean", m2, m4), lambda c, sqrt: c["finite"] * c[m4] / (c[m2] * c[m2])
+
+
+def _overflow(low_precision_type: str):
+    def define(a: str):
+        over = "over_" + low_precision_type
+        return ("finite", over), lambda c, sqrt: c[over] / c["finite"]
+    return define
+
+
+def _underflow(low_precision_type: str):
+    def define(a: str):
+        under = "under_" + low_precision_type
+        return ("finite", "nonzero", under), lambda c, sqrt: c[under] / c["nonzero"]
+    return define
+
+
+_DEFINITIONS: Dict[str, Callable[[str], Tuple[Tuple[str, ...], Callable]]] = {
+    "min": _column("min"), "max": _column("max"), "sum": _column("sum"), "prod": _column("prod"),
+    "median": _column("median"), "mean": _mean, "variance": _column("var"), "std": _std, "l1": _l1, "l2": _l2,
+    "nonfinite": _nonfinite, "zero_fraction": _zero_fraction, "kurtosis": _kurtosis,
 }
 for _type in LOW_PRECISION_TYPES:
-    _DEFINITIONS["overflow_" + _type] = (lambda a, t=_type: ("finite", "over_" + t),
-                                         lambda c, a, sqrt, t=_type: c["over_" + t] / c["finite"])
-    _DEFINITIONS["underflow_" + _type] = (lambda a, t=_type: ("finite", "nonzero", "under_" + t),
-                                          lambda c, a, sqrt, t=_type: c["under_" + t] / c["nonzero"])
-
-
-def _definition(op: str):
-    try:
-        return _DEFINITIONS[op]
-    except KeyError:
-        raise ValueError(f"unknown reduction {op!r}; allowed: {', '.join(_DEFINITIONS)}") from None
+    _DEFINITIONS["overflow_" + _type] = _overflow(_type)
+    _DEFINITIONS["underflow_" + _type] = _underflow(_type)
 
 
 @functools.lru_cache(maxsize=512)  # the same few key tuples at every saved step
+def _defined(keys: Tuple[ReductionKey, ...]) -> tuple:
+    out = []
+    for op, is_abs in keys:
+        define = _DEFINITIONS.get(op)
+        if define is None:
+            raise ValueError(f"unknown reduction {op!r}; allowed: {', '.join(_DEFINITIONS)}")
+        out.append(define("_abs" if is_abs else ""))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=512)
 def columns_for(keys: Tuple[ReductionKey, ...], combinable: bool = False) -> Tuple[str, ...]:
     """The columns the reductions ``keys`` need, in :data:`COLUMNS` order (``count`` always).
     ``combinable``: also those that pieces of a tensor need to combine (the sums whose means
     the variances' combination needs; ``m3``, which the 4th moment sum of a union needs)."""
     need = {"count"}
-    for op, is_abs in keys:
-        a = "_abs" if is_abs else ""
-        need.update(_definition(op)[0](a))
+    for (op, is_abs), (columns, _) in zip(keys, _defined(tuple(keys))):
+        need.update(columns)
         if combinable and op in ("variance", "std"):
-            need.add("sum" + a)
+            need.add("sum_abs" if is_abs else "sum")
         if combinable and op == "kurtosis":
             need.add(("abs_" if is_abs else "") + "m3")
     return tuple(c for c in COLUMNS if c in need)
@@ -118,10 +157,7 @@ def finish(columns: Mapping[str, object], keys: Iterable[ReductionKey], sqrt: Ca
     """The one finisher: the reductions ``keys`` of every segment from their ``columns``
     (arrays of any library, one value per segment; ``sqrt`` of that library), one array per key.
     numpy callers silence its warnings (a NaN or an infinity in, one out; 0/0 where undefined)."""
-    out = []
-    for op, is_abs in keys:
-        out.append(_definition(op)[1](columns, "_abs" if is_abs else "", sqrt))
-    return out
+    return [formula(columns, sqrt) for _, formula in _defined(tuple(keys))]
 
 
 def finish_table(columns: Mapping[str, object], keys: Sequence[ReductionKey]) -> np.ndarray:
@@ -333,42 +369,12 @@ def row_segments(rows: int, size: int) -> Tuple[np.ndarray, np.ndarray]:
 def flat_columns(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], needed: Sequence[str]) -> Dict[str, np.ndarray]:
     """The ``needed`` columns of each segment of the flat float64 array ``wide`` (``plan``: the
     segments' starts and lengths, :func:`segments`): one ``reduceat`` per kind of pass, whatever
-    the number of segments; variances from the sums, in two passes where that would cancel."""
+    the number of segments; variances from the sums, in two passes where that would cancel.
+    (Straight-line code: closures calling one another would keep ``wide`` alive until the
+    garbage collector runs, and fresh pages for every call cost more than the reductions.)"""
     starts, n = plan
-    magnitudes = np.abs(wide) if any(c.endswith("_abs") for c in needed) else None
+    want = set(needed)
     got: Dict[str, np.ndarray] = {"count": n}
-
-    def col(name: str) -> np.ndarray:
-        if name not in got:
-            got[name] = compute(name)
-        return got[name]
-
-    def compute(name: str) -> np.ndarray:
-        is_abs = name.endswith("_abs")
-        src = magnitudes if is_abs else wide
-        base = name[:-4] if is_abs else name
-        if base == "sum":
-            return np.add.reduceat(src, starts)
-        if name == "sum_sq":  # the same for x and |x|
-            return np.add.reduceat(wide * wide, starts)
-        if base == "min":
-            return np.minimum.reduceat(src, starts)
-        if base == "max":
-            return np.maximum.reduceat(src, starts)
-        if base == "prod":
-            return np.multiply.reduceat(src, starts)
-        if base == "median":
-            return np.array([np.median(src[a:a + int(k)]) for a, k in zip(starts.tolist(), n.tolist())])
-        if base == "var":
-            mean = col("sum" + name[3:]) / n
-            var = col("sum_sq") / n - mean * mean
-            for i in np.flatnonzero(~(var > CANCELLATION_LIMIT * mean * mean)):  # cancels, or not finite
-                start, stop = int(starts[i]), int(starts[i] + n[i])
-                centered = src[start:stop] - mean[i]
-                var[i] = (centered * centered).sum() / n[i]  # not np.dot: OpenBLAS threads spin after it
-            return var
-        raise ValueError(f"no column {name!r}")
-
     with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
         health = [c for c in needed if c in HEALTH_COLUMNS and c != "count"]
         if health:
@@ -377,27 +383,72 @@ def flat_columns(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], needed: 
                                        lambda v: np.repeat(v, lengths), np,
                                        seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64),
                                        host=True))
-        for name in needed:
-            col(name)
+        if "sum_sq" in want or "var" in want or "var_abs" in want:  # the same for x and |x|
+            got["sum_sq"] = np.add.reduceat(wide * wide, starts)
+        magnitudes = np.abs(wide) if any(c.endswith("_abs") for c in want) else None
+        for a, src in (("", wide), ("_abs", magnitudes)):
+            if src is None:
+                continue
+            if "sum" + a in want or "var" + a in want:
+                got["sum" + a] = np.add.reduceat(src, starts)
+            if "min" + a in want:
+                got["min" + a] = np.minimum.reduceat(src, starts)
+            if "max" + a in want:
+                got["max" + a] = np.maximum.reduceat(src, starts)
+            if "prod" + a in want:
+                got["prod" + a] = np.multiply.reduceat(src, starts)
+            if "median" + a in want:
+                got["median" + a] = np.array([np.median(src[s:s + int(k)]) for s, k in zip(starts.tolist(), n.tolist())])
+            if "var" + a in want:
+                mean = got["sum" + a] / n
+                var = got["sum_sq"] / n - mean * mean
+                for i in np.flatnonzero(~(var > CANCELLATION_LIMIT * mean * mean)):  # cancels, or not finite
+                    start, stop = int(starts[i]), int(starts[i] + n[i])
+                    centered = src[start:stop] - mean[i]
+                    var[i] = (centered * centered).sum() / n[i]  # not np.dot: OpenBLAS threads spin after it
+                got["var" + a] = var
     return got
 
 
-def value_columns(values: Sequence[float], needed: Sequence[str]) -> Dict[str, np.ndarray]:
-    """The ``needed`` columns of one-element segments given as their values (a step's losses
-    and metrics): a few whole-array numpy operations."""
-    v = np.asarray(values, dtype=np.float64)
-    m = np.abs(v)
-    with np.errstate(all="ignore"):
-        spread = v - v  # 0, or NaN for an infinite or NaN value
-        got = {"count": np.ones(v.shape), "sum": v, "sum_abs": m, "sum_sq": v * v, "var": spread * spread,
-               "min": v, "max": v, "prod": v, "median": v}
-        for name in ("min", "max", "prod", "median", "var"):
-            got[name + "_abs"] = m if name != "var" else got["var"]
-        health = [c for c in needed if c in HEALTH_COLUMNS and c != "count"]
-        if health:
-            got.update(health_partials(v, health, got["count"], lambda a: a.astype(np.float64), lambda x: x, np,
-                                       host=True))
+def _one_value_health(v: float, m: float) -> Dict[str, object]:
+    """The health columns of one value; those that may divide (finite, nonzero, m2) as numpy
+    float64 scalars, so that 0/0 is NaN."""
+    finite = 1.0 if math.isfinite(v) else 0.0
+    zero = 1.0 if v == 0 else 0.0
+    nonzero = finite - zero
+    out = {"finite": np.float64(finite), "nonfinite": 1.0 - finite, "zero": zero, "nonzero": np.float64(nonzero),
+           "mean": v if finite else math.nan, "abs_mean": m if finite else math.nan,
+           "m2": _NO_SPREAD, "abs_m2": _NO_SPREAD, "m3": 0.0, "abs_m3": 0.0, "m4": 0.0, "abs_m4": 0.0}
+    for name, (largest, to_zero) in LOW_PRECISION_TYPES.items():
+        out["over_" + name] = 1.0 if finite and m > largest else 0.0
+        out["under_" + name] = 1.0 if nonzero and m <= to_zero else 0.0
+    return out
+
+
+_NO_SPREAD = np.float64(0.0)  # one value's sum of squared deviations
+
+
+def value_columns(value: float, needed: Tuple[str, ...]) -> Dict[str, object]:
+    """The ``needed`` columns of a one-element segment given as its value (a step's loss or
+    metric), without an array call, whose cost would be the training thread's
+    (docs/performance.md): the plain columns as Python floats (finish them with ``math.sqrt``),
+    the health columns, whose fractions may be 0/0, as numpy float64 scalars (finish those
+    under ``np.errstate(all="ignore")``)."""
+    v = float(value)
+    m = abs(v)
+    spread = v - v  # 0, or NaN for an infinite or NaN value
+    got = {"count": 1.0, "sum": v, "sum_abs": m, "sum_sq": v * v, "var": spread * spread,
+           "var_abs": spread * spread, "min": v, "max": v, "prod": v, "median": v,
+           "min_abs": m, "max_abs": m, "prod_abs": m, "median_abs": m}
+    if needs_health(needed):
+        got.update(_one_value_health(v, m))
     return got
+
+
+@functools.lru_cache(maxsize=512)
+def needs_health(needed: Tuple[str, ...]) -> bool:
+    """Whether any of the columns ``needed`` is a health column."""
+    return any(c in HEALTH_COLUMNS and c != "count" for c in needed)
 
 
 def reduce_host(array: np.ndarray, keys: Sequence[ReductionKey]) -> List[np.ndarray]:

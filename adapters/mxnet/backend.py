@@ -201,34 +201,27 @@ def _reduce_rows(arrays: Sequence[mx.nd.NDArray], wanted: Sequence[Tuple[str, bo
             sources["nan"] = (matrix != matrix).sum(axis=1) > 0
         return sources["nan"]
 
+    want = set(columns_for(tuple(wanted)))
     columns = {"count": counts}
-
-    def col(name):
-        if name in columns:
-            return columns[name]
-        is_abs = name.endswith("_abs")
-        base, x = (name[:-4] if is_abs else name), source(is_abs)
-        if base == "sum":
-            value = x.sum(axis=1)
-        elif base == "var":
-            centered = mx.nd.broadcast_sub(x, (col("sum" + name[3:]) / counts).reshape((-1, 1)))
+    if "sum_sq" in want:
+        columns["sum_sq"] = mx.nd.square(matrix).sum(axis=1)
+    for a, is_abs in (("", False), ("_abs", True)):
+        if not any(c.endswith("_abs") == is_abs for c in want if c not in ("count", "sum_sq")):
+            continue
+        x = source(is_abs)
+        if "sum" + a in want or "var" + a in want:
+            columns["sum" + a] = x.sum(axis=1)
+        if "var" + a in want:
+            centered = mx.nd.broadcast_sub(x, (columns["sum" + a] / counts).reshape((-1, 1)))
             if mask is not None:
                 centered = centered * mask
-            value = mx.nd.square(centered).sum(axis=1) / counts
-        elif base in ("min", "max"):
-            fill = np.inf if base == "min" else -np.inf
-            value = filled(x, fill).min(axis=1) if base == "min" else filled(x, fill).max(axis=1)
-            # numpy propagates NaN through min/max; device kernels may skip it.
-            value = mx.nd.where(has_nan(), mx.nd.full(value.shape, np.nan, ctx=ctx, dtype="float64"), value)
-        elif base == "prod":
-            value = filled(x, 1.0).prod(axis=1)
-        elif name == "sum_sq":
-            value = mx.nd.square(matrix).sum(axis=1)
-        else:  # guarded by DEVICE_REDUCTIONS
-            raise ValueError(f"no device column {name!r}")
-        columns[name] = value
-        return value
-
-    for name in columns_for(tuple(wanted)):
-        col(name)
+            columns["var" + a] = mx.nd.square(centered).sum(axis=1) / counts
+        for base, fill in (("min", np.inf), ("max", -np.inf)):
+            if base + a in want:
+                value = filled(x, fill).min(axis=1) if base == "min" else filled(x, fill).max(axis=1)
+                # numpy propagates NaN through min/max; device kernels may skip it.
+                columns[base + a] = mx.nd.where(has_nan(), mx.nd.full(value.shape, np.nan, ctx=ctx, dtype="float64"),
+                                                value)
+        if "prod" + a in want:
+            columns["prod" + a] = filled(x, 1.0).prod(axis=1)
     yield from zip(wanted, finish(columns, wanted, mx.nd.sqrt))

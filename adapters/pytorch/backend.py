@@ -420,41 +420,27 @@ class TorchBackend(TensorBackend):
 def _segment_columns(x: torch.Tensor, lengths: torch.Tensor, counts: torch.Tensor, needed: Tuple[str, ...]
                      ) -> Dict[str, torch.Tensor]:
     """The ``needed`` partial columns of each segment of the flat float64 tensor ``x``, one
-    ``segment_reduce`` per kind of pass (two-pass variances)."""
+    ``segment_reduce`` per kind of pass (two-pass variances; median is computed per tensor,
+    :func:`_split_median`). Straight-line code: no closure keeps ``x`` alive after the call."""
+    want = set(needed)
     got: Dict[str, torch.Tensor] = {"count": counts}
-    kept: Dict[str, torch.Tensor] = {}
-
-    def seg(data: torch.Tensor, op: str) -> torch.Tensor:
-        return torch.segment_reduce(data, op, lengths=lengths, unsafe=True)
-
-    def expand(v: torch.Tensor) -> torch.Tensor:
-        return torch.repeat_interleave(v, lengths, output_size=x.numel())
-
-    def source(is_abs: bool) -> torch.Tensor:
-        if is_abs and "abs" not in kept:
-            kept["abs"] = x.abs()
-        return kept["abs"] if is_abs else x
-
-    def col(name: str) -> torch.Tensor:
-        if name not in got:
-            is_abs = name.endswith("_abs")
-            base = name[:-4] if is_abs else name
-            if name == "sum_sq":
-                got[name] = seg(x.square(), "sum")
-            elif base in ("sum", "min", "max", "prod"):
-                got[name] = seg(source(is_abs), base)
-            elif base == "var":
-                centered = source(is_abs) - expand(col("sum" + name[3:]) / counts)
-                got[name] = seg(centered.square_(), "sum") / counts
-            else:  # median is computed per tensor (_split_median)
-                raise ValueError(f"no segment column {name!r}")
-        return got[name]
-
     health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
     if health:
-        got.update(health_partials(x, health, counts, lambda a: seg(a.to(torch.float64), "sum"), expand, torch))
-    for name in needed:
-        col(name)
+        got.update(health_partials(
+            x, health, counts, lambda a: torch.segment_reduce(a.to(torch.float64), "sum", lengths=lengths, unsafe=True),
+            lambda v: torch.repeat_interleave(v, lengths, output_size=x.numel()), torch))
+    if "sum_sq" in want:
+        got["sum_sq"] = torch.segment_reduce(x.square(), "sum", lengths=lengths, unsafe=True)
+    magnitudes = x.abs() if any(c.endswith("_abs") for c in want) else None
+    for a, src in (("", x), ("_abs", magnitudes)):
+        if src is None:
+            continue
+        for base in ("sum", "min", "max", "prod"):
+            if base + a in want or (base == "sum" and "var" + a in want):
+                got[base + a] = torch.segment_reduce(src, base, lengths=lengths, unsafe=True)
+        if "var" + a in want:
+            centered = src - torch.repeat_interleave(got["sum" + a] / counts, lengths, output_size=src.numel())
+            got["var" + a] = torch.segment_reduce(centered.square_(), "sum", lengths=lengths, unsafe=True) / counts
     return got
 
 
@@ -479,36 +465,8 @@ def _one_columns(t: torch.Tensor, needed: Tuple[str, ...]) -> Dict[str, object]:
     """
     x = _as_real(t, _compute_dtype(t.dtype))
     n = x.numel()
-    kept: Dict[str, torch.Tensor] = {}
+    want = set(needed)
     got: Dict[str, object] = {}
-
-    def source(is_abs: bool) -> torch.Tensor:
-        if is_abs and "abs" not in kept:
-            kept["abs"] = x.abs()
-        return kept["abs"] if is_abs else x
-
-    def col(name: str):
-        if name not in got:
-            is_abs = name.endswith("_abs")
-            base = name[:-4] if is_abs else name
-            if base in ("min", "max"):
-                low, high = torch.aminmax(source(is_abs))
-                got["min" + name[3:]], got["max" + name[3:]] = low, high
-            elif base == "sum":
-                got[name] = source(is_abs).sum()
-            elif base == "var":
-                got[name] = torch.linalg.vector_norm(source(is_abs) - col("sum" + name[3:]) / n).square() / n
-            elif name == "sum_sq":  # the norm squared in float64: its square root is the norm, exactly
-                got[name] = torch.linalg.vector_norm(x, 2).to(torch.float64).square()
-            elif base == "prod":
-                p = x.prod(dtype=torch.float64)
-                got[name] = p.abs() if is_abs else p
-            elif base == "median":
-                got[name] = _median(source(is_abs))
-            else:
-                raise ValueError(f"no column {name!r}")
-        return got[name]
-
     health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
     if health:
         partials = health_partials(x.reshape(1, -1).to(torch.float64), health,
@@ -516,8 +474,23 @@ def _one_columns(t: torch.Tensor, needed: Tuple[str, ...]) -> Dict[str, object]:
                                    _row_sums, _per_row, torch)
         got.update({name: value.reshape(()) for name, value in partials.items()})
     got["count"] = float(n)
-    for name in needed:
-        col(name)
+    if "sum_sq" in want:  # the norm squared in float64: its square root is the norm, exactly
+        got["sum_sq"] = torch.linalg.vector_norm(x, 2).to(torch.float64).square()
+    magnitudes = x.abs() if any(c.endswith("_abs") for c in want) else None
+    for a, src in (("", x), ("_abs", magnitudes)):
+        if src is None:
+            continue
+        if "min" + a in want or "max" + a in want:
+            got["min" + a], got["max" + a] = torch.aminmax(src)
+        if "sum" + a in want or "var" + a in want:
+            got["sum" + a] = src.sum()
+        if "var" + a in want:
+            got["var" + a] = torch.linalg.vector_norm(src - got["sum" + a] / n).square() / n
+        if "prod" + a in want:
+            p = x.prod(dtype=torch.float64)
+            got["prod" + a] = p.abs() if a else p
+        if "median" + a in want:
+            got["median" + a] = _median(src)
     return got
 
 

@@ -13,6 +13,7 @@ decides which strategy reads a batch.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -22,8 +23,8 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from smdebug.reduction_columns import (CANCELLATION_LIMIT, HEALTH_COLUMNS, columns_for, finish_table, flat_columns,
-                                       row_segments, segments, value_columns)
+from smdebug.reduction_columns import (CANCELLATION_LIMIT, HEALTH_COLUMNS, columns_for, finish, finish_table, flat_columns,
+                                       needs_health, row_segments, segments, value_columns)
 
 from .row_health import health_of_rows, scratch_blocks
 
@@ -41,9 +42,18 @@ def reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tup
 
 def reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
     """``keys`` of one-element tensors given as their values (a step's losses and metrics):
-    :func:`smdebug.reduction_columns.value_columns`, a few whole-array numpy operations (no
-    torch call, whose code is cold between steps: docs/performance.md)."""
-    return finish_table(value_columns(values, columns_for(keys)), keys)
+    :func:`smdebug.reduction_columns.value_columns` of each, no array call (a handful of numpy
+    or torch calls would cost the training thread far more than the arithmetic, their code
+    being cold between steps: docs/performance.md)."""
+    needed = columns_for(keys)
+    out = np.empty((len(values), len(keys)), dtype=np.float64)
+    with np.errstate(all="ignore") if needs_health(needed) else _NOTHING:
+        for i, value in enumerate(values):
+            out[i] = finish(value_columns(value, needed), keys, math.sqrt)
+    return out
+
+
+_NOTHING = contextlib.nullcontext()
 
 
 class BufferPool:

@@ -31,6 +31,11 @@ class StepClock:
     def mode_step(self) -> int:
         return self.mode_steps.get(self.mode, -1)
 
+    @property
+    def step_mode(self) -> ModeKeys:
+        """The mode the open (or last) step began in."""
+        return self.identity[1]
+
     def set_mode(self, mode: ModeKeys) -> None:
         self.mode_steps.setdefault(mode, -1)
         self.mode = mode

@@ -138,7 +138,7 @@ def _flush_all(deadline: float) -> None:
         if left <= 0:
             return
         try:
-            session.flush_ended_steps(left)
+            session.flush(left, from_signal=True)
         except Exception as exc:  # noqa: BLE001 - the signal's own action must still happen
             logger.warning("smdebug: flushing on a signal failed: %s: %s", type(exc).__name__, exc)
 

@@ -24,43 +24,27 @@ reaches training: it logs one warning and disables capture (:meth:`StepSession.g
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 import numpy as np
 
-from .. import config as cfg
 from ..environment import on_sagemaker
-from .backend import NumpyBackend, TensorBackend
-from ..collections import (
-    Collection, CollectionKeys, CollectionManager, FrameworkProfile, as_name_list,
-)
-from .inclusion import InclusionCheck
+from ..collections import as_name_list
 from .arguments import HookArguments
-from .contract import Worker, check_adapter, check_backend, check_worker
+from .contract import Worker, check_adapter
 from ..exceptions import ConfigError
-from ..flight_recorder_config import FlightRecorder
-from .flight_recorder import Recorder
 from ..logger import get_logger
 from ..modes import ModeKeys
-from .pipeline import StepPipeline
-from .plans import StepPlans
-from ..reduction_config import REDUCTION_TAG_PREFIX, ReductionConfig
+from ..reduction_config import REDUCTION_TAG_PREFIX
 from ..storage import open_runs
-from ..storage.stop_request import StopRequestPoller
-from ..storage.run_files import StepCounters
-from ..save_config import SaveConfig
-from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
-from .step_records import StepRecordMaker
-from .inbox import StepInbox
-from .clock import StepClock
-from . import preemption, run_output
+from . import preemption
 from .fail_open import Guard, never_raises
+from .session_parts import SessionParts
 
 logger = get_logger()
 
@@ -69,110 +53,62 @@ CLOSE_TIMEOUT_S = 300.0
 
 
 
+def _view(part: str, name: str, doc: str) -> property:
+    """A read-only view of attribute ``name`` of the session's part ``part``."""
+    def get(self):
+        return getattr(getattr(self, part), name)
+    return property(get, doc=doc)
+
+
 class StepSession:
-    """The core of one run: configuration, step state, plans, hand-over, records, writer,
-    step pipeline, flight recorder, live rules' listeners, stop requests.
+    """The step driver of one run: step boundaries, modes, the end of each step, stopping,
+    the fail-open policy and the lifecycle, over the parts it is built from
+    (:class:`~.session_parts.SessionParts`: configuration, collections, plans, hand-over,
+    records, writer, step pipeline, flight recorder, sinks, live rules' listeners).
 
     Built by a hook with its adapter (``smdebug.capture.contract.Adapter``, checked here) and its
     :class:`~smdebug.capture.arguments.HookArguments`. Adapters call the surface declared in
     ``smdebug.capture.contract.SessionSurface``; the user calls the hook.
     """
 
+    # The run's identity: settled when the session is built, or by adopt_worker before anything is written.
+    rank = _view("parts", "rank", "This worker's rank.")
+    world_size = _view("parts", "world_size", "The number of workers.")
+    worker_name = _view("parts", "worker_name", "This worker's name in the run's files.")
+    is_chief = _view("parts", "is_chief", "Whether this is worker 0.")
+    include_workers = _view("parts", "include_workers", "``'one'`` or ``'all'``: which workers write.")
+    # The step counters, as adapters read them (the clock owns them).
+    mode = _view("clock", "mode", "The mode the next step begins in.")
+    global_step = _view("clock", "global_step", "The current global step (-1 before the first).")
+    mode_step = _view("clock", "mode_step", "The current step of the current mode.")
+    step_open = _view("clock", "open", "Whether a step has begun and not ended.")
+    step_mode = _view("clock", "step_mode", "The mode the open (or last) step began in: ``mode`` is where the next "
+                      "step begins, and ``set_mode()`` changes it while a step is open.")
+    saving_step = _view("plans", "saving", "Whether the open step saves anything on this worker.")
+
     def __init__(self, adapter, arguments: HookArguments):
         check_adapter(adapter)  # an adapter that breaks the contract fails here, not at its first step
-        self.adapter = adapter
-        self.framework: str = adapter.framework
-        self.profile: FrameworkProfile = adapter.profile
-        a = arguments
-        # A URL (s3://, any fsspec URL; smdebug_core/storage/remote.py): the run is written into a
-        # local spool directory, which becomes out_dir once the worker is known, and uploaded.
-        self.out_url: Optional[str] = a.out_url
-        self.out_dir = os.path.abspath(os.path.expanduser(a.out_dir))
-        tensorboard_dir, export_tensorboard = a.tensorboard_dir, a.export_tensorboard
-        flight_recorder = a.flight_recorder
-
-        self.dry_run = a.dry_run
-        self.include_workers = a.include_workers
-        self.reduction_config = a.reduction_config or ReductionConfig(save_raw_tensor=True)
-        self.save_config = a.save_config or SaveConfig()
-        self.save_all = a.save_all
-        self.collection_manager = CollectionManager(self.profile)
-        self.collection_manager.on_new_collection = self._on_new_collection
-        self.collection_manager.object_handler = adapter.collection_object
-        self.include_collections: List[str] = list(self.profile.default_included)
-        self._inclusion = InclusionCheck(self.profile.collection_names(), self.framework)
-        for name in a.include_collections:
-            self.include(name)
-        if a.include_regex:
-            self.collection_manager.get(CollectionKeys.DEFAULT).include(list(a.include_regex))
-            self.include(CollectionKeys.DEFAULT)
-        if a.save_all:
-            self.collection_manager.get(CollectionKeys.ALL).include(".*")
-            self.include(CollectionKeys.ALL, expect=False)
-        #: The flight recorder's configuration (None: off). Its collections are included:
-        #: saved as usual at their save config's steps, kept in memory at every other step.
-        self.flight_recorder: Optional[FlightRecorder] = flight_recorder
-        if flight_recorder is not None:
-            for name in flight_recorder.collections:
-                self.include(name)
-
-        self.rank, self.world_size, self.worker_name = check_worker(adapter, adapter.worker())
-        self.is_chief = self.rank == 0
-        self.writes_files = (self.include_workers == "all" or self.is_chief) and not self.dry_run
-        self.out_dir, tensorboard_dir, export_tensorboard, remote_extra, prefix_check = run_output.locate(
-            a, self.out_url, self.out_dir, self.worker_name, self.writes_files, self.is_chief, self._sibling_workers())
-        self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
-        #: Configs -> plans, and what the open step saves (adapters: ``session.plans``).
-        self.plans = StepPlans(self.collection_manager, self.include_collections, self._inclusion, self.profile,
-                               self.save_config, self.reduction_config, bool(self.tensorboard_dir), flight_recorder,
-                               recording=lambda: self.flight_recording,
-                               consumes=lambda: self.writes_files or self.dry_run or bool(self._listeners))
-        self.backend: TensorBackend = check_backend(adapter, adapter.make_backend())
-        self._numpy_backend = NumpyBackend()
-
-        # Step state (docs/format.md 8.1): global step and one counter per mode.
-        self.clock = StepClock()
         self.enabled = True
-        # mode -> (from, until): its mode steps in [from, until) save nothing (reset with the plans)
-        # name -> (plan, snapshot, backend); ReducedBlock -> (None, (block, values), None) for
-        # reductions the adapter computed. Insertion order is recording order (a name recorded
-        # again moves to the end): the last record wins.
-        self._early_tensors: List[Tuple[str, object]] = []  # save_tensor before the first step
-        self._collections_version = -1  # the collections' version last written; -1: none written
-        self._closed = False
-        self._lock = threading.RLock()
-        self._listeners = StepListeners()  # live rules
-        # Saved steps are finished (reductions, host copies, records) on this worker thread.
-        self._pipeline = StepPipeline(on_error=self._on_pipeline_error)
-        self._pipeline_failure: Optional[Tuple[str, bool]] = None  # (reason, already reported)
-        self._records = StepRecordMaker(self.profile.strip_output_index_in_reduction_tags,
-                                        lambda value: self.inbox.backend_for(value))
-        #: What the adapter hands over during a step (adapters: ``session.inbox``).
-        self.inbox = StepInbox(self.plans, self._pipeline, self.backend, self._numpy_backend, self._records.skipped,
-                               self._records.skip_tensor, lambda: self.enabled, self.disable)
         #: Set by request_stop(); adapters end training at the next step boundary.
         self.stop_reason: Optional[str] = None
-        # Flight recorder (smdebug_core/capture/flight_recorder.py): made once the writer exists.
-        self._recorder: Optional[Recorder] = None
+        self.closed = False
+        self._lock = threading.RLock()
+        self._early_tensors: list = []  # (name, value) given to save_tensor before the first step
         self._step_probe = None  # the adapter's non-finite probe of the open step (set_step_probe)
-        self._last_identity: Optional[tuple] = None  # the last step finished
-
-        checkpoint_dir = cfg.checkpoint_dir()
-        self._step_counters = StepCounters(checkpoint_dir) if checkpoint_dir else None
-        if self._step_counters is not None:
-            self._resume_step_counters()
-
-        self.writer = None
-        if self.writes_files:
-            self.writer, self._recorder = run_output.open_writer(self, a.overwrite, self._sibling_workers(), remote_extra,
-                                                                  flight_recorder, prefix_check, a.layout)
+        self.parts = parts = SessionParts(adapter, arguments, self)
+        # What adapters and the hook read, the parts the driver runs: the same objects as the parts'.
+        self.adapter, self.framework, self.profile = parts.adapter, parts.framework, parts.profile
+        self.out_url, self.out_dir, self.tensorboard_dir = parts.out_url, parts.out_dir, parts.tensorboard_dir
+        self.dry_run, self.writes_files, self.save_all = parts.dry_run, parts.writes_files, parts.save_all
+        self.save_config, self.reduction_config = parts.save_config, parts.reduction_config
+        self.collection_manager, self.include_collections = parts.collection_manager, parts.collections.included
+        self.collections, self.flight_recorder, self.recorder = parts.collections, parts.flight_recorder, parts.recorder
+        self.plans, self.clock, self.inbox, self.backend = parts.plans, parts.clock, parts.inbox, parts.backend
+        self.listeners, self.writer = parts.listeners, parts.writer
+        self._pipeline, self._records, self._stop_poller = parts.pipeline, parts.records, parts.stop_poller
         if self.writer is not None:
             open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
-        self._sinks = self._make_sinks()
-        if self.writer is not None:  # a SIGTERM writes the steps that have ended first (preemption.py)
-            preemption.watch(self, a.flush_on_signals)
-        # Another process (a rule) may ask this run to stop through a file in out_dir.
-        self._stop_poller = None if self.dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
+            preemption.watch(self, arguments.flush_on_signals)  # a SIGTERM writes the steps that have ended first
         where = "a dry run (nothing written)" if self.dry_run else (
             f"writing {self.out_url} (spooled in {self.out_dir})" if self.out_url else f"writing {self.out_dir}")
         if not self.writes_files and not self.dry_run:
@@ -180,50 +116,14 @@ class StepSession:
         logger.info("smdebug %s hook: %s as %s; collections %s; %r", self.framework, where, self.worker_name,
                     ", ".join(self.include_collections) or "none", self.save_config)
 
-    def _sibling_workers(self) -> List[str]:
-        """The other workers of this job that write into the same run."""
-        if self.include_workers != "all":
-            return []
-        return [f"worker_{r}" for r in range(self.world_size) if r != self.rank]
-
-    # --- step counters kept across restarts (spot training): run_files.StepCounters ---------
-    def _resume_step_counters(self) -> None:
-        """Continue the step numbering of a previous run of this job, if it left its state."""
-        state = self._step_counters.load()
-        if state is not None:
-            self.clock.resume(*state)
-            logger.info("smdebug: resuming after global step %d (state in %s)", state[0], self._step_counters.dir)
-
-    def _save_step_counters(self, identity: Optional[tuple] = None) -> None:
-        """At the end of each saved step (``identity``, on the step pipeline's thread) and at
-        close (the training thread's counters)."""
-        self._step_counters.save(self.out_dir, *self.clock.counters(identity))
-
     def include(self, name: str, expect: bool = True) -> None:
         """Save collection ``name`` (created if new). ``expect``: the user asked for it by
         name, so one warning if it is never configured or matches nothing."""
-        self.collection_manager.get(name)
-        if name not in self.include_collections:
-            self.include_collections.append(name)
-        if name == CollectionKeys.ALL:  # as in the original: "all" includes every collection
-            for other in list(self.collection_manager.collections):
-                if other not in self.include_collections:
-                    self.include_collections.append(other)
-        if expect:
-            self._inclusion.expect(name)
-
-    def _on_new_collection(self, collection: Collection) -> None:
-        if CollectionKeys.ALL in self.include_collections:
-            self.include(collection.name, expect=False)
+        self.collections.include(name, expect)
 
     def nothing_to_save(self, collection: str, reason: str) -> None:
         """``collection`` cannot hold tensors in this training (no warning that it matched nothing)."""
-        self._inclusion.not_applicable(collection, reason, logger)
-
-    def seen_tensor_names(self) -> List[str]:
-        """Every tensor name this hook was offered so far (saved or not), in order of first
-        sight: the names to match when a collection's regex saves nothing."""
-        return list(self._inclusion.seen)
+        self.collections.nothing_to_save(collection, reason)
 
     # --- modes and steps --------------------------------------------------------------
     def set_mode(self, mode, by_user: bool = True) -> None:
@@ -247,7 +147,7 @@ class StepSession:
         # Scalars saved after the last step ended (after model.fit) belong to that step, as in 1.0.34.
         if self.clock.open or (self.inbox and self.global_step >= 0):
             self.end_step()
-        if self._pipeline_failure is not None and not self._disable_after_pipeline_failure():
+        if self.parts.failures.pending is not None and not self._disable_after_failure():
             return False
         try:
             _, mode, mode_step = self.clock.advance(step)
@@ -263,29 +163,11 @@ class StepSession:
             self.disable(f"begin_step: {type(exc).__name__}: {exc}")
         return self.saving_step
 
-    # The step counters, as adapters read them (the clock owns them).
-    @property
-    def mode(self) -> ModeKeys:
-        return self.clock.mode
-
-    @property
-    def global_step(self) -> int:
-        return self.clock.global_step
-
-    @property
-    def mode_step(self) -> int:
-        return self.clock.mode_step
-
-    @property
-    def saving_step(self) -> bool:
-        """Whether the open step saves anything on this worker."""
-        return self.plans.saving
-
     @property
     def flight_recording(self) -> bool:
         """Whether the flight recorder keeps steps now (on, not fired, not disabled): adapters
         install their non-finite probes only then."""
-        recorder = self._recorder
+        recorder = self.recorder
         return recorder is not None and recorder.enabled and recorder.fired is None and self.enabled
 
     def set_step_probe(self, probe) -> None:
@@ -334,11 +216,11 @@ class StepSession:
         what a trainer reports once an epoch, such as Keras' ``val_*`` logs, would otherwise
         be lost on most steps). Returns how many will be saved."""
         if self.saving_step:
-            return self.inbox.hold(items, self._numpy_backend)
-        if not (self.clock.open and (self.writes_files or self.dry_run or self._listeners)):
+            return self.inbox.hold(items, self.parts.numpy_backend)
+        if not (self.clock.open and (self.writes_files or self.dry_run or self.listeners)):
             return 0
         everything = frozenset(p.collection.name for p in self.plans.prepared)
-        held = sum(self.inbox.hold(((name, value),), self._numpy_backend, plan)
+        held = sum(self.inbox.hold(((name, value),), self.parts.numpy_backend, plan)
                    for name, value in items if (plan := self.plans.plan_in(name, everything)) is not None)
         if held:
             self.plans.ring_only = False  # written with its step, not kept for the flight recorder only
@@ -388,76 +270,29 @@ class StepSession:
         if self.clock.open:
             self.adapter.on_step_end()
         self.clock.open = False
-        inclusion = self._inclusion
-        if inclusion.pending and (self.saving_step or not inclusion.configured_checked):
-            # At the end of the first step, not its start: save_tensor() calls in it define collections too.
-            inclusion.check_configured(self.collection_manager, logger)
-            if self.saving_step:
-                inclusion.check_matches(self.collection_manager, self.plans.saving_collections, self.clock.identity[0], logger)
+        self.collections.check_at_step_end(self.saving_step, self.plans.saving_collections, self.clock.identity[0])
         pending, has_blocks, scalars, placements = self.inbox.take()
         if not pending and not scalars:
             return
-        collections = None
-        if self.writer is not None and self.collection_manager.version != self._collections_version:
-            # Written with the first saved step, again when collections changed (a tensor saved
-            # with save_tensor joins its collections): readers of a live run see them. Here:
-            # the training thread changes collections.
-            collections = self.collections_json()
-            self._collections_version = self.collection_manager.version
+        # Written with the first saved step, again when collections changed: readers of a live
+        # run see them. Here: the training thread changes collections.
+        collections = self.collections.if_changed() if self.writer is not None else None
         # On the worker while it still reduces this step's batches (steps stay in order);
         # else here: making the records costs less than waking the worker for them.
         # Live rules and dry runs see each step finished before the next begins.
         flight = None
-        if self._recorder is not None and self.flight_recording:
+        if self.recorder is not None and self.flight_recording:
             flight = (self.plans.ring_only, self._step_probe)
         self._step_probe = None
         args = (pending, has_blocks, scalars, self.clock.identity, collections, flight, placements)
-        if self._pipeline.idle or self._listeners or self.writer is None:
+        finish = self.parts.finisher.finish
+        if self._pipeline.idle or self.listeners or self.writer is None:
             self._pipeline.drain()
-            self._pipeline.run_here("finishing a step", self._finish_step, *args)
+            self._pipeline.run_here("finishing a step", finish, *args)
         else:
-            self._pipeline.submit("finishing a step", self._finish_step, *args)
-        if self._pipeline_failure is not None:
-            self._disable_after_pipeline_failure()
-
-    def _make_sinks(self) -> list:
-        """The consumers of finished steps, in the order they see each one (:mod:`.sinks`)."""
-        sinks: list = []
-        if self._recorder is not None:
-            sinks.append(RecorderSink(self._recorder))
-        sinks.append(MetricLinesSink(self.writer))
-        if self.writer is not None:
-            sinks.append(WriterSink(self.writer, self._on_writer_failed))
-        elif self.dry_run:
-            sinks.append(DryRunSink())
-        if self._step_counters is not None:
-            sinks.append(StepCountersSink(self._save_step_counters))
-        return sinks
-
-    def _on_writer_failed(self, reason: str) -> None:
-        self._pipeline_failure = self._pipeline_failure or (reason, True)
-
-    def _finish_step(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple,
-                     collections: Optional[bytes], flight: Optional[tuple] = None,
-                     placements: Optional[Dict[str, dict]] = None) -> None:
-        """On the pipeline's worker: the step's records, made once, to each sink in order, then
-        to the live rules. ``flight``: ``(ring_only, probe)`` while the flight recorder keeps
-        steps; ``placements``: name -> where a record sits in a sharded tensor (docs/format.md 3.3)."""
-        step = self._records.make(pending, has_blocks, scalars, identity, self.worker_name,
-                                  check_nonfinite=flight is not None, observed=bool(self._listeners),
-                                  ring_only=flight is not None and flight[0])
-        step.placements, step.collections = placements or {}, collections
-        if flight is not None:
-            step.probe = flight[1]
-        # A kept step is kept, checked and its scalars submitted under the recorder's lock: a
-        # fire from another thread (a rule, an exception) comes before or after, never between.
-        with self._recorder.lock if flight is not None else contextlib.nullcontext():
-            self._last_identity = identity
-            for sink in self._sinks:
-                sink.on_step(step)
-        # Outside the lock: a live rule's action may fire the recorder from the rules thread
-        # while this thread waits for its verdict.
-        self._listeners.notify(step.values)
+            self._pipeline.submit("finishing a step", finish, *args)
+        if self.parts.failures.pending is not None:
+            self._disable_after_failure()
 
     def abandon_step(self) -> None:
         """Drop the open step without writing it: its adapter found it cut short (an interrupt
@@ -477,13 +312,13 @@ class StepSession:
         thread; from the training thread with ``trigger="exception"`` the open step is
         ended first, so that the step that failed is written too.
         """
-        recorder = self._recorder
+        recorder = self.recorder
         if recorder is None or not self.flight_recording:
             return None
         if trigger == "exception":
             self.step_failed()  # before the step ends: no collectives the other workers may not reach
         with self.guard("flight recorder"):
-            identity = self._last_identity
+            identity = self.parts.finisher.last_identity
             if trigger == "exception" and self.clock.open and not self._pipeline.on_worker_thread:
                 identity = self.clock.identity
                 self.end_step()
@@ -492,61 +327,31 @@ class StepSession:
             return recorder.fire(trigger, reason, identity)
         return None
 
-    def flush(self, timeout: Optional[float] = None) -> bool:
+    def flush(self, timeout: Optional[float] = None, from_signal: bool = False) -> bool:
         """Wait until every step ended so far is finished and on disk (its files published).
 
         Steps are finished on the step pipeline's thread and written by the writer thread in
         batches; call this before reading a run that is still training. Returns False if
-        ``timeout`` (seconds) passed first or the hook failed.
+        ``timeout`` (seconds, for the whole flush) passed first or the hook failed.
+        ``from_signal``: from any thread, what a signal handler does before the process ends
+        (preemption.py): the open step is not ended (never written half), nothing is disabled.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         done = self._pipeline.drain(timeout)
-        if self._pipeline_failure is not None and self.enabled:
-            self._disable_after_pipeline_failure()
+        if not from_signal and self.parts.failures.pending is not None and self.enabled:
+            self._disable_after_failure()
         writer = self.writer
         if done and writer is not None:
-            done = bool(writer.flush(timeout))
-        return done and self.enabled
+            done = bool(writer.flush(None if deadline is None else max(0.0, deadline - time.monotonic())))
+        return done and (from_signal or self.enabled)
 
-    def flush_ended_steps(self, timeout: float) -> bool:
-        """Publish (and upload) the steps that have ended, within ``timeout`` seconds, from any
-        thread: what a signal handler does before the process ends (preemption.py). The open
-        step is not ended (never written half); nothing is disabled or closed."""
-        deadline = time.monotonic() + timeout
-        if not self._pipeline.drain(timeout):
-            return False
-        writer = self.writer
-        return writer is None or bool(writer.flush(max(0.0, deadline - time.monotonic())))
-
-    def _on_pipeline_error(self, what: str, exc: BaseException) -> None:
-        if self._pipeline_failure is None:
-            self._pipeline_failure = (f"{what}: {type(exc).__name__}: {exc}", False)
-
-    def _disable_after_pipeline_failure(self) -> bool:
-        reason, reported = self._pipeline_failure
+    def _disable_after_failure(self) -> bool:
+        """A failure on another thread (:class:`~.session_parts.Failures`) disables the hook here."""
+        reason, reported = self.parts.failures.pending
         self.disable(reason, already_reported=reported)
         return False
 
-    def collections_json(self) -> bytes:
-        """The collections file: every collection with its resolved configs (docs/format.md 4.3)."""
-        return self.plans.collections_json(self.world_size if self.include_workers == "all" else 1)
-
-    def _write_collections(self) -> None:
-        if self.writer is not None:
-            self.writer.write_collections(self.collections_json())
-            self._collections_version = self.collection_manager.version
-
     # --- live consumers of saved values (rules) and stopping ---------------------------
-    def add_step_listener(self, listener) -> None:
-        """Call ``listener(StepValues)`` after every saved step, on the training thread.
-
-        Listeners must return quickly (hand the values to their own thread); an exception
-        in a listener is logged once and the listener removed. Live rules use this.
-        """
-        self._listeners.add(listener)
-
-    def remove_step_listener(self, listener) -> None:
-        self._listeners.remove(listener)
-
     def request_stop(self, reason: str) -> None:
         """Ask the adapter to end training at the next step boundary (rules' StopTraining)."""
         if self.stop_reason is None:
@@ -564,14 +369,6 @@ class StepSession:
         return self.stop_reason is not None
 
     # --- lifecycle -------------------------------------------------------------------
-    def _writer_failed(self) -> bool:
-        """Whether the writer has failed; if so the hook is disabled (the writer logged why)."""
-        writer = self.writer
-        if writer is None or writer.failed is None:
-            return False
-        self.disable(f"writer failed: {writer.failed}", already_reported=True)
-        return True
-
     def guard(self, where: str) -> Guard:
         """The one fail-open policy, for a block: ``with hook.guard("on_epoch_end"): ...``.
 
@@ -591,7 +388,7 @@ class StepSession:
         if not self._pipeline.on_worker_thread:
             self._pipeline.close(timeout=10)  # steps finished before the failure still reach the writer
         writer, self.writer = self.writer, None
-        self._sinks = []  # steps still in the pipeline go nowhere
+        self.parts.finisher.sinks = []  # steps still in the pipeline go nowhere
         if writer is not None:
             try:
                 writer.close(write_end_marker=False, timeout=10)
@@ -605,9 +402,9 @@ class StepSession:
     def close(self) -> None:
         """Flush the last step, write the collections file and the end-of-training marker."""
         with self._lock:
-            if self._closed:
+            if self.closed:
                 return
-            self._closed = True
+            self.closed = True
         preemption.unwatch(self)
         try:
             if (self.enabled and self.clock.open) or self.inbox:
@@ -615,21 +412,22 @@ class StepSession:
             if not self._pipeline.close(timeout=CLOSE_TIMEOUT_S):
                 logger.warning("smdebug: steps still being reduced after %.0f s at close; the run may miss its last "
                                "steps", CLOSE_TIMEOUT_S)
-            if self._pipeline_failure is not None and self.enabled:
-                self._disable_after_pipeline_failure()
-            self._listeners.close()  # live rules finish their reports
-            if self._recorder is not None:
-                self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
-            if self.writer is not None:
+            if self.parts.failures.pending is not None and self.enabled:
+                self._disable_after_failure()
+            self.listeners.close()  # live rules finish their reports
+            if self.recorder is not None:
+                self.recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
+            writer = self.writer
+            if writer is not None:
                 try:
-                    self._write_collections()
-                    marker = self.is_chief and not on_sagemaker()
-                    self.writer.close(write_end_marker=marker)
+                    self.collections.write(writer)
+                    writer.close(write_end_marker=self.is_chief and not on_sagemaker())
                 except Exception as exc:  # noqa: BLE001 - closing must not raise into training
                     logger.warning("smdebug: could not finish writing %s: %s", self.out_dir, exc)
-                self._writer_failed()  # the writer works in batches: a disk error may surface only now
-            if self._step_counters is not None and self.global_step >= 0:
-                self._save_step_counters()
+                if writer.failed is not None:  # the writer works in batches: a disk error may surface only now
+                    self.disable(f"writer failed: {writer.failed}", already_reported=True)
+            if self.parts.step_counters is not None and self.global_step >= 0:
+                self.parts.save_step_counters()
         finally:
             open_runs.unregister(self.flush)
             try:
@@ -644,38 +442,17 @@ class StepSession:
             with self.guard("step_failed"):
                 self.adapter.on_step_failed()
 
-    # --- small public views for adapters -----------------------------------------------
-    @property
-    def step_open(self) -> bool:
-        """Whether a step has begun and not ended."""
-        return self.clock.open
-
-    @property
-    def step_mode(self) -> ModeKeys:
-        """The mode the open (or last) step began in: ``mode`` is where the next step begins,
-        and ``set_mode()`` changes it while a step is open."""
-        return self.clock.identity[1]
-
-    @property
-    def closed(self) -> bool:
-        """Whether close() was called."""
-        return self._closed
-
-    @property
-    def recorder(self) -> Optional[Recorder]:
-        """The flight recorder of this worker (None: not configured, or this worker writes nothing)."""
-        return self._recorder
-
     def adopt_worker(self, worker: Worker, include_workers: Optional[str] = None) -> bool:
         """Write as ``worker`` from now on (a distribution strategy met after construction),
         and with ``include_workers`` if given; False, changing nothing, once something was
         written under the current name."""
-        if self._collections_version >= 0 or self.global_step >= 0:
+        parts = self.parts
+        if self.collections.written or self.global_step >= 0:
             return False
-        self.rank, self.world_size, self.worker_name = worker
+        parts.rank, parts.world_size, parts.worker_name = worker
         if include_workers is not None:
-            self.include_workers = include_workers
-        self.is_chief = self.rank == 0
+            parts.include_workers = include_workers
+        parts.is_chief = parts.rank == 0
         if self.writer is not None:
             self.writer.worker = worker.name  # only names the collections file, not yet written
         return True

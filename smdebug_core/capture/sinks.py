@@ -1,10 +1,11 @@
 """Step sinks: the consumers of finished steps, behind one small protocol.
 
-The session makes each saved step's records once (:class:`~.step_records.FinishedStep`) and
-hands them to its sinks in order, on the step pipeline's worker. A sink may narrow what
-the sinks after it see (the flight recorder keeps a step that only it wanted, and lets the
-writer have its scalars alone). A new consumer is a new sink; the session's step logic
-does not change.
+The session makes each saved step's records once (:class:`~.step_records.FinishedStep`, read-only)
+and hands them to its sinks in order, on the step pipeline's worker. A sink may narrow what
+the sinks after it see by returning a new step (the flight recorder keeps a step that only it
+wanted, and lets the writer have its scalars alone; the writer's sink returns the step marked
+written), never by changing the one it got. A new consumer is a new sink; the session's step
+logic does not change.
 
 * :class:`RecorderSink` - the flight recorder: keeps steps, fires on non-finite values;
 * :class:`MetricLinesSink` - SageMaker metric lines;
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import Callable, List, Optional, Protocol
 
 from .. import config as cfg
@@ -33,9 +35,10 @@ logger = get_logger()
 
 class StepSink(Protocol):
     """A consumer of finished steps. ``on_step`` runs on the step pipeline's worker, one step
-    at a time in step order; it must not block on training."""
+    at a time in step order; it must not block on training. It returns the step the sinks
+    after it get when that differs (a new :class:`FinishedStep`), else None."""
 
-    def on_step(self, step: FinishedStep) -> None:
+    def on_step(self, step: FinishedStep) -> Optional[FinishedStep]:
         ...
 
 
@@ -46,7 +49,7 @@ class RecorderSink:
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
 
-    def on_step(self, step: FinishedStep) -> None:
+    def on_step(self, step: FinishedStep) -> Optional[FinishedStep]:
         recorder, identity = self.recorder, step.identity
         if step.ring_only:
             # Kept whole (scalars too); now only the scalars are written, as without the recorder.
@@ -55,12 +58,10 @@ class RecorderSink:
                 self._keep(step, kept)
             except Exception as exc:  # noqa: BLE001 - costs the recorder, not the hook: this step is written
                 recorder.disable(f"keeping step {identity[0]}: {type(exc).__name__}: {exc}")
-                step.ring_only, step.nonfinite = False, None
-            else:
-                tensors_from, tb_from, metrics_from = step.scalars_from
-                step.tensors, step.shapes = step.tensors[tensors_from:], []
-                step.tb_scalars, step.tb_histograms = step.tb_scalars[tb_from:], []
-                step.metrics = step.metrics[metrics_from:]
+                return replace(step, ring_only=False, nonfinite=None)
+            tensors_from, tb_from, metrics_from = step.scalars_from
+            step = replace(step, tensors=step.tensors[tensors_from:], shapes=[], tb_scalars=step.tb_scalars[tb_from:],
+                           tb_histograms=[], metrics=step.metrics[metrics_from:])
         else:
             recorder.keep_saved(identity, step.probe)
         if step.nonfinite:
@@ -68,7 +69,8 @@ class RecorderSink:
             marker = recorder.fire("nonfinite", f"{bad[0]} holds NaN or Inf at step {identity[0]}", identity, bad,
                                    step.probe)
             if step.ring_only and marker is not None and identity[0] in marker["steps_written"]:
-                step.tensors, step.timed = [], []  # its scalars were written with the kept step
+                step = replace(step, tensors=[], timed=[])  # its scalars were written with the kept step
+        return step
 
     def _keep(self, step: FinishedStep, tensors: list) -> None:
         global_step, mode, mode_step = step.identity
@@ -117,11 +119,11 @@ class WriterSink:
         self.writer = writer
         self.on_failure = on_failure
 
-    def on_step(self, step: FinishedStep) -> None:
+    def on_step(self, step: FinishedStep) -> Optional[FinishedStep]:
         writer = self.writer
         if writer.failed is not None:
             self.on_failure(f"writer failed: {writer.failed}")
-            return
+            return None
         global_step, mode, mode_step = step.identity
         timed = step.timed
         if step.tensors or step.shapes or not step.ring_only:  # a kept step may have nothing to write now
@@ -137,7 +139,7 @@ class WriterSink:
             ), publish=i == len(timed) - 1)
         if step.collections is not None:
             writer.write_collections(step.collections)
-        step.written = True
+        return replace(step, written=True)
 
 
 class DryRunSink:

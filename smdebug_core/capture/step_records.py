@@ -11,7 +11,7 @@ training thread's current state.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -28,9 +28,11 @@ from ..storage.step_data import ScalarRun
 logger = get_logger()
 
 
-@dataclass
+@dataclass(frozen=True)
 class FinishedStep:
-    """One saved step's records, as its sinks receive them (in this order of the lists)."""
+    """One saved step's records, as its sinks receive them (in this order of the lists).
+    Read-only: a sink that changes what the sinks after it get returns a new step
+    (``dataclasses.replace``), never changes the one it was given (:mod:`.sinks`)."""
 
     identity: Tuple[int, ModeKeys, int]  # (global step, mode, mode step)
     worker: str
@@ -64,12 +66,15 @@ class StepRecordMaker:
         self.skipped: set = set()  # tensors the backend could not handle: never recorded again
 
     def make(self, pending: dict, has_blocks: bool, scalars: list, identity: tuple, worker: str, *,
-             check_nonfinite: bool, observed: bool, ring_only: bool = False) -> FinishedStep:
+             check_nonfinite: bool, observed: bool, ring_only: bool = False, placements: Optional[dict] = None,
+             collections: Optional[bytes] = None, probe: object = None) -> FinishedStep:
         """The step's records, in recording order. ``pending``: key -> :class:`~.inbox.PendingEntry`;
         ``scalars``: ``(name, value, sm_metric, timestamp)``. ``observed``: fill :attr:`FinishedStep.values` for live rules (not for a
-        step kept by the flight recorder only)."""
+        step kept by the flight recorder only). ``placements``, ``collections``, ``probe``: as
+        :class:`FinishedStep` holds them."""
         step, mode, mode_step = identity
-        out = FinishedStep(identity, worker, ring_only=ring_only)
+        out = FinishedStep(identity, worker, ring_only=ring_only, placements=placements or {}, collections=collections,
+                           probe=probe)
         tensors, shapes, tb_scalars, metrics = out.tensors, out.shapes, out.tb_scalars, out.metrics
         lists = (tensors, shapes, tb_scalars, out.tb_histograms, metrics)
         seen = StepValues(step, mode, mode_step, worker, {}, {}) if observed and not ring_only else None
@@ -110,7 +115,7 @@ class StepRecordMaker:
                 self._emit_one(entry.plan, entry.payload, mode, lists, seen, bad)
             elif entry.kind is Kind.TENSOR and i in materialized:
                 self._emit_one(entry.plan, materialized[i], mode, lists, seen, bad)
-        out.scalars_from = (len(tensors), len(tb_scalars), len(metrics))
+        scalars_from = (len(tensors), len(tb_scalars), len(metrics))
 
         for name, value, sm_metric, timestamp in scalars:
             array = np.asarray(self.numpy_scalar(value))
@@ -120,7 +125,7 @@ class StepRecordMaker:
             if timestamp is None:
                 tensors.append((tag, array))
             else:  # its record carries the timestamp as wall_time (as in 1.0.34)
-                out.timed.append((float(timestamp), tag, array))
+                out.timed.append((float(timestamp), tag, array))  # its own list: the step is not done yet
             if seen is not None:
                 seen.tensors[tag] = array
             if bad is not None and value_is_nonfinite(array):
@@ -130,8 +135,7 @@ class StepRecordMaker:
                     tb_scalars.append((tag, float(array.reshape(-1)[0])))
                 if sm_metric:
                     metrics.append((f"{tag}_{mode.name}", float(array.reshape(-1)[0]), timestamp))
-        out.nonfinite, out.values = bad, seen
-        return out
+        return replace(out, scalars_from=scalars_from, nonfinite=bad, values=seen)
 
     def numpy_scalar(self, value):
         backend = self._backend_for(value)

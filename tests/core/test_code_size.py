@@ -20,7 +20,6 @@ LONG_FILES = {}
 LARGE_CLASSES = {
     ("smdebug_core/hook.py", "Hook"): None,
     ("smdebug_core/analysis/trials/trial.py", "Trial"): None,
-    ("smdebug_core/capture/session.py", "StepSession"): 51,
     ("adapters/pytorch/sharded_capture.py", "ShardedCapture"): 34,
 }
 
