@@ -20,7 +20,6 @@ LONG_FILES = {}
 LARGE_CLASSES = {
     ("smdebug_core/hook.py", "Hook"): None,
     ("smdebug_core/analysis/trials/trial.py", "Trial"): None,
-    ("adapters/pytorch/sharded_capture.py", "ShardedCapture"): 34,
 }
 
 
