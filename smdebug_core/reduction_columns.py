@@ -383,18 +383,18 @@ def flat_columns(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], needed: 
                                        lambda v: np.repeat(v, lengths), np,
                                        seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64),
                                        host=True))
-        if "sum_sq" in want or "var" in want or "var_abs" in want:  # the same for x and |x|
-            got["sum_sq"] = np.add.reduceat(wide * wide, starts)
         magnitudes = np.abs(wide) if any(c.endswith("_abs") for c in want) else None
         for a, src in (("", wide), ("_abs", magnitudes)):
             if src is None:
                 continue
-            if "sum" + a in want or "var" + a in want:
-                got["sum" + a] = np.add.reduceat(src, starts)
             if "min" + a in want:
                 got["min" + a] = np.minimum.reduceat(src, starts)
             if "max" + a in want:
                 got["max" + a] = np.maximum.reduceat(src, starts)
+            if "sum" + a in want or "var" + a in want:
+                got["sum" + a] = np.add.reduceat(src, starts)
+            if "sum_sq" not in got and ("sum_sq" in want or "var" in want or "var_abs" in want):
+                got["sum_sq"] = np.add.reduceat(wide * wide, starts)  # the same for x and |x|
             if "prod" + a in want:
                 got["prod" + a] = np.multiply.reduceat(src, starts)
             if "median" + a in want:
