@@ -25,7 +25,7 @@ from ...reduction_config import ALLOWED_NORMS, ALLOWED_REDUCTIONS
 from ...reductions import reduce
 from .event_reads import RecordReader
 from .labels import reduction_label
-from .locations import ReadRequest, TensorLocation, TensorRecords
+from .locations import InlineValue, ReadRequest, TensorLocation, TensorRecords
 from .progress import progress_bar, progress_wanted
 from .steps import StepIndex, StepState
 from .table import require_pandas
@@ -406,6 +406,9 @@ class Tensor:
         out: Dict[object, np.ndarray] = {}
         by_file: Dict[str, List[ReadRequest]] = {}
         for request in requests:
+            if type(request.location) is InlineValue:  # a run store's number: nothing to read
+                out[request.key] = request.location.array()
+                continue
             if use_cache:
                 hit = self._cache.get(request.location)
                 if hit is not None:

@@ -19,10 +19,11 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 
 
 from ...collections import Collection, CollectionManager
-from ...exceptions import StepNotYetAvailable, TensorUnavailable
+from ...exceptions import MixedRunLayouts, StepNotYetAvailable, TensorUnavailable
 from ...modes import ModeKeys
 from ...reduction_config import parse_reduction_tag
-from ...storage.format.layout import END_OF_JOB_FILE, validate_step
+from ...storage.format.layout import END_OF_JOB_FILE, EVENTS_DIR, INDEX_DIR, validate_step
+from ...storage.format.store import LAYOUT_1034, STORE_DIR, STORE_LAYOUT
 from ...storage.open_runs import flush_before_reading
 from . import notebook, settings
 from .bulk import collect, read_rows
@@ -109,8 +110,10 @@ class Trial:
 
         self.stats: Dict[str, int] = self._storage.stats
         self.stats.update(index_files_parsed=0, refreshes=0)
-        # --- the parts: what the index files say, and the event files' records ---
+        # --- the parts: what the index files (or the run store) say, and the records ---
+        # Which of the two a run has is known once it has written something (_pick_layout).
         self._index = RunIndex(self._storage, range_steps, self.stats)
+        self._layout: Optional[str] = None
         self._steps = self._index.steps
         self._reader = RecordReader(self._storage, self._steps, record_check, wait_timeout, max_expanded_elements)
         self._tensors: Dict[str, Tensor] = {}  # made when first asked for
@@ -212,6 +215,8 @@ class Trial:
         # Looked at before listing: a writer creates the marker after all its other files,
         # so a listing that starts after we saw the marker sees everything.
         ended = self._storage.exists(END_OF_JOB_FILE)
+        if self._layout is None:
+            self._pick_layout()
         new = self._index.read_new(self.progress if progress is None else progress)
         if ended:
             if self._training_end_delay > 0:
@@ -223,6 +228,34 @@ class Trial:
             if len(self._workers) < self._steps.num_workers:
                 self._workers = collection_workers(list_collection_files(self._storage))
         return new
+
+    def _pick_layout(self) -> None:
+        """Read the run store (``store/``) or the index files (``index/``, ``events/``), once the
+        run has either; a run with both is refused (MixedRunLayouts)."""
+        storage = self._storage
+        has_store = storage.is_dir(STORE_DIR)
+        has_index = storage.is_dir(INDEX_DIR) or storage.is_dir(EVENTS_DIR)
+        if has_store and has_index:
+            raise MixedRunLayouts(
+                f"{self.path} mixes two layouts: it has {STORE_DIR}/ (the run store) and {INDEX_DIR}/ or "
+                f"{EVENTS_DIR}/ (smdebug 1.0.34's files), as when two jobs of different layouts wrote into one "
+                f"directory. A trial reads one layout: move one of them into a directory of its own (with a copy "
+                f"of collections/), or write each job to its own out_dir")
+        if has_store:
+            from .store_index import StoreIndex
+
+            self._index = StoreIndex(storage, self._index.range_steps, self.stats, self._steps)
+            self._layout = STORE_LAYOUT
+        elif has_index:
+            self._layout = LAYOUT_1034
+
+    @property
+    def layout(self) -> Optional[str]:
+        """The run's layout: ``"store"`` (the run store), ``"smdebug-1.0.34"`` (index and event
+        files), or None while the run has written neither."""
+        if self._layout is None:
+            self._maybe_refresh()
+        return self._layout
 
     # ------------------------------------------------------------------ steps and modes
     def steps(self, mode=GLOBAL, show_incomplete_steps: bool = False) -> List[int]:
@@ -453,7 +486,10 @@ class Trial:
         else:
             candidates = records.tensors_for_mode.get(mode, set())
         if step is None and not show_incomplete_steps and not index.loaded_all_steps:
-            candidates = [n for n in candidates if records.tensors[n].has_complete_step(index.is_complete)]
+            if hasattr(records, "names_with_complete_step"):  # a run store: from its columns
+                candidates = records.names_with_complete_step(candidates, index.is_complete)
+            else:
+                candidates = [n for n in candidates if records.tensors[n].has_complete_step(index.is_complete)]
 
         if collection is None and regex is None:
             return sorted(candidates)
@@ -514,10 +550,14 @@ class Trial:
         gc.disable()
         try:
             labels = None if keys is None else [reduction_label(*k) for k in keys]
-            rows = collect(self._index.log, self._steps, selected, modes, steps, workers, show_incomplete_steps,
-                           labels)
             progress = self.progress if progress is None else progress
-            table = read_rows(rows, self._reader, self._steps, self.stats, progress, on_error)
+            if self._layout == STORE_LAYOUT:  # straight from the run store's columns
+                table = self._index.table(selected, modes, steps, workers, show_incomplete_steps, labels,
+                                          self._reader, on_error)
+            else:
+                rows = collect(self._index.log, self._steps, selected, modes, steps, workers,
+                               show_incomplete_steps, labels)
+                table = read_rows(rows, self._reader, self._steps, self.stats, progress, on_error)
             if keys:
                 table = Table.concat(table, computed_table(self, selected, keys, modes, steps, workers,
                                                            show_incomplete_steps, table, progress))

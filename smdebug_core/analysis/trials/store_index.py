@@ -1,0 +1,877 @@
+"""What a run store says (docs/format.md section 10), read incrementally: the reader of the
+``store`` layout, in place of the index files' :class:`~.run_index.RunIndex`.
+
+A run store holds, per worker and segment, a ``statistics`` Parquet file (one row per scalar
+or reduction value, the value inline), a ``tensors`` Parquet file (where each whole tensor's
+record lies in the segment's chunk files) and, while the segment is written, a live Arrow
+IPC file holding the same rows batch by batch (storage/format/store.py). A segment whose
+statistics file exists is sealed: its Parquet files are read once and never again; a live
+segment's file is read again when it has grown, its complete batches only.
+
+What is kept is columns, not per-value objects:
+
+* per segment (:class:`_Part`) numpy columns of its statistics rows (``step``, ``mode``,
+  ``mode_step`` when it is registered; ``tensor``, ``label``, ``value``, ``dtype``,
+  ``ndim`` when first needed) and its tensors rows;
+* a tensor's :class:`~.locations.TensorRecords` (what ``Tensor`` reads) is built from them
+  when the tensor is first asked for (``tensors[name]``), values as
+  :class:`~.locations.InlineValue` (no record to read), whole tensors as
+  :class:`~.locations.TensorLocation` s into the chunk files, which the trial's
+  ``RecordReader`` reads as it reads event files;
+* ``Trial.to_table`` takes its rows straight from the columns (:meth:`StoreIndex.table`).
+
+Rows for the same (worker, step, tensor, reduction) seen again later (the flight recorder
+writing a step anew, a late scalar) replace the earlier ones, as later index entries do.
+
+Untrusted input (docs/reader_safety.md): files are read through the trial's storage (regular
+files inside the run, bounded sizes); a Parquet footer, a row count or a declared
+uncompressed size beyond the limits below, a file that does not parse, or columns of the
+wrong kind cost that file's segment, with one warning naming the file, never the trial.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+from collections.abc import Mapping
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import numpy as np
+
+from ...exceptions import IndexReaderException, UnsafeRunFile
+from ...modes import ModeKeys
+from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
+from ...storage.format import store
+from ...storage.format.index import _parse_placements
+from .labels import reduction_label
+from .locations import InlineValue, TensorLocation, TensorRecords
+from .record_log import _Interner
+from .steps import StepIndex
+
+logger = logging.getLogger("smdebug.trials")
+
+#: The largest store file read (a segment's Parquet or live file).
+MAX_STORE_FILE_BYTES = 1 << 30
+#: The largest Parquet footer (file metadata) read; a segment's is a few KiB.
+MAX_PARQUET_FOOTER_BYTES = 16 << 20
+#: The most rows one segment file may declare (the writer rolls at 2 million).
+MAX_SEGMENT_FILE_ROWS = 16_000_000
+#: The most bytes a Parquet file's columns may declare uncompressed.
+MAX_DECLARED_UNCOMPRESSED_BYTES = 2 << 30
+
+_MODE_BY_VALUE = {m.value: m for m in ModeKeys}
+_MODE_VALUE_BY_NAME = {m.name: m.value for m in ModeKeys}
+_STAT_STEP_COLUMNS = ("step", "mode", "mode_step")
+_STAT_VALUE_COLUMNS = ("tensor", "reduction", "value", "dtype", "ndim")
+_TENSOR_COLUMNS = ("step", "mode", "mode_step", "tensor", "kind", "file", "offset", "length", "crc32c", "dtype", "shape",
+                   "placement")
+
+
+class StoreFileError(Exception):
+    """A store file that cannot be used (its segment is left out)."""
+
+
+# ---------------------------------------------------------------------------- columns
+def _is_text(arrow_type) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        return pa.types.is_string(arrow_type.value_type) or pa.types.is_large_string(arrow_type.value_type)
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
+def _check_columns(schema, names, where: str) -> None:
+    """StoreFileError unless ``schema`` has ``names`` with the kinds the store writes."""
+    import pyarrow as pa
+
+    for name in names:
+        index = schema.get_field_index(name)
+        if index < 0:
+            raise StoreFileError(f"{where}: no column {name!r}")
+        t = schema.field(index).type
+        if name in ("mode", "tensor", "reduction", "dtype", "kind", "file", "placement", "original_name"):
+            ok = _is_text(t)
+        elif name == "value":
+            ok = pa.types.is_floating(t)
+        elif name == "shape":
+            ok = (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
+        else:
+            ok = pa.types.is_integer(t)
+        if not ok:
+            raise StoreFileError(f"{where}: column {name!r} has type {t}, not what the store writes")
+
+
+def _texts(column, interner: _Interner, where: str) -> np.ndarray:
+    """A text column (dictionary-encoded or not, one chunk or several) as int32 ids into ``interner``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(column, pa.ChunkedArray):
+        chunks = column.chunks
+    else:
+        chunks = [column]
+    out = []
+    for chunk in chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)
+        if chunk.null_count:
+            raise StoreFileError(f"{where}: a text column holds nulls")
+        dictionary = chunk.dictionary.to_pylist()
+        lookup = np.asarray(interner.ids_of(dictionary), np.int32)
+        indices = chunk.indices.to_numpy(zero_copy_only=False)
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(lookup)):
+            raise StoreFileError(f"{where}: a text column's codes lie outside its dictionary")
+        out.append(lookup[indices])
+    return np.concatenate(out) if len(out) != 1 else out[0]
+
+
+def _modes(column, where: str) -> np.ndarray:
+    """A mode-name column as ModeKeys values (int8)."""
+    names = _Interner()
+    ids = _texts(column, names, where)
+    try:
+        lookup = np.asarray([_MODE_VALUE_BY_NAME[n] for n in names.items], np.int8)
+    except KeyError as exc:
+        raise StoreFileError(f"{where}: unknown mode {exc.args[0]!r}") from None
+    return lookup[ids] if len(ids) else np.zeros(0, np.int8)
+
+
+def _ints(column, where: str, dtype=np.int64) -> np.ndarray:
+    if column.null_count:
+        raise StoreFileError(f"{where}: an integer column holds nulls")
+    return np.asarray(column.to_numpy(), dtype)
+
+
+def _step_triples(steps: np.ndarray, modes: np.ndarray, mode_steps: np.ndarray):
+    """The distinct steps of rows that come step by step, with the mode and mode step of
+    each step's first row."""
+    if not len(steps):
+        return steps, modes, mode_steps
+    change = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    s, m, ms = steps[change], modes[change], mode_steps[change]
+    if len(s) > 1 and not (s[1:] > s[:-1]).all():
+        s, first = np.unique(s, return_index=True)
+        m, ms = m[first], ms[first]
+    return s, m, ms
+
+
+# ---------------------------------------------------------------------------- segments
+class _Part:
+    """One worker's segment as read so far: statistics rows in columns, tensors rows as tuples."""
+
+    def __init__(self, worker: str, worker_id: int, number: int):
+        self.worker = worker
+        self.worker_id = worker_id
+        self.number = number
+        self.sealed = False
+        self.source = ""  # the file its rows came from, relative to the run
+        self.live_size = -1  # bytes of the live file when it was read
+        self.version = 0
+        self.set_rows(np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.int64), None, [])
+
+    def set_rows(self, step, mode, mode_step, rest, tensor_rows) -> None:
+        """New contents. ``rest``: the other statistics columns, or a function giving them
+        (read when first needed). ``tensor_rows``: ``(step, mode, mode_step, record name, kind,
+        file, offset, length, crc32c, dtype, shape, placement)``."""
+        self.step, self.mode, self.mode_step = step, mode, mode_step
+        self._rest = rest
+        self.loaded = not callable(rest)
+        if self.loaded:
+            self._take(rest)
+        self.tensor_rows = tensor_rows
+        self.version += 1
+        self._groups = None
+        self._present = None
+        self._mode_present: Dict[int, np.ndarray] = {}
+        lo = [int(step.min())] if len(step) else []
+        hi = [int(step.max())] if len(step) else []
+        if tensor_rows:
+            t_steps = [r[0] for r in tensor_rows]
+            lo.append(min(t_steps))
+            hi.append(max(t_steps))
+        self.lo = min(lo) if lo else None
+        self.hi = max(hi) if hi else None
+
+    def _take(self, rest) -> None:
+        if rest is None:
+            n = len(self.step)
+            rest = (np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n), np.zeros(n, np.int32),
+                    np.zeros(n, np.int8))
+        self.tensor, self.label, self.value, self.dtype, self.ndim = rest
+
+    def load(self) -> None:
+        """Read the columns left for later; a file that fails now (it was warned about) leaves
+        the segment without statistics rows."""
+        if not self.loaded:
+            rest, self._rest = self._rest, None
+            columns = rest()
+            if columns is None:
+                self.step, self.mode, self.mode_step = self.step[:0], self.mode[:0], self.mode_step[:0]
+            self._take(columns)
+            self.loaded = True
+
+    def __len__(self):
+        return len(self.step)
+
+    def rows_of(self, tensor_id: int) -> np.ndarray:
+        """Indices of the statistics rows of a tensor, in row order."""
+        if self._groups is None:
+            t = self.tensor
+            size = int(t.max()) + 1 if len(t) else 0
+            order = np.argsort(t.astype(np.uint16) if size <= 1 << 16 else t, kind="stable")
+            bounds = np.zeros(size + 1, np.int64)
+            np.cumsum(np.bincount(t, minlength=size), out=bounds[1:])
+            self._groups = (order, bounds)
+        order, bounds = self._groups
+        if tensor_id + 1 >= len(bounds):
+            return order[:0]
+        return order[bounds[tensor_id]:bounds[tensor_id + 1]]
+
+    def present(self, mode: Optional[int] = None) -> np.ndarray:
+        """The tensor ids with statistics rows (of one mode, when given)."""
+        if mode is None:
+            if self._present is None:
+                self._present = np.flatnonzero(np.bincount(self.tensor)) if len(self.tensor) else self.tensor[:0]
+            return self._present
+        found = self._mode_present.get(mode)
+        if found is None:
+            t = self.tensor[self.mode == mode]
+            found = self._mode_present[mode] = np.flatnonzero(np.bincount(t)) if len(t) else t[:0]
+        return found
+
+
+# ---------------------------------------------------------------------------- the index
+class StoreIndex:
+    """The run store of one run read so far (the interface of :class:`~.run_index.RunIndex`).
+
+    ``range_steps``: ``(begin, end)`` or None, the global steps to load. ``stats``: the
+    trial's counters. ``steps``: the trial's :class:`StepIndex` (a new one by default).
+    """
+
+    def __init__(self, storage, range_steps, stats: Dict[str, int], steps: Optional[StepIndex] = None):
+        import pyarrow  # noqa: F401  (the store needs it: ImportError now, not at the first value)
+
+        self.storage = storage
+        self.range_steps = range_steps
+        self.stats = stats
+        self.steps = steps if steps is not None else StepIndex()
+        self.names = _Interner()  # tensor names (a reduction's tensor, not its record name)
+        self.labels = _Interner([""])  # "" a tensor's own value, else "l2", "abs_max"...
+        self.workers = _Interner()
+        self.dtypes = _Interner()
+        self.tensors = _Catalog(self)
+        self.tensors_for_step = _StepNames(self)
+        self.tensors_for_mode = _ModeNames(self)
+        self.corrupt_index_files: List[str] = []  # store files skipped, relative to the run
+        self._parts: Dict[Tuple[str, int], _Part] = {}
+        self._sealed_seen: Set[str] = set()  # statistics files read (or skipped for good)
+        self._warned: Set[str] = set()
+        self._dir_mtime: Dict[str, int] = {}
+        self._names_cache: Optional[Dict[str, None]] = None
+        self._tensor_row_names: Dict[str, Tuple[str, Optional[Tuple[str, bool]]]] = {}
+        self._label_keys: List[Tuple[str, bool]] = [("", False)]
+        self._log = None
+
+    # ------------------------------------------------------------------ listing and reading
+    def read_new(self, progress: Optional[bool] = None) -> int:
+        """Read the segments sealed, and the live files grown, since the last call; returns how
+        many files were read. Remote runs: sealed segments only."""
+        remote = getattr(self.storage, "remote", False)
+        # Live files first: a segment sealed between the two listings is then found sealed.
+        live = [] if remote else self._list(store.LIVE_DIR, store.segment_of_live)
+        sealed = self._list(store.STATISTICS_DIR, store.segment_of_part, skip_unchanged=not remote)
+        changed: List[_Part] = []
+        files = 0
+        for worker, number, relpath in sealed:
+            if relpath in self._sealed_seen:
+                continue
+            self._sealed_seen.add(relpath)
+            part = self._read_sealed(worker, number, relpath)
+            files += 1
+            if part is not None:
+                changed.append(part)
+        for worker, number, relpath in live:
+            part = self._parts.get((worker, number))
+            if part is not None and part.sealed:
+                continue
+            if store.statistics_relpath(worker, number) in self._sealed_seen:
+                continue  # sealed after the listing (or its Parquet was refused: it was warned about)
+            part = self._read_live(worker, number, relpath, part)
+            if part is not None:
+                files += 1
+                changed.append(part)
+        if changed:
+            self._changed(changed)
+        return files
+
+    def _list(self, directory: str, parse, skip_unchanged: bool = False) -> List[Tuple[str, int, str]]:
+        """``(worker, segment, relpath)`` of the files of ``directory``'s worker folders."""
+        out = []
+        for entry in self.storage.list_dir(directory):
+            worker = store.worker_of_dir(entry.name) if entry.is_dir else None
+            if worker is None:
+                continue
+            folder = f"{directory}/{entry.name}"
+            if skip_unchanged and entry.mtime_ns:
+                # A folder whose time did not move since we listed it holds nothing new; one that
+                # changed in the last two seconds is listed again (coarse directory times).
+                if self._dir_mtime.get(folder) == entry.mtime_ns and \
+                        os.stat(self.storage.local_path(folder)).st_mtime_ns == entry.mtime_ns and \
+                        _age_ns(entry.mtime_ns) > 2_000_000_000:
+                    continue
+                self._dir_mtime[folder] = entry.mtime_ns
+            for item in self.storage.list_dir(folder):
+                number = None if item.is_dir else parse(item.name)
+                if number is not None:
+                    out.append((worker, number, f"{folder}/{item.name}"))
+        out.sort(key=lambda x: (x[0], x[1]))
+        return out
+
+    def _warn(self, relpath: str, reason: str, what: str = "its segment is left out of the trial") -> None:
+        if relpath not in self._warned:
+            self._warned.add(relpath)
+            self.corrupt_index_files.append(relpath)
+            logger.warning("smdebug: run store file %s skipped, %s: %s", self.storage.local_path(relpath), what,
+                           reason)
+
+    def _part(self, worker: str, number: int) -> _Part:
+        part = self._parts.get((worker, number))
+        if part is None:
+            part = self._parts[(worker, number)] = _Part(worker, self.workers.id(worker), number)
+        return part
+
+    def _in_range(self, lo: int, hi: int) -> bool:
+        if self.range_steps is None:
+            return True
+        begin, end = self.range_steps
+        return (begin is None or hi >= begin) and (end is None or lo < end)
+
+    def _range_mask(self, steps: np.ndarray) -> Optional[np.ndarray]:
+        if self.range_steps is None or not len(steps):
+            return None
+        begin, end = self.range_steps
+        mask = np.ones(len(steps), bool)
+        if begin is not None:
+            mask &= steps >= begin
+        if end is not None:
+            mask &= steps < end
+        return None if mask.all() else mask
+
+    def _read_bytes(self, relpath: str) -> bytes:
+        try:
+            return self.storage.read_file(relpath, max_bytes=MAX_STORE_FILE_BYTES)
+        except UnsafeRunFile as exc:
+            raise StoreFileError(str(exc)) from None
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise StoreFileError(f"cannot be read: {exc.strerror or exc}") from None
+
+    def _parquet(self, relpath: str, columns):
+        """The ParquetFile of a sealed file, its footer and declared sizes checked."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        data = self._read_bytes(relpath)
+        self.stats["index_files_parsed"] = self.stats.get("index_files_parsed", 0) + 1
+        if len(data) < 12 or data[:4] != b"PAR1" or data[-4:] != b"PAR1":
+            raise StoreFileError(f"not a Parquet file ({len(data)} bytes, no PAR1 marks at both ends: "
+                                 "truncated or damaged)")
+        footer = struct.unpack("<I", data[-8:-4])[0]
+        if footer > MAX_PARQUET_FOOTER_BYTES or footer > len(data) - 12:
+            raise StoreFileError(f"its footer claims {footer} bytes (the file has {len(data)}, the limit is "
+                                 f"{MAX_PARQUET_FOOTER_BYTES})")
+        try:
+            pf = pq.ParquetFile(pa.BufferReader(data))
+            meta = pf.metadata
+            if meta.num_rows > MAX_SEGMENT_FILE_ROWS or meta.num_rows < 0:
+                raise StoreFileError(f"it declares {meta.num_rows} rows (the limit is {MAX_SEGMENT_FILE_ROWS})")
+            declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            if declared > MAX_DECLARED_UNCOMPRESSED_BYTES:
+                raise StoreFileError(f"its columns declare {declared} bytes uncompressed (the limit is "
+                                     f"{MAX_DECLARED_UNCOMPRESSED_BYTES})")
+            _check_columns(pf.schema_arrow, columns, "its schema")
+        except StoreFileError:
+            raise
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise StoreFileError(f"not a readable Parquet file: {exc}") from None
+        return pf
+
+    def _read_sealed(self, worker: str, number: int, relpath: str) -> Optional[_Part]:
+        """A sealed segment's Parquet files (statistics: steps now, values when first needed)."""
+        import pyarrow as pa
+
+        tensors_relpath = store.tensors_relpath(worker, number)
+        try:
+            pf = self._parquet(relpath, _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS)
+            where = relpath
+            table = pf.read(columns=list(_STAT_STEP_COLUMNS))
+            step = _ints(table.column("step"), where)
+            mode = _modes(table.column("mode"), where)
+            mode_step = _ints(table.column("mode_step"), where)
+        except FileNotFoundError:
+            self._sealed_seen.discard(relpath)  # listed, then gone: look again next time
+            return None
+        except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
+            live = self._parts.get((worker, number))
+            self._warn(relpath, str(exc), "its segment is left out of the trial" if live is None else
+                       "the rows its live file showed are kept")
+            return None
+        keep = self._range_mask(step)
+        if keep is not None:
+            step, mode, mode_step = step[keep], mode[keep], mode_step[keep]
+
+        def rest(pf=pf, keep=keep, where=where):
+            try:
+                t = pf.read(columns=list(_STAT_VALUE_COLUMNS))
+                columns = (_texts(t.column("tensor"), self.names, where),
+                           _texts(t.column("reduction"), self.labels, where),
+                           np.asarray(t.column("value").to_numpy(), np.float64),
+                           _texts(t.column("dtype"), self.dtypes, where),
+                           _ints(t.column("ndim"), where, np.int8))
+            except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
+                self._warn(where, str(exc), "its values are left out of the trial")
+                return None
+            self._label_keys_update()
+            return columns if keep is None else tuple(c[keep] for c in columns)
+
+        tensor_rows = []
+        try:
+            tensor_rows = self._tensor_rows_parquet(tensors_relpath)
+        except FileNotFoundError:
+            self._warn(tensors_relpath, "it is missing (a segment's tensors file is written before its "
+                                        "statistics file)", "its whole tensors are left out of the trial")
+        except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
+            self._warn(tensors_relpath, str(exc), "its whole tensors are left out of the trial")
+        part = self._part(worker, number)
+        part.sealed = True
+        part.source = relpath
+        part.set_rows(step, mode, mode_step, rest, tensor_rows)
+        return part
+
+    def _tensor_rows_parquet(self, relpath: str) -> list:
+        pf = self._parquet(relpath, _TENSOR_COLUMNS)
+        if pf.metadata.num_rows == 0:
+            return []
+        return self._tensor_rows(pf.read(columns=list(_TENSOR_COLUMNS)), relpath)
+
+    def _tensor_rows(self, table, where: str) -> list:
+        """A tensors table as row tuples (see :meth:`_Part.set_rows`)."""
+        if not table.num_rows:
+            return []
+        step = _ints(table.column("step"), where).tolist()
+        mode = _modes(table.column("mode"), where).tolist()
+        mode_step = _ints(table.column("mode_step"), where).tolist()
+        lists = [table.column(c).to_pylist() for c in ("tensor", "kind", "file", "offset", "length", "crc32c",
+                                                       "dtype", "shape", "placement")]
+        rows = []
+        for row in zip(step, mode, mode_step, *lists):
+            name, kind = row[3], row[4]
+            if not isinstance(name, str) or kind not in (store.KIND_VALUE, store.KIND_SHAPE):
+                raise StoreFileError(f"{where}: a row of kind {kind!r} for {name!r}")
+            if kind == store.KIND_VALUE and (not isinstance(row[5], str) or row[6] is None or row[7] is None
+                                             or row[6] < 0 or row[7] < 0):
+                raise StoreFileError(f"{where}: the record of {name!r} at step {row[0]} has no place")
+            if row[10] is not None and any(d is None or d < 0 for d in row[10]):
+                raise StoreFileError(f"{where}: the shape of {name!r} at step {row[0]} is {row[10]}")
+            rows.append(row)
+        rows.sort(key=lambda r: r[0]) if any(a[0] > b[0] for a, b in zip(rows, rows[1:])) else None
+        keep = self._range_mask(np.asarray([r[0] for r in rows], np.int64))
+        if keep is not None:
+            rows = [r for r, k in zip(rows, keep.tolist()) if k]
+        return rows
+
+    def _read_live(self, worker: str, number: int, relpath: str, part: Optional[_Part]) -> Optional[_Part]:
+        """A live segment's complete batches, when its file is new or has grown."""
+        import pyarrow as pa
+
+        if relpath in self._warned:
+            return None
+        try:
+            size = os.stat(self.storage.local_path(relpath)).st_size
+        except OSError:
+            return None
+        if part is not None and part.live_size == size:
+            return None
+        try:
+            data = self._read_bytes(relpath)
+        except FileNotFoundError:
+            return None  # sealed since the listing: the next refresh reads its Parquet
+        except StoreFileError as exc:
+            self._warn(relpath, str(exc))
+            return None
+        self.stats["index_files_parsed"] = self.stats.get("index_files_parsed", 0) + 1
+        try:
+            batches = _complete_batches(data, relpath)
+            if not batches:
+                if part is None:
+                    part = self._part(worker, number)
+                part.live_size = len(data)
+                return None
+            table = pa.Table.from_batches(batches)
+            _check_columns(table.schema, ("table",) + _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS + _TENSOR_COLUMNS,
+                           relpath)
+            which = _ints(table.column("table"), relpath, np.int8)
+            stats = table.filter(pa.array(which == store.LIVE_STATISTICS))
+            tensors = table.filter(pa.array(which == store.LIVE_TENSORS))
+            step = _ints(stats.column("step"), relpath)
+            mode = _modes(stats.column("mode"), relpath)
+            mode_step = _ints(stats.column("mode_step"), relpath)
+            rest = (_texts(stats.column("tensor"), self.names, relpath),
+                    _texts(stats.column("reduction"), self.labels, relpath),
+                    np.asarray(stats.column("value").to_numpy(), np.float64),
+                    _texts(stats.column("dtype"), self.dtypes, relpath),
+                    _ints(stats.column("ndim"), relpath, np.int8))
+            self._label_keys_update()
+            tensor_rows = self._tensor_rows(tensors, relpath)
+        except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
+            self._warn(relpath, str(exc))
+            return None
+        keep = self._range_mask(step)
+        if keep is not None:
+            step, mode, mode_step = step[keep], mode[keep], mode_step[keep]
+            rest = tuple(c[keep] for c in rest)
+        if part is None:
+            part = self._part(worker, number)
+        part.source = relpath
+        part.live_size = len(data)
+        part.set_rows(step, mode, mode_step, rest, tensor_rows)
+        return part
+
+    def _label_keys_update(self) -> None:
+        for label in self.labels.items[len(self._label_keys):]:
+            is_abs = label.startswith("abs_")
+            self._label_keys.append((label[4:] if is_abs else label, is_abs))
+
+    # ------------------------------------------------------------------ registering
+    def _changed(self, parts: List[_Part]) -> None:
+        """Register the steps of new or grown segments; update what was built from them."""
+        root = self.storage.root
+        add = self.steps.add
+        new_steps = False
+        for part in parts:
+            if not self._in_range(part.lo if part.lo is not None else 0, part.hi if part.hi is not None else 0) \
+                    and part.lo is not None:
+                continue
+            s, m, ms = part.step, part.mode, part.mode_step
+            if part.tensor_rows:
+                rows = part.tensor_rows
+                s = np.concatenate([s, np.asarray([r[0] for r in rows], np.int64)])
+                m = np.concatenate([m, np.asarray([r[1] for r in rows], np.int8)])
+                ms = np.concatenate([ms, np.asarray([r[2] for r in rows], np.int64)])
+                order = np.argsort(s, kind="stable")
+                s, m, ms = s[order], m[order], ms[order]
+            steps, modes, mode_steps = _step_triples(s, m, ms)
+            worker = part.worker
+            for step, mode, mode_step in zip(steps.tolist(), modes.tolist(), mode_steps.tolist()):
+                if add(step, worker, _MODE_BY_VALUE[mode], mode_step, root):
+                    new_steps = True
+        if new_steps:
+            self.steps.forget_sorted()
+        self._names_cache = None
+        self._log = None
+        self.tensors_for_step.clear()
+        self.tensors_for_mode.clear()
+        self.tensors.update(parts)
+
+    def ordered_parts(self) -> List[_Part]:
+        """Every segment read, worker by worker, in segment order (later rows win)."""
+        return [self._parts[k] for k in sorted(self._parts)]
+
+    def loaded_parts(self) -> List[_Part]:
+        """:meth:`ordered_parts` with every column read (a segment whose values fail is emptied)."""
+        parts = self.ordered_parts()
+        for part in parts:
+            if not part.loaded:
+                part.load()
+        self._label_keys_update()
+        return parts
+
+    def tensor_row_name(self, record_name: str) -> Tuple[str, Optional[Tuple[str, bool]]]:
+        """``(tensor, reduction key or None)`` of a record name of the tensors table."""
+        found = self._tensor_row_names.get(record_name)
+        if found is None:
+            reduction = parse_reduction_tag(record_name) if REDUCTION_TAG_PREFIX in record_name else None
+            found = (record_name, None) if reduction is None else (reduction[2], reduction[:2])
+            self._tensor_row_names[record_name] = found
+        return found
+
+    def present_names(self) -> Dict[str, None]:
+        """The names of every tensor with rows (in order of first sight)."""
+        if self._names_cache is None:
+            ids: Set[int] = set()
+            names: Dict[str, None] = {}
+            parts = self.loaded_parts()
+            for part in parts:
+                ids.update(part.present().tolist())
+            items = self.names.items
+            for i in sorted(ids):
+                names[items[i]] = None
+            for part in parts:
+                for row in part.tensor_rows:
+                    names[self.tensor_row_name(row[3])[0]] = None
+            self._names_cache = names
+        return self._names_cache
+
+    def names_with_complete_step(self, candidates, is_complete) -> List[str]:
+        """The names among ``candidates`` with a step that ``is_complete`` (by global step)."""
+        last = self.steps.last_complete_step
+        ids: Set[int] = set()
+        names: Set[str] = set()
+        for part in self.loaded_parts():
+            if part.hi is not None and part.hi <= last:
+                ids.update(part.present().tolist())
+                names.update(self.tensor_row_name(r[3])[0] for r in part.tensor_rows)
+                continue
+            if len(part):
+                steps = np.unique(part.step)
+                done = steps[np.fromiter(map(is_complete, steps.tolist()), bool, len(steps))]
+                ids.update(np.unique(part.tensor[np.isin(part.step, done)]).tolist())
+            names.update(self.tensor_row_name(r[3])[0] for r in part.tensor_rows if is_complete(r[0]))
+        items = self.names.items
+        names.update(items[i] for i in ids)
+        return [n for n in candidates if n in names]
+
+    # ------------------------------------------------------------------ one tensor's records
+    def build_records(self, name: str, records: TensorRecords, parts: Optional[List[_Part]] = None) -> None:
+        """Add what ``parts`` (default: all) hold of tensor ``name`` to ``records``."""
+        tensor_id = self.names.ids.get(name)
+        labels = self.labels.items
+        keys = self._label_keys
+        dtypes = self.dtypes.items
+        for part in (self.loaded_parts() if parts is None else parts):
+            part.load()
+            worker = part.worker
+            if tensor_id is not None and len(part):
+                rows = part.rows_of(tensor_id)
+                if len(rows):
+                    steps = part.step[rows].tolist()
+                    label_ids = part.label[rows].tolist()
+                    values = part.value[rows].tolist()
+                    dtype_ids = part.dtype[rows].tolist()
+                    ndims = part.ndim[rows].tolist()
+                    tags: Dict[int, str] = {}
+                    add_value, add_reduction = records.add_value, records.add_reduction
+                    for step, label, value, dtype, ndim in zip(steps, label_ids, values, dtype_ids, ndims):
+                        tag = tags.get(label)
+                        if tag is None:
+                            tag = tags[label] = name if label == 0 else f"{REDUCTION_TAG_PREFIX}{labels[label]}/{name}"
+                        inline = InlineValue(value, dtypes[dtype], ndim, tag)
+                        if label == 0:
+                            add_value(step, worker, inline)
+                        else:
+                            add_reduction(step, worker, keys[label], inline)
+            for row in part.tensor_rows:
+                base, key = self.tensor_row_name(row[3])
+                if base != name:
+                    continue
+                self._add_tensor_row(records, worker, row, key, part)
+
+    def _add_tensor_row(self, records: TensorRecords, worker: str, row, key, part: _Part) -> None:
+        step, _, _, record_name, kind, file, offset, length, crc, _, shape, placement = row
+        if kind == store.KIND_SHAPE:
+            records.add_shape(step, worker, tuple(shape or ()))
+            return
+        location = TensorLocation(file, offset, length, crc, record_name)
+        if key is None:
+            records.add_value(step, worker, location)
+        else:
+            records.add_reduction(step, worker, key, location)
+        if placement is not None and key is None:
+            try:
+                parsed = _parse_placements(part.source, {record_name: json.loads(placement)})
+            except (IndexReaderException, ValueError, RecursionError) as exc:
+                if part.source not in self._warned:
+                    self._warned.add(part.source)
+                    logger.warning("smdebug: a placement in %s is left out: %s",
+                                   self.storage.local_path(part.source), exc)
+                return
+            records.add_placement(step, worker, parsed[record_name])
+
+    # ------------------------------------------------------------------ columns for others
+    @property
+    def log(self) -> "StoreLog":
+        """The rows in :class:`~.record_log.RecordLog`'s columns (production order, comparison,
+        Parquet export's grouping)."""
+        if self._log is None:
+            self._log = StoreLog(self)
+        return self._log
+
+    def table(self, names, modes, steps, workers, include_incomplete: bool, labels, reader, on_error: str):
+        """``Trial.to_table``'s rows, from the columns (store_table.py)."""
+        from .store_table import store_table
+
+        return store_table(self, names, modes, steps, workers, include_incomplete, labels, reader, on_error)
+
+
+def _age_ns(mtime_ns: int) -> int:
+    import time
+
+    return time.time_ns() - mtime_ns
+
+
+def _complete_batches(data: bytes, where: str) -> list:
+    """The record batches of an Arrow IPC stream that are complete: a stream cut short (a
+    live file being written, or left by a killed writer) ends at its last whole batch. A
+    stream whose start is no Arrow IPC stream is a StoreFileError."""
+    import pyarrow as pa
+
+    if len(data) < 8 or (data[:4] == b"\xff\xff\xff\xff" and 8 + struct.unpack("<i", data[4:8])[0] > len(data)):
+        return []  # not even its schema yet
+    try:
+        reader = pa.ipc.open_stream(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise StoreFileError(f"not an Arrow IPC stream: {exc}") from None
+    batches = []
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            logger.debug("%s: stream ends in an incomplete batch after %d batches (%s)", where, len(batches), exc)
+            break
+        batches.append(batch)
+    return batches
+
+
+# ---------------------------------------------------------------------------- mappings
+class _Catalog(Mapping):
+    """``name -> TensorRecords`` of every tensor with rows; a tensor's records are built when
+    first asked for, and kept up to date as segments are read."""
+
+    def __init__(self, index: StoreIndex):
+        self._index = index
+        self._built: Dict[str, TensorRecords] = {}
+
+    def __contains__(self, name) -> bool:
+        return name in self._index.present_names()
+
+    def __getitem__(self, name: str) -> TensorRecords:
+        records = self._built.get(name)
+        if records is None:
+            if name not in self._index.present_names():
+                raise KeyError(name)
+            records = self._built[name] = TensorRecords()
+            self._index.build_records(name, records)
+        return records
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index.present_names())
+
+    def __len__(self) -> int:
+        return len(self._index.present_names())
+
+    def keys(self):
+        return self._index.present_names().keys()
+
+    def update(self, parts: List[_Part]) -> None:
+        """Segments were read or grew: the built records take their rows."""
+        if not self._built:
+            return
+        index = self._index
+        latest: Dict[str, int] = {}
+        for (worker, number) in index._parts:
+            latest[worker] = max(latest.get(worker, -1), number)
+        if all(latest[p.worker] == p.number for p in parts):
+            # The newest segment of each worker: its rows replace what came before.
+            for name, records in self._built.items():
+                index.build_records(name, records, parts)
+            return
+        for name, records in self._built.items():  # an older segment changed: rebuild, in order
+            for d in (records.locations, records.reductions, records.shapes, records.placements,
+                      records.step_workers):
+                d.clear()
+            records._sorted_steps = None
+            index.build_records(name, records)
+
+
+class _StepNames:
+    """``step -> names saved at it``, computed when asked for (``tensors_for_step``)."""
+
+    def __init__(self, index: StoreIndex):
+        self._index = index
+        self._cache: Dict[int, Set[str]] = {}
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def get(self, step: int, default=None):
+        found = self._cache.get(step)
+        if found is None:
+            index = self._index
+            ids: Set[int] = set()
+            names: Set[str] = set()
+            for part in index.loaded_parts():
+                if part.lo is None or not part.lo <= step <= part.hi:
+                    continue
+                if len(part):
+                    ids.update(np.unique(part.tensor[part.step == step]).tolist())
+                names.update(index.tensor_row_name(r[3])[0] for r in part.tensor_rows if r[0] == step)
+            names.update(index.names.items[i] for i in ids)
+            if not names:
+                return default
+            found = self._cache[step] = names
+        return found
+
+
+class _ModeNames:
+    """``mode -> names saved in it``, computed when asked for (``tensors_for_mode``)."""
+
+    def __init__(self, index: StoreIndex):
+        self._index = index
+        self._cache: Dict[ModeKeys, Set[str]] = {}
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def get(self, mode: ModeKeys, default=None):
+        found = self._cache.get(mode)
+        if found is None:
+            index = self._index
+            ids: Set[int] = set()
+            names: Set[str] = set()
+            for part in index.loaded_parts():
+                if len(part):
+                    ids.update(part.present(mode.value).tolist())
+                names.update(index.tensor_row_name(r[3])[0] for r in part.tensor_rows if r[1] == mode.value)
+            names.update(index.names.items[i] for i in ids)
+            if not names:
+                return default
+            found = self._cache[mode] = names
+        return found
+
+
+class StoreLog:
+    """The store's rows in the columns of :meth:`~.record_log.RecordLog.arrays` (``step``,
+    ``worker``, ``tensor``, ``label``, ``start``: a row's place in its segment, the order it
+    was written in) with the same interners (``tensors``, ``workers``, ``labels``)."""
+
+    def __init__(self, index: StoreIndex):
+        self.tensors = index.names
+        self.workers = index.workers
+        self.labels = index.labels
+        self._index = index
+        self._columns: Optional[Dict[str, np.ndarray]] = None
+
+    def arrays(self) -> Dict[str, np.ndarray]:
+        if self._columns is None:
+            pieces = {k: [] for k in ("step", "worker", "tensor", "label", "start")}
+            index = self._index
+            for part in index.loaded_parts():
+                n = len(part)
+                rows = part.tensor_rows
+                pieces["step"] += [part.step, np.asarray([r[0] for r in rows], np.int64)]
+                pieces["worker"].append(np.full(n + len(rows), part.worker_id, np.int32))
+                pieces["tensor"] += [part.tensor, np.asarray(
+                    [self.tensors.id(index.tensor_row_name(r[3])[0]) for r in rows], np.int32)]
+                pieces["label"] += [part.label, np.asarray(
+                    [0 if k is None else self.labels.id(reduction_label(*k))
+                     for k in (index.tensor_row_name(r[3])[1] for r in rows)], np.int32)]
+                pieces["start"].append(np.arange(n + len(rows), dtype=np.int64))
+            self._columns = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in pieces.items()}
+        return dict(self._columns)

@@ -1,0 +1,235 @@
+"""``Trial.to_table`` of a run store (docs/format.md 10): the rows come straight from the
+statistics columns the trial holds (store_index.py), no record is read.
+
+The table is sorted by tensor, reduction, worker and step (table.py). Each worker's rows
+come step after step (segments in order, steps in order within them), so a *stable* sort
+on one small integer key (tensor, reduction, worker) puts them in that order; numpy sorts
+integers of 16 bits by radix, so the key is sorted in one or two radix passes, O(rows),
+instead of a comparison sort of 64-bit keys (which takes seconds for ten million rows).
+Rows seen again later for the same (worker, step, tensor, reduction) replace the earlier
+ones. Whole tensors holding one number, and reductions kept as whole records (rare), are
+read from their records and added.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from ...exceptions import CorruptRecord, MissingEventFile
+from ...modes import ModeKeys
+from .labels import reduction_label
+from .locations import ReadRequest, TensorLocation
+from .record_walk import scalar_of
+from .table import Table, _code_dtype
+
+logger = logging.getLogger("smdebug.trials")
+
+_MODE_VALUES = max(m.value for m in ModeKeys) + 1
+
+
+def _monotone(part) -> bool:
+    """Whether a segment's statistics rows come in step order (cached on the segment)."""
+    found = getattr(part, "_monotone", None)
+    if found is None or found[0] != part.version:
+        s = part.step
+        found = part._monotone = (part.version, bool(len(s) < 2 or (s[1:] >= s[:-1]).all()))
+    return found[1]
+
+
+def _stable_order(key: np.ndarray, size: int) -> np.ndarray:
+    """A stable argsort of non-negative ``key`` < ``size``: radix passes of 16 bits."""
+    if size <= 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    if size <= 1 << 32:
+        first = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+        return first[np.argsort((key >> 16).astype(np.uint16)[first], kind="stable")]
+    return np.argsort(key, kind="stable")
+
+
+def _ranks(used_ids: np.ndarray, items: List[str], size: int):
+    """``(rank per id, sorted names)`` of the ids used (others rank 0, unused)."""
+    names = sorted(items[i] for i in used_ids.tolist())
+    position = {n: k for k, n in enumerate(names)}
+    rank = np.zeros(size, np.int64)
+    for i in used_ids.tolist():
+        rank[i] = position[items[i]]
+    return rank, names
+
+
+def store_table(index, names, modes, steps, workers, include_incomplete: bool, labels, reader,
+                on_error: str) -> Table:
+    """The rows of ``Trial.to_table`` (its arguments, parsed) of a run store's ``index``."""
+    parts = [p for p in index.loaded_parts() if workers is None or p.worker in workers]
+    step_index = index.steps
+    n_names = len(index.names.items)
+    wanted = np.zeros(n_names, bool)
+    for name in names:
+        i = index.names.ids.get(name)
+        if i is not None:
+            wanted[i] = True
+    label_items = index.labels.items
+    label_wanted = np.asarray([labels is None or i == 0 or label in labels for i, label in enumerate(label_items)],
+                              bool)
+    mode_wanted = None
+    if modes is not None:
+        mode_wanted = np.zeros(_MODE_VALUES, bool)
+        mode_wanted[[m.value for m in modes]] = True
+    step_values = None if steps is None else np.asarray(sorted(steps), np.int64)
+    late_cut = None
+    if not include_incomplete and not step_index.loaded_all_steps:
+        late_cut = step_index.last_complete_step
+    every_name, every_label = bool(wanted.all()), bool(label_wanted.all())
+
+    pieces: Dict[str, list] = {k: [] for k in ("step", "mode", "mode_step", "tensor", "label", "value", "worker")}
+    monotone = True
+    last_step: Dict[int, int] = {}
+    for part in parts:
+        n = len(part)
+        if not n:
+            continue
+        mask = None
+        if not every_name:
+            mask = wanted[part.tensor]
+        if not every_label:
+            m = label_wanted[part.label]
+            mask = m if mask is None else mask & m
+        if mode_wanted is not None:
+            m = mode_wanted[part.mode]
+            mask = m if mask is None else mask & m
+        if step_values is not None:
+            m = np.isin(part.mode_step if modes is not None else part.step, step_values)
+            mask = m if mask is None else mask & m
+        if late_cut is not None and part.hi > late_cut:
+            late = part.step > late_cut
+            late_steps = np.unique(part.step[late])
+            done = late_steps[np.fromiter(map(step_index.is_complete, late_steps.tolist()), bool, len(late_steps))]
+            m = ~late | np.isin(part.step, done)
+            mask = m if mask is None else mask & m
+        columns = {"step": part.step, "mode": part.mode, "mode_step": part.mode_step, "tensor": part.tensor,
+                   "label": part.label, "value": part.value}
+        if mask is not None:
+            if not mask.any():
+                continue
+            if not mask.all():
+                columns = {k: v[mask] for k, v in columns.items()}
+        for k, v in columns.items():
+            pieces[k].append(v)
+        pieces["worker"].append(np.full(len(columns["step"]), part.worker_id, np.int32))
+        s = columns["step"]
+        if monotone:
+            previous = last_step.get(part.worker_id)
+            monotone = _monotone(part) and (previous is None or previous <= s[0])
+            last_step[part.worker_id] = int(s[-1])
+    table = _table(index, pieces, monotone)
+    extra = _whole_tensor_rows(index, parts, set(names), labels, modes, steps, late_cut, reader, on_error)
+    return Table.concat(table, extra) if extra is not None else table
+
+
+def _table(index, pieces: Dict[str, list], monotone: bool) -> Table:
+    if not pieces["step"]:
+        return Table.empty()
+    c = {k: (np.concatenate(v) if len(v) > 1 else v[0]) for k, v in pieces.items()}
+    del pieces
+    n = len(c["step"])
+    # Ranks of the names, labels and workers used, in sorted order: the key's parts.
+    t_rank, t_names = _ranks(np.flatnonzero(np.bincount(c["tensor"])), index.names.items, len(index.names.items))
+    l_rank, l_names = _ranks(np.flatnonzero(np.bincount(c["label"])), index.labels.items, len(index.labels.items))
+    w_rank, w_names = _ranks(np.flatnonzero(np.bincount(c["worker"])), index.workers.items, len(index.workers.items))
+    n_t, n_l, n_w = len(t_names), len(l_names), len(w_names)
+    size = n_t * n_l * n_w
+    # The key of each (tensor, label) pair through one table, then the worker.
+    pair = (t_rank[:, None] * n_l + l_rank[None, :]) * n_w
+    pair = pair.astype(np.int32 if size < 1 << 31 else np.int64)
+    key = pair[c["tensor"], c["label"]]
+    if n_w > 1:
+        key += w_rank.astype(key.dtype)[c["worker"]]
+    if monotone:
+        order = _stable_order(key, size)
+    else:  # a step written again later, or out of order: sort by step too (stable: later rows last)
+        order = np.lexsort((c["step"], key))
+    key = key[order]
+    step = c["step"][order]
+    # A (worker, step, tensor, reduction) seen again: the later row wins.
+    same = (key[1:] == key[:-1]) & (step[1:] == step[:-1])
+    if same.any():
+        keep = np.ones(n, bool)
+        keep[:-1] = ~same
+        order, key, step = order[keep], key[keep], step[keep]
+    numbers = {"step": step, "mode_step": c["mode_step"][order], "value": c["value"][order]}
+    mode = c["mode"][order]
+    del c, order
+    counts = np.bincount(key, minlength=size)
+    used = np.flatnonzero(counts)
+    runs = counts[used]
+    texts = {}
+    for column, part_of_key, cats in (("tensor", used // (n_l * n_w), t_names),
+                                      ("reduction", (used // n_w) % n_l, l_names),
+                                      ("worker", used % n_w, w_names)):
+        texts[column] = (np.repeat(part_of_key.astype(_code_dtype(len(cats))), runs), cats)
+    present = np.flatnonzero(np.bincount(mode, minlength=_MODE_VALUES))
+    mode_codes = np.zeros(_MODE_VALUES, np.int8)
+    mode_codes[present] = np.arange(len(present))
+    texts["mode"] = (mode_codes[mode], [ModeKeys(int(v)).name for v in present])
+    return Table(numbers, texts)
+
+
+def _whole_tensor_rows(index, parts, names, labels, modes, steps, late_cut, reader, on_error) -> Optional[Table]:
+    """Rows of whole records holding one number (a tensor's value, or a reduction kept as a
+    record), read from the chunk files; None when there are none."""
+    step_index = index.steps
+    requests = []
+    for part in parts:
+        for row in part.tensor_rows:
+            g, mode, mode_step, record_name, kind, file, offset, length, crc, dtype, shape, _ = row
+            if kind != "value":
+                continue
+            base, key = index.tensor_row_name(record_name)
+            if base not in names:
+                continue
+            label = "" if key is None else reduction_label(*key)
+            if labels is not None and label and label not in labels:
+                continue
+            if key is None and (shape is None or int(np.prod(shape)) != 1):
+                continue
+            if modes is not None and ModeKeys(mode) not in modes:
+                continue
+            if steps is not None and (mode_step if modes is not None else g) not in steps:
+                continue
+            if late_cut is not None and g > late_cut and not step_index.is_complete(g):
+                continue
+            requests.append((g, mode, mode_step, part.worker, base, label,
+                             ReadRequest(None, TensorLocation(file, offset, length, crc, record_name), g, part.worker)))
+    if not requests:
+        return None
+    rows = []
+    errors = []
+    for g, mode, mode_step, worker, base, label, request in requests:
+        location = request.location
+        try:
+            data = reader.read(location.event_file, [(location.start, location.length)], g, base)[0]
+            number = scalar_of(reader.decode(memoryview(data), request))
+        except (CorruptRecord, MissingEventFile) as exc:
+            if on_error == "raise":
+                raise
+            errors.append(str(exc))
+            continue
+        if number is not None:
+            rows.append((g, mode, mode_step, worker, base, label, number))
+    if errors:
+        logger.warning("smdebug: %d record(s) could not be read and are left out of the table; the first: %s",
+                       len(errors), errors[0])
+    if not rows:
+        return None
+    g, mode, mode_step, worker, base, label, number = zip(*rows)
+    texts = {}
+    for column, items in (("worker", worker), ("tensor", base), ("reduction", label),
+                          ("mode", [ModeKeys(m).name for m in mode])):
+        cats = sorted(set(items), key=(lambda m: ModeKeys[m].value) if column == "mode" else None)
+        rank = {c: k for k, c in enumerate(cats)}
+        texts[column] = (np.asarray([rank[x] for x in items], _code_dtype(len(cats))), cats)
+    numbers = {"step": np.asarray(g, np.int64), "mode_step": np.asarray(mode_step, np.int64),
+               "value": np.asarray(number, np.float64)}
+    order = np.lexsort((numbers["step"], texts["worker"][0], texts["reduction"][0], texts["tensor"][0]))
+    return Table({k: v[order] for k, v in numbers.items()}, {k: (c[order], cats) for k, (c, cats) in texts.items()})
