@@ -105,7 +105,6 @@ def _check_columns(schema, names, where: str) -> None:
 def _texts(column, interner: _Interner, where: str) -> np.ndarray:
     """A text column (dictionary-encoded or not, one chunk or several) as int32 ids into ``interner``."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if isinstance(column, pa.ChunkedArray):
         chunks = column.chunks
@@ -114,15 +113,20 @@ def _texts(column, interner: _Interner, where: str) -> np.ndarray:
     out = []
     for chunk in chunks:
         if not pa.types.is_dictionary(chunk.type):
-            chunk = pc.dictionary_encode(chunk)
+            chunk = chunk.dictionary_encode()
         if chunk.null_count:
             raise StoreFileError(f"{where}: a text column holds nulls")
         dictionary = chunk.dictionary.to_pylist()
         lookup = np.asarray(interner.ids_of(dictionary), np.int32)
-        indices = chunk.indices.to_numpy(zero_copy_only=False)
+        indices = _chunk_numbers(chunk.indices, np.int32)
         if len(indices) and (indices.min() < 0 or indices.max() >= len(lookup)):
             raise StoreFileError(f"{where}: a text column's codes lie outside its dictionary")
-        out.append(lookup[indices])
+        if np.array_equal(lookup, np.arange(len(lookup), dtype=np.int32)):
+            # The writer's codes are ours (its dictionary is its names in order of first sight, as
+            # our interner's): no gather.
+            out.append(np.asarray(indices, np.int32))
+        else:
+            out.append(lookup[indices])
     return np.concatenate(out) if len(out) != 1 else out[0]
 
 
@@ -137,10 +141,41 @@ def _modes(column, where: str) -> np.ndarray:
     return lookup[ids] if len(ids) else np.zeros(0, np.int8)
 
 
+_ARROW_TYPES = {}
+
+
+def _chunk_numbers(chunk, dtype) -> np.ndarray:
+    """One arrow array without nulls as numpy, through its data buffer (pyarrow's to_numpy
+    imports pandas: a quarter of a second at a trial's opening)."""
+    import pyarrow as pa
+
+    dtype = np.dtype(dtype)
+    target = _ARROW_TYPES.get(dtype)
+    if target is None:
+        target = _ARROW_TYPES[dtype] = pa.from_numpy_dtype(dtype)
+    if chunk.type != target:
+        chunk = chunk.cast(target)
+    if not len(chunk):
+        return np.zeros(0, dtype)
+    return np.frombuffer(chunk.buffers()[1], dtype, len(chunk), chunk.offset * dtype.itemsize)
+
+
+def _numbers(column, dtype) -> np.ndarray:
+    """A numeric column (an arrow array or chunked array, no nulls) as numpy."""
+    chunks = getattr(column, "chunks", None)
+    if chunks is None:
+        return _chunk_numbers(column, dtype)
+    if len(chunks) == 1:
+        return _chunk_numbers(chunks[0], dtype)
+    if not chunks:
+        return np.zeros(0, dtype)
+    return np.concatenate([_chunk_numbers(c, dtype) for c in chunks])
+
+
 def _ints(column, where: str, dtype=np.int64) -> np.ndarray:
     if column.null_count:
         raise StoreFileError(f"{where}: an integer column holds nulls")
-    return np.asarray(column.to_numpy(), dtype)
+    return _numbers(column, dtype)
 
 
 def _step_triples(steps: np.ndarray, modes: np.ndarray, mode_steps: np.ndarray):
@@ -182,6 +217,7 @@ class _Part:
         self.tensor_rows = tensor_rows
         self.version += 1
         self._groups = None
+        self._template = None
         self._present = None
         self._mode_present: Dict[int, np.ndarray] = {}
         lo = [int(step.min())] if len(step) else []
@@ -200,12 +236,17 @@ class _Part:
                     np.zeros(n, np.int8))
         self.tensor, self.label, self.value, self.dtype, self.ndim = rest
 
-    def load(self) -> None:
-        """Read the columns left for later; a file that fails now (it was warned about) leaves
-        the segment without statistics rows."""
+    def read_rest(self):
+        """What :meth:`load` needs read from the file (any thread), or None."""
+        reader = getattr(self._rest, "read", None) if not self.loaded else None
+        return reader() if reader is not None else None
+
+    def load(self, read=None) -> None:
+        """Read the columns left for later (``read``: :meth:`read_rest`'s result); a file that
+        fails now (it was warned about) leaves the segment without statistics rows."""
         if not self.loaded:
             rest, self._rest = self._rest, None
-            columns = rest()
+            columns = rest() if read is None else rest(read)
             if columns is None:
                 self.step, self.mode, self.mode_step = self.step[:0], self.mode[:0], self.mode_step[:0]
             self._take(columns)
@@ -214,8 +255,21 @@ class _Part:
     def __len__(self):
         return len(self.step)
 
+    def template(self) -> Optional["_Template"]:
+        """The segment's rows as ``blocks x width`` when every step holds the same (tensor,
+        label) sequence, once each, steps increasing (the usual segment); else None."""
+        if self._template is None:
+            self._template = _find_template(self) or False
+        return self._template or None
+
     def rows_of(self, tensor_id: int) -> np.ndarray:
         """Indices of the statistics rows of a tensor, in row order."""
+        template = self.template()
+        if template is not None:
+            where = np.flatnonzero(template.tensor == tensor_id)
+            if not len(where):
+                return where
+            return (np.arange(template.blocks)[:, None] * template.width + where[None, :]).reshape(-1)
         if self._groups is None:
             t = self.tensor
             size = int(t.max()) + 1 if len(t) else 0
@@ -239,6 +293,48 @@ class _Part:
             t = self.tensor[self.mode == mode]
             found = self._mode_present[mode] = np.flatnonzero(np.bincount(t)) if len(t) else t[:0]
         return found
+
+
+class _Template:
+    """A segment whose ``blocks`` steps each hold the same ``width`` rows: (``tensor``,
+    ``label``) at each position, and each block's ``step``, ``mode`` and ``mode_step``."""
+
+    def __init__(self, blocks, width, tensor, label, step, mode, mode_step):
+        self.blocks, self.width = blocks, width
+        self.tensor, self.label = tensor, label
+        self.step, self.mode, self.mode_step = step, mode, mode_step
+
+    def same_rows(self, other: "_Template") -> bool:
+        return np.array_equal(self.tensor, other.tensor) and np.array_equal(self.label, other.label)
+
+
+def _find_template(part: _Part) -> Optional[_Template]:
+    n = len(part)
+    if not n:
+        return None
+    s = part.step
+    change = np.flatnonzero(s[1:] != s[:-1]) + 1
+    blocks = len(change) + 1
+    if n % blocks:
+        return None
+    width = n // blocks
+    if blocks > 1 and not np.array_equal(change, np.arange(width, n, width)):
+        return None
+    steps = s[::width]
+    if blocks > 1 and not (steps[1:] > steps[:-1]).all():
+        return None
+    t = part.tensor.reshape(blocks, width)
+    label = part.label.reshape(blocks, width)
+    mode = part.mode.reshape(blocks, width)
+    mode_step = part.mode_step.reshape(blocks, width)
+    if not ((t == t[:1]).all() and (label == label[:1]).all() and (mode == mode[:, :1]).all()
+            and (mode_step == mode_step[:, :1]).all()):
+        return None
+    pairs = t[0].astype(np.int64) * (int(label[0].max()) + 1) + label[0]
+    if len(np.unique(pairs)) != width:  # a (tensor, label) twice in a step: the later wins, not this way
+        return None
+    return _Template(blocks, width, t[0].copy(), label[0].copy(), steps.copy(), mode[:, 0].copy(),
+                     mode_step[:, 0].copy())
 
 
 # ---------------------------------------------------------------------------- the index
@@ -369,44 +465,77 @@ class StoreIndex:
             raise StoreFileError(f"cannot be read: {exc.strerror or exc}") from None
 
     def _parquet(self, relpath: str, columns):
-        """The ParquetFile of a sealed file, its footer and declared sizes checked."""
+        """``(ParquetFile, handle)`` of a sealed file, its footer and declared sizes checked;
+        the caller closes ``handle`` (None for a remote file, read whole). A local file is read
+        in part: its footer and the columns asked for."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        data = self._read_bytes(relpath)
-        self.stats["index_files_parsed"] = self.stats.get("index_files_parsed", 0) + 1
-        if len(data) < 12 or data[:4] != b"PAR1" or data[-4:] != b"PAR1":
-            raise StoreFileError(f"not a Parquet file ({len(data)} bytes, no PAR1 marks at both ends: "
-                                 "truncated or damaged)")
-        footer = struct.unpack("<I", data[-8:-4])[0]
-        if footer > MAX_PARQUET_FOOTER_BYTES or footer > len(data) - 12:
-            raise StoreFileError(f"its footer claims {footer} bytes (the file has {len(data)}, the limit is "
-                                 f"{MAX_PARQUET_FOOTER_BYTES})")
+        opener = getattr(self.storage, "open_file", None)
+        handle = None
         try:
-            pf = pq.ParquetFile(pa.BufferReader(data))
-            meta = pf.metadata
-            if meta.num_rows > MAX_SEGMENT_FILE_ROWS or meta.num_rows < 0:
-                raise StoreFileError(f"it declares {meta.num_rows} rows (the limit is {MAX_SEGMENT_FILE_ROWS})")
-            declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-            if declared > MAX_DECLARED_UNCOMPRESSED_BYTES:
-                raise StoreFileError(f"its columns declare {declared} bytes uncompressed (the limit is "
-                                     f"{MAX_DECLARED_UNCOMPRESSED_BYTES})")
-            _check_columns(pf.schema_arrow, columns, "its schema")
-        except StoreFileError:
+            if opener is None:
+                data = self._read_bytes(relpath)
+                size, head, tail, source = len(data), data[:4], data[-8:], pa.BufferReader(data)
+            else:
+                try:
+                    handle = opener(relpath, MAX_STORE_FILE_BYTES)
+                except UnsafeRunFile as exc:
+                    raise StoreFileError(str(exc)) from None
+                fd = handle.fileno()
+                size = os.fstat(fd).st_size
+                head, tail = os.pread(fd, 4, 0), os.pread(fd, 8, max(0, size - 8))
+                source = handle
+            self.stats["index_files_parsed"] = self.stats.get("index_files_parsed", 0) + 1
+            if size < 12 or head != b"PAR1" or tail[4:] != b"PAR1":
+                raise StoreFileError(f"not a Parquet file ({size} bytes, no PAR1 marks at both ends: "
+                                     "truncated or damaged)")
+            footer = struct.unpack("<I", tail[:4])[0]
+            if footer > MAX_PARQUET_FOOTER_BYTES or footer > size - 12:
+                raise StoreFileError(f"its footer claims {footer} bytes (the file has {size}, the limit is "
+                                     f"{MAX_PARQUET_FOOTER_BYTES})")
+            try:
+                pf = pq.ParquetFile(source)
+                meta = pf.metadata
+                if meta.num_rows > MAX_SEGMENT_FILE_ROWS or meta.num_rows < 0:
+                    raise StoreFileError(f"it declares {meta.num_rows} rows (the limit is {MAX_SEGMENT_FILE_ROWS})")
+                declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+                if declared > MAX_DECLARED_UNCOMPRESSED_BYTES:
+                    raise StoreFileError(f"its columns declare {declared} bytes uncompressed (the limit is "
+                                         f"{MAX_DECLARED_UNCOMPRESSED_BYTES})")
+                _check_columns(pf.schema_arrow, columns, "its schema")
+            except StoreFileError:
+                raise
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise StoreFileError(f"not a readable Parquet file: {exc}") from None
+        except BaseException:
+            if handle is not None:
+                handle.close()
             raise
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise StoreFileError(f"not a readable Parquet file: {exc}") from None
-        return pf
+        return pf, handle
+
+    def _read_columns(self, relpath: str, columns, schema, rows: Optional[int] = None):
+        """``columns`` of a sealed file whose schema must have ``schema``'s columns (``rows``:
+        the rows it must hold) as an arrow table."""
+        pf, handle = self._parquet(relpath, schema)
+        try:
+            if rows is not None and pf.metadata.num_rows != rows:
+                raise StoreFileError(f"it now holds {pf.metadata.num_rows} rows, not the {rows} read before "
+                                     "(replaced while the trial was open)")
+            return pf.read(columns=list(columns))
+        finally:
+            if handle is not None:
+                handle.close()
 
     def _read_sealed(self, worker: str, number: int, relpath: str) -> Optional[_Part]:
         """A sealed segment's Parquet files (statistics: steps now, values when first needed)."""
         import pyarrow as pa
 
         tensors_relpath = store.tensors_relpath(worker, number)
+        where = relpath
         try:
-            pf = self._parquet(relpath, _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS)
-            where = relpath
-            table = pf.read(columns=list(_STAT_STEP_COLUMNS))
+            table = self._read_columns(relpath, _STAT_STEP_COLUMNS, _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS)
+            rows = table.num_rows
             step = _ints(table.column("step"), where)
             mode = _modes(table.column("mode"), where)
             mode_step = _ints(table.column("mode_step"), where)
@@ -422,12 +551,16 @@ class StoreIndex:
         if keep is not None:
             step, mode, mode_step = step[keep], mode[keep], mode_step[keep]
 
-        def rest(pf=pf, keep=keep, where=where):
+        def rest(t=None, keep=keep, where=where, rows=rows):
+            """The value columns; ``t``: their table, read already (:meth:`loaded_parts`)."""
             try:
-                t = pf.read(columns=list(_STAT_VALUE_COLUMNS))
+                if t is None:
+                    t = read_rest()
+                if isinstance(t, Exception):
+                    raise t
                 columns = (_texts(t.column("tensor"), self.names, where),
                            _texts(t.column("reduction"), self.labels, where),
-                           np.asarray(t.column("value").to_numpy(), np.float64),
+                           _numbers(t.column("value"), np.float64),
                            _texts(t.column("dtype"), self.dtypes, where),
                            _ints(t.column("ndim"), where, np.int8))
             except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
@@ -436,6 +569,14 @@ class StoreIndex:
             self._label_keys_update()
             return columns if keep is None else tuple(c[keep] for c in columns)
 
+        def read_rest(where=where, rows=rows):
+            """The value columns' table (or the exception that stopped it): safe in a thread."""
+            try:
+                return self._read_columns(where, _STAT_VALUE_COLUMNS, _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS, rows)
+            except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
+                return exc
+
+        rest.read = read_rest
         tensor_rows = []
         try:
             tensor_rows = self._tensor_rows_parquet(tensors_relpath)
@@ -451,10 +592,7 @@ class StoreIndex:
         return part
 
     def _tensor_rows_parquet(self, relpath: str) -> list:
-        pf = self._parquet(relpath, _TENSOR_COLUMNS)
-        if pf.metadata.num_rows == 0:
-            return []
-        return self._tensor_rows(pf.read(columns=list(_TENSOR_COLUMNS)), relpath)
+        return self._tensor_rows(self._read_columns(relpath, _TENSOR_COLUMNS, _TENSOR_COLUMNS), relpath)
 
     def _tensor_rows(self, table, where: str) -> list:
         """A tensors table as row tuples (see :meth:`_Part.set_rows`)."""
@@ -520,7 +658,7 @@ class StoreIndex:
             mode_step = _ints(stats.column("mode_step"), relpath)
             rest = (_texts(stats.column("tensor"), self.names, relpath),
                     _texts(stats.column("reduction"), self.labels, relpath),
-                    np.asarray(stats.column("value").to_numpy(), np.float64),
+                    _numbers(stats.column("value"), np.float64),
                     _texts(stats.column("dtype"), self.dtypes, relpath),
                     _ints(stats.column("ndim"), relpath, np.int8))
             self._label_keys_update()
@@ -582,9 +720,19 @@ class StoreIndex:
     def loaded_parts(self) -> List[_Part]:
         """:meth:`ordered_parts` with every column read (a segment whose values fail is emptied)."""
         parts = self.ordered_parts()
-        for part in parts:
-            if not part.loaded:
-                part.load()
+        pending = [p for p in parts if not p.loaded]
+        threads = min(len(pending), os.cpu_count() or 1, 8)
+        if threads > 1:
+            # Decoding a column releases the GIL: the files are read side by side; their
+            # texts are then interned here, in order.
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(threads) as pool:
+                read = list(pool.map(_Part.read_rest, pending))
+            for part, table in zip(pending, read):
+                part.load(table)
+        for part in pending:
+            part.load()
         self._label_keys_update()
         return parts
 

@@ -58,54 +58,141 @@ def _ranks(used_ids: np.ndarray, items: List[str], size: int):
     return rank, names
 
 
+class _Selection:
+    """What ``to_table`` asked for, as lookups over the index's ids and step filters."""
+
+    def __init__(self, index, names, modes, steps, include_incomplete: bool, labels):
+        self.index = index
+        self.wanted = np.zeros(len(index.names.items), bool)
+        for name in names:
+            i = index.names.ids.get(name)
+            if i is not None:
+                self.wanted[i] = True
+        self.label_wanted = np.asarray([labels is None or i == 0 or label in labels
+                                        for i, label in enumerate(index.labels.items)], bool)
+        self.every_name, self.every_label = bool(self.wanted.all()), bool(self.label_wanted.all())
+        self.modes = modes
+        self.mode_wanted = None
+        if modes is not None:
+            self.mode_wanted = np.zeros(_MODE_VALUES, bool)
+            self.mode_wanted[[m.value for m in modes]] = True
+        self.step_values = None if steps is None else np.asarray(sorted(steps), np.int64)
+        step_index = index.steps
+        self.late_cut = None
+        if not include_incomplete and not step_index.loaded_all_steps:
+            self.late_cut = step_index.last_complete_step
+
+    def step_mask(self, step: np.ndarray, mode: np.ndarray, mode_step: np.ndarray) -> Optional[np.ndarray]:
+        """Which of these rows (or steps) the mode, step and completeness filters keep (None: all)."""
+        mask = None
+        if self.mode_wanted is not None:
+            mask = self.mode_wanted[mode]
+        if self.step_values is not None:
+            m = np.isin(mode_step if self.modes is not None else step, self.step_values)
+            mask = m if mask is None else mask & m
+        if self.late_cut is not None and len(step) and step.max() > self.late_cut:
+            late = step > self.late_cut
+            late_steps = np.unique(step[late])
+            done = late_steps[np.fromiter(map(self.index.steps.is_complete, late_steps.tolist()), bool,
+                                          len(late_steps))]
+            m = ~late | np.isin(step, done)
+            mask = m if mask is None else mask & m
+        return mask
+
+
 def store_table(index, names, modes, steps, workers, include_incomplete: bool, labels, reader,
                 on_error: str) -> Table:
     """The rows of ``Trial.to_table`` (its arguments, parsed) of a run store's ``index``."""
     parts = [p for p in index.loaded_parts() if workers is None or p.worker in workers]
-    step_index = index.steps
-    n_names = len(index.names.items)
-    wanted = np.zeros(n_names, bool)
-    for name in names:
-        i = index.names.ids.get(name)
-        if i is not None:
-            wanted[i] = True
-    label_items = index.labels.items
-    label_wanted = np.asarray([labels is None or i == 0 or label in labels for i, label in enumerate(label_items)],
-                              bool)
-    mode_wanted = None
-    if modes is not None:
-        mode_wanted = np.zeros(_MODE_VALUES, bool)
-        mode_wanted[[m.value for m in modes]] = True
-    step_values = None if steps is None else np.asarray(sorted(steps), np.int64)
-    late_cut = None
-    if not include_incomplete and not step_index.loaded_all_steps:
-        late_cut = step_index.last_complete_step
-    every_name, every_label = bool(wanted.all()), bool(label_wanted.all())
+    parts = [p for p in parts if len(p)]
+    selection = _Selection(index, names, modes, steps, include_incomplete, labels)
+    table = _uniform_table(index, parts, selection)
+    if table is None:
+        table = _general_table(index, parts, selection)
+    extra = _whole_tensor_rows(index, parts, set(names), labels, modes, steps, selection.late_cut, reader,
+                               on_error)
+    return Table.concat(table, extra) if extra is not None else table
 
+
+def _uniform_table(index, parts, selection: _Selection) -> Optional[Table]:
+    """The table of segments that all hold the same rows at every step (the usual run), or
+    None: each segment's rows are a ``steps x width`` matrix, so the table is their kept
+    columns, transposed and laid side by side worker by worker; no sort."""
+    if not parts:
+        return Table.empty()
+    templates = [p.template() for p in parts]
+    first = templates[0]
+    if first is None or any(t is None or (t is not first and not t.same_rows(first)) for t in templates[1:]):
+        return None
+    previous: Dict[int, int] = {}
+    for part, t in zip(parts, templates):  # each worker's steps increase from segment to segment
+        if previous.get(part.worker_id, -1) >= t.step[0]:
+            return None
+        previous[part.worker_id] = int(t.step[-1])
+    keep = selection.wanted[first.tensor] & selection.label_wanted[first.label]
+    kept = np.flatnonzero(keep)
+    if not len(kept):
+        return Table.empty()
+    t_rank, t_names = _ranks(np.unique(first.tensor[kept]), index.names.items, len(index.names.items))
+    l_rank, l_names = _ranks(np.unique(first.label[kept]), index.labels.items, len(index.labels.items))
+    perm = kept[np.lexsort((l_rank[first.label[kept]], t_rank[first.tensor[kept]]))]
+    identity = len(perm) == first.width and bool((perm == np.arange(first.width)).all())
+    masks = [selection.step_mask(t.step, t.mode, t.mode_step) for t in templates]
+    sizes = [t.blocks if m is None else int(m.sum()) for t, m in zip(templates, masks)]
+    total = sum(sizes)
+    if not total:
+        return Table.empty()
+    width = len(perm)
+    value = np.empty((width, total))
+    step = np.empty((width, total), np.int64)
+    mode_step = np.empty((width, total), np.int64)
+    mode = np.empty((width, total), np.int8)
+    worker_sizes: Dict[int, int] = {}
+    at = 0
+    for part, t, m, size in zip(parts, templates, masks, sizes):
+        if not size:
+            continue
+        rows = part.value.reshape(t.blocks, t.width)
+        b_step, b_mode, b_mode_step = t.step, t.mode, t.mode_step
+        if m is not None and size < t.blocks:
+            rows, b_step, b_mode, b_mode_step = rows[m], b_step[m], b_mode[m], b_mode_step[m]
+        value[:, at:at + size] = rows.T if identity else rows[:, perm].T
+        step[:, at:at + size] = b_step
+        mode_step[:, at:at + size] = b_mode_step
+        mode[:, at:at + size] = b_mode
+        worker_sizes[part.worker_id] = worker_sizes.get(part.worker_id, 0) + size
+        at += size
+    w_ids = np.fromiter(worker_sizes, np.int64, len(worker_sizes))
+    w_rank, w_names = _ranks(w_ids, index.workers.items, len(index.workers.items))
+    worker_codes = np.repeat(w_rank[w_ids].astype(_code_dtype(len(w_names))),
+                             np.fromiter(worker_sizes.values(), np.int64, len(worker_sizes)))
+    mode = mode.reshape(-1)
+    present = np.flatnonzero(np.bincount(mode, minlength=_MODE_VALUES))
+    mode_codes = np.zeros(_MODE_VALUES, np.int8)
+    mode_codes[present] = np.arange(len(present))
+    texts = {
+        "tensor": (np.repeat(t_rank[first.tensor[perm]].astype(_code_dtype(len(t_names))), total), t_names),
+        "reduction": (np.repeat(l_rank[first.label[perm]].astype(_code_dtype(len(l_names))), total), l_names),
+        "worker": (np.tile(worker_codes, width), w_names),
+        "mode": (mode_codes[mode], [ModeKeys(int(v)).name for v in present]),
+    }
+    return Table({"step": step.reshape(-1), "mode_step": mode_step.reshape(-1), "value": value.reshape(-1)}, texts)
+
+
+def _general_table(index, parts, selection: _Selection) -> Table:
+    """The table of any segments: rows selected by masks, then stably sorted."""
     pieces: Dict[str, list] = {k: [] for k in ("step", "mode", "mode_step", "tensor", "label", "value", "worker")}
     monotone = True
     last_step: Dict[int, int] = {}
     for part in parts:
-        n = len(part)
-        if not n:
-            continue
         mask = None
-        if not every_name:
-            mask = wanted[part.tensor]
-        if not every_label:
-            m = label_wanted[part.label]
+        if not selection.every_name:
+            mask = selection.wanted[part.tensor]
+        if not selection.every_label:
+            m = selection.label_wanted[part.label]
             mask = m if mask is None else mask & m
-        if mode_wanted is not None:
-            m = mode_wanted[part.mode]
-            mask = m if mask is None else mask & m
-        if step_values is not None:
-            m = np.isin(part.mode_step if modes is not None else part.step, step_values)
-            mask = m if mask is None else mask & m
-        if late_cut is not None and part.hi > late_cut:
-            late = part.step > late_cut
-            late_steps = np.unique(part.step[late])
-            done = late_steps[np.fromiter(map(step_index.is_complete, late_steps.tolist()), bool, len(late_steps))]
-            m = ~late | np.isin(part.step, done)
+        m = selection.step_mask(part.step, part.mode, part.mode_step)
+        if m is not None:
             mask = m if mask is None else mask & m
         columns = {"step": part.step, "mode": part.mode, "mode_step": part.mode_step, "tensor": part.tensor,
                    "label": part.label, "value": part.value}
@@ -122,9 +209,7 @@ def store_table(index, names, modes, steps, workers, include_incomplete: bool, l
             previous = last_step.get(part.worker_id)
             monotone = _monotone(part) and (previous is None or previous <= s[0])
             last_step[part.worker_id] = int(s[-1])
-    table = _table(index, pieces, monotone)
-    extra = _whole_tensor_rows(index, parts, set(names), labels, modes, steps, late_cut, reader, on_error)
-    return Table.concat(table, extra) if extra is not None else table
+    return _table(index, pieces, monotone)
 
 
 def _table(index, pieces: Dict[str, list], monotone: bool) -> Table:
