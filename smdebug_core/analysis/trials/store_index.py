@@ -846,6 +846,61 @@ class StoreIndex:
             self._log = StoreLog(self)
         return self._log
 
+    def sql_sources(self):
+        """What ``Trial.sql`` puts in its views: ``(statistics files, tensors files, rows)``: the
+        local Parquet files of the sealed segments read (paths), and as arrow tables
+        ``{"statistics": ..., "tensors": ...}`` the rows of every other segment (live ones;
+        all of a remote run's), a ``worker`` column added as the Hive folders give it."""
+        local = not getattr(self.storage, "remote", False)
+        statistics_files, tensors_files, others = [], [], []
+        for part in self.loaded_parts():
+            if local and part.sealed:
+                statistics_files.append(self.storage.local_path(part.source))
+                relpath = store.tensors_relpath(part.worker, part.number)
+                if relpath not in self._warned:
+                    tensors_files.append(self.storage.local_path(relpath))
+            else:
+                others.append(part)
+        return statistics_files, tensors_files, {"statistics": self._arrow_statistics(others),
+                                                 "tensors": self._arrow_tensors(others)}
+
+    def _arrow_statistics(self, parts: List[_Part]):
+        import pyarrow as pa
+
+        def texts(codes, items):
+            return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(items, pa.string()))
+
+        pieces = [p for p in parts if len(p)]
+        cat = (lambda name: np.concatenate([getattr(p, name) for p in pieces])) if pieces else \
+            (lambda name: np.zeros(0, np.int64))
+        mode_names = [m.name if m is not None else "" for m in (_MODE_BY_VALUE.get(v) for v in range(8))]
+        return pa.table({
+            "step": pa.array(cat("step"), pa.int64()),
+            "mode": texts(cat("mode").astype(np.int32), mode_names),
+            "mode_step": pa.array(cat("mode_step"), pa.int64()),
+            "tensor": texts(cat("tensor").astype(np.int32), self.names.items),
+            "reduction": texts(cat("label").astype(np.int32), self.labels.items),
+            "value": pa.array(cat("value").astype(np.float64), pa.float64()),
+            "dtype": texts(cat("dtype").astype(np.int32), self.dtypes.items),
+            "ndim": pa.array(cat("ndim").astype(np.int8), pa.int8()),
+            "wall_time": pa.nulls(sum(len(p) for p in pieces), pa.float64()),
+            "worker": texts(np.repeat(np.asarray([p.worker_id for p in pieces], np.int32),
+                                      [len(p) for p in pieces]), self.workers.items),
+        })
+
+    def _arrow_tensors(self, parts: List[_Part]):
+        import pyarrow as pa
+
+        rows = [(part.worker,) + row for part in parts for row in part.tensor_rows]
+        names = ("worker", "step", "mode", "mode_step", "tensor", "kind", "file", "offset", "length", "crc32c",
+                 "dtype", "shape", "placement")
+        columns = list(zip(*rows)) if rows else [()] * len(names)
+        data = dict(zip(names, columns))
+        data["mode"] = [_MODE_BY_VALUE[m].name for m in data["mode"]]
+        types = {"step": pa.int64(), "mode_step": pa.int64(), "offset": pa.int64(), "length": pa.int64(),
+                 "crc32c": pa.int64(), "shape": pa.list_(pa.int64())}
+        return pa.table({name: pa.array(list(data[name]), types.get(name, pa.string())) for name in names})
+
     def table(self, names, modes, steps, workers, include_incomplete: bool, labels, reader, on_error: str):
         """``Trial.to_table``'s rows, from the columns (store_table.py)."""
         from .store_table import store_table

@@ -34,7 +34,7 @@ from .steps import StepState
 from .storage import open_storage
 from .computed import computed_table, parse_reductions
 from .labels import reduction_label
-from .table import Table, require_pandas
+from .table import COLUMNS, Table, require_optional, require_pandas
 from .tensor import Tensor
 
 __all__ = ["Trial", "create_trial", "LocalTrial", "StepState"]
@@ -635,6 +635,42 @@ class Trial:
         return [path for path, _ in write_partitioned(
             self, directory, names=names, regex=regex, collection=collection, mode=mode, steps=steps,
             workers=workers, show_incomplete_steps=show_incomplete_steps, progress=progress, on_error=on_error)]
+
+    def sql(self, query: str):
+        """Run a DuckDB SQL query over the run; returns DuckDB's relation (``.df()``,
+        ``.pl()``, ``.arrow()``, ``.fetchall()``). Needs duckdb (smdebug-core's ``duckdb`` extra).
+
+        Views: ``statistics``, one row per scalar or saved reduction value (the columns of
+        :meth:`to_dataframe`, plus ``dtype``, ``ndim`` and, for sealed segments, ``wall_time``;
+        ``worker`` from the ``worker=`` folders) and, for a run store, ``tensors``, where each
+        whole tensor's record lies (docs/format.md 10). A run store's sealed segments are read by
+        DuckDB from their Parquet files as they are (rows a later step replaced included), the
+        segments still being written from what the trial read; a run in smdebug 1.0.34's
+        layout gives :meth:`to_table`'s rows. ``trial.sql("SELECT tensor, max(value) FROM
+        statistics WHERE reduction = 'l2' GROUP BY tensor")``.
+        """
+        duckdb = require_optional("duckdb", "Trial.sql", "duckdb", "duckdb")
+        self._maybe_refresh()
+        con = self.__dict__.get("_duckdb")
+        if con is None:
+            con = self._duckdb = duckdb.connect()
+        if self._layout == STORE_LAYOUT:
+            statistics_files, tensors_files, rows = self._index.sql_sources()
+            for name, files in (("statistics", statistics_files), ("tensors", tensors_files)):
+                con.register(f"_smdebug_{name}", rows[name])
+                parts = [f"SELECT * FROM _smdebug_{name}"]
+                if files:
+                    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                    parts.insert(0, f"SELECT * FROM read_parquet([{listed}], hive_partitioning = true, "
+                                    "hive_types = {'worker': VARCHAR})")
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS " + " UNION ALL BY NAME ".join(parts))
+        else:
+            table = self.to_table(show_incomplete_steps=True)
+            from .parquet import arrow_table
+
+            con.register("_smdebug_statistics", arrow_table(table, list(COLUMNS)))
+            con.execute("CREATE OR REPLACE VIEW statistics AS SELECT * FROM _smdebug_statistics")
+        return con.sql(query)
 
     # ------------------------------------------------------------------ notebooks
     def summary(self) -> Dict[str, object]:
