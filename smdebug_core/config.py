@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .environment import on_sagemaker, parse_bool
+from .layouts import LAYOUT_1034, LAYOUT_ENV
 from .exceptions import ConfigError
 from .flight_recorder_config import FlightRecorder
 from .logger import get_logger
@@ -37,7 +38,7 @@ _MODE_PREFIXES = {m.name.lower(): m for m in ALL_MODES}
 _HOOK_KEYS = {
     *_SAVE_KEYS, "reductions", "save_raw_tensor", "save_shape", "save_all", "include_regex",
     "include_workers", "export_tensorboard", "tensorboard_dir", "dry_run", "save_histogram", "overwrite",
-    "flight_recorder",
+    "flight_recorder", "layout",
 }
 _COLLECTION_KEYS = {*_SAVE_KEYS, "include_regex", "save_histogram", "reductions", "save_raw_tensor", "save_shape"}
 _TOP_KEYS = {"LocalPath", "S3OutputPath", "S3Path", "HookParameters", "CollectionConfigurations",
@@ -215,6 +216,11 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
         if not isinstance(params["tensorboard_dir"], str):
             raise ConfigError(f"{where}.tensorboard_dir must be a path string, got {params['tensorboard_dir']!r}")
         kwargs["tensorboard_dir"] = params["tensorboard_dir"]
+    if params.get("layout") is not None:
+        kwargs["layout"] = params["layout"]
+    elif os.path.abspath(path) == DEFAULT_CONFIG_FILE and not os.environ.get(LAYOUT_ENV):
+        # SageMaker's managed Debugger rules read this run with smdebug 1.0.34's reader.
+        kwargs["layout"] = LAYOUT_1034
     unknown_hook = _unknown(params, _HOOK_KEYS)
 
     entries = doc.get("CollectionConfigurations")

@@ -101,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
 
     _compare_parser(sub, run_arg)
 
+    p = sub.add_parser("convert", help="a run in the other layout: the run store or smdebug 1.0.34's files")
+    p.add_argument("run", help="the run directory to convert")
+    p.add_argument("--to", required=True, choices=["1.0.34", "store"],
+                   help="1.0.34: the events/ and index/ files smdebug 1.0.34 reads; store: the run store")
+    p.add_argument("-o", "--output", required=True, help="a new directory for the converted run")
+
     p = sub.add_parser("report", help="one self-contained HTML file showing the whole run")
     run_arg(p)
     p.add_argument("-o", "--output", default="report.html", metavar="FILE.html",
@@ -478,6 +484,20 @@ def _compare_table(result) -> str:
     return text
 
 
+def _cmd_convert(args) -> int:
+    from ..storage.convert import convert
+    from .trials.progress import progress_bar, progress_wanted
+
+    bar = progress_bar(progress_wanted(None), None, "steps converted")
+    try:
+        steps = convert(args.run, args.output, args.to, progress=bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"{steps} steps of {args.run} written to {args.output} ({args.to} layout)")
+    return 0
+
+
 def _cmd_report(args) -> int:
     try:
         import matplotlib  # noqa: F401 - only whether it is installed
@@ -556,7 +576,7 @@ def _main(argv: List[str]) -> int:
     from ..exceptions import SMDebugError
 
     command = {"ls": _cmd_ls, "show": _cmd_show, "plot": _cmd_plot, "export": _cmd_export,
-               "compare": _cmd_compare, "report": _cmd_report}[args.command]
+               "compare": _cmd_compare, "report": _cmd_report, "convert": _cmd_convert}[args.command]
     try:
         return command(args)
     except _Failure as exc:

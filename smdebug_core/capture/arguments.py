@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from ..storage import remote
+from ..layouts import resolve_layout
 from . import preemption
 from ..collections import as_name_list
 from ..exceptions import ConfigError
@@ -49,6 +50,10 @@ class HookArguments:
             signal takes its course (docs/faults.md): None (default) reads
             ``$SMDEBUG_FLUSH_ON_SIGNALS``, else SIGTERM; False for none; or names such as
             ``("SIGTERM", "SIGUSR1")``. A handler the program installed first still runs after.
+        layout: how the run is stored: ``"store"`` (the default: statistics as Parquet rows,
+            whole tensors in chunk files, docs/format.md 10) or ``"smdebug-1.0.34"`` (the files
+            smdebug 1.0.34 and SageMaker's managed rules read). None reads ``$SMDEBUG_LAYOUT``;
+            a JSON config at SageMaker's path defaults to ``"smdebug-1.0.34"``.
     """
 
     out_dir: object = None
@@ -64,6 +69,7 @@ class HookArguments:
     overwrite: bool = False
     flight_recorder: object = None
     flush_on_signals: object = None
+    layout: Optional[str] = None
 
     def __post_init__(self):
         # Checked and normalized here, before the session touches the disk.
@@ -89,6 +95,7 @@ class HookArguments:
             include_collections=tuple(as_name_list(self.include_collections, "include_collections")),
             include_regex=tuple(as_name_list(self.include_regex, "include_regex")),
             flush_on_signals=preemption.flush_signals(self.flush_on_signals),
+            layout=_checked(resolve_layout, self.layout),
         )
         for name, value in normalized.items():
             object.__setattr__(self, name, value)
@@ -101,6 +108,14 @@ class HookArguments:
     def replace(self, **changes) -> "HookArguments":
         """A copy with ``changes`` (an adapter narrowing what its framework cannot do)."""
         return dataclasses.replace(self, **changes)
+
+
+def _checked(resolve, value):
+    """``resolve(value)``, its ValueError a ConfigError (bad input fails at construction)."""
+    try:
+        return resolve(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 #: The hook arguments' names, in their positional order.

@@ -10,6 +10,7 @@ from typing import List, Optional
 
 from ..exceptions import ConfigError
 from ..flight_recorder_config import FlightRecorder
+from ..layouts import STORE_LAYOUT
 from ..storage import remote
 from ..storage.format.layout import MARKER_DIR
 from ..storage.run_files import prepare_out_dir
@@ -47,7 +48,8 @@ def locate(arguments, out_url: Optional[str], out_dir: str, worker_name: str, wr
 
 
 def open_writer(session, overwrite: bool, siblings: List[str], remote_extra: list,
-                flight_recorder: Optional[FlightRecorder], prefix_check: Optional[remote.PrefixCheck] = None):
+                flight_recorder: Optional[FlightRecorder], prefix_check: Optional[remote.PrefixCheck] = None,
+                layout: str = STORE_LAYOUT):
     """``(writer, recorder)`` of a session that writes files: the run directory prepared
     (an earlier run refused, or removed with ``overwrite``), the writer thread started with
     its uploader for a URL out_dir, and the flight recorder (None when not configured).
@@ -75,7 +77,8 @@ def open_writer(session, overwrite: bool, siblings: List[str], remote_extra: lis
 
             shutil.rmtree(s.out_dir, ignore_errors=True)  # the spool, empty: this run never started
             raise
-    writer = RunWriter(s.out_dir, s.worker_name, tensorboard_dir=s.tensorboard_dir, uploader=uploader)
+    writer = RunWriter(s.out_dir, s.worker_name, tensorboard_dir=s.tensorboard_dir, uploader=uploader,
+                       run_layout=layout)
     recorder = None
     if flight_recorder is not None:
         recorder = Recorder(flight_recorder, s.worker_name, submit=lambda d: writer.submit(d, True),

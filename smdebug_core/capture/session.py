@@ -165,7 +165,7 @@ class StepSession:
         self.writer = None
         if self.writes_files:
             self.writer, self._recorder = run_output.open_writer(self, a.overwrite, self._sibling_workers(), remote_extra,
-                                                                  flight_recorder, prefix_check)
+                                                                  flight_recorder, prefix_check, a.layout)
         if self.writer is not None:
             open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
         self._sinks = self._make_sinks()

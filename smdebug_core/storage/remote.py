@@ -173,6 +173,7 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), ti
     """
     from ..exceptions import OutDirError
     from .format import layout
+    from .format.store import STORE_DIR
 
     fs, root = fs_root or filesystem(url, for_writing=True, timeout=timeout)
     markers = [layout.END_OF_JOB_FILE, layout.collections_file_relpath(worker)]
@@ -184,10 +185,10 @@ def check_remote_out_dir(url: str, worker: str, overwrite: bool, siblings=(), ti
         siblings = set(siblings)
         job_start = job_start_time() if siblings else float("inf")
         old = []
-        for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR,
+        for sub in (layout.COLLECTIONS_DIR.split("/")[0], layout.INDEX_DIR, layout.EVENTS_DIR, STORE_DIR,
                     layout.END_OF_JOB_FILE):
             for path, info in fs.find(join(root, sub), detail=True).items():
-                if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), siblings, job_start):
+                if is_previous_run(path.rsplit("/", 1)[-1], _modified_at(info), siblings, job_start, path):
                     old.append(path)
         if old and not (cancelled is not None and cancelled.is_set()):
             fs.rm(old)

@@ -14,14 +14,14 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..exceptions import OutDirError
-from .format import layout
+from .format import layout, store
 from ..logger import get_logger
 from ..modes import ModeKeys
 
 logger = get_logger()
 
 #: What makes a directory a run (docs/format.md 1.1).
-RUN_MARKERS = ("collections", "index", "events", layout.END_OF_JOB_FILE)
+RUN_MARKERS = ("collections", "index", "events", store.STORE_DIR, layout.END_OF_JOB_FILE)
 
 
 def prepare_out_dir(out_dir: str, *, check: bool, overwrite: bool, siblings: List[str], world_size: int,

@@ -17,7 +17,7 @@ import stat
 import time
 from typing import Iterable, Iterator, Optional, Set
 
-from .format import layout
+from .format import layout, store
 
 _IMPORTED_AT = time.time()
 
@@ -53,11 +53,26 @@ def written_by(file_name: str) -> Optional[str]:
     return None
 
 
-def is_previous_run(file_name: str, modified: float, siblings: Set[str], job_start: float) -> bool:
+def store_worker(path: str) -> Optional[str]:
+    """The worker whose partition folder (``worker=<name>``, docs/format.md 10) holds ``path``, or None."""
+    for part in reversed(path.replace(os.sep, "/").split("/")[:-1]):
+        worker = store.worker_of_dir(part)
+        if worker is not None:
+            return worker
+    return None
+
+
+def is_previous_run(file_name: str, modified: float, siblings: Set[str], job_start: float,
+                    path: str = "") -> bool:
     """With ``overwrite``: is this file the earlier run's (to delete)? Everything is, except
-    the files of this job's other workers (named after one of ``siblings``, modified since
-    ``job_start``)."""
-    return modified < job_start or written_by(file_name) not in siblings
+    the files of this job's other workers (named after one of ``siblings``, or in one of their
+    run store folders, modified since ``job_start``), and the run store's layout file when
+    one of them wrote it."""
+    if modified < job_start:
+        return True
+    if file_name == store.LAYOUT_FILE.rpartition("/")[2]:
+        return not siblings
+    return (written_by(file_name) or store_worker(path)) not in siblings
 
 
 def remove_previous_run(out_dir: str, entries: Iterable[str], siblings: Iterable[str]) -> None:
@@ -74,7 +89,7 @@ def remove_previous_run(out_dir: str, entries: Iterable[str], siblings: Iterable
         for top, dirs, files in os.walk(path, topdown=False):
             for name in files:
                 file_path = os.path.join(top, name)
-                if is_previous_run(name, os.lstat(file_path).st_mtime, siblings, job_start):
+                if is_previous_run(name, os.lstat(file_path).st_mtime, siblings, job_start, file_path):
                     os.remove(file_path)
             for name in dirs:
                 try:
@@ -135,6 +150,10 @@ def written_by_other_workers(out_dir: str, workers: Iterable[str], world_size: i
             return False
         if worker not in siblings or _num_workers(entry.path) != world_size:
             return False
+    for top in (store.STATISTICS_DIR, store.TENSORS_DIR, store.CHUNKS_DIR, store.LIVE_DIR):
+        for partition in _names(os.path.join(out_dir, top)):
+            if store.worker_of_dir(partition.name) not in siblings:
+                return False
     for top in (layout.INDEX_DIR, layout.EVENTS_DIR):
         for bucket in _names(os.path.join(out_dir, top)):
             for entry in _names(bucket.path):

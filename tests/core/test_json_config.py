@@ -184,3 +184,45 @@ def test_tensorboard_dir_resolution(tmp_path, monkeypatch):
     assert cfg.resolve_tensorboard_dir(out, None, True) == "/y/tb"
     monkeypatch.setenv("TRAINING_JOB_NAME", "job")  # on SageMaker only the platform's file counts
     assert cfg.resolve_tensorboard_dir(out, "/x/tb", False) == "/y/tb"
+
+
+def _written_layout(hook):
+    return hook.session.writer.layout if hasattr(hook, "session") else hook._session.writer.layout
+
+
+@pytest.mark.parametrize("how", ["argument", "json", "env"])
+def test_the_1034_layout_is_chosen_three_ways(tmp_path, monkeypatch, how):
+    monkeypatch.delenv("SMDEBUG_LAYOUT", raising=False)
+    run = tmp_path / "run"
+    if how == "argument":
+        hook = smd.Hook(out_dir=str(run), layout="smdebug-1.0.34")
+    else:
+        doc = {"LocalPath": str(run), "HookParameters": {"save_interval": "1"}}
+        if how == "json":
+            doc["HookParameters"]["layout"] = "smdebug-1.0.34"
+        else:
+            monkeypatch.setenv("SMDEBUG_LAYOUT", "smdebug-1.0.34")
+        hook = smd.Hook.create_from_json_file(write_config(tmp_path, doc))
+    try:
+        assert _written_layout(hook) == "smdebug-1.0.34"
+    finally:
+        hook.close()
+
+
+def test_sagemaker_config_path_picks_the_1034_layout(tmp_path, monkeypatch):
+    """SageMaker's managed rules read the run with 1.0.34: a config at its path picks that layout."""
+    monkeypatch.delenv("SMDEBUG_LAYOUT", raising=False)
+    path = write_config(tmp_path, {"LocalPath": str(tmp_path / "run")})
+    monkeypatch.setattr(cfg, "DEFAULT_CONFIG_FILE", str(path))
+    assert cfg.load_hook_settings().hook_kwargs["layout"] == "smdebug-1.0.34"
+    path2 = write_config(tmp_path, {"LocalPath": str(tmp_path / "run")}, name="elsewhere.json")
+    assert "layout" not in cfg.load_hook_settings(str(path2)).hook_kwargs
+
+
+def test_a_bad_layout_fails_at_construction_naming_the_choices(tmp_path, monkeypatch):
+    monkeypatch.delenv("SMDEBUG_LAYOUT", raising=False)
+    with pytest.raises(ConfigError, match=r"^layout must be one of 'store', 'smdebug-1.0.34', got '1.0.34'"):
+        smd.Hook(out_dir=str(tmp_path / "run"), layout="1.0.34")
+    monkeypatch.setenv("SMDEBUG_LAYOUT", "parquet")
+    with pytest.raises(ConfigError, match=r"\$SMDEBUG_LAYOUT: .*got 'parquet'"):
+        smd.Hook(out_dir=str(tmp_path / "run2"))

@@ -27,6 +27,7 @@ import threading
 import time
 
 from ..format import layout, store
+from ...layouts import resolve_layout
 from ..step_data import ITEM_OVERHEAD_BYTES as _ITEM_OVERHEAD_BYTES, StepData
 from ...modes import ModeKeys
 from .publish import Publisher
@@ -58,10 +59,13 @@ class RunWriter:
     memory held by queued steps: :meth:`submit` blocks when it is exceeded, it never drops.
     ``max_delay`` bounds how long a submitted step waits before the writer starts on it
     (module docstring): readers of a live run see it at most that much later.
+    ``run_layout``: ``"store"`` or ``"smdebug-1.0.34"`` (None: ``$SMDEBUG_LAYOUT``, else the
+    default; smdebug/layouts.py); ``segment_steps`` / ``segment_seconds``: when the run
+    store's segments roll (docs/format.md 10.1).
     """
 
     def __init__(self, out_dir, worker, tensorboard_dir=None, max_pending_bytes=DEFAULT_MAX_PENDING_BYTES,
-                 max_delay=DEFAULT_MAX_DELAY, uploader=None, run_layout=store.LAYOUT_1034, segment_steps=None,
+                 max_delay=DEFAULT_MAX_DELAY, uploader=None, run_layout=None, segment_steps=None,
                  segment_seconds=None):
         self.out_dir = os.path.abspath(os.fspath(out_dir))
         self.worker = layout.validate_worker(worker)
@@ -90,7 +94,7 @@ class RunWriter:
 
         # Writer-thread state: one object per job.
         self._files = Publisher(self.out_dir, uploader)
-        self.layout = store.validate_layout(run_layout)
+        self.layout = resolve_layout(run_layout)
         if self.layout == store.LAYOUT_1034:
             self._sink = StepFiles(self._files)
         else:

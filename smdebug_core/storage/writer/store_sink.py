@@ -62,6 +62,15 @@ class _Texts:
             self.items.append(text)
         return found
 
+    def arrow(self):
+        """The strings as an arrow array, made again only when new ones came."""
+        cached = self.__dict__.get("_arrow")
+        if cached is None or len(cached) != len(self.items):
+            import pyarrow as pa
+
+            cached = self._arrow = pa.array(self.items, pa.string())
+        return cached
+
 
 def _split_tag(tag: str):
     """``(tensor, reduction label)`` of a record name kept as a row, or None for a reduction
@@ -192,7 +201,8 @@ class StoreSink:
         for shape_item in step.shapes:
             name, *original, shape = shape_item
             open_step.tensor_rows.append((name, store.KIND_SHAPE, None, None, None, None, None,
-                                          [int(s) for s in shape], original[0] if original else None))
+                                          [int(s) for s in shape],
+                                          original[0] if original and original[0] != name else None))
 
     def _add_run(self, open_step, run) -> bool:
         """A batch of reductions as columns; False when some tag cannot be a row."""
@@ -388,7 +398,8 @@ class StoreSink:
     def _dictionary(self, codes, texts: _Texts, mask=None):
         import pyarrow as pa
 
-        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=mask), pa.array(texts.items, pa.string()))
+        # Codes come from ``texts`` itself: no need to check them again.
+        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=mask), texts.arrow(), safe=False)
 
     def _statistics_batch(self, pieces: List[tuple]):
         """Statistics rows as a batch of the live schema (the tensor columns null)."""
@@ -508,12 +519,16 @@ class StoreSink:
         statistics_schema, tensors_schema, live_schema = store.schemas()
         table = pa.Table.from_batches(segment.batches, schema=live_schema) if segment.batches \
             else live_schema.empty_table()
+        kinds = pc.unique(table["table"]).to_pylist() if table.num_rows else []
         for which, schema, relpath in ((store.LIVE_TENSORS, tensors_schema,
                                         store.tensors_relpath(worker.name, segment.number)),
                                        (store.LIVE_STATISTICS, statistics_schema,
                                         store.statistics_relpath(worker.name, segment.number))):
-            part = table.filter(pc.equal(table["table"], which)).select(schema.names)
-            part = part.unify_dictionaries() if part.num_rows else schema.empty_table()
+            if which not in kinds:
+                part = schema.empty_table()
+            else:
+                part = table if kinds == [which] else table.filter(pc.equal(table["table"], which))
+                part = part.select(schema.names).unify_dictionaries()
             self._files.write_with(relpath, lambda path, part=part: pq.write_table(
                 part.cast(schema), path, **store.PARQUET_OPTIONS))
         if segment.live is not None:
