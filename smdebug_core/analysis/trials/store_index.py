@@ -46,6 +46,7 @@ from ...storage.format import store
 from ...storage.format.index import _parse_placements
 from .labels import reduction_label
 from .locations import InlineValue, TensorLocation, TensorRecords
+from .paths import worker_from_name
 from .record_log import _Interner
 from .steps import StepIndex
 
@@ -127,6 +128,8 @@ def _texts(column, interner: _Interner, where: str) -> np.ndarray:
             out.append(np.asarray(indices, np.int32))
         else:
             out.append(lookup[indices])
+    if not out:
+        return np.zeros(0, np.int32)
     return np.concatenate(out) if len(out) != 1 else out[0]
 
 
@@ -195,8 +198,9 @@ def _step_triples(steps: np.ndarray, modes: np.ndarray, mode_steps: np.ndarray):
 class _Part:
     """One worker's segment as read so far: statistics rows in columns, tensors rows as tuples."""
 
-    def __init__(self, worker: str, worker_id: int, number: int):
-        self.worker = worker
+    def __init__(self, folder: str, worker: str, worker_id: int, number: int):
+        self.folder = folder  # the worker as the store's folders name it
+        self.worker = worker  # as the trial names it (a TensorFlow device name deserialized)
         self.worker_id = worker_id
         self.number = number
         self.sealed = False
@@ -346,7 +350,10 @@ class StoreIndex:
     """
 
     def __init__(self, storage, range_steps, stats: Dict[str, int], steps: Optional[StepIndex] = None):
-        import pyarrow  # noqa: F401  (the store needs it: ImportError now, not at the first value)
+        from .table import require_optional
+
+        # The store needs it: ImportError now, naming what to install, not at the first value.
+        require_optional("pyarrow.parquet", "reading a run store (store/)", "pyarrow", "parquet")
 
         self.storage = storage
         self.range_steps = range_steps
@@ -405,7 +412,7 @@ class StoreIndex:
         """``(worker, segment, relpath)`` of the files of ``directory``'s worker folders."""
         out = []
         for entry in self.storage.list_dir(directory):
-            worker = store.worker_of_dir(entry.name) if entry.is_dir else None
+            worker = store.worker_of_dir(entry.name) if entry.is_dir else None  # as its files are named
             if worker is None:
                 continue
             folder = f"{directory}/{entry.name}"
@@ -431,10 +438,11 @@ class StoreIndex:
             logger.warning("smdebug: run store file %s skipped, %s: %s", self.storage.local_path(relpath), what,
                            reason)
 
-    def _part(self, worker: str, number: int) -> _Part:
-        part = self._parts.get((worker, number))
+    def _part(self, folder: str, number: int) -> _Part:
+        part = self._parts.get((folder, number))
         if part is None:
-            part = self._parts[(worker, number)] = _Part(worker, self.workers.id(worker), number)
+            worker = worker_from_name(folder)
+            part = self._parts[(folder, number)] = _Part(folder, worker, self.workers.id(worker), number)
         return part
 
     def _in_range(self, lo: int, hi: int) -> bool:
@@ -856,7 +864,7 @@ class StoreIndex:
         for part in self.loaded_parts():
             if local and part.sealed:
                 statistics_files.append(self.storage.local_path(part.source))
-                relpath = store.tensors_relpath(part.worker, part.number)
+                relpath = store.tensors_relpath(part.folder, part.number)
                 if relpath not in self._warned:
                     tensors_files.append(self.storage.local_path(relpath))
             else:
@@ -978,9 +986,9 @@ class _Catalog(Mapping):
             return
         index = self._index
         latest: Dict[str, int] = {}
-        for (worker, number) in index._parts:
-            latest[worker] = max(latest.get(worker, -1), number)
-        if all(latest[p.worker] == p.number for p in parts):
+        for (folder, number) in index._parts:
+            latest[folder] = max(latest.get(folder, -1), number)
+        if all(latest[p.folder] == p.number for p in parts):
             # The newest segment of each worker: its rows replace what came before.
             for name, records in self._built.items():
                 index.build_records(name, records, parts)
@@ -1052,7 +1060,8 @@ class _ModeNames:
 class StoreLog:
     """The store's rows in the columns of :meth:`~.record_log.RecordLog.arrays` (``step``,
     ``worker``, ``tensor``, ``label``, ``start``: a row's place in its segment, the order it
-    was written in) with the same interners (``tensors``, ``workers``, ``labels``)."""
+    was written in, whole tensors before numbers) with the same interners (``tensors``,
+    ``workers``, ``labels``)."""
 
     def __init__(self, index: StoreIndex):
         self.tensors = index.names
@@ -1075,6 +1084,8 @@ class StoreLog:
                 pieces["label"] += [part.label, np.asarray(
                     [0 if k is None else self.labels.id(reduction_label(*k))
                      for k in (index.tensor_row_name(r[3])[1] for r in rows)], np.int32)]
-                pieces["start"].append(np.arange(n + len(rows), dtype=np.int64))
+                # The store keeps each table's rows in the order written, not how the two
+                # interleave within a step: a step's whole tensors are taken as written first.
+                pieces["start"].append(np.r_[np.arange(len(rows), len(rows) + n), np.arange(len(rows))].astype(np.int64))
             self._columns = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in pieces.items()}
         return dict(self._columns)

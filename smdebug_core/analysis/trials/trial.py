@@ -661,7 +661,11 @@ class Trial:
                 parts = [f"SELECT * FROM _smdebug_{name}"]
                 if files:
                     listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                    parts.insert(0, f"SELECT * FROM read_parquet([{listed}], hive_partitioning = true, "
+                    # The worker as the trial names it: a TensorFlow device name's folder is its
+                    # serialized name (paths.worker_from_name).
+                    parts.insert(0, "SELECT * REPLACE (CASE WHEN starts_with(worker, '_') THEN "
+                                    "replace(replace(worker, '_', '/'), '-', ':') ELSE worker END AS worker) "
+                                    f"FROM read_parquet([{listed}], hive_partitioning = true, "
                                     "hive_types = {'worker': VARCHAR})")
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS " + " UNION ALL BY NAME ".join(parts))
         else:
