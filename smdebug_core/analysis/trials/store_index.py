@@ -222,6 +222,7 @@ class _Part:
         self.version += 1
         self._groups = None
         self._template = None
+        self._blocks = None
         self._present = None
         self._mode_present: Dict[int, np.ndarray] = {}
         lo = [int(step.min())] if len(step) else []
@@ -258,6 +259,13 @@ class _Part:
 
     def __len__(self):
         return len(self.step)
+
+    def blocks(self, templates) -> Optional["_Blocks"]:
+        """The segment step by step (:class:`_Blocks`), or None; ``templates``: the index's
+        :meth:`StoreIndex.template_of`."""
+        if self._blocks is None:
+            self._blocks = _find_blocks(self, templates) or False
+        return self._blocks or None
 
     def template(self) -> Optional["_Template"]:
         """The segment's rows as ``blocks x width`` when every step holds the same (tensor,
@@ -310,6 +318,42 @@ class _Template:
 
     def same_rows(self, other: "_Template") -> bool:
         return np.array_equal(self.tensor, other.tensor) and np.array_equal(self.label, other.label)
+
+
+class _Blocks:
+    """A segment's statistics rows step by step: block ``b`` (rows ``start[b]:start[b+1]``) holds
+    step ``step[b]`` (increasing), one ``mode`` and ``mode_step``, and the (tensor, label)
+    sequence of template ``template[b]`` (:meth:`StoreIndex.template_of`), no pair twice."""
+
+    def __init__(self, start, step, mode, mode_step, template):
+        self.start, self.step, self.mode, self.mode_step, self.template = start, step, mode, mode_step, template
+
+
+def _find_blocks(part: _Part, templates) -> Optional[_Blocks]:
+    """The segment's :class:`_Blocks`, or None when its rows are not so (a step written twice,
+    steps out of order, a pair twice in a step). ``templates``: ``(tensor, label) -> id``."""
+    n = len(part)
+    if not n:
+        return None
+    s = part.step
+    start = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    steps = s[start]
+    if len(steps) > 1 and not (steps[1:] > steps[:-1]).all():
+        return None
+    widths = np.diff(np.r_[start, n])
+    for column in (part.mode, part.mode_step):
+        if not (column == np.repeat(column[start], widths)).all():
+            return None
+    tensor, label = part.tensor, part.label
+    ids = np.empty(len(start), np.int64)
+    bounds = np.r_[start, n].tolist()
+    for b in range(len(start)):
+        a, e = bounds[b], bounds[b + 1]
+        found = templates(tensor[a:e], label[a:e])
+        if found is None:
+            return None
+        ids[b] = found
+    return _Blocks(np.r_[start, n], steps, part.mode[start], part.mode_step[start], ids)
 
 
 def _find_template(part: _Part) -> Optional[_Template]:
@@ -375,6 +419,8 @@ class StoreIndex:
         self._tensor_row_names: Dict[str, Tuple[str, Optional[Tuple[str, bool]]]] = {}
         self._label_keys: List[Tuple[str, bool]] = [("", False)]
         self._log = None
+        self._template_ids: Dict[Tuple[bytes, bytes], int] = {}
+        self.templates: List[Tuple[np.ndarray, np.ndarray]] = []
 
     # ------------------------------------------------------------------ listing and reading
     def read_new(self, progress: Optional[bool] = None) -> int:
@@ -720,6 +766,19 @@ class StoreIndex:
         self.tensors_for_step.clear()
         self.tensors_for_mode.clear()
         self.tensors.update(parts)
+
+    def template_of(self, tensor: np.ndarray, label: np.ndarray) -> Optional[int]:
+        """The id of a step's (tensor, label) sequence (ids kept for the trial's life), or None
+        when a pair is in it twice; ``templates[id]`` is ``(tensor, label)``."""
+        key = (tensor.tobytes(), label.tobytes())
+        found = self._template_ids.get(key)
+        if found is None:
+            pairs = tensor.astype(np.int64) * (len(self.labels.items) + 1) + label
+            if len(np.unique(pairs)) != len(pairs):
+                return None
+            found = self._template_ids[key] = len(self.templates)
+            self.templates.append((tensor.copy(), label.copy()))
+        return found
 
     def ordered_parts(self) -> List[_Part]:
         """Every segment read, worker by worker, in segment order (later rows win)."""

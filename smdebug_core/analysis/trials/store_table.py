@@ -103,13 +103,15 @@ class _Selection:
 def store_table(index, names, modes, steps, workers, include_incomplete: bool, labels, reader,
                 on_error: str) -> Table:
     """The rows of ``Trial.to_table`` (its arguments, parsed) of a run store's ``index``."""
-    parts = [p for p in index.loaded_parts() if workers is None or p.worker in workers]
-    parts = [p for p in parts if len(p)]
+    every = [p for p in index.loaded_parts() if workers is None or p.worker in workers]
+    parts = [p for p in every if len(p)]
     selection = _Selection(index, names, modes, steps, include_incomplete, labels)
     table = _uniform_table(index, parts, selection)
     if table is None:
+        table = _block_table(index, parts, selection)
+    if table is None:
         table = _general_table(index, parts, selection)
-    extra = _whole_tensor_rows(index, parts, set(names), labels, modes, steps, selection.late_cut, reader,
+    extra = _whole_tensor_rows(index, every, set(names), labels, modes, steps, selection.late_cut, reader,
                                on_error)
     return Table.concat(table, extra) if extra is not None else table
 
@@ -177,6 +179,114 @@ def _uniform_table(index, parts, selection: _Selection) -> Optional[Table]:
         "mode": (mode_codes[mode], [ModeKeys(int(v)).name for v in present]),
     }
     return Table({"step": step.reshape(-1), "mode_step": mode_step.reshape(-1), "value": value.reshape(-1)}, texts)
+
+
+def _block_table(index, parts, selection: _Selection) -> Optional[Table]:
+    """The table of segments whose steps hold one of a few (tensor, label) sequences each
+    (a loss every step, reductions every tenth...), or None. Each row's place in the table
+    is computed, not sorted for: a pair's rows of one worker come in step order, so a row of
+    step block ``b`` lands at its group's start plus the number of earlier blocks of the
+    worker whose sequence holds the pair (the same count for every pair held by the same
+    set of sequences)."""
+    if not parts:
+        return Table.empty()
+    blocks = [p.blocks(index.template_of) for p in parts]
+    if any(b is None for b in blocks):
+        return None
+    previous: Dict[int, int] = {}
+    for part, b in zip(parts, blocks):
+        if previous.get(part.worker_id, -1) >= b.step[0]:
+            return None
+        previous[part.worker_id] = int(b.step[-1])
+    used = np.unique(np.concatenate([b.template for b in blocks]))
+    if len(used) > 62:
+        return None
+    slot = {int(g): i for i, g in enumerate(used.tolist())}
+    templates = [index.templates[g] for g in used.tolist()]
+    kept = [np.flatnonzero(selection.wanted[t] & selection.label_wanted[l]) for t, l in templates]
+    if not any(len(k) for k in kept):
+        return Table.empty()
+    t_used = np.unique(np.concatenate([t[k] for (t, _), k in zip(templates, kept)]))
+    l_used = np.unique(np.concatenate([l[k] for (_, l), k in zip(templates, kept)]))
+    t_rank, t_names = _ranks(t_used, index.names.items, len(index.names.items))
+    l_rank, l_names = _ranks(l_used, index.labels.items, len(index.labels.items))
+    w_ids = np.unique(np.asarray([p.worker_id for p in parts], np.int64))
+    w_rank, w_names = _ranks(w_ids, index.workers.items, len(index.workers.items))
+    n_l, n_w = len(l_names), len(w_names)
+    size = len(t_names) * n_l * n_w
+    # Per used sequence, its kept positions' pair keys (without the worker) and signatures:
+    # the set of sequences holding each pair, as a bit mask.
+    pair_key = [(t_rank[t[k]] * n_l + l_rank[l[k]]) * n_w for (t, l), k in zip(templates, kept)]
+    holders: Dict[int, int] = {}
+    for i, keys in enumerate(pair_key):
+        for key in keys.tolist():
+            holders[key] = holders.get(key, 0) | (1 << i)
+    signatures = sorted(set(holders.values()))
+    sig_index = {sig: i for i, sig in enumerate(signatures)}
+    pair_sig = [np.asarray([sig_index[holders[key]] for key in keys.tolist()], np.int64) for keys in pair_key]
+    sig_members = np.asarray([[(sig >> i) & 1 for i in range(len(used))] for sig in signatures], bool)
+
+    # The kept blocks of each segment, and per worker the count of earlier blocks holding
+    # each signature.
+    plan = []  # (part, blocks, kept block indices, their slots, worker)
+    per_worker: Dict[int, list] = {}
+    for part, b in zip(parts, blocks):
+        mask = selection.step_mask(b.step, b.mode, b.mode_step)
+        chosen = np.arange(len(b.step)) if mask is None else np.flatnonzero(mask)
+        slots = np.asarray([slot[g] for g in b.template[chosen].tolist()], np.int64) if len(chosen) else \
+            np.zeros(0, np.int64)
+        plan.append((part, b, chosen, slots))
+        per_worker.setdefault(part.worker_id, []).append(slots)
+    counts = np.zeros(size, np.int64)
+    earlier: Dict[int, np.ndarray] = {}  # worker -> (signatures x its kept blocks) exclusive counts
+    for w, pieces in per_worker.items():
+        slots = np.concatenate(pieces)
+        holds = sig_members[:, slots]  # signature x block: does the block's sequence hold it
+        cum = np.zeros((len(signatures), len(slots) + 1), np.int64)
+        np.cumsum(holds, axis=1, out=cum[:, 1:])
+        earlier[w] = cum
+        per_slot = np.bincount(slots, minlength=len(used))
+        for i, keys in enumerate(pair_key):
+            if per_slot[i]:
+                np.add.at(counts, keys + w_rank[w], per_slot[i])
+    total = int(counts.sum())
+    if not total:
+        return Table.empty()
+    group_start = np.zeros(size, np.int64)
+    np.cumsum(counts[:-1], out=group_start[1:])
+    value = np.empty(total)
+    step = np.empty(total, np.int64)
+    mode_step = np.empty(total, np.int64)
+    mode = np.empty(total, np.int8)
+    offset: Dict[int, int] = {}  # worker -> kept blocks of its earlier segments
+    for part, b, chosen, slots in plan:
+        w = part.worker_id
+        base = offset.get(w, 0)
+        offset[w] = base + len(chosen)
+        cum = earlier[w]
+        for i in np.unique(slots).tolist():
+            if not len(kept[i]):
+                continue
+            local = np.flatnonzero(slots == i)  # this sequence's kept blocks of the segment
+            at = chosen[local]
+            rows = b.start[at][:, None] + kept[i][None, :]
+            dest = (group_start[pair_key[i] + w_rank[w]][None, :] + cum[pair_sig[i]][:, base + local].T)
+            value[dest] = part.value[rows]
+            step[dest] = b.step[at][:, None]
+            mode_step[dest] = b.mode_step[at][:, None]
+            mode[dest] = b.mode[at][:, None]
+    used_keys = np.flatnonzero(counts)
+    runs = counts[used_keys]
+    texts = {}
+    for column, part_of_key, cats in (("tensor", used_keys // (n_l * n_w), t_names),
+                                      ("reduction", (used_keys // n_w) % n_l, l_names),
+                                      ("worker", used_keys % n_w, w_names)):
+        texts[column] = (np.repeat(part_of_key.astype(_code_dtype(len(cats))), runs), cats)
+    present = np.flatnonzero(np.bincount(mode, minlength=_MODE_VALUES))
+    mode_codes = np.zeros(_MODE_VALUES, np.int8)
+    mode_codes[present] = np.arange(len(present))
+    texts["mode"] = (mode_codes[mode], [ModeKeys(int(v)).name for v in present])
+    return Table({"step": step, "mode_step": mode_step, "value": value}, texts)
 
 
 def _general_table(index, parts, selection: _Selection) -> Table:
