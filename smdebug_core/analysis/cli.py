@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import os
 import re
 import sys
@@ -160,7 +161,7 @@ def _saved_kinds(tensor) -> str:
     if tensor._locations:
         kinds.append("values")
     keys = set()
-    for by_worker in list(tensor._reductions.values())[:3]:
+    for by_worker in itertools.islice(tensor._reductions.values(), 3):
         for by_key in by_worker.values():
             keys.update(by_key)
     if keys:

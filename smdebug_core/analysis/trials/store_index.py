@@ -829,6 +829,18 @@ class StoreIndex:
             self._names_cache = names
         return self._names_cache
 
+    def names_with_values(self) -> Set[str]:
+        """The names of the tensors with a value of their own (not only reductions or shapes)."""
+        ids: Set[int] = set()
+        names: Set[str] = set()
+        for part in self.loaded_parts():
+            if len(part):
+                ids.update(np.unique(part.tensor[part.label == 0]).tolist())
+            names.update(self.tensor_row_name(r[3])[0] for r in part.tensor_rows
+                         if r[4] == store.KIND_VALUE and self.tensor_row_name(r[3])[1] is None)
+        names.update(self.names.items[i] for i in ids)
+        return names
+
     def names_with_complete_step(self, candidates, is_complete) -> List[str]:
         """The names among ``candidates`` with a step that ``is_complete`` (by global step)."""
         last = self.steps.last_complete_step
@@ -849,40 +861,6 @@ class StoreIndex:
         return [n for n in candidates if n in names]
 
     # ------------------------------------------------------------------ one tensor's records
-    def build_records(self, name: str, records: TensorRecords, parts: Optional[List[_Part]] = None) -> None:
-        """Add what ``parts`` (default: all) hold of tensor ``name`` to ``records``."""
-        tensor_id = self.names.ids.get(name)
-        labels = self.labels.items
-        keys = self._label_keys
-        dtypes = self.dtypes.items
-        for part in (self.loaded_parts() if parts is None else parts):
-            part.load()
-            worker = part.worker
-            if tensor_id is not None and len(part):
-                rows = part.rows_of(tensor_id)
-                if len(rows):
-                    steps = part.step[rows].tolist()
-                    label_ids = part.label[rows].tolist()
-                    values = part.value[rows].tolist()
-                    dtype_ids = part.dtype[rows].tolist()
-                    ndims = part.ndim[rows].tolist()
-                    tags: Dict[int, str] = {}
-                    add_value, add_reduction = records.add_value, records.add_reduction
-                    for step, label, value, dtype, ndim in zip(steps, label_ids, values, dtype_ids, ndims):
-                        tag = tags.get(label)
-                        if tag is None:
-                            tag = tags[label] = name if label == 0 else f"{REDUCTION_TAG_PREFIX}{labels[label]}/{name}"
-                        inline = InlineValue(value, dtypes[dtype], ndim, tag)
-                        if label == 0:
-                            add_value(step, worker, inline)
-                        else:
-                            add_reduction(step, worker, keys[label], inline)
-            for row in part.tensor_rows:
-                base, key = self.tensor_row_name(row[3])
-                if base != name:
-                    continue
-                self._add_tensor_row(records, worker, row, key, part)
-
     def _add_tensor_row(self, records: TensorRecords, worker: str, row, key, part: _Part) -> None:
         step, _, _, record_name, kind, file, offset, length, crc, _, shape, placement = row
         if kind == store.KIND_SHAPE:
@@ -1023,8 +1001,7 @@ class _Catalog(Mapping):
         if records is None:
             if name not in self._index.present_names():
                 raise KeyError(name)
-            records = self._built[name] = TensorRecords()
-            self._index.build_records(name, records)
+            records = self._built[name] = _LazyRecords(self._index, name)
         return records
 
     def get(self, name, default=None):
@@ -1040,24 +1017,169 @@ class _Catalog(Mapping):
         return self._index.present_names().keys()
 
     def update(self, parts: List[_Part]) -> None:
-        """Segments were read or grew: the built records take their rows."""
-        if not self._built:
-            return
+        """Segments were read or grew: the records handed out take their rows."""
+        for records in self._built.values():
+            records.rebuild()
+
+
+#: Steps whose entries a :class:`_StepMap` keeps made (they are made again when asked for).
+_STEP_CACHE = 4096
+
+
+class _LazyRecords(TensorRecords):
+    """A tensor's :class:`TensorRecords` over the store's columns: ``locations``,
+    ``reductions`` and ``step_workers`` are :class:`_StepMap` s that make a step's entries
+    when it is asked for (a run of 10,000 steps and 5 reductions would otherwise make 50,000
+    objects per tensor up front); shapes and placements (from the ``tensors`` table, few)
+    are plain dicts. Rebuilt in place when segments are read (``Tensor`` keeps the maps)."""
+
+    def __init__(self, index: StoreIndex, name: str):
+        super().__init__()
+        self._index = index
+        self.name = name
+        self._eager = TensorRecords()  # the tensors table's rows: whole values, shapes, placements
+        self.shapes = self._eager.shapes
+        self.placements = self._eager.placements
+        self.locations = _StepMap(self, "value")
+        self.reductions = _StepMap(self, "reduction")
+        self.step_workers = _StepMap(self, "workers")
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        index, eager = self._index, self._eager
+        for d in (eager.locations, eager.reductions, eager.shapes, eager.placements, eager.step_workers):
+            d.clear()
+        eager._sorted_steps = None
+        tensor_id = index.names.ids.get(self.name)
+        sources = []
+        value_steps, reduction_steps = [], []
+        for part in index.loaded_parts():
+            if tensor_id is not None and len(part):
+                rows = part.rows_of(tensor_id)
+                if len(rows):
+                    steps = part.step[rows]
+                    if len(steps) > 1 and not (steps[1:] >= steps[:-1]).all():
+                        order = np.argsort(steps, kind="stable")  # later rows stay later
+                        rows, steps = rows[order], steps[order]
+                    own = part.label[rows] == 0
+                    value_steps.append(steps[own])
+                    reduction_steps.append(steps[~own])
+                    sources.append((part, rows, steps))
+            for row in part.tensor_rows:
+                base, key = index.tensor_row_name(row[3])
+                if base == self.name:
+                    index._add_tensor_row(eager, part.worker, row, key, part)
+        self._sources = sources
+
+        def steps_of(pieces, extra):
+            found = np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64)
+            if extra:
+                found = np.union1d(found, np.fromiter(extra, np.int64, len(extra)))
+            return found
+
+        value = steps_of(value_steps, eager.locations)
+        reduction = steps_of(reduction_steps, eager.reductions)
+        every = np.union1d(np.union1d(value, reduction), np.fromiter(eager.step_workers, np.int64,
+                                                                     len(eager.step_workers)))
+        self.locations.reset(value)
+        self.reductions.reset(reduction)
+        self.step_workers.reset(every)
+        self._sorted_steps = every.tolist()
+
+    def global_steps(self) -> List[int]:
+        return self._sorted_steps
+
+    def entries(self, step: int, kind: str):
+        """What the map of ``kind`` holds at ``step`` (see :class:`_StepMap`)."""
         index = self._index
-        latest: Dict[str, int] = {}
-        for (folder, number) in index._parts:
-            latest[folder] = max(latest.get(folder, -1), number)
-        if all(latest[p.folder] == p.number for p in parts):
-            # The newest segment of each worker: its rows replace what came before.
-            for name, records in self._built.items():
-                index.build_records(name, records, parts)
-            return
-        for name, records in self._built.items():  # an older segment changed: rebuild, in order
-            for d in (records.locations, records.reductions, records.shapes, records.placements,
-                      records.step_workers):
-                d.clear()
-            records._sorted_steps = None
-            index.build_records(name, records)
+        keys, dtypes, labels = index._label_keys, index.dtypes.items, index.labels.items
+        out: dict = {}
+        workers: Set[str] = set()
+        for part, rows, steps in self._sources:
+            if steps[0] > step or steps[-1] < step:
+                continue
+            a, b = np.searchsorted(steps, step, "left"), np.searchsorted(steps, step, "right")
+            if a == b:
+                continue
+            worker = part.worker
+            if kind == "workers":
+                workers.add(worker)
+                continue
+            at = rows[a:b]
+            for label, value, dtype, ndim in zip(part.label[at].tolist(), part.value[at].tolist(),
+                                                 part.dtype[at].tolist(), part.ndim[at].tolist()):
+                if (label == 0) != (kind == "value"):
+                    continue
+                if label == 0:
+                    out[worker] = InlineValue(value, dtypes[dtype], ndim, self.name)
+                else:
+                    tag = f"{REDUCTION_TAG_PREFIX}{labels[label]}/{self.name}"
+                    out.setdefault(worker, {})[keys[label]] = InlineValue(value, dtypes[dtype], ndim, tag)
+        eager = self._eager
+        if kind == "workers":
+            workers.update(eager.step_workers.get(step, ()))
+            return workers
+        if kind == "value":
+            out.update(eager.locations.get(step, {}))
+        else:
+            for worker, by_key in eager.reductions.get(step, {}).items():
+                out.setdefault(worker, {}).update(by_key)
+        return out
+
+
+class _StepMap(Mapping):
+    """``step -> entries`` of one tensor (``value``: ``{worker: location}``; ``reduction``:
+    ``{worker: {key: location}}``; ``workers``: the set of workers with anything), made when
+    a step is asked for, the last few thousand kept."""
+
+    def __init__(self, records: _LazyRecords, kind: str):
+        self._records = records
+        self._kind = kind
+        self._steps: List[int] = []
+        self._known: Set[int] = set()
+        self._made: Dict[int, object] = {}
+
+    def reset(self, steps: np.ndarray) -> None:
+        self._steps = steps.tolist()
+        self._known = set(self._steps)
+        self._made = {}
+
+    def get(self, step, default=None):
+        found = self._made.get(step)
+        if found is None:
+            if step not in self._known:
+                return default
+            if len(self._made) >= _STEP_CACHE:
+                self._made.clear()
+            found = self._made[step] = self._records.entries(step, self._kind)
+        return found
+
+    def __getitem__(self, step):
+        found = self.get(step)
+        if found is None:
+            raise KeyError(step)
+        return found
+
+    def __contains__(self, step) -> bool:
+        return step in self._known
+
+    def __iter__(self):
+        return iter(self._steps)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def __bool__(self) -> bool:
+        return bool(self._steps)
+
+    def keys(self):
+        return list(self._steps)
+
+    def values(self):
+        return (self[s] for s in self._steps)
+
+    def items(self):
+        return ((s, self[s]) for s in self._steps)
 
 
 class _StepNames:

@@ -9,6 +9,7 @@ entry never hides the raw value of the same step (docs/format.md 3.2).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -72,7 +73,7 @@ class Tensor:
         if self._locations:
             kinds.append("values")
         keys = set()
-        for by_worker in list(self._reductions.values())[:3]:
+        for by_worker in itertools.islice(self._reductions.values(), 3):
             for by_key in by_worker.values():
                 keys.update(by_key)
         if keys:

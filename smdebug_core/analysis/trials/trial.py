@@ -518,7 +518,9 @@ class Trial:
         chosen = set()
         if names is not None:
             for name in [names] if isinstance(names, str) else list(names):
-                chosen.add(self.tensor(name).name)  # TensorUnavailable, with close names
+                if not self.has_tensor(name):
+                    self.tensor(name)  # TensorUnavailable, with close names
+                chosen.add(name)
         if regex is not None or collection is not None:
             chosen.update(self.tensor_names(collection=collection, regex=regex, show_incomplete_steps=True))
         return sorted(chosen)
