@@ -421,6 +421,7 @@ class StoreIndex:
         self._log = None
         self._template_ids: Dict[Tuple[bytes, bytes], int] = {}
         self.templates: List[Tuple[np.ndarray, np.ndarray]] = []
+        self._template_tensors: Dict[int, List[int]] = {}
 
     # ------------------------------------------------------------------ listing and reading
     def read_new(self, progress: Optional[bool] = None) -> int:
@@ -778,6 +779,21 @@ class StoreIndex:
                 return None
             found = self._template_ids[key] = len(self.templates)
             self.templates.append((tensor.copy(), label.copy()))
+        return found
+
+    def tensor_ids_at(self, part: _Part, step: int) -> List[int]:
+        """The tensor ids of a segment's statistics rows at ``step``: its block's sequence when
+        the segment goes step by step, else a scan."""
+        blocks = part.blocks(self.template_of)
+        if blocks is None:
+            return np.unique(part.tensor[part.step == step]).tolist()
+        b = int(np.searchsorted(blocks.step, step))
+        if b == len(blocks.step) or blocks.step[b] != step:
+            return []
+        template = int(blocks.template[b])
+        found = self._template_tensors.get(template)
+        if found is None:
+            found = self._template_tensors[template] = np.unique(self.templates[template][0]).tolist()
         return found
 
     def ordered_parts(self) -> List[_Part]:
@@ -1202,7 +1218,7 @@ class _StepNames:
                 if part.lo is None or not part.lo <= step <= part.hi:
                     continue
                 if len(part):
-                    ids.update(np.unique(part.tensor[part.step == step]).tolist())
+                    ids.update(index.tensor_ids_at(part, step))
                 names.update(index.tensor_row_name(r[3])[0] for r in part.tensor_rows if r[0] == step)
             names.update(index.names.items[i] for i in ids)
             if not names:
