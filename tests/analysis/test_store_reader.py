@@ -146,6 +146,39 @@ def test_segments_that_differ_step_to_step_rewritten_steps_and_late_scalars(tmp_
     assert new.tensor("w").steps() == old.tensor("w").steps() == [0, 2, 4, 6, 8]
 
 
+def test_tensors_saved_at_different_intervals_read_as_in_the_1034_layout(tmp_path):
+    """A loss every step, reductions every other step, a learning rate every third: segments
+    whose steps hold different sequences (placed by to_table without a sort), two workers."""
+    from smdebug.analysis.trials import store_table
+
+    tags = ("smdebug/reductions/l2/w", "smdebug/reductions/abs_max/w", "smdebug/reductions/mean/v")
+    for layout in ("store", store.LAYOUT_1034):
+        out = str(tmp_path / layout)
+        for w, worker in enumerate(WORKERS):
+            writer = RunWriter(out, worker, run_layout=layout, **({"segment_steps": 4} if layout == "store" else {}))
+            writer.write_collections(CollectionManager().to_json_bytes(num_workers=len(WORKERS)))
+            for step in range(15):
+                mode, mode_step = modes(step)
+                items = [("loss", np.float32(step / 10 + w))]
+                if step % 2 == 0:
+                    items.append(ScalarRun(tags, [step + 0.5, -step - 0.25, w * 1.5]))
+                if step % 3 == 0:
+                    items.append(("lr", np.float64(0.1 * step)))
+                writer.submit(StepData(step, mode, mode_step, worker, tensors=items))
+            writer.close()
+    new, old = create_trial(str(tmp_path / "store")), create_trial(str(tmp_path / store.LAYOUT_1034))
+    index = new._index
+    parts = [p for p in index.loaded_parts() if len(p)]
+    selection = store_table._Selection(index, sorted(index.tensors), None, None, False, None)
+    assert store_table._uniform_table(index, parts, selection) is None
+    assert store_table._block_table(index, parts, selection) is not None
+    for select in (dict(), dict(mode="EVAL"), dict(mode="TRAIN", steps=[2, 3, 4]), dict(workers="worker_1"),
+                   dict(names=["lr", "w"]), dict(reductions=["l2"])):
+        frames_equal(new.to_dataframe(**select), old.to_dataframe(**select))
+    assert new.tensor_names(step=6) == old.tensor_names(step=6) == ["loss", "lr", "v", "w"]
+    assert new.tensor("lr").steps() == old.tensor("lr").steps() == [0, 3, 6, 9, 12]
+
+
 def test_dtypes_and_ranks_of_scalars_read_back_as_saved(tmp_path):
     out = str(tmp_path / "run")
     writer = RunWriter(out, "worker_0", run_layout="store")

@@ -258,23 +258,59 @@ def _block_table(index, parts, selection: _Selection) -> Optional[Table]:
     step = np.empty(total, np.int64)
     mode_step = np.empty(total, np.int64)
     mode = np.empty(total, np.int8)
+    # Pairs every used sequence holds (the usual bulk: all but a loss saved more often, say)
+    # have a row at every kept block of their worker: those are gathered into one matrix per
+    # worker (blocks x pairs) and laid out by rows of its transpose; the other pairs' rows
+    # are placed one by one (scattered).
+    every = len(used) and sig_index.get((1 << len(used)) - 1)
+    full_keys = sorted(k for k, sig in holders.items() if sig == (1 << len(used)) - 1)
+    full_column = {k: c for c, k in enumerate(full_keys)}
+    full_pos, part_pos = [], []
+    for i in range(len(used)):
+        is_full = pair_sig[i] == every if full_keys else np.zeros(len(kept[i]), bool)
+        order = np.argsort([full_column.get(k, 0) for k in pair_key[i][is_full].tolist()], kind="stable")
+        full_pos.append(kept[i][is_full][order])
+        part_pos.append(np.flatnonzero(~is_full))
+    matrices: Dict[int, list] = {}  # worker -> [blocks x full pairs pieces, steps, modes, mode steps]
     offset: Dict[int, int] = {}  # worker -> kept blocks of its earlier segments
     for part, b, chosen, slots in plan:
         w = part.worker_id
         base = offset.get(w, 0)
         offset[w] = base + len(chosen)
         cum = earlier[w]
+        if full_keys:
+            piece = np.empty((len(chosen), len(full_keys)))
+            for i in np.unique(slots).tolist():
+                local = np.flatnonzero(slots == i)
+                piece[local] = part.value[b.start[chosen[local]][:, None] + full_pos[i][None, :]]
+            m = matrices.setdefault(w, [[], [], [], []])
+            for target, column in zip(m, (piece, b.step[chosen], b.mode[chosen], b.mode_step[chosen])):
+                target.append(column)
         for i in np.unique(slots).tolist():
-            if not len(kept[i]):
+            positions = part_pos[i]
+            if not len(positions):
                 continue
             local = np.flatnonzero(slots == i)  # this sequence's kept blocks of the segment
             at = chosen[local]
-            rows = b.start[at][:, None] + kept[i][None, :]
-            dest = (group_start[pair_key[i] + w_rank[w]][None, :] + cum[pair_sig[i]][:, base + local].T)
+            rows = b.start[at][:, None] + kept[i][positions][None, :]
+            dest = (group_start[pair_key[i][positions] + w_rank[w]][None, :]
+                    + cum[pair_sig[i][positions]][:, base + local].T)
             value[dest] = part.value[rows]
             step[dest] = b.step[at][:, None]
             mode_step[dest] = b.mode_step[at][:, None]
             mode[dest] = b.mode[at][:, None]
+    for w, (pieces, b_step, b_mode, b_mode_step) in matrices.items():
+        by_pair = np.ascontiguousarray(np.concatenate(pieces).T)
+        b_step, b_mode, b_mode_step = np.concatenate(b_step), np.concatenate(b_mode), np.concatenate(b_mode_step)
+        n = len(b_step)
+        if not n:
+            continue
+        for c, key in enumerate(full_keys):
+            at = int(group_start[key + w_rank[w]])
+            value[at:at + n] = by_pair[c]
+            step[at:at + n] = b_step
+            mode[at:at + n] = b_mode
+            mode_step[at:at + n] = b_mode_step
     used_keys = np.flatnonzero(counts)
     runs = counts[used_keys]
     texts = {}
