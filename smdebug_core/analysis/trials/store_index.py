@@ -1062,29 +1062,47 @@ class _LazyRecords(TensorRecords):
         self.rebuild()
 
     def rebuild(self) -> None:
+        """Take the rows of the segments read since (each segment's share is kept by its
+        version: a refresh that read one live segment redoes that one only)."""
         index, eager = self._index, self._eager
-        for d in (eager.locations, eager.reductions, eager.shapes, eager.placements, eager.step_workers):
-            d.clear()
-        eager._sorted_steps = None
         tensor_id = index.names.ids.get(self.name)
-        sources = []
-        value_steps, reduction_steps = [], []
-        for part in index.loaded_parts():
-            if tensor_id is not None and len(part):
-                rows = part.rows_of(tensor_id)
-                if len(rows):
-                    steps = part.step[rows]
-                    if len(steps) > 1 and not (steps[1:] >= steps[:-1]).all():
-                        order = np.argsort(steps, kind="stable")  # later rows stay later
-                        rows, steps = rows[order], steps[order]
-                    own = part.label[rows] == 0
-                    value_steps.append(steps[own])
-                    reduction_steps.append(steps[~own])
-                    sources.append((part, rows, steps))
-            for row in part.tensor_rows:
-                base, key = index.tensor_row_name(row[3])
-                if base == self.name:
-                    index._add_tensor_row(eager, part.worker, row, key, part)
+        parts = index.ordered_parts()
+        shares = self.__dict__.setdefault("_shares", {})  # (folder, number) -> (version, share)
+        rows_changed = False
+        sources, value_steps, reduction_steps = [], [], []
+        for part in parts:
+            key = (part.folder, part.number)
+            known = shares.get(key)
+            if known is None or known[0] != part.version:
+                part.load()
+                share = None
+                if tensor_id is not None and len(part):
+                    rows = part.rows_of(tensor_id)
+                    if len(rows):
+                        steps = part.step[rows]
+                        if len(steps) > 1 and not (steps[1:] >= steps[:-1]).all():
+                            order = np.argsort(steps, kind="stable")  # later rows stay later
+                            rows, steps = rows[order], steps[order]
+                        own = part.label[rows] == 0
+                        share = ((part, rows, steps), steps[own], steps[~own])
+                had_rows = known is not None and known[2]
+                has_rows = any(index.tensor_row_name(r[3])[0] == self.name for r in part.tensor_rows)
+                rows_changed = rows_changed or had_rows or has_rows
+                known = shares[key] = (part.version, share, has_rows)
+            if known[1] is not None:
+                sources.append(known[1][0])
+                value_steps.append(known[1][1])
+                reduction_steps.append(known[1][2])
+        if rows_changed or not self.__dict__.get("_eager_done"):
+            self._eager_done = True
+            for d in (eager.locations, eager.reductions, eager.shapes, eager.placements, eager.step_workers):
+                d.clear()
+            eager._sorted_steps = None
+            for part in parts:
+                for row in part.tensor_rows:
+                    base, key = index.tensor_row_name(row[3])
+                    if base == self.name:
+                        index._add_tensor_row(eager, part.worker, row, key, part)
         self._sources = sources
 
         def steps_of(pieces, extra):
