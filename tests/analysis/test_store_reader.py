@@ -466,3 +466,55 @@ def test_a_remote_run_reads_sealed_segments_only(tmp_path, monkeypatch):
         writer.close()
     finally:
         endpoint.stop()
+
+
+def test_a_damaged_chunk_costs_the_value_it_holds(tmp_path):
+    from smdebug.exceptions import CorruptRecord
+
+    out = str(tmp_path / "run")
+    written = make_store_run(out, steps=4, tensors=1, segment_steps=10, whole=("fc.weight",))[0]
+    chunk = os.path.join(out, store.chunk_relpath("worker_0", 0, 0))
+    data = bytearray(open(chunk, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(chunk, "wb").write(bytes(data))
+    trial = create_trial(out)
+    values = {}
+    for step in range(4):
+        try:
+            values[step] = trial.tensor("fc.weight").value(step)
+        except CorruptRecord as exc:
+            assert "000000-000.events" in str(exc)
+    assert 0 < len(values) < 4
+    for step, value in values.items():
+        same_array(value, written[("worker_0", step)][2]["fc.weight"])
+    assert len(trial.to_dataframe()) == 4 * 6  # numbers are not in the chunks
+
+
+def test_a_live_run_of_two_workers_counts_a_step_complete_once_both_wrote_it(tmp_path):
+    out = str(tmp_path / "run")
+    writers = []
+    for worker in WORKERS:
+        writer = RunWriter(out, worker, run_layout="store", segment_steps=100)
+        writer.write_collections(CollectionManager().to_json_bytes(num_workers=2))
+        writers.append(writer)
+    for step in range(6):
+        for writer, worker in zip(writers, WORKERS):
+            if worker == "worker_1" and step > 3:
+                continue
+            writer.submit(StepData(step, ModeKeys.TRAIN, step, worker,
+                                   tensors=[("loss", np.float32(step)), (f"only_{worker}", np.float32(1))]))
+            if step == 0:
+                writer.flush()
+    for writer in writers:
+        writer.flush()
+    _wait_for(lambda: create_trial(out).steps(show_incomplete_steps=True) == list(range(6)))
+    trial = create_trial(out)
+    assert trial.steps() == [0, 1, 2, 3]
+    assert trial.tensor_names() == ["loss", "only_worker_0", "only_worker_1"]
+    assert sorted(set(trial.to_dataframe().step)) == [0, 1, 2, 3]
+    assert sorted(set(trial.to_dataframe(show_incomplete_steps=True).step)) == list(range(6))
+    assert trial.tensor("loss").workers(2) == list(WORKERS)
+    for writer in writers:
+        writer.close()
+    trial.refresh()
+    assert trial.steps() == list(range(6)) and trial.training_ended()
