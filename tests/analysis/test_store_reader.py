@@ -518,3 +518,24 @@ def test_a_live_run_of_two_workers_counts_a_step_complete_once_both_wrote_it(tmp
         writer.close()
     trial.refresh()
     assert trial.steps() == list(range(6)) and trial.training_ended()
+
+
+def test_a_restarted_job_writing_steps_again_replaces_them(tmp_path):
+    """A job started again from a checkpoint writes steps 3-5 anew, in later segments: they
+    replace the first job's, in values and in the table."""
+    out = str(tmp_path / "run")
+    tags = ("smdebug/reductions/l2/w",)
+    for first, last, offset in ((0, 6, 0.0), (3, 9, 100.0)):
+        writer = RunWriter(out, "worker_0", run_layout="store", segment_steps=2)
+        writer.write_collections(CollectionManager().to_json_bytes(num_workers=1))
+        for step in range(first, last):
+            writer.submit(StepData(step, ModeKeys.TRAIN, step, "worker_0", tensors=[
+                ("loss", np.float32(step + offset)), ScalarRun(tags, [step + offset + 0.5])]))
+        writer.close()
+    trial = create_trial(out)
+    assert trial.steps() == list(range(9))
+    df = trial.to_dataframe()
+    assert df[df.tensor == "loss"].value.tolist() == [0, 1, 2, 103, 104, 105, 106, 107, 108]
+    assert df[df.tensor == "w"].value.tolist() == [0.5, 1.5, 2.5, 103.5, 104.5, 105.5, 106.5, 107.5, 108.5]
+    same_array(trial.tensor("loss").value(4), np.asarray(np.float32(104)))
+    same_array(trial.tensor("w").reduction_value(5, "l2"), np.asarray(105.5))
