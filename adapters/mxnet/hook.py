@@ -197,11 +197,11 @@ class Hook(CoreHook):
                 "inputs=True) for inputs too); for a value you computed, hook.save_tensor('<name>', value, "
                 f"{collection.name!r})")
         collection.add_block_tensors(obj)
-        self._session.include(collection.name, expect=False)
+        self.session.include(collection.name, expect=False)
 
     def _resolve_layer_requests(self) -> None:
         """Turn ``coll.add_block_tensors(block, ...)`` into name regexes on that collection."""
-        for coll in list(self._session.collection_manager):
+        for coll in list(self.session.collection_manager):
             for request in coll.layer_requests:
                 key = (coll.name, id(request[0]), request[1], request[2])
                 if key in self._resolved_layer_requests:
@@ -222,7 +222,7 @@ class Hook(CoreHook):
 
         Regexes are tried on the name of the block's first tensor (index 0).
         """
-        included = [self._session.collection_manager.get(n) for n in self._session.include_collections]
+        included = [self.session.collection_manager.get(n) for n in self.session.include_collections]
         for kind in (INPUT, OUTPUT):
             prefix = f"{block.name}_{kind}_"
             for coll in included:
@@ -244,7 +244,7 @@ class Hook(CoreHook):
         self._synced_key = self._sync_key()
 
     def _sync_key(self):
-        session = self._session
+        session = self.session
         return (session.collection_manager.version, tuple(session.include_collections), id(self.model),
                 len(self._losses))
 
@@ -276,14 +276,14 @@ class Hook(CoreHook):
     def _on_model_forward_pre(self, block, inputs) -> None:
         # A live rule's StopTraining (request_stop): the next forward of the model raises,
         # once the step before it is closed (outside never_raises, which would swallow it).
-        if self._session.stop_reason is not None and block is self.model:
+        if self.session.stop_reason is not None and block is self.model:
             self._close_step_before_stopping()
-            raise TrainingStopRequested(f"smdebug stopped training: {self._session.stop_reason}")
+            raise TrainingStopRequested(f"smdebug stopped training: {self.session.stop_reason}")
         self._on_model_forward_begin(block, inputs)
 
     @never_raises("stopping")
     def _close_step_before_stopping(self) -> None:
-        if self._session.step_open:
+        if self.session.step_open:
             self.end_step()  # its gradients too (on_step_end)
 
     @never_raises("forward pre-hook")
@@ -299,21 +299,21 @@ class Hook(CoreHook):
 
     @never_raises("forward hook")
     def _on_model_forward_end(self, block, inputs, outputs) -> None:
-        if self._deferred_params and self._session.saving_step:
+        if self._deferred_params and self.session.saving_step:
             params, self._deferred_params = self._deferred_params, []
             for param in params:
-                self._session.inbox.record(param.name, param.data(param.list_ctx()[0]))
+                self.session.inbox.record(param.name, param.data(param.list_ctx()[0]))
 
     @never_raises("block forward hook")
     def _on_block_forward_end(self, block, inputs, outputs) -> None:
-        if not self._session.saving_step:
+        if not self.session.saving_step:
             return
         for kind, values in ((INPUT, inputs), (OUTPUT, outputs)):
             base = f"{block.name}_{kind}_"
             for array in _iter_arrays(values):
                 index = self._tensor_counts.get(base, 0)
                 self._tensor_counts[base] = index + 1
-                self._session.inbox.record(f"{base}{index}", array)
+                self.session.inbox.record(f"{base}{index}", array)
 
     # --- parameters and gradients ----------------------------------------------------
     def _parameters(self):
@@ -321,24 +321,24 @@ class Hook(CoreHook):
 
     def _record_parameters(self) -> None:
         for param in self._parameters():
-            if not self._session.plans.wants(param.name):
+            if not self.session.plans.wants(param.name):
                 continue
             try:
-                self._session.inbox.record(param.name, param.data(param.list_ctx()[0]))
+                self.session.inbox.record(param.name, param.data(param.list_ctx()[0]))
             except gluon.parameter.DeferredInitializationError:
                 self._deferred_params.append(param)  # its shape is known after this forward pass
             except RuntimeError as exc:  # not initialized at all: nothing to save
                 logger.debug("smdebug: parameter %s not saved: %s", param.name, exc)
 
     def _record_gradients(self) -> None:
-        if not (self._session.step_open and self._session.saving_step):
+        if not (self.session.step_open and self.session.saving_step):
             return
         for param in self._parameters():
             name = GRADIENT_PREFIX + param.name
-            if param.grad_req == "null" or not self._session.plans.wants(name):
+            if param.grad_req == "null" or not self.session.plans.wants(name):
                 continue
             try:
-                self._session.inbox.record(name, param.grad(param.list_ctx()[0]))
+                self.session.inbox.record(name, param.grad(param.list_ctx()[0]))
             except RuntimeError as exc:  # includes DeferredInitializationError: no backward ran yet
                 logger.debug("smdebug: gradient of %s not saved: %s", param.name, exc)
 
@@ -349,7 +349,7 @@ class Hook(CoreHook):
         try:
             self._record_gradients()
         except Exception as exc:  # noqa: BLE001 - costs the gradients, not the step's other tensors
-            logger.warning("smdebug: could not save the gradients of step %d: %s", self._session.global_step, exc)
+            logger.warning("smdebug: could not save the gradients of step %d: %s", self.session.global_step, exc)
 
     def on_close(self) -> None:
         """Detach from the blocks."""

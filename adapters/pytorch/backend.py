@@ -9,7 +9,7 @@ segments.
 
 **CPU tensors** (:func:`_finish_cpu_batch`, for batches and for tensors recorded one by one):
 tensors of one dtype and shape are stacked into a buffer kept between steps and reduced
-as the rows of one array, in float64 (:func:`_reduce_rows`): numpy for small groups, torch's
+as the rows of one array, in float64 (:func:`reduce_rows`): numpy for small groups, torch's
 min/max, sums and norms for large ones (calls that release the GIL: large
 batches run on the step pipeline's worker, small ones at hand-over; see
 :meth:`TorchBackend.finish_here` and docs/performance.md). ``start_batch`` only notes
@@ -32,21 +32,19 @@ from __future__ import annotations
 import functools
 import math
 import operator
-import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import ml_dtypes
 import numpy as np
 import torch
-from torch._utils import _flatten_dense_tensors
 
 from smdebug import reductions as reference
 from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
 
-from .row_health import health_of_rows, scratch_blocks
+from . import host_reductions as host
+from .host_reductions import (FLOAT64_SOURCES, HEALTH, BufferPool, ReductionKey, as_rows, lazy_health, reduce_rows,
+                              reduce_values)
 
-ReductionKey = Tuple[str, bool]
-_HEALTH = frozenset(reference.HEALTH_REDUCTIONS)
 
 #: Tensors with at most this many elements are concatenated and reduced together; bigger
 #: ones are reduced in place. CPU: below ~8K elements the per-call dispatch cost (~5 us)
@@ -89,8 +87,6 @@ _PLAIN_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.f
 # supported"): upcast one by one before a batch (see _reduce_segments, the accelerators' path).
 _UPCAST_BEFORE_CAT = frozenset(getattr(torch, n) for n in dir(torch)
                                if n.startswith(("float8_", "float4_")) and isinstance(getattr(torch, n), torch.dtype))
-_FLOAT64_SOURCES = frozenset({torch.float64, torch.int64, torch.int32, torch.complex128}
-                             | {getattr(torch, n) for n in ("uint32", "uint64") if hasattr(torch, n)})
 
 
 class TorchSnapshot:
@@ -135,7 +131,7 @@ def plain_tensor(value: torch.Tensor) -> torch.Tensor:
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype in _FLOAT64_SOURCES else torch.float32
+    return torch.float64 if dtype in FLOAT64_SOURCES else torch.float32
 
 
 def _as_real(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -154,7 +150,7 @@ class TorchBackend(TensorBackend):
         # Segment-length tensors, reused from step to step (the same tensors are saved each
         # time): avoids a host-to-device copy, which on CUDA would wait for queued work.
         self._lengths_cache: Dict[Tuple[str, Tuple[int, ...]], Tuple[torch.Tensor, torch.Tensor]] = {}
-        self._stack_buffers = _BufferPool()
+        self._stack_buffers = BufferPool()
 
     def accepts(self, value) -> bool:
         return isinstance(value, torch.Tensor)
@@ -429,13 +425,13 @@ class TorchBackend(TensorBackend):
                 cache[key] = seg(centered.square_(), "sum") / counts
             return cache[key]
 
-        health = _lazy_health(keys, lambda columns: reference.health_partials(
+        health = lazy_health(keys, lambda columns: reference.health_partials(
             x, columns, counts, lambda a: seg(a.to(torch.float64), "sum"),
             lambda v: torch.repeat_interleave(v, lengths, output_size=x.numel()), torch))
         rows = []
         for op, is_abs in keys:
             src = absx() if is_abs else x
-            if op in _HEALTH:
+            if op in HEALTH:
                 rows.append(health(op, is_abs))
             elif op in ("min", "max", "prod"):
                 rows.append(seg(src, op))
@@ -501,12 +497,12 @@ def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor
             cache[key] = torch.linalg.vector_norm(src - total(abs_) / n).square() / n
         return cache[key]
 
-    health = _lazy_health(keys, lambda columns: reference.health_partials(
+    health = lazy_health(keys, lambda columns: reference.health_partials(
         x.reshape(1, -1).to(torch.float64), columns, torch.full((1,), float(n), dtype=torch.float64, device=x.device),
         _row_sums, _per_row, torch))
     values = []
     for op, is_abs in keys:
-        if op in _HEALTH:
+        if op in HEALTH:
             values.append(health(op, is_abs)[0])
         elif op == "min":
             values.append(minmax(is_abs)[0])
@@ -532,19 +528,6 @@ def _reduce_one(t: torch.Tensor, keys: Tuple[ReductionKey, ...]) -> torch.Tensor
         else:
             raise ValueError(f"unknown reduction {op!r}")
     return torch.stack(values).to(torch.float64)  # stack promotes mixed float32/float64
-
-
-def _lazy_health(keys: Tuple[ReductionKey, ...], partials_of):
-    """``health(op, is_abs)``: a health reduction of every segment, from partials computed
-    once, on first use, by ``partials_of(columns)`` (see :func:`smdebug.reductions.health_partials`)."""
-    partials = None
-
-    def health(op: str, is_abs: bool):
-        nonlocal partials
-        if partials is None:
-            partials = partials_of(reference.health_columns(keys))
-        return reference.finish_health(partials, op, is_abs)
-    return health
 
 
 def _row_sums(a: torch.Tensor) -> torch.Tensor:
@@ -589,10 +572,10 @@ class _DeviceBatch:
         self.snaps, self.keys, self.raw = snaps, keys, raw
 
 
-def _finish_cpu_batch(batch: _CpuBatch, buffers: "_BufferPool") -> BatchResult:
+def _finish_cpu_batch(batch: _CpuBatch, buffers: "BufferPool") -> BatchResult:
     """Reduce and copy a batch of CPU tensors on the worker thread.
 
-    Tensors of one dtype and shape are stacked and reduced together (:func:`_reduce_rows`: a
+    Tensors of one dtype and shape are stacked and reduced together (:func:`reduce_rows`: a
     few numpy calls whatever their number; numpy releases the GIL inside them). A tensor the
     batch cannot handle (meta, nested, a dtype numpy has no view of) is lost with its
     reason, alone. Version counters are compared last: a tensor changed in place since the
@@ -602,7 +585,7 @@ def _finish_cpu_batch(batch: _CpuBatch, buffers: "_BufferPool") -> BatchResult:
         return _finish_cpu_batch_no_grad(batch, buffers)
 
 
-def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> BatchResult:
+def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "BufferPool") -> BatchResult:
     keys, tensors, raw = batch.keys, batch.tensors, batch.raw
     n = len(tensors)
     raws: Optional[List[Optional[np.ndarray]]] = [None] * n if raw else None
@@ -613,15 +596,15 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "_BufferPool") -> Batch
     lost: Dict[int, str] = {}
     table = None
     if not raw and keys:
-        segments = _segment_plan(*signature)
-        if segments is _ONE_VALUE_EACH:  # a step's losses and metrics: no numpy at all
+        segments = host.segment_plan(*signature)
+        if segments is host.ONE_VALUE_EACH:  # a step's losses and metrics: no numpy at all
             try:
-                table = _reduce_values([t.item() for t in tensors], keys)
+                table = reduce_values([t.item() for t in tensors], keys)
             except Exception:  # noqa: BLE001 - the general path below reads them one at a time
                 table = None
         elif segments is not None:
             try:
-                table = _reduce_segments(tensors, segments, keys)
+                table = host.reduce_segments(tensors, segments, keys)
             except Exception:  # noqa: BLE001 - the general path below reads them one group at a time
                 table = None
     if table is not None:
@@ -672,162 +655,6 @@ def _stack_plan(dtypes: tuple, shapes: tuple) -> Tuple[Tuple[List[int], ...], Tu
     return tuple(chunks), tuple(unreduced)
 
 
-#: Batches of at most this many elements in all (a step's biases, a small model's weights)
-#: are reduced as segments of one flat float64 copy (:func:`_reduce_segments`): a fixed
-#: handful of numpy calls whatever the number of tensors and shapes.
-SEGMENTS_MAX_NUMEL = 1 << 16
-
-
-#: :func:`_segment_plan`'s answer for a batch of a few one-element floating tensors.
-_ONE_VALUE_EACH = object()
-#: ... at most this many (each is read with its own ``.item()``).
-ONE_VALUE_MAX_TENSORS = 8
-
-
-@functools.lru_cache(maxsize=256)
-def _segment_plan(dtypes: tuple, shapes: tuple):
-    """Where each tensor starts in the flat copy and its length, for a batch that
-    :func:`_reduce_segments` can reduce (float32/float64 tensors of one dtype, none empty,
-    at most :data:`SEGMENTS_MAX_NUMEL` elements); :data:`_ONE_VALUE_EACH` for a few
-    one-element floating tensors (:func:`_reduce_values`); else None."""
-    sizes = [math.prod(shape) for shape in shapes]
-    if 0 < len(sizes) <= ONE_VALUE_MAX_TENSORS and all(size == 1 for size in sizes) \
-            and all(dtype.is_floating_point for dtype in dtypes):
-        return _ONE_VALUE_EACH
-    if not sizes or len(set(dtypes)) != 1 or dtypes[0] not in (torch.float32, torch.float64) or 0 in sizes \
-            or sum(sizes) > SEGMENTS_MAX_NUMEL:
-        return None
-    return _segments(np.array(sizes, np.int64))
-
-
-def _segments(lengths: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """``(starts, lengths as float64)`` of consecutive segments, read-only (they are cached)."""
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.intp)
-    lengths = lengths.astype(np.float64)
-    starts.setflags(write=False)
-    lengths.setflags(write=False)
-    return starts, lengths
-
-
-@functools.lru_cache(maxsize=64)
-def _row_segments(rows: int, size: int) -> Tuple[np.ndarray, np.ndarray]:
-    return _segments(np.full(rows, size, np.int64))
-
-
-def _reduce_segments(tensors, plan: Tuple[np.ndarray, np.ndarray], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
-    """``keys`` of each of ``tensors`` (small CPU tensors, see :func:`_segment_plan`): one flat
-    float64 copy, reduced in segments (:func:`_reduce_flat`)."""
-    return _reduce_flat(_flatten_dense_tensors(tensors).numpy().astype(np.float64), plan, keys)
-
-
-def _reduce_flat(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
-    """``keys`` of each segment of the flat float64 array ``wide`` (``plan``: the segments'
-    starts and lengths), a ``[segments, len(keys)]`` array: one ``reduceat`` per kind of
-    pass, whatever the number of segments. Definitions are those of :mod:`smdebug.reductions`;
-    variances from the sums (as :func:`_reduce_rows`), in two passes where that would cancel."""
-    starts, n = plan
-    needs_abs = any(is_abs or op == "l1" for op, is_abs in keys)
-    magnitudes = np.abs(wide) if needs_abs else None
-    cache: Dict[object, np.ndarray] = {}
-
-    def total(is_abs):
-        if ("sum", is_abs) not in cache:
-            cache[("sum", is_abs)] = np.add.reduceat(magnitudes if is_abs else wide, starts)
-        return cache[("sum", is_abs)]
-
-    def sum_of_squares():  # the same for x and |x|
-        if "sumsq" not in cache:
-            cache["sumsq"] = np.add.reduceat(wide * wide, starts)
-        return cache["sumsq"]
-
-    def variance(is_abs):
-        if ("var", is_abs) not in cache:
-            mean = total(is_abs) / n
-            var = sum_of_squares() / n - mean * mean
-            for i in np.flatnonzero(~(var > CANCELLATION_LIMIT * mean * mean)):  # cancels, or not finite
-                start, stop = int(starts[i]), int(starts[i] + n[i])
-                centered = (magnitudes if is_abs else wide)[start:stop] - mean[i]
-                var[i] = (centered * centered).sum() / n[i]  # not np.dot: OpenBLAS threads spin after it
-            cache[("var", is_abs)] = var
-        return cache[("var", is_abs)]
-
-    lengths = n.astype(np.intp)
-    health = _lazy_health(keys, lambda columns: reference.health_partials(
-        wide, columns, n, lambda a: np.add.reduceat(a, starts), lambda v: np.repeat(v, lengths), np,
-        seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64), host=True))
-    out = np.empty((len(n), len(keys)), dtype=np.float64)
-    with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
-        for j, (op, is_abs) in enumerate(keys):
-            src = magnitudes if is_abs else wide
-            if op in _HEALTH:
-                out[:, j] = health(op, is_abs)
-            elif op == "min":
-                out[:, j] = np.minimum.reduceat(src, starts)
-            elif op == "max":
-                out[:, j] = np.maximum.reduceat(src, starts)
-            elif op == "sum":
-                out[:, j] = total(is_abs)
-            elif op == "mean":
-                out[:, j] = total(is_abs) / n
-            elif op == "variance":
-                out[:, j] = variance(is_abs)
-            elif op == "std":
-                out[:, j] = np.sqrt(variance(is_abs))
-            elif op == "l1":
-                out[:, j] = total(True)
-            elif op == "l2":
-                out[:, j] = np.sqrt(sum_of_squares())
-            elif op == "prod":
-                out[:, j] = np.multiply.reduceat(src, starts)
-            elif op == "median":
-                out[:, j] = [np.median(src[a:a + int(k)]) for a, k in zip(starts.tolist(), n.tolist())]
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
-    return out
-
-
-def _reduce_values(values: List[float], keys: Tuple[ReductionKey, ...]) -> np.ndarray:
-    """``keys`` of one-element tensors given as their values (a step's losses and metrics), in
-    plain Python: a handful of numpy and torch calls would cost the training thread far more
-    than the arithmetic, their code being cold between steps (docs/performance.md). The same
-    results as :func:`_reduce_flat` on one-element segments: variance ``(v - v)**2`` (0, or
-    NaN for an infinite or NaN value), ``l2`` as ``sqrt(v * v)``."""
-    out = np.empty((len(values), len(keys)), dtype=np.float64)
-    for i, value in enumerate(values):
-        row = []
-        for op, is_abs in keys:
-            v = abs(value) if (is_abs or op == "l1") else value
-            if op in _HEALTH:
-                row.append(_health_of_value(value, op))
-            elif op in ("min", "max", "sum", "mean", "prod", "median", "l1"):
-                row.append(v)
-            elif op in ("variance", "std"):
-                spread = v - v
-                row.append(spread * spread)  # std of one value: sqrt(0) = 0, sqrt(NaN) = NaN
-            elif op == "l2":
-                row.append(math.sqrt(v * v))  # NaN stays NaN
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
-        out[i] = row
-    return out
-
-
-def _health_of_value(value: float, op: str) -> float:
-    """A health reduction of a one-element tensor (the reference's on one value)."""
-    finite = math.isfinite(value)
-    if op == "nonfinite":
-        return 0.0 if finite else 1.0
-    if op == "zero_fraction":
-        return 1.0 if value == 0 else 0.0
-    if op == "kurtosis" or not finite:  # one value: no spread; or no finite element
-        return math.nan
-    kind, _, name = op.partition("flow_")
-    largest, to_zero = reference.LOW_PRECISION_TYPES[name]
-    if kind == "over":
-        return 1.0 if abs(value) > largest else 0.0
-    return math.nan if value == 0 else (1.0 if abs(value) <= to_zero else 0.0)
-
-
 def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, table, buffers) -> None:
     """Raw values and reductions of tensors of one dtype and shape (or one tensor)."""
     reused = None
@@ -846,209 +673,7 @@ def _finish_group(group: List[torch.Tensor], positions: List[int], keys, raws, t
             for j, i in enumerate(positions):
                 raws[i] = host[j]
         if keys and stacked.numel():
-            table[positions] = _reduce_rows(_as_rows(stacked), keys, buffers)
+            table[positions] = reduce_rows(as_rows(stacked), keys, buffers)
     finally:
         if reused is not None:
             buffers.give(reused)
-
-
-class _BufferPool:
-    """Stacking buffers kept from step to step (a step stacks the same groups each time).
-
-    A fresh multi-megabyte tensor per group and step costs a page fault per 4 KiB page when
-    it is first written (the allocator hands large blocks back to the system when freed): in
-    a VM, more than the reduction itself (docs/performance.md). Bounded by ``max_bytes``;
-    thread-safe (a batch may be finished on the worker while another is on the training
-    thread: each takes its own buffer).
-    """
-
-    def __init__(self, max_bytes: int = 64 << 20):
-        self._free: Dict[Tuple[torch.dtype, Tuple[int, ...]], List[torch.Tensor]] = {}
-        self._bytes = 0
-        self._max_bytes = max_bytes
-        self._lock = threading.Lock()
-
-    def take(self, dtype: torch.dtype, shape: Tuple[int, ...]) -> torch.Tensor:
-        with self._lock:
-            kept = self._free.get((dtype, shape))
-            if kept:
-                buffer = kept.pop()
-                self._bytes -= buffer.nbytes
-                return buffer
-        return torch.empty(shape, dtype=dtype)
-
-    def give(self, buffer: torch.Tensor) -> None:
-        with self._lock:
-            if self._bytes + buffer.nbytes > self._max_bytes:
-                self._free.clear()  # the groups changed: start over rather than keep stale ones
-                self._bytes = 0
-            self._free.setdefault((buffer.dtype, tuple(buffer.shape)), []).append(buffer)
-            self._bytes += buffer.nbytes
-
-
-def _as_rows(stacked: torch.Tensor) -> torch.Tensor:
-    """``[n, ...]`` as ``[n, size]``, real, in a dtype with fast CPU kernels (exact: integers and
-    half floats widen losslessly)."""
-    rows = stacked.reshape(stacked.shape[0], -1)
-    if rows.is_complex():
-        rows = rows.abs()
-    if rows.dtype not in (torch.float32, torch.float64):
-        rows = rows.to(torch.float64 if rows.dtype in _FLOAT64_SOURCES else torch.float32)
-    return rows
-
-
-#: One-pass variances (E[x^2] - mean^2, float64) are kept where variance > this * mean^2,
-#: i.e. where cancellation leaves a relative error well below 1e-9; other rows take two passes.
-CANCELLATION_LIMIT = 1e-6
-
-
-def _reduce_rows(rows: torch.Tensor, keys: Tuple[ReductionKey, ...], buffers: Optional["_BufferPool"] = None
-                 ) -> np.ndarray:
-    """``keys`` of every row of a ``[n, size]`` CPU tensor: a ``[n, len(keys)]`` float64 array.
-
-    Runs on the step pipeline's worker, so every pass is a call that releases the GIL (the
-    training thread runs Python meanwhile): torch's min/max and float64-accumulating sums and
-    norms. numpy's casting reductions and einsum hold the GIL; they are avoided.
-    Sums, means, norms and variances are accumulated in float64 (variance from the sums
-    mean and l2 need anyway, or in two passes where that would cancel); min/max are exact
-    in the tensor's own dtype. Definitions are those of :mod:`smdebug.reductions`. With
-    ``buffers``, the scratch blocks (and the float64 copy the rare two-pass paths read) are
-    buffers kept between steps.
-    """
-    if rows.numel() <= NUMPY_ROWS_MAX_NUMEL:  # each row a segment of one flat float64 copy
-        return _reduce_flat(rows.numpy().astype(np.float64).reshape(-1), _row_segments(*rows.shape), keys)
-    n = rows.shape[1]
-    cache: Dict[object, object] = {}
-    wide = None  # float64 copy of rows, made once for sums and norms (into a kept buffer)
-
-    def get(key, compute):
-        if key not in cache:
-            cache[key] = compute()
-        return cache[key]
-
-    def source(is_abs: bool) -> torch.Tensor:
-        if not is_abs:
-            return rows
-        return get("abs", rows.abs)
-
-    def as_wide() -> torch.Tensor:
-        nonlocal wide
-        if wide is None:
-            if rows.dtype == torch.float64:
-                wide = rows
-            elif buffers is not None:
-                wide = buffers.take(torch.float64, tuple(rows.shape))
-                wide.copy_(rows)
-            else:
-                wide = rows.to(torch.float64)
-        return wide
-
-    def extreme(op: str, is_abs: bool = False) -> torch.Tensor:  # "amin" or "amax" of each row
-        return get((op, is_abs), lambda: getattr(source(is_abs), op)(dim=1))
-
-    def wide_sums() -> Tuple[torch.Tensor, torch.Tensor]:
-        """Each row's sum and sum of squares in float64; past :data:`WHOLE_WIDE_COPY_MAX`
-        elements, block by block through a float64 scratch block that stays in cache
-        (:func:`.row_health.scratch_blocks`) instead of a float64 copy of the rows.
-        Not numpy's matmul of the rows with themselves for the squares, though faster alone:
-        it runs on OpenBLAS, whose threads spin on every core after each call and slowed a
-        training step of 24 tensors of 262k elements from 11 to 17 ms (docs/performance.md)."""
-        def compute():
-            if rows.dtype == torch.float64 or rows.numel() <= WHOLE_WIDE_COPY_MAX:
-                wide_rows = as_wide()
-                return wide_rows.sum(dim=1), torch.linalg.vector_norm(wide_rows, dim=1).square()
-            sums = torch.zeros(rows.shape[0], dtype=torch.float64)
-            squares = torch.zeros(rows.shape[0], dtype=torch.float64)
-            for top, bottom, block, wide_block in scratch_blocks(rows, torch.float64, buffers):
-                wide_block.copy_(block)
-                sums[top:bottom] += wide_block.sum(dim=1)
-                squares[top:bottom] += torch.linalg.vector_norm(wide_block, dim=1).square()
-            return sums, squares
-        return get("wide sums", compute)
-
-    def total(is_abs: bool) -> torch.Tensor:
-        if is_abs:
-            return get(("sum", True), lambda: source(True).sum(dim=1, dtype=torch.float64))
-        return wide_sums()[0]
-
-    def sum_of_squares() -> torch.Tensor:
-        return wide_sums()[1]
-
-    def variance(is_abs: bool) -> torch.Tensor:
-        def compute():
-            mean = total(is_abs) / n
-            if is_abs:  # |x| has no sum of squares at hand (rare): two passes
-                return _two_pass_variance(source(True), mean)
-            var = sum_of_squares() / n - mean * mean
-            redo = ~(var > CANCELLATION_LIMIT * mean * mean)  # cancels, or not finite
-            if bool(redo.any()):
-                var[redo] = _two_pass_variance(rows[redo], mean[redo])
-            return var
-        return get(("var", is_abs), compute)
-
-    def row_mean():  # float64, for the health moments
-        return (total(False) / n).numpy()
-
-    def row_extremes():  # float64 minima and maxima, for the health counts and moments
-        return extreme("amin").numpy().astype(np.float64), extreme("amax").numpy().astype(np.float64)
-
-    health = _lazy_health(keys, lambda columns: health_of_rows(rows, as_wide, row_mean, row_extremes, buffers,
-                                                               columns))
-    out = np.empty((rows.shape[0], len(keys)), dtype=np.float64)
-    with np.errstate(all="ignore"):
-        for j, (op, is_abs) in enumerate(keys):
-            if op in _HEALTH:
-                out[:, j] = health(op, is_abs)
-            elif op == "min":
-                out[:, j] = (extreme("amin", True) if is_abs else extreme("amin")).numpy()
-            elif op == "max":
-                out[:, j] = (extreme("amax", True) if is_abs else extreme("amax")).numpy()
-            elif op == "sum":
-                out[:, j] = total(is_abs).numpy()
-            elif op == "mean":
-                out[:, j] = (total(is_abs) / n).numpy()
-            elif op == "variance":
-                out[:, j] = variance(is_abs).numpy()
-            elif op == "std":
-                out[:, j] = variance(is_abs).sqrt().numpy()
-            elif op == "l1":
-                out[:, j] = total(True).numpy()
-            elif op == "l2":
-                out[:, j] = sum_of_squares().sqrt().numpy()
-            elif op == "prod":
-                out[:, j] = source(is_abs).to(torch.float64).prod(dim=1).numpy()
-            elif op == "median":
-                out[:, j] = np.median(source(is_abs).to(torch.float64).numpy(), axis=1)
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
-    if wide is not None and wide is not rows and buffers is not None:
-        buffers.give(wide)
-    return out
-
-
-#: Groups of at most this many elements have their float64 sums taken of one float64 copy
-#: (8 MiB at most); bigger ones, block by block (fewer calls for small groups, less memory
-#: traffic for big ones).
-WHOLE_WIDE_COPY_MAX = 1 << 20
-
-#: Groups of at most this many elements are reduced in numpy, in float64 (:func:`_reduce_flat`):
-#: for small arrays a numpy call costs a microsecond, a torch call several.
-NUMPY_ROWS_MAX_NUMEL = 1 << 16
-
-
-def _two_pass_variance(rows: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
-    centered = rows.to(torch.float64) - mean[:, None]
-    return centered.square_().sum(dim=1) / rows.shape[1]
-
-
-def tensor_leaves(value, out: List[torch.Tensor]) -> List[torch.Tensor]:
-    """Tensors in a module's inputs/outputs, depth first (tuples, lists, dicts, ModelOutput)."""
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            tensor_leaves(item, out)
-    elif isinstance(value, dict):
-        for item in value.values():
-            tensor_leaves(item, out)
-    return out

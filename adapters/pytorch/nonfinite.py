@@ -27,7 +27,7 @@ import torch
 
 from smdebug.logger import get_logger
 
-from .backend import tensor_leaves
+from .models import tensor_leaves
 from .sharded import is_dtensor
 
 logger = get_logger("smdebug.pytorch")

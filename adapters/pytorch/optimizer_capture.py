@@ -62,7 +62,7 @@ class OptimizerCapture:
     STATE = "optimizer state"
 
     def __init__(self, session, backend):
-        self._session = session
+        self.session = session
         self._backend = backend
         #: optimizer -> (selection, parameters, their copies) between its pre- and post-step
         self._pending: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -92,11 +92,11 @@ class OptimizerCapture:
     def before_step(self, optimizer, names_by_id: Dict[int, str]) -> None:
         """The optimizer's pre-step hook, in a saving TRAIN step: copy the wanted parameters."""
         self.fence_state()
-        if self.UPDATES in self.disabled or CollectionKeys.UPDATES not in self._session.plans.saving_collections:
+        if self.UPDATES in self.disabled or CollectionKeys.UPDATES not in self.session.plans.saving_collections:
             return
         try:
             named, update_names = self._named_params(optimizer, names_by_id)
-            selection = self._session.plans.selection(update_names)
+            selection = self.session.plans.selection(update_names)
             if not selection.plans:
                 return
             params = [named[i][1] for i in selection.indices]
@@ -109,7 +109,7 @@ class OptimizerCapture:
         """The optimizer's post-step hook, in a saving TRAIN step: hand over the updates and
         the optimizer's state."""
         pending = self._pending.pop(optimizer, None)
-        inbox = self._session.inbox
+        inbox = self.session.inbox
         if pending is not None and self.UPDATES not in self.disabled:
             try:
                 selection, params, updates = pending
@@ -119,7 +119,7 @@ class OptimizerCapture:
             except Exception as exc:  # noqa: BLE001 - updates off, training and the rest of the capture go on
                 self._fail(self.UPDATES, exc)
         if self.STATE not in self.disabled and \
-                CollectionKeys.OPTIMIZER_VARIABLES in self._session.plans.saving_collections:
+                CollectionKeys.OPTIMIZER_VARIABLES in self.session.plans.saving_collections:
             try:
                 self._hand_over_state(optimizer, names_by_id)
             except Exception as exc:  # noqa: BLE001 - optimizer state off, the rest goes on
@@ -136,10 +136,10 @@ class OptimizerCapture:
                     tensors.append(value)
         if not names:
             return
-        selection = self._session.plans.selection(tuple(names))
+        selection = self.session.plans.selection(tuple(names))
         if not selection.plans:
             return
-        inbox = self._session.inbox
+        inbox = self.session.inbox
         batch = inbox.start_batch(selection, [tensors[i] for i in selection.indices], self._backend)
         inbox.record_batch(batch)
         self._state_batch = batch

@@ -129,7 +129,7 @@ class RouterCapture:
 
     def __init__(self, session, name_of: Callable[[torch.nn.Module], str],
                  parent_of: Callable[[torch.nn.Module], Optional[torch.nn.Module]]):
-        self._session = session
+        self.session = session
         self._name_of, self._parent_of = name_of, parent_of
         self._routers: Dict[int, _Router] = {}
         self._failed = False
@@ -149,7 +149,7 @@ class RouterCapture:
 
         def on_forward(module, args, output):
             capture = capture_ref()
-            if capture is not None and not capture._failed and capture._session.saving_step:
+            if capture is not None and not capture._failed and capture.session.saving_step:
                 capture._on_forward(module, output)
 
         return on_forward
@@ -178,7 +178,7 @@ class RouterCapture:
 
     def hand_over(self) -> None:
         """End of a step: record each router's statistics of the step, then start over."""
-        session = self._session
+        session = self.session
         for router in self._routers.values():
             if router.counts is None or self._failed:
                 router.reset()

@@ -1,7 +1,7 @@
 """Health reductions of groups of CPU rows (``[n, size]``, the step worker's stacked tensors):
 their partials (:func:`smdebug.reductions.health_partials`) computed block by block, in the
 rows' own dtype, most counts settled by the rows' extremes, and the kurtosis moments of float32
-rows in float32. :mod:`.backend`'s ``_reduce_rows`` calls :func:`health_of_rows` with what its
+rows in float32. :func:`.host_reductions.reduce_rows` calls :func:`health_of_rows` with what its
 plain reductions already have (means, minima and maxima, a float64 copy for the rare paths).
 Costs and the reasons behind them: docs/performance.md, "Training health".
 """

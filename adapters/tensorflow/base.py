@@ -78,7 +78,7 @@ class TFHookBase(Hook):
         super().__init__(arguments)
         # docs/format.md 8.4: TensorFlow assigns biases by variable type, not by regex; a regex would
         # also catch optimizer slots such as "adam/dense_bias_momentum".
-        biases = self._session.collection_manager.get(CollectionKeys.BIASES)
+        biases = self.session.collection_manager.get(CollectionKeys.BIASES)
         if biases.include_regex == tuple(self.profile.regexes.get(CollectionKeys.BIASES, ())):
             biases.include_regex = []
 
@@ -115,7 +115,7 @@ class TFHookBase(Hook):
     def _adopt_strategy(self, strategy) -> None:
         """Take the worker name of a MirroredStrategy met after construction (before any write)."""
         identity = distributed.mirrored_identity(strategy)
-        session = self._session
+        session = self.session
         if identity is None or identity.name == session.worker_name:
             return
         if not session.adopt_worker(identity, self._one_writer_for_devices(session.include_workers)):
@@ -128,7 +128,7 @@ class TFHookBase(Hook):
     @property
     def _step_active(self) -> bool:
         """A step is open and capture is on: the session's state, not kept a second time here."""
-        session = self.__dict__.get("_session")
+        session = getattr(self, "session", None)  # None while the session is being built
         return session is not None and session.step_open and session.enabled
 
     def on_mode_change(self, mode) -> None:
@@ -166,14 +166,14 @@ class TFHookBase(Hook):
             if cached is None or cached[0] is not delivered or cached[1] is not names:
                 cached = self._unread_names = (delivered, names, tuple(n for n in names if n not in delivered))
             names = cached[2]
-        wanted = [(names[i], self._tracked[names[i]]) for i, _ in self._session.plans.select(names)]
+        wanted = [(names[i], self._tracked[names[i]]) for i, _ in self.session.plans.select(names)]
         if wanted:
             values = self._read_variables([var for _, var in wanted])
             if self._capture is not None:
                 self._step_reads = [(name, value) for (name, _), value in zip(wanted, values)]
             else:
                 for (name, _), value in zip(wanted, values):
-                    self._session.inbox.record(name, value)
+                    self.session.inbox.record(name, value)
 
     def _choose_graphs(self) -> None:
         """Once the core decided what this step saves, before the sites are armed: choose
@@ -195,7 +195,7 @@ class TFHookBase(Hook):
     def _track(self, name: str, var, collection: Optional[str]) -> None:
         """Save ``var`` as ``name`` (in ``collection``) at the start of steps that save it."""
         if collection is not None:
-            coll = self._session.collection_manager.get(collection)
+            coll = self.session.collection_manager.get(collection)
             if name not in coll.tensor_names:
                 coll.add_tensor_name(name)
         if self._tracked.get(name) is not var:
@@ -221,9 +221,9 @@ class TFHookBase(Hook):
 
     def _is_included(self, name: str, home: Optional[str] = None) -> bool:
         """Whether tensor ``name`` would be saved in some mode (its home collection or a regex)."""
-        if self._session.save_all:
+        if self.session.save_all:
             return True
-        included = set(self._session.include_collections)
+        included = set(self.session.include_collections)
         if home is not None and home in included:
             return True
-        return any(c.name in included for c in self._session.collection_manager.collections_for(name))
+        return any(c.name in included for c in self.session.collection_manager.collections_for(name))

@@ -30,10 +30,10 @@ class EagerCapture:
 
     def offer(self, key, named) -> None:
         hook = self._hook
-        if not (hook._session.enabled and hook._session.saving_step and hook._step_active):
+        if not (hook.session.enabled and hook.session.saving_step and hook._step_active):
             return
         for name, value in named:
-            if value is None or not hook._session.plans.wants(name):
+            if value is None or not hook.session.plans.wants(name):
                 continue
             if is_traced(value):
                 if name not in self._warned_traced:
@@ -42,7 +42,7 @@ class EagerCapture:
                                    "to save; it is not saved (compile the model with run_eagerly=True to save it)",
                                    name)
                 continue
-            hook._session.inbox.record(name, hook._host_or_tensor(value))
+            hook.session.inbox.record(name, hook._host_or_tensor(value))
 
     def arm(self) -> None:
         pass
@@ -50,7 +50,7 @@ class EagerCapture:
     def collect(self, extra=()) -> None:
         hook = self._hook
         for name, value in extra:  # tracked variables read when the step began
-            hook._session.inbox.record(name, value)
+            hook.session.inbox.record(name, value)
 
     def disarm_all(self) -> None:
         pass

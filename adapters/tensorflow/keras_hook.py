@@ -153,7 +153,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         """Keras calls this when the hook is passed to fit/evaluate/predict; call it yourself
         in a custom loop to name variables by layer and capture layer tensors."""
         keras.callbacks.Callback.set_model(self, model)
-        if not self._session.enabled:
+        if not self.session.enabled:
             return
         with self.guard("set_model"):
             self._register_model(model)
@@ -202,7 +202,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:
             self._scan_optimizer(optimizer)
-        for coll in list(self._session.collection_manager):
+        for coll in list(self.session.collection_manager):
             for obj in list(coll.framework_objects):
                 if _looks_like_variable(obj):
                     self._track(self._variable_name(obj), obj, coll.name)
@@ -245,7 +245,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             raise ConfigError(
                 f"wrap_optimizer takes a Keras 3 optimizer (keras.optimizers.Optimizer), got "
                 f"{type(optimizer).__name__}; for tf.compat.v1 optimizers use smd.SessionHook.wrap_optimizer")
-        if self._session.enabled:
+        if self.session.enabled:
             self._patch_optimizer(optimizer)
             self._scan_optimizer(optimizer)
         return optimizer
@@ -259,11 +259,11 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         @functools.wraps(original)
         def apply(grads, trainable_variables=None):
             hook, pending = hook_ref(), None
-            if hook is not None and hook._session.enabled:
+            if hook is not None and hook.session.enabled:
                 with hook.guard("capturing gradients"):
                     pending = hook._offer_gradients(optimizer, grads, trainable_variables)
             result = original(grads, trainable_variables)
-            if pending is not None and hook._session.enabled:
+            if pending is not None and hook.session.enabled:
                 hook._updates.after(pending)  # its own failure turns the updates off only
             return result
 
@@ -348,7 +348,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             # steps begin from Python, which reads them (eagerly) when the step begins.
             named += [(self._weight_names[id(v)], v) for v in variables]
         self._capture.offer(("tape",), named)
-        if newly_seen and self._session.saving_step and self._step_active and not self._graph_driven:
+        if newly_seen and self.session.saving_step and self._step_active and not self._graph_driven:
             # Sources met for the first time were not known when this step (begun from
             # Python) began; they have not been updated yet, so they are this step's values.
             import tensorflow as tf
@@ -356,8 +356,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             with tf.init_scope():
                 for var in newly_seen:
                     name = self._weight_names[id(var)]
-                    if self._session.plans.wants(name):
-                        self._session.inbox.record(name, var)
+                    if self.session.plans.wants(name):
+                        self.session.inbox.record(name, var)
 
     def _patch_layers(self, model) -> bool:
         requests: Dict[int, Tuple[object, Dict[str, List[str]]]] = {}  # id -> (layer, kind -> collections)
@@ -367,7 +367,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             if collection not in entry[1][kind]:
                 entry[1][kind].append(collection)
 
-        for coll in self._session.collection_manager:
+        for coll in self.session.collection_manager:
             for layer, inputs, outputs in coll.layer_requests:
                 if inputs:
                     want(layer, "inputs", coll.name)
@@ -379,7 +379,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             for kind in ("inputs", "outputs"):
                 base = naming.layer_tensor_base(layer.name, kind)
                 if self._is_included(base, K.LAYERS) or self._is_included(base + "_0", K.LAYERS):
-                    want(layer, kind, K.LAYERS if K.LAYERS in self._session.include_collections else None)
+                    want(layer, kind, K.LAYERS if K.LAYERS in self.session.include_collections else None)
         changed = False
         for layer, kinds in requests.values():
             changed |= self._patch_layer(layer, kinds)
@@ -401,7 +401,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         def call(*args, **kwargs):
             outputs = original(*args, **kwargs)
             hook = hook_ref()
-            if hook is not None and hook._session.enabled:
+            if hook is not None and hook.session.enabled:
                 with hook.guard(f"capturing layer {layer.name}"):
                     hook._offer_layer(layer, args, kwargs, outputs)
             return outputs
@@ -438,7 +438,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             @functools.wraps(original)
             def compute_loss(*args, **kwargs):
                 hook = hook_ref()
-                if hook is not None and hook._session.enabled:
+                if hook is not None and hook.session.enabled:
                     with hook.guard("capturing model inputs/outputs"):
                         bound = signature.bind_partial(*args, **kwargs).arguments
                         hook._offer_model_io(model, {"inputs": bound.get("x"), "labels": bound.get("y"),
@@ -454,7 +454,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             def predict_step(*args, **kwargs):
                 # predict_step(data); the JAX trainer's is predict_step(state, data): data comes last.
                 hook = hook_ref()
-                if hook is not None and hook._session.enabled:
+                if hook is not None and hook.session.enabled:
                     with hook.guard("capturing model inputs"):
                         data = kwargs["data"] if "data" in kwargs else args[-1]
                         x = data[0] if isinstance(data, tuple) else data
@@ -481,7 +481,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         for coll_name in collections:
             if coll_name is None:
                 continue
-            coll = self._session.collection_manager.get(coll_name)
+            coll = self.session.collection_manager.get(coll_name)
             known = coll.tensor_names
             for name in names:
                 if name not in known:
@@ -521,12 +521,12 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     # ====================================================================== save API in graphs
     def save_tensor(self, tensor_name, tensor_value, collections_to_write="default"):
         """Save a tensor in the given collection(s); works eagerly and inside tf.function."""
-        if self._tf and not _executing_eagerly() and self._session.enabled:
+        if self._tf and not _executing_eagerly() and self.session.enabled:
             if not isinstance(tensor_name, str) or not tensor_name:
                 raise ConfigError(f"tensor_name must be a non-empty string, got {tensor_name!r}")
             names = as_name_list(collections_to_write, "collections_to_write")
             for coll_name in names:
-                self._session.include(coll_name, expect=False)
+                self.session.include(coll_name, expect=False)
             self._register_names([tensor_name], names)
             self._capture.offer(("save_tensor", tensor_name), [(tensor_name, tensor_value)])
             return
@@ -535,7 +535,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def save_scalar(self, name, value, sm_metric: bool = False, timestamp: Optional[float] = None):
         """Save a scalar as ``scalar/<name>`` in the current step (eagerly or inside tf.function)."""
-        if self._tf and not _executing_eagerly() and self._session.enabled:
+        if self._tf and not _executing_eagerly() and self.session.enabled:
             import tensorflow as tf
 
             if in_xla_context():
@@ -565,7 +565,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         ``steps_per_execution > 1``, custom loops) reads them when the step begins.
         """
         confirmed = self._site_weights
-        if confirmed is None or self._session.mode != ModeKeys.TRAIN or not self._in_fit or self._graph_driven:
+        if confirmed is None or self.session.mode != ModeKeys.TRAIN or not self._in_fit or self._graph_driven:
             return NO_NAMES
         model, function, names = confirmed
         current = self.model
@@ -599,7 +599,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._site_weights = (model, function, names)
 
     def on_step_end(self) -> None:
-        session = self._session
+        session = self.session
         if self._unbuilt or self._unbuilt_optimizers:
             with self.guard("scanning a model built at its first batch"):
                 self._scan_built_models()  # built by the batch that just ran: saved from the next step
@@ -631,14 +631,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             self._scan_optimizer(optimizer)
         for name in self._tracked:
             if name not in before:
-                self._session.plans.plan_for(name)  # seen by now: no "matched nothing" warning for them
+                self.session.plans.plan_for(name)  # seen by now: no "matched nothing" warning for them
 
     def _start_step(self, mode: ModeKeys) -> None:
         if self._step_active:
             self.end_step()
         if self._unbuilt or self._unbuilt_optimizers:
             self._scan_built_models()
-        if self._session.mode != mode:
+        if self.session.mode != mode:
             self.set_mode(mode)
         self._batch_function = _LOOP_FUNCTIONS[mode]
         try:
@@ -654,12 +654,12 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         if self._batch_function is None or self.model is None or self._graph_driven:
             self._capture.running = None  # a custom loop's step: no specialized function runs
             return
-        functions.install(self.model, self._batch_function, self._session.saving_collections)
+        functions.install(self.model, self._batch_function, self.session.saving_collections)
 
     def _record_logs(self, logs, only=None, every_time: bool = False) -> None:
         """Save Keras' logs (losses, metrics) in the open step; ``every_time``: even where the
         save config skips the step (the ``val_*`` logs of an epoch come once, as in 1.0.34)."""
-        if not logs or not self._step_active or not (self._session.saving_step or every_time):
+        if not logs or not self._step_active or not (self.session.saving_step or every_time):
             return
         items = []
         for key, value in logs.items():
@@ -672,18 +672,18 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                 self._register_names([key], [coll])
             items.append((key, np.asarray(float(value))))
         if items and every_time:
-            self._session.record_whatever_the_config(items)
+            self.session.record_whatever_the_config(items)
         elif items:
-            self._session.inbox.record_many(items)  # host values; keeps the names saved at this step
+            self.session.inbox.record_many(items)  # host values; keeps the names saved at this step
 
     def _guarded(self, where, fn, *args):
-        if not self._session.enabled:
+        if not self.session.enabled:
             return
         with self.guard(where):
             fn(*args)
 
     def _publish(self) -> None:
-        self._session.publish()
+        self.session.publish()
 
     def on_train_begin(self, logs=None):
         self._in_fit = True
@@ -694,7 +694,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         def body():
-            if self._step_active and self._session.mode == ModeKeys.EVAL:
+            if self._step_active and self.session.mode == ModeKeys.EVAL:
                 self._record_logs(logs, only=lambda k: k.startswith("val_"), every_time=True)
             if self._step_active:
                 self.end_step()
@@ -723,13 +723,13 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_predict_batch_end(self, batch, logs=None):
         def body():
-            if self._session.saving_step and self._step_active and logs and "outputs" in logs:
+            if self.session.saving_step and self._step_active and logs and "outputs" in logs:
                 tensors = [t for t in keras.tree.flatten(logs["outputs"]) if t is not None]
                 names = naming.numbered("predictions", len(tensors))
                 self._register_names(names, [K.OUTPUTS])
                 for name, value in zip(names, tensors):
-                    if self._session.plans.wants(name):
-                        self._session.inbox.record(name, self._host_or_tensor(value))
+                    if self.session.plans.wants(name):
+                        self.session.inbox.record(name, self._host_or_tensor(value))
             self.end_step()
             self._stop_if_requested()
 
@@ -746,14 +746,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def _stop_if_requested(self) -> None:
         """A live rule's StopTraining (``request_stop``): Keras ends the loop after this batch."""
-        model = self.model if self._session.stop_requested else None
+        model = self.model if self.session.stop_requested else None
         if model is None:
             return
         flag = {ModeKeys.TRAIN: "stop_training", ModeKeys.EVAL: "stop_evaluating",
-                ModeKeys.PREDICT: "stop_predicting"}.get(self._session.mode)
+                ModeKeys.PREDICT: "stop_predicting"}.get(self.session.mode)
         if flag is not None:
             setattr(model, flag, True)
-        if self._session.mode == ModeKeys.EVAL and self._in_fit:
+        if self.session.mode == ModeKeys.EVAL and self._in_fit:
             model.stop_training = True
 
     def _finish(self) -> None:
@@ -815,7 +815,7 @@ def _hooked_tape_class(base: type) -> type:
     class HookedTape(base):
         def __enter__(self):
             hook = self._smdebug_hook()
-            if hook is not None and hook._session.enabled:
+            if hook is not None and hook.session.enabled:
                 with hook.guard("wrap_tape enter"):
                     hook._tape_entered()
             return super().__enter__()
@@ -823,7 +823,7 @@ def _hooked_tape_class(base: type) -> type:
         def gradient(self, target, sources, *args, **kwargs):
             grads = super().gradient(target, sources, *args, **kwargs)
             hook = self._smdebug_hook()
-            if hook is not None and hook._session.enabled:
+            if hook is not None and hook.session.enabled:
                 with hook.guard("wrap_tape gradient"):
                     hook._tape_gradient(target, sources, grads)
             return grads

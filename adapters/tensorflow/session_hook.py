@@ -69,7 +69,7 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
 
     def begin(self):
         """Called by MonitoredSession when the graph is complete: find what can be saved."""
-        if not self._session.enabled:
+        if not self.session.enabled:
             return
         with self.guard("SessionHook.begin"):
             self._discover(tf.compat.v1.get_default_graph())
@@ -111,7 +111,7 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
             self._add_fetch(naming.gradient_name(var), grad, K.GRADIENTS)
         for loss in losses:
             self._add_fetch(loss.name, loss, K.LOSSES)
-        for coll in list(self._session.collection_manager):
+        for coll in list(self.session.collection_manager):
             for obj in coll.framework_objects:
                 if isinstance(obj, tf.Variable):
                     self._add_variable(obj, coll.name)
@@ -128,22 +128,22 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
         name = var.name
         if name in self._variables:
             return
-        if collection is not None and name not in self._session.collection_manager.get(collection).tensor_names:
-            self._session.collection_manager.get(collection).add_tensor_name(name)
+        if collection is not None and name not in self.session.collection_manager.get(collection).tensor_names:
+            self.session.collection_manager.get(collection).add_tensor_name(name)
         self._variables[name] = var
 
     def _add_fetch(self, name: str, tensor, collection: Optional[str]) -> None:
-        if collection is not None and name not in self._session.collection_manager.get(collection).tensor_names:
-            self._session.collection_manager.get(collection).add_tensor_name(name)
+        if collection is not None and name not in self.session.collection_manager.get(collection).tensor_names:
+            self.session.collection_manager.get(collection).add_tensor_name(name)
         self._fetches.setdefault(name, tensor)
 
     def _add_regex_matches(self, graph) -> None:
         """Graph tensors matching the regex of an included collection (include_regex, save_all)."""
-        included = set(self._session.include_collections)
+        included = set(self.session.include_collections)
         # Only regexes the user added: the profile's own (e.g. gradients' "^gradient") describe
         # the names this hook gives, not graph tensors such as "gradients/MatMul_grad/...".
         patterns = []
-        for c in self._session.collection_manager:
+        for c in self.session.collection_manager:
             user = [r for r in c.include_regex if r not in self.profile.regexes.get(c.name, ())]
             if c.name in included and user:
                 patterns += [re.compile(r) for r in user]
@@ -160,7 +160,7 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
 
     # --- steps ----------------------------------------------------------------------
     def before_run(self, run_context):
-        if not self._session.enabled:
+        if not self.session.enabled:
             return None
         with self.guard("SessionHook.before_run"):
             return self._before_run(run_context)
@@ -169,28 +169,28 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
     def _before_run(self, run_context):
         if not self.begin_step():
             return None
-        state = {name: var for name, var in self._variables.items() if self._session.plans.wants(name)}
+        state = {name: var for name, var in self._variables.items() if self.session.plans.wants(name)}
         if state:
             for name, value in run_context.session.run(state).items():
-                self._session.inbox.record(name, value)
-        fetches = {name: t for name, t in self._fetches.items() if self._session.plans.wants(name)}
+                self.session.inbox.record(name, value)
+        fetches = {name: t for name, t in self._fetches.items() if self.session.plans.wants(name)}
         return tf.compat.v1.train.SessionRunArgs(fetches) if fetches else None
 
     def after_run(self, run_context, run_values):
-        if not self._session.enabled:
+        if not self.session.enabled:
             return
         with self.guard("SessionHook.after_run"):
             results = run_values.results
             if isinstance(results, dict):
                 for name, value in results.items():
-                    self._session.inbox.record(name, value)
+                    self.session.inbox.record(name, value)
             self.end_step()
 
     def end(self, session):
         """End of the MonitoredSession: publish what was saved (``close()`` ends the run)."""
-        if self._session.enabled:
+        if self.session.enabled:
             self.end_step()
-            self._session.publish()
+            self.session.publish()
 
 
 #: smdebug 1.0.34's name for this hook (its local example runs it with ``MonitoredSession``);

@@ -108,7 +108,7 @@ class KerasUpdates:
 
             if not tf.executing_eagerly():
                 return self._before_in_graph(optimizer, variables)
-        session = self._hook._session
+        session = self._hook.session
         if not (session.saving_step and self._hook._step_active and session.mode == ModeKeys.TRAIN
                 and K.UPDATES in session.plans.saving_collections):
             return None
@@ -198,7 +198,7 @@ class KerasUpdates:
     # --- steps -----------------------------------------------------------------------------
     def arm(self) -> None:
         """When a step begins: whether graphs without a specialized function compute updates."""
-        session = self._hook._session
+        session = self._hook.session
         value = bool(session.enabled and session.saving_step and session.mode == ModeKeys.TRAIN
                      and K.UPDATES in session.plans.saving_collections)
         if value != self._flag_value:

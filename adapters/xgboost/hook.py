@@ -217,23 +217,23 @@ class Hook(CoreHook, TrainingCallback):
 
     def before_training(self, model):
         """Continue step numbering after the hook's last step when it is reused."""
-        if self._session.enabled:
-            self._step_offset = self._session.global_step + 1 if self._session.global_step >= 0 else 0
+        if self.session.enabled:
+            self._step_offset = self.session.global_step + 1 if self.session.global_step >= 0 else 0
             self._names = None
         return model
 
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
         """One boosting round = one step. Returns True (stop training) only when a rule's
         action asked for it (:meth:`request_stop`)."""
-        if self._session.enabled:
+        if self.session.enabled:
             with self.guard("after_iteration"):
                 if self.begin_step(epoch + self._step_offset):
                     self._record_round(model, evals_log)
-        return self._session.stop_requested
+        return self.session.stop_requested
 
     def after_training(self, model):
         """End the last step and hand everything to the writer; the hook stays open."""
-        if self._session.enabled:
+        if self.session.enabled:
             self.end_step()
             with self.guard("after_training"):
                 self.flush(timeout=60)
@@ -245,7 +245,7 @@ class Hook(CoreHook, TrainingCallback):
         if not isinstance(model, xgb.Booster):
             return  # xgb.cv hands over its folds: only the (mean) metrics apply
         names = self._tensor_names(model)
-        wanted = {group: any(self._session.plans.plan_for(n) is not None for n in group_names)
+        wanted = {group: any(self.session.plans.plan_for(n) is not None for n in group_names)
                   for group, group_names in names.items()}
         if wanted["hyperparameters"]:
             self._compute("hyperparameters", self._hyperparameter_tensors, model)
@@ -282,7 +282,7 @@ class Hook(CoreHook, TrainingCallback):
         except Exception as exc:  # noqa: BLE001 - one collection must not stop training or the rest
             self._failed.add(what)
             logger.warning("smdebug: could not compute %s at step %d (%s: %s); it is skipped for the rest of "
-                           "this run, other collections are still saved", what, self._session.global_step,
+                           "this run, other collections are still saved", what, self.session.global_step,
                            type(exc).__name__, exc)
             return
         for name, value in tensors.items():
@@ -297,9 +297,9 @@ class Hook(CoreHook, TrainingCallback):
         # A linear booster has no trees and only the "weight" importance.
         linear = settings.get("booster") == "gblinear"
         if linear:
-            self._session.nothing_to_save(K.TREES, "a gblinear booster has no trees")
+            self.session.nothing_to_save(K.TREES, "a gblinear booster has no trees")
         if self.hyperparameters is None:
-            self._session.nothing_to_save(
+            self.session.nothing_to_save(
                 K.HYPERPARAMETERS, "pass hyperparameters={...} to the Hook to save them (the booster's own settings "
                 "are in booster.save_config())")
         # "bias" (the SHAP base value) is in no SHAP collection, as in 1.0.34: saved under save_all.
@@ -325,9 +325,9 @@ class Hook(CoreHook, TrainingCallback):
 
     def _claim(self, collection: str, names) -> None:
         """Add to ``collection`` the names its regexes miss (only when it is saved at all)."""
-        if collection not in self._session.include_collections:
+        if collection not in self.session.include_collections:
             return
-        coll = self._session.collection_manager.get(collection)
+        coll = self.session.collection_manager.get(collection)
         for name in names:
             if not coll.matches(name):
                 coll.add_tensor_name(name)
@@ -338,9 +338,9 @@ class Hook(CoreHook, TrainingCallback):
     def _validation_tensors(self, booster) -> Dict[str, np.ndarray]:
         matrix = self._dmatrix("validation", booster)
         out = {}
-        if self._session.plans.plan_for("predictions") is not None:
+        if self.session.plans.plan_for("predictions") is not None:
             out["predictions"] = booster.predict(matrix)
-        if self._session.plans.plan_for("labels") is not None:
+        if self.session.plans.plan_for("labels") is not None:
             if self._labels is None:
                 self._labels = matrix.get_label()
             out["labels"] = self._labels

@@ -459,6 +459,15 @@ class StepSession:
         # while this thread waits for its verdict.
         self._listeners.notify(step.values)
 
+    def abandon_step(self) -> None:
+        """Drop the open step without writing it: its adapter found it cut short (an interrupt
+        or an error left its work half done), and a step is written whole or not at all. The
+        steps ended before it are written as usual."""
+        if self.clock.open:
+            self.clock.open = False
+            self.inbox.take()
+            self._step_probe = None
+
     def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual") -> Optional[dict]:
         """Write the flight recorder's kept steps and its marker now; returns the marker (a
         dict), or None when there is no recorder or it already fired.

@@ -554,3 +554,25 @@ def test_an_interpreter_that_cannot_run_the_upload_process_falls_back_to_a_threa
     _train(hook, 2)
     hook.close()
     assert create_trial(f"s3://{bucket}/fallback").steps() == [0, 1]
+
+
+def test_a_run_store_goes_up_one_put_per_file_per_segment(endpoint, bucket, tmp_path):
+    """docs/format.md 10.5: sealed segments only (chunks, tensors, statistics), one PUT each."""
+    from smdebug.storage.format import store
+
+    url = f"s3://{bucket}/store"
+    hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1), layout="store")
+    uploader = hook.session.writer.uploader
+    hook.session.writer._sink.segment_steps = 100  # three segments in a short test
+    _train(hook, 250)
+    hook.close()
+    keys = endpoint.keys(bucket)
+    segments = [k for k in keys if k.startswith(f"store/{store.STATISTICS_DIR}/")]
+    assert len(segments) == 3
+    assert not [k for k in keys if "/live/" in k or k.endswith(".tmp")]
+    # collections, the layout file, 3 files a segment, the end marker
+    assert uploader.stats["put_requests"] == len(keys) == 2 + 3 * 3 + 1
+    trial = create_trial(url)
+    assert trial.steps() == list(range(250))
+    np.testing.assert_array_equal(trial.tensor("w").value(249), np.arange(4, dtype=np.float32) * 249)
+    assert trial.tensor("scalar/loss").value(7) == 7.0

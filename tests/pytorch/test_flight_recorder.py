@@ -259,7 +259,7 @@ def test_with_hook_writes_the_recorder_when_backward_raises(tmp_path):
 def test_locate_false_installs_no_notes(tmp_path):
     run_dir = str(tmp_path / "run")
     hook = train(run_dir, recorder=smd.FlightRecorder(steps=2, locate=False))
-    assert hook._locator is None
+    assert hook._driver.locator.locator is None
     found = marker(run_dir)
     assert found["trigger"] == "nonfinite" and found["global_step"] == K and found["first_nonfinite"] is None
 

@@ -10,6 +10,7 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 from smdebug import reductions  # noqa: E402
 from smdebug.capture.backend import Request  # noqa: E402
 from smdebug.pytorch import backend as torch_backend  # noqa: E402
+from smdebug.pytorch import host_reductions  # noqa: E402
 from smdebug.pytorch import row_health  # noqa: E402
 from smdebug.pytorch.backend import TorchBackend  # noqa: E402
 
@@ -110,8 +111,8 @@ def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch, segmen
         r.reductions = (("min", False), ("max", False), ("l2", False), ("mean", True))
 
     calls = {"cpu": 0, "segment_reduce": 0, "rows": 0, "segments": 0}
-    real_cpu, real_segment, real_rows = torch.Tensor.cpu, torch.segment_reduce, torch_backend._reduce_rows
-    real_segments = torch_backend._reduce_segments
+    real_cpu, real_segment, real_rows = torch.Tensor.cpu, torch.segment_reduce, torch_backend.reduce_rows
+    real_segments = host_reductions.reduce_segments
 
     def counting_cpu(self, *args, **kwargs):
         calls["cpu"] += 1
@@ -131,14 +132,14 @@ def test_one_host_transfer_and_one_kernel_per_reduction_kind(monkeypatch, segmen
         calls["segments"] += 1
         return real_segments(*args, **kwargs)
 
-    monkeypatch.setattr(torch_backend, "_reduce_rows", counting_rows)
-    monkeypatch.setattr(torch_backend, "_reduce_segments", counting_segments)
+    monkeypatch.setattr(torch_backend, "reduce_rows", counting_rows)
+    monkeypatch.setattr(host_reductions, "reduce_segments", counting_segments)
     results = backend.materialize(requests)
     assert calls["cpu"] == 1
     if segment_ops == "device":
         # min, max, sum of squares (l2) and sum of |x| (abs mean): 4 kernels for 40 tensors.
         assert (calls["segment_reduce"], calls["rows"]) == (4, 0)
-    else:  # 40 small tensors: one flat copy reduced in segments (_reduce_segments), one call
+    else:  # 40 small tensors: one flat copy reduced in segments (host_reductions.reduce_segments), one call
         assert (calls["segment_reduce"], calls["rows"], calls["segments"]) == (0, 0, 1)
     for tensor, result in zip(tensors, results):
         np.testing.assert_allclose(result.reductions[("l2", False)], np.linalg.norm(tensor.numpy().ravel()),
@@ -254,15 +255,15 @@ def test_small_batches_reduced_as_segments_match_the_stacked_path(monkeypatch, d
                torch.tensor([-5.0], dtype=dtype), torch.randn(3, 5, 7, generator=gen, dtype=dtype)]
     batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
     calls = []
-    real = torch_backend._reduce_segments
-    monkeypatch.setattr(torch_backend, "_reduce_segments", lambda *a: calls.append(1) or real(*a))
-    segments = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    real = host_reductions.reduce_segments
+    monkeypatch.setattr(host_reductions, "reduce_segments", lambda *a: calls.append(1) or real(*a))
+    segments = torch_backend._finish_cpu_batch(batch, torch_backend.BufferPool())
     assert calls == [1] and not segments.lost and segments.shapes == [tuple(t.shape) for t in tensors]
     expected = [[float(reductions.reduce(t.numpy(), op, is_abs)) for op, is_abs in keys] for t in tensors]
     np.testing.assert_allclose(segments.reductions, expected, rtol=1e-9, atol=1e-12, equal_nan=True)
     # The stacked path (tensors of one shape as the rows of one array) gives the same.
-    monkeypatch.setattr(torch_backend, "_segment_plan", lambda *a: None)
-    stacked = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    monkeypatch.setattr(host_reductions, "segment_plan", lambda *a: None)
+    stacked = torch_backend._finish_cpu_batch(batch, torch_backend.BufferPool())
     np.testing.assert_allclose(segments.reductions, stacked.reductions, rtol=1e-12, atol=0, equal_nan=True)
     # The one-pass variance would have cancelled for the 1e4 tensor: it took two passes.
     assert segments.reductions[2, keys.index(("variance", False))] == pytest.approx(np.var(tensors[2].numpy().astype(np.float64)), rel=1e-9)
@@ -278,11 +279,11 @@ def test_one_value_tensors_are_reduced_in_python_as_the_reference(monkeypatch):
     tensors = [torch.tensor(-2.5), torch.tensor([0.0]), torch.tensor(float("nan")), torch.tensor(float("-inf")),
                torch.tensor([[3.25]], dtype=torch.bfloat16), torch.tensor(1e300, dtype=torch.float64),
                torch.tensor(0.1, dtype=torch.float16), torch.tensor(1e-30)]
-    assert torch_backend._segment_plan(tuple(t.dtype for t in tensors), tuple(tuple(t.shape) for t in tensors)) \
-        is torch_backend._ONE_VALUE_EACH
-    monkeypatch.setattr(torch_backend, "_reduce_segments", lambda *a: pytest.fail("numpy path taken"))
+    assert host_reductions.segment_plan(tuple(t.dtype for t in tensors), tuple(tuple(t.shape) for t in tensors)) \
+        is host_reductions.ONE_VALUE_EACH
+    monkeypatch.setattr(host_reductions, "reduce_segments", lambda *a: pytest.fail("numpy path taken"))
     batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
-    result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    result = torch_backend._finish_cpu_batch(batch, torch_backend.BufferPool())
     assert not result.lost and result.shapes == [tuple(t.shape) for t in tensors]
     with np.errstate(all="ignore"):
         expected = [[float(reductions.reduce(t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy(), op, is_abs))
@@ -290,18 +291,18 @@ def test_one_value_tensors_are_reduced_in_python_as_the_reference(monkeypatch):
     np.testing.assert_array_equal(result.reductions, expected)
     for shapes, dtypes in ((((),) * 9, (torch.float32,) * 9), (((), (2,)), (torch.float32,) * 2),
                            (((),), (torch.int64,))):
-        assert torch_backend._segment_plan(dtypes, shapes) is not torch_backend._ONE_VALUE_EACH
+        assert host_reductions.segment_plan(dtypes, shapes) is not host_reductions.ONE_VALUE_EACH
 
 
 def test_batches_the_segments_cannot_take_go_the_stacked_way():
-    assert torch_backend._segment_plan((torch.float32, torch.float64), ((4, 4), (4,))) is None  # dtypes
-    assert torch_backend._segment_plan((torch.float16,) * 2, ((4, 4), (4,))) is None  # half: widened by rows
-    assert torch_backend._segment_plan((torch.float32,) * 2, ((4, 4), (0,))) is None  # empty
-    assert torch_backend._segment_plan((torch.float32,), ((300, 300),)) is None  # too large
+    assert host_reductions.segment_plan((torch.float32, torch.float64), ((4, 4), (4,))) is None  # dtypes
+    assert host_reductions.segment_plan((torch.float16,) * 2, ((4, 4), (4,))) is None  # half: widened by rows
+    assert host_reductions.segment_plan((torch.float32,) * 2, ((4, 4), (0,))) is None  # empty
+    assert host_reductions.segment_plan((torch.float32,), ((300, 300),)) is None  # too large
     tensors = [torch.randn(4, 4), torch.randn(4, dtype=torch.float64)]
     keys = (("min", False), ("median", False), ("prod", True))
     batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
-    result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    result = torch_backend._finish_cpu_batch(batch, torch_backend.BufferPool())
     for row, tensor in zip(result.reductions, tensors):
         values = tensor.numpy().astype(np.float64).ravel()
         np.testing.assert_allclose(row, [values.min(), np.median(values), np.abs(values).prod()], rtol=1e-12)
@@ -311,7 +312,7 @@ def test_median_and_prod_as_segments():
     keys = (("median", False), ("median", True), ("prod", False))
     tensors = [torch.tensor([3.0, -1.0, 2.0]), torch.tensor([-4.0, 5.0]), torch.tensor([7.0])]
     batch = torch_backend._CpuBatch(tensors, [t._version for t in tensors], keys, False)
-    result = torch_backend._finish_cpu_batch(batch, torch_backend._BufferPool())
+    result = torch_backend._finish_cpu_batch(batch, torch_backend.BufferPool())
     np.testing.assert_array_equal(result.reductions, [[2.0, 2.0, -6.0], [0.5, 4.5, -20.0], [7.0, 7.0, 7.0]])
 
 
@@ -344,7 +345,7 @@ def test_groups_past_one_float64_copy_are_summed_in_blocks_as_numpy(shape, count
     generator = torch.Generator().manual_seed(6)
     tensors = [torch.randn(shape, generator=generator) * 3 + 0.5 for _ in range(count)]
     group = count * tensors[0].numel() if tensors[0].numel() <= torch_backend.STACK_MAX_NUMEL else tensors[0].numel()
-    assert group > torch_backend.WHOLE_WIDE_COPY_MAX
+    assert group > host_reductions.WHOLE_WIDE_COPY_MAX
     keys = tuple((op, False) for op in ("sum", "mean", "variance", "std", "l2", "min", "max", "kurtosis", "nonfinite"))
     backend, requests = requests_for(tensors, keys=keys)
     for tensor, result in zip(tensors, backend.materialize(requests)):

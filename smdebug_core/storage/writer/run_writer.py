@@ -51,6 +51,26 @@ _IDLE_LOOKS = 8
 _STEP, _COLLECTIONS, _METRIC, _PUBLISH, _FLUSH, _CLOSE, _FILE = range(7)
 
 
+_PYARROW: list = []
+
+
+def _pyarrow_works() -> bool:
+    """Whether pyarrow imports; if not, one warning: the run is written in the 1.0.34 layout."""
+    if not _PYARROW:
+        try:
+            import pyarrow.ipc  # noqa: F401
+            import pyarrow.parquet  # noqa: F401
+
+            _PYARROW.append(True)
+        except Exception as exc:  # noqa: BLE001 - ImportError, or pyarrow 26's refusal of numpy 1.x
+            _PYARROW.append(False)
+            logger.warning(
+                "smdebug: pyarrow cannot be imported (%s: %s), so this run is written in the smdebug-1.0.34 layout "
+                "instead of the run store; in a numpy 1.x environment install pyarrow<26 (pip install 'pyarrow<26')",
+                type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+    return _PYARROW[0]
+
+
 class RunWriter:
     """Writes one run's ``events/``, ``index/``, ``collections/`` and TensorBoard files.
 
@@ -95,6 +115,8 @@ class RunWriter:
         # Writer-thread state: one object per job.
         self._files = Publisher(self.out_dir, uploader)
         self.layout = resolve_layout(run_layout)
+        if self.layout == store.STORE_LAYOUT and not _pyarrow_works():
+            self.layout = store.LAYOUT_1034
         if self.layout == store.LAYOUT_1034:
             self._sink = StepFiles(self._files)
         else:
