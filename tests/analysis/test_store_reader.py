@@ -434,7 +434,7 @@ def test_trial_sql_sees_live_segments(tmp_path):
 
 def test_sql_without_duckdb_names_the_extra(pair, monkeypatch):
     monkeypatch.setitem(sys.modules, "duckdb", None)  # as if it were not installed
-    with pytest.raises(ImportError, match=r"Trial.sql needs duckdb.*pip install duckdb.*'duckdb' extra"):
+    with pytest.raises(ImportError, match=r"Trial.sql needs duckdb.*pip install duckdb.*'sql' extra"):
         create_trial(pair[0]).sql("SELECT 1")
 
 

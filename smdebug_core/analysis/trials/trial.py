@@ -640,7 +640,7 @@ class Trial:
 
     def sql(self, query: str):
         """Run a DuckDB SQL query over the run; returns DuckDB's relation (``.df()``,
-        ``.pl()``, ``.arrow()``, ``.fetchall()``). Needs duckdb (smdebug-core's ``duckdb`` extra).
+        ``.pl()``, ``.arrow()``, ``.fetchall()``). Needs duckdb (smdebug-core's ``sql`` extra).
 
         Views: ``statistics``, one row per scalar or saved reduction value (the columns of
         :meth:`to_dataframe`, plus ``dtype``, ``ndim`` and, for sealed segments, ``wall_time``;
@@ -651,7 +651,7 @@ class Trial:
         layout gives :meth:`to_table`'s rows. ``trial.sql("SELECT tensor, max(value) FROM
         statistics WHERE reduction = 'l2' GROUP BY tensor")``.
         """
-        duckdb = require_optional("duckdb", "Trial.sql", "duckdb", "duckdb")
+        duckdb = require_optional("duckdb", "Trial.sql", "duckdb", "sql")
         self._maybe_refresh()
         con = self.__dict__.get("_duckdb")
         if con is None:
