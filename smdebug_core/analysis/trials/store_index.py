@@ -239,7 +239,28 @@ class _Part:
             n = len(self.step)
             rest = (np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n), np.zeros(n, np.int32),
                     np.zeros(n, np.int8))
-        self.tensor, self.label, self.value, self.dtype, self.ndim = rest
+        self.tensor, self.label, self.value, self._dtype, self._ndim = rest
+
+    # A sealed segment's dtype and ndim columns are read only when a value is made from a row
+    # (tables need neither): ``_dtype`` is then None and ``_types`` the function that reads them.
+    @property
+    def dtype(self) -> np.ndarray:
+        if self._dtype is None:
+            self._load_types()
+        return self._dtype
+
+    @property
+    def ndim(self) -> np.ndarray:
+        if self._ndim is None:
+            self._load_types()
+        return self._ndim
+
+    def _load_types(self) -> None:
+        reader, self._types = getattr(self, "_types", None), None
+        found = reader() if reader is not None else None
+        if found is None:  # the file failed now (warned): numbers as float64 of shape ()
+            found = (np.zeros(len(self.step), np.int32), np.zeros(len(self.step), np.int8))
+        self._dtype, self._ndim = found
 
     def read_rest(self):
         """What :meth:`load` needs read from the file (any thread), or None."""
@@ -615,21 +636,29 @@ class StoreIndex:
                     raise t
                 columns = (_texts(t.column("tensor"), self.names, where),
                            _texts(t.column("reduction"), self.labels, where),
-                           _numbers(t.column("value"), np.float64),
-                           _texts(t.column("dtype"), self.dtypes, where),
-                           _ints(t.column("ndim"), where, np.int8))
+                           _numbers(t.column("value"), np.float64), None, None)
             except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
                 self._warn(where, str(exc), "its values are left out of the trial")
                 return None
             self._label_keys_update()
-            return columns if keep is None else tuple(c[keep] for c in columns)
+            return columns if keep is None else tuple(c if c is None else c[keep] for c in columns)
 
         def read_rest(where=where, rows=rows):
             """The value columns' table (or the exception that stopped it): safe in a thread."""
             try:
-                return self._read_columns(where, _STAT_VALUE_COLUMNS, _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS, rows)
+                return self._read_columns(where, _STAT_VALUE_COLUMNS[:3], _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS, rows)
             except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
                 return exc
+
+        def read_types(where=where, rows=rows, keep=keep):
+            """The dtype and ndim columns (None if the file fails now: warned)."""
+            try:
+                t = self._read_columns(where, ("dtype", "ndim"), _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS, rows)
+                columns = (_texts(t.column("dtype"), self.dtypes, where), _ints(t.column("ndim"), where, np.int8))
+            except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
+                self._warn(where, str(exc), "its values read back as float64")
+                return None
+            return columns if keep is None else tuple(c[keep] for c in columns)
 
         rest.read = read_rest
         tensor_rows = []
@@ -644,6 +673,7 @@ class StoreIndex:
         part.sealed = True
         part.source = relpath
         part.set_rows(step, mode, mode_step, rest, tensor_rows)
+        part._types = read_types
         return part
 
     def _tensor_rows_parquet(self, relpath: str) -> list:
