@@ -1,11 +1,12 @@
 """The Trial: a read-only view of one run directory (docs/format.md section 5), and
 ``create_trial``.
 
-A trial discovers data only through the collections files and the index files; it opens
-an event file only when a value is asked for. Its parts: opening the run (opening.py),
-the index files read so far (run_index.py, with the steps in steps.py), the event files'
-records (event_reads.py), one :class:`Tensor` per name asked for, and bulk reads into
-tables (bulk.py).
+A trial discovers data only through the collections files and the index files (or, for a
+run store, its segments' Parquet and live files); it opens an event or chunk file only when a
+whole tensor is asked for. Its parts: opening the run (opening.py), the index files read so
+far (run_index.py) or the run store read so far (store_index.py), with the steps in steps.py,
+the records (event_reads.py), one :class:`Tensor` per name asked for, and bulk reads into
+tables (bulk.py for index files, store_table.py for the run store's columns).
 """
 from __future__ import annotations
 
