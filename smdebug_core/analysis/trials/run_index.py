@@ -264,3 +264,16 @@ class RunIndex:
         else:
             mode_names.update(names)
         return is_new
+
+    def names_with_complete_step(self, candidates, is_complete) -> List[str]:
+        """The names among ``candidates`` with a step that ``is_complete`` (by global step)."""
+        return [n for n in candidates if self.tensors[n].has_complete_step(is_complete)]
+
+    def table(self, names, modes, steps, workers, include_incomplete: bool, labels, reader, on_error: str,
+              progress: Optional[bool]):
+        """``Trial.to_table``'s rows: the records selected (bulk.collect), read in bulk (bulk.read_rows)."""
+        from .bulk import collect, read_rows
+
+        rows = collect(self.log, self.steps, names, modes, steps, workers, include_incomplete, labels)
+        return read_rows(rows, reader, self.steps, self.stats, progress, on_error)
+

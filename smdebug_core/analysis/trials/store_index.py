@@ -10,7 +10,7 @@ segment's file is read again when it has grown, its complete batches only.
 
 What is kept is columns, not per-value objects:
 
-* per segment (:class:`_Part`) numpy columns of its statistics rows (``step``, ``mode``,
+* per segment (:class:`Part`) numpy columns of its statistics rows (``step``, ``mode``,
   ``mode_step`` when it is registered; ``tensor``, ``label``, ``value``, ``dtype``,
   ``ndim`` when first needed) and its tensors rows;
 * a tensor's :class:`~.locations.TensorRecords` (what ``Tensor`` reads) is built from them
@@ -34,379 +34,32 @@ import json
 import logging
 import os
 import struct
-from collections.abc import Mapping
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
-from ...exceptions import IndexReaderException, UnsafeRunFile
-from ...modes import ModeKeys
+from ...exceptions import IndexReaderException, MixedRunLayouts, UnsafeRunFile
 from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
 from ...storage.format import store
 from ...storage.format.index import _parse_placements
-from .labels import reduction_label
-from .locations import InlineValue, TensorLocation, TensorRecords
+from ...storage.format.layout import EVENTS_DIR, INDEX_DIR
+from .locations import TensorLocation, TensorRecords
 from .paths import worker_from_name
 from .record_log import _Interner
 from .steps import StepIndex
+from .store_columns import (
+    MODE_BY_VALUE, STAT_STEP_COLUMNS, STAT_VALUE_COLUMNS, TENSOR_COLUMNS, MAX_DECLARED_UNCOMPRESSED_BYTES,
+    MAX_PARQUET_FOOTER_BYTES, MAX_SEGMENT_FILE_ROWS, MAX_STORE_FILE_BYTES, StoreFileError, check_columns,
+    complete_batches, int_column, mode_values, number_column, step_triples, text_ids)
+from .store_records import Catalog, ModeNames, StepNames, StoreLog
+from .store_segments import Part
 
 logger = logging.getLogger("smdebug.trials")
 
-#: The largest store file read (a segment's Parquet or live file).
-MAX_STORE_FILE_BYTES = 1 << 30
-#: The largest Parquet footer (file metadata) read; a segment's is a few KiB.
-MAX_PARQUET_FOOTER_BYTES = 16 << 20
-#: The most rows one segment file may declare (the writer rolls at 2 million).
-MAX_SEGMENT_FILE_ROWS = 16_000_000
-#: The most bytes a Parquet file's columns may declare uncompressed.
-MAX_DECLARED_UNCOMPRESSED_BYTES = 2 << 30
-
-_MODE_BY_VALUE = {m.value: m for m in ModeKeys}
-_MODE_VALUE_BY_NAME = {m.name: m.value for m in ModeKeys}
-_STAT_STEP_COLUMNS = ("step", "mode", "mode_step")
-_STAT_VALUE_COLUMNS = ("tensor", "reduction", "value", "dtype", "ndim")
-_TENSOR_COLUMNS = ("step", "mode", "mode_step", "tensor", "kind", "file", "offset", "length", "crc32c", "dtype", "shape",
-                   "placement")
+__all__ = ["StoreIndex", "StoreFileError", "MAX_STORE_FILE_BYTES", "MAX_PARQUET_FOOTER_BYTES",
+           "MAX_SEGMENT_FILE_ROWS", "MAX_DECLARED_UNCOMPRESSED_BYTES"]
 
 
-class StoreFileError(Exception):
-    """A store file that cannot be used (its segment is left out)."""
-
-
-# ---------------------------------------------------------------------------- columns
-def _is_text(arrow_type) -> bool:
-    import pyarrow as pa
-
-    if pa.types.is_dictionary(arrow_type):
-        return pa.types.is_string(arrow_type.value_type) or pa.types.is_large_string(arrow_type.value_type)
-    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
-
-
-def _check_columns(schema, names, where: str) -> None:
-    """StoreFileError unless ``schema`` has ``names`` with the kinds the store writes."""
-    import pyarrow as pa
-
-    for name in names:
-        index = schema.get_field_index(name)
-        if index < 0:
-            raise StoreFileError(f"{where}: no column {name!r}")
-        t = schema.field(index).type
-        if name in ("mode", "tensor", "reduction", "dtype", "kind", "file", "placement", "original_name"):
-            ok = _is_text(t)
-        elif name == "value":
-            ok = pa.types.is_floating(t)
-        elif name == "shape":
-            ok = (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
-        else:
-            ok = pa.types.is_integer(t)
-        if not ok:
-            raise StoreFileError(f"{where}: column {name!r} has type {t}, not what the store writes")
-
-
-def _texts(column, interner: _Interner, where: str) -> np.ndarray:
-    """A text column (dictionary-encoded or not, one chunk or several) as int32 ids into ``interner``."""
-    import pyarrow as pa
-
-    if isinstance(column, pa.ChunkedArray):
-        chunks = column.chunks
-    else:
-        chunks = [column]
-    out = []
-    for chunk in chunks:
-        if not pa.types.is_dictionary(chunk.type):
-            chunk = chunk.dictionary_encode()
-        if chunk.null_count:
-            raise StoreFileError(f"{where}: a text column holds nulls")
-        dictionary = chunk.dictionary.to_pylist()
-        lookup = np.asarray(interner.ids_of(dictionary), np.int32)
-        indices = _chunk_numbers(chunk.indices, np.int32)
-        if len(indices) and (indices.min() < 0 or indices.max() >= len(lookup)):
-            raise StoreFileError(f"{where}: a text column's codes lie outside its dictionary")
-        if np.array_equal(lookup, np.arange(len(lookup), dtype=np.int32)):
-            # The writer's codes are ours (its dictionary is its names in order of first sight, as
-            # our interner's): no gather.
-            out.append(np.asarray(indices, np.int32))
-        else:
-            out.append(lookup[indices])
-    if not out:
-        return np.zeros(0, np.int32)
-    return np.concatenate(out) if len(out) != 1 else out[0]
-
-
-def _modes(column, where: str) -> np.ndarray:
-    """A mode-name column as ModeKeys values (int8)."""
-    names = _Interner()
-    ids = _texts(column, names, where)
-    try:
-        lookup = np.asarray([_MODE_VALUE_BY_NAME[n] for n in names.items], np.int8)
-    except KeyError as exc:
-        raise StoreFileError(f"{where}: unknown mode {exc.args[0]!r}") from None
-    return lookup[ids] if len(ids) else np.zeros(0, np.int8)
-
-
-_ARROW_TYPES = {}
-
-
-def _chunk_numbers(chunk, dtype) -> np.ndarray:
-    """One arrow array without nulls as numpy, through its data buffer (pyarrow's to_numpy
-    imports pandas: a quarter of a second at a trial's opening)."""
-    import pyarrow as pa
-
-    dtype = np.dtype(dtype)
-    target = _ARROW_TYPES.get(dtype)
-    if target is None:
-        target = _ARROW_TYPES[dtype] = pa.from_numpy_dtype(dtype)
-    if chunk.type != target:
-        chunk = chunk.cast(target)
-    if not len(chunk):
-        return np.zeros(0, dtype)
-    return np.frombuffer(chunk.buffers()[1], dtype, len(chunk), chunk.offset * dtype.itemsize)
-
-
-def _numbers(column, dtype) -> np.ndarray:
-    """A numeric column (an arrow array or chunked array, no nulls) as numpy."""
-    chunks = getattr(column, "chunks", None)
-    if chunks is None:
-        return _chunk_numbers(column, dtype)
-    if len(chunks) == 1:
-        return _chunk_numbers(chunks[0], dtype)
-    if not chunks:
-        return np.zeros(0, dtype)
-    return np.concatenate([_chunk_numbers(c, dtype) for c in chunks])
-
-
-def _ints(column, where: str, dtype=np.int64) -> np.ndarray:
-    if column.null_count:
-        raise StoreFileError(f"{where}: an integer column holds nulls")
-    return _numbers(column, dtype)
-
-
-def _step_triples(steps: np.ndarray, modes: np.ndarray, mode_steps: np.ndarray):
-    """The distinct steps of rows that come step by step, with the mode and mode step of
-    each step's first row."""
-    if not len(steps):
-        return steps, modes, mode_steps
-    change = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
-    s, m, ms = steps[change], modes[change], mode_steps[change]
-    if len(s) > 1 and not (s[1:] > s[:-1]).all():
-        s, first = np.unique(s, return_index=True)
-        m, ms = m[first], ms[first]
-    return s, m, ms
-
-
-# ---------------------------------------------------------------------------- segments
-class _Part:
-    """One worker's segment as read so far: statistics rows in columns, tensors rows as tuples."""
-
-    def __init__(self, folder: str, worker: str, worker_id: int, number: int):
-        self.folder = folder  # the worker as the store's folders name it
-        self.worker = worker  # as the trial names it (a TensorFlow device name deserialized)
-        self.worker_id = worker_id
-        self.number = number
-        self.sealed = False
-        self.source = ""  # the file its rows came from, relative to the run
-        self.live_size = -1  # bytes of the live file when it was read
-        self.version = 0
-        self.set_rows(np.zeros(0, np.int64), np.zeros(0, np.int8), np.zeros(0, np.int64), None, [])
-
-    def set_rows(self, step, mode, mode_step, rest, tensor_rows) -> None:
-        """New contents. ``rest``: the other statistics columns, or a function giving them
-        (read when first needed). ``tensor_rows``: ``(step, mode, mode_step, record name, kind,
-        file, offset, length, crc32c, dtype, shape, placement)``."""
-        self.step, self.mode, self.mode_step = step, mode, mode_step
-        self._rest = rest
-        self.loaded = not callable(rest)
-        if self.loaded:
-            self._take(rest)
-        self.tensor_rows = tensor_rows
-        self.version += 1
-        self._groups = None
-        self._template = None
-        self._blocks = None
-        self._present = None
-        self._mode_present: Dict[int, np.ndarray] = {}
-        lo = [int(step.min())] if len(step) else []
-        hi = [int(step.max())] if len(step) else []
-        if tensor_rows:
-            t_steps = [r[0] for r in tensor_rows]
-            lo.append(min(t_steps))
-            hi.append(max(t_steps))
-        self.lo = min(lo) if lo else None
-        self.hi = max(hi) if hi else None
-
-    def _take(self, rest) -> None:
-        if rest is None:
-            n = len(self.step)
-            rest = (np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n), np.zeros(n, np.int32),
-                    np.zeros(n, np.int8))
-        self.tensor, self.label, self.value, self._dtype, self._ndim = rest
-
-    # A sealed segment's dtype and ndim columns are read only when a value is made from a row
-    # (tables need neither): ``_dtype`` is then None and ``_types`` the function that reads them.
-    @property
-    def dtype(self) -> np.ndarray:
-        if self._dtype is None:
-            self._load_types()
-        return self._dtype
-
-    @property
-    def ndim(self) -> np.ndarray:
-        if self._ndim is None:
-            self._load_types()
-        return self._ndim
-
-    def _load_types(self) -> None:
-        reader, self._types = getattr(self, "_types", None), None
-        found = reader() if reader is not None else None
-        if found is None:  # the file failed now (warned): numbers as float64 of shape ()
-            found = (np.zeros(len(self.step), np.int32), np.zeros(len(self.step), np.int8))
-        self._dtype, self._ndim = found
-
-    def read_rest(self):
-        """What :meth:`load` needs read from the file (any thread), or None."""
-        reader = getattr(self._rest, "read", None) if not self.loaded else None
-        return reader() if reader is not None else None
-
-    def load(self, read=None) -> None:
-        """Read the columns left for later (``read``: :meth:`read_rest`'s result); a file that
-        fails now (it was warned about) leaves the segment without statistics rows."""
-        if not self.loaded:
-            rest, self._rest = self._rest, None
-            columns = rest() if read is None else rest(read)
-            if columns is None:
-                self.step, self.mode, self.mode_step = self.step[:0], self.mode[:0], self.mode_step[:0]
-            self._take(columns)
-            self.loaded = True
-
-    def __len__(self):
-        return len(self.step)
-
-    def blocks(self, templates) -> Optional["_Blocks"]:
-        """The segment step by step (:class:`_Blocks`), or None; ``templates``: the index's
-        :meth:`StoreIndex.template_of`."""
-        if self._blocks is None:
-            self._blocks = _find_blocks(self, templates) or False
-        return self._blocks or None
-
-    def template(self) -> Optional["_Template"]:
-        """The segment's rows as ``blocks x width`` when every step holds the same (tensor,
-        label) sequence, once each, steps increasing (the usual segment); else None."""
-        if self._template is None:
-            self._template = _find_template(self) or False
-        return self._template or None
-
-    def rows_of(self, tensor_id: int) -> np.ndarray:
-        """Indices of the statistics rows of a tensor, in row order."""
-        template = self.template()
-        if template is not None:
-            where = np.flatnonzero(template.tensor == tensor_id)
-            if not len(where):
-                return where
-            return (np.arange(template.blocks)[:, None] * template.width + where[None, :]).reshape(-1)
-        if self._groups is None:
-            t = self.tensor
-            size = int(t.max()) + 1 if len(t) else 0
-            order = np.argsort(t.astype(np.uint16) if size <= 1 << 16 else t, kind="stable")
-            bounds = np.zeros(size + 1, np.int64)
-            np.cumsum(np.bincount(t, minlength=size), out=bounds[1:])
-            self._groups = (order, bounds)
-        order, bounds = self._groups
-        if tensor_id + 1 >= len(bounds):
-            return order[:0]
-        return order[bounds[tensor_id]:bounds[tensor_id + 1]]
-
-    def present(self, mode: Optional[int] = None) -> np.ndarray:
-        """The tensor ids with statistics rows (of one mode, when given)."""
-        if mode is None:
-            if self._present is None:
-                self._present = np.flatnonzero(np.bincount(self.tensor)) if len(self.tensor) else self.tensor[:0]
-            return self._present
-        found = self._mode_present.get(mode)
-        if found is None:
-            t = self.tensor[self.mode == mode]
-            found = self._mode_present[mode] = np.flatnonzero(np.bincount(t)) if len(t) else t[:0]
-        return found
-
-
-class _Template:
-    """A segment whose ``blocks`` steps each hold the same ``width`` rows: (``tensor``,
-    ``label``) at each position, and each block's ``step``, ``mode`` and ``mode_step``."""
-
-    def __init__(self, blocks, width, tensor, label, step, mode, mode_step):
-        self.blocks, self.width = blocks, width
-        self.tensor, self.label = tensor, label
-        self.step, self.mode, self.mode_step = step, mode, mode_step
-
-    def same_rows(self, other: "_Template") -> bool:
-        return np.array_equal(self.tensor, other.tensor) and np.array_equal(self.label, other.label)
-
-
-class _Blocks:
-    """A segment's statistics rows step by step: block ``b`` (rows ``start[b]:start[b+1]``) holds
-    step ``step[b]`` (increasing), one ``mode`` and ``mode_step``, and the (tensor, label)
-    sequence of template ``template[b]`` (:meth:`StoreIndex.template_of`), no pair twice."""
-
-    def __init__(self, start, step, mode, mode_step, template):
-        self.start, self.step, self.mode, self.mode_step, self.template = start, step, mode, mode_step, template
-
-
-def _find_blocks(part: _Part, templates) -> Optional[_Blocks]:
-    """The segment's :class:`_Blocks`, or None when its rows are not so (a step written twice,
-    steps out of order, a pair twice in a step). ``templates``: ``(tensor, label) -> id``."""
-    n = len(part)
-    if not n:
-        return None
-    s = part.step
-    start = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    steps = s[start]
-    if len(steps) > 1 and not (steps[1:] > steps[:-1]).all():
-        return None
-    widths = np.diff(np.r_[start, n])
-    for column in (part.mode, part.mode_step):
-        if not (column == np.repeat(column[start], widths)).all():
-            return None
-    tensor, label = part.tensor, part.label
-    ids = np.empty(len(start), np.int64)
-    bounds = np.r_[start, n].tolist()
-    for b in range(len(start)):
-        a, e = bounds[b], bounds[b + 1]
-        found = templates(tensor[a:e], label[a:e])
-        if found is None:
-            return None
-        ids[b] = found
-    return _Blocks(np.r_[start, n], steps, part.mode[start], part.mode_step[start], ids)
-
-
-def _find_template(part: _Part) -> Optional[_Template]:
-    n = len(part)
-    if not n:
-        return None
-    s = part.step
-    change = np.flatnonzero(s[1:] != s[:-1]) + 1
-    blocks = len(change) + 1
-    if n % blocks:
-        return None
-    width = n // blocks
-    if blocks > 1 and not np.array_equal(change, np.arange(width, n, width)):
-        return None
-    steps = s[::width]
-    if blocks > 1 and not (steps[1:] > steps[:-1]).all():
-        return None
-    t = part.tensor.reshape(blocks, width)
-    label = part.label.reshape(blocks, width)
-    mode = part.mode.reshape(blocks, width)
-    mode_step = part.mode_step.reshape(blocks, width)
-    if not ((t == t[:1]).all() and (label == label[:1]).all() and (mode == mode[:, :1]).all()
-            and (mode_step == mode_step[:, :1]).all()):
-        return None
-    pairs = t[0].astype(np.int64) * (int(label[0].max()) + 1) + label[0]
-    if len(np.unique(pairs)) != width:  # a (tensor, label) twice in a step: the later wins, not this way
-        return None
-    return _Template(blocks, width, t[0].copy(), label[0].copy(), steps.copy(), mode[:, 0].copy(),
-                     mode_step[:, 0].copy())
-
-
-# ---------------------------------------------------------------------------- the index
 class StoreIndex:
     """The run store of one run read so far (the interface of :class:`~.run_index.RunIndex`).
 
@@ -428,11 +81,11 @@ class StoreIndex:
         self.labels = _Interner([""])  # "" a tensor's own value, else "l2", "abs_max"...
         self.workers = _Interner()
         self.dtypes = _Interner()
-        self.tensors = _Catalog(self)
-        self.tensors_for_step = _StepNames(self)
-        self.tensors_for_mode = _ModeNames(self)
+        self.tensors = Catalog(self)
+        self.tensors_for_step = StepNames(self)
+        self.tensors_for_mode = ModeNames(self)
         self.corrupt_index_files: List[str] = []  # store files skipped, relative to the run
-        self._parts: Dict[Tuple[str, int], _Part] = {}
+        self._parts: Dict[Tuple[str, int], Part] = {}
         self._sealed_seen: Set[str] = set()  # statistics files read (or skipped for good)
         self._warned: Set[str] = set()
         self._dir_mtime: Dict[str, int] = {}
@@ -452,7 +105,7 @@ class StoreIndex:
         # Live files first: a segment sealed between the two listings is then found sealed.
         live = [] if remote else self._list(store.LIVE_DIR, store.segment_of_live)
         sealed = self._list(store.STATISTICS_DIR, store.segment_of_part, skip_unchanged=not remote)
-        changed: List[_Part] = []
+        changed: List[Part] = []
         files = 0
         for worker, number, relpath in sealed:
             if relpath in self._sealed_seen:
@@ -506,11 +159,11 @@ class StoreIndex:
             logger.warning("smdebug: run store file %s skipped, %s: %s", self.storage.local_path(relpath), what,
                            reason)
 
-    def _part(self, folder: str, number: int) -> _Part:
+    def _part(self, folder: str, number: int) -> Part:
         part = self._parts.get((folder, number))
         if part is None:
             worker = worker_from_name(folder)
-            part = self._parts[(folder, number)] = _Part(folder, worker, self.workers.id(worker), number)
+            part = self._parts[(folder, number)] = Part(folder, worker, self.workers.id(worker), number)
         return part
 
     def _in_range(self, lo: int, hi: int) -> bool:
@@ -579,7 +232,7 @@ class StoreIndex:
                 if declared > MAX_DECLARED_UNCOMPRESSED_BYTES:
                     raise StoreFileError(f"its columns declare {declared} bytes uncompressed (the limit is "
                                          f"{MAX_DECLARED_UNCOMPRESSED_BYTES})")
-                _check_columns(pf.schema_arrow, columns, "its schema")
+                check_columns(pf.schema_arrow, columns, "its schema")
             except StoreFileError:
                 raise
             except (pa.ArrowException, OSError, ValueError) as exc:
@@ -603,18 +256,18 @@ class StoreIndex:
             if handle is not None:
                 handle.close()
 
-    def _read_sealed(self, worker: str, number: int, relpath: str) -> Optional[_Part]:
+    def _read_sealed(self, worker: str, number: int, relpath: str) -> Optional[Part]:
         """A sealed segment's Parquet files (statistics: steps now, values when first needed)."""
         import pyarrow as pa
 
         tensors_relpath = store.tensors_relpath(worker, number)
         where = relpath
         try:
-            table = self._read_columns(relpath, _STAT_STEP_COLUMNS, _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS)
+            table = self._read_columns(relpath, STAT_STEP_COLUMNS, STAT_STEP_COLUMNS + STAT_VALUE_COLUMNS)
             rows = table.num_rows
-            step = _ints(table.column("step"), where)
-            mode = _modes(table.column("mode"), where)
-            mode_step = _ints(table.column("mode_step"), where)
+            step = int_column(table.column("step"), where)
+            mode = mode_values(table.column("mode"), where)
+            mode_step = int_column(table.column("mode_step"), where)
         except FileNotFoundError:
             self._sealed_seen.discard(relpath)  # listed, then gone: look again next time
             return None
@@ -634,9 +287,9 @@ class StoreIndex:
                     t = read_rest()
                 if isinstance(t, Exception):
                     raise t
-                columns = (_texts(t.column("tensor"), self.names, where),
-                           _texts(t.column("reduction"), self.labels, where),
-                           _numbers(t.column("value"), np.float64), None, None)
+                columns = (text_ids(t.column("tensor"), self.names, where),
+                           text_ids(t.column("reduction"), self.labels, where),
+                           number_column(t.column("value"), np.float64), None, None)
             except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
                 self._warn(where, str(exc), "its values are left out of the trial")
                 return None
@@ -646,15 +299,15 @@ class StoreIndex:
         def read_rest(where=where, rows=rows):
             """The value columns' table (or the exception that stopped it): safe in a thread."""
             try:
-                return self._read_columns(where, _STAT_VALUE_COLUMNS[:3], _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS, rows)
+                return self._read_columns(where, STAT_VALUE_COLUMNS[:3], STAT_STEP_COLUMNS + STAT_VALUE_COLUMNS, rows)
             except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
                 return exc
 
         def read_types(where=where, rows=rows, keep=keep):
             """The dtype and ndim columns (None if the file fails now: warned)."""
             try:
-                t = self._read_columns(where, ("dtype", "ndim"), _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS, rows)
-                columns = (_texts(t.column("dtype"), self.dtypes, where), _ints(t.column("ndim"), where, np.int8))
+                t = self._read_columns(where, ("dtype", "ndim"), STAT_STEP_COLUMNS + STAT_VALUE_COLUMNS, rows)
+                columns = (text_ids(t.column("dtype"), self.dtypes, where), int_column(t.column("ndim"), where, np.int8))
             except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
                 self._warn(where, str(exc), "its values read back as float64")
                 return None
@@ -677,15 +330,15 @@ class StoreIndex:
         return part
 
     def _tensor_rows_parquet(self, relpath: str) -> list:
-        return self._tensor_rows(self._read_columns(relpath, _TENSOR_COLUMNS, _TENSOR_COLUMNS), relpath)
+        return self._tensor_rows(self._read_columns(relpath, TENSOR_COLUMNS, TENSOR_COLUMNS), relpath)
 
     def _tensor_rows(self, table, where: str) -> list:
-        """A tensors table as row tuples (see :meth:`_Part.set_rows`)."""
+        """A tensors table as row tuples (see :meth:`Part.set_rows`)."""
         if not table.num_rows:
             return []
-        step = _ints(table.column("step"), where).tolist()
-        mode = _modes(table.column("mode"), where).tolist()
-        mode_step = _ints(table.column("mode_step"), where).tolist()
+        step = int_column(table.column("step"), where).tolist()
+        mode = mode_values(table.column("mode"), where).tolist()
+        mode_step = int_column(table.column("mode_step"), where).tolist()
         lists = [table.column(c).to_pylist() for c in ("tensor", "kind", "file", "offset", "length", "crc32c",
                                                        "dtype", "shape", "placement")]
         rows = []
@@ -705,7 +358,7 @@ class StoreIndex:
             rows = [r for r, k in zip(rows, keep.tolist()) if k]
         return rows
 
-    def _read_live(self, worker: str, number: int, relpath: str, part: Optional[_Part]) -> Optional[_Part]:
+    def _read_live(self, worker: str, number: int, relpath: str, part: Optional[Part]) -> Optional[Part]:
         """A live segment's complete batches, when its file is new or has grown."""
         import pyarrow as pa
 
@@ -726,26 +379,26 @@ class StoreIndex:
             return None
         self.stats["index_files_parsed"] = self.stats.get("index_files_parsed", 0) + 1
         try:
-            batches = _complete_batches(data, relpath)
+            batches = complete_batches(data, relpath)
             if not batches:
                 if part is None:
                     part = self._part(worker, number)
                 part.live_size = len(data)
                 return None
             table = pa.Table.from_batches(batches)
-            _check_columns(table.schema, ("table",) + _STAT_STEP_COLUMNS + _STAT_VALUE_COLUMNS + _TENSOR_COLUMNS,
+            check_columns(table.schema, ("table",) + STAT_STEP_COLUMNS + STAT_VALUE_COLUMNS + TENSOR_COLUMNS,
                            relpath)
-            which = _ints(table.column("table"), relpath, np.int8)
+            which = int_column(table.column("table"), relpath, np.int8)
             stats = table.filter(pa.array(which == store.LIVE_STATISTICS))
             tensors = table.filter(pa.array(which == store.LIVE_TENSORS))
-            step = _ints(stats.column("step"), relpath)
-            mode = _modes(stats.column("mode"), relpath)
-            mode_step = _ints(stats.column("mode_step"), relpath)
-            rest = (_texts(stats.column("tensor"), self.names, relpath),
-                    _texts(stats.column("reduction"), self.labels, relpath),
-                    _numbers(stats.column("value"), np.float64),
-                    _texts(stats.column("dtype"), self.dtypes, relpath),
-                    _ints(stats.column("ndim"), relpath, np.int8))
+            step = int_column(stats.column("step"), relpath)
+            mode = mode_values(stats.column("mode"), relpath)
+            mode_step = int_column(stats.column("mode_step"), relpath)
+            rest = (text_ids(stats.column("tensor"), self.names, relpath),
+                    text_ids(stats.column("reduction"), self.labels, relpath),
+                    number_column(stats.column("value"), np.float64),
+                    text_ids(stats.column("dtype"), self.dtypes, relpath),
+                    int_column(stats.column("ndim"), relpath, np.int8))
             self._label_keys_update()
             tensor_rows = self._tensor_rows(tensors, relpath)
         except (StoreFileError, pa.ArrowException, OSError, ValueError) as exc:
@@ -768,7 +421,7 @@ class StoreIndex:
             self._label_keys.append((label[4:] if is_abs else label, is_abs))
 
     # ------------------------------------------------------------------ registering
-    def _changed(self, parts: List[_Part]) -> None:
+    def _changed(self, parts: List[Part]) -> None:
         """Register the steps of new or grown segments; update what was built from them."""
         root = self.storage.root
         add = self.steps.add
@@ -785,10 +438,10 @@ class StoreIndex:
                 ms = np.concatenate([ms, np.asarray([r[2] for r in rows], np.int64)])
                 order = np.argsort(s, kind="stable")
                 s, m, ms = s[order], m[order], ms[order]
-            steps, modes, mode_steps = _step_triples(s, m, ms)
+            steps, modes, mode_steps = step_triples(s, m, ms)
             worker = part.worker
             for step, mode, mode_step in zip(steps.tolist(), modes.tolist(), mode_steps.tolist()):
-                if add(step, worker, _MODE_BY_VALUE[mode], mode_step, root):
+                if add(step, worker, MODE_BY_VALUE[mode], mode_step, root):
                     new_steps = True
         if new_steps:
             self.steps.forget_sorted()
@@ -811,7 +464,7 @@ class StoreIndex:
             self.templates.append((tensor.copy(), label.copy()))
         return found
 
-    def tensor_ids_at(self, part: _Part, step: int) -> List[int]:
+    def tensor_ids_at(self, part: Part, step: int) -> List[int]:
         """The tensor ids of a segment's statistics rows at ``step``: its block's sequence when
         the segment goes step by step, else a scan."""
         blocks = part.blocks(self.template_of)
@@ -826,11 +479,11 @@ class StoreIndex:
             found = self._template_tensors[template] = np.unique(self.templates[template][0]).tolist()
         return found
 
-    def ordered_parts(self) -> List[_Part]:
+    def ordered_parts(self) -> List[Part]:
         """Every segment read, worker by worker, in segment order (later rows win)."""
         return [self._parts[k] for k in sorted(self._parts)]
 
-    def loaded_parts(self) -> List[_Part]:
+    def loaded_parts(self) -> List[Part]:
         """:meth:`ordered_parts` with every column read (a segment whose values fail is emptied)."""
         parts = self.ordered_parts()
         pending = [p for p in parts if not p.loaded]
@@ -841,7 +494,7 @@ class StoreIndex:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(threads) as pool:
-                read = list(pool.map(_Part.read_rest, pending))
+                read = list(pool.map(Part.read_rest, pending))
             for part, table in zip(pending, read):
                 part.load(table)
         for part in pending:
@@ -907,7 +560,7 @@ class StoreIndex:
         return [n for n in candidates if n in names]
 
     # ------------------------------------------------------------------ one tensor's records
-    def _add_tensor_row(self, records: TensorRecords, worker: str, row, key, part: _Part) -> None:
+    def _add_tensor_row(self, records: TensorRecords, worker: str, row, key, part: Part) -> None:
         step, _, _, record_name, kind, file, offset, length, crc, _, shape, placement = row
         if kind == store.KIND_SHAPE:
             records.add_shape(step, worker, tuple(shape or ()))
@@ -937,62 +590,8 @@ class StoreIndex:
             self._log = StoreLog(self)
         return self._log
 
-    def sql_sources(self):
-        """What ``Trial.sql`` puts in its views: ``(statistics files, tensors files, rows)``: the
-        local Parquet files of the sealed segments read (paths), and as arrow tables
-        ``{"statistics": ..., "tensors": ...}`` the rows of every other segment (live ones;
-        all of a remote run's), a ``worker`` column added as the Hive folders give it."""
-        local = not getattr(self.storage, "remote", False)
-        statistics_files, tensors_files, others = [], [], []
-        for part in self.loaded_parts():
-            if local and part.sealed:
-                statistics_files.append(self.storage.local_path(part.source))
-                relpath = store.tensors_relpath(part.folder, part.number)
-                if relpath not in self._warned:
-                    tensors_files.append(self.storage.local_path(relpath))
-            else:
-                others.append(part)
-        return statistics_files, tensors_files, {"statistics": self._arrow_statistics(others),
-                                                 "tensors": self._arrow_tensors(others)}
-
-    def _arrow_statistics(self, parts: List[_Part]):
-        import pyarrow as pa
-
-        def texts(codes, items):
-            return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(items, pa.string()))
-
-        pieces = [p for p in parts if len(p)]
-        cat = (lambda name: np.concatenate([getattr(p, name) for p in pieces])) if pieces else \
-            (lambda name: np.zeros(0, np.int64))
-        mode_names = [m.name if m is not None else "" for m in (_MODE_BY_VALUE.get(v) for v in range(8))]
-        return pa.table({
-            "step": pa.array(cat("step"), pa.int64()),
-            "mode": texts(cat("mode").astype(np.int32), mode_names),
-            "mode_step": pa.array(cat("mode_step"), pa.int64()),
-            "tensor": texts(cat("tensor").astype(np.int32), self.names.items),
-            "reduction": texts(cat("label").astype(np.int32), self.labels.items),
-            "value": pa.array(cat("value").astype(np.float64), pa.float64()),
-            "dtype": texts(cat("dtype").astype(np.int32), self.dtypes.items),
-            "ndim": pa.array(cat("ndim").astype(np.int8), pa.int8()),
-            "wall_time": pa.nulls(sum(len(p) for p in pieces), pa.float64()),
-            "worker": texts(np.repeat(np.asarray([p.worker_id for p in pieces], np.int32),
-                                      [len(p) for p in pieces]), self.workers.items),
-        })
-
-    def _arrow_tensors(self, parts: List[_Part]):
-        import pyarrow as pa
-
-        rows = [(part.worker,) + row for part in parts for row in part.tensor_rows]
-        names = ("worker", "step", "mode", "mode_step", "tensor", "kind", "file", "offset", "length", "crc32c",
-                 "dtype", "shape", "placement")
-        columns = list(zip(*rows)) if rows else [()] * len(names)
-        data = dict(zip(names, columns))
-        data["mode"] = [_MODE_BY_VALUE[m].name for m in data["mode"]]
-        types = {"step": pa.int64(), "mode_step": pa.int64(), "offset": pa.int64(), "length": pa.int64(),
-                 "crc32c": pa.int64(), "shape": pa.list_(pa.int64())}
-        return pa.table({name: pa.array(list(data[name]), types.get(name, pa.string())) for name in names})
-
-    def table(self, names, modes, steps, workers, include_incomplete: bool, labels, reader, on_error: str):
+    def table(self, names, modes, steps, workers, include_incomplete: bool, labels, reader, on_error: str,
+              progress: Optional[bool] = None):
         """``Trial.to_table``'s rows, from the columns (store_table.py)."""
         from .store_table import store_table
 
@@ -1005,332 +604,18 @@ def _age_ns(mtime_ns: int) -> int:
     return time.time_ns() - mtime_ns
 
 
-def _complete_batches(data: bytes, where: str) -> list:
-    """The record batches of an Arrow IPC stream that are complete: a stream cut short (a
-    live file being written, or left by a killed writer) ends at its last whole batch. A
-    stream whose start is no Arrow IPC stream is a StoreFileError."""
-    import pyarrow as pa
-
-    if len(data) < 8 or (data[:4] == b"\xff\xff\xff\xff" and 8 + struct.unpack("<i", data[4:8])[0] > len(data)):
-        return []  # not even its schema yet
-    try:
-        reader = pa.ipc.open_stream(pa.BufferReader(data))
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise StoreFileError(f"not an Arrow IPC stream: {exc}") from None
-    batches = []
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            break
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            logger.debug("%s: stream ends in an incomplete batch after %d batches (%s)", where, len(batches), exc)
-            break
-        batches.append(batch)
-    return batches
-
-
-# ---------------------------------------------------------------------------- mappings
-class _Catalog(Mapping):
-    """``name -> TensorRecords`` of every tensor with rows; a tensor's records are built when
-    first asked for, and kept up to date as segments are read."""
-
-    def __init__(self, index: StoreIndex):
-        self._index = index
-        self._built: Dict[str, TensorRecords] = {}
-
-    def __contains__(self, name) -> bool:
-        return name in self._index.present_names()
-
-    def __getitem__(self, name: str) -> TensorRecords:
-        records = self._built.get(name)
-        if records is None:
-            if name not in self._index.present_names():
-                raise KeyError(name)
-            records = self._built[name] = _LazyRecords(self._index, name)
-        return records
-
-    def get(self, name, default=None):
-        return self[name] if name in self else default
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._index.present_names())
-
-    def __len__(self) -> int:
-        return len(self._index.present_names())
-
-    def keys(self):
-        return self._index.present_names().keys()
-
-    def update(self, parts: List[_Part]) -> None:
-        """Segments were read or grew: the records handed out take their rows."""
-        for records in self._built.values():
-            records.rebuild()
-
-
-#: Steps whose entries a :class:`_StepMap` keeps made (they are made again when asked for).
-_STEP_CACHE = 4096
-
-
-class _LazyRecords(TensorRecords):
-    """A tensor's :class:`TensorRecords` over the store's columns: ``locations``,
-    ``reductions`` and ``step_workers`` are :class:`_StepMap` s that make a step's entries
-    when it is asked for (a run of 10,000 steps and 5 reductions would otherwise make 50,000
-    objects per tensor up front); shapes and placements (from the ``tensors`` table, few)
-    are plain dicts. Rebuilt in place when segments are read (``Tensor`` keeps the maps)."""
-
-    def __init__(self, index: StoreIndex, name: str):
-        super().__init__()
-        self._index = index
-        self.name = name
-        self._eager = TensorRecords()  # the tensors table's rows: whole values, shapes, placements
-        self.shapes = self._eager.shapes
-        self.placements = self._eager.placements
-        self.locations = _StepMap(self, "value")
-        self.reductions = _StepMap(self, "reduction")
-        self.step_workers = _StepMap(self, "workers")
-        self.rebuild()
-
-    def rebuild(self) -> None:
-        """Take the rows of the segments read since (each segment's share is kept by its
-        version: a refresh that read one live segment redoes that one only)."""
-        index, eager = self._index, self._eager
-        tensor_id = index.names.ids.get(self.name)
-        parts = index.ordered_parts()
-        shares = self.__dict__.setdefault("_shares", {})  # (folder, number) -> (version, share)
-        rows_changed = False
-        sources, value_steps, reduction_steps = [], [], []
-        for part in parts:
-            key = (part.folder, part.number)
-            known = shares.get(key)
-            if known is None or known[0] != part.version:
-                part.load()
-                share = None
-                if tensor_id is not None and len(part):
-                    rows = part.rows_of(tensor_id)
-                    if len(rows):
-                        steps = part.step[rows]
-                        if len(steps) > 1 and not (steps[1:] >= steps[:-1]).all():
-                            order = np.argsort(steps, kind="stable")  # later rows stay later
-                            rows, steps = rows[order], steps[order]
-                        own = part.label[rows] == 0
-                        share = ((part, rows, steps), steps[own], steps[~own])
-                had_rows = known is not None and known[2]
-                has_rows = any(index.tensor_row_name(r[3])[0] == self.name for r in part.tensor_rows)
-                rows_changed = rows_changed or had_rows or has_rows
-                known = shares[key] = (part.version, share, has_rows)
-            if known[1] is not None:
-                sources.append(known[1][0])
-                value_steps.append(known[1][1])
-                reduction_steps.append(known[1][2])
-        if rows_changed or not self.__dict__.get("_eager_done"):
-            self._eager_done = True
-            for d in (eager.locations, eager.reductions, eager.shapes, eager.placements, eager.step_workers):
-                d.clear()
-            eager._sorted_steps = None
-            for part in parts:
-                for row in part.tensor_rows:
-                    base, key = index.tensor_row_name(row[3])
-                    if base == self.name:
-                        index._add_tensor_row(eager, part.worker, row, key, part)
-        self._sources = sources
-
-        def steps_of(pieces, extra):
-            found = np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64)
-            if extra:
-                found = np.union1d(found, np.fromiter(extra, np.int64, len(extra)))
-            return found
-
-        value = steps_of(value_steps, eager.locations)
-        reduction = steps_of(reduction_steps, eager.reductions)
-        every = np.union1d(np.union1d(value, reduction), np.fromiter(eager.step_workers, np.int64,
-                                                                     len(eager.step_workers)))
-        self.locations.reset(value)
-        self.reductions.reset(reduction)
-        self.step_workers.reset(every)
-        self._sorted_steps = every.tolist()
-
-    def global_steps(self) -> List[int]:
-        return self._sorted_steps
-
-    def entries(self, step: int, kind: str):
-        """What the map of ``kind`` holds at ``step`` (see :class:`_StepMap`)."""
-        index = self._index
-        keys, dtypes, labels = index._label_keys, index.dtypes.items, index.labels.items
-        out: dict = {}
-        workers: Set[str] = set()
-        for part, rows, steps in self._sources:
-            if steps[0] > step or steps[-1] < step:
-                continue
-            a, b = np.searchsorted(steps, step, "left"), np.searchsorted(steps, step, "right")
-            if a == b:
-                continue
-            worker = part.worker
-            if kind == "workers":
-                workers.add(worker)
-                continue
-            at = rows[a:b]
-            for label, value, dtype, ndim in zip(part.label[at].tolist(), part.value[at].tolist(),
-                                                 part.dtype[at].tolist(), part.ndim[at].tolist()):
-                if (label == 0) != (kind == "value"):
-                    continue
-                if label == 0:
-                    out[worker] = InlineValue(value, dtypes[dtype], ndim, self.name)
-                else:
-                    tag = f"{REDUCTION_TAG_PREFIX}{labels[label]}/{self.name}"
-                    out.setdefault(worker, {})[keys[label]] = InlineValue(value, dtypes[dtype], ndim, tag)
-        eager = self._eager
-        if kind == "workers":
-            workers.update(eager.step_workers.get(step, ()))
-            return workers
-        if kind == "value":
-            out.update(eager.locations.get(step, {}))
-        else:
-            for worker, by_key in eager.reductions.get(step, {}).items():
-                out.setdefault(worker, {}).update(by_key)
-        return out
-
-
-class _StepMap(Mapping):
-    """``step -> entries`` of one tensor (``value``: ``{worker: location}``; ``reduction``:
-    ``{worker: {key: location}}``; ``workers``: the set of workers with anything), made when
-    a step is asked for, the last few thousand kept."""
-
-    def __init__(self, records: _LazyRecords, kind: str):
-        self._records = records
-        self._kind = kind
-        self._steps: List[int] = []
-        self._known: Set[int] = set()
-        self._made: Dict[int, object] = {}
-
-    def reset(self, steps: np.ndarray) -> None:
-        self._steps = steps.tolist()
-        self._known = set(self._steps)
-        self._made = {}
-
-    def get(self, step, default=None):
-        found = self._made.get(step)
-        if found is None:
-            if step not in self._known:
-                return default
-            if len(self._made) >= _STEP_CACHE:
-                self._made.clear()
-            found = self._made[step] = self._records.entries(step, self._kind)
-        return found
-
-    def __getitem__(self, step):
-        found = self.get(step)
-        if found is None:
-            raise KeyError(step)
-        return found
-
-    def __contains__(self, step) -> bool:
-        return step in self._known
-
-    def __iter__(self):
-        return iter(self._steps)
-
-    def __len__(self) -> int:
-        return len(self._steps)
-
-    def __bool__(self) -> bool:
-        return bool(self._steps)
-
-    def keys(self):
-        return list(self._steps)
-
-    def values(self):
-        return (self[s] for s in self._steps)
-
-    def items(self):
-        return ((s, self[s]) for s in self._steps)
-
-
-class _StepNames:
-    """``step -> names saved at it``, computed when asked for (``tensors_for_step``)."""
-
-    def __init__(self, index: StoreIndex):
-        self._index = index
-        self._cache: Dict[int, Set[str]] = {}
-
-    def clear(self) -> None:
-        self._cache.clear()
-
-    def get(self, step: int, default=None):
-        found = self._cache.get(step)
-        if found is None:
-            index = self._index
-            ids: Set[int] = set()
-            names: Set[str] = set()
-            for part in index.loaded_parts():
-                if part.lo is None or not part.lo <= step <= part.hi:
-                    continue
-                if len(part):
-                    ids.update(index.tensor_ids_at(part, step))
-                names.update(index.tensor_row_name(r[3])[0] for r in part.tensor_rows if r[0] == step)
-            names.update(index.names.items[i] for i in ids)
-            if not names:
-                return default
-            found = self._cache[step] = names
-        return found
-
-
-class _ModeNames:
-    """``mode -> names saved in it``, computed when asked for (``tensors_for_mode``)."""
-
-    def __init__(self, index: StoreIndex):
-        self._index = index
-        self._cache: Dict[ModeKeys, Set[str]] = {}
-
-    def clear(self) -> None:
-        self._cache.clear()
-
-    def get(self, mode: ModeKeys, default=None):
-        found = self._cache.get(mode)
-        if found is None:
-            index = self._index
-            ids: Set[int] = set()
-            names: Set[str] = set()
-            for part in index.loaded_parts():
-                if len(part):
-                    ids.update(part.present(mode.value).tolist())
-                names.update(index.tensor_row_name(r[3])[0] for r in part.tensor_rows if r[1] == mode.value)
-            names.update(index.names.items[i] for i in ids)
-            if not names:
-                return default
-            found = self._cache[mode] = names
-        return found
-
-
-class StoreLog:
-    """The store's rows in the columns of :meth:`~.record_log.RecordLog.arrays` (``step``,
-    ``worker``, ``tensor``, ``label``, ``start``: a row's place in its segment, the order it
-    was written in, whole tensors before numbers) with the same interners (``tensors``,
-    ``workers``, ``labels``)."""
-
-    def __init__(self, index: StoreIndex):
-        self.tensors = index.names
-        self.workers = index.workers
-        self.labels = index.labels
-        self._index = index
-        self._columns: Optional[Dict[str, np.ndarray]] = None
-
-    def arrays(self) -> Dict[str, np.ndarray]:
-        if self._columns is None:
-            pieces = {k: [] for k in ("step", "worker", "tensor", "label", "start")}
-            index = self._index
-            for part in index.loaded_parts():
-                n = len(part)
-                rows = part.tensor_rows
-                pieces["step"] += [part.step, np.asarray([r[0] for r in rows], np.int64)]
-                pieces["worker"].append(np.full(n + len(rows), part.worker_id, np.int32))
-                pieces["tensor"] += [part.tensor, np.asarray(
-                    [self.tensors.id(index.tensor_row_name(r[3])[0]) for r in rows], np.int32)]
-                pieces["label"] += [part.label, np.asarray(
-                    [0 if k is None else self.labels.id(reduction_label(*k))
-                     for k in (index.tensor_row_name(r[3])[1] for r in rows)], np.int32)]
-                # The store keeps each table's rows in the order written, not how the two
-                # interleave within a step: a step's whole tensors are taken as written first.
-                pieces["start"].append(np.r_[np.arange(len(rows), len(rows) + n), np.arange(len(rows))].astype(np.int64))
-            self._columns = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in pieces.items()}
-        return dict(self._columns)
+def pick_index(storage, path: str, index, steps: StepIndex, stats: Dict[str, int]):
+    """``(index, layout)`` of a run once it has written one layout: a :class:`StoreIndex` for
+    ``store/`` (sharing ``steps`` and ``stats``), ``index`` (the index files' reader) for
+    ``index/`` or ``events/``, ``(index, None)`` while it has neither. MixedRunLayouts for both."""
+    has_store = storage.is_dir(store.STORE_DIR)
+    has_index = storage.is_dir(INDEX_DIR) or storage.is_dir(EVENTS_DIR)
+    if has_store and has_index:
+        raise MixedRunLayouts(
+            f"{path} mixes two layouts: it has {store.STORE_DIR}/ (the run store) and {INDEX_DIR}/ or {EVENTS_DIR}/ "
+            "(smdebug 1.0.34's files), as when two jobs of different layouts wrote into one directory. A trial "
+            "reads one layout: move one of them into a directory of its own (with a copy of collections/), or "
+            "write each job to its own out_dir")
+    if has_store:
+        return StoreIndex(storage, index.range_steps, stats, steps), store.STORE_LAYOUT
+    return index, (store.LAYOUT_1034 if has_index else None)

@@ -1,12 +1,11 @@
 """The Trial: a read-only view of one run directory (docs/format.md section 5), and
 ``create_trial``.
 
-A trial discovers data only through the collections files and the index files (or, for a
-run store, its segments' Parquet and live files); it opens an event or chunk file only when a
-whole tensor is asked for. Its parts: opening the run (opening.py), the index files read so
-far (run_index.py) or the run store read so far (store_index.py), with the steps in steps.py,
-the records (event_reads.py), one :class:`Tensor` per name asked for, and bulk reads into
-tables (bulk.py for index files, store_table.py for the run store's columns).
+A trial discovers data only through the collections and index files (or a run store's
+segments); it opens an event or chunk file only when a whole tensor is asked for. Its parts:
+opening the run (opening.py), what the index files (run_index.py, bulk.py) or the run store
+(store_index.py, store_table.py) say so far, the steps (steps.py), the records
+(event_reads.py), and one :class:`Tensor` per name asked for.
 """
 from __future__ import annotations
 
@@ -20,22 +19,20 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 
 
 from ...collections import Collection, CollectionManager
-from ...exceptions import MixedRunLayouts, StepNotYetAvailable, TensorUnavailable
+from ...exceptions import StepNotYetAvailable, TensorUnavailable
 from ...modes import ModeKeys
-from ...reduction_config import parse_reduction_tag
-from ...storage.format.layout import END_OF_JOB_FILE, EVENTS_DIR, INDEX_DIR, validate_step
-from ...storage.format.store import LAYOUT_1034, STORE_DIR, STORE_LAYOUT
+from ...storage.format.layout import END_OF_JOB_FILE, validate_step
 from ...storage.open_runs import flush_before_reading
 from . import notebook, settings
-from .bulk import collect, read_rows
 from .event_reads import RecordReader
 from .opening import check_run_path, collection_workers, list_collection_files, load_collections
 from .run_index import RunIndex
+from .store_index import pick_index
 from .steps import StepState
 from .storage import open_storage
 from .computed import computed_table, parse_reductions
-from .labels import reduction_label
-from .table import COLUMNS, Table, require_optional, require_pandas
+from .labels import reduction_label, tensor_name_hint
+from .table import Table, require_pandas
 from .tensor import Tensor
 
 __all__ = ["Trial", "create_trial", "LocalTrial", "StepState"]
@@ -216,8 +213,8 @@ class Trial:
         # Looked at before listing: a writer creates the marker after all its other files,
         # so a listing that starts after we saw the marker sees everything.
         ended = self._storage.exists(END_OF_JOB_FILE)
-        if self._layout is None:
-            self._pick_layout()
+        if self._layout is None:  # store/ (StoreIndex) or index/ and events/ (RunIndex); both: refused
+            self._index, self._layout = pick_index(self._storage, self.path, self._index, self._steps, self.stats)
         new = self._index.read_new(self.progress if progress is None else progress)
         if ended:
             if self._training_end_delay > 0:
@@ -229,26 +226,6 @@ class Trial:
             if len(self._workers) < self._steps.num_workers:
                 self._workers = collection_workers(list_collection_files(self._storage))
         return new
-
-    def _pick_layout(self) -> None:
-        """Read the run store (``store/``) or the index files (``index/``, ``events/``), once the
-        run has either; a run with both is refused (MixedRunLayouts)."""
-        storage = self._storage
-        has_store = storage.is_dir(STORE_DIR)
-        has_index = storage.is_dir(INDEX_DIR) or storage.is_dir(EVENTS_DIR)
-        if has_store and has_index:
-            raise MixedRunLayouts(
-                f"{self.path} mixes two layouts: it has {STORE_DIR}/ (the run store) and {INDEX_DIR}/ or "
-                f"{EVENTS_DIR}/ (smdebug 1.0.34's files), as when two jobs of different layouts wrote into one "
-                f"directory. A trial reads one layout: move one of them into a directory of its own (with a copy "
-                f"of collections/), or write each job to its own out_dir")
-        if has_store:
-            from .store_index import StoreIndex
-
-            self._index = StoreIndex(storage, self._index.range_steps, self.stats, self._steps)
-            self._layout = STORE_LAYOUT
-        elif has_index:
-            self._layout = LAYOUT_1034
 
     @property
     def layout(self) -> Optional[str]:
@@ -408,32 +385,12 @@ class Trial:
         """The :class:`Tensor` called ``name``; TensorUnavailable, with close names, if nothing saved it."""
         if not self.has_tensor(name):
             raise TensorUnavailable(f"tensor {name!r} was not saved in trial {self.name!r} (so far)"
-                                    + self._name_hint(name))
+                                    + tensor_name_hint(name, self._index.tensors))
         tensor = self._tensors.get(name)
         if tensor is None:
             tensor = self._tensors[name] = Tensor(name, self, self._index.tensors[name], self._steps, self._reader,
                                                   self._maybe_refresh)
         return tensor
-
-    def _name_hint(self, name) -> str:
-        """What the user probably meant by an unknown tensor name."""
-        if not isinstance(name, str):
-            return f"; tensor names are strings, got {type(name).__name__}"
-        known = self._index.tensors
-        if f"scalar/{name}" in known:
-            return f"; save_scalar() names are prefixed: use trial.tensor('scalar/{name}')"
-        reduction = parse_reduction_tag(name)
-        if reduction is not None and reduction[2] in known:
-            op, is_abs, base = reduction
-            return (f"; reductions belong to their tensor: trial.tensor({base!r}).reduction_value(step, {op!r}"
-                    f"{', abs=True' if is_abs else ''})")
-        from ...names import close_matches
-
-        matches = close_matches(name, known)
-        if matches:
-            return "; did you mean " + " or ".join(map(repr, matches)) + "?"
-        total = len(known)
-        return f"; it has {total} tensors: trial.tensor_names() lists them" if total else "; it has no tensors yet"
 
     def _collection_objects(self, collection) -> List[Collection]:
         items = collection if isinstance(collection, (list, tuple, set, frozenset)) else [collection]
@@ -487,10 +444,7 @@ class Trial:
         else:
             candidates = records.tensors_for_mode.get(mode, set())
         if step is None and not show_incomplete_steps and not index.loaded_all_steps:
-            if hasattr(records, "names_with_complete_step"):  # a run store: from its columns
-                candidates = records.names_with_complete_step(candidates, index.is_complete)
-            else:
-                candidates = [n for n in candidates if records.tensors[n].has_complete_step(index.is_complete)]
+            candidates = records.names_with_complete_step(candidates, index.is_complete)
 
         if collection is None and regex is None:
             return sorted(candidates)
@@ -554,13 +508,8 @@ class Trial:
         try:
             labels = None if keys is None else [reduction_label(*k) for k in keys]
             progress = self.progress if progress is None else progress
-            if self._layout == STORE_LAYOUT:  # straight from the run store's columns
-                table = self._index.table(selected, modes, steps, workers, show_incomplete_steps, labels,
-                                          self._reader, on_error)
-            else:
-                rows = collect(self._index.log, self._steps, selected, modes, steps, workers,
-                               show_incomplete_steps, labels)
-                table = read_rows(rows, self._reader, self._steps, self.stats, progress, on_error)
+            table = self._index.table(selected, modes, steps, workers, show_incomplete_steps, labels, self._reader,
+                                      on_error, progress)
             if keys:
                 table = Table.concat(table, computed_table(self, selected, keys, modes, steps, workers,
                                                            show_incomplete_steps, table, progress))
@@ -640,44 +589,13 @@ class Trial:
             workers=workers, show_incomplete_steps=show_incomplete_steps, progress=progress, on_error=on_error)]
 
     def sql(self, query: str):
-        """Run a DuckDB SQL query over the run; returns DuckDB's relation (``.df()``,
-        ``.pl()``, ``.arrow()``, ``.fetchall()``). Needs duckdb (smdebug-core's ``sql`` extra).
+        """Run a DuckDB SQL query over the run; returns DuckDB's relation (``.df()``, ``.pl()``,
+        ``.fetchall()``). Views: ``statistics`` (:meth:`to_dataframe`'s columns, plus ``dtype``,
+        ``ndim``, ``wall_time``) and, for a run store, ``tensors`` (where whole tensors lie);
+        details in smdebug.analysis.trials.sql. Needs duckdb (smdebug-core's ``sql`` extra)."""
+        from .sql import run_sql
 
-        Views: ``statistics``, one row per scalar or saved reduction value (the columns of
-        :meth:`to_dataframe`, plus ``dtype``, ``ndim`` and, for sealed segments, ``wall_time``;
-        ``worker`` from the ``worker=`` folders) and, for a run store, ``tensors``, where each
-        whole tensor's record lies (docs/format.md 10). A run store's sealed segments are read by
-        DuckDB from their Parquet files as they are (rows a later step replaced included), the
-        segments still being written from what the trial read; a run in smdebug 1.0.34's
-        layout gives :meth:`to_table`'s rows. ``trial.sql("SELECT tensor, max(value) FROM
-        statistics WHERE reduction = 'l2' GROUP BY tensor")``.
-        """
-        duckdb = require_optional("duckdb", "Trial.sql", "duckdb", "sql")
-        self._maybe_refresh()
-        con = self.__dict__.get("_duckdb")
-        if con is None:
-            con = self._duckdb = duckdb.connect()
-        if self._layout == STORE_LAYOUT:
-            statistics_files, tensors_files, rows = self._index.sql_sources()
-            for name, files in (("statistics", statistics_files), ("tensors", tensors_files)):
-                con.register(f"_smdebug_{name}", rows[name])
-                parts = [f"SELECT * FROM _smdebug_{name}"]
-                if files:
-                    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                    # The worker as the trial names it: a TensorFlow device name's folder is its
-                    # serialized name (paths.worker_from_name).
-                    parts.insert(0, "SELECT * REPLACE (CASE WHEN starts_with(worker, '_') THEN "
-                                    "replace(replace(worker, '_', '/'), '-', ':') ELSE worker END AS worker) "
-                                    f"FROM read_parquet([{listed}], hive_partitioning = true, "
-                                    "hive_types = {'worker': VARCHAR})")
-                con.execute(f"CREATE OR REPLACE VIEW {name} AS " + " UNION ALL BY NAME ".join(parts))
-        else:
-            table = self.to_table(show_incomplete_steps=True)
-            from .parquet import arrow_table
-
-            con.register("_smdebug_statistics", arrow_table(table, list(COLUMNS)))
-            con.execute("CREATE OR REPLACE VIEW statistics AS SELECT * FROM _smdebug_statistics")
-        return con.sql(query)
+        return run_sql(self, query)
 
     # ------------------------------------------------------------------ notebooks
     def summary(self) -> Dict[str, object]:
