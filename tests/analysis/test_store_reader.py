@@ -539,3 +539,14 @@ def test_a_restarted_job_writing_steps_again_replaces_them(tmp_path):
     assert df[df.tensor == "w"].value.tolist() == [0.5, 1.5, 2.5, 103.5, 104.5, 105.5, 106.5, 107.5, 108.5]
     same_array(trial.tensor("loss").value(4), np.asarray(np.float32(104)))
     same_array(trial.tensor("w").reduction_value(5, "l2"), np.asarray(105.5))
+
+
+def test_range_steps_skips_segments_by_their_step_statistics(tmp_path):
+    out = str(tmp_path / "run")
+    make_store_run(out, steps=40, tensors=2, segment_steps=10)
+    trial = create_trial(out, range_steps=(12, 18))
+    assert trial.steps() == list(range(12, 18))
+    assert sorted(set(trial.to_dataframe().step)) == list(range(12, 18))
+    # The statistics files of the four segments opened (their footers), then of the one in range
+    # its tensors file and its value columns: the others were left by their step statistics.
+    assert trial.index_files_read == 4 + 1 + 1

@@ -243,18 +243,31 @@ class StoreIndex:
             raise
         return pf, handle
 
-    def _read_columns(self, relpath: str, columns, schema, rows: Optional[int] = None):
+    def _read_columns(self, relpath: str, columns, schema, rows: Optional[int] = None, in_range: bool = False):
         """``columns`` of a sealed file whose schema must have ``schema``'s columns (``rows``:
-        the rows it must hold) as an arrow table."""
+        the rows it must hold) as an arrow table; ``in_range``: None when the file's step
+        statistics say it holds no step of ``range_steps``."""
         pf, handle = self._parquet(relpath, schema)
         try:
             if rows is not None and pf.metadata.num_rows != rows:
                 raise StoreFileError(f"it now holds {pf.metadata.num_rows} rows, not the {rows} read before "
                                      "(replaced while the trial was open)")
+            if in_range and self.range_steps is not None and not self._may_hold_range(pf.metadata):
+                return None
             return pf.read(columns=list(columns))
         finally:
             if handle is not None:
                 handle.close()
+
+    def _may_hold_range(self, meta) -> bool:
+        """Whether a Parquet file's row groups may hold a step of ``range_steps`` (their min/max
+        statistics of ``step``; True where a row group has none)."""
+        column = meta.schema.to_arrow_schema().get_field_index("step")
+        for i in range(meta.num_row_groups):
+            stats = meta.row_group(i).column(column).statistics if column >= 0 else None
+            if stats is None or not stats.has_min_max or self._in_range(stats.min, stats.max):
+                return True
+        return False
 
     def _read_sealed(self, worker: str, number: int, relpath: str) -> Optional[Part]:
         """A sealed segment's Parquet files (statistics: steps now, values when first needed)."""
@@ -263,7 +276,10 @@ class StoreIndex:
         tensors_relpath = store.tensors_relpath(worker, number)
         where = relpath
         try:
-            table = self._read_columns(relpath, STAT_STEP_COLUMNS, STAT_STEP_COLUMNS + STAT_VALUE_COLUMNS)
+            table = self._read_columns(relpath, STAT_STEP_COLUMNS, STAT_STEP_COLUMNS + STAT_VALUE_COLUMNS,
+                                       in_range=True)
+            if table is None:
+                return None  # no step of range_steps (its step statistics say so)
             rows = table.num_rows
             step = int_column(table.column("step"), where)
             mode = mode_values(table.column("mode"), where)
