@@ -349,8 +349,9 @@ class StoreSink:
         if w is None:
             if not self._wrote_layout:
                 self._wrote_layout = True
-                self._files.write_atomically(store.LAYOUT_FILE, json.dumps(
-                    {"layout": store.STORE_LAYOUT, "version": store.STORE_VERSION}).encode())
+                if not self._files.exists(store.LAYOUT_FILE):  # the same bytes from every worker: the first wins
+                    self._files.write_atomically(store.LAYOUT_FILE, json.dumps(
+                        {"layout": store.STORE_LAYOUT, "version": store.STORE_VERSION}).encode(), private_tmp=True)
             w = self._workers[name] = _Worker(name, self._first_free_segment(name))
         return w
 
