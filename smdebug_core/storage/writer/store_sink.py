@@ -191,7 +191,7 @@ class StoreSink:
             else:
                 pairs.append(item)
         if pairs:
-            whole = self._add_pairs(open_step, pairs)
+            whole = self._add_pairs(open_step, pairs, step.placements)
             if whole:
                 encoder = StepEncoder(global_step=open_step.global_step, mode=open_step.mode,
                                       mode_step=open_step.mode_step, wall_time=open_step.wall_time)
@@ -225,8 +225,9 @@ class StoreSink:
                                       np.full(n, self._dtypes.code("float64"), np.int32), np.zeros(n, np.int8)))
         return True
 
-    def _add_pairs(self, open_step, pairs) -> list:
-        """Scalars as rows; returns the pairs that stay whole records."""
+    def _add_pairs(self, open_step, pairs, placements) -> list:
+        """Scalars as rows; returns the pairs that stay whole records (and every piece of a
+        sharded tensor, whose row carries its placement, docs/format.md 10.3)."""
         tensor_codes, reduction_codes, values, dtypes, ndims = [], [], [], [], []
         whole = []
         for tag, value in pairs:
@@ -237,7 +238,7 @@ class StoreSink:
                 if len(self._pair_codes) > 1 << 16:
                     self._pair_codes.clear()
                 self._pair_codes[tag] = codes
-            dtype = store.statistic_dtype(value) if codes is not None else None
+            dtype = store.statistic_dtype(value) if codes is not None and tag not in placements else None
             if dtype is None:
                 whole.append((tag, value))
                 continue
