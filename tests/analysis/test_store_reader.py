@@ -2,10 +2,8 @@
 runs written by RunWriter(run_layout="store"), compared with the same steps written in
 smdebug 1.0.34's layout, read back by DuckDB and Polars from the Parquet files as they are,
 and damaged on purpose."""
-import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time

@@ -19,7 +19,6 @@ pq = pytest.importorskip("pyarrow.parquet")
 from smdebug.modes import ModeKeys  # noqa: E402
 from smdebug.storage import store_rows  # noqa: E402
 from smdebug.storage.convert import convert  # noqa: E402
-from smdebug.storage.format import store  # noqa: E402
 from smdebug.storage.step_data import ScalarRun, StepData  # noqa: E402
 from smdebug.storage.writer import RunWriter  # noqa: E402
 

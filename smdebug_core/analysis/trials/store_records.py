@@ -15,8 +15,11 @@ from .labels import reduction_label
 from .locations import InlineValue, TensorRecords
 
 if TYPE_CHECKING:
-    from .store_index import StoreIndex
     from .store_segments import Part
+
+#: What these views read: the trial's StoreIndex (store_index.py), which builds them; named
+#: here without importing it (it imports this module).
+StoreIndex = "StoreIndex"
 
 class Catalog(Mapping):
     """``name -> TensorRecords`` of every tensor with rows; a tensor's records are built when

@@ -203,11 +203,11 @@ def _block_table(index, parts, selection: _Selection) -> Optional[Table]:
         return None
     slot = {int(g): i for i, g in enumerate(used.tolist())}
     templates = [index.templates[g] for g in used.tolist()]
-    kept = [np.flatnonzero(selection.wanted[t] & selection.label_wanted[l]) for t, l in templates]
+    kept = [np.flatnonzero(selection.wanted[t] & selection.label_wanted[lab]) for t, lab in templates]
     if not any(len(k) for k in kept):
         return Table.empty()
     t_used = np.unique(np.concatenate([t[k] for (t, _), k in zip(templates, kept)]))
-    l_used = np.unique(np.concatenate([l[k] for (_, l), k in zip(templates, kept)]))
+    l_used = np.unique(np.concatenate([lab[k] for (_, lab), k in zip(templates, kept)]))
     t_rank, t_names = _ranks(t_used, index.names.items, len(index.names.items))
     l_rank, l_names = _ranks(l_used, index.labels.items, len(index.labels.items))
     w_ids = np.unique(np.asarray([p.worker_id for p in parts], np.int64))
@@ -216,7 +216,7 @@ def _block_table(index, parts, selection: _Selection) -> Optional[Table]:
     size = len(t_names) * n_l * n_w
     # Per used sequence, its kept positions' pair keys (without the worker) and signatures:
     # the set of sequences holding each pair, as a bit mask.
-    pair_key = [(t_rank[t[k]] * n_l + l_rank[l[k]]) * n_w for (t, l), k in zip(templates, kept)]
+    pair_key = [(t_rank[t[k]] * n_l + l_rank[lab[k]]) * n_w for (t, lab), k in zip(templates, kept)]
     holders: Dict[int, int] = {}
     for i, keys in enumerate(pair_key):
         for key in keys.tolist():

@@ -58,7 +58,7 @@ def _pyarrow_works() -> bool:
     """Whether pyarrow imports; if not, one warning: the run is written in the 1.0.34 layout."""
     if not _PYARROW:
         try:
-            import pyarrow.ipc  # noqa: F401
+            import pyarrow.ipc
             import pyarrow.parquet  # noqa: F401
 
             _PYARROW.append(True)
