@@ -289,12 +289,21 @@ class StoreSink:
             if w.segment is not None and len(w.segment.unsynced):
                 self._sync(w)
 
-    def close(self) -> None:
-        """Publish and seal everything (the end of the run, or a flush before exit)."""
+    def seal_all(self) -> None:
+        """Publish and seal every open segment (a remote run's flush: sealed is what goes up)."""
         self.publish_all()
         for w in self._workers.values():
             if w.segment is not None:
                 self._seal(w)
+
+    def close(self) -> None:
+        """Seal everything at the end of the run."""
+        self.seal_all()
+        for folder in [store.live_relpath(w, 0).rpartition("/")[0] for w in self._workers] + [store.LIVE_DIR]:
+            try:  # no live segment left: no empty folders either (another worker's may still be there)
+                os.rmdir(self._files.path(folder))
+            except OSError:
+                pass
 
     def abandon(self) -> None:
         """Close open files without sealing (the writer failed): what was synced stays readable."""
