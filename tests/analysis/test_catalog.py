@@ -42,8 +42,8 @@ def test_catalog_says_what_each_tensor_saved(numpy_run, numpy_run_1034):
         assert (weight.num_steps, weight.first_step, weight.last_step) == (30, 0, 29)
         assert weight.workers == tuple(catalog.workers) and len(weight.workers) == 1
         assert catalog["loss"].has_value and catalog["loss"].reductions == ()
-        assert set(catalog) == {"dense.weight", "loss", "lr"}
-        assert catalog.names("value") == ["loss", "lr"]
+        assert set(catalog) == {"dense.weight", "loss", "scalar/lr"}
+        assert catalog.names("value") == ["loss", "scalar/lr"]
         assert catalog.steps_saved(["loss"]).tolist() == list(range(30))
         records = catalog.records(["dense.weight"])
         assert len(records["step"]) == 30 * 5 and set(records["reduction"]) == set(weight.reductions)
@@ -53,9 +53,10 @@ def test_catalog_says_what_each_tensor_saved(numpy_run, numpy_run_1034):
         with pytest.raises(TypeError):
             weight.saved[ModeKeys.TRAIN] = None
     store, old = catalogs
-    assert {n: dataclasses.astuple(e)[:4] for n, e in store.items()} == \
-        {n: dataclasses.astuple(e)[:4] for n, e in old.items()}
-    assert {n: dict(e.saved) for n, e in store.items()} == {n: dict(e.saved) for n, e in old.items()}
+
+    def described(catalog):
+        return {n: (e.kinds, sorted(e.reductions), dict(e.saved), e.num_steps, e.order) for n, e in catalog.items()}
+    assert described(store) == described(old)
 
 
 def test_catalog_is_cached_until_something_new_is_read(numpy_run):
@@ -63,27 +64,33 @@ def test_catalog_is_cached_until_something_new_is_read(numpy_run):
     assert trial.catalog() is trial.catalog()
 
 
-def _write_out_of_alphabet(out_dir, steps=3):
+def _write_out_of_alphabet(out_dir, whole: bool, steps=3):
+    """Layers named against the alphabet, saved whole or as reductions (the run store keeps
+    those in two tables, each in the order written)."""
     hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
-                    include_collections=["weights", "gradients", "losses"])
+                    include_collections=["weights", "gradients", "outputs"],
+                    reduction_config=None if whole else smd.ReductionConfig(norms=["l2"], reductions=["max"]))
     for step in range(steps):
         hook.set_mode(smd.modes.TRAIN)
         hook.begin_step()
         for name in ("zeta", "mu", "alpha"):
             hook.save_tensor(f"Net_{name}.weight", np.full((2, 2), step, np.float32), "weights")
-        hook.save_tensor("loss", np.float32(1.0), "losses")
+        for name in ("zeta", "mu", "alpha"):
+            hook.save_tensor(f"{name}_output_0", np.full((2, 2), step, np.float32), "outputs")
         for name in ("alpha", "mu", "zeta"):  # the backward pass: last layer first
             hook.save_tensor(f"gradient/Net_{name}.weight", np.ones((2, 2), np.float32), "gradients")
     hook.close()
     return out_dir
 
 
-def test_model_order_is_production_order_on_both_layouts(tmp_path, layout):
-    trial = create_trial(_write_out_of_alphabet(str(tmp_path / "run")))
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "reductions"])
+def test_model_order_is_production_order_on_both_layouts(tmp_path, layout, whole):
+    trial = create_trial(_write_out_of_alphabet(str(tmp_path / "run"), whole))
     _check_layout(trial, layout)
     catalog = trial.catalog()
-    produced = ["Net_zeta.weight", "Net_mu.weight", "Net_alpha.weight", "loss",
-                "gradient/Net_alpha.weight", "gradient/Net_mu.weight", "gradient/Net_zeta.weight"]
+    assert all(catalog[n].has_value == whole for n in catalog)
+    produced = ["Net_zeta.weight", "Net_mu.weight", "Net_alpha.weight", "zeta_output_0", "mu_output_0",
+                "alpha_output_0", "gradient/Net_alpha.weight", "gradient/Net_mu.weight", "gradient/Net_zeta.weight"]
     assert catalog.in_model_order() == produced
     assert [catalog[n].order for n in produced] == list(range(len(produced)))
     assert catalog.order.first(["gradient/Net_mu.weight", "Net_alpha.weight"]) == "Net_alpha.weight"
@@ -91,7 +98,9 @@ def test_model_order_is_production_order_on_both_layouts(tmp_path, layout):
     grads = [f"gradient/Net_{n}.weight" for n in ("alpha", "mu", "zeta")]
     assert catalog.order.by_layer(grads) == [f"gradient/Net_{n}.weight" for n in ("zeta", "mu", "alpha")]
     # A name the run did not produce comes after, ordered by its name.
-    assert catalog.order.sorted(["other.weight", "loss"]) == ["loss", "other.weight"]
+    assert catalog.order.sorted(["other.weight", "mu_output_0"]) == ["mu_output_0", "other.weight"]
+    if not whole:  # reductions in the order saved
+        assert catalog["Net_mu.weight"].reductions == ("max", "l2")
 
 
 def test_model_order_falls_back_to_names():
@@ -161,7 +170,7 @@ def test_no_reach_into_private_trial_state_outside_the_trials_package():
                 found.append(f"{where}:{node.lineno}: .{node.attr}")
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
                     and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
-                    and node.args[1].value in ("trial", "_trial") | private:
+                    and node.args[1].value in {"trial", "_trial"} | private:
                 found.append(f"{where}:{node.lineno}: getattr(..., {node.args[1].value!r})")
     assert not found, ("analysis outside analysis/trials/ reaches into private Trial state; use the public "
                        "API (trial.catalog(), Tensor, StepView):\n" + "\n".join(found))

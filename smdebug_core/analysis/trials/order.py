@@ -6,8 +6,10 @@ Where the run says it, it is the *production order*: a step's records are writte
 the hook captured them (for PyTorch: parameters in the order the model registers them when the
 step begins, module outputs in forward order, the loss, then gradients as the backward pass
 makes them). Both layouts keep it: 1.0.34 runs as the records' offsets in a step's event file,
-the run store as the rows' order within a step of a segment. It is read from the (step, worker)
-holding the most records of the tensors asked about.
+the run store as the rows' order within a step of a segment. The store keeps a step's whole
+tensors and its numbers (scalars, reductions) in two tables and not how the two interleave:
+its whole tensors count as written before its numbers (StoreLog). It is read from the (step,
+worker) holding the most records of the tensors asked about.
 
 Where the run does not say it (a tensor not saved at that step, a live rule that sees one step),
 it is inferred from the names (docs/format.md): PyTorch parameters are ``<RootClass>_<module
