@@ -464,7 +464,12 @@ class TrialStepView(StepView):
                 needs.setdefault(name, _Need()).add(req)
         if not needs:
             return
-        self._prefetch_batched({name: need for name, need in needs.items() if not self._satisfied(name, need)})
+        try:
+            self._prefetch_batched({name: need for name, need in needs.items() if not self._satisfied(name, need)})
+        except (AttributeError, ImportError, TypeError, KeyError) as exc:
+            # Not a Trial of this package (a stand-in without its index): one public read per record.
+            logger.debug("rules: batched read unavailable (%s); reading tensor by tensor", exc)
+            self._prefetch_each(needs)
 
     def _satisfied(self, name: str, need: "_Need") -> bool:
         """Whether what was read in bulk already answers ``need`` (nothing to fetch)."""
@@ -476,6 +481,20 @@ class TrialStepView(StepView):
         if need.first_of and need.first_of[0] == VALUE and self.has_value(name):
             return False  # a full value exists and comes first
         return all(key in saved for key in need.reductions)
+
+    def _prefetch_each(self, needs: Dict[str, _Need]) -> None:
+        for name, need in needs.items():
+            try:
+                if need.first_of:
+                    self.first_of(name, need.first_of)
+                if need.value:
+                    self.value(name)
+                if need.saved:
+                    self.saved_reductions(name)
+                for op, is_abs in need.reductions:
+                    self.reduction(name, op, is_abs)
+            except (TensorUnavailableForStep, ReductionUnavailableForStep):
+                continue  # the rule meets the same exception when it asks, and handles it
 
     def _prefetch_batched(self, needs: Dict[str, _Need]) -> None:
         """All records of all needs read together (smdebug.analysis.trials.step_reads)."""

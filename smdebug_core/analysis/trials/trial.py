@@ -216,7 +216,6 @@ class Trial:
         if self._layout is None:  # store/ (StoreIndex) or index/ and events/ (RunIndex); both: refused
             self._index, self._layout = pick_index(self._storage, self.path, self._index, self._steps, self.stats)
         new = self._index.read_new(self.progress if progress is None else progress)
-        self._catalog = None if new else self._catalog
         if ended:
             if self._training_end_delay > 0:
                 time.sleep(self._training_end_delay)
@@ -225,7 +224,9 @@ class Trial:
         else:
             self._steps.apply_incomplete_step_window(self._incomplete_step_window, self.path)
             if len(self._workers) < self._steps.num_workers:
-                self._workers, self._catalog = collection_workers(list_collection_files(self._storage)), None
+                self._workers = collection_workers(list_collection_files(self._storage))
+        if new or (self._catalog is not None and len(self._catalog.workers) != len(self._workers)):
+            self._catalog = None  # made again when asked for
         return new
 
     @property
