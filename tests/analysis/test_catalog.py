@@ -110,6 +110,9 @@ def test_model_order_falls_back_to_names():
                                      "gradient/Net_fc2.weight", "gradient/Net_fc1.weight"]
     order = ModelOrder({"b": 0, "a": 1})
     assert order.sorted(["a", "zz", "b"]) == ["b", "a", "zz"]
+    # Gradients written in registration order (PyTorch, once backward ends): backward order all the same.
+    order = ModelOrder({"fc1.w": 0, "fc2.w": 1, "gradient/fc1.w": 2, "gradient/fc2.w": 3})
+    assert order.sorted(["gradient/fc1.w", "gradient/fc2.w", "fc2.w"]) == ["fc2.w", "gradient/fc2.w", "gradient/fc1.w"]
     assert parameter_of("optimizer/W/exp_avg") == "W" and parameter_of("update_ratio/W") == "W"
 
 

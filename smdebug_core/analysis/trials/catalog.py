@@ -162,8 +162,7 @@ def _tensor_steps(tensor: np.ndarray, step: np.ndarray, count: int) -> List[np.n
         return [np.zeros(0, np.int64) for _ in range(count)]
     lo, hi = int(step.min()), int(step.max())
     span = hi - lo + 1
-    tensor = tensor.astype(np.int64)
-    key = tensor * span + (step - lo)
+    key = tensor.astype(np.int64) * span + (step - lo)
     if len(key) > 1:
         key = key[np.r_[True, key[1:] != key[:-1]]]
     if count * span <= _BITMAP_CELLS:
@@ -185,12 +184,13 @@ def build_catalog(log, steps_index, workers: Sequence[str], shapes: Mapping[str,
     tensor_items, label_items, worker_items = list(log.tensors.items), list(log.labels.items), \
         list(log.workers.items)
     t_count, l_count, w_count = len(tensor_items), max(len(label_items), 1), max(len(worker_items), 1)
-    tensor = cols.get("tensor", np.zeros(0, np.int64)).astype(np.int64)
-    label = cols.get("label", np.zeros(0, np.int64)).astype(np.int64)
-    worker = cols.get("worker", np.zeros(0, np.int64)).astype(np.int64)
-    step = cols.get("step", np.zeros(0, np.int64)).astype(np.int64)
-    labels_of = np.bincount(tensor * l_count + label, minlength=t_count * l_count).reshape(t_count, l_count) > 0
-    workers_of = np.bincount(tensor * w_count + worker, minlength=t_count * w_count).reshape(t_count, w_count) > 0
+    # Ids as they come (int32: no copies of ten million rows); a pair's code fits int64.
+    tensor, label, worker, step = (cols.get(k, np.zeros(0, np.int64)) for k in ("tensor", "label", "worker", "step"))
+    wide = np.int64 if t_count * max(l_count, w_count) >= 2 ** 31 else np.int32
+    labels_of = np.bincount(tensor.astype(wide, copy=False) * wide(l_count) + label,
+                            minlength=t_count * l_count).reshape(t_count, l_count) > 0
+    workers_of = np.bincount(tensor.astype(wide, copy=False) * wide(w_count) + worker,
+                             minlength=t_count * w_count).reshape(t_count, w_count) > 0
     by_tensor = _tensor_steps(tensor, step, t_count)
     known, modes, mode_steps = steps_index.arrays()
     produced, pair_ranks = production_ranks(cols, dict(enumerate(tensor_items)))
@@ -224,7 +224,10 @@ def build_catalog(log, steps_index, workers: Sequence[str], shapes: Mapping[str,
         per_mode: Dict[ModeKeys, SavedSteps] = {}
         step_modes = modes[at]
         for number in np.unique(step_modes).tolist():
-            per_mode[by_mode_number[number]] = _saved_steps(np.unique(mode_steps[at[step_modes == number]]))
+            own = mode_steps[at[step_modes == number]]
+            if len(own) > 1 and not (own[1:] > own[:-1]).all():  # a restarted job saved a mode step twice
+                own = np.unique(own)
+            per_mode[by_mode_number[number]] = _saved_steps(own)
         per_mode = dict(sorted(per_mode.items(), key=lambda item: item[0].value))
         entries[name] = TensorEntry(
             name, tuple(kinds), reductions, own_workers, MappingProxyType(per_mode), len(steps),

@@ -18,7 +18,8 @@ path>_input_<i>``/``_output_<i>``, losses ``<LossClass>_output_0``; TensorFlow's
 ``<layer>/<variable>``. A parameter comes before the activations it feeds, then activations,
 the loss, then gradients from the last layer to the first; within a kind, layers by name with
 numbers compared as numbers (``fc2`` before ``fc10``): the definition order of most models.
-Produced tensors come before inferred ones.
+Produced tensors come before inferred ones. A gradient is the exception: its record's place is
+not when the backward pass made it, so it takes its parameter's place reversed.
 
 :class:`ModelOrder` answers both questions asked of it: :meth:`ModelOrder.key` (time order
 within a step: the culprit of a finding, the first divergence) and :meth:`ModelOrder.layer_key`
@@ -140,9 +141,15 @@ class ModelOrder:
         return f"<ModelOrder: {len(self.produced)} tensors in production order>"
 
     def key(self, name: str) -> Tuple:
-        """A sort key: the order the tensors came in within a step (production, else inferred)."""
+        """A sort key: the order the tensors came in within a step (production, else inferred).
+        A gradient's record is not written when the backward pass makes it (PyTorch writes them
+        in registration order once it ends): it takes its parameter's place reversed, after
+        every produced tensor; by its name when its parameter's place is not known."""
+        if name.startswith(_GRADIENT):
+            rank = self.produced.get(name[len(_GRADIENT):])
+            return (1, -rank, ()) if rank is not None else (2, 0, inferred_key(name))
         rank = self.produced.get(name)
-        return (0, rank, ()) if rank is not None else (1, 0, inferred_key(name))
+        return (0, rank, ()) if rank is not None else (2, 0, inferred_key(name))
 
     def sorted(self, names: Iterable[str]) -> List[str]:
         return sorted(names, key=self.key)
