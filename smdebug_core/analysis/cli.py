@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import itertools
 import os
 import re
 import sys
@@ -153,20 +152,12 @@ def _steps_span(steps: List[int]) -> str:
     return f"{len(steps)} ({steps[0]}..{steps[-1]})" if steps else "0"
 
 
-def _saved_kinds(tensor) -> str:
-    """What a tensor has saved, from the index (no value read): values, reductions, shapes."""
-    from .trials.labels import reduction_label
-
-    kinds = []
-    if tensor._locations:
-        kinds.append("values")
-    keys = set()
-    for by_worker in itertools.islice(tensor._reductions.values(), 3):
-        for by_key in by_worker.values():
-            keys.update(by_key)
-    if keys:
-        kinds.append("reductions " + ",".join(sorted(reduction_label(*k) for k in keys)))
-    if tensor._shapes:
+def _saved_kinds(entry) -> str:
+    """What a tensor has saved, from the run's catalog (no value read): values, reductions, shapes."""
+    kinds = ["values"] if entry.has_value else []
+    if entry.reductions:
+        kinds.append("reductions " + ",".join(sorted(entry.reductions)))
+    if "shape" in entry.kinds:
         kinds.append("shapes")
     return "; ".join(kinds)
 
@@ -188,6 +179,7 @@ def _cmd_ls(args) -> int:
         print(f"flight recorder ({worker}): {marker.get('trigger')} at step {marker.get('global_step')} "
               f"({marker.get('reason')}); wrote steps {marker.get('steps_written')}{where}")
     names = trial.tensor_names(show_incomplete_steps=True)
+    catalog = trial.catalog()
     print(f"tensors   {len(names)}")
     rows = []
     for name in names[:_SHOWN_TENSORS]:
@@ -201,7 +193,7 @@ def _cmd_ls(args) -> int:
                 shape = "-"
             except Exception as exc:  # noqa: BLE001 - a listing goes on past one unreadable value
                 shape = f"? ({type(exc).__name__})"
-        rows.append([name, _steps_span(steps), shape, _saved_kinds(tensor)])
+        rows.append([name, _steps_span(steps), shape, _saved_kinds(catalog[name])])
     if rows:
         print(_table(["tensor", "steps", "shape", "saved"], rows))
     if len(names) > _SHOWN_TENSORS:

@@ -13,6 +13,8 @@ import logging
 import time
 from typing import Dict, List, Optional, Set, Tuple
 
+import numpy as np
+
 from ...exceptions import IndexReaderException, UnsafeRunFile
 from ...modes import ModeKeys
 from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
@@ -264,6 +266,10 @@ class RunIndex:
         else:
             mode_names.update(names)
         return is_new
+
+    def shape_steps(self) -> Dict[str, np.ndarray]:
+        """``name -> global steps`` of the saved shapes."""
+        return {n: np.asarray(sorted(r.shapes), np.int64) for n, r in self.tensors.items() if r.shapes}
 
     def names_with_complete_step(self, candidates, is_complete) -> List[str]:
         """The names among ``candidates`` with a step that ``is_complete`` (by global step)."""

@@ -556,6 +556,15 @@ class StoreIndex:
         names.update(self.names.items[i] for i in ids)
         return names
 
+    def shape_steps(self) -> Dict[str, np.ndarray]:
+        """``name -> global steps`` of the saved shapes (the tensors table's shape rows)."""
+        found: Dict[str, Set[int]] = {}
+        for part in self.loaded_parts():
+            for r in part.tensor_rows:
+                if r[4] == store.KIND_SHAPE:
+                    found.setdefault(self.tensor_row_name(r[3])[0], set()).add(r[0])
+        return {n: np.asarray(sorted(s), np.int64) for n, s in found.items()}
+
     def names_with_complete_step(self, candidates, is_complete) -> List[str]:
         """The names among ``candidates`` with a step that ``is_complete`` (by global step)."""
         last = self.steps.last_complete_step

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...modes import ModeKeys
 from ...reduction_config import REDUCTION_TAG_PREFIX
+from ...storage.format.store import KIND_SHAPE
 from .labels import reduction_label
 from .locations import InlineValue, TensorRecords
 
@@ -311,7 +312,7 @@ class StoreLog:
             index = self._index
             for part in index.loaded_parts():
                 n = len(part)
-                rows = part.tensor_rows
+                rows = [r for r in part.tensor_rows if r[4] != KIND_SHAPE]  # a shape is no record
                 pieces["step"] += [part.step, np.asarray([r[0] for r in rows], np.int64)]
                 pieces["worker"].append(np.full(n + len(rows), part.worker_id, np.int32))
                 pieces["tensor"] += [part.tensor, np.asarray(

@@ -345,6 +345,13 @@ class Tensor:
         return dict(sorted(out.items()))
 
     # ------------------------------------------------------------------ reductions
+    def has_value(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> bool:
+        """Whether this tensor's value (not only reductions or a shape) was saved at the step."""
+        g, mode, step = self._locate(step_num, mode)
+        self._check_worker(g, worker, step, mode)
+        by_worker = self._locations.get(g) or {}
+        return worker in by_worker if worker is not None else bool(by_worker)
+
     def has_reductions(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> bool:
         """Whether any reduction of this tensor was saved at the step."""
         g, mode, step = self._locate(step_num, mode)

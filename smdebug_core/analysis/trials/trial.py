@@ -17,7 +17,6 @@ import os
 import time
 from typing import Dict, List, Optional, Set, Tuple, Union
 
-
 from ...collections import Collection, CollectionManager
 from ...exceptions import StepNotYetAvailable, TensorUnavailable
 from ...modes import ModeKeys
@@ -116,6 +115,7 @@ class Trial:
         self._reader = RecordReader(self._storage, self._steps, record_check, wait_timeout, max_expanded_elements)
         self._tensors: Dict[str, Tensor] = {}  # made when first asked for
         self._workers: Set[str] = set()
+        self._catalog = None  # made when asked for, again after a refresh that read something
 
         self._collection_manager: Optional[CollectionManager] = None
         check_run_path(self._storage, self.path, self.wait_timeout, wait_for_directory)
@@ -225,6 +225,8 @@ class Trial:
             self._steps.apply_incomplete_step_window(self._incomplete_step_window, self.path)
             if len(self._workers) < self._steps.num_workers:
                 self._workers = collection_workers(list_collection_files(self._storage))
+        if new or (self._catalog is not None and len(self._catalog.workers) != len(self._workers)):
+            self._catalog = None  # made again when asked for
         return new
 
     @property
@@ -358,11 +360,9 @@ class Trial:
         markers = self.flight_recorder_triggers()
         if worker is not None:
             return markers.get(worker)
-        if not markers:
-            return None
-        return min(markers.values(), key=lambda m: (m.get("global_step") is None,
-                                                     m.get("global_step") if isinstance(m.get("global_step"), int)
-                                                     else 0))
+        def key(m):  # by step, markers without one last
+            return m.get("global_step") is None, m.get("global_step") if isinstance(m.get("global_step"), int) else 0
+        return min(markers.values(), key=key) if markers else None
 
     def flight_recorder_triggers(self) -> Dict[str, Dict[str, object]]:
         """Every worker's flight recorder marker, by worker (empty when none fired)."""
@@ -391,6 +391,17 @@ class Trial:
             tensor = self._tensors[name] = Tensor(name, self, self._index.tensors[name], self._steps, self._reader,
                                                   self._maybe_refresh)
         return tensor
+
+    def catalog(self):
+        """What each tensor saved (kinds, reductions, save interval per mode, workers, model order):
+        a :class:`~smdebug.analysis.trials.catalog.Catalog`, made from the index's columns."""
+        from .catalog import build_catalog
+
+        self._maybe_refresh()
+        if self._catalog is None:
+            i = self._index
+            self._catalog = build_catalog(i.log, self._steps, sorted(self._workers), i.shape_steps(), i.tensors.keys())
+        return self._catalog
 
     def _collection_objects(self, collection) -> List[Collection]:
         items = collection if isinstance(collection, (list, tuple, set, frozenset)) else [collection]
@@ -535,16 +546,13 @@ class Trial:
             collection: a collection name, Collection, or list of them.
               Without ``names``, ``regex`` and ``collection``: every tensor. With several,
               a tensor selected by any of them is in.
-            mode: a mode or list of modes (None or GLOBAL: all).
-            steps: a step or an iterable of steps: the modes' own step numbers when
-              ``mode`` is given, else global steps.
+            mode: a mode or list of modes (None or GLOBAL: all). steps: a step or an iterable
+              of steps: the modes' own step numbers when ``mode`` is given, else global steps.
             workers: a worker name or a list of them (default: all).
             show_incomplete_steps: also steps not every worker has written yet.
-            progress: a progress bar over the event files (default: on a terminal, for
-              long reads).
-            on_error: ``"warn"`` (default): a value that cannot be read (a damaged
-              record, a missing event file) is left out, with one warning for all of
-              them; ``"raise"``: the first such error is raised.
+            progress: a progress bar over the event files (default: on a terminal, long reads).
+            on_error: ``"warn"`` (default): a value that cannot be read (a damaged record, a
+              missing event file) is left out, one warning for all; ``"raise"``: raised.
             reductions: only these reductions (``["l2", "abs_max"]``), saved or, where a
               tensor did not save one at a step, computed from its saved full value (a
               row each, equal to ``reduction_value(...)``); scalar values stay rows.
