@@ -265,6 +265,10 @@ class Hook:
     def remove_step_listener(self, listener) -> None:
         self._session.remove_step_listener(listener)
 
+    @_doc_of(StepSession.add_sink)
+    def add_sink(self, sink) -> None:
+        self._session.add_sink(sink)
+
     @_doc_of(StepSession.request_stop)
     def request_stop(self, reason: str) -> None:
         self._session.request_stop(reason)

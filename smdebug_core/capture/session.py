@@ -169,6 +169,7 @@ class StepSession:
         if self.writer is not None:
             open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
         self._sinks = self._make_sinks()
+        self._added_sinks: list = []  # add_sink's: closed by close()
         if self.writer is not None:  # a SIGTERM writes the steps that have ended first (preemption.py)
             preemption.watch(self, a.flush_on_signals)
         # Another process (a rule) may ask this run to stop through a file in out_dir.
@@ -547,6 +548,12 @@ class StepSession:
     def remove_step_listener(self, listener) -> None:
         self._listeners.remove(listener)
 
+    def add_sink(self, sink) -> None:
+        """Every saved step (a FinishedStep) to ``sink.on_step`` after the run's own sinks; it must
+        return quickly (``smdebug.sinks.WandbSink``). ``sink.close()``, if any, runs at close."""
+        self._sinks.append(sink)
+        self._added_sinks.append(sink)
+
     def request_stop(self, reason: str) -> None:
         """Ask the adapter to end training at the next step boundary (rules' StopTraining)."""
         if self.stop_reason is None:
@@ -618,6 +625,11 @@ class StepSession:
             if self._pipeline_failure is not None and self.enabled:
                 self._disable_after_pipeline_failure()
             self._listeners.close()  # live rules finish their reports
+            for sink in self._added_sinks:  # each waits boundedly (a tracker's server may hang)
+                try:
+                    getattr(sink, "close", lambda: None)()
+                except Exception as exc:  # noqa: BLE001 - closing must not raise into training
+                    logger.warning("smdebug: sink %r failed to close: %s", sink, exc)
             if self._recorder is not None:
                 self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
             if self.writer is not None:
