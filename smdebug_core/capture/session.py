@@ -55,7 +55,7 @@ from ..storage import open_runs
 from ..storage.stop_request import StopRequestPoller
 from ..storage.run_files import StepCounters
 from ..save_config import SaveConfig
-from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
+from .sinks import AddedSinks, DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
 from .step_records import StepRecordMaker
 from .inbox import StepInbox
 from .clock import StepClock
@@ -169,7 +169,7 @@ class StepSession:
         if self.writer is not None:
             open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
         self._sinks = self._make_sinks()
-        self._added_sinks: list = []  # add_sink's: closed by close()
+        self.added_sinks = AddedSinks(self._sinks)  # hook.add_sink's (W&B, MLflow): after the run's own
         if self.writer is not None:  # a SIGTERM writes the steps that have ended first (preemption.py)
             preemption.watch(self, a.flush_on_signals)
         # Another process (a rule) may ask this run to stop through a file in out_dir.
@@ -548,12 +548,6 @@ class StepSession:
     def remove_step_listener(self, listener) -> None:
         self._listeners.remove(listener)
 
-    def add_sink(self, sink) -> None:
-        """Every saved step (a FinishedStep) to ``sink.on_step`` after the run's own sinks; it must
-        return quickly (``smdebug.sinks.WandbSink``). ``sink.close()``, if any, runs at close."""
-        self._sinks.append(sink)
-        self._added_sinks.append(sink)
-
     def request_stop(self, reason: str) -> None:
         """Ask the adapter to end training at the next step boundary (rules' StopTraining)."""
         if self.stop_reason is None:
@@ -625,11 +619,7 @@ class StepSession:
             if self._pipeline_failure is not None and self.enabled:
                 self._disable_after_pipeline_failure()
             self._listeners.close()  # live rules finish their reports
-            for sink in self._added_sinks:  # each waits boundedly (a tracker's server may hang)
-                try:
-                    getattr(sink, "close", lambda: None)()
-                except Exception as exc:  # noqa: BLE001 - closing must not raise into training
-                    logger.warning("smdebug: sink %r failed to close: %s", sink, exc)
+            self.added_sinks.close()  # each waits boundedly (a tracker's server may hang)
             if self._recorder is not None:
                 self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
             if self.writer is not None:

@@ -126,3 +126,22 @@ def test_a_server_that_never_answers_does_not_stall_training(tmp_path, monkeypat
     # the run's own files are complete
     trial = smd.create_trial(str(tmp_path / "run"))
     assert len(trial.steps()) == 200
+
+
+def test_export_a_finished_run_to_mlflow(tmp_path, mlflow_uri):
+    from smdebug.analysis.cli import main
+
+    hook = make_hook(tmp_path)
+    losses, weights = train(hook, steps=30, eval_every=0)
+    hook.close()
+    assert main(["export", str(tmp_path / "run"), "--to", "mlflow", "--max-points", "10"]) == 0
+    client = MlflowClient()
+    (run,) = client.search_runs(["0"])
+    loss = dict(history(client, run.info.run_id, "scalar/loss"))
+    assert len(loss) <= 10
+    # 5 bins of 6 steps: each keeps its minimum and its maximum (the loss falls: the bin's ends)
+    for lo in range(0, 30, 6):
+        assert lo in loss and lo + 5 in loss
+    l2 = dict(history(client, run.info.run_id, "smdebug/reductions/l2/layer0.weight"))
+    assert l2[29] == pytest.approx(np.sqrt((weights[0] ** 2).sum()))
+    assert len([k for k in run.data.metrics if k.startswith("smdebug/reductions/")]) == 3 * LAYERS
