@@ -178,12 +178,12 @@ class WandbSink(TrackerSink):
 
     The run is ``wandb.run`` (call ``wandb.init`` first as usual), else one the sink starts
     on its thread with ``wandb.init(**init_kwargs)`` and finishes at ``hook.close()``.
-    ``grouped``: each statistic's per-layer values at a step as one ``"table"`` (default) or
-    ``"histogram"``; ``"series"`` logs one series per layer instead."""
+    ``grouped``: each statistic's per-layer values at a step as one ``"histogram"`` (default)
+    or ``"table"`` (tensor names kept; costs more); ``"series"`` logs one series per layer."""
 
     tool = "W&B"
 
-    def __init__(self, grouped: str = "table", run=None, init_kwargs: Optional[dict] = None, **kwargs):
+    def __init__(self, grouped: str = "histogram", run=None, init_kwargs: Optional[dict] = None, **kwargs):
         super().__init__(WandbDestination(grouped=grouped, run=run, init_kwargs=init_kwargs), **kwargs)
 
 

@@ -7,8 +7,9 @@ collections), grouped by statistic. Both tools freeze on thousands of per-layer 
 (wandb#4759, mlflow#1571), so statistics are not one series per layer by default:
 
 * **W&B**: one object per statistic and step, under ``smdebug/reductions/<statistic>``: a
-  ``wandb.Table`` (columns ``tensor``, ``value``; the default) or a ``wandb.Histogram`` of the
-  layers' values (``grouped="histogram"``). Every value is logged with ``smdebug/step``, the
+  ``wandb.Histogram`` of the layers' values (the default) or a ``wandb.Table`` (columns
+  ``tensor``, ``value``; ``grouped="table"``: the layers' names kept, about 2x the cost of a
+  histogram for the training loop, docs/performance.md). Every value is logged with ``smdebug/step``, the
   hook's global step, which the run's charts use as their x axis (``define_metric``), so your
   own ``wandb.log`` calls and ours never fight over wandb's ``_step``.
 * **MLflow** has no grouped object: each statistic of each tensor is a metric named by its
@@ -181,7 +182,7 @@ class WandbDestination:
     finished by :meth:`close`. ``grouped``: ``"table"`` or ``"histogram"`` per statistic and
     step; ``"series"``: one series per layer (what the W&B docs advise against past ~10k)."""
 
-    def __init__(self, grouped: str = "table", run=None, init_kwargs: Optional[dict] = None):
+    def __init__(self, grouped: str = "histogram", run=None, init_kwargs: Optional[dict] = None):
         if grouped not in ("table", "histogram", "series"):
             raise ValueError(f"grouped must be 'table', 'histogram' or 'series', got {grouped!r}")
         wandb = require("wandb")
