@@ -55,7 +55,7 @@ from ..storage import open_runs
 from ..storage.stop_request import StopRequestPoller
 from ..storage.run_files import StepCounters
 from ..save_config import SaveConfig
-from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
+from .sinks import AddedSinks, DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
 from .step_records import StepRecordMaker
 from .inbox import StepInbox
 from .clock import StepClock
@@ -169,6 +169,7 @@ class StepSession:
         if self.writer is not None:
             open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
         self._sinks = self._make_sinks()
+        self.added_sinks = AddedSinks(self._sinks)  # hook.add_sink's (W&B, MLflow): after the run's own
         if self.writer is not None:  # a SIGTERM writes the steps that have ended first (preemption.py)
             preemption.watch(self, a.flush_on_signals)
         # Another process (a rule) may ask this run to stop through a file in out_dir.
@@ -618,6 +619,7 @@ class StepSession:
             if self._pipeline_failure is not None and self.enabled:
                 self._disable_after_pipeline_failure()
             self._listeners.close()  # live rules finish their reports
+            self.added_sinks.close()  # each waits boundedly (a tracker's server may hang)
             if self._recorder is not None:
                 self._recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
             if self.writer is not None:
