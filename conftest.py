@@ -17,3 +17,10 @@ def smdebug_warnings(caplog):
         return [r.getMessage() for r in found] if messages else found
 
     return collect
+
+
+@pytest.fixture
+def layout_1034(monkeypatch):
+    """The test is about smdebug 1.0.34's files (``events/``, ``index/``: docs/format.md 1-3):
+    hooks and writers of this test write that layout, not the run store."""
+    monkeypatch.setenv("SMDEBUG_LAYOUT", "smdebug-1.0.34")

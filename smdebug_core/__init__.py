@@ -45,6 +45,7 @@ from .hook import Hook, del_hook, get_hook, set_hook  # noqa: E402 - after the m
 from .modes import ModeKeys  # noqa: E402 - after the mixed-install check
 from .reduction_config import ReductionConfig  # noqa: E402 - after the mixed-install check
 from .save_config import SaveConfig, SaveConfigMode  # noqa: E402 - after the mixed-install check
+from . import sinks  # noqa: E402 - after the mixed-install check (imports no tracker until a sink is made)
 
 
 def create_trial(path=None, *args, **kwargs):
@@ -56,5 +57,5 @@ def create_trial(path=None, *args, **kwargs):
 
 __all__ = [
     "Collection", "CollectionKeys", "FlightRecorder", "Hook", "ModeKeys", "ReductionConfig", "SaveConfig", "SaveConfigMode",
-    "create_trial", "del_hook", "get_hook", "modes", "set_hook", "__version__",
+    "create_trial", "del_hook", "get_hook", "modes", "set_hook", "sinks", "__version__",
 ]

@@ -133,3 +133,9 @@ def loads_from_json(text, what: str):
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"{what}.from_json: not valid JSON ({exc}): {text[:200]!r}") from None
+
+
+class MixedRunLayouts(SMDebugError, ValueError):
+    """A run directory holds both the run store (``store/``) and smdebug 1.0.34's ``index/``
+    or ``events/``: a trial reads one layout."""
+

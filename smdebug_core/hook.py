@@ -270,6 +270,13 @@ class Hook:
     def remove_step_listener(self, listener) -> None:
         self._session.listeners.remove(listener)
 
+    def add_sink(self, sink) -> None:
+        """Forward what this hook saves to ``sink`` at each saved step, e.g.
+        ``hook.add_sink(smd.sinks.WandbSink())`` or ``smd.sinks.MlflowSink()`` (off the training
+        thread; ``hook.close()`` closes it). Any object with ``on_step(FinishedStep)`` that
+        returns quickly (and an optional ``close()``) is a sink."""
+        self._session.added_sinks.add(sink)
+
     @_doc_of(StepSession.request_stop)
     def request_stop(self, reason: str) -> None:
         self._session.request_stop(reason)

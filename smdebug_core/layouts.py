@@ -9,7 +9,7 @@ STORE_LAYOUT = "store"
 LAYOUT_1034 = "smdebug-1.0.34"
 LAYOUTS = (STORE_LAYOUT, LAYOUT_1034)
 #: What a hook writes unless told otherwise.
-DEFAULT_LAYOUT = LAYOUT_1034
+DEFAULT_LAYOUT = STORE_LAYOUT
 #: The environment variable that picks the layout where the hook is not told.
 LAYOUT_ENV = "SMDEBUG_LAYOUT"
 

@@ -87,9 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, help="with --hist: the step (default: the last saved value)")
     p.add_argument("--bins", type=_positive_int, default=50, help="with --hist: how many bins (default 50)")
 
-    p = sub.add_parser("export", help="scalars and saved reductions as a long table (CSV or parquet)")
+    p = sub.add_parser("export", help="scalars and saved reductions as a long table (CSV or parquet), or to W&B/MLflow")
     run_arg(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE.csv|FILE.parquet|DIR",
+    p.add_argument("-o", "--output", metavar="FILE.csv|FILE.parquet|DIR",
                    help="the file (its suffix says the format), or with --format parquet a new or empty directory")
     p.add_argument("--format", choices=("csv", "parquet"),
                    help="parquet: a directory of Parquet files partitioned by worker and mode "
@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--regex", action="append", help="tensors whose name matches (repeatable)")
     p.add_argument("--collection", action="append", help="tensors of a collection (repeatable)")
     p.add_argument("--mode", action="append", help="only this mode (repeatable)")
+    p.add_argument("--to", choices=("wandb", "mlflow"), help="send to a W&B or MLflow run instead of a file (each "
+                   "tool's own settings: WANDB_PROJECT, WANDB_MODE...; MLFLOW_TRACKING_URI...)")
+    p.add_argument("--max-points", type=_positive_int, default=1000, help="with --to: points per series at most; "
+                   "a longer one keeps each bin's minimum and maximum (default 1000)")
+    p.add_argument("--worker", help="with --to: the worker whose values are sent (default worker_0)")
 
     _compare_parser(sub, run_arg)
 
@@ -152,20 +157,12 @@ def _steps_span(steps: List[int]) -> str:
     return f"{len(steps)} ({steps[0]}..{steps[-1]})" if steps else "0"
 
 
-def _saved_kinds(tensor) -> str:
-    """What a tensor has saved, from the index (no value read): values, reductions, shapes."""
-    from .trials.labels import reduction_label
-
-    kinds = []
-    if tensor._locations:
-        kinds.append("values")
-    keys = set()
-    for by_worker in list(tensor._reductions.values())[:3]:
-        for by_key in by_worker.values():
-            keys.update(by_key)
-    if keys:
-        kinds.append("reductions " + ",".join(sorted(reduction_label(*k) for k in keys)))
-    if tensor._shapes:
+def _saved_kinds(entry) -> str:
+    """What a tensor has saved, from the run's catalog (no value read): values, reductions, shapes."""
+    kinds = ["values"] if entry.has_value else []
+    if entry.reductions:
+        kinds.append("reductions " + ",".join(sorted(entry.reductions)))
+    if "shape" in entry.kinds:
         kinds.append("shapes")
     return "; ".join(kinds)
 
@@ -187,6 +184,7 @@ def _cmd_ls(args) -> int:
         print(f"flight recorder ({worker}): {marker.get('trigger')} at step {marker.get('global_step')} "
               f"({marker.get('reason')}); wrote steps {marker.get('steps_written')}{where}")
     names = trial.tensor_names(show_incomplete_steps=True)
+    catalog = trial.catalog()
     print(f"tensors   {len(names)}")
     rows = []
     for name in names[:_SHOWN_TENSORS]:
@@ -200,7 +198,7 @@ def _cmd_ls(args) -> int:
                 shape = "-"
             except Exception as exc:  # noqa: BLE001 - a listing goes on past one unreadable value
                 shape = f"? ({type(exc).__name__})"
-        rows.append([name, _steps_span(steps), shape, _saved_kinds(tensor)])
+        rows.append([name, _steps_span(steps), shape, _saved_kinds(catalog[name])])
     if rows:
         print(_table(["tensor", "steps", "shape", "saved"], rows))
     if len(names) > _SHOWN_TENSORS:
@@ -322,7 +320,11 @@ def _has_value(tensor, step, mode) -> bool:
 def _cmd_export(args) -> int:
     from .trials.parquet import require_pyarrow
 
+    if args.to:
+        return _cmd_export_tracker(args)
     out = args.output
+    if not out:
+        raise _Failure("export needs -o FILE.csv|FILE.parquet|DIR, or --to wandb|mlflow", EXIT_USAGE)
     lower = out.lower()
     fmt = args.format or ("csv" if lower.endswith(".csv") else "parquet file" if lower.endswith(".parquet") else None)
     if fmt is None:
@@ -373,6 +375,20 @@ def _cmd_export(args) -> int:
         print(f"wrote {rows} rows to {out} in {len(files)} files (worker=W/mode=M/part-0.parquet)")
     else:
         print(f"wrote {rows} rows to {out}")
+    return EXIT_OK
+
+
+def _cmd_export_tracker(args) -> int:
+    from .tracker_export import export_to_tracker
+
+    try:
+        sent = export_to_tracker(_open(args), args.to, names=args.tensor, regex=args.regex,
+                                 collection=args.collection, mode=args.mode, worker=args.worker,
+                                 max_points=args.max_points)
+    except (ImportError, ValueError) as exc:
+        raise _Failure(str(exc), EXIT_USAGE) from None
+    print(f"sent {sent['points']} values of {sent['steps']} steps ({sent['worker']}) to {args.to}"
+          + (f"; {sent['dropped']} over the series cap left out" if sent["dropped"] else ""))
     return EXIT_OK
 
 

@@ -199,29 +199,42 @@ def _selected(trials, names, regex, collection) -> List[List[str]]:
 
 
 def _records(trial, names, modes) -> "object":
-    """The run's records as a DataFrame: step, mode, mode_step, worker, tensor, reduction and
-    start (the record's offset in its step's event file: the order it was written in)."""
+    """The run's records of ``names`` (its catalog's) as a DataFrame: step, mode, mode_step,
+    worker, tensor and reduction."""
     import pandas as pd
 
-    log = trial._index.log
-    cols = log.arrays()
-    if not len(cols.get("step", ())):
-        return pd.DataFrame({k: [] for k in ["step", *_KEY, "start"]})
-    wanted_ids = [log.tensors.ids[n] for n in names if n in log.tensors.ids]
-    keep = np.isin(cols["tensor"], np.asarray(wanted_ids, np.int64))
-    steps = cols["step"][keep]
-    frame = pd.DataFrame({"step": steps, "start": cols["start"][keep],
-                          "worker": np.asarray(log.workers.items, object)[cols["worker"][keep]],
-                          "tensor": np.asarray(log.tensors.items, object)[cols["tensor"][keep]],
-                          "reduction": np.asarray(log.labels.items, object)[cols["label"][keep]]})
-    to_mode = trial._steps.global_to_mode
-    distinct = np.unique(steps).tolist()
-    pairs = {g: to_mode.get(g, (ModeKeys.GLOBAL, g)) for g in distinct}
-    frame["mode"] = frame["step"].map({g: m.name for g, (m, _) in pairs.items()})
+    frame = pd.DataFrame(trial.catalog().records(names))
+    pairs = {}
+    for g in np.unique(frame["step"].to_numpy()).tolist():
+        try:
+            pairs[g] = trial.mode_modestep(g)
+        except Exception:  # noqa: BLE001 - a step outside the trial's steps: its own numbering
+            pairs[g] = (ModeKeys.GLOBAL, g)
+    frame["mode"] = frame["step"].map({g: m.name for g, (m, _) in pairs.items()}).astype(object)
     frame["mode_step"] = frame["step"].map({g: s for g, (_, s) in pairs.items()}).astype(np.int64)
     if modes is not None:
         frame = frame[frame["mode"].isin({m.name for m in modes})]
     return frame
+
+
+def _walk_order(trial, names):
+    """The order the first run's rows are walked in within a step: ``(tensor position,
+    reduction position)`` Series. Tensors in the run's model order (trials/order.py),
+    parameters (weights, biases) first; a tensor's value before its reductions, in the order saved."""
+    import pandas as pd
+
+    catalog = trial.catalog()
+    names = [n for n in names if n in catalog]
+    ranked = catalog.order.sorted(names)
+    parameters = set(_parameters(trial, ranked))
+    tensor_at = pd.Series([float(i) + (0 if n in parameters else _AFTER_PARAMETERS) for i, n in enumerate(ranked)],
+                          index=pd.Index(ranked, name="tensor"), name="_tensor_at", dtype=np.float64)
+    pairs = [(n, label) for n in ranked for label in ("",) + catalog[n].reductions]
+    positions = [float(([""] + list(catalog[n].reductions)).index(label)) for n, label in pairs]
+    red_at = pd.Series(positions, index=pd.MultiIndex.from_tuples(pairs, names=["tensor", "reduction"])
+                       if pairs else pd.MultiIndex.from_arrays([[], []], names=["tensor", "reduction"]),
+                       name="_red_at", dtype=np.float64)
+    return tensor_at, red_at
 
 
 def _relative(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -302,13 +315,8 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
     step_cols = [f"_step{i}" for i in range(len(trials))]
     merged["step"] = merged[step_cols].bfill(axis=1).iloc[:, 0].astype(np.int64) if len(merged) else 0
     # Walking order: the first run's step, then its records' order in that step.
-    first = records[0]
-    order = first.groupby(["step", "worker", "tensor"], sort=False)["start"].min().rename("_tensor_at")
-    later = ~order.index.get_level_values("tensor").isin(_parameters(trials[0], first["tensor"].unique()))
-    order = order + np.where(later, _AFTER_PARAMETERS, 0)
-    red_order = first.groupby(["step", "worker", "tensor", "reduction"], sort=False)["start"].min().rename("_red_at")
-    merged = merged.join(order, on=["step", "worker", "tensor"]).join(red_order, on=["step", "worker", "tensor",
-                                                                                        "reduction"])
+    order, red_order = _walk_order(trials[0], chosen[0])
+    merged = merged.join(order, on="tensor").join(red_order, on=["tensor", "reduction"])
     merged = merged.sort_values(["step", "_tensor_at", "tensor", "_red_at", "reduction", "worker"],
                                 kind="stable", na_position="last").reset_index(drop=True)
     values = merged[labels].to_numpy(np.float64)
@@ -346,7 +354,7 @@ def compare(trials: Sequence, names=None, *, regex=None, collection=None, mode=N
     return Comparison(labels, frame, divergence, only_in, rtol, atol, compared, example)
 
 
-#: Added to the record offsets of tensors that are not parameters: they come after them.
+#: Added to the positions of tensors that are not parameters: they come after them.
 _AFTER_PARAMETERS = float(2 ** 50)
 
 
@@ -384,7 +392,7 @@ def _first_full_divergence(trials, labels, records, order, merged, limit, rtol, 
     if not keys:
         return None
     first = records[0]
-    raw = first[first["reduction"] == ""].join(order, on=["step", "worker", "tensor"])
+    raw = first[first["reduction"] == ""].join(order, on="tensor")
     walk = sorted((int(g), _position(at), tensor, mode, int(ms), worker)
                   for g, at, tensor, mode, ms, worker in zip(raw["step"], raw["_tensor_at"], raw["tensor"], raw["mode"],
                                                             raw["mode_step"], raw["worker"])

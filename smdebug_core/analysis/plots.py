@@ -136,7 +136,8 @@ def _nothing_to_plot(trial, name, label, red_col, tensor_col) -> str:
     if saved:
         return f"tensor {name!r} has no scalar values to plot; its saved reductions: {', '.join(saved)} " \
                "(pass reduction=...)"
-    if trial.has_tensor(name) and trial.tensor(name)._locations:
+    entry = trial.catalog().get(name)
+    if entry is not None and entry.has_value:
         return (f"tensor {name!r} has no scalar values to plot: it is saved whole; plot a reduction computed "
                 "from its values (pass reduction='l2', 'abs_max'...) or a histogram (plot_histogram)")
     return f"tensor {name!r} has no scalar values to plot; saved: none"

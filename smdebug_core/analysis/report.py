@@ -24,7 +24,6 @@ import numpy as np
 
 from ..modes import ModeKeys
 from .trials.health import update_ratio_table
-from .trials.order import production_order
 from .heatmaps import (
     MAX_BINS,
     MAX_LINES,
@@ -114,7 +113,7 @@ class _Run:
         self.series.by_key.update({(f"{RATIO_GROUP}/{name}", label): value for (name, label), value in
                                    _Series(update_ratio_table(trial, progress=progress, l2_rows=table if
                                                               reduction == "l2" else None)).by_key.items()})
-        self.model_order = production_order(trial, self.names)
+        self.catalog = trial.catalog()  # what each tensor saved, and the model order
         steps = trial.steps()
         self.span = (steps[0], steps[-1]) if steps else (0, 0)
         self.markers = trial.flight_recorder_triggers()
@@ -202,30 +201,22 @@ def _summary(run: _Run) -> str:
 
 
 def _saved_how(run: _Run, members: List[str]) -> Tuple[str, str]:
-    """What a collection's tensors saved (values, reductions) and their save interval per mode,
-    from the steps actually saved (of its first few tensors)."""
+    """What a collection's tensors saved (values, reductions) and their save interval per mode
+    (the smallest of its tensors'), from the run's catalog."""
     kinds, labels, intervals = set(), set(), {}
-    for name in members[:5]:
-        tensor = run.trial.tensor(name)
-        if tensor._locations:
+    for name in members:
+        entry = run.catalog.get(name)
+        if entry is None:
+            continue
+        if entry.has_value:
             kinds.add("values")
-        for label in run.series.labels_of(name):
-            if label:
-                labels.add(label)
-        for mode in run.modes:
-            steps = tensor.steps(mode=mode)
-            if mode is ModeKeys.GLOBAL:  # steps saved outside any mode (XGBoost rounds)
-                steps = [g for g in steps if run.trial.mode(g) is ModeKeys.GLOBAL]
-            if len(steps) >= 2:
-                gap = int(np.median(np.diff(steps)))
-                intervals[mode.name] = min(gap, intervals.get(mode.name, gap))
-            elif steps:
-                intervals.setdefault(mode.name, 0)
-    saved_reductions = sorted(lab for lab in labels if any(
-        (name, lab) in run.series.by_key and run.trial.tensor(name)._reductions for name in members[:5]))
-    if saved_reductions and any(run.trial.tensor(n)._reductions for n in members[:5]):
-        kinds.add("reductions " + ", ".join(saved_reductions))
-    every = ", ".join(f"{m} {g}" if g else f"{m} once" for m, g in intervals.items()) or "-"
+        labels.update(entry.reductions)
+        for mode, saved in entry.saved.items():
+            intervals[mode] = min(saved.interval, intervals.get(mode, saved.interval))
+    if labels:
+        kinds.add("reductions " + ", ".join(sorted(labels)))
+    every = ", ".join(f"{m.name} {g}" if g else f"{m.name} once"
+                      for m, g in sorted(intervals.items(), key=lambda item: item[0].value)) or "-"
     return "; ".join(sorted(kinds)) or "-", every
 
 
@@ -322,28 +313,10 @@ def _heading(ax, text: str) -> None:
     ax.text(0.0, 1.01, text, fontsize=10, ha="left", va="bottom", transform=ax.transAxes)
 
 
-def _layer_of(name: str) -> str:
-    """The parameter a derived tensor belongs to: ``gradient/W``, ``update/W`` and
-    ``optimizer/W/<state>`` are W's."""
-    for prefix in ("gradient/", "gradients/", "update/", f"{RATIO_GROUP}/"):
-        if name.startswith(prefix):
-            return name[len(prefix):]
-    if name.startswith("optimizer/") and name.count("/") >= 2:
-        return name[len("optimizer/"):].rsplit("/", 1)[0]
-    return name
-
-
 def _in_model_order(run: _Run, names: List[str]) -> List[str]:
     """Rows in the order the model produced its layers (a derived tensor at its parameter's
-    place: gradients come in backward order), the rest after them in natural order."""
-    order = run.model_order
-    unknown = len(order)
-
-    def key(name):
-        layer = _layer_of(name)
-        rank = order.get(layer, order.get(name, unknown))
-        return (rank, natural_key(name))
-    return sorted(names, key=key)
+    place: gradients come in backward order), the rest after them (trials/order.py)."""
+    return run.catalog.order.by_layer(names)
 
 
 def _heatmaps(run: _Run) -> str:
@@ -378,7 +351,7 @@ def _distribution_tensors(run: _Run) -> Tuple[List[str], int]:
     """Up to MAX_DISTRIBUTIONS tensors saved whole: weights first, spread evenly through the
     model when there are more; and how many there are."""
     scalars = set(run.scalars)
-    whole = [n for n in run.names if n not in scalars and run.trial.tensor(n)._locations]
+    whole = [n for n in run.names if n not in scalars and n in run.catalog and run.catalog[n].has_value]
     weights = set(run.members("weights"))
     ranked = sorted(whole, key=lambda n: (n not in weights, n.startswith("gradient/"), natural_key(n)))
     first = [n for n in ranked if n in weights] or ranked
@@ -423,7 +396,7 @@ _SHARE_CMAP = "magma_r"
 
 def _distribution(run: _Run, name: str, title: str, ax) -> bool:
     tensor = run.trial.tensor(name)
-    steps = [g for g in tensor.steps() if g in tensor._locations]
+    steps = [g for g in tensor.steps() if tensor.has_value(g)]
     sampled = len(steps) > MAX_DISTRIBUTION_STEPS
     if sampled:
         steps = [steps[i] for i in np.linspace(0, len(steps) - 1, MAX_DISTRIBUTION_STEPS).round().astype(int)]

@@ -104,7 +104,7 @@ class StepSession:
         self.collection_manager, self.include_collections = parts.collection_manager, parts.collections.included
         self.collections, self.flight_recorder, self.recorder = parts.collections, parts.flight_recorder, parts.recorder
         self.plans, self.clock, self.inbox, self.backend = parts.plans, parts.clock, parts.inbox, parts.backend
-        self.listeners, self.writer = parts.listeners, parts.writer
+        self.listeners, self.writer, self.added_sinks = parts.listeners, parts.writer, parts.added_sinks
         self._pipeline, self._records, self._stop_poller = parts.pipeline, parts.records, parts.stop_poller
         if self.writer is not None:
             open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
@@ -415,6 +415,7 @@ class StepSession:
             if self.parts.failures.pending is not None and self.enabled:
                 self._disable_after_failure()
             self.listeners.close()  # live rules finish their reports
+            self.added_sinks.close()  # each waits boundedly (a tracker's server may hang)
             if self.recorder is not None:
                 self.recorder.close()  # after a dump in flight on a rule's thread, before the writer closes
             writer = self.writer

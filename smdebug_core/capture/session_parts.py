@@ -32,7 +32,7 @@ from .inbox import StepInbox
 from .inclusion import InclusionCheck
 from .pipeline import StepPipeline
 from .plans import StepPlans
-from .sinks import DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
+from .sinks import AddedSinks, DryRunSink, MetricLinesSink, RecorderSink, StepCountersSink, StepListeners, WriterSink
 from .step_records import StepRecordMaker
 
 logger = get_logger()
@@ -236,6 +236,7 @@ class SessionParts:
                                                                 remote_extra, a.flight_recorder, prefix_check,
                                                                 a.layout)
         self.finisher = StepFinisher(self, self._sinks())
+        self.added_sinks = AddedSinks(self.finisher.sinks)  # hook.add_sink's (W&B, MLflow): after the run's own
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self.stop_poller = None if self.dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
 

@@ -198,3 +198,26 @@ class StepListeners:
                     close()
             except Exception as exc:  # noqa: BLE001 - a listener's failure costs that listener
                 logger.warning("smdebug: step listener %r failed to close: %s", listener, exc)
+
+
+class AddedSinks:
+    """Sinks added by ``hook.add_sink`` (``smdebug.sinks.WandbSink``...): appended to the
+    session's sinks, so they see each step after the run's own; ``close()`` closes those that
+    can be, at the session's close (a sink's own close must wait boundedly)."""
+
+    def __init__(self, sinks: list):
+        self._sinks = sinks
+        self._added: list = []
+
+    def add(self, sink) -> None:
+        self._sinks.append(sink)
+        self._added.append(sink)
+
+    def close(self) -> None:
+        for sink in self._added:
+            try:
+                close = getattr(sink, "close", None)
+                if callable(close):
+                    close()
+            except Exception as exc:  # noqa: BLE001 - closing must not raise into training
+                logger.warning("smdebug: sink %r failed to close: %s", sink, exc)

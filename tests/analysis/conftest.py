@@ -26,3 +26,11 @@ def write_numpy_run(out_dir, steps=30, workers=None):
 @pytest.fixture(scope="module")
 def numpy_run(tmp_path_factory):
     return write_numpy_run(str(tmp_path_factory.mktemp("analysis") / "run"))
+
+
+@pytest.fixture(scope="module")
+def numpy_run_1034(tmp_path_factory):
+    """The same run in smdebug 1.0.34's files, for tests of how those are read."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SMDEBUG_LAYOUT", "smdebug-1.0.34")
+        return write_numpy_run(str(tmp_path_factory.mktemp("analysis") / "run"))

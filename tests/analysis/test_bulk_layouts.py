@@ -18,6 +18,10 @@ from smdebug.analysis.trials.table import COLUMNS
 from smdebug.storage.writer import RunWriter, StepData
 
 
+#: These tests are about smdebug 1.0.34's files (docs/format.md 1-3); the run store has its own.
+pytestmark = pytest.mark.usefixtures("layout_1034")
+
+
 def _tensors(step):
     return [
         ("scalar/loss", np.asarray(1.0 / (step + 1))),
@@ -44,7 +48,9 @@ def _write_run(out, train=40, evals=15):
 
 @pytest.fixture(scope="module")
 def layout_run(tmp_path_factory):
-    return _write_run(str(tmp_path_factory.mktemp("layouts") / "run"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SMDEBUG_LAYOUT", "smdebug-1.0.34")
+        return _write_run(str(tmp_path_factory.mktemp("layouts") / "run"))
 
 
 def _table(path, monkeypatch, by_layout, caplog):

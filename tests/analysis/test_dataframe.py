@@ -33,11 +33,12 @@ def test_every_row_equals_value_and_reduction_value(numpy_run):
     assert first["step"].tolist() == list(range(30))
 
 
-def test_records_of_this_projects_writers_are_decoded_in_bulk(numpy_run):
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
+def test_records_of_this_projects_writers_are_decoded_in_bulk(numpy_run_1034):
     from smdebug.storage.format.codec import _cached_metadata, _metadata_message
     from smdebug.storage.format.wire import VALUE_METADATA, length_delimited, metadata_field
 
-    trial = create_trial(numpy_run)
+    trial = create_trial(numpy_run_1034)
     df = trial.to_dataframe()
     assert trial.stats["table_records_bulk"] == len(df)
     assert trial.stats["table_records_one_by_one"] == 0
@@ -120,6 +121,7 @@ def _write(out_dir, steps, workers=("worker_0",), tensors=None):
     open(os.path.join(out_dir, "training_job_end.ts"), "w").close()
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_workers_dtypes_and_records_the_bulk_walk_leaves_to_the_decoder(tmp_path):
     """Two workers; int, bool, float16, bfloat16 (a dtype marker: decoded one by one), a
     (1,)-shaped value, (1,1) and a 3-element tensor (not a scalar: no row), a string."""
@@ -156,11 +158,12 @@ def test_workers_dtypes_and_records_the_bulk_walk_leaves_to_the_decoder(tmp_path
     assert trial.tensor("a_int").to_series().tolist() == [float(s) for s in range(6)]
 
 
-def test_a_damaged_record_costs_its_row_with_one_warning(numpy_run, tmp_path, caplog):
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
+def test_a_damaged_record_costs_its_row_with_one_warning(numpy_run_1034, tmp_path, caplog):
     import shutil
 
     out = str(tmp_path / "copy")
-    shutil.copytree(numpy_run, out)
+    shutil.copytree(numpy_run_1034, out)
     event = os.path.join(out, "events", "000000000004", "000000000004_worker_0.tfevents")
     data = bytearray(open(event, "rb").read())
     data[len(data) // 2] ^= 0xFF  # one flipped byte inside a record of step 4
@@ -198,13 +201,14 @@ def test_values_come_back_with_their_stored_shape_as_in_1034(tmp_path):
     assert trial.to_dataframe(names=["valid-logloss"])["value"].tolist() == [0.5]
 
 
-def test_reader_safety_holds_for_bulk_reads(numpy_run, tmp_path, caplog):
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
+def test_reader_safety_holds_for_bulk_reads(numpy_run_1034, tmp_path, caplog):
     """docs/reader_safety.md: a FIFO in place of an event file is refused at once (no
     wait for a writer), a link leaving the run is not followed; each costs its step's rows."""
     import shutil
 
     out = str(tmp_path / "copy")
-    shutil.copytree(numpy_run, out)
+    shutil.copytree(numpy_run_1034, out)
     fifo = os.path.join(out, "events", "000000000002", "000000000002_worker_0.tfevents")
     os.remove(fifo)
     os.mkfifo(fifo)
@@ -265,15 +269,17 @@ def test_workers_that_saved_different_steps(tmp_path):
     assert assert_rows_equal_value_api(trial, df) == 12
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 @pytest.mark.parametrize("check", [True, "none"])
-def test_every_record_check_mode_gives_the_same_rows(numpy_run, check):
-    trial = create_trial(numpy_run, check=check)
+def test_every_record_check_mode_gives_the_same_rows(numpy_run_1034, check):
+    trial = create_trial(numpy_run_1034, check=check)
     df = trial.to_dataframe()
     assert len(df) == 30 * 7 and trial.stats["table_records_one_by_one"] == 0
     assert assert_rows_equal_value_api(trial, df) == len(df)
 
 
-def test_damaged_files_never_crash_the_bulk_walk(numpy_run, tmp_path):
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
+def test_damaged_files_never_crash_the_bulk_walk(numpy_run_1034, tmp_path):
     """Flipped bytes, truncations and zeroed tails anywhere in the event files: the table
     still comes out, and every row it keeps equals what value() reads."""
     import random
@@ -281,7 +287,7 @@ def test_damaged_files_never_crash_the_bulk_walk(numpy_run, tmp_path):
 
     rng = random.Random(7)
     out = str(tmp_path / "copy")
-    shutil.copytree(numpy_run, out)
+    shutil.copytree(numpy_run_1034, out)
     events = sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(out, "events")) for f in fs)
     for path in events:
         data = bytearray(open(path, "rb").read())
@@ -301,6 +307,7 @@ def test_damaged_files_never_crash_the_bulk_walk(numpy_run, tmp_path):
     assert assert_rows_equal_value_api(trial, df) == len(df)
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_progress_bar_on_long_reads_only(tmp_path, capsys):
     out = str(tmp_path / "run")
     _write(out, 600, tensors=lambda step, worker: [("scalar/x", np.asarray(float(step)))])

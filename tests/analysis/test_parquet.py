@@ -109,6 +109,11 @@ def test_smdebug_export_format_parquet(capsys, three_workers, numpy_run, tmp_pat
 
 
 def test_without_pyarrow_the_messages_name_the_extra(three_workers, tmp_path):
+    from smdebug.storage.convert import convert
+
+    # A run store needs pyarrow to be read at all: the 1.0.34 layout's copy of the run.
+    convert(three_workers, str(tmp_path / "run_1034"), "1.0.34")
+    three_workers = str(tmp_path / "run_1034")
     code = (
         "import sys; sys.modules['pyarrow'] = None\n"
         "from smdebug.trials import create_trial\n"

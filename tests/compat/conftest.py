@@ -27,3 +27,13 @@ from compat_runner import find_original_python
 def original_python():
     """Path of the interpreter that has the original smdebug 1.0.34 installed."""
     return find_original_python()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _layout_1034_for_the_original():
+    """The original reads smdebug 1.0.34's files (docs/format.md 1-3): every run these tests
+    write for it is written in that layout, unless a test writes a run store on purpose (and
+    converts it: test_original_reads_ours.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SMDEBUG_LAYOUT", "smdebug-1.0.34")
+        yield

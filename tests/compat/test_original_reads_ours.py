@@ -122,12 +122,22 @@ def write_our_run(run_dir):
     return {"steps": steps, "values": values}
 
 
-@pytest.fixture(scope="module")
-def our_run(original_python, tmp_path_factory):
-    """(run dir, what we wrote, what the original reads in it)."""
+@pytest.fixture(scope="module", params=["written", "converted"])
+def our_run(original_python, tmp_path_factory, request):
+    """(run dir, what we wrote, what the original reads in it): the run written in the 1.0.34
+    layout, or written as a run store and converted (``smdebug convert --to 1.0.34``)."""
     work = tmp_path_factory.mktemp("ours_for_original")
     run_dir = work / "run"
-    wrote = write_our_run(str(run_dir))
+    if request.param == "written":
+        wrote = write_our_run(str(run_dir))
+    else:
+        from smdebug.storage.convert import convert
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SMDEBUG_LAYOUT", "store")
+            wrote = write_our_run(str(work / "store_run"))
+        assert os.path.isdir(work / "store_run" / "store")
+        convert(str(work / "store_run"), str(run_dir), "1.0.34")
     dump = work / "original_reads.json"
     run_original(original_python, "original_dump_trial.py", run_dir, dump, cwd=work)
     return str(run_dir), wrote, load_json(dump)

@@ -337,6 +337,7 @@ class TrippingProxy:
             self._stop()
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_a_store_stopped_between_a_steps_event_and_index_keeps_every_step_whole(tmp_path, monkeypatch,
                                                                                  smdebug_warnings):
     pytest.importorskip("moto.server", reason="needs moto[server] (tox core env)")

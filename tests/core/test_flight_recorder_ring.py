@@ -192,6 +192,7 @@ def test_a_failing_recorder_costs_the_recorder_not_the_run(tmp_path, monkeypatch
     assert smd.create_trial(run_dir).tensor("w").steps() == [0, 1]
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_a_fire_from_another_thread_never_lands_between_keeping_a_step_and_writing_its_scalars(tmp_path, caplog):
     """A rule's dump (another thread) that comes while a kept step is being finished waits for
     its scalars to reach the writer: each step's scalar is filed once, none is dropped."""

@@ -24,6 +24,7 @@ def run_phases(hook, phases, record):
     hook.close()
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_format_example_steps_and_modes(tmp_path):
     """docs/format.md 1.1: TRAIN 4 steps, EVAL 3, TRAIN 2, save_interval 2."""
     hook = smd.Hook(out_dir=tmp_path / "run", save_config=smd.SaveConfig(save_interval=2), save_all=True)

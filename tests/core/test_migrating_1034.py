@@ -24,6 +24,10 @@ from smdebug.save_config import SaveConfig, SaveConfigMode
 from smdebug.trials import LocalTrial, create_trial
 
 
+#: These tests are about smdebug 1.0.34's files (docs/format.md 1-3); the run store has its own.
+pytestmark = pytest.mark.usefixtures("layout_1034")
+
+
 def train(out_dir, steps, close=True, **hook_args):
     """A custom loop with the numpy hook: a weight and a loss saved every step."""
     hook = smd.Hook(out_dir=str(out_dir), save_config=smd.SaveConfig(save_interval=1),

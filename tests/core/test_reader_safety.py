@@ -23,7 +23,9 @@ from smdebug.trials import create_trial
 from smdebug.storage.writer import RunWriter, StepData
 
 TRAIN = ModeKeys.TRAIN
-pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs and symbolic links")
+# About smdebug 1.0.34's files (the run store's limits: tests/analysis/test_store_reader.py).
+pytestmark = [pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs and symbolic links"),
+              pytest.mark.usefixtures("layout_1034")]
 
 
 @pytest.fixture(autouse=True, params=["fast", "portable"])

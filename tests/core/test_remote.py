@@ -99,6 +99,7 @@ def test_s3_run_has_the_local_layout_and_reads_back(endpoint, bucket, tmp_path):
     assert _spool_left(tmp_path) == (None, [])  # everything uploaded: the spool is removed
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_each_object_is_uploaded_once_bytes_up_equal_bytes_written(endpoint, bucket):
     hook = smd.Hook(out_dir=f"s3://{bucket}/once", save_config=smd.SaveConfig(save_interval=1))
     _train(hook, 12)
@@ -145,6 +146,7 @@ def test_live_run_refreshes_by_listing_after_the_last_step(endpoint, bucket):
     np.testing.assert_array_equal(trial.tensor("w").value(4), np.arange(4, dtype=np.float32) * 4)
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_reading_one_tensor_fetches_a_range_not_the_event_object(endpoint, bucket):
     url = f"s3://{bucket}/ranged"
     hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
@@ -219,6 +221,7 @@ def test_endpoint_stopped_mid_run_and_started_again(endpoint, bucket, tmp_path, 
     assert _spool_left(tmp_path)[1] == []
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_endpoint_gone_for_good_leaves_the_spool_and_the_sync_command(endpoint, bucket, tmp_path, caplog,
                                                                     monkeypatch, capsys):
     monkeypatch.setenv("SMDEBUG_UPLOAD_RETRY_BUDGET", "1")
@@ -246,6 +249,7 @@ def test_endpoint_gone_for_good_leaves_the_spool_and_the_sync_command(endpoint, 
     assert _spool_left(tmp_path)[1] == []
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_a_prefix_holding_a_run_is_checked_before_the_first_upload_when_the_store_was_down(
         endpoint, bucket, tmp_path, caplog, monkeypatch):
     # Run A ends in the prefix; run B starts there while the store is down, so the hook
@@ -311,6 +315,7 @@ def test_opening_urls_that_hold_no_run(endpoint, bucket):
             use("nosuchscheme://b/run")
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_hostile_objects_get_the_named_errors(endpoint, bucket, monkeypatch, caplog):
     url = f"s3://{bucket}/hostile"
     hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
@@ -358,6 +363,7 @@ def test_rules_cli_reads_a_run_on_s3(endpoint, bucket, capsys):
     assert "nosuchscheme" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_reading_every_tensor_costs_one_get_per_event_object(endpoint, bucket):
     url = f"s3://{bucket}/every"
     hook = smd.Hook(out_dir=url, save_config=smd.SaveConfig(save_interval=1))
@@ -488,6 +494,7 @@ def test_endpoint_and_credentials_from_an_aws_profile(endpoint, bucket, tmp_path
     assert create_trial(url).steps() == [0, 1, 2]
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_uploads_run_in_a_process_of_their_own_and_outlive_a_killed_training_process(endpoint, bucket, tmp_path):
     """The uploader is a child process (the training process keeps its GIL). A training
     process killed without close(): the child sees its pipe close and uploads every step

@@ -134,6 +134,7 @@ def test_original_style_rule_reading_base_trial_works(run):
         rule.invoke(4)
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_required_tensors_are_read_in_one_batch_per_step(tmp_path):
     names = [f"gradient/layer{i}.weight" for i in range(20)]
 
@@ -429,6 +430,7 @@ def test_cli_as_module_in_a_real_process(run):
     assert listing.returncode == 0 and "TreeDepth" in listing.stdout and "depth=6" in listing.stdout
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_a_step_whose_files_cannot_be_read_is_skipped_and_the_rest_evaluated(tmp_path, capsys):
     out = str(tmp_path / "run")
     hook = smd.Hook(out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"])

@@ -19,7 +19,6 @@ pq = pytest.importorskip("pyarrow.parquet")
 from smdebug.modes import ModeKeys  # noqa: E402
 from smdebug.storage import store_rows  # noqa: E402
 from smdebug.storage.convert import convert  # noqa: E402
-from smdebug.storage.format import store  # noqa: E402
 from smdebug.storage.step_data import ScalarRun, StepData  # noqa: E402
 from smdebug.storage.writer import RunWriter  # noqa: E402
 
@@ -231,3 +230,16 @@ def test_convert_both_ways_keeps_every_value(tmp_path):
         assert sorted(x.select(keep).to_pylist(), key=key) == sorted(y.select(keep).to_pylist(), key=key)
     with pytest.raises(Exception, match="already in the 'store' layout"):
         convert(back, str(tmp_path / "again"), "store")
+
+
+def test_workers_writing_one_run_at_once_and_flush_makes_steps_readable(tmp_path):
+    writers = [RunWriter(str(tmp_path), f"worker_{r}", run_layout="store") for r in range(4)]
+    for step in range(3):
+        for r, w in enumerate(writers):
+            w.submit(_step(step, f"worker_{r}"), publish=True)
+    for r, w in enumerate(writers):
+        assert w.flush() and w.failed is None
+        # flush() returns once what it flushed is readable: no polling
+        assert sorted(set(_rows(str(tmp_path), f"worker_{r}")[0].column("step").to_pylist())) == [0, 1, 2]
+    assert all(w.close() for w in writers)
+    assert store_rows.local_workers(str(tmp_path)) == [f"worker_{r}" for r in range(4)]

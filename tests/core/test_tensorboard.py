@@ -94,6 +94,7 @@ def test_tensorboard_files_are_valid_and_complete(run):
             assert values["weights/bf16"].histo.sum == 2.0
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_event_files_fail_tensorboards_crc_check_and_tb_files_pass(run):
     # docs/format.md 2.1: TensorBoard's reader is the footer oracle. events/ files carry smdebug's constant footer.
     out, tb_dir, _ = run

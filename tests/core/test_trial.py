@@ -173,6 +173,7 @@ def test_global_mode_data_is_keyed_by_global_step(tmp_path):
 
 
 # ----------------------------------------------------------------------------- values
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_values_read_each_event_file_once(example_run):
     trial = create_trial(example_run)
     weight = trial.tensor("fc.weight")
@@ -200,6 +201,7 @@ def test_cache_keeps_values(tmp_path):
     assert (trial.stats["event_file_opens"], trial.stats["event_reads"]) == (opens, reads)
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_values_of_many_records_in_one_file_use_one_read(tmp_path):
     run = tmp_path / "run"
     write_run(
@@ -286,6 +288,7 @@ def test_incomplete_step_window_gives_up_on_stragglers(tmp_path, monkeypatch, va
     assert trial.has_passed_step(7) is StepState.NOT_YET_AVAILABLE
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_incremental_refresh_reads_only_new_index_files(tmp_path):
     run = tmp_path / "run"
     writer = RunWriter(str(run), "worker_0")
@@ -354,6 +357,7 @@ def test_create_trial_arguments(example_run, tmp_path, monkeypatch):
         create_trial()
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_range_steps_limits_what_is_loaded(example_run):
     trial = create_trial(example_run, range_steps=(2, 7))
     assert trial.steps() == [2, 4, 6]
@@ -423,6 +427,7 @@ def test_corrupt_collections_file(tmp_path):
 
 
 # ----------------------------------------------------------------------------- corrupt data
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_corrupt_index_file_is_skipped_with_one_warning_naming_it(example_run, caplog):
     path = os.path.join(example_run, *index_file_relpath(4, "worker_0").split("/"))
     with open(path, "wb") as f:
@@ -437,6 +442,7 @@ def test_corrupt_index_file_is_skipped_with_one_warning_naming_it(example_run, c
     assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_corrupt_index_file_during_a_live_run_is_reported_once(tmp_path, caplog):
     run = tmp_path / "run"
     write_run(run, train_steps([0, 1]), end=False)
@@ -451,6 +457,7 @@ def test_corrupt_index_file_during_a_live_run_is_reported_once(tmp_path, caplog)
     assert len(warnings) == 1 and "000000000002_worker_0.json" in warnings[0]
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_corrupt_event_payload_is_caught_by_the_index_crc(example_run):
     trial = create_trial(example_run)
     location = trial.tensor("fc.bias")._locations[6]["worker_0"]
@@ -470,6 +477,7 @@ def test_corrupt_event_payload_is_caught_by_the_index_crc(example_run):
     np.testing.assert_array_equal(create_trial(example_run).tensor("fc.weight").value(6), fill(6))
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_truncated_event_file(example_run):
     path = os.path.join(example_run, *event_file_relpath(2, "worker_0").split("/"))
     with open(path, "r+b") as f:
@@ -481,6 +489,7 @@ def test_truncated_event_file(example_run):
         trial.tensor("fc.weight").values()
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_index_pointing_at_another_record_is_detected(example_run):
     def swap(doc):
         a, b = doc["tensor_payload"][0], doc["tensor_payload"][1]
@@ -492,6 +501,7 @@ def test_index_pointing_at_another_record_is_detected(example_run):
         create_trial(example_run).tensor("fc.weight").value(0)
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_index_without_crcs_reads_like_the_original_format(example_run):
     def drop_crcs(doc):
         for entry in doc["tensor_payload"]:
@@ -501,6 +511,7 @@ def test_index_without_crcs_reads_like_the_original_format(example_run):
     np.testing.assert_array_equal(create_trial(example_run).tensor("fc.weight").value(2), fill(2))
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_missing_event_file_after_training_end(example_run):
     os.remove(os.path.join(example_run, *event_file_relpath(4, "worker_0").split("/")))
     trial = create_trial(example_run)
@@ -512,6 +523,7 @@ def test_missing_event_file_after_training_end(example_run):
         trial.tensor("fc.weight").value(4)
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_missing_event_file_of_a_running_job_waits_boundedly(tmp_path):
     run = tmp_path / "run"
     write_run(run, train_steps([0, 1]), end=False)
@@ -617,6 +629,7 @@ def test_reductions_saved_and_computed(tmp_path):
     assert reduced_only.values() == {}
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_shape_only_entries_and_shape_next_to_a_value(tmp_path):
     run = tmp_path / "run"
 

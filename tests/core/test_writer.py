@@ -20,6 +20,9 @@ from smdebug.storage.writer import RunWriter, StepData
 from smdebug.storage.writer import run_writer as run_writer_module
 from smdebug.storage.writer import step_sink as step_sink_module
 
+#: These tests are about smdebug 1.0.34's files (docs/format.md 1-3); the run store has its own.
+pytestmark = pytest.mark.usefixtures("layout_1034")
+
 # The writer's modules log under their own names, all below this one.
 WRITER_LOGGER = "smdebug.storage.writer"
 COLLECTIONS = b'{"collections": {}, "_meta": {"num_workers": 1}}'
@@ -120,7 +123,7 @@ def _write_run(out, steps, one_record_at_a_time, monkeypatch):
     """Write ``steps`` [(global step, mode, mode step, [tensor lists submitted for it])]."""
     if one_record_at_a_time:
         monkeypatch.setattr(step_sink_module, "_LAYOUT_MIN_RECORDS", 10**9)
-    writer = RunWriter(out, "worker_0")
+    writer = RunWriter(out, "worker_0", run_layout="smdebug-1.0.34")  # undo() below drops the module's pin
     for global_step, mode, mode_step, pieces in steps:
         for tensors in pieces:
             writer.submit(_step(global_step, mode, mode_step, tensors=tensors, wall_time=1.5 + global_step))

@@ -13,6 +13,7 @@ commit)::
     python tests/golden/golden_runs.py pytorch > tests/golden/pytorch.json
     python tests/golden/golden_runs.py numpy > tests/golden/numpy.json
     python tests/golden/golden_runs.py xgboost > tests/golden/xgboost.json   (an env with xgboost)
+    python tests/golden/golden_runs.py numpy store > tests/golden/numpy.store.json   (the run store's rows)
 
 The PyTorch and numpy digests were recorded before the step pipeline replaced the capture
 path (issue 18) and have changed only where a change of the files was intended (issue 25:
@@ -58,7 +59,9 @@ def digest(out_dir: str) -> dict:
                 continue
             with open(path, "rb") as handle:
                 data = handle.read()
-            if rel.endswith(".tfevents"):
+            if rel.endswith(".parquet"):  # the run store (docs/format.md 10): rows, wall times aside
+                files[rel] = _store_rows(path)
+            elif rel.endswith((".tfevents", ".events")):
                 records = []
                 for payload in iter_records(data):
                     payload = bytes(payload)
@@ -79,6 +82,24 @@ def digest(out_dir: str) -> dict:
     return files
 
 
+def _store_rows(path: str) -> list:
+    """A run store file's rows as ``[key, value]``: a statistics row's value is its number
+    (compared like a reduction record's when it is a reduction), a tensors row's is its columns."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for row in pq.read_table(path).to_pylist():
+        row.pop("wall_time", None)
+        row.pop("crc32c", None)  # of a payload that holds the wall time
+        if "value" in row:
+            value = row.pop("value")
+            key = "|".join(str(row[k]) for k in ("step", "mode", "mode_step", "tensor", "reduction", "dtype", "ndim"))
+            rows.append([(REDUCTION_PREFIX if row["reduction"] else "") + key, value])
+        else:
+            rows.append([f"{row['step']}|{row['tensor']}", json.dumps(row, sort_keys=True)])
+    return rows
+
+
 def compare(expected: dict, actual: dict) -> list:
     """Differences between two digests, as readable lines (empty: the same files)."""
     problems = []
@@ -87,13 +108,16 @@ def compare(expected: dict, actual: dict) -> list:
                         f"only actual {sorted(set(actual) - set(expected))[:5]}")
     for rel in sorted(set(expected) & set(actual)):
         want, got = expected[rel], actual[rel]
-        if rel.endswith(".tfevents"):
+        if rel.endswith((".tfevents", ".events", ".parquet")):
             if [t for t, _ in want] != [t for t, _ in got]:
                 problems.append(f"{rel}: record tags/order differ: {[t for t, _ in want][:6]} vs "
                                 f"{[t for t, _ in got][:6]}")
                 continue
             for (tag, a), (_, b) in zip(want, got):
-                if isinstance(a, float):
+                if isinstance(a, float) and not tag.startswith(REDUCTION_PREFIX):
+                    if not (a == b or (math.isnan(a) and math.isnan(b))):
+                        problems.append(f"{rel}: {tag} = {b!r}, expected {a!r}")
+                elif isinstance(a, float):
                     if not (math.isclose(a, b, rel_tol=REDUCTION_RTOL, abs_tol=1e-12)
                             or (math.isnan(a) and math.isnan(b))):
                         problems.append(f"{rel}: {tag} = {b!r}, expected {a!r}")
@@ -179,20 +203,38 @@ def run_xgboost(out_dir: str) -> None:
 RUNS = {"pytorch": run_pytorch, "numpy": run_numpy, "xgboost": run_xgboost}
 
 
-def check(name: str, out_dir: str) -> list:
-    """Run ``name`` into ``out_dir``; the differences from its golden file (empty: none)."""
-    RUNS[name](out_dir)
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.json")) as handle:
+def _golden_file(name: str, layout: str) -> str:
+    suffix = "" if layout == "smdebug-1.0.34" else f".{layout}"
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}{suffix}.json")
+
+
+def _run(name: str, out_dir: str, layout: str) -> None:
+    saved = os.environ.get("SMDEBUG_LAYOUT")
+    os.environ["SMDEBUG_LAYOUT"] = layout
+    try:
+        RUNS[name](out_dir)
+    finally:
+        if saved is None:
+            os.environ.pop("SMDEBUG_LAYOUT")
+        else:
+            os.environ["SMDEBUG_LAYOUT"] = saved
+
+
+def check(name: str, out_dir: str, layout: str = "smdebug-1.0.34") -> list:
+    """Run ``name`` into ``out_dir`` in ``layout``; the differences from its golden file
+    (``<name>.json`` for smdebug-1.0.34, ``<name>.store.json`` for the run store; empty: none)."""
+    _run(name, out_dir, layout)
+    with open(_golden_file(name, layout)) as handle:
         return compare(json.load(handle), digest(out_dir))
 
 
 def main(argv):
     import tempfile
 
-    (name,) = argv
+    name, *layout = argv
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = os.path.join(tmp, "run")
-        RUNS[name](out_dir)
+        _run(name, out_dir, layout[0] if layout else "smdebug-1.0.34")
         json.dump(digest(out_dir), sys.stdout, indent=0, sort_keys=True)
         sys.stdout.write("\n")
 

@@ -270,15 +270,18 @@ def test_full_tensors_reassembled_by_the_trial_equal_full_tensor(runs, scenario)
         np.testing.assert_array_equal(piece.astype(np.float64), full["0|Sequential_0.weight"][2:])
 
 
-def test_full_tensor_pieces_leave_the_index_readable_as_before(runs):
-    """The placement is an extra top-level key of the index: entries and shapes are unchanged."""
-    index_dir = runs / "full_all" / "index" / "000000000"
-    with open(index_dir / "000000000000_worker_1.json") as f:
-        document = json.load(f)
-    assert set(document) == {"meta", "tensor_payload", "shape_payload", "shard_placements"}
-    assert document["shard_placements"]["Sequential_0.weight"] == {
+def test_full_tensor_pieces_carry_their_placement_in_the_run_store(runs):
+    """Each piece is a record of its worker's chunk whose tensors row holds its placement
+    (docs/format.md 10.3); a piece of one element stays a record too."""
+    from smdebug.storage import store_rows
+
+    _, tensors = store_rows.local_segments(str(runs / "full_all"), "worker_1").all_rows()
+    rows = [r for r in tensors.to_pylist() if r["step"] == 0]
+    by_name = {r["tensor"]: r for r in rows}
+    assert json.loads(by_name["Sequential_0.weight"]["placement"]) == {
         "global_shape": [3, 5], "local_shape": [1, 5], "offsets": [2, 0]}
-    assert [e["tensorname"] for e in document["tensor_payload"]][:2] == ["Sequential_0.weight", "Sequential_0.bias"]
+    assert by_name["Sequential_0.bias"]["shape"] == [1] and by_name["Sequential_0.bias"]["placement"]
+    assert [r["tensor"] for r in rows][:2] == ["Sequential_0.weight", "Sequential_0.bias"]
 
 
 def test_fsdp1_use_orig_params_reductions_are_those_of_the_full_tensor(runs):

@@ -17,3 +17,4 @@ import golden_runs
 
 def test_pytorch_run_writes_the_golden_files(tmp_path):
     assert golden_runs.check("pytorch", str(tmp_path / "run")) == []
+

@@ -83,7 +83,7 @@ def test_chief_starting_after_another_worker_wrote_steps_joins_the_run(tmp_path)
     worker_1 = start_worker(1, run, 2, tmp_path / "worker_1_wrote", tmp_path / "chief_wrote")
     try:
         wait_for_file(tmp_path / "worker_1_wrote", worker_1)  # worker 1's steps are on disk
-        assert os.listdir(run / "index" / "000000000")
+        assert os.listdir(run / "store" / "live" / "worker=worker_1")  # its steps, in its live segment
         chief = start_worker(0, run, 3, tmp_path / "chief_wrote")
         _, chief_err = chief.communicate(timeout=120)
         _, worker_err = worker_1.communicate(timeout=120)
@@ -170,11 +170,11 @@ def test_overwrite_on_s3_keeps_what_a_worker_of_this_job_uploaded_first(tmp_path
         def worker_1_uploaded():
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                keys = [o["Key"] for o in s3.list_objects_v2(Bucket="jobs", Prefix="run/index/").get("Contents", [])]
-                if sum("worker_1" in k for k in keys) >= 2:
+                prefix = "run/store/statistics/worker=worker_1/"  # its flush sealed its segment
+                if s3.list_objects_v2(Bucket="jobs", Prefix=prefix).get("Contents"):
                     return
                 time.sleep(0.1)
-            raise AssertionError("worker 1's index objects were not uploaded")
+            raise AssertionError("worker 1's segment was not uploaded")
 
         _join_with_overwrite(url, tmp_path, worker_1_uploaded)
         _check_new_run_only(create_trial(url, wait_timeout=5))

@@ -40,8 +40,9 @@ def test_out_dir_removed_mid_run(run_dir, caplog, smdebug_warnings):
 
 def test_write_error_injected(run_dir, caplog, smdebug_warnings):
     hook, model, loss_fn = start(run_dir)
-    with open(os.path.join(run_dir, "events"), "w"):  # events/ cannot be created: every write fails
-        pass
+    for folder in ("events", "store"):  # neither layout's folder can be created: every write fails
+        with open(os.path.join(run_dir, folder), "w"):
+            pass
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         train(model, loss_fn, batches(4))
         hook.close()

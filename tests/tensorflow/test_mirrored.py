@@ -40,7 +40,8 @@ def test_fit_saves_the_chief_replica_under_its_device_name(tmp_path, strategy):
 
     # docs/format.md 1.2: the worker is the serialized device; file names get a double underscore.
     assert os.listdir(out / "collections" / "000000000") == [f"{CHIEF}_collections.json"]
-    assert sorted(os.listdir(out / "index" / "000000000")) == [f"{s:012d}_{CHIEF}.json" for s in (0, 1)]
+    # docs/format.md 10.1: the run store's partition folder holds the serialized device name too.
+    assert os.listdir(out / "store" / "tensors") == [f"worker={CHIEF}"]
     trial = create_trial(str(out))
     assert trial.steps() == [0, 1]
     assert trial.workers() == ["/job:localhost/replica:0/task:0/device:CPU:0"]

@@ -15,6 +15,7 @@ import smdebug.xgboost as smd
 from smdebug.trials import create_trial
 
 
+@pytest.mark.usefixtures("layout_1034")  # about smdebug 1.0.34's files
 def test_xgboost_run_dataframe_matches_value_api(run_dir, train):
     hook = smd.Hook(run_dir, include_collections=["metrics", "hyperparameters", "feature_importance"],
                     save_config=smd.SaveConfig(save_interval=5),

@@ -17,7 +17,8 @@ from ...collections import UPDATE_PREFIX
 from . import _params as P
 from .actions import DumpFlightRecorder
 from .builtin_training import _read_losses, _split_by_series, loss_names, loss_requirements
-from .culprit import culprit, forward_rank
+from ..trials.health import weight_update_ratio
+from .culprit import culprit
 from .findings import TRAINING_MODES
 from .rule import DATA_MISSING, Rule
 
@@ -120,7 +121,7 @@ class LossSpike(Rule):
         view = self.view
         for name in view.tensor_names(collection="gradients", regex=(f"^{UPDATE_PREFIX}",)):
             try:
-                out[name] = _l2(view, name)
+                out[name] = view.l2(name)
             except DATA_MISSING:
                 continue
         return out
@@ -130,25 +131,20 @@ class LossSpike(Rule):
         the spike: read back from the run, or the live history."""
         if self.live:
             return [(s, dict(v)) for s, v in self._live_norms if s <= spike_step]
-        trial = getattr(self.view, "trial", None)
-        if trial is None:
-            return []
-        steps = [s for s in trial.steps(mode=ModeKeys.TRAIN) or trial.steps()
+        view = self.view
+        steps = [s for s in view.run_steps(ModeKeys.TRAIN) or view.run_steps()
                  if spike_step - self.window - self.lookback - 1 <= s <= spike_step]
-        names = trial.tensor_names(collection="gradients") if "gradients" in trial.collections() else []
-        updates = trial.tensor_names(regex=f"^{UPDATE_PREFIX}")
-        weights = [] if updates or "weights" not in trial.collections() else \
-            [n for n in trial.tensor_names(collection="weights") if not n.startswith(UPDATE_PREFIX)]
+        names = view.run_tensor_names(collection="gradients")
+        updates = view.run_tensor_names(regex=f"^{UPDATE_PREFIX}")
+        weights = [] if updates else \
+            [n for n in view.run_tensor_names(collection="weights") if not n.startswith(UPDATE_PREFIX)]
         out = []
         for s in steps:
+            at = view.at_step(s)
             values: Dict[str, object] = {}
             for name in names + updates + weights:
-                tensor = trial.tensor(name)
                 try:
-                    if name in weights:
-                        values[name] = np.asarray(tensor.value(s), dtype=np.float64)
-                    else:
-                        values[name] = _trial_l2(tensor, s)
+                    values[name] = np.asarray(at.value(name), dtype=np.float64) if name in weights else at.l2(name)
                 except DATA_MISSING:
                     continue
             out.append((s, values))
@@ -166,8 +162,7 @@ class LossSpike(Rule):
                     if i + 1 < len(history) and name in history[i + 1][1]:
                         after = history[i + 1][1][name]
                         if isinstance(after, np.ndarray) and after.shape == value.shape:
-                            ratio = float(np.linalg.norm((after - value).ravel())) / (
-                                float(np.linalg.norm(value.ravel())) + 1e-12)
+                            ratio = weight_update_ratio(value, after, 1e-12)
                             series.setdefault(f"update of {name}", []).append((step, ratio))
                     continue
                 series.setdefault(name, []).append((step, float(value)))
@@ -185,26 +180,12 @@ class LossSpike(Rule):
             return None
         earliest = min(step for step, _, _ in jumps)
         at_first = [(jump, name) for step, jump, name in jumps if step == earliest]
-        jump, name = max(at_first, key=lambda jn: (jn[0], [-x if isinstance(x, int) else 0
-                                                          for x in forward_rank(jn[1])[1]]))
+        order = self.view.model_order()  # the largest jump; of equal ones, the first in model order
+        jump, name = min(at_first, key=lambda jn: (-jn[0], order.key(jn[1].replace("update of ", ""))))
         tensor = name.replace("update of ", "")
         what = "update ratio" if name.startswith("update of ") or name.startswith(UPDATE_PREFIX) else "gradient norm"
         return culprit(tensor, earliest, jump=jump,
                        why=f"its {what} jumped {jump:.3g}x its median at step {earliest}")
-
-
-def _l2(view, name: str) -> float:
-    try:
-        return float(np.linalg.norm(np.asarray(view.value(name), dtype=np.float64).ravel()))
-    except DATA_MISSING:
-        return view.reduction(name, "l2")
-
-
-def _trial_l2(tensor, step: int) -> float:
-    try:
-        return float(tensor.reduction_value(step, "l2"))
-    except DATA_MISSING:
-        return float(np.linalg.norm(np.asarray(tensor.value(step), dtype=np.float64).ravel()))
 
 
 __all__ = ["LossSpike"]

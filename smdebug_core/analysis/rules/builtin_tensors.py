@@ -22,7 +22,9 @@ from ...reductions import NAN_WHEN_UNDEFINED
 from . import _params as P
 from .findings import (MAX_DETAILS, MAX_LISTED, TRAINING_MODES, count, details, earliest, listing, note_found,
                        numeric)
-from .culprit import culprit, first_in_forward_order, forward_rank, in_forward_order, layer_of
+from ..trials.health import update_ratio, weight_update_ratio
+from ..trials.order import layer_of
+from .culprit import culprit
 from .rule import DATA_MISSING, Rule
 from .views import SAVED_REDUCTIONS, VALUE, Required
 
@@ -87,10 +89,11 @@ class VanishingGradient(Rule):
                 small[name] = value
         if small:
             first = earliest(self, small)
-            layers = ", ".join(dict.fromkeys(layer_of(n) for n in in_forward_order(small)))
+            in_order = self.view.model_order().sorted(small)
+            layers = ", ".join(dict.fromkeys(layer_of(n) for n in in_order))
             self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g} (layers "
                       f"{layers}): {listing(small)}", measure=min(small.values()), tensors=details(small),
-                      layers=list(dict.fromkeys(layer_of(n) for n in in_forward_order(small))),
+                      layers=list(dict.fromkeys(layer_of(n) for n in in_order)),
                       culprit=culprit(first, self.streak_start(first, True), value=small[first]))
         return bool(small)
 
@@ -173,15 +176,11 @@ class ExplodingTensor(_SelectionRule):
 
     def _first_nonfinite(self, bad: Dict[str, str]) -> dict:
         """Where the first non-finite value appeared: the flight recorder's module when it fired
-        here, else the tensor that went bad first, first in forward order (see culprit.py)."""
+        here, else the tensor that went bad first, first in model order (trials/order.py)."""
         first_step = min(self.streak_start(n, True) for n in bad)
-        name = first_in_forward_order(n for n in bad if self.streak_start(n, True) == first_step)
+        name = self.view.model_order().first(n for n in bad if self.streak_start(n, True) == first_step)
         found = culprit(name, first_step, what=bad[name])
-        trial = getattr(self.view, "trial", None)
-        try:
-            marker = trial.flight_recorder_trigger() if trial is not None else None
-        except (OSError, ValueError):
-            marker = None
+        marker = self.view.flight_recorder_trigger()
         where = (marker or {}).get("first_nonfinite") if (marker or {}).get("trigger") == "nonfinite" else None
         if isinstance(where, dict) and where.get("module") and marker.get("global_step") == first_step:
             found.update(layer=str(where["module"]), why=f"flight recorder: {where.get('phase', '')} "
@@ -395,12 +394,6 @@ class WeightUpdateRatio(Rule):
         return [Required(collections="weights", first_of=(VALUE, SAVED_REDUCTIONS)),
                 Required(regex=(f"^{UPDATE_PREFIX}",), first_of=(VALUE, SAVED_REDUCTIONS))]
 
-    def _norm(self, name: str) -> float:
-        try:
-            return float(np.linalg.norm(np.asarray(self.view.value(name), dtype=np.float64).ravel()))
-        except DATA_MISSING:
-            return self.view.reduction(name, "l2")
-
     def ratios(self) -> Dict[str, float]:
         """This step's update/weight ratio of every weight the run lets it compute."""
         view, step = self.view, self.view.step
@@ -415,7 +408,7 @@ class WeightUpdateRatio(Rule):
             update = UPDATE_PREFIX + name
             if update in present:
                 try:
-                    out[name] = self._norm(update) / (self._norm(name) + self.epsilon)
+                    out[name] = update_ratio(view.l2(update), view.l2(name), self.epsilon)
                     self.update_step[name] = step
                 except DATA_MISSING:
                     self.unavailable()
@@ -437,8 +430,7 @@ class WeightUpdateRatio(Rule):
                 continue
             if self.num_steps is not None and previous[0] < step - self.num_steps:
                 continue
-            update_norm = float(np.linalg.norm((current - previous[1]).ravel()))
-            out[name] = update_norm / (float(np.linalg.norm(previous[1].ravel())) + self.epsilon)
+            out[name] = weight_update_ratio(previous[1], current, self.epsilon)
             # The change from p to s is the update made at step p (weights are saved before the update).
             self.update_step[name] = previous[0]
         return out
@@ -452,7 +444,8 @@ class WeightUpdateRatio(Rule):
             if self.streak_start(name, True) == step:
                 self._origin[name] = self.update_step.get(name, step)
         if out:
-            first = min(out, key=lambda n: (self._origin[n], forward_rank(n)))
+            order = self.view.model_order()
+            first = min(out, key=lambda n: (self._origin[n], order.key(n)))
             self.note(f"update/weight ratio outside [{self.small_threshold:g}, {self.large_threshold:g}] in "
                       f"{count(len(out), 'weight')}: {listing(out)}", ratios=details(out),
                       culprit=culprit(first, self._origin[first], ratio=out[first]))

@@ -7,7 +7,6 @@ from typing import Dict, Optional
 import numpy as np
 
 from ...modes import ModeKeys
-from .culprit import forward_rank
 from .rule import DATA_MISSING
 
 MAX_LISTED = 5
@@ -40,8 +39,9 @@ def note_found(rule, finding: str, noun: str, found: Dict[str, object], key: str
 
 def earliest(rule, found: Dict[str, object]) -> str:
     """Of the tensors where a condition holds, the one where it started first (earliest
-    streak), the first in forward order among those."""
-    return min(found, key=lambda n: (rule.streak_start(n, True), forward_rank(n)))
+    streak), the first in the run's model order among those."""
+    order = rule.view.model_order()
+    return min(found, key=lambda n: (rule.streak_start(n, True), order.key(n)))
 
 
 def numeric(array: np.ndarray) -> Optional[np.ndarray]:

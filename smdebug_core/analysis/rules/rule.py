@@ -233,23 +233,16 @@ class Rule:
         """Why a step has no ``what``: saved at other steps (how often), or not saved at all.
 
         Only a rule reading a saved run can tell (a live rule sees one step at a time)."""
-        trial = getattr(self.view, "trial", None)
-        names: List[str] = []
-        if trial is not None:
-            try:
-                names = trial.tensor_names(collection=collection, regex=regex) if collection or regex else []
-            except (KeyError, ValueError):
-                names = []
-        if not names:
+        view = self.view
+        names = view.run_tensor_names(collection=collection, regex=regex) if view is not None else []
+        catalog = view.catalog() if names else None
+        if catalog is None or names[0] not in catalog:
             return f"no {what} saved in this run (is the collection included?)"
-        tensor = trial.tensor(names[0])
         parts = []
-        for mode in trial.modes():
-            steps = tensor.steps(mode=mode)
-            if steps:
-                gaps = sorted({b - a for a, b in zip(steps, steps[1:])})
-                every = f", every {gaps[0]}" if len(gaps) == 1 and gaps[0] > 1 else ""
-                parts.append(f"{len(steps)} {mode.name} steps{every}")
+        for mode, saved in catalog[names[0]].saved.items():
+            if mode is not ModeKeys.GLOBAL:
+                every = f", every {saved.interval}" if saved.regular and saved.interval > 1 else ""
+                parts.append(f"{saved.count} {mode.name} steps{every}")
         return f"{what} saved at other steps ({', '.join(parts)}; e.g. {names[0]})"
 
     def unavailable(self, count: int = 1) -> None:

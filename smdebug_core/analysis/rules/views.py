@@ -30,6 +30,8 @@ from ...exceptions import (
 from ...logger import get_logger
 from ...modes import ModeKeys
 from ...reductions import NORMS, REDUCTIONS, reduce
+from ..trials.health import l2_norm
+from ..trials.order import BY_NAME, ModelOrder
 
 logger = get_logger("smdebug.rules")
 
@@ -237,8 +239,44 @@ class StepView:
             return self.reduction(name, "mean")
         return _reduce(array, name, self, ("mean", False), None)
 
+    def l2(self, name: str) -> float:
+        """``name``'s L2 norm at this step: of its value where the step holds it (in float64),
+        else its saved ``l2`` reduction (the one definition, smdebug.analysis.trials.health)."""
+        try:
+            return l2_norm(self.value(name))
+        except TensorUnavailableForStep:
+            return _to_float(self.reduction(name, "l2"))
+
     def prefetch(self, requirements: Iterable[Required]) -> None:
         """Fetch what ``requirements`` select, in one batch where the storage allows it."""
+
+    # --- the run around the step (a saved run; a live rule sees one step: these say so) ------
+    def catalog(self):
+        """The run's :class:`~smdebug.analysis.trials.catalog.Catalog` (what each tensor saved,
+        how often); None for a live rule."""
+        return None
+
+    def model_order(self) -> ModelOrder:
+        """The order the run's tensors are produced in (smdebug.analysis.trials.order): the
+        run's where it records it, else from the names."""
+        catalog = self.catalog()
+        return catalog.order if catalog is not None else BY_NAME
+
+    def run_tensor_names(self, collection=None, regex=None) -> List[str]:
+        """The names the whole run saved in ``collection`` or matching ``regex`` (``[]`` live)."""
+        return []
+
+    def run_steps(self, mode=ModeKeys.GLOBAL) -> List[int]:
+        """The run's saved steps of ``mode`` (``[]`` live)."""
+        return []
+
+    def at_step(self, step: int) -> Optional["StepView"]:
+        """A view of another saved global step of the run (None live)."""
+        return None
+
+    def flight_recorder_trigger(self) -> Optional[dict]:
+        """The run's flight recorder marker (docs/flight_recorder.md), None when it did not fire."""
+        return None
 
     def __repr__(self):
         return f"<{type(self).__name__} step={self.step} mode={self.mode.name} mode_step={self.mode_step}>"
@@ -355,9 +393,9 @@ class TrialStepView(StepView):
         if name in self._no_value:
             return False
         try:
-            return self._tensor(name)._locations.get(self.step) is not None
-        except (TensorUnavailableForStep, AttributeError):
-            return super().has_value(name)
+            return self._tensor(name).has_value(self.step)
+        except TensorUnavailableForStep:
+            return False
 
     def _tensor(self, name: str):
         try:
@@ -427,10 +465,9 @@ class TrialStepView(StepView):
         if not needs:
             return
         try:
-            self._prefetch_batched(needs)
+            self._prefetch_batched({name: need for name, need in needs.items() if not self._satisfied(name, need)})
         except (AttributeError, ImportError, TypeError, KeyError) as exc:
-            # The batch path uses the Trial's index structures; if they ever change shape,
-            # fall back to one public read per record rather than fail.
+            # Not a Trial of this package (a stand-in without its index): one public read per record.
             logger.debug("rules: batched read unavailable (%s); reading tensor by tensor", exc)
             self._prefetch_each(needs)
 
@@ -441,7 +478,7 @@ class TrialStepView(StepView):
         saved = self._saved.get(name)
         if saved is None or need.value:
             return False
-        if need.first_of and need.first_of[0] == VALUE and self._tensor(name)._locations.get(self.step):
+        if need.first_of and need.first_of[0] == VALUE and self.has_value(name):
             return False  # a full value exists and comes first
         return all(key in saved for key in need.reductions)
 
@@ -460,68 +497,49 @@ class TrialStepView(StepView):
                 continue  # the rule meets the same exception when it asks, and handles it
 
     def _prefetch_batched(self, needs: Dict[str, _Need]) -> None:
-        """All records of all needs in one ``Tensor._read`` call: grouped by event file, one
-        read per file (the records of a step are contiguous), each decoded once."""
-        from ..trials.locations import ReadRequest
-        from ..trials.tensor import Tensor
+        """All records of all needs read together (smdebug.analysis.trials.step_reads)."""
+        from ..trials.step_reads import read_step
 
-        g = self.step
-        requests = []
-        compute_from_raw: List[Tuple[str, ReductionKey]] = []
-        reader = None
-        for name, need in needs.items():
-            if self._satisfied(name, need):
-                continue
-            tensor = self.trial.tensor(name) if self.trial.has_tensor(name) else None
-            if tensor is None:
-                continue
-            reader = reader or tensor
-            raw_worker, raw_loc = Tensor._pick(tensor._locations.get(g), None)
-            by_worker = tensor._reductions.get(g) or {}
-            saved_worker, saved = Tensor._pick({w: r for w, r in by_worker.items() if r}, None)
-            want_value, want_saved = need.value, need.saved
-            for kind in need.first_of:
-                if kind == VALUE and raw_loc is not None:
-                    want_value = True
-                    break
-                if kind == SAVED_REDUCTIONS and saved:
-                    want_saved = True
-                    break
-            if want_saved:
-                self._saved[name] = {}
-                for key, loc in (saved or {}).items():
-                    requests.append(ReadRequest(("saved", name, key), loc, g, saved_worker))
-            for key in sorted(need.reductions):
-                if want_saved and saved and key in saved:
-                    continue
-                holder = next((w for w in sorted(by_worker) if key in by_worker[w]), None)
-                if holder is not None:
-                    requests.append(ReadRequest(("red", name, key), by_worker[holder][key], g, holder))
-                elif raw_loc is not None:
-                    want_value = True
-                    compute_from_raw.append((name, key))
-            if want_value:
-                if raw_loc is not None:
-                    requests.append(ReadRequest(("value", name, None), raw_loc, g, raw_worker))
-                else:
-                    self._no_value.add(name)
-        if not requests:
+        if not needs:
             return
-        out = reader._read(requests, progress=False)
-        self.records_read += len(requests)
-        for (kind, name, key), value in out.items():
-            if kind == "value":
-                self._values[name] = value
-            elif kind == "saved":
-                self._saved[name][key] = _to_float(value)
-            else:
-                self._reductions.setdefault(name, {})[key] = _to_float(value)
-        for name, key in compute_from_raw:
+        read = read_step(self.trial, self.step, needs)
+        self.records_read += read.records
+        self._no_value.update(read.no_value)
+        self._values.update(read.values)
+        for name, saved in read.saved.items():
+            self._saved[name] = {k: _to_float(v) for k, v in saved.items()}
+        for name, found in read.reductions.items():
+            self._reductions.setdefault(name, {}).update({k: _to_float(v) for k, v in found.items()})
+        for name, key in read.from_value:
             if name in self._values:
                 try:
                     self._reductions.setdefault(name, {})[key] = _reduce(self._values[name], name, self, key, None)
                 except ReductionUnavailableForStep:
                     pass  # the rule gets the exception when it asks
+
+    # --- the run around the step -----------------------------------------------------------
+    def catalog(self):
+        return self.trial.catalog()
+
+    def run_tensor_names(self, collection=None, regex=None) -> List[str]:
+        if collection is None and regex is None:
+            return []
+        try:
+            return self.trial.tensor_names(collection=collection, regex=regex)
+        except (KeyError, ValueError):  # a collection the run does not have
+            return []
+
+    def run_steps(self, mode=ModeKeys.GLOBAL) -> List[int]:
+        return self.trial.steps(mode=mode)
+
+    def at_step(self, step: int) -> Optional[StepView]:
+        return TrialStepView(self.trial, step) if step != self.step else self
+
+    def flight_recorder_trigger(self) -> Optional[dict]:
+        try:
+            return self.trial.flight_recorder_trigger()
+        except (OSError, ValueError):
+            return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -55,7 +55,12 @@ def computed_table(trial, names: Sequence[str], keys: List[Tuple[str, bool]], mo
     out_worker: List[str] = []
     out_label: List[str] = []
     labels = [reduction_label(*k) for k in keys]
+    # A run store says which tensors have values at all without building their records.
+    with_values = getattr(trial._index, "names_with_values", None)
+    with_values = with_values() if with_values is not None else None
     for name in names:
+        if with_values is not None and name not in with_values:
+            continue
         tensor = trial.tensor(name)
         if tensor._is_scalar() or not tensor._locations:
             continue

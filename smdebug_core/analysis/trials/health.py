@@ -1,5 +1,7 @@
-"""Statistics derived from the training-health collections (docs/format.md 8.4): the
-update-to-weight ratio ``l2(update/<w>) / l2(<w>)`` of each layer at each step both were saved.
+"""Statistics derived from the training-health collections (docs/format.md 8.4), each defined
+once here for the trial, the report and the rules: the L2 norm of a value (:func:`l2_norm`) and
+the update-to-weight ratio ``l2(update/<w>) / l2(<w>)`` (:func:`update_ratio`), of each layer at
+each step both were saved (:func:`update_ratio_table`).
 
 The weight saved at a step is its value before that step's optimizer update (PyTorch
 saves parameters when the step begins), the update its change in that step: the ratio is the
@@ -16,6 +18,26 @@ from ...collections import UPDATE_PREFIX
 from .table import Table
 
 RATIO_LABEL = "update_ratio"
+
+
+def l2_norm(value) -> float:
+    """The L2 norm of a value, flattened, in float64. Where a step holds both a tensor's value
+    and its saved ``l2``, the value's is used (the rules' ``StepView.l2``)."""
+    return float(np.linalg.norm(np.asarray(value, dtype=np.float64).ravel()))
+
+
+def update_ratio(update_l2, weight_l2, epsilon: float = 0.0):
+    """``update_l2 / (weight_l2 + epsilon)``: a layer's relative change in a step (a zero weight
+    gives inf, 0/0 NaN); floats or numpy arrays (element by element)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.divide(np.asarray(update_l2, np.float64), np.asarray(weight_l2, np.float64) + epsilon)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def weight_update_ratio(before, after, epsilon: float = 0.0) -> float:
+    """The update ratio of a weight saved whole at two steps: ``l2(after - before) / l2(before)``."""
+    before = np.asarray(before, np.float64)
+    return update_ratio(l2_norm(np.asarray(after, np.float64) - before), l2_norm(before), epsilon)
 
 
 def update_ratio_table(trial, *, mode=None, workers=None, progress: Optional[bool] = None,
@@ -47,8 +69,7 @@ def update_ratio_table(trial, *, mode=None, workers=None, progress: Optional[boo
     upd, wgt = np.flatnonzero(is_l2 & is_update & (weight_code >= 0)), np.flatnonzero(is_l2 & ~is_update)
     _, at_u, at_w = np.intersect1d(key[upd], key[wgt], assume_unique=False, return_indices=True)
     rows_u, rows_w = upd[at_u], wgt[at_w]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = table.numbers["value"][rows_u] / table.numbers["value"][rows_w]
+    ratio = update_ratio(table.numbers["value"][rows_u], table.numbers["value"][rows_w])
     order = np.lexsort((steps[rows_u], w_codes[rows_u], weight_code[rows_u]))
     rows_u, rows_w, ratio = rows_u[order], rows_w[order], ratio[order]
     m_codes, m_cats = table.texts["mode"]

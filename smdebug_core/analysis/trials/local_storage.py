@@ -356,6 +356,14 @@ class LocalStorage:
         finally:
             os.close(fd)
 
+    def open_file(self, relpath: str, max_bytes: Optional[int] = None):
+        """The regular file ``relpath`` of the run opened for reading, as a binary file object
+        the caller closes (the checks of :meth:`read_file`), for readers that read only parts
+        of a file (a Parquet file's footer and some of its columns)."""
+        fd, _ = self._open_in_run(relpath, max_bytes)
+        self.stats["small_files_read"] += 1
+        return os.fdopen(fd, "rb")
+
     @staticmethod
     def _pread(fd: int, size: int, offset: int, length: int) -> bytes:
         # Never ask for more than the file holds: a corrupt index entry may claim terabytes,

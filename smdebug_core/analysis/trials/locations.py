@@ -1,10 +1,13 @@
 """Where a tensor's records are: what the index files say about one tensor, step by step.
 
-A :class:`TensorLocation` is one record of an event file; :class:`TensorRecords` keeps a
+A :class:`TensorLocation` is one record of an event file (or of a run store's chunk file),
+an :class:`InlineValue` a number the run store keeps in its statistics table; :class:`TensorRecords` keeps a
 tensor's locations (its values, saved reductions), saved shapes and shard placements by
 global step and worker, filled while index files are registered and read by ``Tensor``.
 """
 from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+
+import numpy as np
 
 from ...storage.format.index import Placement
 
@@ -17,6 +20,42 @@ class TensorLocation(NamedTuple):
     length: int
     crc32c: Optional[int]  # of the payload; None when the index does not say
     record_name: str  # the name in the index (the reduction tag for reductions)
+
+
+_DTYPES: Dict[str, object] = {}
+
+
+def dtype_named(name: str):
+    """The numpy dtype called ``name`` (ml_dtypes' bfloat16 and float8 types too)."""
+    found = _DTYPES.get(name)
+    if found is None:
+        try:
+            found = np.dtype(name)
+        except TypeError:
+            import ml_dtypes
+
+            found = np.dtype(getattr(ml_dtypes, name))
+        _DTYPES[name] = found
+    return found
+
+
+class InlineValue(NamedTuple):
+    """A value the run store keeps in its statistics table (docs/format.md 10): one number
+    and the dtype and rank (0: shape ``()``, 1: shape ``(1,)``) it was saved with; there is
+    no record to read. Stands where a :class:`TensorLocation` would."""
+
+    value: float
+    dtype: str
+    ndim: int
+    record_name: str
+
+    def array(self) -> np.ndarray:
+        """The saved value as the read-only array it was saved as."""
+        out = np.array(self.value, dtype=dtype_named(self.dtype))
+        if self.ndim:
+            out = out.reshape((1,) * self.ndim)
+        out.setflags(write=False)
+        return out
 
 
 class ReadRequest(NamedTuple):

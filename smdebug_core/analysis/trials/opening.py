@@ -19,6 +19,7 @@ from ...storage.format.layout import (
     INDEX_DIR,
     MAX_COLLECTIONS_FILE_BYTES,
 )
+from ...storage.format.store import STORE_DIR
 from .paths import worker_from_name
 
 logger = logging.getLogger("smdebug.trials")
@@ -30,11 +31,11 @@ _RUN_SEARCH_SHOWN = 10
 
 
 def _is_run_dir(path: str) -> bool:
-    return any(os.path.isdir(os.path.join(path, d)) for d in (COLLECTIONS_DIR, INDEX_DIR))
+    return any(os.path.isdir(os.path.join(path, d)) for d in (COLLECTIONS_DIR, INDEX_DIR, STORE_DIR))
 
 
 def runs_below(folder: str, depth: int = _RUN_SEARCH_DEPTH, limit: int = 50) -> List[str]:
-    """Run directories (with ``collections/`` or ``index/``) below ``folder``, sorted, bounded."""
+    """Run directories (with ``collections/``, ``index/`` or ``store/``) below ``folder``, sorted, bounded."""
     found: List[str] = []
     level = [folder]
     scanned = 0

@@ -13,6 +13,8 @@ import logging
 import time
 from typing import Dict, List, Optional, Set, Tuple
 
+import numpy as np
+
 from ...exceptions import IndexReaderException, UnsafeRunFile
 from ...modes import ModeKeys
 from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
@@ -264,3 +266,20 @@ class RunIndex:
         else:
             mode_names.update(names)
         return is_new
+
+    def shape_steps(self) -> Dict[str, np.ndarray]:
+        """``name -> global steps`` of the saved shapes."""
+        return {n: np.asarray(sorted(r.shapes), np.int64) for n, r in self.tensors.items() if r.shapes}
+
+    def names_with_complete_step(self, candidates, is_complete) -> List[str]:
+        """The names among ``candidates`` with a step that ``is_complete`` (by global step)."""
+        return [n for n in candidates if self.tensors[n].has_complete_step(is_complete)]
+
+    def table(self, names, modes, steps, workers, include_incomplete: bool, labels, reader, on_error: str,
+              progress: Optional[bool]):
+        """``Trial.to_table``'s rows: the records selected (bulk.collect), read in bulk (bulk.read_rows)."""
+        from .bulk import collect, read_rows
+
+        rows = collect(self.log, self.steps, names, modes, steps, workers, include_incomplete, labels)
+        return read_rows(rows, reader, self.steps, self.stats, progress, on_error)
+

@@ -9,6 +9,7 @@ entry never hides the raw value of the same step (docs/format.md 3.2).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -25,7 +26,7 @@ from ...reduction_config import ALLOWED_NORMS, ALLOWED_REDUCTIONS
 from ...reductions import reduce
 from .event_reads import RecordReader
 from .labels import reduction_label
-from .locations import ReadRequest, TensorLocation, TensorRecords
+from .locations import InlineValue, ReadRequest, TensorLocation, TensorRecords
 from .progress import progress_bar, progress_wanted
 from .steps import StepIndex, StepState
 from .table import require_pandas
@@ -72,7 +73,7 @@ class Tensor:
         if self._locations:
             kinds.append("values")
         keys = set()
-        for by_worker in list(self._reductions.values())[:3]:
+        for by_worker in itertools.islice(self._reductions.values(), 3):
             for by_key in by_worker.values():
                 keys.update(by_key)
         if keys:
@@ -344,6 +345,13 @@ class Tensor:
         return dict(sorted(out.items()))
 
     # ------------------------------------------------------------------ reductions
+    def has_value(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> bool:
+        """Whether this tensor's value (not only reductions or a shape) was saved at the step."""
+        g, mode, step = self._locate(step_num, mode)
+        self._check_worker(g, worker, step, mode)
+        by_worker = self._locations.get(g) or {}
+        return worker in by_worker if worker is not None else bool(by_worker)
+
     def has_reductions(self, step_num, mode=GLOBAL, worker: Optional[str] = None) -> bool:
         """Whether any reduction of this tensor was saved at the step."""
         g, mode, step = self._locate(step_num, mode)
@@ -406,6 +414,9 @@ class Tensor:
         out: Dict[object, np.ndarray] = {}
         by_file: Dict[str, List[ReadRequest]] = {}
         for request in requests:
+            if type(request.location) is InlineValue:  # a run store's number: nothing to read
+                out[request.key] = request.location.array()
+                continue
             if use_cache:
                 hit = self._cache.get(request.location)
                 if hit is not None:

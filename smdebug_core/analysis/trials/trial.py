@@ -1,11 +1,11 @@
 """The Trial: a read-only view of one run directory (docs/format.md section 5), and
 ``create_trial``.
 
-A trial discovers data only through the collections files and the index files; it opens
-an event file only when a value is asked for. Its parts: opening the run (opening.py),
-the index files read so far (run_index.py, with the steps in steps.py), the event files'
-records (event_reads.py), one :class:`Tensor` per name asked for, and bulk reads into
-tables (bulk.py).
+A trial discovers data only through the collections and index files (or a run store's
+segments); it opens an event or chunk file only when a whole tensor is asked for. Its parts:
+opening the run (opening.py), what the index files (run_index.py, bulk.py) or the run store
+(store_index.py, store_table.py) say so far, the steps (steps.py), the records
+(event_reads.py), and one :class:`Tensor` per name asked for.
 """
 from __future__ import annotations
 
@@ -17,22 +17,20 @@ import os
 import time
 from typing import Dict, List, Optional, Set, Tuple, Union
 
-
 from ...collections import Collection, CollectionManager
 from ...exceptions import StepNotYetAvailable, TensorUnavailable
 from ...modes import ModeKeys
-from ...reduction_config import parse_reduction_tag
 from ...storage.format.layout import END_OF_JOB_FILE, validate_step
 from ...storage.open_runs import flush_before_reading
 from . import notebook, settings
-from .bulk import collect, read_rows
 from .event_reads import RecordReader
 from .opening import check_run_path, collection_workers, list_collection_files, load_collections
 from .run_index import RunIndex
+from .store_index import pick_index
 from .steps import StepState
 from .storage import open_storage
 from .computed import computed_table, parse_reductions
-from .labels import reduction_label
+from .labels import reduction_label, tensor_name_hint
 from .table import Table, require_pandas
 from .tensor import Tensor
 
@@ -109,12 +107,15 @@ class Trial:
 
         self.stats: Dict[str, int] = self._storage.stats
         self.stats.update(index_files_parsed=0, refreshes=0)
-        # --- the parts: what the index files say, and the event files' records ---
+        # --- the parts: what the index files (or the run store) say, and the records ---
+        # Which of the two a run has is known once it has written something (_pick_layout).
         self._index = RunIndex(self._storage, range_steps, self.stats)
+        self._layout: Optional[str] = None
         self._steps = self._index.steps
         self._reader = RecordReader(self._storage, self._steps, record_check, wait_timeout, max_expanded_elements)
         self._tensors: Dict[str, Tensor] = {}  # made when first asked for
         self._workers: Set[str] = set()
+        self._catalog = None  # made when asked for, again after a refresh that read something
 
         self._collection_manager: Optional[CollectionManager] = None
         check_run_path(self._storage, self.path, self.wait_timeout, wait_for_directory)
@@ -212,6 +213,8 @@ class Trial:
         # Looked at before listing: a writer creates the marker after all its other files,
         # so a listing that starts after we saw the marker sees everything.
         ended = self._storage.exists(END_OF_JOB_FILE)
+        if self._layout is None:  # store/ (StoreIndex) or index/ and events/ (RunIndex); both: refused
+            self._index, self._layout = pick_index(self._storage, self.path, self._index, self._steps, self.stats)
         new = self._index.read_new(self.progress if progress is None else progress)
         if ended:
             if self._training_end_delay > 0:
@@ -222,7 +225,17 @@ class Trial:
             self._steps.apply_incomplete_step_window(self._incomplete_step_window, self.path)
             if len(self._workers) < self._steps.num_workers:
                 self._workers = collection_workers(list_collection_files(self._storage))
+        if new or (self._catalog is not None and len(self._catalog.workers) != len(self._workers)):
+            self._catalog = None  # made again when asked for
         return new
+
+    @property
+    def layout(self) -> Optional[str]:
+        """The run's layout: ``"store"`` (the run store), ``"smdebug-1.0.34"`` (index and event
+        files), or None while the run has written neither."""
+        if self._layout is None:
+            self._maybe_refresh()
+        return self._layout
 
     # ------------------------------------------------------------------ steps and modes
     def steps(self, mode=GLOBAL, show_incomplete_steps: bool = False) -> List[int]:
@@ -347,11 +360,9 @@ class Trial:
         markers = self.flight_recorder_triggers()
         if worker is not None:
             return markers.get(worker)
-        if not markers:
-            return None
-        return min(markers.values(), key=lambda m: (m.get("global_step") is None,
-                                                     m.get("global_step") if isinstance(m.get("global_step"), int)
-                                                     else 0))
+        def key(m):  # by step, markers without one last
+            return m.get("global_step") is None, m.get("global_step") if isinstance(m.get("global_step"), int) else 0
+        return min(markers.values(), key=key) if markers else None
 
     def flight_recorder_triggers(self) -> Dict[str, Dict[str, object]]:
         """Every worker's flight recorder marker, by worker (empty when none fired)."""
@@ -374,32 +385,23 @@ class Trial:
         """The :class:`Tensor` called ``name``; TensorUnavailable, with close names, if nothing saved it."""
         if not self.has_tensor(name):
             raise TensorUnavailable(f"tensor {name!r} was not saved in trial {self.name!r} (so far)"
-                                    + self._name_hint(name))
+                                    + tensor_name_hint(name, self._index.tensors))
         tensor = self._tensors.get(name)
         if tensor is None:
             tensor = self._tensors[name] = Tensor(name, self, self._index.tensors[name], self._steps, self._reader,
                                                   self._maybe_refresh)
         return tensor
 
-    def _name_hint(self, name) -> str:
-        """What the user probably meant by an unknown tensor name."""
-        if not isinstance(name, str):
-            return f"; tensor names are strings, got {type(name).__name__}"
-        known = self._index.tensors
-        if f"scalar/{name}" in known:
-            return f"; save_scalar() names are prefixed: use trial.tensor('scalar/{name}')"
-        reduction = parse_reduction_tag(name)
-        if reduction is not None and reduction[2] in known:
-            op, is_abs, base = reduction
-            return (f"; reductions belong to their tensor: trial.tensor({base!r}).reduction_value(step, {op!r}"
-                    f"{', abs=True' if is_abs else ''})")
-        from ...names import close_matches
+    def catalog(self):
+        """What each tensor saved (kinds, reductions, save interval per mode, workers, model order):
+        a :class:`~smdebug.analysis.trials.catalog.Catalog`, made from the index's columns."""
+        from .catalog import build_catalog
 
-        matches = close_matches(name, known)
-        if matches:
-            return "; did you mean " + " or ".join(map(repr, matches)) + "?"
-        total = len(known)
-        return f"; it has {total} tensors: trial.tensor_names() lists them" if total else "; it has no tensors yet"
+        self._maybe_refresh()
+        if self._catalog is None:
+            i = self._index
+            self._catalog = build_catalog(i.log, self._steps, sorted(self._workers), i.shape_steps(), i.tensors.keys())
+        return self._catalog
 
     def _collection_objects(self, collection) -> List[Collection]:
         items = collection if isinstance(collection, (list, tuple, set, frozenset)) else [collection]
@@ -453,7 +455,7 @@ class Trial:
         else:
             candidates = records.tensors_for_mode.get(mode, set())
         if step is None and not show_incomplete_steps and not index.loaded_all_steps:
-            candidates = [n for n in candidates if records.tensors[n].has_complete_step(index.is_complete)]
+            candidates = records.names_with_complete_step(candidates, index.is_complete)
 
         if collection is None and regex is None:
             return sorted(candidates)
@@ -482,7 +484,9 @@ class Trial:
         chosen = set()
         if names is not None:
             for name in [names] if isinstance(names, str) else list(names):
-                chosen.add(self.tensor(name).name)  # TensorUnavailable, with close names
+                if not self.has_tensor(name):
+                    self.tensor(name)  # TensorUnavailable, with close names
+                chosen.add(name)
         if regex is not None or collection is not None:
             chosen.update(self.tensor_names(collection=collection, regex=regex, show_incomplete_steps=True))
         return sorted(chosen)
@@ -514,10 +518,9 @@ class Trial:
         gc.disable()
         try:
             labels = None if keys is None else [reduction_label(*k) for k in keys]
-            rows = collect(self._index.log, self._steps, selected, modes, steps, workers, show_incomplete_steps,
-                           labels)
             progress = self.progress if progress is None else progress
-            table = read_rows(rows, self._reader, self._steps, self.stats, progress, on_error)
+            table = self._index.table(selected, modes, steps, workers, show_incomplete_steps, labels, self._reader,
+                                      on_error, progress)
             if keys:
                 table = Table.concat(table, computed_table(self, selected, keys, modes, steps, workers,
                                                            show_incomplete_steps, table, progress))
@@ -543,16 +546,13 @@ class Trial:
             collection: a collection name, Collection, or list of them.
               Without ``names``, ``regex`` and ``collection``: every tensor. With several,
               a tensor selected by any of them is in.
-            mode: a mode or list of modes (None or GLOBAL: all).
-            steps: a step or an iterable of steps: the modes' own step numbers when
-              ``mode`` is given, else global steps.
+            mode: a mode or list of modes (None or GLOBAL: all). steps: a step or an iterable
+              of steps: the modes' own step numbers when ``mode`` is given, else global steps.
             workers: a worker name or a list of them (default: all).
             show_incomplete_steps: also steps not every worker has written yet.
-            progress: a progress bar over the event files (default: on a terminal, for
-              long reads).
-            on_error: ``"warn"`` (default): a value that cannot be read (a damaged
-              record, a missing event file) is left out, with one warning for all of
-              them; ``"raise"``: the first such error is raised.
+            progress: a progress bar over the event files (default: on a terminal, long reads).
+            on_error: ``"warn"`` (default): a value that cannot be read (a damaged record, a
+              missing event file) is left out, one warning for all; ``"raise"``: raised.
             reductions: only these reductions (``["l2", "abs_max"]``), saved or, where a
               tensor did not save one at a step, computed from its saved full value (a
               row each, equal to ``reduction_value(...)``); scalar values stay rows.
@@ -595,6 +595,15 @@ class Trial:
         return [path for path, _ in write_partitioned(
             self, directory, names=names, regex=regex, collection=collection, mode=mode, steps=steps,
             workers=workers, show_incomplete_steps=show_incomplete_steps, progress=progress, on_error=on_error)]
+
+    def sql(self, query: str):
+        """Run a DuckDB SQL query over the run; returns DuckDB's relation (``.df()``, ``.pl()``,
+        ``.fetchall()``). Views: ``statistics`` (:meth:`to_dataframe`'s columns, plus ``dtype``,
+        ``ndim``, ``wall_time``) and, for a run store, ``tensors`` (where whole tensors lie);
+        details in smdebug.analysis.trials.sql. Needs duckdb (smdebug-core's ``sql`` extra)."""
+        from .sql import run_sql
+
+        return run_sql(self, query)
 
     # ------------------------------------------------------------------ notebooks
     def summary(self) -> Dict[str, object]:

@@ -71,11 +71,13 @@ class Publisher:
         if self.uploader is not None:
             self.uploader.notify(relpath, nbytes)
 
-    def write_atomically(self, relpath, data):
-        """Write ``data`` (bytes) to ``relpath`` through its ``.tmp`` and publish it."""
+    def write_atomically(self, relpath, data, private_tmp=False):
+        """Write ``data`` (bytes) to ``relpath`` through its ``.tmp`` and publish it.
+        ``private_tmp``: a ``.tmp`` name of this process and writer, for a file that other
+        writers of the run (workers) may write at the same moment."""
         self.ensure_parent(relpath)
         final = self.path(relpath)
-        tmp = final + layout.TMP_SUFFIX
+        tmp = f"{final}.{os.getpid()}-{id(self):x}{layout.TMP_SUFFIX}" if private_tmp else final + layout.TMP_SUFFIX
         # One write of bytes in hand: os.open spares the file object's fstat, ioctl and lseek.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC_BINARY, 0o666)
         try:

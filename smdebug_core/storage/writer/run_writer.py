@@ -58,7 +58,7 @@ def _pyarrow_works() -> bool:
     """Whether pyarrow imports; if not, one warning: the run is written in the 1.0.34 layout."""
     if not _PYARROW:
         try:
-            import pyarrow.ipc  # noqa: F401
+            import pyarrow.ipc
             import pyarrow.parquet  # noqa: F401
 
             _PYARROW.append(True)
@@ -349,7 +349,7 @@ class RunWriter:
         elif kind == _FILE:
             self._files.write_atomically(*payload)
         elif kind == _FLUSH and self.uploader is not None:
-            self._sink.close()  # a remote run: what is sealed is what readers of the store see
+            self._sink.seal_all()  # a remote run: what is sealed is what readers of the store see
             if self._tensorboard is not None:
                 self._tensorboard.flush()
         elif kind in (_PUBLISH, _FLUSH):

@@ -117,6 +117,9 @@ class StepFiles:
     def sync(self):
         """Nothing to do: every published step is in its own files already."""
 
+    def seal_all(self):
+        self.publish_all()
+
     def close(self):
         self.publish_all()
 

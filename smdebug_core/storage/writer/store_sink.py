@@ -191,7 +191,7 @@ class StoreSink:
             else:
                 pairs.append(item)
         if pairs:
-            whole = self._add_pairs(open_step, pairs)
+            whole = self._add_pairs(open_step, pairs, step.placements)
             if whole:
                 encoder = StepEncoder(global_step=open_step.global_step, mode=open_step.mode,
                                       mode_step=open_step.mode_step, wall_time=open_step.wall_time)
@@ -225,8 +225,9 @@ class StoreSink:
                                       np.full(n, self._dtypes.code("float64"), np.int32), np.zeros(n, np.int8)))
         return True
 
-    def _add_pairs(self, open_step, pairs) -> list:
-        """Scalars as rows; returns the pairs that stay whole records."""
+    def _add_pairs(self, open_step, pairs, placements) -> list:
+        """Scalars as rows; returns the pairs that stay whole records (and every piece of a
+        sharded tensor, whose row carries its placement, docs/format.md 10.3)."""
         tensor_codes, reduction_codes, values, dtypes, ndims = [], [], [], [], []
         whole = []
         for tag, value in pairs:
@@ -237,7 +238,7 @@ class StoreSink:
                 if len(self._pair_codes) > 1 << 16:
                     self._pair_codes.clear()
                 self._pair_codes[tag] = codes
-            dtype = store.statistic_dtype(value) if codes is not None else None
+            dtype = store.statistic_dtype(value) if codes is not None and tag not in placements else None
             if dtype is None:
                 whole.append((tag, value))
                 continue
@@ -288,12 +289,21 @@ class StoreSink:
             if w.segment is not None and len(w.segment.unsynced):
                 self._sync(w)
 
-    def close(self) -> None:
-        """Publish and seal everything (the end of the run, or a flush before exit)."""
+    def seal_all(self) -> None:
+        """Publish and seal every open segment (a remote run's flush: sealed is what goes up)."""
         self.publish_all()
         for w in self._workers.values():
             if w.segment is not None:
                 self._seal(w)
+
+    def close(self) -> None:
+        """Seal everything at the end of the run."""
+        self.seal_all()
+        for folder in [store.live_relpath(w, 0).rpartition("/")[0] for w in self._workers] + [store.LIVE_DIR]:
+            try:  # no live segment left: no empty folders either (another worker's may still be there)
+                os.rmdir(self._files.path(folder))
+            except OSError:
+                pass
 
     def abandon(self) -> None:
         """Close open files without sealing (the writer failed): what was synced stays readable."""
@@ -349,8 +359,9 @@ class StoreSink:
         if w is None:
             if not self._wrote_layout:
                 self._wrote_layout = True
-                self._files.write_atomically(store.LAYOUT_FILE, json.dumps(
-                    {"layout": store.STORE_LAYOUT, "version": store.STORE_VERSION}).encode())
+                if not self._files.exists(store.LAYOUT_FILE):  # the same bytes from every worker: the first wins
+                    self._files.write_atomically(store.LAYOUT_FILE, json.dumps(
+                        {"layout": store.STORE_LAYOUT, "version": store.STORE_VERSION}).encode(), private_tmp=True)
             w = self._workers[name] = _Worker(name, self._first_free_segment(name))
         return w
 
