@@ -63,7 +63,7 @@ def test_the_run_store_is_read_and_every_value_is_what_was_written(pair):
     store_run, _, written = pair
     trial = create_trial(store_run)
     assert trial.layout == "store"
-    assert sorted(os.listdir(os.path.join(store_run, "store"))) == ["_layout.json", "chunks", "live", "statistics",
+    assert sorted(os.listdir(os.path.join(store_run, "store"))) == ["_layout.json", "chunks", "statistics",
                                                                      "tensors"]
     assert trial.steps() == list(range(14))
     assert trial.steps(mode=ModeKeys.TRAIN) == list(range(9))

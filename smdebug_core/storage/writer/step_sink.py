@@ -34,6 +34,18 @@ _MAX_LAYOUTS = 64
 _MAX_RUN_LAYOUTS = 16
 
 
+def encode_or_warn(encoder, tag, value, warned: set):
+    """The record parts of ``(tag, value)`` (``StepEncoder.encode``), or None after one warning
+    per tag: a bad value is the caller's problem for that one tensor, not the run's."""
+    try:
+        return encoder.encode(tag, value)
+    except (TypeError, ValueError) as exc:
+        if tag not in warned:
+            warned.add(tag)
+            logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
+        return None
+
+
 class _OpenStep:
     """A step whose records are being written to ``<event file>.tmp`` and not yet published."""
 
@@ -188,13 +200,8 @@ class StepFiles:
         write = handle.write if handle is not None else None
         try:
             for tag, value in tensors:
-                try:
-                    parts = encoder.encode(tag, value)
-                except (TypeError, ValueError) as exc:
-                    # A bad value is the caller's problem for that one tensor, not the run's.
-                    if tag not in self._warned_encode:
-                        self._warned_encode.add(tag)
-                        logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
+                parts = encode_or_warn(encoder, tag, value, self._warned_encode)
+                if parts is None:
                     continue
                 if write is None:
                     write = self._event_file(open_step).write

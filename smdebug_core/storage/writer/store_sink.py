@@ -35,6 +35,7 @@ from ..format.records import RECORD_OVERHEAD, append_record
 from ..format.index import Placement  # noqa: F401  (placements are passed through as they are)
 from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
 from ..step_data import ScalarRun
+from .step_sink import encode_or_warn
 
 logger = logging.getLogger(__name__)
 
@@ -256,12 +257,8 @@ class StoreSink:
     def _write_records(self, worker, open_step, encoder, pairs) -> None:
         segment = self._segment(worker)
         for tag, value in pairs:
-            try:
-                parts = encoder.encode(tag, value)
-            except (TypeError, ValueError) as exc:
-                if tag not in self._warned_encode:
-                    self._warned_encode.add(tag)
-                    logger.warning("smdebug cannot save tensor %r (skipped): %s", tag, exc)
+            parts = encode_or_warn(encoder, tag, value, self._warned_encode)
+            if parts is None:
                 continue
             handle = self._chunk(worker, segment)
             length, crc = append_record(handle.write, parts)
