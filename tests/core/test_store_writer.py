@@ -243,3 +243,43 @@ def test_workers_writing_one_run_at_once_and_flush_makes_steps_readable(tmp_path
         assert sorted(set(_rows(str(tmp_path), f"worker_{r}")[0].column("step").to_pylist())) == [0, 1, 2]
     assert all(w.close() for w in writers)
     assert store_rows.local_workers(str(tmp_path)) == [f"worker_{r}" for r in range(4)]
+
+
+_FULL_DISK_TRAINING = textwrap.dedent("""
+    import resource, signal, sys
+    import numpy as np
+    import smdebug as smd
+    # A disk that fills up: no file of this process may grow past 256 KiB (EFBIG, as ENOSPC would).
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+    hook = smd.Hook(out_dir=sys.argv[1], save_config=smd.SaveConfig(save_interval=1), layout="store")
+    flushed = 0
+    for step in range(400):
+        hook.begin_step()
+        hook.save_tensor("w", np.full(1000, step, np.float32), "weights")
+        hook.save_scalar("loss", float(step))
+        hook.end_step()
+        if hook.flush(timeout=10):
+            flushed = step + 1
+    hook.close()
+    print(flushed)
+""")
+
+
+def test_a_full_disk_costs_only_what_was_never_flushed(tmp_path):
+    """docs/faults.md on the run store: the writer fails once, with one warning; training goes
+    on; every step flushed before the disk filled is readable, whole."""
+    script = tmp_path / "train.py"
+    script.write_text(_FULL_DISK_TRAINING)
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(script), str(run)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    flushed = int(proc.stdout.split()[-1])
+    assert 0 < flushed < 400  # the disk filled during the run
+    assert proc.stderr.count("smdebug writer failed and stops saving data") == 1, proc.stderr[-3000:]
+    stats, tensors = _rows(str(run))
+    steps = sorted(set(stats.column("step").to_pylist()))
+    assert steps[:flushed] == list(range(flushed))
+    assert tensors.column("step").to_pylist()[:len(steps)] == steps  # each step's tensor with its scalar
+    for row in tensors.to_pylist():
+        assert os.path.getsize(run / row["file"]) >= row["offset"] + row["length"]
