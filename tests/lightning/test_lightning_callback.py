@@ -137,7 +137,8 @@ def test_an_unwritable_run_costs_the_capture_not_the_training(tmp_path, caplog):
 
     run = tmp_path / "run"
     hook = Hook(out_dir=str(run), include_collections=["weights", "gradients"], **EVERY_STEP)
-    (run / "events").write_text("")  # events/ cannot be created: every step's write fails
+    for folder in ("events", "store"):  # neither layout's folder can be created: every step's write fails
+        (run / folder).write_text("")
     module = TinyModule()
     with caplog.at_level(logging.WARNING, logger="smdebug"):
         t = trainer([DebuggerCallback(hook=hook)], max_epochs=1)
