@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import struct
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .format import store
@@ -22,27 +23,39 @@ logger = logging.getLogger("smdebug.trials")
 MAX_STORE_FILE_BYTES = 1 << 30
 
 
-def read_live(data: bytes, source: str = "live file"):
-    """The complete record batches of a live file's bytes, as a table of the live schema
-    (a batch cut short by a crash is left out, with whatever follows it)."""
+def complete_batches(data: bytes, where: str = "live file") -> list:
+    """The record batches of an Arrow IPC stream that are complete: a stream cut short (a live
+    file being written, or left by a killed writer) ends at its last whole batch. ValueError
+    for bytes whose start is no Arrow IPC stream."""
     import pyarrow as pa
 
-    live_schema = store.schemas()[2]
-    batches = []
+    if len(data) < 8 or (data[:4] == b"\xff\xff\xff\xff" and 8 + struct.unpack("<i", data[4:8])[0] > len(data)):
+        return []  # not even its schema yet
     try:
-        reader = pa.ipc.open_stream(io.BytesIO(data))
-    except (pa.ArrowInvalid, OSError):
-        return live_schema.empty_table()
+        reader = pa.ipc.open_stream(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise ValueError(f"not an Arrow IPC stream: {exc}") from None
+    batches = []
     while True:
         try:
             batches.append(reader.read_next_batch())
         except StopIteration:
             break
-        except (pa.ArrowInvalid, OSError):
-            break  # the end of what was flushed
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            logger.debug("%s: stream ends in an incomplete batch after %d batches (%s)", where, len(batches), exc)
+            break
+    return batches
+
+
+def read_live(data: bytes, source: str = "live file"):
+    """A live file's complete batches as a table of the live schema (empty, with a warning,
+    for a file that is no live file)."""
+    import pyarrow as pa
+
+    live_schema = store.schemas()[2]
     try:
-        return pa.Table.from_batches(batches, schema=reader.schema).cast(live_schema) if batches \
-            else live_schema.empty_table()
+        batches = complete_batches(data, source)
+        return pa.Table.from_batches(batches).cast(live_schema) if batches else live_schema.empty_table()
     except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
         logger.warning("smdebug: %s is not a run store live file (%s); its rows are left out", source, exc)
         return live_schema.empty_table()

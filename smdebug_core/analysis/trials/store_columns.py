@@ -4,7 +4,6 @@ interners), and the complete batches of a live Arrow IPC stream. Used by store_i
 from __future__ import annotations
 
 import logging
-import struct
 
 import numpy as np
 
@@ -153,29 +152,3 @@ def step_triples(steps: np.ndarray, modes: np.ndarray, mode_steps: np.ndarray):
         s, first = np.unique(s, return_index=True)
         m, ms = m[first], ms[first]
     return s, m, ms
-
-
-
-def complete_batches(data: bytes, where: str) -> list:
-    """The record batches of an Arrow IPC stream that are complete: a stream cut short (a
-    live file being written, or left by a killed writer) ends at its last whole batch. A
-    stream whose start is no Arrow IPC stream is a StoreFileError."""
-    import pyarrow as pa
-
-    if len(data) < 8 or (data[:4] == b"\xff\xff\xff\xff" and 8 + struct.unpack("<i", data[4:8])[0] > len(data)):
-        return []  # not even its schema yet
-    try:
-        reader = pa.ipc.open_stream(pa.BufferReader(data))
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise StoreFileError(f"not an Arrow IPC stream: {exc}") from None
-    batches = []
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            break
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            logger.debug("%s: stream ends in an incomplete batch after %d batches (%s)", where, len(batches), exc)
-            break
-        batches.append(batch)
-    return batches

@@ -41,6 +41,7 @@ import numpy as np
 from ...exceptions import IndexReaderException, MixedRunLayouts, UnsafeRunFile
 from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
 from ...storage.format import store
+from ...storage.store_rows import complete_batches
 from ...storage.format.index import _parse_placements
 from ...storage.format.layout import EVENTS_DIR, INDEX_DIR
 from .locations import TensorLocation, TensorRecords
@@ -50,7 +51,7 @@ from .steps import StepIndex
 from .store_columns import (
     MODE_BY_VALUE, STAT_STEP_COLUMNS, STAT_VALUE_COLUMNS, TENSOR_COLUMNS, MAX_DECLARED_UNCOMPRESSED_BYTES,
     MAX_PARQUET_FOOTER_BYTES, MAX_SEGMENT_FILE_ROWS, MAX_STORE_FILE_BYTES, StoreFileError, check_columns,
-    complete_batches, int_column, mode_values, number_column, step_triples, text_ids)
+    int_column, mode_values, number_column, step_triples, text_ids)
 from .store_records import Catalog, ModeNames, StepNames, StoreLog
 from .store_segments import Part
 
