@@ -3,14 +3,12 @@
 interners), and the complete batches of a live Arrow IPC stream. Used by store_index.py."""
 from __future__ import annotations
 
-import logging
 
 import numpy as np
 
 from ...modes import ModeKeys
 from .record_log import _Interner
 
-logger = logging.getLogger("smdebug.trials")
 
 #: The largest store file read (a segment's Parquet or live file).
 MAX_STORE_FILE_BYTES = 1 << 30
