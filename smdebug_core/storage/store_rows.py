@@ -190,3 +190,42 @@ def rows_by_step(statistics, tensors) -> Dict[int, Tuple[list, list]]:
         for row in table.to_pylist():
             out.setdefault(row["step"], ([], []))[which].append(row)
     return out
+
+
+def write_segment(run_dir: str, worker: str, segment: int, statistics, tensors) -> List[str]:
+    """Seal a segment from its rows: its ``tensors`` file, then its ``statistics`` file (the
+    seal), each written as ``.tmp`` and renamed (docs/format.md 10.4); returns their relpaths."""
+    import pyarrow.parquet as pq
+
+    statistics_schema, tensors_schema, _ = store.schemas()
+    written = []
+    for relpath, table, schema in ((store.tensors_relpath(worker, segment), tensors, tensors_schema),
+                                   (store.statistics_relpath(worker, segment), statistics, statistics_schema)):
+        path = os.path.join(run_dir, relpath)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        table = table.select(schema.names).unify_dictionaries() if table.num_rows else schema.empty_table()
+        pq.write_table(table.cast(schema), path + ".tmp", **store.PARQUET_OPTIONS)
+        os.replace(path + ".tmp", path)
+        written.append(relpath)
+    return written
+
+
+def seal_left_live_segments(run_dir: str, worker: Optional[str] = None) -> List[str]:
+    """Seal the live segments a killed writer left in a local run directory (or a spool): each
+    becomes the Parquet files of its complete batches, and its live file goes. What a reader
+    of the live file saw stays readable, and can now be uploaded (live files never are).
+    ``worker``: only that worker's. Returns the relpaths written."""
+    written = []
+    for name in ([worker] if worker is not None else local_workers(run_dir)):
+        segments = local_segments(run_dir, name)
+        for segment in segments.segments()[1]:
+            relpath = store.live_relpath(name, segment)
+            try:
+                with open(os.path.join(run_dir, relpath), "rb") as fh:
+                    data = fh.read(MAX_STORE_FILE_BYTES)
+            except OSError:
+                continue
+            statistics, tensors = split_live(read_live(data, relpath))
+            written += write_segment(run_dir, name, segment, statistics, tensors)
+            os.remove(os.path.join(run_dir, relpath))
+    return written

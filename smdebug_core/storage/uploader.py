@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..environment import env_nonnegative_float
-from .format import layout
+from .format import layout, store
 
 logger = logging.getLogger(__name__)
 
@@ -551,7 +551,10 @@ def spool_files(spool: str) -> List[Tuple[str, int]]:
                     or name.startswith((".smdebug_write_test_", ".smdebug_stop_request."))):
                 continue
             path = os.path.join(dirpath, name)
-            found.append((os.path.relpath(path, spool).replace(os.sep, "/"), os.path.getsize(path)))
+            rel = os.path.relpath(path, spool).replace(os.sep, "/")
+            if rel.startswith(store.LIVE_DIR + "/"):
+                continue  # a live segment goes up sealed (seal_left_live_segments), never as it is
+            found.append((rel, os.path.getsize(path)))
 
     def order(item):
         rel = item[0]
@@ -566,6 +569,9 @@ def spool_files(spool: str) -> List[Tuple[str, int]]:
                 return (1, f"{step:012d}_{worker}", 0 if rel.startswith(layout.EVENTS_DIR) else 1, rel)
             except ValueError:
                 pass
+        if rel.startswith(store.STORE_DIR + "/"):  # a segment's chunks, then its tensors, then its seal
+            rank = {store.CHUNKS_DIR: 0, store.TENSORS_DIR: 1, store.STATISTICS_DIR: 2}
+            return (2, "", next((v for k, v in rank.items() if rel.startswith(k + "/")), 0), rel)
         return (3, "", 0, rel)
 
     return sorted(found, key=order)
@@ -628,6 +634,9 @@ def main(argv=None) -> int:
         url = args.url or remote.spool_url(args.spool)
         if not remote.is_url(url):
             raise ValueError(f"{url!r} is not a URL (s3://bucket/prefix, ...)")
+        from .store_rows import seal_left_live_segments
+
+        seal_left_live_segments(args.spool)  # what a killed writer left live goes up sealed
         left = spool_files(args.spool)
         ok = sync_spool(args.spool, url, retry_budget_s=args.retry_budget)
     except (ValueError, ImportError) as exc:

@@ -283,3 +283,36 @@ def test_a_full_disk_costs_only_what_was_never_flushed(tmp_path):
     assert tensors.column("step").to_pylist()[:len(steps)] == steps  # each step's tensor with its scalar
     for row in tensors.to_pylist():
         assert os.path.getsize(run / row["file"]) >= row["offset"] + row["length"]
+
+
+def test_a_killed_writers_live_segment_is_sealed_by_the_next_process_and_by_smdebug_sync(tmp_path):
+    from smdebug.storage.uploader import spool_files
+
+    run = tmp_path / "run"
+    w = RunWriter(str(run), "worker_0", run_layout="store")
+    for step in range(5):
+        w.submit(_step(step), publish=True)
+    assert w.flush()
+    w._sink.abandon()  # as if killed: the segment is left live
+    live = run / "store/live/worker=worker_0/000000.arrows"
+    assert live.exists()
+    assert not [rel for rel, _ in spool_files(str(run)) if "/live/" in rel]  # never uploaded as it is
+    written = store_rows.seal_left_live_segments(str(run))
+    assert written == ["store/tensors/worker=worker_0/part-000000.parquet",
+                       "store/statistics/worker=worker_0/part-000000.parquet"] and not live.exists()
+    order = [rel for rel, _ in spool_files(str(run)) if rel.startswith("store/") and "_layout" not in rel]
+    assert [rel.split("/")[1] for rel in order] == ["chunks", "tensors", "statistics"]  # the seal goes up last
+    # and a new process of the worker seals what it finds live, then goes on after it
+    w = RunWriter(str(run), "worker_0", run_layout="store")
+    for step in range(5):
+        w.submit(_step(step), publish=True)
+    assert w.flush()
+    w._sink.abandon()
+    run = tmp_path / "run2"
+    os.rename(tmp_path / "run", run)
+    w2 = RunWriter(str(run), "worker_0", run_layout="store")
+    w2.submit(_step(5), publish=True)
+    w2.close()
+    assert sorted(set(_rows(str(run))[0].column("step").to_pylist())) == list(range(6))
+    assert not (run / "store/live").exists()
+    assert sorted(os.listdir(run / "store/statistics/worker=worker_0")) == [f"part-{s:06d}.parquet" for s in range(3)]

@@ -35,6 +35,7 @@ from ..format.records import RECORD_OVERHEAD, append_record
 from ..format.index import Placement  # noqa: F401  (placements are passed through as they are)
 from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
 from ..step_data import ScalarRun
+from ..store_rows import seal_left_live_segments
 from .step_sink import encode_or_warn
 
 logger = logging.getLogger(__name__)
@@ -359,6 +360,8 @@ class StoreSink:
                 if not self._files.exists(store.LAYOUT_FILE):  # the same bytes from every worker: the first wins
                     self._files.write_atomically(store.LAYOUT_FILE, json.dumps(
                         {"layout": store.STORE_LAYOUT, "version": store.STORE_VERSION}).encode(), private_tmp=True)
+            if self._files.uploader is None:  # a killed earlier process of this worker: its live segments sealed
+                seal_left_live_segments(self._files.out_dir, name)
             w = self._workers[name] = _Worker(name, self._first_free_segment(name))
         return w
 
