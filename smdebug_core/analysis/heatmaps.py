@@ -2,7 +2,8 @@
 tensor names, smoothing, distinct colours, and heatmaps of series over binned steps.
 
 A heatmap has one row per series (a layer) and one column per bin of global steps; a
-bin's colour is the mean of the values saved in it, and a series saved less often than
+bin's colour is its extreme, the value of largest magnitude saved in it (sign kept), never
+the mean, so that a one-step spike in a 10,000-step run keeps its full height; a series saved less often than
 the bins holds its value until its next save, so that sparse saves stay visible. The
 colour scale turns logarithmic when the values are positive and span decades. Bins
 holding a NaN or an infinity are drawn in magenta whatever their neighbours.
@@ -79,19 +80,45 @@ def shorten_labels(names: Sequence[str]) -> Tuple[List[str], str]:
     return [name[cut:] or name for name in names], names[0][:cut]
 
 
+#: What a bin of a heatmap shows, in the words its caption uses.
+BIN_EXTREME = "max |value|"
+BIN_MEAN = "mean"
+
+
 class Binned:
     """Series over the global steps, binned: ``matrix`` (rows x bins, NaN where a series had
     no value yet), ``nonfinite`` (bins that held a NaN or infinity), ``edges`` (bins + 1 step
-    numbers) and ``rows`` (the series' names)."""
+    numbers), ``rows`` (the series' names) and ``shows`` (:data:`BIN_EXTREME` or
+    :data:`BIN_MEAN`: what a bin's value is)."""
 
-    def __init__(self, matrix, nonfinite, edges, rows):
+    def __init__(self, matrix, nonfinite, edges, rows, shows=BIN_EXTREME):
         self.matrix, self.nonfinite, self.edges, self.rows = matrix, nonfinite, edges, rows
+        self.shows = shows
+
+    @property
+    def width(self) -> int:
+        """Steps per bin."""
+        return int(self.edges[1] - self.edges[0]) if len(self.edges) > 1 else 1
+
+
+def _bin_extreme(where: np.ndarray, values: np.ndarray, nbins: int) -> np.ndarray:
+    """Per bin, the value of largest magnitude among ``values`` (sign kept; NaN: empty bin)."""
+    row = np.full(nbins, np.nan)
+    if not len(values):
+        return row
+    order = np.lexsort((np.abs(values), where))  # by bin, then by magnitude: each bin's last wins
+    where, values = where[order], values[order]
+    last = np.append(where[1:] != where[:-1], True)
+    row[where[last]] = values[last]
+    return row
 
 
 def bin_series(series: Sequence[Tuple[str, np.ndarray, np.ndarray]], max_bins: int = MAX_BINS,
-               span: Optional[Tuple[int, int]] = None) -> Binned:
+               span: Optional[Tuple[int, int]] = None, mean: bool = False) -> Binned:
     """``series``: (name, steps, values) each; the bins cover ``span`` (first and last step,
-    default: those of all series) with at most ``max_bins`` bins of whole steps."""
+    default: those of all series) with at most ``max_bins`` bins of whole steps. A bin's value
+    is its extreme (the saved value of largest magnitude, sign kept), so that no spike is
+    averaged away; ``mean``: the mean of its values instead."""
     all_steps = [s for _, s, _ in series if len(s)]
     if span is None:
         span = (int(min(s.min() for s in all_steps)), int(max(s.max() for s in all_steps))) if all_steps else (0, 0)
@@ -110,12 +137,14 @@ def bin_series(series: Sequence[Tuple[str, np.ndarray, np.ndarray]], max_bins: i
             continue
         where = (steps - first) // width
         finite = np.isfinite(values)
-        sums = np.bincount(where[finite], values[finite], nbins)
         counts = np.bincount(where[finite], minlength=nbins)
         nonfinite[r] = np.bincount(where[~finite], minlength=nbins) > 0
-        row = np.full(nbins, np.nan)
         has = counts > 0
-        row[has] = sums[has] / counts[has]
+        if mean:
+            row = np.full(nbins, np.nan)
+            row[has] = np.bincount(where[finite], values[finite], nbins)[has] / counts[has]
+        else:
+            row = _bin_extreme(where[finite], values[finite], nbins)
         # Between saves, a series holds its last value (a series saved every 50 steps stays
         # visible on a 1-step grid); before its first save it is empty.
         filled = has | nonfinite[r]
@@ -125,7 +154,51 @@ def bin_series(series: Sequence[Tuple[str, np.ndarray, np.ndarray]], max_bins: i
         hold = (idx >= 0) & (np.arange(nbins) <= last_saved + _hold_limit(steps, width))
         row = np.where(hold, row[np.maximum(idx, 0)], np.nan)
         matrix[r] = row
-    return Binned(matrix, nonfinite, edges, [name for name, _, _ in series])
+    return Binned(matrix, nonfinite, edges, [name for name, _, _ in series], BIN_MEAN if mean else BIN_EXTREME)
+
+
+class Envelope:
+    """A curve downsampled to at most ``max_bins`` bins that keeps each bin's extremes:
+    ``x`` (each non-empty bin's first step), ``lo`` and ``hi`` (its smallest and largest finite
+    value) and ``width`` (steps per bin; 1: every value, nothing dropped)."""
+
+    def __init__(self, x, lo, hi, width):
+        self.x, self.lo, self.hi, self.width = x, lo, hi, width
+
+
+def envelope(steps: np.ndarray, values: np.ndarray, max_bins: int = MAX_BINS) -> Envelope:
+    """The min/max envelope of ``values`` over ``steps`` in at most ``max_bins`` bins of
+    whole steps: no spike, up or down, is lost however many steps the curve has."""
+    steps = np.asarray(steps, np.int64)
+    values = np.asarray(values, np.float64)
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if not len(steps):
+        empty = np.zeros(0)
+        return Envelope(empty, empty, empty, 1)
+    first, last = int(steps.min()), int(steps.max())
+    width = max(1, int(np.ceil((last - first + 1) / max_bins)))
+    nbins = (last - first) // width + 1
+    where = (steps - first) // width
+    hi = np.full(nbins, -np.inf)
+    lo = np.full(nbins, np.inf)
+    np.maximum.at(hi, where, values)
+    np.minimum.at(lo, where, values)
+    has = np.isfinite(hi)  # empty bins are left out: a sparse curve's band stays joined
+    return Envelope((first + width * np.arange(nbins))[has], lo[has], hi[has], width)
+
+
+def draw_envelope(ax, steps: np.ndarray, values: np.ndarray, color, style: str = "-", label=None,
+                  max_bins: int = MAX_BINS) -> bool:
+    """Draw a long curve as its min/max envelope (a band from each bin's min to its max, so
+    spikes stay at full height); a curve of at most ``max_bins`` values is drawn as it is.
+    Returns whether it was binned."""
+    if len(values) <= max_bins:
+        ax.plot(steps, values, style, color=color, alpha=0.25, linewidth=0.8, label=label)
+        return False
+    env = envelope(steps, values, max_bins)
+    ax.fill_between(env.x, env.lo, env.hi, step="post", color=color, alpha=0.3, linewidth=0.6, label=label)
+    return True
 
 
 def _hold_limit(steps: np.ndarray, width: int) -> int:
@@ -176,10 +249,11 @@ def draw_heatmap(ax, binned: Binned, label: str = "value", log: Optional[bool] =
     ax.set_yticks(ticks)
     ax.set_yticklabels([labels[i] for i in ticks], fontsize=9 if rows <= 40 else 7 if rows <= 120 else 6)
     ax.set_xlabel(xlabel)
-    width = int(binned.edges[1] - binned.edges[0]) if len(binned.edges) > 1 else 1
+    width = binned.width
     if width > 1:
         # A text, not a title: a title's placement measures every tick label (slow at 200 rows).
-        ax.text(1.0, 1.01, f"bins of {width} steps", fontsize=8, ha="right", va="bottom", transform=ax.transAxes)
+        ax.text(1.0, 1.01, f"bins of {width} steps, each its {binned.shows}", fontsize=8, ha="right", va="bottom",
+                transform=ax.transAxes)
     colorbar = ax.figure.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
     colorbar.set_label(label + (" (log scale)" if is_log else ""))
     return image

@@ -43,7 +43,8 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
     One line per tensor (and reduction) and per mode: tensors get distinct colours, modes
     line styles (TRAIN solid, EVAL dashed, PREDICT dotted). Past
     :data:`~smdebug.analysis.heatmaps.MAX_LINES` series (or with ``heatmap=True``) it draws
-    a heatmap instead: one row per series in natural order, steps binned.
+    a heatmap instead: one row per series in natural order, steps binned, each bin showing
+    its extreme (the value of largest magnitude), never the mean, so that spikes stay.
 
     Args:
         trial: an open Trial.
@@ -60,7 +61,8 @@ def plot_tensors(trial, names: Union[str, Sequence[str]], reduction: Optional[Un
         ax: a matplotlib Axes to draw on (default: a new figure).
         logy: a logarithmic y axis (a logarithmic colour scale for a heatmap).
         smooth: exponential moving average weight in [0, 1) (TensorBoard's smoothing): the
-            smoothed line is drawn over the faint saved values. 0: none.
+            smoothed line is drawn over the faint saved values (past 500 values, a band from
+            each bin's min to its max, which keeps every spike). 0: none.
         heatmap: force (True) or forbid (False) the heatmap; None: past MAX_LINES series.
     """
     from . import heatmaps
@@ -144,7 +146,7 @@ def _nothing_to_plot(trial, name, label, red_col, tensor_col) -> str:
 
 
 def _draw_lines(ax, lines, series, smooth: float) -> None:
-    from .heatmaps import colors, smooth as ema
+    from .heatmaps import colors, draw_envelope, smooth as ema
 
     color_of = dict(zip(series, colors(len(series))))
     for name, label, mode_name, line_x, line_y in lines:
@@ -152,7 +154,7 @@ def _draw_lines(ax, lines, series, smooth: float) -> None:
         style = _MODE_STYLES.get(mode_name, "-")
         text = name + (f" {label}" if label else "") + f" ({mode_name})"
         if smooth and len(line_x) > 5:
-            ax.plot(line_x, line_y, style, color=color, alpha=0.25, linewidth=0.8)
+            draw_envelope(ax, line_x, line_y, color, style)  # faint: the values, or each bin's min..max band
             ax.plot(line_x, ema(line_y, smooth), style, color=color, label=text)
         else:
             ax.plot(line_x, line_y, style, color=color, label=text, marker="." if len(line_x) < 30 else None)

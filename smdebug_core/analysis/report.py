@@ -28,6 +28,7 @@ from .heatmaps import (
     MAX_BINS,
     MAX_LINES,
     bin_series,
+    draw_envelope,
     colors,
     draw_heatmap,
     fixed_layout,
@@ -247,7 +248,12 @@ def _curves(run: _Run, smoothing: float) -> str:
             out.append(_line_figure(run, title, names, smoothing, mark_findings=title == "losses"))
     if smoothing:
         out.append(f"<p class='note'>Solid lines: exponential moving average (weight {smoothing:g}); faint: the "
-                   "saved values. Rule firings are marked along the bottom of the losses.</p>")
+                   f"saved values (past {MAX_BINS} steps, a band from each bin's min to its max, so that a "
+                   "one-step spike keeps its full height). Rule firings are marked along the bottom of the "
+                   "losses.</p>")
+    else:
+        out.append(f"<p class='note'>Curves of more than {MAX_BINS} steps are drawn as a band from each bin's "
+                   "min to its max, so that a one-step spike keeps its full height.</p>")
     return "".join(out)
 
 
@@ -264,8 +270,10 @@ def _line_figure(run: _Run, title: str, names: List[str], smoothing: float, mark
             style = _MODE_STYLE.get(mode, "-")
             text = f"{label} ({mode})"
             if smoothing and len(x) > 5:
-                ax.plot(x, y, style, color=color, alpha=0.25, linewidth=0.8)
+                draw_envelope(ax, x, y, color, style)  # faint: every saved value, or each bin's min..max
                 ax.plot(x, smooth(y, smoothing), style, color=color, label=text, linewidth=1.4)
+            elif len(x) > MAX_BINS:
+                draw_envelope(ax, x, y, color, style, label=text)
             else:
                 ax.plot(x, y, style, color=color, label=text, marker="." if len(x) < 40 else None)
     _mark_events(run, ax, findings=mark_findings)
@@ -319,17 +327,23 @@ def _in_model_order(run: _Run, names: List[str]) -> List[str]:
     return run.catalog.order.by_layer(names)
 
 
+def _binned_groups(run: _Run, groups: Dict[str, List[str]]):
+    """Each heatmap's data: (group, reduction shown, its Binned rows in model order, how many
+    of the group's tensors lack that reduction); a bin holds its extreme, never the mean."""
+    for group, names in groups.items():
+        label = _group_label(run, names)
+        members = _in_model_order(run, [n for n in names if (n, label) in run.series.by_key])
+        series = [(n, *run.series.by_key[(n, label)][:2]) for n in members]
+        yield group, label, bin_series(series, MAX_BINS, run.span), len(names) - len(members)
+
+
 def _heatmaps(run: _Run) -> str:
     groups = _heatmap_groups(run)
     if not groups:
         return "<p>The run saved no tensor with reductions or full values to show per layer.</p>"
     out = []
-    for group, names in groups.items():
-        label = _group_label(run, names)
-        members = _in_model_order(run, [n for n in names if (n, label) in run.series.by_key])
-        left_out = len(names) - len(members)
-        series = [(n, *run.series.by_key[(n, label)][:2]) for n in members]
-        binned = bin_series(series, MAX_BINS, run.span)
+    for group, label, binned, left_out in _binned_groups(run, groups):
+        members = binned.rows
         fig = _figure(12.5, heatmap_height(len(members)))
         fixed_layout(fig, shorten_labels(members)[0])
         ax = fig.add_subplot()
@@ -340,8 +354,9 @@ def _heatmaps(run: _Run) -> str:
         note = f"<p class='note'>{left_out} tensors of this group have no {_esc(label)} and are left out.</p>" \
             if left_out else ""
         out.append(f"<h3>{_esc(group)}</h3>{_png(fig, f'{group} heatmap of {label}', tight=False)}{note}")
-    out.append("<p class='note'>Rows: tensors in the order the model produced them (gradients at their weight's place), the rest in natural order; columns: bins of global steps (each bin the mean "
-               "of its values; a tensor saved less often holds its last value until its next save; grey: not "
+    out.append("<p class='note'>Rows: tensors in the order the model produced them (gradients at their weight's place), the rest in natural order; columns: bins of global steps (each bin its extreme, "
+               "the value of largest magnitude saved in it, never the mean, so that a one-step spike keeps its "
+               "full height; a tensor saved less often holds its last value until its next save; grey: not "
                "saved yet; magenta: NaN or infinity). Reductions of tensors saved whole are computed from their "
                "values.</p>")
     return "".join(out)

@@ -294,3 +294,69 @@ def test_report_heatmaps_fall_back_to_a_saved_reduction(mixed_run, tmp_path):
     assert main(["report", mixed_run, "-o", out, "--reduction", "mean", "--no-rules"]) == 0
     heat = section(check_report(out), "heatmaps")
     assert 'alt="weights heatmap of mean"' in heat and 'alt="gradient heatmap of abs_max"' in heat
+
+
+def test_bins_keep_a_spike_not_its_mean():
+    """A one-step spike (up or down, sign kept) keeps its value in its bin; ``mean=True``
+    dilutes it 1:20 as the old bins did; the min/max envelope of a curve keeps both ways."""
+    from smdebug.analysis.heatmaps import envelope
+
+    steps = np.arange(10_000)
+    values = np.ones(10_000)
+    values[6_543] = 100.0
+    values[1_234] = -50.0
+    binned = bin_series([("g", steps, values)])
+    assert binned.shows == "max |value|" and binned.width == 20
+    assert binned.matrix[0, 6_543 // 20] == 100.0 and binned.matrix[0, 1_234 // 20] == -50.0
+    assert np.nanmax(binned.matrix) == 100.0
+    assert bin_series([("g", steps, values)], mean=True).matrix[0, 6_543 // 20] == pytest.approx(99 / 20 + 1)
+    env = envelope(steps, values)
+    assert len(env.x) == 500 and env.hi.max() == 100.0 and env.lo.min() == -50.0
+    assert env.x[np.argmax(env.hi)] == 6_540  # the spike's bin: steps 6,540..6,559
+    sparse = envelope(np.arange(0, 10_000, 7), np.ones(1_429))  # empty bins dropped, not NaN
+    assert np.isfinite(sparse.lo).all() and sparse.hi.max() == 1.0
+
+
+def write_spike_run(out_dir, steps=10_000, layers=4, spike_step=6_543, spike_layer=2):
+    """A numpy-hook run of ``steps`` TRAIN steps saving each layer's gradient L2 norm and the
+    loss at every step; at ``spike_step`` one layer's gradient (and the loss) is 100x."""
+    rng = np.random.default_rng(0)
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["losses", "grads"])
+    grads = hook.get_collection("grads")
+    grads.include("^gradient/")
+    grads.reduction_config = smd.ReductionConfig(norms=["l2"])
+    for step in range(steps):
+        hook.begin_step()
+        for layer in range(layers):
+            g = (0.01 * (1 + 0.1 * rng.standard_normal(16))).astype(np.float32)
+            if step == spike_step and layer == spike_layer:
+                g *= 100
+            hook.save_tensor(f"gradient/Net_layers.{layer}.weight", g, "grads")
+        hook.save_tensor("loss", np.float32(100.0 if step == spike_step else 1.0 / (1 + step / 1000)), "losses")
+    hook.close()
+    return out_dir
+
+
+def test_report_keeps_a_one_step_gradient_spike_in_10000_steps(tmp_path):
+    """The report's heatmap data (as _heatmaps draws it) keeps the 100x spike at its bin, the
+    caption says bins show their extreme, and the loss curve's band reaches the spike."""
+    from smdebug.analysis import report
+
+    run_dir = write_spike_run(str(tmp_path / "run"))
+    trial = create_trial(run_dir)
+    run = report._Run(trial, "l2", progress=False, rules=False)
+    [(group, label, binned, left_out)] = list(report._binned_groups(run, report._heatmap_groups(run)))
+    assert label == "l2" and left_out == 0 and binned.width == 20 and binned.shows == "max |value|"
+    row = binned.rows.index("gradient/Net_layers.2.weight")
+    spike = float(np.linalg.norm(np.full(16, 1.0)))  # |g| ~ 0.01 * 100 per element, 16 elements
+    assert binned.matrix[row, 6_543 // 20] == pytest.approx(spike, rel=0.35)
+    others = np.delete(binned.matrix[row], 6_543 // 20)
+    assert binned.matrix[row, 6_543 // 20] > 50 * np.nanmax(others)  # not diluted 1:20
+    steps, values, _ = run.series.by_key[("loss", "")]
+    from smdebug.analysis.heatmaps import envelope
+    assert envelope(steps, values).hi.max() == 100.0
+    out = tmp_path / "report.html"
+    assert main(["report", run_dir, "-o", str(out), "--no-rules"]) == 0
+    text = check_report(str(out))
+    assert "each bin its extreme" in text and "band from each bin's min to its max" in text

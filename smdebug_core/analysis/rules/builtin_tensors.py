@@ -59,12 +59,17 @@ class _SelectionRule(Rule):
 class VanishingGradient(Rule):
     """Fires when the mean absolute value of a gradient drops below ``threshold``.
 
-    Reads the ``gradients`` collection: the saved ``abs mean`` reduction when there is one,
-    else the full gradient. Parameters: ``threshold`` (default 1e-7).
+    Reads the ``gradients`` collection and uses whatever the step saved that determines it:
+    the saved ``abs mean`` reduction, else the whole gradient (its mean |value|), else the
+    saved L2 norm and the element count (a saved shape), converted to the RMS
+    ``L2 / sqrt(n)``. The RMS is never below the mean |value|, so a gradient judged from it
+    fires only when it is certainly small; the finding says when it converted.
+    Parameters: ``threshold`` (default 1e-7).
     """
 
     worst, measure_name = "min", "mean |gradient|"
-    reads_what = "their mean |value| (an abs 'mean' reduction) or their values"
+    reads_what = ("their mean |value| (an abs 'mean' reduction), their values, or an 'l2' reduction "
+                  "with their shape (save_shape=True), converted to the RMS L2/sqrt(n)")
 
     def __init__(self, base_trial=None, threshold=0.0000001, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
@@ -73,28 +78,48 @@ class VanishingGradient(Rule):
     def required_tensors(self, step):
         return [Required(collections="gradients", reductions=[("mean", True)])]
 
+    def _magnitude(self, name: str) -> Tuple[Optional[float], bool]:
+        """(mean |g|, False), or (RMS from the saved L2 and element count, True), or (None, _)."""
+        try:
+            return self.view.reduction(name, "mean", abs=True), False
+        except DATA_MISSING:
+            pass
+        try:
+            l2 = float(self.view.reduction(name, "l2"))
+        except DATA_MISSING:
+            return None, False
+        n = self.view.size(name)
+        if not n:
+            return None, False
+        return l2 / math.sqrt(n), True
+
     def invoke_at_step(self, step):
         names = self.reads(self.view.tensor_names(collection="gradients"))
         if not names:
             self.no_data(self.saved_elsewhere("gradients", collection="gradients"))
             return False
-        small = {}
+        small, converted = {}, set()
         for name in names:
-            try:
-                value = self.view.reduction(name, "mean", abs=True)
-            except DATA_MISSING:
+            value, from_l2 = self._magnitude(name)
+            if value is None:
                 self.unavailable()
                 continue
+            if from_l2:
+                converted.add(name)
             if self.streak_start(name, value < self.threshold) is not None:
                 small[name] = value
         if small:
             first = earliest(self, small)
             in_order = self.view.model_order().sorted(small)
             layers = ", ".join(dict.fromkeys(layer_of(n) for n in in_order))
+            rms = [n for n in small if n in converted]
+            how = (f"; converted: {len(rms)} of them judged by their RMS = L2/sqrt(n) from the saved L2 norm "
+                   "and element count (the RMS bounds mean |value| from above)") if rms else ""
             self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g} (layers "
-                      f"{layers}): {listing(small)}", measure=min(small.values()), tensors=details(small),
+                      f"{layers}): {listing(small)}{how}", measure=min(small.values()), tensors=details(small),
                       layers=list(dict.fromkeys(layer_of(n) for n in in_order)),
-                      culprit=culprit(first, self.streak_start(first, True), value=small[first]))
+                      culprit=culprit(first, self.streak_start(first, True), value=small[first]),
+                      converted_from_l2=sorted(rms))
         return bool(small)
 
 
