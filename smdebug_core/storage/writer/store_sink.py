@@ -32,7 +32,6 @@ import numpy as np
 from ..format import store
 from ..format.codec import StepEncoder
 from ..format.records import RECORD_OVERHEAD, append_record
-from ..format.index import Placement  # noqa: F401  (placements are passed through as they are)
 from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
 from ..step_data import ScalarRun
 from ..store_rows import seal_left_live_segments
@@ -157,7 +156,7 @@ class StoreSink:
         self._reductions = _Texts()
         self._dtypes = _Texts()
         self._modes = _Texts()
-        self._texts = _Texts()  # kind, file, dtype of tensor rows
+        self._texts = _Texts()  # the kind and file columns of tensor rows
         self._runs: Dict[int, tuple] = {}  # id(tags) -> (tags, tensor codes, reduction codes) or None
         self._pair_codes: Dict[str, Optional[tuple]] = {}
         self._warned_encode: set = set()
@@ -184,7 +183,6 @@ class StoreSink:
                 "step %d of %s was opened as %s step %d; data submitted as %s step %d is filed under the former",
                 step.global_step, step.worker, open_step.mode.name, open_step.mode_step, step.mode.name,
                 step.mode_step)
-        encoder = None
         pairs = []
         for item in step.tensors:
             if type(item) is ScalarRun:
