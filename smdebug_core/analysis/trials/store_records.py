@@ -237,60 +237,62 @@ class StepMap(Mapping):
         return ((s, self[s]) for s in self._steps)
 
 
-class StepNames:
-    """``step -> names saved at it``, computed when asked for (``tensors_for_step``)."""
+class _NamesBy:
+    """``key -> names saved there``, computed when asked for and cached: the names of the
+    numbers' ids :meth:`_ids` finds in a part, and of the whole tensors :meth:`_row_matches`."""
 
     def __init__(self, index: StoreIndex):
         self._index = index
-        self._cache: Dict[int, Set[str]] = {}
+        self._cache: Dict[object, Set[str]] = {}
 
     def clear(self) -> None:
         self._cache.clear()
 
-    def get(self, step: int, default=None):
-        found = self._cache.get(step)
+    def get(self, key, default=None):
+        found = self._cache.get(key)
         if found is None:
             index = self._index
             ids: Set[int] = set()
             names: Set[str] = set()
             for part in index.loaded_parts():
-                if part.lo is None or not part.lo <= step <= part.hi:
+                if not self._in(part, key):
                     continue
                 if len(part):
-                    ids.update(index.tensor_ids_at(part, step))
-                names.update(index.tensor_row_name(r[3])[0] for r in part.tensor_rows if r[0] == step)
+                    ids.update(self._ids(part, key))
+                names.update(index.tensor_row_name(r[3])[0] for r in part.tensor_rows if self._row_matches(r, key))
             names.update(index.names.items[i] for i in ids)
             if not names:
                 return default
-            found = self._cache[step] = names
+            found = self._cache[key] = names
         return found
 
+    def _in(self, part: Part, key) -> bool:
+        return True
 
-class ModeNames:
-    """``mode -> names saved in it``, computed when asked for (``tensors_for_mode``)."""
 
-    def __init__(self, index: StoreIndex):
-        self._index = index
-        self._cache: Dict[ModeKeys, Set[str]] = {}
+class StepNames(_NamesBy):
+    """``step -> names saved at it`` (``tensors_for_step``)."""
 
-    def clear(self) -> None:
-        self._cache.clear()
+    def _in(self, part: Part, step: int) -> bool:
+        return part.lo is not None and part.lo <= step <= part.hi
 
-    def get(self, mode: ModeKeys, default=None):
-        found = self._cache.get(mode)
-        if found is None:
-            index = self._index
-            ids: Set[int] = set()
-            names: Set[str] = set()
-            for part in index.loaded_parts():
-                if len(part):
-                    ids.update(part.present(mode.value).tolist())
-                names.update(index.tensor_row_name(r[3])[0] for r in part.tensor_rows if r[1] == mode.value)
-            names.update(index.names.items[i] for i in ids)
-            if not names:
-                return default
-            found = self._cache[mode] = names
-        return found
+    def _ids(self, part: Part, step: int):
+        return self._index.tensor_ids_at(part, step)
+
+    @staticmethod
+    def _row_matches(row, step: int) -> bool:
+        return row[0] == step
+
+
+class ModeNames(_NamesBy):
+    """``mode -> names saved in it`` (``tensors_for_mode``)."""
+
+    def _ids(self, part: Part, mode: ModeKeys):
+        return part.present(mode.value).tolist()
+
+    @staticmethod
+    def _row_matches(row, mode: ModeKeys) -> bool:
+        return row[1] == mode.value
 
 
 class StoreLog:
