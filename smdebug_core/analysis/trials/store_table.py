@@ -311,18 +311,28 @@ def _block_table(index, parts, selection: _Selection) -> Optional[Table]:
             step[at:at + n] = b_step
             mode[at:at + n] = b_mode
             mode_step[at:at + n] = b_mode_step
-    used_keys = np.flatnonzero(counts)
-    runs = counts[used_keys]
+    return Table({"step": step, "mode_step": mode_step, "value": value},
+                 _text_columns(counts, mode, (t_names, l_names, w_names)))
+
+
+def _text_columns(counts: np.ndarray, mode: np.ndarray, names) -> Dict[str, tuple]:
+    """The text columns of rows laid out in pair-key order: ``counts[key]`` rows for each key
+    (``(tensor * n_labels + label) * n_workers + worker``; ``names`` are the three sorted
+    categories), and ``mode`` per row."""
+    t_names, l_names, w_names = names
+    n_l, n_w = len(l_names), len(w_names)
+    used = np.flatnonzero(counts)
+    runs = counts[used]
     texts = {}
-    for column, part_of_key, cats in (("tensor", used_keys // (n_l * n_w), t_names),
-                                      ("reduction", (used_keys // n_w) % n_l, l_names),
-                                      ("worker", used_keys % n_w, w_names)):
+    for column, part_of_key, cats in (("tensor", used // (n_l * n_w), t_names),
+                                      ("reduction", (used // n_w) % n_l, l_names),
+                                      ("worker", used % n_w, w_names)):
         texts[column] = (np.repeat(part_of_key.astype(_code_dtype(len(cats))), runs), cats)
     present = np.flatnonzero(np.bincount(mode, minlength=_MODE_VALUES))
     mode_codes = np.zeros(_MODE_VALUES, np.int8)
     mode_codes[present] = np.arange(len(present))
     texts["mode"] = (mode_codes[mode], [ModeKeys(int(v)).name for v in present])
-    return Table({"step": step, "mode_step": mode_step, "value": value}, texts)
+    return texts
 
 
 def _general_table(index, parts, selection: _Selection) -> Table:
@@ -391,19 +401,7 @@ def _table(index, pieces: Dict[str, list], monotone: bool) -> Table:
     numbers = {"step": step, "mode_step": c["mode_step"][order], "value": c["value"][order]}
     mode = c["mode"][order]
     del c, order
-    counts = np.bincount(key, minlength=size)
-    used = np.flatnonzero(counts)
-    runs = counts[used]
-    texts = {}
-    for column, part_of_key, cats in (("tensor", used // (n_l * n_w), t_names),
-                                      ("reduction", (used // n_w) % n_l, l_names),
-                                      ("worker", used % n_w, w_names)):
-        texts[column] = (np.repeat(part_of_key.astype(_code_dtype(len(cats))), runs), cats)
-    present = np.flatnonzero(np.bincount(mode, minlength=_MODE_VALUES))
-    mode_codes = np.zeros(_MODE_VALUES, np.int8)
-    mode_codes[present] = np.arange(len(present))
-    texts["mode"] = (mode_codes[mode], [ModeKeys(int(v)).name for v in present])
-    return Table(numbers, texts)
+    return Table(numbers, _text_columns(np.bincount(key, minlength=size), mode, (t_names, l_names, w_names)))
 
 
 def _whole_tensor_rows(index, parts, names, labels, modes, steps, late_cut, reader, on_error) -> Optional[Table]:
