@@ -125,13 +125,12 @@ class UploaderProcess(_uploader.SpoolAccount):
             self._proc.stdin.close()
         except OSError:
             pass
-        started = time.monotonic()
-        closed = lambda: self._closed is not None or not self._reader.is_alive()  # noqa: E731 - used twice
-        with self._cond:
-            if not self._cond.wait_for(closed, min(timeout, _uploader.CLOSE_NOTICE_S)) \
-                    and timeout > _uploader.CLOSE_NOTICE_S:
-                self._say_what_close_waits_for(timeout, failing=self._store_failing)
-            self._cond.wait_for(closed, max(0.0, timeout + _CLOSE_GRACE_S - (time.monotonic() - started)))
+
+        def child_replied(seconds: float) -> bool:
+            with self._cond:
+                return self._cond.wait_for(lambda: self._closed is not None or not self._reader.is_alive(), seconds)
+
+        self._wait_for_close(child_replied, timeout, lambda: self._store_failing, grace=_CLOSE_GRACE_S)
         if self._closed is None:  # the child hung or died without replying
             self._proc.kill()
             self._give_up(f"the upload process did not finish within close()'s {timeout:g} s")

@@ -101,6 +101,9 @@ class SpoolAccount:
     yet uploaded (shared by :class:`Uploader` and ``upload_process.UploaderProcess``). The
     owner calls :meth:`_init_account` first."""
 
+    #: Whether close() says, after a few seconds, what it waits for (not for smdebug-sync's own close).
+    announce_close_wait = True
+
     def _init_account(self, spool: str, url: str, max_spool_bytes: Optional[int]):
         """Set up the account; returns ``(filesystem, root)`` for ``url`` (a bad URL or a
         missing extra fails here, named)."""
@@ -146,6 +149,18 @@ class SpoolAccount:
                    "up to %g s in all (%s), then leaves them in the spool for: %s", self._outstanding,
                    self._backlog_bytes / 2**20, self.spool, self.url, ", which is not taking them" if failing else "",
                    timeout, CLOSE_TIMEOUT_ENV, sync_command(self.spool, self.url))
+
+    def _wait_for_close(self, finished: Callable[[float], bool], timeout: float, failing: Callable[[], bool],
+                        grace: float = 0.0) -> bool:
+        """Wait up to ``timeout + grace`` seconds for ``finished(seconds)`` (which waits that
+        long at most and says whether the close is done), announcing what is left after
+        ``CLOSE_NOTICE_S`` when the close takes longer: the one close-wait of both uploaders."""
+        started = time.monotonic()
+        if finished(min(timeout, CLOSE_NOTICE_S)):
+            return True
+        if timeout > CLOSE_NOTICE_S and self.announce_close_wait:
+            self._say_what_close_waits_for(timeout, failing=failing())
+        return finished(max(0.0, timeout + grace - (time.monotonic() - started)))
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
         """Wait until every file notified so far is uploaded (not for the end marker, which
@@ -198,8 +213,6 @@ class Uploader(SpoolAccount):
         # (step, worker) -> relpath of an event file uploaded and kept in the spool until its index is up
         self._uploaded_events: Dict[Tuple[int, str], str] = {}
         self._failing_since: Optional[float] = None
-        #: Whether close() says, after a few seconds, what it waits for (not for smdebug-sync's own close).
-        self.announce_close_wait = True
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="smdebug-upload")
         self._thread = threading.Thread(target=self._run, name="smdebug-uploader", daemon=True)
         self._thread.start()
@@ -228,12 +241,12 @@ class Uploader(SpoolAccount):
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join(min(timeout, CLOSE_NOTICE_S))
-        if self._thread.is_alive() and timeout > CLOSE_NOTICE_S:
-            if self.announce_close_wait:
-                self._say_what_close_waits_for(timeout, failing=self._failing_since is not None)
-            self._thread.join(max(0.0, timeout - (time.monotonic() - started)))
-        finished = not self._thread.is_alive()
+
+        def thread_done(seconds: float) -> bool:
+            self._thread.join(seconds)
+            return not self._thread.is_alive()
+
+        finished = self._wait_for_close(thread_done, timeout, lambda: self._failing_since is not None)
         if not finished:
             with self._cond:
                 if self._gave_up is None:
