@@ -367,9 +367,9 @@ def _tanh_step_decay(out_dir):
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                                 torch.nn.Linear(64, 1))
-    with torch.no_grad():  # the output starts at zero: Adam's first steps overshoot it
-        model[4].weight.zero_()
-        model[4].bias.zero_()
+    with torch.no_grad():  # the output starts near zero: Adam's first steps overshoot it
+        model[4].weight.mul_(0.1)
+        model[4].bias.mul_(0.1)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=20, gamma=0.5)
     loss_fn = torch.nn.MSELoss()
