@@ -7,7 +7,6 @@ best still fires.
 import contextlib
 import io
 import json
-import os
 
 import numpy as np
 import pytest

@@ -45,7 +45,7 @@ from typing import Dict, List, Optional
 
 from ...exceptions import ConfigError, RunNotFound, SMDebugError
 from .actions import StopTraining
-from .builtin import BUILTIN_RULES, NEEDS_PARAMETERS, TRUSTED_PARAMETERS, choose_rules, make_rule, rule_parameters
+from .builtin import BUILTIN_RULES, NEEDS_PARAMETERS, choose_rules, make_rule, rule_parameters
 from .report import culprit_line, summary_line
 from .rule import run_rules
 
