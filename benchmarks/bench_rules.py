@@ -191,7 +191,7 @@ def run_offline(out_dir: str, steps: int, tensors: int, repeat: int) -> dict:
     """Seconds to open the run and to evaluate the default rules over it (best of ``repeat``)."""
     import sys
 
-    from smdebug.analysis.rules.builtin import BUILTIN_RULES, choose_rules
+    from smdebug.analysis.rules.builtin import choose_rules, make_rule
     from smdebug.analysis.rules.rule import run_rules
     from smdebug.trials import create_trial
 
@@ -204,7 +204,7 @@ def run_offline(out_dir: str, steps: int, tensors: int, repeat: int) -> dict:
         trial = create_trial(out_dir, progress=False)
         t1 = time.perf_counter()
         names, _, _ = choose_rules(trial)
-        rules = [BUILTIN_RULES[name](trial) for name in names]
+        rules = [make_rule(name, trial) for name in names]
         run_rules(rules, follow=False, progress=sys.stderr.isatty())
         t2 = time.perf_counter()
         fired = [r.rule_name for r in rules if r.report.triggered]

@@ -285,6 +285,19 @@ class Hook:
     def dump_flight_recorder(self, reason: str = "requested", trigger: str = "manual") -> Optional[dict]:
         return self._session.dump_flight_recorder(reason, trigger)
 
+    def record_early_stopping(self, **record) -> None:
+        """Record, as part of the run, the early-stopping mechanism that ended (or watched)
+        training: ``framework``, ``mechanism``, ``monitor`` (the metric's tensor name),
+        ``mode`` (min/max), ``patience``, ``best_step`` (global), ``best_pass``, ``best_value``,
+        ``stopped_step``, ``passes_after_best``, ``stopped`` (it ended training). Adapters
+        call it; the rules read it (``trial.early_stopping()``). Written by the chief only."""
+        session = self._session
+        if session.enabled and session.writes_files and session.is_chief:
+            from .storage.run_files import write_early_stopping
+
+            with session.guard("record_early_stopping"):
+                write_early_stopping(session.out_dir, record)
+
     def step_failed(self) -> None:
         """An exception left the training step on this worker. Adapters whose capture needs
         every worker's part (collectives) start no more of it for this step: the other

@@ -175,3 +175,40 @@ def split_xy(data) -> Tuple[object, Optional[object]]:
     if isinstance(data, tuple) and len(data) == 2:
         return data[0], data[1]
     return data, None
+
+
+def early_stopping_beside(callback) -> Optional[object]:
+    """XGBoost's ``EarlyStopping`` in the same training's callback list as ``callback`` (the
+    list xgboost's CallbackContainer holds: ``xgb.train(early_stopping_rounds=...)`` and the
+    scikit-learn estimators append one), or None when training has no early stopping."""
+    import gc
+
+    import xgboost as xgb
+
+    kind = getattr(xgb.callback, "EarlyStopping", None)
+    if kind is None:
+        return None
+    for holder in gc.get_referrers(callback):
+        if isinstance(holder, list):
+            for other in holder:
+                if isinstance(other, kind):
+                    return other
+    return None
+
+
+def early_stopping_record(stopping, booster, evals_log, last_round: int, step_offset: int) -> Optional[Dict]:
+    """What ``stopping`` (an ``EarlyStopping``) did in a training that ended at ``last_round``:
+    the record of ``Hook.record_early_stopping``; None when it never judged a round."""
+    best = booster.attr("best_iteration") if hasattr(booster, "attr") else None
+    if best is None or not evals_log:
+        return None
+    data = stopping.data or list(evals_log)[-1]
+    metric = stopping.metric_name or list(evals_log.get(data, {}) or [""])[-1]
+    best = int(best)
+    score = booster.attr("best_score")
+    return {"framework": "xgboost", "mechanism": "early_stopping_rounds", "monitor": metric_name(data, metric),
+            "mode": "max" if stopping.maximize else "min", "patience": int(stopping.rounds),
+            "best_step": best + step_offset, "best_pass": best,
+            "best_value": float(score) if score is not None else None,
+            "stopped_step": last_round + step_offset, "passes_after_best": last_round - best,
+            "stopped": int(stopping.current_rounds) >= int(stopping.rounds)}

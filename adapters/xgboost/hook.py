@@ -124,6 +124,8 @@ class Hook(CoreHook, TrainingCallback):
         self._dmatrices: Dict[str, xgb.DMatrix] = {}
         self._labels: Optional[np.ndarray] = None
         self._step_offset = 0
+        self._early_stopping = None  # xgboost's EarlyStopping of the current training, if any
+        self._last_round, self._evals_log = None, None
         self._names: Optional[Dict[str, List[str]]] = None
         self._failed: set = set()
         self._seen_metrics: set = set()
@@ -220,12 +222,16 @@ class Hook(CoreHook, TrainingCallback):
         if self.session.enabled:
             self._step_offset = self.session.global_step + 1 if self.session.global_step >= 0 else 0
             self._names = None
+            with self.guard("before_training"):
+                self._early_stopping = _collect.early_stopping_beside(self)
+                self._last_round = None
         return model
 
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
         """One boosting round = one step. Returns True (stop training) only when a rule's
         action asked for it (:meth:`request_stop`)."""
         if self.session.enabled:
+            self._last_round, self._evals_log = epoch, evals_log
             with self.guard("after_iteration"):
                 if self.begin_step(epoch + self._step_offset):
                     self._record_round(model, evals_log)
@@ -236,8 +242,19 @@ class Hook(CoreHook, TrainingCallback):
         if self.session.enabled:
             self.end_step()
             with self.guard("after_training"):
+                self._record_early_stopping(model)
                 self.flush(timeout=60)
         return model
+
+    def _record_early_stopping(self, model) -> None:
+        """Early stopping is part of the run: what it monitored and where it stopped (the
+        rules judge that metric and know the stop was intended)."""
+        stopping = getattr(self, "_early_stopping", None)
+        if stopping is None or self._last_round is None or not isinstance(model, xgb.Booster):
+            return
+        record = _collect.early_stopping_record(stopping, model, self._evals_log, self._last_round, self._step_offset)
+        if record is not None:
+            self.record_early_stopping(**record)
 
     # --- one saved round --------------------------------------------------------------
     def _record_round(self, model, evals_log) -> None:

@@ -456,7 +456,8 @@ class _OutOfTime(Exception):
 
 
 def _run_rules(run: _Run, progress: Optional[bool], budget: float) -> None:
-    from .rules import BUILTIN_RULES, run_rules
+    from .rules import run_rules
+    from .rules.builtin import make_rule
 
     if not run.chosen_rules:
         return
@@ -468,7 +469,7 @@ def _run_rules(run: _Run, progress: Optional[bool], budget: float) -> None:
             raise _OutOfTime
 
     try:
-        rules = [BUILTIN_RULES[name](run.trial) for name in run.chosen_rules]
+        rules = [make_rule(name, run.trial) for name in run.chosen_rules]
         try:
             run_rules(rules, follow=False, progress=bool(progress), on_step=on_step)
         except _OutOfTime:

@@ -18,7 +18,7 @@ from ..storage.stop_request import STOP_REQUEST_FILE
 from .flight_recorder import Recorder
 
 # Left by rules in a run directory; removed with the run on overwrite.
-RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", STOP_REQUEST_FILE, MARKER_DIR)
+RUN_SIDE_FILES = ("rule_reports", "training_stop_reason.json", "early_stopping.json", STOP_REQUEST_FILE, MARKER_DIR)
 
 
 def locate(arguments, out_url: Optional[str], out_dir: str, worker_name: str, writes_files: bool, is_chief: bool,

@@ -13,7 +13,7 @@ import tempfile
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..exceptions import OutDirError
+from ..exceptions import OutDirError, SMDebugError
 from .format import layout, store
 from ..logger import get_logger
 from ..modes import ModeKeys
@@ -118,3 +118,35 @@ def read_markers(list_files: Callable[[], List[str]], read_bytes: Callable[[str]
             continue
         out[name[len("trigger-"):-len(".json")]] = doc
     return out
+
+
+#: The run's record of its early-stopping mechanism (docs/format.md, "Early stopping").
+EARLY_STOPPING_FILE = "early_stopping.json"
+_EARLY_STOPPING_KEYS = ("framework", "mechanism", "monitor", "mode", "patience", "best_step", "best_pass",
+                        "best_value", "stopped_step", "passes_after_best", "stopped")
+
+
+def write_early_stopping(out_dir: str, record: Dict[str, Any]) -> None:
+    """Write the early-stopping record of a run (atomically: readers see all of it or none)."""
+    doc = {key: record.get(key) for key in _EARLY_STOPPING_KEYS}
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".early_stopping.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(tmp, os.path.join(out_dir, EARLY_STOPPING_FILE))
+
+
+def read_early_stopping(read_bytes: Callable[[str], bytes], max_bytes: int = 1 << 16) -> Optional[Dict[str, Any]]:
+    """The early-stopping record of a run, or None (none written, or unreadable: warned)."""
+    try:
+        raw = read_bytes(EARLY_STOPPING_FILE)
+        if len(raw) > max_bytes:
+            raise ValueError(f"{len(raw)} bytes, more than {max_bytes}")
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError, SMDebugError) as exc:
+        logger.warning("smdebug: skipping the unreadable %s: %s", EARLY_STOPPING_FILE, exc)
+        return None
+    return {key: doc.get(key) for key in _EARLY_STOPPING_KEYS}

@@ -55,7 +55,7 @@ DEFAULT_CLOSE_TIMEOUT_S = 60.0
 #: After this many seconds of waiting, ``close()`` says what it waits for.
 CLOSE_NOTICE_S = 2.0
 #: Files the hook writes into out_dir itself (not through the writer): uploaded at close.
-SIDE_FILES = ("training_stop_reason.json",)
+SIDE_FILES = ("training_stop_reason.json", "early_stopping.json")
 #: Files of a spool that are never uploaded: stop requests are read by the hook from its spool.
 _NEVER_UPLOADED = ("smdebug_stop_request.json",)
 #: Where each worker of a multi-node run says that its upload is complete.

@@ -105,20 +105,30 @@ def test_exploding_tensor_reads_health_reductions_for_what_they_say(tmp_path):
 
 
 # --- LossNotDecreasing -----------------------------------------------------------------------------
-def test_loss_not_decreasing(tmp_path):
+def test_loss_not_decreasing_as_sagemaker_documents_it(tmp_path):
+    """Constructed in user code, the rule compares the loss with the loss num_steps earlier,
+    point to point, every num_steps steps (SageMaker Debugger's built-in rules reference)."""
     flat = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 1.0), 25, name="flat")
-    # Checked every num_steps; the first check (one value before it) waits for a whole earlier window.
-    assert fired(LossNotDecreasing(flat)) == [20]
-    assert fired(LossNotDecreasing(flat, num_steps=5)) == [10, 15, 20]
+    assert fired(LossNotDecreasing(flat)) == [10, 20]
+    assert fired(LossNotDecreasing(flat, num_steps=5)) == [5, 10, 15, 20]
     falling = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 1.0 / (s + 1)), 25, name="falling")
     assert fired(LossNotDecreasing(falling)) == []
     # Falls, but by less than 50% per 10 steps.
     slow = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 0.99 ** s), 25, name="slow")
     assert fired(LossNotDecreasing(slow)) == []
-    assert fired(LossNotDecreasing(slow, diff_percent=50)) == [20]
+    assert fired(LossNotDecreasing(slow, diff_percent=50)) == [10, 20]
     assert fired(LossNotDecreasing(slow, use_losses_collection=False, tensor_regex="nothing")) == []
     with pytest.raises(ConfigError, match="use_losses_collection=False"):
         LossNotDecreasing(slow, use_losses_collection=False)
+
+
+def test_loss_not_decreasing_fires_at_the_documented_step(tmp_path):
+    """Losses 0.3, 0.33, 0.31, 0.30, 0.28 saved at steps 0-16 every 4: step 12 is the first at
+    least 10 steps after the start, and 0.30 is no decrease on step 0's 0.3."""
+    losses = {0: 0.3, 4: 0.33, 8: 0.31, 12: 0.30, 16: 0.28}
+    trial = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", losses[s]) if s in losses else None, 17)
+    assert fired(LossNotDecreasing(trial)) == [12]
+    assert fired(LossNotDecreasing(trial, diff_percent=20)) == [12]
 
 
 def test_loss_not_decreasing_counts_in_the_modes_own_steps(tmp_path):
@@ -127,35 +137,42 @@ def test_loss_not_decreasing_counts_in_the_modes_own_steps(tmp_path):
 
     trial = make_run(tmp_path, record, 0, modes=[(smd.modes.TRAIN, 12), (smd.modes.EVAL, 22)])
     assert fired(LossNotDecreasing(trial, mode="TRAIN")) == []
-    assert fired(LossNotDecreasing(trial, mode="EVAL")) == [32]  # EVAL step 20 is global step 32
-    assert fired(LossNotDecreasing(trial)) == [32]
-
-
-def test_loss_not_decreasing_is_not_fired_by_one_noisy_step(tmp_path):
-    def loss(step):
-        return 0.6 if step == 20 else 1.0 / (1 + 0.1 * step)  # falling, with one spike at a check step
-
-    assert loss(20) > loss(10)  # compared point to point, step 20 against step 10 would fire
-    noisy = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", loss(s)), 31, name="noisy")
-    assert fired(LossNotDecreasing(noisy)) == []
-    # A loss that really stops falling fires at the first check of its flat windows.
-    stalls = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", loss(min(s, 10)) + 0.01 * (s % 2)), 41,
-                      name="stalls")
-    # It stalls 28% below where it started, flat within its noise: a plateau, not a stuck loss ...
-    assert fired(LossNotDecreasing(stalls)) == []
-    # ... unless convergence is not considered (the reference's rule).
-    report = invoke_rule(LossNotDecreasing(stalls, converged_fraction=None), report_path=None)
-    assert report.violation_steps == [30, 40]
-    worst = report.to_dict()["worst"]
-    assert worst["step"] in (30, 40) and worst["measure"] <= 0 and "mean" in worst["message"]
+    assert fired(LossNotDecreasing(trial, mode="EVAL")) == [22, 32]  # EVAL steps 10 and 20
+    assert fired(LossNotDecreasing(trial)) == [22, 32]
 
 
 def test_loss_not_decreasing_with_sparse_saving_compares_points_as_the_reference(tmp_path):
     """Loss saved every 3 steps, num_steps=10: checked at the first saved step at least 10 after
-    the previous check (12, 24, 36), as in the reference's example."""
+    the previous check (12, 24, 36), against the latest value 10 or more steps back."""
     trial = make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", 1.0) if s % 3 == 0 else None, 40)
-    # The first check (12) has one value before it against four: it waits for the next.
-    assert fired(LossNotDecreasing(trial, num_steps=10)) == [24, 36]
+    assert fired(LossNotDecreasing(trial, num_steps=10)) == [12, 24, 36]
+
+
+def _noisy_loss(tmp_path, name, curve, steps=300, noise=0.1, seed=0):
+    noise_at = np.random.default_rng(seed).standard_normal(steps) * noise
+    return make_run(tmp_path, lambda h, s, m: h.save_scalar("loss", curve(s) + noise_at[s]), steps, name=name)
+
+
+def test_loss_not_decreasing_trusted_judges_the_trend_against_the_noise(tmp_path):
+    """The default set's parameters: a warm-up of 50 steps, then a stall is a span of at least
+    3 windows whose fall, at 95% confidence, is less than 5% of the loss's level."""
+    trusted = dict(warmup_steps=50, stall_margin=0.05, converged_fraction=0.5)
+    # Flat at 1.4 with noise 0.1: stuck, fired at the first check with 3 windows after the
+    # warm-up, and at most later checks (a span whose noise leaves 5% possible does not fire).
+    stuck = _noisy_loss(tmp_path, "stuck", lambda s: 1.4)
+    steps = fired(LossNotDecreasing(stuck, **trusted))
+    assert steps[0] == 80 and len(steps) >= 8, steps
+    # A slow fall hidden in noise 3x its fall per window: the point comparison fires; the trend waits.
+    slow = _noisy_loss(tmp_path, "slow", lambda s: 1.4 - 0.0015 * s, noise=0.3)
+    assert fired(LossNotDecreasing(slow))
+    assert fired(LossNotDecreasing(slow, **trusted)) == []
+    # Rises for 20 steps (warm-up), then falls to a floor far below its start: never stuck.
+    rises = _noisy_loss(tmp_path, "rises", lambda s: 0.5 + 0.004 * s if s < 20 else 0.58 * np.exp(-(s - 20) / 40) + 0.05,
+                        noise=0.02)
+    assert fired(LossNotDecreasing(rises)) != []
+    assert fired(LossNotDecreasing(rises, **trusted)) == []
+    report = invoke_rule(LossNotDecreasing(stuck, **trusted), report_path=None).to_dict()
+    assert "at most" in report["worst"]["message"] and report["violations"][0]["details"]["culprit"]["first_step"] == 50
 
 
 # --- Overfit ---------------------------------------------------------------------------------------
@@ -562,4 +579,4 @@ def test_loss_spike_names_the_layer_that_jumped_first(tmp_path):
         "loss", np.float32(2.0 if s == 0 else 0.05 if s % 17 == 0 else 0.005 + 0.002 * rng.random()), "losses"),
         60, name="quiet", collections=("losses",))
     assert fired(LossSpike(quiet)) == []
-    assert fired(LossSpike(quiet, min_rise_fraction=0, min_zscore=0)) == [17, 34, 51]
+    assert fired(LossSpike(quiet, min_rise_fraction=0, min_zscore=0, max_rise_factor=0)) == [17, 34, 51]

@@ -104,12 +104,12 @@ def default_rules(run_dir: str):
 
 
 def evaluate(run_dir: str, rule_name: str, **params):
-    """The report of built-in ``rule_name`` (its defaults unless ``params``) over the run."""
-    from smdebug.analysis.rules.builtin import BUILTIN_RULES
+    """The report of built-in ``rule_name`` as the default set runs it (``params`` added) over the run."""
+    from smdebug.analysis.rules.builtin import make_rule
     from smdebug.analysis.rules.rule import invoke_rule
     from smdebug.trials import create_trial
 
-    return invoke_rule(BUILTIN_RULES[rule_name](create_trial(run_dir, wait_timeout=0), **params), follow=False)
+    return invoke_rule(make_rule(rule_name, create_trial(run_dir, wait_timeout=0), **params), follow=False)
 
 
 def healthy_runs(framework: str) -> List[str]:
@@ -353,6 +353,43 @@ def _training_health(out_dir):
         loss_fn(model(x[rows]), y[rows]).backward()
         optimizer.step()
     hook.close()
+
+
+@_run("pt_tanh_step_decay", "pytorch", True, "a tanh MLP regression, Adam with a step-decay schedule (x0.5 every "
+      "20 steps): the loss rises for its first ~20 steps, then falls to its noise floor")
+def _tanh_step_decay(out_dir):
+    torch = _torch()
+    import smdebug.pytorch as smd
+
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(2048, 8, generator=generator)
+    y = torch.sin(x @ torch.randn(8, 1, generator=generator)) + 0.1 * torch.randn(2048, 1, generator=generator)
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 1))
+    with torch.no_grad():  # the output starts near zero: Adam's first steps overshoot it
+        model[4].weight.mul_(0.1)
+        model[4].bias.mul_(0.1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=20, gamma=0.5)
+    loss_fn = torch.nn.MSELoss()
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["weights", "biases", "gradients", "losses"])
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    for step in range(300):
+        rows = torch.randint(0, 2048, (64,), generator=generator)
+        optimizer.zero_grad()
+        loss_fn(model(x[rows]), y[rows]).backward()
+        optimizer.step()
+        schedule.step()
+    hook.close()
+
+
+@_run("pt_sgd_batch8_500", "pytorch", True, "plain SGD with batch 8 for 500 steps: the loss trends down slowly, "
+      "and goes up on many steps")
+def _sgd_batch8(out_dir):
+    _train_torch(out_dir, steps=500, batch=8, lr=0.05, optimizer="sgd", data=_Data(label_noise=0.1))
 
 
 # --- broken ----------------------------------------------------------------------------------

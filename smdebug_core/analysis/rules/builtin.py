@@ -28,7 +28,8 @@ from .builtin_tensors import (
     WeightUpdateRatio,
 )
 from .builtin_spike import LossSpike
-from .builtin_training import ClassImbalance, LossNotDecreasing, Overfit, Overtraining, StalledTrainingRule
+from .builtin_loss import LossNotDecreasing
+from .builtin_training import ClassImbalance, Overfit, Overtraining, StalledTrainingRule
 from .builtin_xgboost import FeatureImportanceOverweight, TreeDepth
 from .rule import Rule
 
@@ -46,6 +47,22 @@ BUILTIN_RULES: Dict[str, Type[Rule]] = {
 #: only make sense while following a running job; left out when no rule list is given.
 NEEDS_PARAMETERS = frozenset({"AllZero", "UnchangedTensor", "TensorVariance", "SimilarAcrossRuns",
                               "StalledTrainingRule"})
+
+
+#: The trust tuning the default set gives (``smdebug rules``, the report, the corpus): rules
+#: constructed in user code keep SageMaker's documented semantics; these are parameters a
+#: user can pass too (docs/rules.md, "Defaults of smdebug rules").
+TRUSTED_PARAMETERS: Dict[str, Dict[str, object]] = {
+    "LossNotDecreasing": {"warmup_steps": 50, "stall_margin": 0.05, "converged_fraction": 0.5,
+                          "follow_early_stopping": True},
+    "Overfit": {"follow_early_stopping": True},
+    "Overtraining": {"follow_early_stopping": True},
+}
+
+
+def make_rule(name: str, trial, **params) -> Rule:
+    """Built-in rule ``name`` as the default set runs it: :data:`TRUSTED_PARAMETERS`, then ``params``."""
+    return BUILTIN_RULES[name](trial, **{**TRUSTED_PARAMETERS.get(name, {}), **params})
 
 
 def default_rule_names() -> List[str]:
@@ -179,4 +196,4 @@ def rule_parameters(name: str) -> List[str]:
     return [p for p in inspect.signature(cls.__init__).parameters if p not in skip]
 
 
-__all__ = ["BUILTIN_RULES", "choose_rules", "default_rule_names", "rule_parameters", *BUILTIN_RULES]
+__all__ = ["BUILTIN_RULES", "TRUSTED_PARAMETERS", "choose_rules", "make_rule", "default_rule_names", "rule_parameters", *BUILTIN_RULES]

@@ -31,9 +31,11 @@ class LossSpike(Rule):
     ``window // 2`` of them are needed). So that a converged loss's harmless batch-to-batch
     ratios (0.05 after a median of 0.005) do not count, the rise must also exceed
     ``min_rise_fraction`` (0.1) of the loss's first value and ``min_zscore`` (6.0) robust
-    standard deviations of the window (1.4826 x its median absolute deviation): a batch that
-    is merely harder than most is not a spike. Consecutive spiking steps are one spike; each
-    is reported.
+    standard deviations of the window (1.4826 x its median absolute deviation), and be at
+    least ``max_rise_factor`` (2.0) times the largest rise above the median the window has
+    seen (small batches have heavy tails: a loss that reached 1.2 twice in 20 steps is not
+    spiking when it reaches 1.24). A batch that is merely harder than most is not a spike.
+    Consecutive spiking steps are one spike; each is reported.
 
     Attribution: for each spike, over the ``lookback`` (5) steps up to it, every layer's
     update ratio (its ``update/<weight>`` tensor, else the change of the weight between saved
@@ -50,13 +52,14 @@ class LossSpike(Rule):
     measure_name = "loss / rolling median"
 
     def __init__(self, base_trial=None, factor=3.0, window=20, min_rise_fraction=0.1, min_zscore=6.0, lookback=5,
-                 tensor_regex=None, dump_flight_recorder=True, actions=None, name=None):
+                 tensor_regex=None, dump_flight_recorder=True, max_rise_factor=2.0, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.factor = P.number(self.rule_name, "factor", factor, minimum=1, exclusive_minimum=True)
         self.window = P.number(self.rule_name, "window", window, minimum=2, integer=True)
         self.min_rise_fraction = P.number(self.rule_name, "min_rise_fraction", min_rise_fraction, minimum=0)
         self.min_zscore = P.number(self.rule_name, "min_zscore", min_zscore, minimum=0)
         self.lookback = P.number(self.rule_name, "lookback", lookback, minimum=0, integer=True)
+        self.max_rise_factor = P.number(self.rule_name, "max_rise_factor", max_rise_factor, minimum=0)
         self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
         self.dump_flight_recorder = P.boolean(self.rule_name, "dump_flight_recorder", dump_flight_recorder)
         if self.dump_flight_recorder and not any(isinstance(a, DumpFlightRecorder) for a in self.actions):
@@ -92,8 +95,10 @@ class LossSpike(Rule):
             if len(history) >= max(2, self.window // 2):
                 median = float(np.median(history))
                 spread = 1.4826 * float(np.median(np.abs(np.asarray(history) - median)))  # robust sigma
-                spike = (value > self.factor * median and value - median > self.min_rise_fraction * abs(first)
-                         and value - median > self.min_zscore * spread)
+                rise = value - median
+                spike = (value > self.factor * median and rise > self.min_rise_fraction * abs(first)
+                         and rise > self.min_zscore * spread
+                         and rise > self.max_rise_factor * (max(history) - median))
             start = self.streak_start(key, spike)
             history.append(value)
             if not spike:

@@ -22,6 +22,7 @@ from ...modes import ModeKeys
 from . import _params as P
 from .actions import StopTraining, stops_training
 from .culprit import culprit
+from .early_stopping import RunEarlyStopping, handled_message, monitored_series
 from .rule import DATA_MISSING, Rule
 from .views import Required, StepView
 
@@ -90,9 +91,14 @@ class _LossRule(Rule):
 
 
 class _RegexLossRule(_LossRule):
-    """A loss rule that picks its losses by ``tensor_regex`` alone (default: the losses collection)."""
+    """A loss rule that picks its losses by ``tensor_regex`` alone (default: the losses
+    collection). With ``follow_early_stopping`` and a run that recorded its early stopping,
+    it judges the series early stopping monitored and reports a finding that early stopping
+    ended in time as handled (:mod:`.early_stopping`)."""
 
     tensor_regex: list
+    _stopping: RunEarlyStopping
+    _monitored_seen = False
 
     def required_tensors(self, step):
         return loss_requirements((), self.tensor_regex, not self.tensor_regex)
@@ -101,129 +107,23 @@ class _RegexLossRule(_LossRule):
         """``(series key, (training values, validation values))`` of this step's losses."""
         names = loss_names(self.view, (), self.tensor_regex, not self.tensor_regex)
         self._warn_no_losses(names)
-        return _split_by_series(self.view, _read_losses(self, names)).items()
+        series = _split_by_series(self.view, _read_losses(self, names))
+        monitor = monitored_series(self._stopping.record(self.view))
+        if monitor is not None:
+            key = series_of(monitor, ModeKeys.TRAIN)[0]
+            if key in series:
+                self._monitored_seen = True
+                return [(key, series[key])]
+            if self._monitored_seen:
+                return []
+        return series.items()
 
-
-# ---------------------------------------------------------------------------------------------
-class LossNotDecreasing(_LossRule):
-    """Fires when a loss has not decreased enough over a window of ``num_steps`` steps, and
-    has not converged.
-
-    As in the reference, the rule checks every ``num_steps`` steps (counted in the loss's
-    mode): at the first saved step at least ``num_steps`` after the previous check, it
-    compares the loss now with the loss ``num_steps`` earlier. Both sides are window means,
-    so that one noisy step cannot fire it: "now" is the mean of the values saved in the
-    last ``num_steps`` steps (``(check - num_steps, check]``), "earlier" the mean of the
-    window before it (``(check - 2 num_steps, check - num_steps]``), or, when saving is
-    sparser than that, the latest value at least ``num_steps`` back (the reference's
-    point-to-point comparison). The loss has not decreased when it fell by less than
-    ``diff_percent`` percent of the earlier value (``diff_percent=0``: when it did not fall).
-
-    A loss that stopped decreasing because it converged is not flagged (the reference
-    flags every plateau, so every run that trains to the end): the rule fires only when the
-    loss is also not far below where it started (less than ``converged_fraction`` (0.5) of
-    the start's magnitude below the first window's mean), unless it made progress (at
-    least 10% below the start) and the change between the two windows is within the
-    loss's own step-to-step noise (3 standard errors of the windows' difference).
-    Each mode's losses form their own series unless ``mode`` picks one.
-    Parameters (the reference's): ``collection_names``, ``tensor_regex``,
-    ``use_losses_collection`` (True), ``num_steps`` (10), ``diff_percent`` (0.0), ``mode``
-    (None: every mode); ours: ``converged_fraction`` (0.5; None judges every plateau, as
-    the reference).
-    """
-
-    worst, measure_name = "min", "decrease %"
-
-    def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, use_losses_collection=True,
-                 num_steps=10, diff_percent=0.0, mode=None, converged_fraction=0.5, actions=None, name=None):
-        super().__init__(base_trial, actions=actions, name=name)
-        self.collection_names = P.str_list(self.rule_name, "collection_names", collection_names)
-        self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
-        self.use_losses_collection = P.boolean(self.rule_name, "use_losses_collection", use_losses_collection)
-        if not (self.collection_names or self.tensor_regex or self.use_losses_collection):
-            raise ConfigError(f"{self.rule_name}: with use_losses_collection=False give collection_names or "
-                              "tensor_regex (the losses to watch)")
-        self.num_steps = P.number(self.rule_name, "num_steps", num_steps, minimum=1, integer=True)
-        self.diff_percent = P.number(self.rule_name, "diff_percent", diff_percent, minimum=0, maximum=100)
-        self.mode = P.mode(self.rule_name, "mode", mode)
-        self.converged_fraction = P.number(self.rule_name, "converged_fraction", converged_fraction, minimum=0,
-                                           maximum=1, allow_none=True)
-        # (name, mode) -> the mean of the first window ((first step, values) while it fills)
-        self._start: Dict[Tuple[str, ModeKeys], List] = {}
-        # (name, mode) -> [(mode_step, value), ...] since the reference point, and the last checked step
-        self._history: Dict[Tuple[str, ModeKeys], List[Tuple[int, float]]] = {}
-        self._last_check: Dict[Tuple[str, ModeKeys], int] = {}
-
-    def required_tensors(self, step):
-        if self.mode is not None and self.view.mode is not self.mode:
-            return ()
-        return loss_requirements(self.collection_names, self.tensor_regex, self.use_losses_collection)
-
-    def invoke_at_step(self, step):
-        view = self.view
-        if self.mode is not None and view.mode is not self.mode:
-            return False
-        names = loss_names(view, self.collection_names, self.tensor_regex, self.use_losses_collection)
-        self._warn_no_losses(names)
-        now = view.mode_step
-        stuck = {}
-        for name, value in _read_losses(self, names).items():
-            if not np.isfinite(value):
-                continue  # NaN/inf is ExplodingTensor's finding, not a stall
-            key = (name, view.mode)
-            history = self._history.setdefault(key, [])
-            history.append((now, value))
-            start = self._start.setdefault(key, [now, []])
-            if now - start[0] < self.num_steps:
-                start[1].append(value)
-            last = self._last_check.setdefault(key, now)
-            if now - last < self.num_steps:
-                continue
-            cutoff = now - self.num_steps
-            earlier = [entry for entry in history if entry[0] <= cutoff]
-            if not earlier:
-                continue
-            self._last_check[key] = now
-            current = [v for s, v in history if s > cutoff]
-            reference = [v for s, v in earlier if s > cutoff - self.num_steps] or [earlier[-1][1]]
-            ref_steps = [s for s, _ in earlier if s > cutoff - self.num_steps] or [earlier[-1][0]]
-            # What the next check needs: this window (its reference) and the newest older value.
-            self._history[key] = [earlier[-1]] + [entry for entry in history if entry[0] > cutoff]
-            if len(reference) < len(current) / 2:
-                continue  # the series' first window: one value to compare with is noise, not a trend
-            ref, value = float(np.mean(reference)), float(np.mean(current))
-            decrease = ref - value
-            required = self.diff_percent / 100.0 * abs(ref)
-            if decrease > 0 and decrease >= required:
-                continue
-            why = self._excused(float(np.mean(start[1])), ref, value, reference, current)
-            if why is None:
-                percent = 100.0 * decrease / abs(ref) if ref else 0.0
-                stuck[name] = (min(ref_steps), max(ref_steps), ref, value, percent, float(np.mean(start[1])))
-        for name, (first, last, ref, value, percent, start) in stuck.items():
-            window = f"steps {first}-{last}" if first != last else f"step {first}"
-            self.note(f"loss {name} ({view.mode.name}): mean {ref:.6g} over {window}, {value:.6g} over the "
-                      f"{self.num_steps} steps to {now} ({percent:+.3g}%): less than the required "
-                      f"{self.diff_percent:g}% decrease, and not converged (it started at {start:.6g})",
-                      measure=percent, culprit=culprit(name, first, why="the stall began in this window"),
-                      **{name: {"from_steps": [first, last], "from": ref, "to_step": now, "to": value,
-                                "start": start}})
-        return bool(stuck)
-
-    def _excused(self, start: float, ref: float, value: float, reference, current) -> Optional[str]:
-        """Why a loss that did not decrease over the window is fine (converged), or None."""
-        if self.converged_fraction is None:
-            return None
-        scale = abs(start)
-        if scale and start - value >= self.converged_fraction * scale:
-            return "far below its start"
-        noise = 0.0
-        if len(reference) > 1 and len(current) > 1:
-            noise = float(np.sqrt(np.var(reference, ddof=1) / len(reference) +
-                                  np.var(current, ddof=1) / len(current)))
-        if scale and start - value >= 0.1 * scale and abs(ref - value) <= 3.0 * noise:
-            return "a plateau within its step-to-step noise"
-        return None
+    def _handled(self, message: str, step: int) -> bool:
+        """Whether early stopping dealt with the finding ``message`` (then reported as handled)."""
+        handled = handled_message(self._stopping.record(self.view), step)
+        if handled is not None:
+            self.handled(f"{message}; {handled}")
+        return handled is not None
 
 
 class _PhaseWindows:
@@ -290,14 +190,16 @@ class Overfit(_RegexLossRule):
     ``patience`` passes in a row are over-fitted, from global step ``start_step`` on.
     Parameters (the reference's): ``tensor_regex`` (default: the losses), ``start_step`` (0),
     ``patience`` (1, in evaluation passes), ``ratio_threshold`` (0.1); ours:
-    ``min_gap_fraction`` (0.05).
+    ``min_gap_fraction`` (0.05), ``follow_early_stopping`` (False; the default set: True).
     """
 
     measure_name = "validation/training ratio"
 
     def __init__(self, base_trial=None, tensor_regex=None, start_step=0, patience=1, ratio_threshold=0.1,
-                 min_gap_fraction=0.05, actions=None, name=None):
+                 min_gap_fraction=0.05, follow_early_stopping=False, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
+        self.follow_early_stopping = P.boolean(self.rule_name, "follow_early_stopping", follow_early_stopping)
+        self._stopping = RunEarlyStopping(self.follow_early_stopping)
         self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
         self.start_step = P.number(self.rule_name, "start_step", start_step, minimum=0, integer=True)
         self.patience = P.number(self.rule_name, "patience", patience, minimum=1, integer=True)
@@ -330,12 +232,12 @@ class Overfit(_RegexLossRule):
             self.streak_start(key, overfitted)
             over = self._over.get(key, 0) + 1 if overfitted else 0
             self._over[key] = over
-            if over >= self.patience:
+            message = (f"{key}: validation {val_mean:.6g} vs training {train_mean:.6g} (ratio {ratio:.3g} > "
+                       f"{self.ratio_threshold:g}; the gap {gap:.3g} widened from {narrowest:.3g}, and the "
+                       f"validation loss is above its best {best_val:.6g}) for {over} evaluation passes")
+            if over >= self.patience and not self._handled(message, step):
                 fired = True
-                self.note(f"{key}: validation {val_mean:.6g} vs training {train_mean:.6g} (ratio {ratio:.3g} > "
-                          f"{self.ratio_threshold:g}; the gap {gap:.3g} widened from {narrowest:.3g}, and the "
-                          f"validation loss is above its best {best_val:.6g}) for {over} evaluation passes",
-                          measure=ratio, culprit=culprit(key, self.streak_start(key, True),
+                self.note(message, measure=ratio, culprit=culprit(key, self.streak_start(key, True),
                                                          why="the first over-fitted evaluation pass"),
                           **{key: {"train_mean": train_mean, "validation_mean": val_mean,
                                    "ratio": ratio, "gap": gap, "narrowest_gap": narrowest}})
@@ -359,14 +261,17 @@ class Overtraining(_RegexLossRule):
     alone: a flat training loss is what convergence looks like), ``patience_validation``
     (10, now counted in evaluation passes, not in eval batches), ``delta`` (0.1). Ours:
     ``delta_relative`` (0.01), ``rise_fraction`` (0.1; 0 fires on any plateau of
-    ``patience_validation`` passes), ``tensor_regex`` (default: the losses).
+    ``patience_validation`` passes), ``tensor_regex`` (default: the losses),
+    ``follow_early_stopping`` (False; the default set: True).
     """
 
     measure_name = "evaluation passes without improvement"
 
     def __init__(self, base_trial=None, patience_train=5, patience_validation=10, delta=0.1, tensor_regex=None,
-                 delta_relative=0.01, rise_fraction=0.1, actions=None, name=None):
+                 delta_relative=0.01, rise_fraction=0.1, follow_early_stopping=False, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
+        self.follow_early_stopping = P.boolean(self.rule_name, "follow_early_stopping", follow_early_stopping)
+        self._stopping = RunEarlyStopping(self.follow_early_stopping)
         self.patience_train = P.number(self.rule_name, "patience_train", patience_train, minimum=1, integer=True)
         self.patience_validation = P.number(self.rule_name, "patience_validation", patience_validation, minimum=1,
                                             integer=True)
@@ -408,8 +313,11 @@ class Overtraining(_RegexLossRule):
         if waited < self.patience_validation or (self.rise_fraction > 0 and
                                                     rise <= self.rise_fraction * max(first - best, 0.0)):
             return False
-        self.note(f"validation {key} has not improved on its best ({best:.6g}, at step {best_step}) for {waited} "
-                  f"evaluation passes and rose to {value:.6g}", measure=waited,
+        message = (f"validation {key} has not improved on its best ({best:.6g}, at step {best_step}) for {waited} "
+                   f"evaluation passes and rose to {value:.6g}")
+        if self._handled(message, step):
+            return False
+        self.note(message, measure=waited,
                   culprit=culprit(key, best_step, why="its best evaluation pass; no better one since"),
                   **{f"validation:{key}": {"best": best, "best_step": best_step, "latest": value,
                                            "passes": waited}})

@@ -45,7 +45,7 @@ from typing import Dict, List, Optional
 
 from ...exceptions import ConfigError, RunNotFound, SMDebugError
 from .actions import StopTraining
-from .builtin import BUILTIN_RULES, NEEDS_PARAMETERS, choose_rules, rule_parameters
+from .builtin import BUILTIN_RULES, NEEDS_PARAMETERS, choose_rules, make_rule, rule_parameters
 from .report import culprit_line, summary_line
 from .rule import run_rules
 
@@ -235,7 +235,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   file=sys.stderr)
             return EXIT_OK
     try:
-        rules = [BUILTIN_RULES[name](trial, **params.get(name, {})) for name in names]
+        rules = [make_rule(name, trial, **params.get(name, {})) for name in names]
     except (ConfigError, ValueError, TypeError) as exc:
         parser.print_usage(sys.stderr)
         print(f"smdebug-rules: error: {exc}", file=sys.stderr)

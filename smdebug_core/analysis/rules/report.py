@@ -34,6 +34,8 @@ Schema (version 1)::
       "actions": [{"step": 12, "action": "StopTraining", "result": "..."}],
       "errors": [],                           # messages of failures inside the rule
       "notices": [],                          # e.g. "no tensor in the 'gradients' collection"
+      "handled": [{"step": 25, "message": "..."}],  # held, but the run dealt with it (early stopping)
+      "handled_count": 1,
       "started": 1700000000.0, "updated": 1700000001.0
     }
 """
@@ -104,6 +106,7 @@ class RuleReport:
             "violations_truncated": False, "first_violation_step": None, "last_violation_step": None,
             "worst": None, "datapoints": 0, "first_step": None, "last_step": None,
             "tensors_unavailable": 0, "steps_without_data": 0, "steps_without_data_by_mode": {}, "actions": [], "errors": [], "notices": [],
+            "handled": [], "handled_count": 0,
             "started": time.time(), "updated": time.time(),
         }
 
@@ -170,6 +173,13 @@ class RuleReport:
         with self._lock:
             if len(self._doc["notices"]) < MAX_ERRORS_KEPT:
                 self._doc["notices"].append(message)
+
+    def handled(self, step: int, message: str) -> None:
+        """A condition that held but that the run had dealt with (early stopping), not a firing."""
+        with self._lock:
+            self._doc["handled_count"] += 1
+            if len(self._doc["handled"]) < MAX_ERRORS_KEPT:
+                self._doc["handled"].append({"step": step, "message": message})
 
     def finish(self) -> None:
         with self._lock:
@@ -257,6 +267,9 @@ def summary_line(rule, report: dict) -> str:
         line += f" ({_shorten(report['notices'][0], 100)})"
     if report["tensors_unavailable"]:
         line += f"; {report['tensors_unavailable']} tensor reads found no data"
+    handled = report.get("handled") or []
+    if handled:
+        line += f"; {_shorten(handled[0]['message'].rpartition('; ')[2], 120)} (at step {handled[0]['step']})"
     return line + _errors_clause(report)
 
 

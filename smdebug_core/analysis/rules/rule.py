@@ -220,6 +220,12 @@ class Rule:
         """
         self._notes.append(_Note(str(message), details, None if measure is None else float(measure)))
 
+    def handled(self, message: str) -> None:
+        """Report a condition that held but that the run dealt with itself (early stopping
+        ended training in time): a "handled" entry of the report, not a firing."""
+        if self.report is not None:
+            self.report.handled(self.view.step if self.view is not None else -1, message)
+
     def streak_start(self, key, holds: bool) -> Optional[int]:
         """The first step of the current run of evaluated steps at which the condition on
         ``key`` (a tensor name, a layer) held; None when it does not hold at this step."""

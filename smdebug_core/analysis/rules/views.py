@@ -278,6 +278,11 @@ class StepView:
         """The run's flight recorder marker (docs/flight_recorder.md), None when it did not fire."""
         return None
 
+    def early_stopping(self) -> Optional[dict]:
+        """The run's record of its early stopping (``trial.early_stopping()``), None when it has
+        none (or for a live rule: training has not ended)."""
+        return None
+
     def __repr__(self):
         return f"<{type(self).__name__} step={self.step} mode={self.mode.name} mode_step={self.mode_step}>"
 
@@ -540,6 +545,9 @@ class TrialStepView(StepView):
             return self.trial.flight_recorder_trigger()
         except (OSError, ValueError):
             return None
+
+    def early_stopping(self) -> Optional[dict]:
+        return self.trial.early_stopping()
 
 
 # ---------------------------------------------------------------------------------------------

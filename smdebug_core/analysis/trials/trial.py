@@ -352,23 +352,23 @@ class Trial:
         """What made the run's flight recorder write its steps (docs/flight_recorder.md), or None.
 
         The marker of ``worker`` (e.g. ``"worker_0"``), else the earliest-stepped of every
-        worker's: a dict with ``trigger`` (nonfinite, rule, exception, manual), ``reason``,
-        ``global_step``, ``first_nonfinite`` (``module``, ``phase``, ``what``: where the first
-        NaN/Inf appeared, when known), ``nonfinite_tensors`` and ``steps_written``. The steps
-        it wrote are ordinary steps of the trial.
-        """
+        worker's: ``trigger`` (nonfinite, rule, exception, manual), ``reason``, ``global_step``,
+        ``first_nonfinite`` (``module``, ``phase``, ``what``), ``nonfinite_tensors``, ``steps_written``."""
         markers = self.flight_recorder_triggers()
         if worker is not None:
             return markers.get(worker)
-        def key(m):  # by step, markers without one last
-            return m.get("global_step") is None, m.get("global_step") if isinstance(m.get("global_step"), int) else 0
-        return min(markers.values(), key=key) if markers else None
+        stepped = [m for m in markers.values() if isinstance(m.get("global_step"), int)]  # earliest; else any
+        return min(stepped, key=lambda m: m["global_step"]) if stepped else next(iter(markers.values()), None)
+
+    def early_stopping(self) -> Optional[Dict[str, object]]:
+        """The run's record of its early stopping (``Hook.record_early_stopping``), or None."""
+        from ...storage.run_files import read_early_stopping
+        return read_early_stopping(lambda path: self._storage.read_file(path, max_bytes=1 << 16))
 
     def flight_recorder_triggers(self) -> Dict[str, Dict[str, object]]:
         """Every worker's flight recorder marker, by worker (empty when none fired)."""
         from ...storage.format.layout import MARKER_DIR
         from ...storage.run_files import read_markers
-
         if not self._storage.is_dir(MARKER_DIR):
             return {}
         return read_markers(lambda: [f"{MARKER_DIR}/{e.name}" for e in self._storage.list_dir(MARKER_DIR)],
