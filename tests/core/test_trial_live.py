@@ -103,3 +103,32 @@ def test_concurrent_reads_never_see_partial_files(writer_process):
     assert proc.wait(timeout=60) == 0
     assert seen_steps == 150 and trial.steps() == list(range(150))
     assert os.path.exists(os.path.join(run, "training_job_end.ts"))
+
+
+def test_a_new_trial_flushes_a_hook_of_this_process_once(tmp_path):
+    """Opening a run that a hook of this process writes flushes that hook's ended steps
+    once (before the collections are looked for), not again for the first read."""
+    import smdebug as smd
+    from smdebug.storage import open_runs
+
+    run = str(tmp_path / "run")
+    hook = smd.Hook(out_dir=run, save_config=smd.SaveConfig(save_interval=1))
+    flushes = []
+
+    class Counter:  # open_runs keeps weak references to bound methods
+        def flush(self, timeout):
+            flushes.append(timeout)
+
+    counter = Counter()
+    open_runs.register([run], counter.flush)
+    try:
+        for step in range(3):
+            hook.begin_step()
+            hook.save_scalar("loss", 1.0 / (step + 1))
+        hook.begin_step()  # steps 0-2 have ended
+        trial = create_trial(run)
+        assert len(flushes) == 1
+        assert trial.steps() == [0, 1, 2]
+    finally:
+        open_runs.unregister(counter.flush)
+        hook.close()

@@ -122,7 +122,7 @@ class Trial:
         self._collection_manager, self.num_workers, files = load_collections(
             self._storage, self.path, self.wait_timeout, self.poll_interval)
         self._workers = collection_workers(files)
-        self.refresh(progress=progress)
+        self._read_new(progress)  # flushed above
 
     range_steps = _Kept("_index", "``(begin, end)``: the global steps loaded (None: all).")
     corrupt_index_files = _Kept("_index", "Index files skipped as unreadable, relative to the run.")
@@ -208,8 +208,11 @@ class Trial:
         """
         if self._steps.loaded_all_steps:
             return 0
-        self.stats["refreshes"] += 1
         flush_before_reading(self.path)  # a hook of this process writing this run: its ended steps first
+        return self._read_new(progress)
+
+    def _read_new(self, progress: Optional[bool]) -> int:  # refresh() after its flush
+        self.stats["refreshes"] += 1
         # Looked at before listing: a writer creates the marker after all its other files,
         # so a listing that starts after we saw the marker sees everything.
         ended = self._storage.exists(END_OF_JOB_FILE)
@@ -674,19 +677,10 @@ def create_trial(
     path = path.strip()
     if not path:
         raise ValueError("the trial path is empty")
-    return Trial(
-        path,
-        name=name,
-        range_steps=range_steps,
-        check=check,
-        index_mode=index_mode,
-        cache=cache,
-        wait_timeout=wait_timeout,
-        progress=progress,
-        # Asking to wait is the way to open a run before its job has created the directory.
-        wait_for_directory=wait_timeout is not None,
-        max_expanded_elements=max_expanded_elements,
-    )
+    # Asking to wait is the way to open a run before its job has created the directory.
+    return Trial(path, name=name, range_steps=range_steps, check=check, index_mode=index_mode, cache=cache,
+                 wait_timeout=wait_timeout, progress=progress, wait_for_directory=wait_timeout is not None,
+                 max_expanded_elements=max_expanded_elements)
 
 
 class LocalTrial(Trial):
