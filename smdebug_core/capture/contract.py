@@ -136,6 +136,11 @@ class TensorCapture(Protocol):
 
     def set_step_probe(self, probe) -> None: ...
 
+    # -- the overhead budget (capture/budget.py): None without one
+    budget: object
+
+    def report_nonfinite(self, identity: tuple, tensors: list, where: Optional[dict] = None) -> None: ...
+
 
 @runtime_checkable
 class SessionSurface(StepDriver, TensorCapture, Protocol):
