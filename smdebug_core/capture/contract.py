@@ -78,6 +78,7 @@ class StepDriver(Protocol):
 
     mode: object
     global_step: int
+    mode_step: int
     step_open: bool
     step_mode: object
     enabled: bool
@@ -124,6 +125,7 @@ class TensorCapture(Protocol):
     include_workers: str
     reduction_config: object
     worker_name: str
+    world_size: int
 
     def include(self, name: str, expect: bool = True) -> None: ...
     def nothing_to_save(self, collection: str, reason: str) -> None: ...

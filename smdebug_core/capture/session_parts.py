@@ -280,14 +280,17 @@ class SessionParts:
         identity, names, where = found
         module = f" (module {where.get('module')})" if where else ""
         reason = f"{names[0]} holds NaN or Inf at step {identity[0]}{module}: the per-step non-finite check"
-        if self.recorder is None or not self.recorder.enabled or self.recorder.fired is not None:
+        recorder = self.recorder
+        if recorder is not None and recorder.enabled and not self.pipeline.on_worker_thread:
+            self.pipeline.drain(timeout=30)  # the step reaches the recorder's ring (and its own check) first
+        if recorder is None or not recorder.enabled or recorder.fired is not None:
+            if recorder is not None and where:
+                recorder.add_location(identity[0], where)  # it fired for this step from the saved reductions
             if not self.failures.nonfinite_reported:
                 self.failures.nonfinite_reported = True
                 logger.warning("smdebug: %s", reason)
             return
-        if not self.pipeline.on_worker_thread:
-            self.pipeline.drain(timeout=30)  # the step reaches the recorder's ring first
-        self.recorder.fire("nonfinite", reason, identity, names, _Located(where))
+        recorder.fire("nonfinite", reason, identity, names, _Located(where))
 
     def sibling_workers(self) -> List[str]:
         """The other workers of this job that write into the same run."""
