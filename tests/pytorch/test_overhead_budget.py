@@ -150,3 +150,17 @@ def test_two_gloo_ranks_whose_measurements_disagree_choose_the_same_intervals(tm
     grads = trial.tensor("gradient/Sequential_0.weight")
     assert grads.steps()  # every rank saved the same steps: each step is complete on both workers
     assert all(sorted(grads.workers(step)) == ["worker_0", "worker_1"] for step in grads.steps())
+
+
+def test_ls_and_the_report_say_what_the_budget_did(tmp_path, capsys):
+    from smdebug.analysis.cli import main
+
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=2),
+                    include_collections=["weights", "gradients"],
+                    reduction_config=smd.ReductionConfig(reductions=["mean"]),
+                    overhead_budget={"fraction": 1e-6, "max_factor": 4})
+    _train(hook, DECISION_PERIOD + 3)
+    assert main(["ls", str(tmp_path / "run")]) == 0
+    assert "overhead budget  gradients: every 8 steps from step 20; " in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "report.html")]) == 0
+    assert "weights: every 8 steps from step 20" in (tmp_path / "report.html").read_text()
