@@ -30,7 +30,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_scaling as scaling  # noqa: E402  the models and hook configurations
+import bench_scaling as scaling  # the models and hook configurations
 
 ROWS = (("size 256k", "reductions"), ("count 402", "reductions"), ("size 256k", "health"), ("size 256k", "control"))
 
