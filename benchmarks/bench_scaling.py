@@ -26,6 +26,13 @@ Two axes, each with three hook configurations:
   ``optimizer_variables`` collections with the same reductions; both models train with SGD
   momentum 0.9 in this row, so that there is optimizer state) and ``control`` (no hook on either model: the noise floor of the method; a
   ratio away from 1.00 there is the machine, not the hook).
+* ``--budgets 0.02 0.05``: each hooked configuration also runs as ``<config>@<budget>``, with
+  the hook's ``overhead_budget`` (smdebug_core/capture/budget.py); ``--budget-warmup`` steps
+  (100) are left out first, so that its decisions (every 20 steps) have settled, and the row
+  says the interval factor it chose for the expensive collections and the cost it measured::
+
+      python benchmarks/bench_scaling.py --axis count size --scenarios "count 402" "size 256k" \
+          --configs reductions health control --budgets 0.02 0.05 --steps 200
 
 Method, as a user feels it: the baseline model and the hooked model (same architecture,
 same data) are trained in one process, in alternating blocks of ``--block`` steps (16),
@@ -71,6 +78,7 @@ CONFIGS = ("reductions", "health-red", "health", "full", "default", "flight", "f
 BATCH = 64
 BLOCK = 16  # steps of one model before switching to the other
 SETTLE = 2  # steps at the start of each block left out of the figures
+BUDGET_WARMUP = 100  # untimed steps of a row with an overhead budget: its first decisions settle
 
 
 def count_model(tensors: int) -> torch.nn.Module:
@@ -110,17 +118,28 @@ def scenario_list(axes, configs):
     return out
 
 
+def split_config(config: str):
+    """``"reductions@0.02"`` -> ``("reductions", 0.02)``; a plain configuration has no budget."""
+    base, _, budget = config.partition("@")
+    return base, float(budget) if budget else None
+
+
 def make_hook(smd, out_dir, axis, config):
+    config, budget = split_config(config)
+    return _make_hook(smd, out_dir, axis, config, {} if budget is None else {"overhead_budget": budget})
+
+
+def _make_hook(smd, out_dir, axis, config, extra):
     if config == "control":
         return None  # no hook on either model: the measurement's own noise floor
     if config == "default":
-        return smd.Hook(out_dir=out_dir)
+        return smd.Hook(out_dir=out_dir, **extra)
     if config in ("flight", "flight-noloc"):
-        return smd.Hook(out_dir=out_dir, reduction_config=REDUCTIONS(smd),
+        return smd.Hook(out_dir=out_dir, reduction_config=REDUCTIONS(smd), **extra,
                         flight_recorder=smd.FlightRecorder(steps=16, collections=["weights", "biases", "gradients"],
                                                            locate=config == "flight"))
     kwargs = dict(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
-                  include_collections=["weights", "biases", "gradients"])
+                  include_collections=["weights", "biases", "gradients"], **extra)
     if axis == "count":
         kwargs["include_regex"] = [r"^\d+_output_0$"]
     if config == "reductions":
@@ -145,15 +164,17 @@ HEALTH = ["nonfinite", "zero_fraction", "kurtosis"] + [f"{kind}_{t}" for kind in
 def run(smd, scenario, steps, warmup, work_dir):
     """Per-step times (seconds) of the baseline and of the hooked model, and close() time."""
     label, axis, (factory, arg), width, saved, nbytes, config = scenario
+    if split_config(config)[1] is not None:
+        warmup = max(warmup, BUDGET_WARMUP)  # its decisions settle first
     torch.manual_seed(0)
     models = [factory(arg), factory(arg)]
     models[1].load_state_dict(models[0].state_dict())
     loss_fns = [torch.nn.MSELoss(), torch.nn.MSELoss()]  # the hook watches its own loss module only
-    momentum = 0.9 if config == "health" else 0.0  # optimizer state to save
+    momentum = 0.9 if split_config(config)[0] == "health" else 0.0  # optimizer state to save
     optimizers = [torch.optim.SGD(m.parameters(), lr=1e-3, momentum=momentum) for m in models]
     gen = torch.Generator().manual_seed(0)
     data = [(torch.randn(BATCH, width, generator=gen), torch.randn(BATCH, width, generator=gen)) for _ in range(4)]
-    out_dir = os.path.join(work_dir, f"{label.replace(' ', '_')}_{config}")
+    out_dir = os.path.join(work_dir, f"{label.replace(' ', '_')}_{config.replace('@', '_')}")
     hook = make_hook(smd, out_dir, axis, config)
     if hook is not None:
         hook.register_module(models[1])
@@ -185,12 +206,24 @@ def run(smd, scenario, steps, warmup, work_dir):
                     times[which].append(elapsed)
                     done[which] += 1
         b += 1
+    chosen = budget_chosen(hook)
     start = clock()
     if hook is not None:
         (getattr(hook, "close", None) or hook._cleanup)()
     close_s = clock() - start
     shutil.rmtree(out_dir, ignore_errors=True)
-    return times, close_s
+    return times, close_s, chosen
+
+
+def budget_chosen(hook) -> dict:
+    """The budget's interval factor at the end and the cost it measured at its last decisions."""
+    budget = getattr(getattr(hook, "session", None), "budget", None)
+    if budget is None or not budget.history:
+        return {}
+    measured = [d.measured for d in budget.history[-3:] if d.measured >= 0]
+    return {"budget": budget.setting.fraction, "factor": budget.factor,
+            "factors": [1 << d.level for d in budget.history],
+            "measured": statistics.median(measured) if measured else None}
 
 
 def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
@@ -202,15 +235,15 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
             n = steps
             if config == "full":
                 n = max(20, min(steps, int(max_mb * 2 ** 20 // max(nbytes, 1))))
-            (base, hooked), close_s = run(smd, scenario, n, warmup, work_dir)
+            (base, hooked), close_s, chosen = run(smd, scenario, n, warmup, work_dir)
             base_ms, hooked_ms = 1e3 * statistics.median(base), 1e3 * statistics.median(hooked)
             added_us = 1e3 * (hooked_ms - base_ms)
-            per_tensor = config in ("reductions", "full", "flight", "flight-noloc", "health-red")
+            per_tensor = split_config(config)[0] in ("reductions", "full", "flight", "flight-noloc", "health-red")
             if config.startswith("flight") and axis == "count":
                 saved = saved * 4 // 6  # weights, biases and their gradients; no module outputs
             row = dict(scenario=label, axis=axis, config=config, steps=n, saved=saved if per_tensor else 0,
                        base_ms=base_ms, hooked_ms=hooked_ms, ratio=hooked_ms / base_ms, added_us=added_us,
-                       us_per_tensor=added_us / saved if per_tensor else None, close_ms=1e3 * close_s)
+                       us_per_tensor=added_us / saved if per_tensor else None, close_ms=1e3 * close_s, **chosen)
             results.append(row)
             if not quiet:
                 print_row(row, "", file=sys.stderr)
@@ -219,9 +252,17 @@ def measure(smd, scenarios, steps, warmup, max_mb, quiet=False):
     return results
 
 
+def _config(text: str) -> str:
+    base, budget = text.partition("@")[0], text.partition("@")[2]
+    if base not in CONFIGS or (budget and not 0 < float(budget) < 1):
+        raise argparse.ArgumentTypeError(f"a configuration is one of {', '.join(CONFIGS)}, optionally @<budget "
+                                         f"in (0, 1)>, got {text!r}")
+    return text
+
+
 def _common_args(args) -> list:
     """The measurement's options, for a child run of this script."""
-    return ["--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb),
+    return ["--budget-warmup", str(args.budget_warmup), "--warmup", str(args.warmup), "--threads", str(args.threads), "--max-mb", str(args.max_mb),
             "--batch", str(args.batch), "--block", str(args.block), "--settle", str(args.settle)]
 
 
@@ -273,14 +314,17 @@ def combine_rounds(rounds):
     return combined
 
 
-HEADER = (f"{'scenario':<11}{'config':<13}{'library':<10}{'steps':>6}{'base ms':>9}{'hooked ms':>10}{'ratio':>7}"
+HEADER = (f"{'scenario':<11}{'config':<17}{'library':<10}{'steps':>6}{'base ms':>9}{'hooked ms':>10}{'ratio':>7}"
           f"{'added us':>10}{'us/tensor':>10}{'close ms':>9}")
 
 
 def print_row(r, library, file=sys.stdout):
     per = f"{r['us_per_tensor']:.1f}" if r.get("us_per_tensor") is not None else "-"
     rounds = "  " + ", ".join(f"{x:.2f}" for x in r["ratios"]) if r.get("ratios") else ""
-    print(f"{r['scenario']:<11}{r['config']:<13}{library:<10}{r['steps']:>6}{r['base_ms']:>9.2f}"
+    if r.get("factor") is not None:
+        measured = f"{100 * r['measured']:.1f}%" if r.get("measured") is not None else "-"
+        rounds += f"  expensive every {r['factor']}x (decisions {r['factors']}), measured {measured}"
+    print(f"{r['scenario']:<11}{r['config']:<17}{library:<10}{r['steps']:>6}{r['base_ms']:>9.2f}"
           f"{r['hooked_ms']:>10.2f}{r['ratio']:>7.2f}{r['added_us']:>10.0f}{per:>10}{r['close_ms']:>9.0f}{rounds}",
           file=file)
 
@@ -288,7 +332,11 @@ def print_row(r, library, file=sys.stdout):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--axis", nargs="+", choices=("count", "size"), default=["count", "size"])
-    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", type=_config, default=list(CONFIGS))
+    parser.add_argument("--budgets", nargs="+", type=float, default=[],
+                        help="also run each hooked configuration with these overhead budgets (e.g. 0.02 0.05)")
+    parser.add_argument("--budget-warmup", type=int, default=100,
+                        help="untimed steps of a budget's rows (its decisions settle), at most 200")
     parser.add_argument("--scenarios", nargs="+", metavar="LABEL",
                         help="only these rows, e.g. 'count 402' 'size 256k' (default: all of the axes)")
     parser.add_argument("--steps", type=int, default=200, help="timed steps of each model per scenario")
@@ -318,6 +366,9 @@ def main():
     torch.set_num_threads(args.threads)
     globals()["BATCH"] = args.batch  # read by run() and the scenarios' sizes
     globals()["BLOCK"], globals()["SETTLE"] = args.block, args.settle
+    globals()["BUDGET_WARMUP"] = args.budget_warmup
+    args.configs += [f"{c}@{b}" for b in args.budgets for c in list(args.configs)
+                     if c not in ("control", "default") and "@" not in c]
 
     import smdebug
     import smdebug.pytorch as smd
@@ -334,7 +385,8 @@ def main():
                   for _ in range(args.rounds)]
     rows = [dict(r, library=library) for r in combine_rounds(rounds)]
     # control has no hook to compare; smdebug 1.0.34 has no flight recorder
-    hooked_configs = [c for c in args.configs if c not in ("control", "flight", "flight-noloc", "health-red", "health")]
+    hooked_configs = [c for c in args.configs if c not in ("control", "flight", "flight-noloc", "health-red", "health")
+                      and "@" not in c]
     if args.original_python and hooked_configs:
         cmd = [args.original_python, os.path.abspath(__file__), "--quiet", "--one-process", "--json", "/dev/stdout",
                "--axis", *args.axis, "--configs", *hooked_configs, "--steps", str(args.original_steps),

@@ -38,7 +38,7 @@ _MODE_PREFIXES = {m.name.lower(): m for m in ALL_MODES}
 _HOOK_KEYS = {
     *_SAVE_KEYS, "reductions", "save_raw_tensor", "save_shape", "save_all", "include_regex",
     "include_workers", "export_tensorboard", "tensorboard_dir", "dry_run", "save_histogram", "overwrite",
-    "flight_recorder", "layout",
+    "flight_recorder", "layout", "overhead_budget",
 }
 _COLLECTION_KEYS = {*_SAVE_KEYS, "include_regex", "save_histogram", "reductions", "save_raw_tensor", "save_shape"}
 _TOP_KEYS = {"LocalPath", "S3OutputPath", "S3Path", "HookParameters", "CollectionConfigurations",
@@ -216,6 +216,8 @@ def load_hook_settings(path: Optional[str] = None) -> HookSettings:
         if not isinstance(params["tensorboard_dir"], str):
             raise ConfigError(f"{where}.tensorboard_dir must be a path string, got {params['tensorboard_dir']!r}")
         kwargs["tensorboard_dir"] = params["tensorboard_dir"]
+    if params.get("overhead_budget") is not None:  # checked with the other hook arguments (capture/budget.py)
+        kwargs["overhead_budget"] = params["overhead_budget"]
     if params.get("layout") is not None:
         kwargs["layout"] = params["layout"]
     elif os.path.abspath(path) == DEFAULT_CONFIG_FILE and not os.environ.get(LAYOUT_ENV):

@@ -320,6 +320,8 @@ class Hook(CoreHook):
         if not losses.matches(f"{name}_output_0"):  # a custom loss class without "Loss" in its name
             losses.include(rf"^{re.escape(name)}_output_\d+$")
         self._handles.append(loss_module.register_forward_hook(self._driver.modules.forward_hook(name)))
+        if self._driver.budget.check is not None:  # with an overhead budget, checked for NaN/Inf every step
+            self._handles.append(loss_module.register_forward_hook(self._driver.budget.loss_hook(name)))
         locator = self._driver.locator.locator
         if locator is not None:  # a loss that turns NaN (log of 0) is a module too
             locator.install(name, [(name, loss_module)])

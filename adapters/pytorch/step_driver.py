@@ -5,7 +5,8 @@ a step") and the one definition of the open step's kind: :attr:`~TorchStepDriver
 (a saving TRAIN/GLOBAL step is open) and :attr:`~TorchStepDriver.complete` (the open step is
 whole: written at close, or not at all). It calls the step's participants (participant.py)
 in one fixed order at each point: module outputs, parameters with their fences, the
-optimizer's updates and state, sharded parameters, routers, the flight recorder's locator.
+optimizer's updates and state, sharded parameters, routers, the flight recorder's locator,
+the overhead budget's non-finite check (budget_capture.py; its callbacks are timed, :func:`charged`).
 
 Where the points come from:
 
@@ -34,6 +35,7 @@ from smdebug.exceptions import TrainingStopRequested
 from smdebug.logger import get_logger
 from smdebug.modes import ModeKeys
 
+from .budget_capture import BudgetParticipant, charged
 from .models import RegisteredModels
 from .module_capture import ModuleOutputs
 from .nonfinite import NonfiniteLocator
@@ -154,7 +156,9 @@ class TorchStepDriver:
         self.optimizer = OptimizerParticipant(session, models)
         self.routers = RouterParticipant(session, models)
         self.locator = LocatorParticipant(session)
-        self.participants = (self.modules, self.parameters, self.optimizer, self.sharded, self.routers, self.locator)
+        self.budget = BudgetParticipant(session, models)
+        self.participants = (self.modules, self.parameters, self.optimizer, self.sharded, self.routers, self.locator,
+                             self.budget)
         #: A TRAIN step is one optimizer step (an optimizer of the registered model is known).
         self.by_optimizer = False
         #: The integration (a trainer callback) that owns the step boundaries (own_steps).
@@ -259,6 +263,7 @@ class TorchStepDriver:
         self._forward_pre(module)
 
     @never_raises("forward pre-hook")
+    @charged
     def _forward_pre(self, module: torch.nn.Module) -> None:
         session = self.session
         mode = self.user_mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
@@ -273,6 +278,7 @@ class TorchStepDriver:
         finally:
             self._next_origin = None
 
+    @charged
     def forward_returned(self, root_name: str, args, output) -> None:
         """A registered model's forward returned: its tensors and its submodules' are handed
         over, and weights filed at the step's start fenced."""
@@ -286,6 +292,7 @@ class TorchStepDriver:
         self.parameters.forward_returned()
 
     @never_raises("optimizer pre-step hook")
+    @charged
     def optimizer_pre_step(self, optimizer, args, kwargs) -> None:
         if not self.owns(optimizer):
             return
@@ -301,6 +308,7 @@ class TorchStepDriver:
             participant.before_update(optimizer, self)
 
     @never_raises("optimizer post-step hook")
+    @charged
     def optimizer_post_step(self, optimizer, args, kwargs) -> None:
         # The step is over; it is closed (written) when the next one begins, as without an
         # optimizer, so that save_scalar() calls after optimizer.step() land in this step.
@@ -311,6 +319,7 @@ class TorchStepDriver:
         if self.owner is None:
             self.updated = True
 
+    @charged
     def capture_parameters(self, optimizer, wait_for_gradients: bool) -> None:
         """A step owner's update point (``Hook.capture_parameters``)."""
         if optimizer is not None and isinstance(optimizer, torch.optim.Optimizer):

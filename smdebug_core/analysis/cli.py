@@ -178,6 +178,9 @@ def _cmd_ls(args) -> int:
     for mode, (count, first, last) in info["modes"].items():
         print(f"{mode:<9} {count} steps ({first}..{last})" if count else f"{mode:<9} 0 steps")
     print(f"collections  {', '.join(info['collections']) or 'none'}")
+    budget = trial.overhead_budget()
+    if budget is not None:  # the saved steps of expensive collections followed the hook's measured cost
+        print(f"overhead budget  {budget['text']}")
     for worker, marker in sorted(trial.flight_recorder_triggers().items()):  # docs/flight_recorder.md
         origin = marker.get("first_nonfinite") or {}
         where = f"; first non-finite: {origin.get('phase')} of {origin.get('module')}" if origin else ""

@@ -187,6 +187,9 @@ def _summary(run: _Run) -> str:
     rows = [("run", info["path"]), ("framework", run.framework), ("state", state),
             ("workers", ", ".join(info["workers"]) or "none"), ("saved steps", info["steps"]),
             ("tensors", info["tensors"])]
+    budget = trial.overhead_budget()
+    if budget is not None:  # which steps were saved depended on timing (capture/budget.py)
+        rows.append(("overhead budget", budget["text"]))
     for mode, (count, first, last) in info["modes"].items():
         rows.append((f"{mode} steps", f"{count} (steps {first} to {last} of {mode})" if count else "0"))
     summary = "<table class='kv'>" + "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)

@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Tuple
 from ..storage import remote
 from ..layouts import resolve_layout
 from . import preemption
+from .budget import resolve_budget
 from ..collections import as_name_list
 from ..exceptions import ConfigError
 from ..flight_recorder_config import FlightRecorder
@@ -54,6 +55,12 @@ class HookArguments:
             whole tensors in chunk files, docs/format.md 10) or ``"smdebug-1.0.34"`` (the files
             smdebug 1.0.34 and SageMaker's managed rules read). None reads ``$SMDEBUG_LAYOUT``;
             a JSON config at SageMaker's path defaults to ``"smdebug-1.0.34"``.
+        overhead_budget: the share of step time the hook may add, a number in (0, 1) such as
+            0.02 (or a dict ``{"fraction": 0.02, "max_factor": 64}``). The hook measures its own
+            cost and saves the expensive collections (weights, gradients, full tensors, ...) every
+            ``2**k`` times their configured interval, the smallest ``k`` that keeps within it;
+            losses, metrics and scalars keep their interval (capture/budget.py). None (default)
+            reads ``$SMDEBUG_OVERHEAD_BUDGET``; unset, the save configs are exact.
     """
 
     out_dir: object = None
@@ -70,6 +77,7 @@ class HookArguments:
     flight_recorder: object = None
     flush_on_signals: object = None
     layout: Optional[str] = None
+    overhead_budget: object = None
 
     def __post_init__(self):
         # Checked and normalized here, before the session touches the disk.
@@ -96,6 +104,7 @@ class HookArguments:
             include_regex=tuple(as_name_list(self.include_regex, "include_regex")),
             flush_on_signals=preemption.flush_signals(self.flush_on_signals),
             layout=_checked(resolve_layout, self.layout),
+            overhead_budget=resolve_budget(self.overhead_budget),
         )
         for name, value in normalized.items():
             object.__setattr__(self, name, value)

@@ -78,6 +78,7 @@ class StepDriver(Protocol):
 
     mode: object
     global_step: int
+    mode_step: int
     step_open: bool
     step_mode: object
     enabled: bool
@@ -124,6 +125,7 @@ class TensorCapture(Protocol):
     include_workers: str
     reduction_config: object
     worker_name: str
+    world_size: int
 
     def include(self, name: str, expect: bool = True) -> None: ...
     def nothing_to_save(self, collection: str, reason: str) -> None: ...
@@ -135,6 +137,11 @@ class TensorCapture(Protocol):
     flight_recording: bool
 
     def set_step_probe(self, probe) -> None: ...
+
+    # -- the overhead budget (capture/budget.py): None without one
+    budget: object
+
+    def report_nonfinite(self, identity: tuple, tensors: list, where: Optional[dict] = None) -> None: ...
 
 
 @runtime_checkable

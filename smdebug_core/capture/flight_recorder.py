@@ -245,6 +245,19 @@ class Recorder:
                                "(%s: %s); the hook goes on saving as configured", type(exc).__name__, exc)
                 return None
 
+    def add_location(self, global_step: int, where: Dict[str, Any]) -> None:
+        """Name where the first non-finite value appeared in a marker already written for
+        ``global_step`` without it (found by an adapter's own check after the fire)."""
+        with self._lock:
+            marker = self.fired
+            if marker is None or marker.get("first_nonfinite") or marker.get("global_step") != global_step:
+                return
+            marker["first_nonfinite"] = where
+            try:
+                self._write_file(marker_relpath(self.worker), json.dumps(marker, indent=1).encode())
+            except Exception as exc:  # noqa: BLE001 - the marker already written stands
+                logger.warning("smdebug flight recorder: could not add the location to its marker (%s)", exc)
+
     def _fire(self, trigger, reason, identity, nonfinite, probe) -> Dict[str, Any]:
         kept = self.ring.take()
         written, already_saved = [], []

@@ -22,6 +22,7 @@ from ..collections import (
     RAW_ONLY_COLLECTIONS, SCALAR_COLLECTIONS, TRAIN_ONLY_COLLECTIONS, Collection, CollectionKeys, CollectionManager,
     FrameworkProfile,
 )
+from .budget import CHEAP_COLLECTIONS
 from .inclusion import InclusionCheck
 from ..flight_recorder_config import FlightRecorder
 from ..logger import get_logger
@@ -58,7 +59,9 @@ class StepPlans:
     def __init__(self, manager: CollectionManager, include_collections: List[str], inclusion: InclusionCheck,
                  profile: FrameworkProfile, save_config: SaveConfig, reduction_config: ReductionConfig,
                  histograms: bool, flight_recorder: Optional[FlightRecorder],
-                 recording: Callable[[], bool], consumes: Callable[[], bool]):
+                 recording: Callable[[], bool], consumes: Callable[[], bool], budget=None):
+        #: The overhead budget's controller (capture/budget.py), or None: save configs are exact.
+        self.budget = budget
         self.manager, self.include_collections, self.inclusion = manager, include_collections, inclusion
         self.profile, self.save_config, self.reduction_config = profile, save_config, reduction_config
         self.histograms, self.flight_recorder = histograms, flight_recorder
@@ -120,6 +123,11 @@ class StepPlans:
         # The recorder's collections in this mode whenever one is configured, whether it still
         # records here or not (fired, disabled, no writer on this rank): what every rank agrees on.
         configured_keep = self._recorder_collections(mode)
+        budget = self.budget
+        if budget is not None and budget.level:
+            # The recorder keeps the expensive collections at the budget's steps only: its
+            # per-step non-finite check (the adapter's) catches what falls between them.
+            sampled, configured_keep = configured_keep, configured_keep & CHEAP_COLLECTIONS
         quiet = self._quiet.get(mode)
         if quiet is not None and quiet[0] <= step < quiet[1] and not recording:  # between two saves: one comparison
             self.saving_collections = frozenset()
@@ -129,12 +137,16 @@ class StepPlans:
         relevant = [p for p in self.prepared
                     if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
         saving = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
+        if budget is not None and budget.level:
+            saving = frozenset(p.collection.name for p in relevant if p.collection.name in saving
+                               and budget.keeps(p.collection.name, p.by_mode[mode], step))
+            configured_keep = configured_keep | (sampled & saving)
         self.everywhere = saving | configured_keep
         if recording and self.flight_recorder is not None:
             # Every step captures the recorder's collections; one that saves nothing else
             # goes to the recorder's ring instead of the writer. A step that saves anyway
             # writes them with it (they are on disk: the recorder never writes it again).
-            kept = frozenset(p.collection.name for p in relevant if p.collection.name in self.flight_recorder.collections)
+            kept = frozenset(p.collection.name for p in relevant if p.collection.name in configured_keep)
             self.ring_only = not saving and bool(kept)
             saving = saving | kept
         elif not saving:
@@ -145,6 +157,19 @@ class StepPlans:
         # tensor, unless a dry run or a live rule wants the values.
         self.saving = bool(saving) and self._consumes()
         return self.saving
+
+    def expensive_intervals(self, mode: ModeKeys = ModeKeys.TRAIN) -> Dict[str, int]:
+        """The configured save interval in ``mode`` of each included collection the overhead
+        budget samples (all but the cheap ones), by name."""
+        self.prepare_if_changed()
+        return {p.collection.name: p.by_mode[mode].save_interval or _save_config.DEFAULT_SAVE_INTERVAL
+                for p in self.prepared if p.collection.name not in CHEAP_COLLECTIONS
+                and (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS)}
+
+    @property
+    def saving_expensive(self) -> bool:
+        """Whether the open step saves (or keeps) a collection the overhead budget samples."""
+        return bool(self.saving_collections - CHEAP_COLLECTIONS)
 
     def _recorder_collections(self, mode: ModeKeys) -> frozenset:
         """The configured flight recorder's collections saved in ``mode`` (cached per mode)."""

@@ -95,6 +95,7 @@ class StepSession:
         self._lock = threading.RLock()
         self._early_tensors: list = []  # (name, value) given to save_tensor before the first step
         self._step_probe = None  # the adapter's non-finite probe of the open step (set_step_probe)
+        self._nonfinite: Optional[tuple] = None  # what report_nonfinite found, fired once its step is finished
         self.parts = parts = SessionParts(adapter, arguments, self)
         # What adapters and the hook read, the parts the driver runs: the same objects as the parts'.
         self.adapter, self.framework, self.profile = parts.adapter, parts.framework, parts.profile
@@ -105,6 +106,8 @@ class StepSession:
         self.collections, self.flight_recorder, self.recorder = parts.collections, parts.flight_recorder, parts.recorder
         self.plans, self.clock, self.inbox, self.backend = parts.plans, parts.clock, parts.inbox, parts.backend
         self.listeners, self.writer, self.added_sinks = parts.listeners, parts.writer, parts.added_sinks
+        #: The overhead budget's controller (capture/budget.py); None without a budget.
+        self.budget = parts.budget
         self._pipeline, self._records, self._stop_poller = parts.pipeline, parts.records, parts.stop_poller
         if self.writer is not None:
             open_runs.register([self.out_dir, self.out_url], self.flush)  # a reader in this process flushes first
@@ -150,7 +153,9 @@ class StepSession:
         if self.parts.failures.pending is not None and not self._disable_after_failure():
             return False
         try:
-            _, mode, mode_step = self.clock.advance(step)
+            global_step, mode, mode_step = self.clock.advance(step)
+            if self.parts.budget is not None:
+                self.parts.account_budget(global_step)
             self.plans.begin(mode, mode_step)
             if self._early_tensors:
                 early, self._early_tensors = self._early_tensors, []
@@ -176,6 +181,18 @@ class StepSession:
         or None. It is called only if the flight recorder fires for that step, so it may
         hold device values and read them then."""
         self._step_probe = probe
+
+    def report_nonfinite(self, identity: tuple, tensors: list, where: Optional[dict] = None) -> None:
+        """For adapters whose per-step check (with an overhead budget) found NaN or Inf in
+        ``tensors`` (names) at the step ``identity`` (global step, mode, mode step); ``where``:
+        the module, as a probe's ``locate()`` names it. The flight recorder fires for that step
+        once the step is finished (at once for a step already finished); without one, one warning."""
+        found = (tuple(identity), list(tensors), where)
+        if self.clock.open and identity[0] == self.global_step:
+            self._nonfinite = self._nonfinite or found
+        else:
+            with self.guard("flight recorder"):
+                self.parts.fire_nonfinite(found)
 
     @property
     def saving_collections(self) -> frozenset:
@@ -270,29 +287,35 @@ class StepSession:
         if self.clock.open:
             self.adapter.on_step_end()
         self.clock.open = False
-        self.collections.check_at_step_end(self.saving_step, self.plans.saving_collections, self.clock.identity[0])
-        pending, has_blocks, scalars, placements = self.inbox.take()
-        if not pending and not scalars:
-            return
-        # Written with the first saved step, again when collections changed: readers of a live
-        # run see them. Here: the training thread changes collections.
-        collections = self.collections.if_changed() if self.writer is not None else None
-        # On the worker while it still reduces this step's batches (steps stay in order);
-        # else here: making the records costs less than waking the worker for them.
-        # Live rules and dry runs see each step finished before the next begins.
-        flight = None
-        if self.recorder is not None and self.flight_recording:
-            flight = (self.plans.ring_only, self._step_probe)
-        self._step_probe = None
-        args = (pending, has_blocks, scalars, self.clock.identity, collections, flight, placements)
-        finish = self.parts.finisher.finish
-        if self._pipeline.idle or self.listeners or self.writer is None:
-            self._pipeline.drain()
-            self._pipeline.run_here("finishing a step", finish, *args)
-        else:
-            self._pipeline.submit("finishing a step", finish, *args)
-        if self.parts.failures.pending is not None:
-            self._disable_after_failure()
+        found, self._nonfinite = self._nonfinite, None  # what the adapter's per-step check found
+        try:
+            self.collections.check_at_step_end(self.saving_step, self.plans.saving_collections, self.clock.identity[0])
+            pending, has_blocks, scalars, placements = self.inbox.take()
+            if not pending and not scalars:
+                return
+            # Written with the first saved step, again when collections changed: readers of a live
+            # run see them. Here: the training thread changes collections.
+            collections = self.collections.if_changed() if self.writer is not None else None
+            # On the worker while it still reduces this step's batches (steps stay in order);
+            # else here: making the records costs less than waking the worker for them.
+            # Live rules and dry runs see each step finished before the next begins.
+            flight = None
+            if self.recorder is not None and self.flight_recording:
+                flight = (self.plans.ring_only, self._step_probe)
+            self._step_probe = None
+            args = (pending, has_blocks, scalars, self.clock.identity, collections, flight, placements)
+            finish = self.parts.finisher.finish
+            if self._pipeline.idle or self.listeners or self.writer is None:
+                self._pipeline.drain()
+                self._pipeline.run_here("finishing a step", finish, *args)
+            else:
+                self._pipeline.submit("finishing a step", finish, *args)
+            if self.parts.failures.pending is not None:
+                self._disable_after_failure()
+        finally:
+            if found is not None:  # after the step was handed over: it reaches the recorder's ring first
+                with self.guard("flight recorder"):
+                    self.parts.fire_nonfinite(found)
 
     def abandon_step(self) -> None:
         """Drop the open step without writing it: its adapter found it cut short (an interrupt

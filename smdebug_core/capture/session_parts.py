@@ -25,6 +25,7 @@ from ..storage.stop_request import StopRequestPoller
 from . import run_output
 from .arguments import HookArguments
 from .backend import NumpyBackend, TensorBackend
+from .budget import OverheadBudget
 from .clock import StepClock
 from .contract import check_backend, check_worker
 from .flight_recorder import Recorder
@@ -115,6 +116,7 @@ class Failures:
 
     def __init__(self):
         self.pending: Optional[Tuple[str, bool]] = None
+        self.nonfinite_reported = False  # a non-finite value found with no recorder to fire: warned once
 
     def on_pipeline_error(self, what: str, exc: BaseException) -> None:
         if self.pending is None:
@@ -154,6 +156,16 @@ class StepFinisher:
         # Outside the lock: a live rule's action may fire the recorder from the rules thread
         # while this thread waits for its verdict.
         parts.listeners.notify(values)
+
+
+class _Located:
+    """A probe (flight_recorder.py) whose location is already known."""
+
+    def __init__(self, where: Optional[dict]):
+        self.where = where
+
+    def locate(self) -> Optional[dict]:
+        return self.where
 
 
 class SessionParts:
@@ -201,11 +213,14 @@ class SessionParts:
         self.tensorboard_dir = cfg.resolve_tensorboard_dir(self.out_dir, tensorboard_dir, export_tensorboard)
 
         self.listeners = StepListeners()  # live rules
+        #: The overhead budget's controller (capture/budget.py), None without a budget.
+        self.budget: Optional[OverheadBudget] = OverheadBudget(a.overhead_budget) if a.overhead_budget else None
         #: Configs -> plans, and what the open step saves (adapters: ``session.plans``).
         self.plans = StepPlans(self.collection_manager, self.collections.included, self.collections.inclusion,
                                self.profile, self.save_config, self.reduction_config, bool(self.tensorboard_dir),
                                a.flight_recorder, recording=lambda: driver.flight_recording,
-                               consumes=lambda: self.writes_files or self.dry_run or bool(self.listeners))
+                               consumes=lambda: self.writes_files or self.dry_run or bool(self.listeners),
+                               budget=self.budget)
         self.collections.render = lambda: self.plans.collections_json(
             self.world_size if self.include_workers == "all" else 1)
         self.backend: TensorBackend = check_backend(adapter, adapter.make_backend())
@@ -239,6 +254,43 @@ class SessionParts:
         self.added_sinks = AddedSinks(self.finisher.sinks)  # hook.add_sink's (W&B, MLflow): after the run's own
         # Another process (a rule) may ask this run to stop through a file in out_dir.
         self.stop_poller = None if self.dry_run else StopRequestPoller(self.out_dir, clear_stale=self.is_chief)
+
+    def account_budget(self, global_step: int) -> None:
+        """At each step's beginning, with an overhead budget: the last step's costs; at a
+        decision step, the level every rank agrees on, recorded as scalars in this step."""
+        budget, plans = self.budget, self.plans
+        budget.step_boundary(plans.saving_expensive)
+        if not budget.decision_due(global_step):
+            return
+        intervals = plans.expensive_intervals()
+        before = budget.level
+        decision = budget.decide(global_step, min(intervals.values(), default=1))
+        if decision is None:
+            return
+        if decision.level != before:
+            logger.info("smdebug overhead budget %.3g: at step %d, expensive collections every %dx their interval "
+                        "(measured %.3g of step time)", budget.setting.fraction, global_step, budget.factor,
+                        decision.measured)
+        for name, value in budget.scalars(decision, intervals):
+            self.inbox.add_scalar(name, value, False, None)
+
+    def fire_nonfinite(self, found: tuple) -> None:
+        """An adapter's per-step check found non-finite values (``found``: the step's identity,
+        the tensors' names, where): the flight recorder fires for that step, or one warning."""
+        identity, names, where = found
+        module = f" (module {where.get('module')})" if where else ""
+        reason = f"{names[0]} holds NaN or Inf at step {identity[0]}{module}: the per-step non-finite check"
+        recorder = self.recorder
+        if recorder is not None and recorder.enabled and not self.pipeline.on_worker_thread:
+            self.pipeline.drain(timeout=30)  # the step reaches the recorder's ring (and its own check) first
+        if recorder is None or not recorder.enabled or recorder.fired is not None:
+            if recorder is not None and where:
+                recorder.add_location(identity[0], where)  # it fired for this step from the saved reductions
+            if not self.failures.nonfinite_reported:
+                self.failures.nonfinite_reported = True
+                logger.warning("smdebug: %s", reason)
+            return
+        recorder.fire("nonfinite", reason, identity, names, _Located(where))
 
     def sibling_workers(self) -> List[str]:
         """The other workers of this job that write into the same run."""

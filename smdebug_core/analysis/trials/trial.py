@@ -20,9 +20,10 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 from ...collections import Collection, CollectionManager
 from ...exceptions import StepNotYetAvailable, TensorUnavailable
 from ...modes import ModeKeys
-from ...storage.format.layout import END_OF_JOB_FILE, validate_step
+from ...storage.format.layout import END_OF_JOB_FILE, MARKER_DIR, validate_step
 from ...storage.open_runs import flush_before_reading
-from . import notebook, settings
+from ...storage.run_files import read_markers
+from . import budget_view, notebook, settings
 from .event_reads import RecordReader
 from .opening import check_run_path, collection_workers, list_collection_files, load_collections
 from .run_index import RunIndex
@@ -53,9 +54,7 @@ class _Kept:
         self.name = name
 
     def __get__(self, trial, owner=None):
-        if trial is None:
-            return self
-        return getattr(getattr(trial, self.part), self.name)
+        return self if trial is None else getattr(getattr(trial, self.part), self.name)
 
     def __set__(self, trial, value):
         setattr(getattr(trial, self.part), self.name, value)
@@ -368,10 +367,13 @@ class Trial:
         from ...storage.run_files import read_early_stopping
         return read_early_stopping(lambda path: self._storage.read_file(path, max_bytes=1 << 16))
 
+    def overhead_budget(self) -> Optional[Dict[str, object]]:
+        """What the hook's overhead budget did (budget_view.py), None without one: ``budget``,
+        ``measured``, ``intervals`` (collection -> ``[(from step, every n steps)]``), ``text``."""
+        return budget_view.overhead_budget(self)
+
     def flight_recorder_triggers(self) -> Dict[str, Dict[str, object]]:
         """Every worker's flight recorder marker, by worker (empty when none fired)."""
-        from ...storage.format.layout import MARKER_DIR
-        from ...storage.run_files import read_markers
         if not self._storage.is_dir(MARKER_DIR):
             return {}
         return read_markers(lambda: [f"{MARKER_DIR}/{e.name}" for e in self._storage.list_dir(MARKER_DIR)],
