@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Optional
+
+import numpy as np
 
 from .logger import get_logger
 from .reduction_config import REDUCTION_TAG_PREFIX
+from .tracker_pacing import DEFAULT_COST_BUDGET, StatisticsPacing
 from .trackers import MLFLOW_MAX_SERIES, MlflowDestination, StepPoints, TagParser, WandbDestination
 
 logger = get_logger()
@@ -32,16 +36,24 @@ _STOP = object()
 class TrackerSink:
     """A step sink sending to a tracker ``destination`` (``open``/``send``/``close``) from a
     daemon thread. ``max_queue``: steps waiting at most (more are dropped, counted);
-    ``batch_steps``: steps sent together at most; ``close_timeout``: seconds ``close`` waits."""
+    ``batch_steps``: steps sent together at most; ``close_timeout``: seconds ``close`` waits;
+    ``cost_budget``: the share of the time between steps that the sink's thread may spend
+    (default 0.02; None: every step's statistics are sent, whatever they cost): past it, the
+    per-layer statistics go every 2nd, 4th... step, each keeping every layer's most extreme
+    value of the steps it stands for, while scalars keep every step (:class:`StatisticsPacing`)."""
 
     tool = "a tracker"
 
-    def __init__(self, destination, *, max_queue: int = 1000, batch_steps: int = 64, close_timeout: float = 10.0):
+    def __init__(self, destination, *, max_queue: int = 1000, batch_steps: int = 64, close_timeout: float = 10.0,
+                 cost_budget: Optional[float] = DEFAULT_COST_BUDGET):
         self.destination = destination
+        self._pacing = StatisticsPacing(cost_budget)
         self.batch_steps = int(batch_steps)
         self.close_timeout = float(close_timeout)
         self._queue: "queue.Queue" = queue.Queue(maxsize=int(max_queue))
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._waiting = 0  # steps queued and not yet handled (sent, dropped or failed)
         self._counts = {"steps": 0, "sent": 0, "dropped": 0, "failed_calls": 0}
         self._warned = False
         self._closed = False
@@ -54,10 +66,13 @@ class TrackerSink:
     @property
     def counts(self) -> dict:
         """``steps`` queued, points ``sent`` and ``dropped`` (a full queue, a failed call, the
-        close timeout, the series cap), ``failed_calls``, and ``dropped_series`` (names)."""
+        close timeout, the series cap), ``failed_calls``, ``dropped_series`` (names),
+        ``folded`` (per-layer values folded into a later step's, see :class:`StatisticsPacing`)
+        and ``statistics_every`` (the pacing's current interval)."""
         with self._lock:
             out = dict(self._counts)
         out["dropped_series"] = len(self.destination.dropped_series)
+        out["folded"], out["statistics_every"] = self._pacing.folded, self._pacing.every
         return out
 
     # --- the step-sink protocol (the step pipeline's worker, sometimes the training thread) ---
@@ -75,28 +90,35 @@ class TrackerSink:
         else:
             with self._lock:
                 self._counts["steps"] += 1
+                self._waiting += 1
+
+    def wait_idle(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every step queued so far has been handled (sent, or dropped and counted);
+        False when ``timeout`` seconds passed first. Training never calls it; benchmarks and
+        tests that read the tool's run do."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._waiting == 0 or not self._thread.is_alive(), timeout)
 
     def _points(self, step) -> StepPoints:
         """The step's numbers, copied (nothing of the step is kept: its raw tensors may be big)."""
         global_step, mode, _ = step.identity
-        points = StepPoints(global_step, mode.name)
+        points = StepPoints(global_step, mode.name, arrived=time.monotonic())
         scalars = points.scalars
         scalars += step.tb_scalars
         for _, tag, array in step.timed:
             if array.size == 1:
                 scalars.append((tag, float(array.reshape(-1)[0])))
-        stats = points.stats
-        prefix = REDUCTION_TAG_PREFIX
         for item in step.tensors:
-            if isinstance(item, tuple):
-                tag, value = item
-                pairs = [(tag, value)] if tag.startswith(prefix) and getattr(value, "size", 1) == 1 else ()
-            else:  # a ScalarRun: reductions of a batch of tensors
-                pairs = zip(item.tags, item.values.tolist())
-            for tag, value in pairs:
-                parsed = self._parse(tag)
-                if parsed is not None:
-                    stats.setdefault(parsed[0], []).append((parsed[1], float(value)))
+            if not isinstance(item, tuple):  # a ScalarRun: reductions of a batch of tensors
+                values = np.asarray(item.values, dtype=np.float64)
+                for stat, tensors, positions in self._parse.groups(item.tags):
+                    points.add_stats(stat, tensors, values[positions])
+                continue
+            tag, value = item
+            parsed = self._parse(tag) if tag.startswith(REDUCTION_TAG_PREFIX) and getattr(value, "size", 1) == 1 \
+                else None
+            if parsed is not None:
+                points.add_stats(parsed[0], (parsed[1],), [float(value)])
         return points
 
     # --- the sink's thread --------------------------------------------------------------------
@@ -116,6 +138,8 @@ class TrackerSink:
                     stop = True
                     break
                 batch.append(more)
+            started = time.thread_time()
+            self._pacing.thin(batch, final=stop)
             n = self._in_flight = sum(len(p) for p in batch)
             try:
                 left_out = self.destination.send(batch)
@@ -130,6 +154,10 @@ class TrackerSink:
                         self._counts["sent"] += n - left_out
                         self._counts["dropped"] += left_out
             self._in_flight = 0
+            self._pacing.measured(batch, time.thread_time() - started)
+            with self._idle:
+                self._waiting -= len(batch)
+                self._idle.notify_all()
             if stop:
                 return
 

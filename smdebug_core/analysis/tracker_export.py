@@ -60,6 +60,7 @@ def export_to_tracker(trial, to: str, *, names=None, regex=None, collection=None
     stat_steps: Dict[tuple, set] = {}
     if grouped:  # the steps kept per (mode, statistic): extremes over its tensors
         stat_steps = _grouped_steps(series, steps, values, r_cats, max_points)
+    layers: Dict[tuple, tuple] = {}  # (point, statistic) -> (point, tensors, values)
     for (mode_code, red_code, tensor_code), part in series.items():
         mode_name, reduction, tensor = m_cats[mode_code], r_cats[red_code], t_cats[tensor_code]
         if reduction and grouped:
@@ -70,9 +71,13 @@ def export_to_tracker(trial, to: str, *, names=None, regex=None, collection=None
         for i in chosen:
             p = point(steps[i], mode_name)
             if reduction:
-                p.stats.setdefault(reduction, []).append((tensor, float(values[i])))
+                names, picked = layers.setdefault((id(p), reduction), (p, [], []))[1:]
+                names.append(tensor)
+                picked.append(values[i])
             else:
                 p.scalars.append((tensor, float(values[i])))
+    for (_, reduction), (p, names, picked) in layers.items():
+        p.add_stats(reduction, names, picked)
     batch = [by_step[k] for k in sorted(by_step)]
     dropped = 0
     for start in range(0, len(batch), batch_steps):
