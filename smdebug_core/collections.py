@@ -104,7 +104,7 @@ OPTIMIZER_STEP_REGEXES = {
     K.UPDATES: (r"^update/",),
 }
 #: ... and ``optimizer_variables``, a collection created when asked for (FrameworkProfile.on_demand).
-OPTIMIZER_STATE_REGEXES = {K.OPTIMIZER_VARIABLES: (r"^optimizer/",)}
+OPTIMIZER_STATE_REGEXES: Dict[str, Tuple[str, ...]] = {K.OPTIMIZER_VARIABLES: (r"^optimizer/",)}
 
 #: smd.Hook's (numpy arrays saved by hand); adapters declare their own.
 NUMPY_PROFILE = FrameworkProfile(

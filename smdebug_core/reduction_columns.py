@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import ml_dtypes
 import numpy as np
@@ -153,7 +153,7 @@ def columns_for(keys: Tuple[ReductionKey, ...], combinable: bool = False) -> Tup
     return tuple(c for c in COLUMNS if c in need)
 
 
-def finish(columns: Mapping[str, object], keys: Iterable[ReductionKey], sqrt: Callable = np.sqrt) -> List[object]:
+def finish(columns: Mapping[str, object], keys: Iterable[ReductionKey], sqrt: Callable = np.sqrt) -> List[Any]:
     """The one finisher: the reductions ``keys`` of every segment from their ``columns``
     (arrays of any library, one value per segment; ``sqrt`` of that library), one array per key.
     numpy callers silence its warnings (a NaN or an infinity in, one out; 0/0 where undefined)."""
@@ -255,7 +255,7 @@ def _combine_moments(pieces: Mapping[str, np.ndarray], prefix: str) -> Dict[str,
 
 # --- producers every library shares ----------------------------------------------------------
 def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand: Callable, xp,
-                    seg_count: Optional[Callable] = None, wide=None, host: bool = False, peak: Optional[float] = None) -> Dict[str, object]:
+                    seg_count: Optional[Callable] = None, wide=None, host: bool = False, peak: Optional[float] = None) -> Dict[str, Any]:
     """The health ``columns`` of each segment of ``x``, in any array library.
 
     ``counts``: each segment's element count; ``seg_sum(a)``: each segment's sum of a float64

@@ -76,7 +76,9 @@ def _lightning_callback_classes() -> tuple:
     return tuple(found)
 
 
-class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
+# Its Callback bases are those of the Lightning packages installed, found at import time: mypy cannot
+# check a class whose bases are computed, hence the ignore.
+class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):  # type: ignore[misc]
     """Saves tensors of a LightningModule's training with smdebug.
 
     ``Trainer(callbacks=[DebuggerCallback(out_dir="/tmp/run", save_config=...)])``.
@@ -166,6 +168,7 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
             self._voted_at = trainer.global_step
             if self._stop_agreed() and not trainer.should_stop:
                 driver = self._driver
+                assert driver is not None  # _stop_agreed() is False without one
                 logger.warning("smdebug: stopping the Lightning Trainer: %s", driver.hook.stop_reason)
                 trainer.should_stop = True
 
@@ -211,6 +214,7 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):
         self._validation_skipped = driver is not None and driver.open is not None \
             and driver.open[0] is ModeKeys.TRAIN
         if self._validation_skipped and not self._warned_mid_accumulation:
+            assert driver is not None and driver.open is not None  # as _validation_skipped says
             self._warned_mid_accumulation = True
             logger.warning("smdebug: a validation runs in the middle of gradient accumulation (optimizer step %d, "
                            "accumulate_grad_batches=%s, val_check_interval=%s); it is not captured, so that the "

@@ -19,7 +19,7 @@ computed on the host from the same values (:func:`smdebug.reduction_columns.redu
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, cast
 
 import mxnet as mx
 import numpy as np
@@ -101,7 +101,7 @@ class MXNetBackend(TensorBackend):
 
 def _to_host(values: Sequence[mx.nd.NDArray]) -> List[np.ndarray]:
     """Copy arrays of one context to numpy: one concatenation and one transfer per dtype."""
-    out: List[np.ndarray] = [None] * len(values)
+    out: List[Optional[np.ndarray]] = [None] * len(values)
     by_dtype: Dict[np.dtype, List[int]] = defaultdict(list)
     for i, value in enumerate(values):
         by_dtype[np.dtype(value.dtype)].append(i)
@@ -118,7 +118,7 @@ def _to_host(values: Sequence[mx.nd.NDArray]) -> List[np.ndarray]:
         for i, array in zip(members, arrays):
             out[i] = flat[offset:offset + array.size].reshape(array.shape)
             offset += array.size
-    return out
+    return cast(List[np.ndarray], out)  # each dtype's group filled its positions
 
 
 def _size_class(n: int) -> int:
@@ -174,6 +174,7 @@ def _reduce_rows(arrays: Sequence[mx.nd.NDArray], wanted: Sequence[Tuple[str, bo
     for array, size in zip(arrays, sizes):
         rows.append(array.reshape(-1))
         if size < width:
+            assert padding is not None  # made since this row is shorter than the widest
             rows.append(padding[:width - size])
     packed = rows[0] if len(rows) == 1 else mx.nd.concat(*rows, dim=0)
     matrix = packed.reshape((len(arrays), width)).astype("float64", copy=False)

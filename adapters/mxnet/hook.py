@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, cast
 
 import mxnet as mx
 from mxnet import gluon
@@ -109,7 +109,7 @@ class Hook(CoreHook):
         self._losses: List[gluon.Block] = []
         self._extra_blocks: Dict[int, gluon.Block] = {}  # blocks named by add_block_tensors
         self._model_handles: list = []
-        self._tensor_handles: Dict[int, object] = {}  # id(block) -> forward-hook handle
+        self._tensor_handles: Dict[int, Any] = {}  # id(block) -> forward-hook handle
         self._synced_key = None
         self._resolved_layer_requests = set()
         self._tensor_counts: Dict[str, int] = {}
@@ -373,4 +373,5 @@ def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool 
     ``SMDEBUG_CONFIG_FILE_PATH``); returns None when there is no such file or
     ``USE_SMDEBUG`` turns smdebug off.
     """
-    return core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
+    hook = core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
+    return cast(Optional[Hook], hook)  # an instance of the class asked for

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, cast
 
 import ml_dtypes
 import numpy as np
@@ -283,7 +283,9 @@ class TorchBackend(TensorBackend):
                                        self._stack_buffers)
             if result.lost:  # the hook retries tensor by tensor and skips the one that fails
                 raise ValueError("; ".join(f"tensor {pos}: {why}" for pos, why in sorted(result.lost.items())))
-            for i, row in zip(indices, result.reductions):
+            table = result.reductions
+            assert table is not None  # a job always has keys, so its batch has a table
+            for i, row in zip(indices, table):
                 results[i] = (keys, torch.from_numpy(row))
         for i, result in zip(device_index, self._reduce_all(device_jobs)):
             results[i] = result
@@ -315,10 +317,11 @@ class TorchBackend(TensorBackend):
                     out[i] = torch.from_numpy(table[row])
             for i, t in enumerate(tensors):
                 if out[i] is None:
-                    columns = _one_columns(t, needed)
-                    out[i] = torch.stack([torch.as_tensor(columns[c], dtype=torch.float64, device=t.device).reshape(())
+                    own = _one_columns(t, needed)
+                    out[i] = torch.stack([torch.as_tensor(own[c], dtype=torch.float64, device=t.device).reshape(())
                                           for c in needed])
-        return np.stack(self._results_to_host(out)) if out else np.empty((0, len(needed)))
+        # every position holds a result now, so every host vector is there
+        return np.stack(cast(List[np.ndarray], self._results_to_host(out))) if out else np.empty((0, len(needed)))
 
     @staticmethod
     def _reducible(keys, t: torch.Tensor) -> Tuple[ReductionKey, ...]:
@@ -344,7 +347,7 @@ class TorchBackend(TensorBackend):
                 by_device.setdefault(r.device, []).append(i)
         out: List[Optional[np.ndarray]] = [None] * len(results)
         for device, indices in by_device.items():
-            parts = [results[i] for i in indices]
+            parts = [cast(torch.Tensor, results[i]) for i in indices]  # the results that are there
             flat = torch.cat(parts) if len(parts) > 1 else parts[0]
             host = flat.cpu().numpy()  # the single device-to-host transfer of this device's results
             offset = 0
@@ -370,9 +373,9 @@ class TorchBackend(TensorBackend):
         for (device, keys), indices in batches.items():
             chunk: List[int] = []
             size = 0
-            for i in indices + [None]:
-                n = jobs[i][0].numel() if i is not None else 0
-                if chunk and (i is None or size + n > CHUNK_MAX_NUMEL):
+            for job in indices + [None]:  # None: the end, which reduces the last chunk
+                n = jobs[job][0].numel() if job is not None else 0
+                if chunk and (job is None or size + n > CHUNK_MAX_NUMEL):
                     values = self._reduce_segments([jobs[j][0] for j in chunk], keys, device)  # [keys, tensors]
                     for j, vector in zip(chunk, values.t().unbind(0)):
                         t, all_keys = jobs[j]
@@ -383,8 +386,8 @@ class TorchBackend(TensorBackend):
                         else:
                             results[j] = (keys, vector)
                     chunk, size = [], 0
-                if i is not None:
-                    chunk.append(i)
+                if job is not None:
+                    chunk.append(job)
                     size += n
         return results
 
@@ -571,6 +574,8 @@ def _finish_cpu_batch_no_grad(batch: _CpuBatch, buffers: "BufferPool") -> BatchR
                 table = host.reduce_segments(tensors, segments, keys)
             except Exception:  # noqa: BLE001 - the general path below reads them one group at a time
                 table = None
+    chunks: Tuple[List[int], ...]  # as _stack_plan gives them
+    unreduced: Tuple[int, ...]
     if table is not None:
         chunks, unreduced = (), ()
     else:

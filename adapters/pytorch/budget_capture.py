@@ -226,9 +226,12 @@ class BudgetParticipant(StepParticipant):
         self._report()
 
     def _report(self) -> None:
-        reported = self.check.reported
+        check = self.check
+        if check is None:
+            return
+        reported = check.reported
         if reported is not None:
-            self.check.reported = None
+            check.reported = None
             self.session.report_nonfinite(*reported)
 
     def failed(self) -> None:

@@ -53,7 +53,7 @@ import re
 import sys
 import warnings
 import weakref
-from typing import Optional, Tuple
+from typing import Optional, Tuple, cast
 
 import torch
 import torch.distributed as dist
@@ -165,11 +165,18 @@ class Hook(CoreHook):
             self._driver.drop_incomplete_step()
         super().close()
 
+    @property
+    def _step_driver(self) -> TorchStepDriver:
+        """The step driver: None only while the base class builds the session, whose callbacks
+        check for it; everything else runs once the hook is built."""
+        assert self._driver is not None
+        return self._driver
+
     # --- the step driver's state, as the hook showed it ---------------------------------------------
     @property
     def step_by_optimizer(self) -> bool:
         """Whether a TRAIN step is one optimizer step (an optimizer of the registered model is known)."""
-        return self._driver.by_optimizer
+        return self._step_driver.by_optimizer
 
     @property
     def step_owner(self) -> Optional[str]:
@@ -195,7 +202,7 @@ class Hook(CoreHook):
         if self.step_owner is not None and self.step_owner != owner:
             raise ConfigError(f"own_steps: the steps of this hook are already owned by {self.step_owner}; "
                               f"{owner} cannot own them too (one integration per hook)")
-        self._driver.own_steps(owner)
+        self._step_driver.own_steps(owner)
 
     @never_raises("capture_parameters")
     def capture_parameters(self, optimizer: Optional[torch.optim.Optimizer] = None,
@@ -215,7 +222,7 @@ class Hook(CoreHook):
         returning, for an owner whose trainer changes them in place before the update
         (gradient clipping after this point).
         """
-        self._driver.capture_parameters(optimizer, wait_for_gradients)
+        self._step_driver.capture_parameters(optimizer, wait_for_gradients)
 
     # --- registration ----------------------------------------------------------------------
     def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
@@ -240,7 +247,7 @@ class Hook(CoreHook):
         """
         if not isinstance(module, torch.nn.Module):
             raise ConfigError(f"register_module expects a torch.nn.Module, got {type(module).__name__}")
-        models, driver = self._models, self._driver
+        models, driver = self._models, self._step_driver
         if models.is_root(module):
             return
         inner, root_name = models.add_root(module)
@@ -274,7 +281,7 @@ class Hook(CoreHook):
         self.session.include(CollectionKeys.ROUTER, expect=False)
 
     def _add_router(self, module: torch.nn.Module, num_experts: int, top_k: int) -> None:
-        routers = self._driver.routers.capture
+        routers = self._step_driver.routers.capture
         if routers.add(module, num_experts, top_k):
             self._handles.append(module.register_forward_hook(routers.forward_hook()))
 
@@ -283,7 +290,9 @@ class Hook(CoreHook):
         that torch calls even when the forward raises (``always_call``)."""
         modules = [(path or root_name, sub) for path, sub in inner.named_modules()
                    if id(sub) not in self._models.compiled_module_ids]
-        self._driver.locator.locator.install(root_name, modules)
+        locator = self._step_driver.locator.locator
+        assert locator is not None  # register_module installs it only with a flight recorder
+        locator.install(root_name, modules)
         self._handles.append(outer.register_forward_hook(
             functools.partial(weak_method(self._on_root_forward_exit), root_name), always_call=True))
 
@@ -319,10 +328,10 @@ class Hook(CoreHook):
         losses = self.get_collection(CollectionKeys.LOSSES)
         if not losses.matches(f"{name}_output_0"):  # a custom loss class without "Loss" in its name
             losses.include(rf"^{re.escape(name)}_output_\d+$")
-        self._handles.append(loss_module.register_forward_hook(self._driver.modules.forward_hook(name)))
-        if self._driver.budget.check is not None:  # with an overhead budget, checked for NaN/Inf every step
-            self._handles.append(loss_module.register_forward_hook(self._driver.budget.loss_hook(name)))
-        locator = self._driver.locator.locator
+        self._handles.append(loss_module.register_forward_hook(self._step_driver.modules.forward_hook(name)))
+        if self._step_driver.budget.check is not None:  # with an overhead budget, checked for NaN/Inf every step
+            self._handles.append(loss_module.register_forward_hook(self._step_driver.budget.loss_hook(name)))
+        locator = self._step_driver.locator.locator
         if locator is not None:  # a loss that turns NaN (log of 0) is a module too
             locator.install(name, [(name, loss_module)])
 
@@ -335,14 +344,14 @@ class Hook(CoreHook):
         """
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError(f"register_optimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        self._driver.register_optimizer(optimizer)
+        self._step_driver.register_optimizer(optimizer)
         self._install_optimizer_hooks()
 
     def _install_optimizer_hooks(self) -> None:
         if self._optimizer_hooks_installed:
             return
         self._optimizer_hooks_installed = True
-        driver = self._driver
+        driver = self._step_driver
         self._handles.append(register_optimizer_step_pre_hook(weak_method(driver.optimizer_pre_step)))
         self._handles.append(register_optimizer_step_post_hook(weak_method(driver.optimizer_post_step)))
 
@@ -351,12 +360,12 @@ class Hook(CoreHook):
         if not self.session.enabled:
             self._detach()  # disabled after an error: drop the hooks here, where torch is not iterating them
             return
-        self._driver.forward_pre(module)
+        self._step_driver.forward_pre(module)
 
     def _root_forward_hook(self, root_name: str):
         """The end of a registered model's forward (held weakly: torch keeps it as long as the
         module lives)."""
-        driver_ref = weakref.ref(self._driver)
+        driver_ref = weakref.ref(self._step_driver)
 
         def capture(module, args, output):
             driver = driver_ref()
@@ -376,7 +385,7 @@ class Hook(CoreHook):
         if isinstance(obj, torch.nn.Module):
             coll.add_module_tensors(obj)
             if self._models.known(obj):
-                self._driver.modules.resolve_layer_requests()
+                self._step_driver.modules.resolve_layer_requests()
             # else: named when a model holding it is registered (or, failing that, by its class at the first step)
         elif isinstance(obj, torch.nn.Parameter):
             name = self._models.param_named(obj) or self._sharded.param_named(obj)
@@ -404,7 +413,8 @@ def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool 
     Returns None when ``USE_SMDEBUG`` disables smdebug or, with ``create_if_not_exists``,
     when there is no config file (``SMDEBUG_CONFIG_FILE_PATH``).
     """
-    return _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
+    hook = _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
+    return cast(Optional[Hook], hook)  # an instance of the class asked for
 
 
 __all__ = ["Hook", "TrainingStopRequested", "get_hook"]

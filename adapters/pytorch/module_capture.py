@@ -17,7 +17,7 @@ import itertools
 import operator
 import re
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -31,7 +31,7 @@ from .participant import StepParticipant, eager_forward_hook, remove_handles
 logger = get_logger("smdebug.pytorch")
 
 
-def pick(items: list, indices) -> list:
+def pick(items: Sequence, indices) -> list:
     """``[items[i] for i in indices]`` as one C-level pass."""
     return list(map(items.__getitem__, indices))
 
@@ -47,7 +47,7 @@ class ModuleOutputs(StepParticipant):
         super().__init__(session)
         self.models = models
         self._handles: list = []  # submodule forward hooks, installed while steps save
-        self._key = None
+        self._key: Optional[Tuple[int, int]] = None  # (plans version, modules named) the hooks were chosen for
         self._resolved_layer_version = -1
         self._resolved_layer_requests: set = set()
         # '<module>_output_' keys of a forward's noted tensors -> their names, when no module
@@ -158,6 +158,7 @@ class ModuleOutputs(StepParticipant):
         deferred = self._deferred
         if not deferred:
             return
+        tensors: Sequence  # those noted, then those kept by _name_deferred
         keys, tensors, versions = zip(*deferred)  # C-level passes from here on (hundreds of tensors)
         names = self._deferred_names.get(keys) if not self._tensor_counts else None
         if names is not None and tuple(map(_VERSION, tensors)) == versions:
@@ -175,7 +176,8 @@ class ModuleOutputs(StepParticipant):
         on). Returns the names, the tensors and the step's counts once they are filed."""
         counts = dict(self._tensor_counts)
         cacheable = not counts
-        names, tensors = [], []
+        names: List[str] = []
+        tensors = []
         for key, tensor, version in deferred:
             i = counts.get(key, 0)
             counts[key] = i + 1
@@ -192,12 +194,12 @@ class ModuleOutputs(StepParticipant):
                 continue
             names.append(tname)
             tensors.append(tensor)
-        names = tuple(names)
+        named = tuple(names)
         if cacheable:
             if len(self._deferred_names) > 64:
                 self._deferred_names.clear()
-            self._deferred_names[keys] = names
-        return names, tensors, counts
+            self._deferred_names[keys] = named
+        return named, tensors, counts
 
     # --- which modules are hooked ----------------------------------------------------------------
     def sync_hooks(self) -> None:

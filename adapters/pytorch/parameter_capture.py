@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import operator
 import weakref
-from typing import Tuple
+from typing import Optional, Tuple
 
 from smdebug.capture.fail_open import never_raises
 
@@ -38,12 +38,12 @@ class Parameters(StepParticipant):
         self.models = models
         self._sharded = sharded  # its gradients' partials are fenced with ours
         self._handles: list = []  # post-accumulate-grad hooks, while steps save without a known optimizer
-        self._key = None
+        self._key: Optional[tuple] = None  # what the installed hooks were chosen for
         self._captured = False  # this step's weights were handed over
         # Batches handed to the step pipeline whose tensors may not change until waited for:
         # the weights of the open step (fenced before optimizer.step()), and the last saved
         # gradients with their parameters (fenced before anything can write into them).
-        self._weights_batch = None
+        self._weights_batch: Optional[tuple] = None  # (batch, tensors, their versions, filed)
         self._grads_batch = None
         self._grads_held: Tuple[list, list] = ([], [])
         self._zero_grad_fences: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -81,6 +81,9 @@ def _capacity(modules, assignments: int, num_experts: int) -> Optional[int]:
 
 class _Router:
     __slots__ = ("module", "num_experts", "top_k", "counts", "entropy", "tokens", "dropped", "capacity_known")
+    counts: Optional[torch.Tensor]  # None until the step's first call, as are the two below
+    entropy: Optional[torch.Tensor]
+    dropped: Optional[torch.Tensor]
 
     def __init__(self, module, num_experts: int, top_k: int):
         self.module = weakref.ref(module)
@@ -115,10 +118,11 @@ class _Router:
         self.tokens += tokens
 
     def statistics(self) -> Dict[str, torch.Tensor]:
-        counts = self.counts
+        counts, entropy = self.counts, self.entropy
+        assert counts is not None and entropy is not None  # end() asks only a router that saw a call
         total = counts.sum()
         out = {"expert_fraction": counts / total, "load_cv": counts.std(unbiased=False) / counts.mean(),
-               "entropy": self.entropy / self.tokens}
+               "entropy": entropy / self.tokens}
         if self.capacity_known and self.dropped is not None:
             out["dropped_fraction"] = self.dropped / total
         return out

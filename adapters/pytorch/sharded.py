@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -126,7 +126,8 @@ class Placement:
     flat_offset: Optional[int] = None
 
     def as_json(self, local_shape) -> dict:
-        out = {"global_shape": list(self.global_shape), "local_shape": [int(s) for s in local_shape]}
+        out: Dict[str, object] = {"global_shape": list(self.global_shape),
+                                  "local_shape": [int(s) for s in local_shape]}
         if self.offsets is not None:
             out["offsets"] = list(self.offsets)
         if self.flat_offset is not None:
@@ -226,7 +227,8 @@ class ShardGroups:
     def _make(rows: List[List[int]]):
         """``(this rank's group or None when it is alone, its global ranks)``."""
         me = dist.get_rank()
-        mine, my_row = None, (me,)
+        mine = None
+        my_row: Tuple[int, ...] = (me,)
         for row in rows:
             if me in row:
                 my_row = tuple(sorted(row))  # group ranks follow the global ranks' order
@@ -312,7 +314,7 @@ _WIRE_NAMES = {core: name for name, core in _CORE_NAMES.items()}
 def columns_needed(keys) -> Tuple[str, ...]:
     """The partials columns the reductions ``keys`` need (the others are left NaN): each
     costs passes over every shard, so only what is saved is computed."""
-    need = {"sum"}  # the means of the variance's combination
+    need: Set[Optional[str]] = {"sum"}  # the means of the variance's combination (None: no wire name)
     for core in columns_for(tuple(keys), combinable=True):
         need.add(_WIRE_NAMES.get({"var": "dev2", "var_abs": "dev2_abs"}.get(core, core)))
     if "m2" in need:
@@ -340,17 +342,17 @@ def shard_partials(shards: Sequence[Optional[torch.Tensor]], backend,
     wire = [c for c in columns if c != "count"]
     needed = ("count",) + tuple(dict.fromkeys({"dev2": "var", "dev2_abs": "var_abs"}.get(_CORE_NAMES[c], _CORE_NAMES[c])
                                               for c in wire))
-    tensors = [shards[i].detach() for i in present]
+    tensors = [s.detach() for s in shards if s is not None]  # those of ``present``
     count = np.array([t.numel() for t in tensors], dtype=np.float64)
     rows = out[present]
     rows[:, _COL["count"]] = count
     neutral = {"min": np.inf, "max": -np.inf, "min_abs": np.inf, "max_abs": -np.inf}
-    rows[:, [_COL[c] for c in wire]] = [neutral.get(c, 0.0) for c in wire]  # empty shards keep these
+    rows[:, [_COL[c] for c in wire]] = np.array([neutral.get(c, 0.0) for c in wire])  # empty shards keep these
     nonempty = np.flatnonzero(count > 0)
     if len(nonempty) and wire:
         table = backend.partial_columns([tensors[i] for i in nonempty], needed)
         sums = to_sums({c: table[:, j] for j, c in enumerate(needed)})
-        rows[np.ix_(nonempty, [_COL[c] for c in wire])] = np.stack([sums[_CORE_NAMES[c]] for c in wire], axis=1)
+        rows[np.ix_(nonempty, np.array([_COL[c] for c in wire]))] = np.stack([sums[_CORE_NAMES[c]] for c in wire], axis=1)
     out[present] = rows
     return out
 
@@ -463,6 +465,7 @@ def piece_block(piece: torch.Tensor, placement: Placement) -> Tuple[Tuple[int, .
     """``(offsets, shape)`` of a shard's block in the full tensor (a flat shard: in its flattening)."""
     if placement.flat_offset is not None:
         return (int(placement.flat_offset),), (int(piece.numel()),)
+    assert placement.offsets is not None  # a placement has block offsets or a flat offset
     return tuple(placement.offsets), tuple(int(s) for s in piece.shape)
 
 

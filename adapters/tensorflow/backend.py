@@ -32,7 +32,7 @@ tensors reduced by magnitude, booleans and integers as numbers.
 from __future__ import annotations
 
 import types
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 import tensorflow as tf
@@ -83,7 +83,7 @@ def flat_caller(concrete):
     return lambda tensors: call_flat(list(tensors), concrete.captured_inputs)
 
 
-def read_variables(variables: Sequence[object], _cache: Dict[tuple, object] = {}) -> List[object]:
+def read_variables(variables: Sequence[Any], _cache: Dict[tuple, Callable] = {}) -> List[object]:
     """The current values of many variables, read with one call (eager tensors).
 
     Each read is a copy-on-write snapshot: a later update of a variable does not change it.
@@ -138,7 +138,7 @@ class TFBackend(TensorBackend):
 
     def __init__(self):
         # One compiled reduction function per (input signature, reductions wanted).
-        self._reducers: Dict[tuple, object] = {}
+        self._reducers: Dict[tuple, Callable] = {}
 
     def accepts(self, value) -> bool:
         return isinstance(value, ReducedValue) or is_tf_value(value)
@@ -161,7 +161,8 @@ class TFBackend(TensorBackend):
                 have = value.reductions  # some or all of the plan's, in its order
                 if len(have) != len(r.reductions):
                     have = {k: have[k] for k in r.reductions if k in have}
-                results.append(Materialized(raw=None, shape=value.shape if r.shape else None, reductions=have))
+                results.append(Materialized(raw=None, shape=value.shape if r.shape else None,  # float64 scalars,
+                                            reductions=cast(Dict[ReductionKey, np.ndarray], have)))  # as 0-d arrays
                 value = value.tensor
             else:
                 results.append(Materialized(raw=None, shape=tuple(int(d) for d in value.shape) if r.shape else None))
@@ -205,7 +206,7 @@ class TFBackend(TensorBackend):
         if on_host or len(tensors) == 1:
             return [t.numpy() for t in tensors]
         # Accelerator: one copy per dtype, split on the host (views of the fetched buffer).
-        out: List[np.ndarray] = [None] * len(tensors)
+        out: List[Optional[np.ndarray]] = [None] * len(tensors)
         by_dtype: Dict[tf.DType, List[int]] = {}
         for i, t in enumerate(tensors):
             by_dtype.setdefault(t.dtype, []).append(i)
@@ -221,7 +222,7 @@ class TFBackend(TensorBackend):
                 size = int(np.prod(shape, dtype=np.int64))
                 out[i] = flat[offset:offset + size].reshape(shape)
                 offset += size
-        return out
+        return cast(List[np.ndarray], out)  # each dtype's group filled its positions
 
 
 def _is_numeric(dtype) -> bool:

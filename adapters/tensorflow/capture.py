@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Dict, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -352,7 +352,7 @@ class GraphCapture:
         hook = self._hook
         session = hook.session
         saving = session.saving_step and session.enabled
-        layout = []
+        layout: List[object] = []  # per tensor: None (not saved), WHOLE, or the plan's reductions
         for name, _, shape, dtype in usable:
             plan = session.plans.plan_for(name) if saving else None
             if plan is None:

@@ -73,7 +73,7 @@ layer inputs/outputs        yes         yes    no (one warning) / yes
 from __future__ import annotations
 
 import weakref
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, cast
 
 import numpy as np
 
@@ -91,6 +91,9 @@ from .keras_sites import KerasLayers, KerasLogs, KerasTape, hooked_tape_class, r
 from .keras_weights import KerasWeights, in_xla_context
 from .keras_weights import executing_eagerly as _executing_eagerly
 from .updates import KERAS_PROFILE, KerasUpdates
+
+if TYPE_CHECKING:
+    from .capture import GraphCapture  # imported in __init__ only with the TensorFlow backend
 
 K = CollectionKeys
 #: The compiled function Keras' loop calls at each batch of a mode (looked up per batch).
@@ -300,7 +303,8 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
             return
         self._updates.arm()
         if self._batch_function is None or self.model is None or self._graph_driven:
-            self._capture.running = None  # a custom loop's step: no specialized function runs
+            # a custom loop's step: no specialized function runs (step functions come with a GraphCapture)
+            cast("GraphCapture", self._capture).running = None
             return
         functions.install(self.model, self._batch_function, self.session.saving_collections)
 

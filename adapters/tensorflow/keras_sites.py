@@ -161,7 +161,7 @@ class KerasLayers:
 
     def _patch_layers(self, model) -> bool:
         hook = self.hook
-        requests: Dict[int, Tuple[object, Dict[str, List[str]]]] = {}  # id -> (layer, kind -> collections)
+        requests: Dict[int, Tuple[object, Dict[str, List[Optional[str]]]]] = {}  # id -> (layer, kind -> collections)
 
         def want(layer, kind, collection):
             entry = requests.setdefault(id(layer), (layer, {"inputs": [], "outputs": []}))
@@ -190,6 +190,7 @@ class KerasLayers:
         patches = self.hook._patches
         existing = getattr(layer, "_smdebug_capture_kinds", None)
         if patches.has(layer, "call"):
+            assert existing is not None  # set below when the layer was patched
             for kind, colls in kinds.items():
                 for c in colls:
                     if c not in existing[kind]:

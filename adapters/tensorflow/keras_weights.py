@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import keras
 
@@ -55,8 +55,8 @@ class KerasWeights:
         self.names: Dict[int, str] = {}  # id(variable) -> saved name
         # Models registered before they had weights (built lazily, at their first batch):
         # scanned again at step boundaries until they have some.
-        self.unbuilt: List[object] = []
-        self.unbuilt_optimizers: List[object] = []
+        self.unbuilt: List[Any] = []  # Keras models
+        self.unbuilt_optimizers: List[Any] = []
         # (model, its train_function, weight names): the optimizer site of that compiled train
         # function copied these trainable weights in a saved TRAIN step of fit; see delivered_by_sites.
         self.site_weights: Optional[tuple] = None

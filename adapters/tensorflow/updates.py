@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class KerasUpdates:
         self.failed = False  # a failure turned the updates off
 
     # --- which weights ------------------------------------------------------------------
-    def _named(self, variables) -> List[Tuple[str, object]]:
+    def _named(self, variables) -> List[Tuple[str, Any]]:
         """``(update name, variable)`` of the variables whose update the configuration can save."""
         hook = self._hook
         out = []

@@ -206,5 +206,7 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
 
     def _stop(self, control) -> None:
         if not control.should_training_stop:
-            logger.warning("smdebug: stopping the Transformers Trainer: %s", self._driver.hook.stop_reason)
+            driver = self._driver
+            assert driver is not None  # a stop is asked for only through a hook
+            logger.warning("smdebug: stopping the Transformers Trainer: %s", driver.hook.stop_reason)
             control.should_training_stop = True

@@ -143,9 +143,9 @@ def shap_tensors(contribs: np.ndarray, features: Sequence[str], full: bool, aver
     for i, feature in enumerate(names):
         if full:
             out[f"full_shap/{feature}"] = contribs
-        if average:
+        if means is not None:  # average asked for
             out[f"average_shap/{feature}"] = np.asarray([means[i]], dtype=np.float64)
-        if average_abs and i < len(features):
+        if abs_means is not None and i < len(features):  # average_abs asked for
             out[f"average_abs_shap/{feature}"] = np.asarray(abs_means[..., i], dtype=np.float64).reshape(-1)
     return out
 

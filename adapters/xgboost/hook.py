@@ -29,7 +29,7 @@ each feature's share of its type's total; ``full_shap/<f>`` is the whole
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, cast
 
 import numpy as np
 import xgboost as xgb
@@ -125,7 +125,8 @@ class Hook(CoreHook, TrainingCallback):
         self._labels: Optional[np.ndarray] = None
         self._step_offset = 0
         self._early_stopping = None  # xgboost's EarlyStopping of the current training, if any
-        self._last_round, self._evals_log = None, None
+        self._last_round: Optional[int] = None
+        self._evals_log = None
         self._names: Optional[Dict[str, List[str]]] = None
         self._failed: set = set()
         self._seen_metrics: set = set()
@@ -354,6 +355,7 @@ class Hook(CoreHook, TrainingCallback):
 
     def _validation_tensors(self, booster) -> Dict[str, np.ndarray]:
         matrix = self._dmatrix("validation", booster)
+        assert matrix is not None  # asked for only when there is validation data
         out = {}
         if self.session.plans.plan_for("predictions") is not None:
             out["predictions"] = booster.predict(matrix)
@@ -398,4 +400,4 @@ def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool 
     Returns None when ``USE_SMDEBUG`` disables smdebug or there is no config file.
     """
     hook = _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
-    return hook
+    return cast(Optional[Hook], hook)  # an instance of the class asked for
