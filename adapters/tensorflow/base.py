@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from smdebug.capture.arguments import HookArguments
 from smdebug.capture.backend import NumpyBackend, TensorBackend
@@ -26,10 +26,6 @@ from smdebug.hook import Hook
 from smdebug.logger import get_logger
 
 from . import distributed
-
-if TYPE_CHECKING:  # capture.py needs TensorFlow itself, which a Keras hook on another backend lacks
-    from .capture import GraphCapture
-    from .eager_capture import EagerCapture
 
 logger = get_logger("smdebug.tensorflow")
 
@@ -59,7 +55,7 @@ class TFHookBase(Hook):
 
     #: The capture sites of graphs (capture.py), or None; a subclass sets it before this
     #: constructor runs.
-    _capture: Optional[GraphCapture | EagerCapture] = None
+    _capture: Any = None  # a GraphCapture or EagerCapture; not imported: they import this module
 
     def __init__(self, *args, **kwargs):
         # True while a step begins from inside a graph (tf.py_function): there, Python is not
