@@ -21,7 +21,7 @@ def history(client, run_id, key):
 def test_active_run_gets_scalars_and_capped_statistics(tmp_path, mlflow_uri):
     with mlflow.start_run() as run:
         hook = make_hook(tmp_path)
-        sink = smd.sinks.MlflowSink(max_series=10)
+        sink = smd.sinks.MlflowSink(max_series=10, cost_budget=None)
         hook.add_sink(sink)
         losses, weights = train(hook)
         hook.close()
@@ -47,7 +47,7 @@ def test_active_run_gets_scalars_and_capped_statistics(tmp_path, mlflow_uri):
 def test_no_active_run_makes_one_in_the_experiment_named_by_mlflow(tmp_path, mlflow_uri, monkeypatch):
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "smdebug-exp")
     hook = make_hook(tmp_path)
-    sink = smd.sinks.MlflowSink()
+    sink = smd.sinks.MlflowSink(cost_budget=None)
     hook.add_sink(sink)
     losses, _ = train(hook, eval_every=0)
     hook.close()
@@ -63,7 +63,7 @@ def test_log_batch_takes_at_most_1000_metrics(tmp_path, mlflow_uri):
     """1,300 scalars in one step: two log_batch calls, every point read back."""
     with mlflow.start_run() as run:
         hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1))
-        sink = smd.sinks.MlflowSink()
+        sink = smd.sinks.MlflowSink(cost_budget=None)
         hook.add_sink(sink)
         hook.begin_step()
         for i in range(1300):

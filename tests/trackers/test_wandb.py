@@ -31,7 +31,7 @@ def rows_with(rows, key):
 def test_active_run_gets_scalars_and_one_table_per_statistic_and_step(tmp_path, wandb_dir):
     run = wandb.init()
     hook = make_hook(tmp_path)
-    sink = smd.sinks.WandbSink(grouped="table")
+    sink = smd.sinks.WandbSink(grouped="table", cost_budget=None)  # every step, whatever it costs
     hook.add_sink(sink)
     losses, weights = train(hook)
     hook.close()
@@ -56,7 +56,7 @@ def test_active_run_gets_scalars_and_one_table_per_statistic_and_step(tmp_path, 
 def test_histograms_and_a_run_of_its_own(tmp_path, wandb_dir):
     """No active run: the sink starts one (wandb.init with W&B's own settings) and finishes it."""
     hook = make_hook(tmp_path)
-    hook.add_sink(smd.sinks.WandbSink())  # histograms by default
+    hook.add_sink(smd.sinks.WandbSink(cost_budget=None))  # histograms by default
     losses, _ = train(hook, eval_every=0)
     hook.close()
     assert wandb.run is None  # finished by the sink
@@ -101,3 +101,35 @@ def test_export_a_finished_run_keeps_each_bins_extremes(tmp_path, wandb_dir):
         part = values[lo:lo + 10]
         assert loss[lo + int(np.argmin(part))] == part.min() and loss[lo + int(np.argmax(part))] == part.max()
     assert 37 in {r["smdebug/step"] for r in rows_with(rows, "smdebug/reductions/max/_type")}
+
+
+def test_over_its_cost_budget_the_sink_thins_statistics_but_keeps_every_loss_and_the_spike(tmp_path, wandb_dir):
+    """Steps far shorter than a W&B row: the sink sends per-layer statistics every 2^k-th
+    step only, each standing for the steps folded into it with every layer's most extreme
+    value, so a one-step spike still reaches W&B; the loss goes at every step."""
+    run = wandb.init()
+    hook = make_hook(tmp_path)
+    sink = smd.sinks.WandbSink(cost_budget=0.001)
+    hook.add_sink(sink)
+    rng = np.random.default_rng(5)
+    for step in range(200):
+        hook.begin_step()
+        for i in range(LAYERS):
+            w = rng.standard_normal(6)
+            if step == 123 and i == 2:
+                w[0] = 1000.0
+            hook.record(f"layer{i}.weight", w)
+        hook.save_scalar("loss", 1.0 / (step + 1))
+    hook.close()
+    run.finish()
+    rows, _ = history(wandb_dir)
+    assert sorted(r["smdebug/step"] for r in rows_with(rows, "scalar/loss")) == list(range(200))
+    maxima = rows_with(rows, "smdebug/reductions/max/_type")
+    assert 0 < len(maxima) < 200 and sink.counts["folded"] > 0 and sink.counts["statistics_every"] > 1
+    assert max(r["smdebug/reductions/max/bins"][-1] for r in maxima) == 1000.0
+    assert sink.counts["dropped"] == 0
+
+
+def test_a_cost_budget_outside_0_1_fails_at_construction(wandb_dir):
+    with pytest.raises(ValueError, match=r"cost_budget must be a number in \(0, 1\).*got 5"):
+        smd.sinks.WandbSink(cost_budget=5)
