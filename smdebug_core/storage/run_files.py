@@ -96,6 +96,17 @@ class StepCounters:
             logger.warning("smdebug: could not save step state to %s: %s", self.dir, exc)
 
 
+def _json_object(raw: bytes, max_bytes: int) -> Dict[str, Any]:
+    """A side file's JSON object; ValueError when it is too large or not an object (readers
+    never trust a run's files)."""
+    if len(raw) > max_bytes:
+        raise ValueError(f"{len(raw)} bytes, more than {max_bytes}")
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
+
+
 def read_markers(list_files: Callable[[], List[str]], read_bytes: Callable[[str], bytes],
                  max_bytes: int = 1 << 20) -> Dict[str, Dict[str, Any]]:
     """Markers of a run, by worker: ``list_files()`` gives the relative paths under
@@ -107,12 +118,7 @@ def read_markers(list_files: Callable[[], List[str]], read_bytes: Callable[[str]
         if not (name.startswith("trigger-") and name.endswith(".json")):
             continue
         try:
-            raw = read_bytes(relpath)
-            if len(raw) > max_bytes:
-                raise ValueError(f"{len(raw)} bytes, more than {max_bytes}")
-            doc = json.loads(raw)
-            if not isinstance(doc, dict):
-                raise ValueError("not a JSON object")
+            doc = _json_object(read_bytes(relpath), max_bytes)
         except (OSError, ValueError, RecursionError) as exc:
             logger.warning("smdebug: skipping unreadable flight recorder marker %s: %s", relpath, exc)
             continue
@@ -138,12 +144,7 @@ def write_early_stopping(out_dir: str, record: Dict[str, Any]) -> None:
 def read_early_stopping(read_bytes: Callable[[str], bytes], max_bytes: int = 1 << 16) -> Optional[Dict[str, Any]]:
     """The early-stopping record of a run, or None (none written, or unreadable: warned)."""
     try:
-        raw = read_bytes(EARLY_STOPPING_FILE)
-        if len(raw) > max_bytes:
-            raise ValueError(f"{len(raw)} bytes, more than {max_bytes}")
-        doc = json.loads(raw)
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
+        doc = _json_object(read_bytes(EARLY_STOPPING_FILE), max_bytes)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError, SMDebugError) as exc:
