@@ -330,14 +330,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._guarded("on_train_batch_begin", self._start_step, ModeKeys.TRAIN)
 
     def on_train_batch_end(self, batch, logs=None):
-        self._guarded("on_train_batch_end", self._batch_end, logs, True)
+        self._guarded("on_train_batch_end", self._batch_end, logs, True, batch, self._ends_epoch(batch))
 
     def on_test_batch_begin(self, batch, logs=None):
         self._guarded("on_test_batch_begin", self._start_step, ModeKeys.EVAL)
 
     def on_test_batch_end(self, batch, logs=None):
         # Inside fit the last EVAL step stays open for the val_* logs of on_epoch_end.
-        self._guarded("on_test_batch_end", self._batch_end, logs, not self._in_fit)
+        self._guarded("on_test_batch_end", self._batch_end, logs, not self._in_fit, batch)
 
     def on_test_end(self, logs=None):
         if not self._in_fit:
@@ -348,6 +348,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_predict_batch_end(self, batch, logs=None):
         def body():
+            self._logs.record(logs, batch=batch)
             self._logs.record_predictions(logs)
             self.end_step()
             _stop_if_requested(self)
@@ -357,8 +358,16 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     def on_predict_end(self, logs=None):
         self._guarded("on_predict_end", self._finish)
 
-    def _batch_end(self, logs, end: bool) -> None:
-        self._logs.record(logs)
+    def _ends_epoch(self, batch) -> bool:
+        """Whether this TRAIN batch is the last of its epoch (Keras' ``params["steps"]``; unknown
+        for a dataset of unknown length until Keras counts it)."""
+        steps = (self.params or {}).get("steps")
+        return isinstance(steps, int) and isinstance(batch, int) and batch + 1 >= steps
+
+    def _batch_end(self, logs, end: bool, batch=None, ends_epoch: bool = False) -> None:
+        # The last batch of an epoch is always saved: 1.0.34 wrote each epoch's training logs
+        # (Keras 3's last batch logs are the epoch's running means, the same values).
+        self._logs.record(logs, batch=batch, every_time=ends_epoch)
         if end:
             self.end_step()
         _stop_if_requested(self)
