@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import weakref
 from typing import Dict, List, Optional, cast
 
@@ -201,6 +202,13 @@ class Hook:
         ``"overwrite": true`` to replace a previous run in ``LocalPath``.
         """
         settings = cfg.load_hook_settings(json_file_path)
+        made = _made_from_config
+        if not overrides and isinstance(made, cls) and made is _current_hook and made._session_open() and \
+                os.path.abspath(made_config_source(made)) == os.path.abspath(settings.source):
+            # Zero code change already made this config's hook (at the script's Trainer or
+            # optimizer); a 1.0.34 script asking for it afterwards gets that one, so that one
+            # hook, the one it sets modes on, writes the run.
+            return made
         kwargs = {**settings.hook_kwargs, **overrides}
         try:
             hook = cls(out_dir=kwargs.pop("out_dir", settings.out_dir), **kwargs)
@@ -212,7 +220,11 @@ class Hook:
                               "directory") from None
         for name in settings.apply_collections(hook.collection_manager):
             hook.session.include(name)
+        hook._config_source = settings.source
         return hook
+
+    def _session_open(self) -> bool:
+        return not self._session.closed
 
     @_doc_of(RunCollections.json)
     def collections_json(self) -> bytes:
@@ -369,6 +381,9 @@ def _numpy_worker(rank, world_size) -> Worker:
 
 # --- the process-wide current hook (zero-code-change and get_hook) -------------------------
 _current_hook: Optional[Hook] = None
+# The hook get_hook(create_if_not_exists=True) made from the JSON config (zero code change makes
+# it so); Hook.create_from_json_file returns it rather than make a second hook of the same run.
+_made_from_config: Optional[Hook] = None
 
 
 def _register_hook(hook: Hook) -> None:
@@ -409,6 +424,14 @@ def get_hook(hook_class=Hook, json_config_path: Optional[str] = None,
     if not create_if_not_exists:
         return None
     try:
-        return hook_class.create_from_json_file(json_config_path)
+        hook = hook_class.create_from_json_file(json_config_path)
     except FileNotFoundError:
         return None
+    global _made_from_config
+    _made_from_config = hook
+    return hook
+
+
+def made_config_source(hook: Hook) -> str:
+    """The JSON config file ``hook`` was created from ("" when it was not)."""
+    return getattr(hook, "_config_source", "")
