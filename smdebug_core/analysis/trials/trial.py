@@ -429,7 +429,7 @@ class Trial:
             collection: a collection name, Collection, or list of them: keep tensors that
                 belong to any of them (their regexes or explicit names).
             regex: a regex or list of regexes (``re.search``): keep tensors matching any.
-                With both ``collection`` and ``regex``, a tensor matching either is kept.
+                Give ``collection`` or ``regex``, not both (ValueError, as in 1.0.34).
             step: only tensors saved at this step (in ``mode``'s numbering).
             mode: restrict to a mode (GLOBAL: all).
             show_incomplete_steps: also count steps not every worker has written yet.
@@ -437,6 +437,9 @@ class Trial:
         Reductions (``smdebug/reductions/...``) are not names of their own: they belong
         to their base tensor.
         """
+        if collection is not None and regex is not None:
+            raise ValueError("tensor_names takes collection= or regex=, not both (as smdebug 1.0.34); for "
+                             "the names matching either, add the two lists")
         mode = ModeKeys.parse(mode)
         self._maybe_refresh()
         index, records = self._steps, self._index
