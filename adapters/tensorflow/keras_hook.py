@@ -6,9 +6,10 @@ As a ``keras.callbacks.Callback``:
   runs are EVAL steps (not extra TRAIN steps), ``evaluate`` batches EVAL and ``predict``
   batches PREDICT steps; the global step counts all of them;
 * ``losses`` and ``metrics`` come from the batch logs (``loss`` and ``*_loss`` keys are
-  losses; the rest metrics). Keras reports the running mean over the epoch so far, which
-  is what is saved. ``val_*`` values of ``fit`` are saved in the last EVAL step of that
-  validation run, whatever the save config (as 1.0.34 did: they come once an epoch);
+  losses; the rest metrics), with the batch index as the ``batch`` metric (1.0.34's). Keras
+  reports the running mean over the epoch so far, which is what is saved. Whatever the save
+  config, as 1.0.34 wrote each epoch's logs: the last TRAIN batch of an epoch saves them,
+  and ``val_*`` values of ``fit`` are saved in the last EVAL step of that validation run;
 * ``weights``, ``biases`` and ``optimizer_variables`` are saved with the values the
   batch's forward and backward passes used: read when a saved step begins, except the
   trainable weights in TRAIN steps of a compiled fit, which the optimizer's ``apply``
