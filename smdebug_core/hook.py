@@ -71,6 +71,8 @@ class Hook:
     #: Default regexes, collections saved by default, default save interval; adapters
     #: declare their framework's (``smdebug.collections.FrameworkProfile``).
     profile: FrameworkProfile = NUMPY_PROFILE
+    #: The JSON config file the hook was made from (create_from_json_file); "" otherwise.
+    _config_source: str = ""
 
     def __init__(self, *args, rank: Optional[int] = None, world_size: Optional[int] = None, **kwargs):
         if (rank is not None or world_size is not None) and type(self).worker is not Hook.worker:
@@ -203,8 +205,8 @@ class Hook:
         """
         settings = cfg.load_hook_settings(json_file_path)
         made = _made_from_config
-        if not overrides and isinstance(made, cls) and made is _current_hook and made._session_open() and \
-                os.path.abspath(made_config_source(made)) == os.path.abspath(settings.source):
+        if not overrides and isinstance(made, cls) and made is _current_hook and not made._session.closed and \
+                os.path.abspath(made._config_source) == os.path.abspath(settings.source):
             # Zero code change already made this config's hook (at the script's Trainer or
             # optimizer); a 1.0.34 script asking for it afterwards gets that one, so that one
             # hook, the one it sets modes on, writes the run.
@@ -222,9 +224,6 @@ class Hook:
             hook.session.include(name)
         hook._config_source = settings.source
         return hook
-
-    def _session_open(self) -> bool:
-        return not self._session.closed
 
     @_doc_of(RunCollections.json)
     def collections_json(self) -> bytes:
@@ -431,7 +430,3 @@ def get_hook(hook_class=Hook, json_config_path: Optional[str] = None,
     _made_from_config = hook
     return hook
 
-
-def made_config_source(hook: Hook) -> str:
-    """The JSON config file ``hook`` was created from ("" when it was not)."""
-    return getattr(hook, "_config_source", "")

@@ -331,7 +331,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._guarded("on_train_batch_begin", self._start_step, ModeKeys.TRAIN)
 
     def on_train_batch_end(self, batch, logs=None):
-        self._guarded("on_train_batch_end", self._batch_end, logs, True, batch, self._ends_epoch(batch))
+        self._guarded("on_train_batch_end", self._batch_end, logs, True, batch, _ends_epoch(self.params, batch))
 
     def on_test_batch_begin(self, batch, logs=None):
         self._guarded("on_test_batch_begin", self._start_step, ModeKeys.EVAL)
@@ -358,12 +358,6 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_predict_end(self, logs=None):
         self._guarded("on_predict_end", self._finish)
-
-    def _ends_epoch(self, batch) -> bool:
-        """Whether this TRAIN batch is the last of its epoch (Keras' ``params["steps"]``; unknown
-        for a dataset of unknown length until Keras counts it)."""
-        steps = (self.params or {}).get("steps")
-        return isinstance(steps, int) and isinstance(batch, int) and batch + 1 >= steps
 
     def _batch_end(self, logs, end: bool, batch=None, ends_epoch: bool = False) -> None:
         # The last batch of an epoch is always saved: 1.0.34 wrote each epoch's training logs
@@ -399,6 +393,13 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                     except Exception:  # noqa: BLE001 - a model that refuses keeps its compiled function
                         pass
         self._models = []
+
+
+def _ends_epoch(params, batch) -> bool:
+    """Whether this TRAIN batch is the last of its epoch (Keras' ``params["steps"]``; unknown
+    for a dataset of unknown length until Keras counts it)."""
+    steps = (params or {}).get("steps")
+    return isinstance(steps, int) and isinstance(batch, int) and batch + 1 >= steps
 
 
 def _stop_if_requested(hook) -> None:

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import tensorflow as tf
 
-import smdebug.tensorflow as smd  # noqa: E402
-from smdebug.modes import ModeKeys  # noqa: E402
-from smdebug.trials import create_trial  # noqa: E402
+import smdebug.tensorflow as smd
+from smdebug.modes import ModeKeys
+from smdebug.trials import create_trial
 
 BATCHES = 10
 ADAM_VARIABLES = 2 + 2 * 4  # iteration, learning_rate; momentum and velocity of 2 kernels, 2 biases

@@ -14,6 +14,7 @@ import gc
 import logging
 import numbers
 import os
+import re
 import time
 from typing import Dict, List, Optional, Set, Tuple, Union
 
@@ -438,8 +439,7 @@ class Trial:
         to their base tensor.
         """
         if collection is not None and regex is not None:
-            raise ValueError("tensor_names takes collection= or regex=, not both (as smdebug 1.0.34); for "
-                             "the names matching either, add the two lists")
+            raise ValueError("tensor_names takes collection= or regex=, not both (as smdebug 1.0.34)")
         mode = ModeKeys.parse(mode)
         self._maybe_refresh()
         index, records = self._steps, self._index
@@ -460,22 +460,19 @@ class Trial:
         if step is None and not show_incomplete_steps and not index.loaded_all_steps:
             candidates = records.names_with_complete_step(candidates, index.is_complete)
 
-        if collection is None and regex is None:
-            return sorted(candidates)
-        matchers = []
         if collection is not None:
-            matchers.extend(c.matches for c in self._collection_objects(collection))
-        if regex is not None:
-            import re
-
-            regexes = [regex] if isinstance(regex, str) else list(regex)
-            for r in regexes:
+            matchers = [c.matches for c in self._collection_objects(collection)]
+        elif regex is not None:
+            matchers = []
+            for r in [regex] if isinstance(regex, str) else list(regex):
                 if not isinstance(r, str):
                     raise TypeError(f"regex must be a string or a list of strings, got {r!r}")
                 try:
                     matchers.append(re.compile(r).search)
                 except re.error as exc:
                     raise ValueError(f"invalid regex {r!r}: {exc}") from None
+        else:
+            return sorted(candidates)
         return sorted(n for n in candidates if any(m(n) for m in matchers))
 
     # ------------------------------------------------------------------ tables
