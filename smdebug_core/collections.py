@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Literal, Optional, overload, Tuple
+from typing import Callable, Dict, Iterable, List, Literal, Optional, overload, Set, Tuple
 
 from .exceptions import ConfigError, CorruptCollectionsFile, loads_from_json
 from .reduction_config import ReductionConfig
@@ -288,9 +288,10 @@ class Collection:
         self.include(regexes or [])
 
     @property
-    def tensor_names(self) -> frozenset:
-        """Exact tensor names (read-only; assign a list or call ``add_tensor_name()``)."""
-        return frozenset(self._tensor_names)
+    def tensor_names(self) -> Set[str]:
+        """Exact tensor names: a copy, a ``set`` as in 1.0.34 (assign a list or call
+        ``add_tensor_name()`` to change them)."""
+        return set(self._tensor_names)
 
     @tensor_names.setter
     def tensor_names(self, names):

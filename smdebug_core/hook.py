@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import weakref
 from typing import Dict, List, Optional, cast
 
@@ -70,6 +71,8 @@ class Hook:
     #: Default regexes, collections saved by default, default save interval; adapters
     #: declare their framework's (``smdebug.collections.FrameworkProfile``).
     profile: FrameworkProfile = NUMPY_PROFILE
+    #: The JSON config file the hook was made from (create_from_json_file); "" otherwise.
+    _config_source: str = ""
 
     def __init__(self, *args, rank: Optional[int] = None, world_size: Optional[int] = None, **kwargs):
         if (rank is not None or world_size is not None) and type(self).worker is not Hook.worker:
@@ -201,6 +204,13 @@ class Hook:
         ``"overwrite": true`` to replace a previous run in ``LocalPath``.
         """
         settings = cfg.load_hook_settings(json_file_path)
+        made = _made_from_config
+        if not overrides and isinstance(made, cls) and made is _current_hook and not made._session.closed and \
+                os.path.abspath(made._config_source) == os.path.abspath(settings.source):
+            # Zero code change already made this config's hook (at the script's Trainer or
+            # optimizer); a 1.0.34 script asking for it afterwards gets that one, so that one
+            # hook, the one it sets modes on, writes the run.
+            return made
         kwargs = {**settings.hook_kwargs, **overrides}
         try:
             hook = cls(out_dir=kwargs.pop("out_dir", settings.out_dir), **kwargs)
@@ -212,6 +222,7 @@ class Hook:
                               "directory") from None
         for name in settings.apply_collections(hook.collection_manager):
             hook.session.include(name)
+        hook._config_source = settings.source
         return hook
 
     @_doc_of(RunCollections.json)
@@ -382,6 +393,9 @@ def _numpy_worker(rank, world_size) -> Worker:
 
 # --- the process-wide current hook (zero-code-change and get_hook) -------------------------
 _current_hook: Optional[Hook] = None
+# The hook get_hook(create_if_not_exists=True) made from the JSON config (zero code change makes
+# it so); Hook.create_from_json_file returns it rather than make a second hook of the same run.
+_made_from_config: Optional[Hook] = None
 
 
 def _register_hook(hook: Hook) -> None:
@@ -422,6 +436,10 @@ def get_hook(hook_class=Hook, json_config_path: Optional[str] = None,
     if not create_if_not_exists:
         return None
     try:
-        return hook_class.create_from_json_file(json_config_path)
+        hook = hook_class.create_from_json_file(json_config_path)
     except FileNotFoundError:
         return None
+    global _made_from_config
+    _made_from_config = hook
+    return hook
+

@@ -6,9 +6,10 @@ As a ``keras.callbacks.Callback``:
   runs are EVAL steps (not extra TRAIN steps), ``evaluate`` batches EVAL and ``predict``
   batches PREDICT steps; the global step counts all of them;
 * ``losses`` and ``metrics`` come from the batch logs (``loss`` and ``*_loss`` keys are
-  losses; the rest metrics). Keras reports the running mean over the epoch so far, which
-  is what is saved. ``val_*`` values of ``fit`` are saved in the last EVAL step of that
-  validation run, whatever the save config (as 1.0.34 did: they come once an epoch);
+  losses; the rest metrics), with the batch index as the ``batch`` metric (1.0.34's). Keras
+  reports the running mean over the epoch so far, which is what is saved. Whatever the save
+  config, as 1.0.34 wrote each epoch's logs: the last TRAIN batch of an epoch saves them,
+  and ``val_*`` values of ``fit`` are saved in the last EVAL step of that validation run;
 * ``weights``, ``biases`` and ``optimizer_variables`` are saved with the values the
   batch's forward and backward passes used: read when a saved step begins, except the
   trainable weights in TRAIN steps of a compiled fit, which the optimizer's ``apply``
@@ -334,14 +335,14 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._guarded("on_train_batch_begin", self._start_step, ModeKeys.TRAIN)
 
     def on_train_batch_end(self, batch, logs=None):
-        self._guarded("on_train_batch_end", self._batch_end, logs, True)
+        self._guarded("on_train_batch_end", self._batch_end, logs, True, batch, _ends_epoch(self.params, batch))
 
     def on_test_batch_begin(self, batch, logs=None):
         self._guarded("on_test_batch_begin", self._start_step, ModeKeys.EVAL)
 
     def on_test_batch_end(self, batch, logs=None):
         # Inside fit the last EVAL step stays open for the val_* logs of on_epoch_end.
-        self._guarded("on_test_batch_end", self._batch_end, logs, not self._in_fit)
+        self._guarded("on_test_batch_end", self._batch_end, logs, not self._in_fit, batch)
 
     def on_test_end(self, logs=None):
         if not self._in_fit:
@@ -352,6 +353,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_predict_batch_end(self, batch, logs=None):
         def body():
+            self._logs.record(logs, batch=batch)
             self._logs.record_predictions(logs)
             self.end_step()
             _stop_if_requested(self)
@@ -361,8 +363,10 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
     def on_predict_end(self, logs=None):
         self._guarded("on_predict_end", self._finish)
 
-    def _batch_end(self, logs, end: bool) -> None:
-        self._logs.record(logs)
+    def _batch_end(self, logs, end: bool, batch=None, ends_epoch: bool = False) -> None:
+        # The last batch of an epoch is always saved: 1.0.34 wrote each epoch's training logs
+        # (Keras 3's last batch logs are the epoch's running means, the same values).
+        self._logs.record(logs, batch=batch, every_time=ends_epoch)
         if end:
             self.end_step()
         _stop_if_requested(self)
@@ -393,6 +397,13 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
                     except Exception:  # noqa: BLE001 - a model that refuses keeps its compiled function
                         pass
         self._models = []
+
+
+def _ends_epoch(params, batch) -> bool:
+    """Whether this TRAIN batch is the last of its epoch (Keras' ``params["steps"]``; unknown
+    for a dataset of unknown length until Keras counts it)."""
+    steps = (params or {}).get("steps")
+    return isinstance(steps, int) and isinstance(batch, int) and batch + 1 >= steps
 
 
 def _stop_if_requested(hook) -> None:

@@ -83,7 +83,8 @@ class KerasTape:
         hook, weights = self.hook, self.hook._weights
         flat_sources = keras.tree.flatten(sources)
         flat_grads = keras.tree.flatten(grads) if grads is not None else []
-        variables = [v for v in flat_sources if looks_like_variable(v)]
+        # model.variables also lists a Dropout's RNG state: a source with no gradient, no weight.
+        variables = [v for v in flat_sources if looks_like_variable(v) and not naming.is_rng_state(v)]
         newly_seen = [v for v in variables if id(v) not in weights.names]
         named = []
         if len(flat_sources) == len(flat_grads):
@@ -292,11 +293,15 @@ class KerasLogs:
         self.hook = hook
         self._keys: Dict[str, str] = {}  # Keras log key -> collection
 
-    def record(self, logs, only=None, every_time: bool = False) -> None:
+    def record(self, logs, only=None, every_time: bool = False, batch: Optional[int] = None) -> None:
         """Save Keras' logs (losses, metrics) in the open step; ``every_time``: even where the
-        save config skips the step (the ``val_*`` logs of an epoch come once, as in 1.0.34)."""
+        save config skips the step (the ``val_*`` logs of an epoch come once, as in 1.0.34).
+        ``batch``: the batch index Keras passed, saved as the ``batch`` metric as 1.0.34 did
+        (Keras 3 dropped it from the logs; scripts count it among the metrics)."""
         hook = self.hook
         session = hook.session
+        if batch is not None:
+            logs = {**(logs or {}), "batch": batch}
         if not logs or not hook._step_active or not (session.saving_step or every_time):
             return
         items = []

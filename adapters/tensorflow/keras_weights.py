@@ -63,6 +63,7 @@ class KerasWeights:
         # (site.fresh, len(hook._tracked), names) of the last check: the same variants ran
         # again, and no variable was tracked since, so the same names (see confirm_site_weights).
         self._fresh_names: Optional[tuple] = None
+        self._optimizer_prefixes: Dict[int, str] = {}  # id(optimizer) -> first component of its variables' names
 
     # --- naming and tracking -------------------------------------------------------------
     def scan_variables(self, model) -> None:
@@ -87,11 +88,24 @@ class KerasWeights:
                     hook._track(self.variable_name(obj), obj, coll.name)
 
     def scan_optimizer(self, optimizer) -> None:
+        prefix = self._optimizer_prefix(optimizer)
+        keras_name = getattr(optimizer, "name", "") or ""
         for var in getattr(optimizer, "variables", []) or []:
-            self.hook._track(naming.optimizer_variable_name(var), var, K.OPTIMIZER_VARIABLES)
+            self.hook._track(naming.optimizer_variable_name(var, keras_name, prefix), var, K.OPTIMIZER_VARIABLES)
         if not getattr(optimizer, "built", True) and not any(o is optimizer for o in self.unbuilt_optimizers):
             # Its slots (momentum, velocity) appear when it is built, in the first train step.
             self.unbuilt_optimizers.append(optimizer)
+
+    def _optimizer_prefix(self, optimizer) -> str:
+        """naming.optimizer_prefix, unique in this hook: a second optimizer of the same class
+        (a GAN's two Adams) keeps its Keras name."""
+        prefix = self._optimizer_prefixes.get(id(optimizer))
+        if prefix is None:
+            prefix = naming.optimizer_prefix(optimizer)
+            if prefix in self._optimizer_prefixes.values():
+                prefix = getattr(optimizer, "name", "") or prefix
+            self._optimizer_prefixes[id(optimizer)] = prefix
+        return prefix
 
     def variable_name(self, var) -> str:
         name = self.names.get(id(var))

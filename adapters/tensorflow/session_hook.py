@@ -39,6 +39,20 @@ K = CollectionKeys
 _GRADIENT_ARGS = ("grad", "delta")
 
 
+def _global_step(variables):
+    """The graph's global step: the GLOBAL_STEP collection's, else an integer variable named
+    ``global_step``. Not ``tf.compat.v1.train.get_global_step()``: it looks the name up as a
+    tensor, and a resource variable's ``global_step:0`` is its handle, which it refuses
+    (``tf.Variable(17, name="global_step")`` after ``disable_eager_execution()``)."""
+    listed = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.GLOBAL_STEP)
+    if listed:
+        return listed[0]
+    for var in variables:
+        if var.op.name == "global_step" and var.dtype.base_dtype.is_integer:
+            return var
+    return None
+
+
 @takes_hook_arguments
 class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
     """Saves tensors of ``tf.compat.v1`` graph training; pass it to ``MonitoredSession``."""
@@ -80,7 +94,7 @@ class SessionHook(TFHookBase, tf.compat.v1.train.SessionRunHook):
             trainable = tf.compat.v1.trainable_variables()
             all_vars = tf.compat.v1.global_variables()
             losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
-            global_step = tf.compat.v1.train.get_global_step()
+            global_step = _global_step(all_vars)
         by_handle = {}
         for var in all_vars:
             for op_name in _variable_op_names(var):

@@ -71,6 +71,11 @@ def _check_data(value, what: str, labels_required: bool) -> None:
                           f"{type(value).__name__}")
 
 
+#: The collections each computation of a round fills (Hook._compute's ``what``).
+_COMPUTED_INTO = {"shap": (K.FULL_SHAP, K.AVERAGE_SHAP, K.AVERAGE_ABS_SHAP),
+                  "predictions": (K.PREDICTIONS, K.LABELS)}
+
+
 @takes_hook_arguments
 class Hook(CoreHook, TrainingCallback):
     """Saves XGBoost metrics, hyperparameters, predictions, feature importance, SHAP values and trees.
@@ -100,11 +105,13 @@ class Hook(CoreHook, TrainingCallback):
             CollectionKeys.FEATURE_IMPORTANCE: (r"^feature_importance/.*",),
             CollectionKeys.AVERAGE_SHAP: (r"^average_shap/.*[^/bias]$",),
             CollectionKeys.FULL_SHAP: (r"^full_shap/.*[^/bias]$",),
-            CollectionKeys.AVERAGE_ABS_SHAP: (r"^average_abs_shap/",),
             CollectionKeys.TREES: (r"^trees/.*",),
         },
         (CollectionKeys.METRICS,),
         default_save_interval=10,
+        # Ours, not 1.0.34's: it exists once asked for by name, so save_all ("all" includes
+        # every collection) and the collections file stay as 1.0.34 had them.
+        on_demand={CollectionKeys.AVERAGE_ABS_SHAP: (r"^average_abs_shap/",)},
     )
 
     def __init__(self, *args, hyperparameters: Optional[Dict[str, object]] = None, train_data=None,
@@ -263,8 +270,9 @@ class Hook(CoreHook, TrainingCallback):
         if not isinstance(model, xgb.Booster):
             return  # xgb.cv hands over its folds: only the (mean) metrics apply
         names = self._tensor_names(model)
-        wanted = {group: any(self.session.plans.plan_for(n) is not None for n in group_names)
-                  for group, group_names in names.items()}
+        wanted = {group: self._saves_any(group_names) for group, group_names in names.items()}
+        # Not a 1.0.34 collection: save_all ("all") does not bring it, naming it does.
+        wanted["average_abs_shap"] = K.AVERAGE_ABS_SHAP in self.session.saving_collections
         if wanted["hyperparameters"]:
             self._compute("hyperparameters", self._hyperparameter_tensors, model)
         if wanted["validation"] and self._validation_data is not None:
@@ -302,6 +310,8 @@ class Hook(CoreHook, TrainingCallback):
             logger.warning("smdebug: could not compute %s at step %d (%s: %s); it is skipped for the rest of "
                            "this run, other collections are still saved", what, self.session.global_step,
                            type(exc).__name__, exc)
+            for collection in _COMPUTED_INTO.get(what, (what,)):  # said once: no "matched nothing" as well
+                self.session.nothing_to_save(collection, f"computing {what} failed")
             return
         for name, value in tensors.items():
             self.record(name, value)
@@ -340,6 +350,14 @@ class Hook(CoreHook, TrainingCallback):
         self._claim(K.AVERAGE_SHAP, names["average_shap"][:-1])
         self._names = names
         return names
+
+    def _saves_any(self, names) -> bool:
+        """Whether a collection saved at this step holds one of ``names``. Asked of the
+        collections, not of the plans: a name the hook asks a plan for counts as seen and
+        would be listed in the collections file though never saved (a feature no tree uses)."""
+        saving = self.session.saving_collections
+        manager = self.session.collection_manager
+        return any(c.name in saving for name in names for c in manager.collections_for(name))
 
     def _claim(self, collection: str, names) -> None:
         """Add to ``collection`` the names its regexes miss (only when it is saved at all)."""

@@ -264,7 +264,8 @@ def _cmd_plot(args) -> int:
         raise _Failure("give a TENSOR, --regex or --collection to plot", EXIT_USAGE)
     trial = _open(args)
     if args.regex or args.collection:
-        matched = trial.tensor_names(collection=args.collection, regex=args.regex)
+        matched = sorted(set(trial.tensor_names(collection=args.collection) if args.collection else []) |
+                         set(trial.tensor_names(regex=args.regex) if args.regex else []))
         if not matched:
             raise _Failure(f"no saved tensor matches --regex {args.regex or []} --collection {args.collection or []}; "
                            f"`smdebug ls {args.run}` lists them")

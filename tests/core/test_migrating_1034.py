@@ -469,3 +469,57 @@ def test_unknown_keywords_of_trial_tensor_raise_typeerror_as_in_1034(tmp_path):
         trial.tensor("scalar/x", step=0)
     with pytest.raises(TypeError):
         trial.tensor("scalar/x").value(0, bogus=True)
+
+
+# ------------------------------------------------------------------------- round 3 (issue 46)
+def test_tensor_names_takes_a_collection_or_a_regex_not_both(tmp_path):
+    # 1.0.34 refused the pair (which of the two should win was never defined).
+    train(tmp_path / "run", 2)
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.tensor_names(collection="weights") == ["fc.weight"]
+    assert trial.tensor_names(regex="loss") == ["loss"]
+    with pytest.raises(ValueError, match="collection.*regex|regex.*collection"):
+        trial.tensor_names(collection="weights", regex="loss")
+
+
+def test_collection_json_round_trip_gives_a_set_of_names():
+    original = Collection("default", include_regex=["conv2d"], tensor_names=["a", "b"],
+                          reduction_config=ReductionConfig())
+    loaded = Collection.from_json(original.to_json())
+    assert loaded == original
+    assert type(loaded.tensor_names) is set and loaded.tensor_names == {"a", "b"}
+    loaded.tensor_names.add("c")  # a copy: the collection changes only through its methods
+    assert loaded.tensor_names == {"a", "b"}
+
+
+def _index_file(run, step, mode, mode_step):
+    """An index file as 1.0.34's dummy runs were written: a tensor entry, no event file."""
+    path = run / "index" / f"{step // 1000:09d}" / f"{step:012d}_worker_0.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": {"mode": mode, "mode_step": mode_step, "event_file_name": ""},
+                                "tensor_payload": [{"tensorname": "gradients/dummy:0", "start_idx": 0,
+                                                    "length": 1}]}))
+
+
+@pytest.mark.parametrize("ended", [True, False], ids=["complete_job", "incomplete_job"])
+def test_index_files_without_event_file_still_count_their_steps_and_modes(tmp_path, ended):
+    from smdebug.collections import CollectionManager
+    from smdebug.trials import StepState
+
+    run = tmp_path / "run"
+    CollectionManager().export(str(run), "worker_0_collections.json")
+    for i in range(0, 31, 10):
+        _index_file(run, i, "TRAIN", i)
+        _index_file(run, 40 + i, "EVAL", i)
+    if ended:
+        (run / "training_job_end.ts").touch()
+    trial = create_trial(str(run))
+    assert trial.loaded_all_steps is ended
+    assert trial.steps() == trial.steps(show_incomplete_steps=True) == list(range(0, 71, 10))
+    assert trial.steps(mode=smd.modes.TRAIN) == trial.steps(mode=smd.modes.EVAL) == [0, 10, 20, 30]
+    assert trial.has_passed_step(30) == StepState.AVAILABLE
+    assert trial.has_passed_step(23, mode=smd.modes.TRAIN) == StepState.UNAVAILABLE
+    assert trial.has_passed_step(30, mode=smd.modes.EVAL) == StepState.AVAILABLE
+    later = StepState.UNAVAILABLE if ended else StepState.NOT_YET_AVAILABLE
+    assert trial.has_passed_step(80) == later
+    assert trial.last_complete_step == 70

@@ -19,10 +19,11 @@ The PyTorch and numpy digests were recorded before the step pipeline replaced th
 path (issue 18) and have changed only where a change of the files was intended (issue 25:
 collections files list the tensors their regexes matched; issue 36: numbers given to save_scalar
 are stored as shape [1], XGBoost's SHAP values, importances and hyperparameters as 1.0.34
-saved them; issue 35: PyTorch has the ``updates`` and ``router`` collections); the XGBoost
-digest was recorded after the first of those changes. The PyTorch digest was re-recorded with
-float tensors as fingerprints (:func:`_tensor_digest`) when CI moved to a CPU whose float32
-kernels round differently; the run's files themselves did not change.
+saved them; issue 35: PyTorch has the ``updates`` and ``router`` collections; issue 46: XGBoost's
+``average_abs_shap`` collection exists only when asked for); the XGBoost digest was recorded
+after the first of those changes. The PyTorch digest was re-recorded with float tensors as
+fingerprints (:func:`_tensor_digest`) when CI moved to a CPU whose float32 kernels round
+differently; the run's files themselves did not change.
 """
 from __future__ import annotations
 

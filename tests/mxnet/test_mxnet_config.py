@@ -179,3 +179,60 @@ def test_uninstrument_restores_gluon():
     assert not _instrument.is_instrumented()
     assert (gluon.Block.initialize, gluon.Block.load_parameters, gluon.Trainer.__init__,
             gluon.loss.Loss.__init__) == originals
+
+
+def test_autoencoder_notebook_hook_made_after_the_trainer_saves_eval_steps(tmp_path, run_dir, monkeypatch,
+                                                                           instrumented):
+    # AWS's MXNet autoencoder example: the Trainer comes first (zero code change makes the config's
+    # hook there), then the script asks for the hook itself, sets EVAL and runs forward passes
+    # outside autograd.record(); the notebook reads the bottleneck's output at EVAL steps.
+    from mxnet import autograd, gluon
+
+    config = {"LocalPath": run_dir, "HookParameters": {"save_interval": "1"},
+              "CollectionConfigurations": [
+                  {"CollectionName": "bottleneck",
+                   "CollectionParameters": {"include_regex": ".*hybridsequential0_dense0_output_0"}}]}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", str(tmp_path / "config.json"))
+
+    class ConvolutionalAutoencoder(gluon.nn.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            with self.name_scope():
+                self.encoder = gluon.nn.HybridSequential()
+                with self.encoder.name_scope():
+                    self.encoder.add(gluon.nn.Conv2D(4, 3, activation="relu"), gluon.nn.MaxPool2D(2),
+                                     gluon.nn.Dense(5))  # the bottleneck
+                self.decoder = gluon.nn.HybridSequential()
+                with self.decoder.name_scope():
+                    self.decoder.add(gluon.nn.Dense(64, activation="sigmoid"))
+
+        def hybrid_forward(self, F, x, label):
+            return self.decoder(self.encoder(x)).reshape((-1, 1, 8, 8)), label
+
+    rng = np.random.default_rng(0)
+    images = mx.nd.array(rng.random((20, 1, 8, 8)).astype("float32"))
+    labels = mx.nd.array(rng.integers(0, 10, 20))
+    model = ConvolutionalAutoencoder()
+    model.collect_params().initialize(mx.init.Xavier("gaussian"), ctx=mx.cpu())
+    loss_function = gluon.loss.L2Loss()
+    optimizer = gluon.Trainer(model.collect_params(), "adam", {"learning_rate": 0.001, "wd": 1e-5})
+    hook = smd.Hook.create_from_json_file()
+    hook.set_mode(smd.modes.TRAIN)
+    for i in range(0, 20, 10):
+        with autograd.record():
+            output, _ = model(images[i:i + 10], labels[i:i + 10])
+            loss = loss_function(output, images[i:i + 10])
+        loss.backward()
+        optimizer.step(10)
+    hook.set_mode(smd.modes.EVAL)
+    for i in range(0, 20, 10):
+        output, _ = model(images[i:i + 10], labels[i:i + 10])
+    hook.close()
+    bottlenecks = [model.encoder(images[i:i + 10]).asnumpy() for i in (0, 10)]  # EVAL changed no weight
+    trial = create_trial(run_dir)
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 1]
+    assert trial.steps(mode=smd.modes.EVAL) == [0, 1]
+    bottleneck = trial.tensor(trial.tensor_names(collection="bottleneck")[0])
+    for step, want in enumerate(bottlenecks):
+        np.testing.assert_allclose(bottleneck.value(step, mode=smd.modes.EVAL), want, rtol=1e-5)

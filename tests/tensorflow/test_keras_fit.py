@@ -49,7 +49,7 @@ def full_run(tmp_path_factory, data):
     model = make_model()
     hook = smd.KerasHook(out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=ALL)
     recorder = make_recorder()
-    recorder.optimizer_name = model.optimizer.name  # "sgd", or "sgd_<n>" after other tests
+    recorder.optimizer_name = "SGD"  # Keras named it "sgd" (or "sgd_<n>"): saved under its class name
     run_scenario(model, hook, x, y, recorder)
     return create_trial(out), recorder
 
@@ -76,13 +76,15 @@ def test_default_config_saves_losses_and_metrics_at_step_zero_of_each_mode(tmp_p
     hook = smd.KerasHook(out_dir=tmp_path / "run")
     run_scenario(make_model(), hook, x, y)
     trial = create_trial(str(tmp_path / "run"))
-    # TRAIN step 0 and EVAL step 0; PREDICT has no losses. Each epoch's val_* logs in its
-    # last validation step (4, 9), whatever the config, as 1.0.34 saved them.
-    assert trial.steps() == [0, 3, 4, 9]
+    # TRAIN step 0 and EVAL step 0; PREDICT step 0 (12) has no losses, only the batch index.
+    # Whatever the config, as 1.0.34 saved them: each epoch's training logs in its last TRAIN
+    # step (2, 7), its val_* logs in its last validation step (4, 9).
+    assert trial.steps() == [0, 2, 3, 4, 7, 9, 12]
     assert trial.mode_modestep(3) == (smd.modes.EVAL, 0)
-    assert sorted(trial.tensor_names()) == ["loss", "mae", "val_loss", "val_mae"]
+    assert sorted(trial.tensor_names()) == ["batch", "loss", "mae", "val_loss", "val_mae"]
     assert trial.tensor_names(collection="losses") == ["loss", "val_loss"]
-    assert trial.tensor_names(collection="metrics") == ["mae", "val_mae"]
+    assert trial.tensor_names(collection="metrics") == ["batch", "mae", "val_mae"]
+    assert trial.tensor("loss").steps() == [0, 2, 3, 7]
     assert trial.tensor("val_loss").steps() == [4, 9]
 
 
@@ -203,7 +205,8 @@ def test_reductions_only_of_weights_and_gradients_match_reference(tmp_path, data
     names = ["wide/weights/wide/kernel", "out/weights/out/bias", "gradients/wide/kernelGrad",
              "gradients/out/biasGrad"]
     keys = [(r, False) for r in ("min", "max", "mean", "std", "sum", "l1", "l2")] + [("mean", True)]
-    assert reduced.steps() == [0, 2]
+    assert reduced.steps() == [0, 1, 2, 3]  # 1 and 3 end the epochs: their logs only
+    assert reduced.tensor(names[0]).steps() == [0, 2]
     for name in names:
         assert name in reduced.tensor_names()
         for step in (0, 2):
@@ -224,7 +227,7 @@ def test_gradients_under_xla_and_eager_execution(tmp_path, data, compile_kwargs)
     model.fit(x, y, batch_size=5, epochs=2, shuffle=False, callbacks=[hook], verbose=0)
     hook.close()
     trial = create_trial(str(tmp_path / "run"))
-    assert trial.steps() == [0, 2]
+    assert trial.tensor("d1/weights/d1/kernel").steps() == [0, 2]  # 1 and 3 (ends of epochs): logs only
     reference_model = make_model(name_prefix="ref_")
     for step in (0, 2):
         for name in ("d1", "d2"):

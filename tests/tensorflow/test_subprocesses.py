@@ -136,3 +136,49 @@ def test_zero_code_change_bootstrap_instruments_an_unmodified_script(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "smdebug:" not in result.stderr, result.stderr[-2000:]  # no warning from the bootstrap or the hook
     check_zcc_run(out)
+
+
+# AWS's examples/tensorflow/*/simple.py, in a process where eager execution is off: a
+# resource-variable global step, the hook from the JSON config SageMaker writes.
+GRAPH_MODE_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    import smdebug.tensorflow as smd
+
+    tf.compat.v1.disable_eager_execution()
+    x = tf.compat.v1.placeholder(shape=(None, 2), dtype=tf.float32)
+    w = tf.Variable(initial_value=[[10.0], [10.0]], name="weight1")
+    loss = tf.reduce_mean((tf.matmul(x, w) - tf.matmul(x, [[1.0], [1.0]])) ** 2, name="loss")
+    hook = smd.SessionHook.create_from_json_file()
+    hook.add_to_collection("losses", loss)
+    global_step = tf.Variable(17, name="global_step", trainable=False)
+    increment_global_step_op = tf.compat.v1.assign(global_step, global_step + 1)
+    optimizer = hook.wrap_optimizer(tf.compat.v1.train.AdamOptimizer(0.01))
+    optimizer_op = optimizer.minimize(loss, global_step=increment_global_step_op)
+    sess = tf.compat.v1.train.MonitoredSession(hooks=[hook])
+    hook.set_mode(smd.modes.TRAIN)
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        sess.run([loss, optimizer_op, increment_global_step_op], {x: rng.random((10, 2))})
+    hook.set_mode(smd.modes.EVAL)
+    for i in range(3):
+        sess.run([loss, increment_global_step_op], {x: rng.random((10, 2))})
+    sess.close()
+    hook.close()
+""")
+
+
+def test_graph_mode_script_with_a_resource_variable_global_step(tmp_path):
+    config = write_config(tmp_path / "config.json", tmp_path / "run",
+                          collections=("weights", "gradients", "losses", "optimizer_variables"))
+    result = run_python(GRAPH_MODE_SCRIPT, env={"SMDEBUG_CONFIG_FILE_PATH": config})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "hook disabled" not in result.stderr, result.stderr[-3000:]
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 1, 2, 3]
+    assert trial.steps(mode=smd.modes.EVAL) == [0, 1, 2]
+    assert trial.tensor("loss:0").steps() == list(range(7))
+    assert trial.tensor("gradients/weight1Grad").steps() == [0, 1, 2, 3]
+    # The global step counts 17, 18... and is read before each step's run (two increments a TRAIN step).
+    assert [int(trial.tensor("global_step:0").value(s)) for s in range(3)] == [17, 19, 21]
+    assert "weight1:0" in trial.tensor_names(collection="weights")

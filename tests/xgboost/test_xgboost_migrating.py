@@ -46,7 +46,8 @@ def test_shap_and_importance_tensors_are_1034s(run_dir, data, train):
     feature importances are shares of their type's total. The bias entries are saved under
     save_all only (1.0.34's regexes leave them out of the SHAP collections)."""
     X, y, _, _ = data
-    hook = smd.Hook(run_dir, save_all=True, train_data=(X, y), hyperparameters={"max_depth": 3})
+    hook = smd.Hook(run_dir, save_all=True, include_collections=["average_abs_shap"], train_data=(X, y),
+                    hyperparameters={"max_depth": 3})
     booster, _ = train(hook, rounds=1)
     hook.close()
     trial = create_trial(run_dir)
@@ -61,7 +62,7 @@ def test_shap_and_importance_tensors_are_1034s(run_dir, data, train):
         value = trial.tensor(name).value(0)
         assert value.shape == (1,)
         np.testing.assert_allclose(value[0], contribs[:, i].mean(), rtol=1e-5, atol=1e-7)
-    for i, f in enumerate(features):  # ours, beside them: the mean |SHAP| of each feature
+    for i, f in enumerate(features):  # ours, asked for by name: the mean |SHAP| of each feature
         np.testing.assert_allclose(trial.tensor(f"average_abs_shap/{f}").value(0), [np.abs(contribs[:, i]).mean()],
                                    rtol=1e-5)
     gains = [trial.tensor(n).value(0)[0] for n in trial.tensor_names(regex="^feature_importance/gain/")]
@@ -86,3 +87,40 @@ def test_del_hook(run_dir):
     smd.del_hook()
     assert smd.get_hook() is None
     hook.close()
+
+
+def _tiny_problem():
+    """1.0.34's test_hook_save_all data: 5 rows, 10 features, of which the trees use few."""
+    rng = np.random.default_rng(42)
+    dtrain = xgb.DMatrix(rng.random((5, 10)), label=rng.integers(2, size=5))
+    dtest = xgb.DMatrix(rng.random((5, 10)), label=rng.integers(2, size=5))
+    return dtrain, dtest
+
+
+def test_save_all_lists_in_all_exactly_the_saved_tensors(tmp_path):
+    # test_hook_save_all: len(collections["all"].tensor_names) == len(trial.tensor_names()).
+    dtrain, dtest = _tiny_problem()
+    hook = smd.Hook(str(tmp_path / "run"), save_config=smd.SaveConfig(save_steps=[0, 1, 2, 3]), save_all=True)
+    xgb.train({}, dtrain, evals=[(dtrain, "train"), (dtest, "test")], num_boost_round=10, callbacks=[hook])
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    tensors = trial.tensor_names()
+    assert len(trial.steps()) == 4
+    assert sorted(trial.collections()["all"].tensor_names) == tensors
+    assert {"train-rmse", "test-rmse"} <= set(tensors)
+    assert any(t.startswith("feature_importance/") for t in tensors) and any(t.startswith("trees/") for t in tensors)
+
+
+def test_average_abs_shap_is_saved_only_when_its_collection_is_included(tmp_path):
+    # Not a 1.0.34 collection: save_all saves what 1.0.34 saved; naming it adds it.
+    dtrain, dtest = _tiny_problem()
+    for run, extra in (("all", []), ("asked", ["average_abs_shap"])):
+        hook = smd.Hook(str(tmp_path / run), save_config=smd.SaveConfig(save_steps=[0]), save_all=True,
+                        include_collections=extra or None, train_data=dtrain)
+        xgb.train({}, dtrain, evals=[(dtrain, "train")], num_boost_round=2, callbacks=[hook])
+        hook.close()
+    plain, asked = create_trial(str(tmp_path / "all")), create_trial(str(tmp_path / "asked"))
+    assert "full_shap/f0" in plain.tensor_names() and "average_shap/f0" in plain.tensor_names()
+    assert not plain.tensor_names(regex="^average_abs_shap/")
+    assert not [n for n in plain.collections()["all"].tensor_names if n.startswith("average_abs_shap/")]
+    assert len(asked.tensor_names(collection="average_abs_shap")) == 10

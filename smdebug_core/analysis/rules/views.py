@@ -529,10 +529,15 @@ class TrialStepView(StepView):
     def run_tensor_names(self, collection=None, regex=None) -> List[str]:
         if collection is None and regex is None:
             return []
-        try:
-            return self.trial.tensor_names(collection=collection, regex=regex)
-        except (KeyError, ValueError):  # a collection the run does not have
-            return []
+        names = set()
+        for selector in ({"collection": collection}, {"regex": regex}):  # either (the trial takes one at a time)
+            if next(iter(selector.values())) is None:
+                continue
+            try:
+                names.update(self.trial.tensor_names(**selector))
+            except (KeyError, ValueError):  # a collection the run does not have
+                pass
+        return sorted(names)
 
     def run_steps(self, mode=ModeKeys.GLOBAL) -> List[int]:
         return self.trial.steps(mode=mode)

@@ -14,6 +14,7 @@ import gc
 import logging
 import numbers
 import os
+import re
 import time
 from typing import Dict, List, Optional, Set, Tuple, Union
 
@@ -434,7 +435,7 @@ class Trial:
             collection: a collection name, Collection, or list of them: keep tensors that
                 belong to any of them (their regexes or explicit names).
             regex: a regex or list of regexes (``re.search``): keep tensors matching any.
-                With both ``collection`` and ``regex``, a tensor matching either is kept.
+                Give ``collection`` or ``regex``, not both (ValueError, as in 1.0.34).
             step: only tensors saved at this step (in ``mode``'s numbering).
             mode: restrict to a mode (GLOBAL: all).
             show_incomplete_steps: also count steps not every worker has written yet.
@@ -442,6 +443,8 @@ class Trial:
         Reductions (``smdebug/reductions/...``) are not names of their own: they belong
         to their base tensor.
         """
+        if collection is not None and regex is not None:
+            raise ValueError("tensor_names takes collection= or regex=, not both (as smdebug 1.0.34)")
         mode = ModeKeys.parse(mode)
         self._maybe_refresh()
         index, records = self._steps, self._index
@@ -462,22 +465,19 @@ class Trial:
         if step is None and not show_incomplete_steps and not index.loaded_all_steps:
             candidates = records.names_with_complete_step(candidates, index.is_complete)
 
-        if collection is None and regex is None:
-            return sorted(candidates)
-        matchers = []
         if collection is not None:
-            matchers.extend(c.matches for c in self._collection_objects(collection))
-        if regex is not None:
-            import re
-
-            regexes = [regex] if isinstance(regex, str) else list(regex)
-            for r in regexes:
+            matchers = [c.matches for c in self._collection_objects(collection)]
+        elif regex is not None:
+            matchers = []
+            for r in [regex] if isinstance(regex, str) else list(regex):
                 if not isinstance(r, str):
                     raise TypeError(f"regex must be a string or a list of strings, got {r!r}")
                 try:
                     matchers.append(re.compile(r).search)
                 except re.error as exc:
                     raise ValueError(f"invalid regex {r!r}: {exc}") from None
+        else:
+            return sorted(candidates)
         return sorted(n for n in candidates if any(m(n) for m in matchers))
 
     # ------------------------------------------------------------------ tables

@@ -222,8 +222,10 @@ def parse_index_json(data, source):
         _fail(source, f"'shape_payload' must be a list, got {type(shape_payload).__name__}")
 
     event_file_name = meta.get("event_file_name")
-    if event_file_name == "" and not tensor_payload:
-        event_file_name = None  # a shape-only step: 1.0.34's reader took "" for "no event file"
+    if event_file_name == "":
+        # 1.0.34's reader took "" for "no event file": a shape-only step, or a step whose
+        # entries point into no file. The step counts, with its mode; such entries have no value.
+        event_file_name, tensor_payload = None, []
     if event_file_name is not None or tensor_payload:
         event_file_name = _check_event_file_name(source, event_file_name)
 
