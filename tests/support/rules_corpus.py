@@ -576,6 +576,46 @@ def _keras(out_dir):
     hook.close()
 
 
+def _keras_overfitting(out_dir, stopping, epochs=80):
+    """256 noisy samples, a wide net, Adam at 1e-2: the validation loss is best after a few
+    epochs and climbs after; ``stopping`` (an EarlyStopping or None) is among fit's callbacks."""
+    import numpy as np
+
+    import smdebug.tensorflow as smd
+    import keras
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((768, FEATURES)).astype("float32")
+    y = (x @ rng.standard_normal((FEATURES, CLASSES))).argmax(1)
+    flip = rng.random(len(y)) < 0.3
+    y = np.where(flip, rng.integers(0, CLASSES, len(y)), y)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(128, activation="relu", name="dense1"),
+                              keras.layers.Dense(CLASSES, name="out")])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"])
+    model.fit(x[:256], y[:256], batch_size=64, epochs=epochs, validation_data=(x[256:], y[256:]),
+              callbacks=[hook] + ([stopping] if stopping is not None else []), verbose=0)
+    hook.close()
+
+
+@_run("keras_early_stopping", "keras", True, "Keras fit on 256 noisy samples with EarlyStopping(val_loss, "
+      "patience=10): training stops 10 epochs after the best validation loss")
+def _keras_stops(out_dir):
+    import keras
+
+    _keras_overfitting(out_dir, keras.callbacks.EarlyStopping(monitor="val_loss", patience=10))
+
+
+@_run("keras_patience_too_long", "keras", False, "the same fit with EarlyStopping(val_loss, patience=60): "
+      "training runs ~60 epochs past the best validation loss", rules=["Overtraining"])
+def _keras_late(out_dir):
+    import keras
+
+    _keras_overfitting(out_dir, keras.callbacks.EarlyStopping(monitor="val_loss", patience=60))
+
+
 # =============================================================================================
 # PyTorch Lightning (the lightning env)
 @_run("lightning_fit", "lightning", True, "a LightningModule trained with DebuggerCallback, validation each epoch")
