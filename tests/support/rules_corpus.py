@@ -657,6 +657,61 @@ def _lightning(out_dir):
     callback.close()
 
 
+
+def _lightning_overfitting(out_dir, stopping, epochs=80):
+    """The Keras early-stopping runs' set-up in Lightning: 256 noisy samples, a wide net, Adam
+    at 1e-2, validation each epoch; ``stopping`` (an EarlyStopping or None) in the callbacks."""
+    import pytorch_lightning as pl
+
+    from smdebug.lightning import DebuggerCallback, SaveConfig
+
+    torch = _torch()
+
+    class Classifier(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp(width=128)
+
+        def training_step(self, batch, batch_idx):
+            loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+            self.log("train_loss", loss, on_step=False, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1]))
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    data = _Data(n_train=256, n_val=512, label_noise=0.3)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data.x_train, data.y_train), batch_size=64,
+                                         shuffle=True, generator=torch.Generator().manual_seed(0))
+    val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data.x_val, data.y_val), batch_size=512)
+    callback = DebuggerCallback(out_dir=out_dir, save_config=SaveConfig(save_interval=1), include_collections=["losses"])
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=epochs, callbacks=[callback, stopping], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0)
+    trainer.fit(Classifier(), loader, val)
+    callback.close()
+
+
+@_run("lightning_early_stopping", "lightning", True, "a Lightning fit on 256 noisy samples with "
+      "EarlyStopping(val_loss, patience=10): training stops 10 epochs after the best validation loss")
+def _lightning_stops(out_dir):
+    from pytorch_lightning.callbacks import EarlyStopping
+
+    _lightning_overfitting(out_dir, EarlyStopping(monitor="val_loss", patience=10))
+
+
+@_run("lightning_early_stopping_on_train_loss", "lightning", False, "the same fit with early stopping "
+      "configured on the wrong metric (train_loss, which keeps falling): it never stops, and training runs "
+      "~70 epochs past the best validation loss", rules=["Overtraining"])
+def _lightning_wrong_metric(out_dir):
+    from pytorch_lightning.callbacks import EarlyStopping
+
+    _lightning_overfitting(out_dir, EarlyStopping(monitor="train_loss", patience=10))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Build the rules corpus (runs this env can build).")
     parser.add_argument("--out", required=True, help="directory for the runs")

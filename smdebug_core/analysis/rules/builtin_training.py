@@ -48,6 +48,26 @@ def loss_names(view: StepView, collection_names=(), tensor_regex=(), use_losses_
     return [n for n in view.tensor_names("metrics") if not _SCORE_METRIC.search(n.rpartition("-")[2])]
 
 
+#: A validation loss a trainer logged (Lightning's ``self.log("val_loss", ...)``, the Hugging
+#: Face Trainer's ``eval_loss``): saved as a scalar, outside the losses collection.
+LOGGED_VALIDATION_LOSS = r"^scalar/(val|valid|validation|eval|test)_loss$"
+
+
+def with_monitored(view: StepView, names: List[str], monitor: Optional[str], logged: bool = True) -> List[str]:
+    """``names``, the metric early stopping monitored (any saved tensor: it is the metric to
+    judge) and, with ``logged``, the validation losses the trainer logged, where this step saved them."""
+    patterns = ([LOGGED_VALIDATION_LOSS] if logged else []) + \
+        ([f"^{re.escape(monitor)}$"] if monitor is not None and monitor not in names else [])
+    if not patterns:
+        return names
+    return list(names) + [n for n in view.tensor_names((), patterns) if n not in names]
+
+
+def monitored_requirements(monitor: Optional[str], logged: bool = True) -> List[Required]:
+    return ([Required(names=(monitor,), value=True)] if monitor is not None else []) + \
+        ([Required(regex=(LOGGED_VALIDATION_LOSS,), value=True)] if logged else [])
+
+
 def loss_requirements(collection_names=(), tensor_regex=(), use_losses_collection: bool = True) -> List[Required]:
     wanted = [Required(collections=collection_names, regex=tensor_regex, value=True)]
     if use_losses_collection:
@@ -60,6 +80,8 @@ def series_of(name: str, mode: ModeKeys) -> Optional[Tuple[str, str]]:
     if mode is ModeKeys.PREDICT:
         return None
     prefix, sep, last = name.rpartition("/")
+    if prefix == "scalar":  # the namespace of logged scalars: scalar/val_loss pairs with loss
+        prefix = sep = ""
     match = _VAL_PREFIX.match(last)
     if match:
         return prefix + sep + last[match.end():], VAL
@@ -101,16 +123,22 @@ class _RegexLossRule(_LossRule):
     _monitored_seen = False
 
     def required_tensors(self, step):
-        return loss_requirements((), self.tensor_regex, not self.tensor_regex)
+        monitor = monitored_series(self._stopping.record(self.view))
+        return loss_requirements((), self.tensor_regex, not self.tensor_regex) + \
+            monitored_requirements(monitor, logged=not self.tensor_regex)
 
     def _loss_series(self):
         """``(series key, (training values, validation values))`` of this step's losses."""
-        names = loss_names(self.view, (), self.tensor_regex, not self.tensor_regex)
+        monitor = monitored_series(self._stopping.record(self.view))
+        names = with_monitored(self.view, loss_names(self.view, (), self.tensor_regex, not self.tensor_regex), monitor,
+                               logged=not self.tensor_regex)
         self._warn_no_losses(names)
         series = _split_by_series(self.view, _read_losses(self, names))
-        monitor = monitored_series(self._stopping.record(self.view))
-        if monitor is not None:
-            key = series_of(monitor, ModeKeys.TRAIN)[0]
+        followed = series_of(monitor, ModeKeys.TRAIN) if monitor is not None else None
+        # Only a validation metric is followed: these rules judge validation, which an early
+        # stopping on a training metric (a misconfiguration) does not watch.
+        if followed is not None and followed[1] == VAL:
+            key = followed[0]
             if key in series:
                 self._monitored_seen = True
                 return [(key, series[key])]
