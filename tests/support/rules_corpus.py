@@ -64,7 +64,8 @@ def label_of(name: str) -> Label:
 
 
 def available(framework: str) -> bool:
-    module = {"pytorch": "torch", "xgboost": "xgboost", "keras": "keras", "lightning": "pytorch_lightning"}[framework]
+    module = {"pytorch": "torch", "xgboost": "xgboost", "keras": "keras", "lightning": "pytorch_lightning",
+              "transformers": "transformers"}[framework]
     return importlib.util.find_spec(module) is not None
 
 
@@ -710,6 +711,63 @@ def _lightning_wrong_metric(out_dir):
     from pytorch_lightning.callbacks import EarlyStopping
 
     _lightning_overfitting(out_dir, EarlyStopping(monitor="train_loss", patience=10))
+
+
+
+# =============================================================================================
+# Hugging Face Trainer (the transformers env)
+def _trainer_overfitting(out_dir, patience, epochs=40):
+    """A tiny BERT (random weights, nothing downloaded) memorising 64 randomly labelled
+    sequences: the evaluation loss is best after a few epochs and climbs after. Evaluated each
+    epoch; ``EarlyStoppingCallback(patience)`` on ``eval_loss``."""
+    import tempfile
+
+    import transformers
+
+    from smdebug.transformers import DebuggerCallback, SaveConfig
+
+    torch = _torch()
+
+    class Sequences(torch.utils.data.Dataset):
+        def __init__(self, n, seed):
+            gen = torch.Generator().manual_seed(seed)
+            self.ids, self.labels = torch.randint(0, 50, (n, 8), generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+        def __len__(self):
+            return len(self.labels)
+
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "attention_mask": torch.ones(8, dtype=torch.long), "labels": self.labels[i]}
+
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=16, num_labels=3))
+    callback = DebuggerCallback(out_dir=out_dir, save_config=SaveConfig(save_interval=1), include_collections=["losses"])
+    with tempfile.TemporaryDirectory() as scratch:
+        args = transformers.TrainingArguments(
+            output_dir=scratch, per_device_train_batch_size=16, per_device_eval_batch_size=64, num_train_epochs=epochs,
+            learning_rate=3e-3, report_to=[], eval_strategy="epoch", save_strategy="no", logging_strategy="epoch",
+            metric_for_best_model="loss", greater_is_better=False, use_cpu=True, dataloader_num_workers=0,
+            disable_tqdm=True, seed=0)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=Sequences(64, 0),
+                                       eval_dataset=Sequences(64, 1),
+                                       callbacks=[callback, transformers.EarlyStoppingCallback(patience)])
+        trainer.remove_callback(transformers.trainer_callback.PrinterCallback)  # no log line per epoch
+        trainer.train()
+    callback.close()
+
+
+@_run("hf_early_stopping", "transformers", True, "a Hugging Face Trainer memorising random labels with "
+      "EarlyStoppingCallback(patience=10) on eval_loss: training stops 10 evaluations after the best")
+def _hf_stops(out_dir):
+    _trainer_overfitting(out_dir, 10)
+
+
+@_run("hf_patience_too_long", "transformers", False, "the same Trainer with EarlyStoppingCallback(patience=30): "
+      "training runs ~30 evaluations past the best evaluation loss", rules=["Overtraining"])
+def _hf_late(out_dir):
+    _trainer_overfitting(out_dir, 30)
 
 
 def main(argv=None) -> int:
