@@ -92,7 +92,7 @@ def series_of(name: str, mode: ModeKeys) -> Optional[Tuple[str, str]]:
             return prefix + sep + metric, VAL if mode is ModeKeys.EVAL else TRAIN
         if lowered.startswith(_VAL_DATASETS):
             return prefix + sep + metric, VAL
-    return name, VAL if mode is ModeKeys.EVAL else TRAIN
+    return prefix + sep + last, VAL if mode is ModeKeys.EVAL else TRAIN
 
 
 def _read_losses(rule: Rule, names: List[str]) -> Dict[str, float]:
