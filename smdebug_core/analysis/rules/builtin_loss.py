@@ -103,6 +103,9 @@ class LossNotDecreasing(_LossRule):
     (20), ``converged_fraction`` (None), ``follow_early_stopping`` (False).
     """
 
+    reads_what = ("one number per loss and step: a scalar loss, else its mean (value or saved 'mean'); the metric "
+                  'early stopping monitored')
+
     worst, measure_name = "min", "decrease %"
 
     def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, use_losses_collection=True,

@@ -221,6 +221,9 @@ class Overfit(_RegexLossRule):
     ``min_gap_fraction`` (0.05), ``follow_early_stopping`` (False; the default set: True).
     """
 
+    reads_what = ('scalar training and validation losses (EVAL steps, val_*/validation-* names, logged '
+                  'val_loss/eval_loss scalars; the metric early stopping monitored)')
+
     measure_name = "validation/training ratio"
 
     def __init__(self, base_trial=None, tensor_regex=None, start_step=0, patience=1, ratio_threshold=0.1,
@@ -292,6 +295,9 @@ class Overtraining(_RegexLossRule):
     ``patience_validation`` passes), ``tensor_regex`` (default: the losses),
     ``follow_early_stopping`` (False; the default set: True).
     """
+
+    reads_what = ('scalar validation losses (EVAL steps, val_*/validation-* names, logged val_loss/eval_loss '
+                  'scalars; the metric early stopping monitored)')
 
     measure_name = "evaluation passes without improvement"
 
@@ -370,6 +376,8 @@ class ClassImbalance(Rule):
     reference counts from step 0, so an untrained model's first guesses fire it on runs that
     end at accuracy 1.0). Needs full label and prediction tensors.
     """
+
+    reads_what = 'the whole values of the labels (and predictions) tensors'
 
     def __init__(self, base_trial=None, threshold_imbalance=10, threshold_misprediction=0.7, samples=500,
                  argmax=False, labels_regex=".*labels", predictions_regex=".*predictions", actions=None, name=None):
@@ -481,6 +489,8 @@ class StalledTrainingRule(Rule):
     action), ``training_job_name_prefix`` (accepted for compatibility; SageMaker job lookup
     does not apply here, StopTraining acts on the run being watched).
     """
+
+    reads_what = 'no tensor: the times steps were saved at'
 
     def __init__(self, base_trial=None, threshold=1800, stop_training_on_fire=False, training_job_name_prefix=None,
                  actions=None, name=None):
