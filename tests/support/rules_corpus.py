@@ -553,6 +553,38 @@ def _xgb_one(out_dir):
     _train_xgboost(out_dir, informative=1, label_noise=0.0)
 
 
+def _xgb_early_stopping(out_dir, rounds):
+    """Issue 45's construction: noisy labels, validation error and logloss watched (logloss
+    last: the metric XGBoost's early stopping monitors), ``early_stopping_rounds=rounds``."""
+    import numpy as np
+    import xgboost as xgb
+
+    import smdebug.xgboost as smd
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1200, 10))
+    y = (x[:, :4] @ np.array([1.0, -1.0, 0.5, 0.5]) + rng.standard_normal(1200) > 0).astype(int)
+    train, valid = xgb.DMatrix(x[:800], label=y[:800]), xgb.DMatrix(x[800:], label=y[800:])
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["metrics"])
+    params = {"objective": "binary:logistic", "max_depth": 6, "eta": 0.3, "nthread": 1,
+              "eval_metric": ["error", "logloss"]}
+    xgb.train(params, train, 200, evals=[(train, "train"), (valid, "valid")], early_stopping_rounds=rounds,
+              callbacks=[hook], verbose_eval=False)
+    hook.close()
+
+
+@_run("xgb_early_stopping", "xgboost", True, "a classifier on noisy labels with early_stopping_rounds=10: "
+      "validation logloss plateaus and training stops 10 rounds after its best")
+def _xgb_stops(out_dir):
+    _xgb_early_stopping(out_dir, 10)
+
+
+@_run("xgb_patience_too_long", "xgboost", False, "the same classifier with early_stopping_rounds=150: training "
+      "runs ~150 rounds past the best validation logloss", rules=["Overtraining"])
+def _xgb_late(out_dir):
+    _xgb_early_stopping(out_dir, 150)
+
+
 # =============================================================================================
 # Keras (the tensorflow env)
 @_run("keras_fit", "keras", True, "Keras model.fit with validation data, 5 epochs")
