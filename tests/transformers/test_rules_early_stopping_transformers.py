@@ -13,8 +13,8 @@ pytest.importorskip("smdebug.transformers")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))
 
-import early_stopping_checks as checks  # noqa: E402
-import rules_corpus  # noqa: E402
+import early_stopping_checks as checks
+import rules_corpus
 
 HEALTHY = rules_corpus.healthy_runs("transformers")
 BROKEN = rules_corpus.broken_cases("transformers")
