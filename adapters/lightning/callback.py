@@ -60,6 +60,8 @@ from smdebug.modes import ModeKeys
 from smdebug.pytorch import Hook
 from smdebug.pytorch.integration import CallbackHook, loss_of, scalar_items
 
+from ._early_stopping import LightningEarlyStopping
+
 logger = get_logger("smdebug.lightning")
 def _lightning_callback_classes() -> tuple:
     """``Callback`` of each Lightning package installed (see the module docstring)."""
@@ -98,6 +100,7 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):  # type: i
         self._warned_mid_accumulation = False
         self._voted_at = 0  # trainer.global_step at the last stop vote (every rank votes at each optimizer step)
         self._epoch_values: dict = {}  # the epoch-level metrics saved at the last epoch's end: name -> value
+        self._early_stopping = LightningEarlyStopping()  # the trainer's EarlyStopping, recorded with the run
 
     # --- set-up -----------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -115,6 +118,7 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):  # type: i
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._register(trainer)
+        self._early_stopping.begin()
 
     def on_predict_start(self, trainer, pl_module) -> None:
         self._register(trainer)
@@ -181,6 +185,9 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):  # type: i
                 driver.save_metrics(metrics)
                 self._epoch_values = {name: float(value) for name, value in scalar_items(metrics)}
                 driver.end()
+        if driver is not None:
+            with driver.hook.guard("Lightning on_train_epoch_end"):
+                self._early_stopping.train_epoch_end(trainer, driver.hook)
 
     def _new_metrics(self, trainer) -> dict:
         """``trainer.callback_metrics`` less the epoch-level values saved at the last epoch's
@@ -199,6 +206,10 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):  # type: i
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._end_loop("on_train_end", None)
+        driver = self._active()
+        if driver is not None:
+            with driver.hook.guard("Lightning recording early stopping"):
+                self._early_stopping.end(trainer, driver.hook)
 
     # --- evaluation and prediction ----------------------------------------------------------
     def on_validation_start(self, trainer, pl_module) -> None:
@@ -238,6 +249,10 @@ class DebuggerCallback(CallbackHook, *_lightning_callback_classes()):  # type: i
         if self._validation_skipped:
             self._validation_skipped = False
         elif not trainer.sanity_checking:
+            driver = self._active()
+            if driver is not None and trainer.state.fn == "fit":
+                with driver.hook.guard("Lightning on_validation_end"):
+                    self._early_stopping.validation_end(trainer, driver.hook)  # its metrics' step, before it ends
             self._end_loop("on_validation_end", trainer.callback_metrics)
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:

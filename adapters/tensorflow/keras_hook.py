@@ -88,6 +88,7 @@ from smdebug.modes import ModeKeys
 
 from .base import TFHookBase, logger
 from .eager_capture import EagerCapture
+from .keras_early_stopping import KerasEarlyStopping
 from .keras_sites import KerasLayers, KerasLogs, KerasTape, hooked_tape_class, register_names
 from .keras_weights import KerasWeights, in_xla_context
 from .keras_weights import executing_eagerly as _executing_eagerly
@@ -142,6 +143,7 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         self._tape = KerasTape(self)
         self._layers = KerasLayers(self)
         self._logs = KerasLogs(self)
+        self._early_stopping = KerasEarlyStopping(self)  # fit's EarlyStopping, recorded with the run
         TFHookBase.__init__(self, *args, **kwargs)
 
     # ====================================================================== registration
@@ -317,15 +319,18 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._in_fit = True
+        self._guarded("on_train_begin", self._early_stopping.begin)
 
     def on_train_end(self, logs=None):
         self._in_fit = False
+        self._guarded("on_train_end", self._early_stopping.end)
         self._guarded("on_train_end", self._finish)
 
     def on_epoch_end(self, epoch, logs=None):
         def body():
             if self._step_active and self.session.mode == ModeKeys.EVAL:
                 self._logs.record(logs, only=lambda k: k.startswith("val_"), every_time=True)
+            self._early_stopping.epoch_end()  # the step the epoch's val_* logs are saved in
             if self._step_active:
                 self.end_step()
 

@@ -49,6 +49,8 @@ from smdebug.modes import ModeKeys
 from smdebug.pytorch import Hook
 from smdebug.pytorch.integration import CallbackHook, is_distributed, loss_of
 
+from ._early_stopping import TrainerEarlyStopping
+
 logger = get_logger("smdebug.transformers")
 class DebuggerCallback(CallbackHook, TrainerCallback):
     """Saves tensors of a ``transformers.Trainer`` run with smdebug.
@@ -68,6 +70,7 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
         CallbackHook.__init__(self, out_dir, json_config_path=json_config_path, hook=hook, **hook_kwargs)
         self._model: Optional[torch.nn.Module] = None
         self._handles: list = []
+        self._early_stopping = TrainerEarlyStopping(self)  # the Trainer's EarlyStoppingCallback, recorded with the run
 
     def attach(self, model: torch.nn.Module) -> None:
         """Make the hook (once) and watch ``model``, the Trainer's (unwrapped) model. It is
@@ -127,6 +130,7 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
         if driver is not None:
             with driver.hook.guard("Transformers registering the model"):
                 self._register(driver)
+                self._early_stopping.begin()
 
     def on_step_begin(self, args, state, control, **kwargs):
         driver = self._active()
@@ -174,6 +178,10 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
                 driver.finish(None, log_scalars=False)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        driver = self._active()
+        if driver is not None and driver.open is not None and driver.open[0] is ModeKeys.EVAL:
+            with driver.hook.guard("Transformers on_evaluate"):
+                self._early_stopping.evaluation_end(driver.hook)  # the step its eval_* metrics are saved in
         self._end_evaluation(None)  # the Trainer gave these metrics to on_log just before
 
     def on_predict(self, args, state, control, metrics=None, **kwargs):
@@ -184,6 +192,7 @@ class DebuggerCallback(CallbackHook, TrainerCallback):
         if driver is not None:
             with driver.hook.guard("Transformers on_train_end"):
                 driver.end()
+                self._early_stopping.end(args, state, driver.hook)
                 driver.hook.flush()
 
     def _end_evaluation(self, metrics) -> None:

@@ -353,9 +353,16 @@ def test_report_keeps_a_one_step_gradient_spike_in_10000_steps(tmp_path):
     assert binned.matrix[row, 6_543 // 20] == pytest.approx(spike, rel=0.35)
     others = np.delete(binned.matrix[row], 6_543 // 20)
     assert binned.matrix[row, 6_543 // 20] > 50 * np.nanmax(others)  # not diluted 1:20
-    steps, values, _ = run.series.by_key[("loss", "")]
     from smdebug.analysis.heatmaps import envelope
-    assert envelope(steps, values).hi.max() == 100.0
+    steps, values, _ = run.series.by_key[("loss", "")]
+    loss_band = envelope(steps, values)
+    assert loss_band.hi.max() == 100.0 and loss_band.x[np.argmax(loss_band.hi)] == 6_540  # at its bin
+    # The gradient's curve (as the report's and smdebug plot's curves draw it: draw_envelope)
+    # reaches the spike in the same bin, steps 6,540..6,559, and only there.
+    steps, values, _ = run.series.by_key[("gradient/Net_layers.2.weight", "l2")]
+    band = envelope(steps, values)
+    assert band.width == 20 and band.x[np.argmax(band.hi)] == 6_540
+    assert band.hi.max() == pytest.approx(spike, rel=0.35) and np.sort(band.hi)[-2] < band.hi.max() / 50
     out = tmp_path / "report.html"
     assert main(["report", run_dir, "-o", str(out), "--no-rules"]) == 0
     text = check_report(str(out))

@@ -16,6 +16,7 @@ import rules_corpus
 
 FRAMEWORK = "lightning"
 HEALTHY = rules_corpus.healthy_runs(FRAMEWORK)
+BROKEN = rules_corpus.broken_cases(FRAMEWORK)
 
 
 @pytest.fixture(scope="module")
@@ -27,3 +28,8 @@ def corpus(tmp_path_factory):
 @pytest.mark.parametrize("name", HEALTHY)
 def test_default_rules_are_silent_on_a_healthy_run(corpus, name):
     rules_corpus.assert_silent(corpus[name])
+
+
+@pytest.mark.parametrize("name,rule", BROKEN, ids=[f"{n}-{r}" for n, r in BROKEN])
+def test_each_rule_fires_on_its_broken_runs(corpus, name, rule):
+    rules_corpus.assert_caught(corpus[name], name, rule)

@@ -100,3 +100,18 @@ def test_loss_spike_live_dumps_the_flight_recorder(tmp_path):
     assert "fired at step 151" in marker["reason"] and "fc2 moved first" in marker["reason"]
     assert marker["global_step"] in (151, 152)
     assert 150 in marker["steps_written"] + marker["steps_already_saved"]
+
+
+def test_vanishing_gradient_reads_the_readme_examples_l2_norms_at_every_train_step(corpus):
+    """The README example saves whole gradients every 50 TRAIN steps and their L2 norm at every
+    step: VanishingGradient judges the 294 others by their RMS (issue 45: it read 6 of 300)."""
+    from smdebug.modes import ModeKeys
+    from smdebug.trials import create_trial
+
+    run = corpus["pt_readme_example"]
+    train_steps = create_trial(run).steps(mode=ModeKeys.TRAIN)
+    assert len(train_steps) == 300
+    report = rules_corpus.evaluate(run, "VanishingGradient").to_dict()
+    assert report["steps_without_data_by_mode"] == {"EVAL": 9}, report  # EVAL steps save no gradients
+    status, output = rules_corpus.default_rules(run)
+    assert "VanishingGradient  did not fire: 300 of 309 steps evaluated" in output, output

@@ -64,7 +64,8 @@ def label_of(name: str) -> Label:
 
 
 def available(framework: str) -> bool:
-    module = {"pytorch": "torch", "xgboost": "xgboost", "keras": "keras", "lightning": "pytorch_lightning"}[framework]
+    module = {"pytorch": "torch", "xgboost": "xgboost", "keras": "keras", "lightning": "pytorch_lightning",
+              "transformers": "transformers"}[framework]
     return importlib.util.find_spec(module) is not None
 
 
@@ -552,6 +553,38 @@ def _xgb_one(out_dir):
     _train_xgboost(out_dir, informative=1, label_noise=0.0)
 
 
+def _xgb_early_stopping(out_dir, rounds):
+    """Issue 45's construction: noisy labels, validation error and logloss watched (logloss
+    last: the metric XGBoost's early stopping monitors), ``early_stopping_rounds=rounds``."""
+    import numpy as np
+    import xgboost as xgb
+
+    import smdebug.xgboost as smd
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1200, 10))
+    y = (x[:, :4] @ np.array([1.0, -1.0, 0.5, 0.5]) + rng.standard_normal(1200) > 0).astype(int)
+    train, valid = xgb.DMatrix(x[:800], label=y[:800]), xgb.DMatrix(x[800:], label=y[800:])
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["metrics"])
+    params = {"objective": "binary:logistic", "max_depth": 6, "eta": 0.3, "nthread": 1,
+              "eval_metric": ["error", "logloss"]}
+    xgb.train(params, train, 200, evals=[(train, "train"), (valid, "valid")], early_stopping_rounds=rounds,
+              callbacks=[hook], verbose_eval=False)
+    hook.close()
+
+
+@_run("xgb_early_stopping", "xgboost", True, "a classifier on noisy labels with early_stopping_rounds=10: "
+      "validation logloss plateaus and training stops 10 rounds after its best")
+def _xgb_stops(out_dir):
+    _xgb_early_stopping(out_dir, 10)
+
+
+@_run("xgb_patience_too_long", "xgboost", False, "the same classifier with early_stopping_rounds=150: training "
+      "runs ~150 rounds past the best validation logloss", rules=["Overtraining"])
+def _xgb_late(out_dir):
+    _xgb_early_stopping(out_dir, 150)
+
+
 # =============================================================================================
 # Keras (the tensorflow env)
 @_run("keras_fit", "keras", True, "Keras model.fit with validation data, 5 epochs")
@@ -574,6 +607,46 @@ def _keras(out_dir):
     model.fit(x[:1536], y[:1536], batch_size=32, epochs=5, validation_data=(x[1536:], y[1536:]),
               callbacks=[hook], verbose=0)
     hook.close()
+
+
+def _keras_overfitting(out_dir, stopping, epochs=80):
+    """256 noisy samples, a wide net, Adam at 1e-2: the validation loss is best after a few
+    epochs and climbs after; ``stopping`` (an EarlyStopping or None) is among fit's callbacks."""
+    import numpy as np
+
+    import smdebug.tensorflow as smd
+    import keras
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((768, FEATURES)).astype("float32")
+    y = (x @ rng.standard_normal((FEATURES, CLASSES))).argmax(1)
+    flip = rng.random(len(y)) < 0.3
+    y = np.where(flip, rng.integers(0, CLASSES, len(y)), y)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(128, activation="relu", name="dense1"),
+                              keras.layers.Dense(CLASSES, name="out")])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"])
+    model.fit(x[:256], y[:256], batch_size=64, epochs=epochs, validation_data=(x[256:], y[256:]),
+              callbacks=[hook] + ([stopping] if stopping is not None else []), verbose=0)
+    hook.close()
+
+
+@_run("keras_early_stopping", "keras", True, "Keras fit on 256 noisy samples with EarlyStopping(val_loss, "
+      "patience=10): training stops 10 epochs after the best validation loss")
+def _keras_stops(out_dir):
+    import keras
+
+    _keras_overfitting(out_dir, keras.callbacks.EarlyStopping(monitor="val_loss", patience=10))
+
+
+@_run("keras_patience_too_long", "keras", False, "the same fit with EarlyStopping(val_loss, patience=60): "
+      "training runs ~60 epochs past the best validation loss", rules=["Overtraining"])
+def _keras_late(out_dir):
+    import keras
+
+    _keras_overfitting(out_dir, keras.callbacks.EarlyStopping(monitor="val_loss", patience=60))
 
 
 # =============================================================================================
@@ -615,6 +688,118 @@ def _lightning(out_dir):
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Classifier(), loader, val)
     callback.close()
+
+
+
+def _lightning_overfitting(out_dir, stopping, epochs=80):
+    """The Keras early-stopping runs' set-up in Lightning: 256 noisy samples, a wide net, Adam
+    at 1e-2, validation each epoch; ``stopping`` (an EarlyStopping or None) in the callbacks."""
+    import pytorch_lightning as pl
+
+    from smdebug.lightning import DebuggerCallback, SaveConfig
+
+    torch = _torch()
+
+    class Classifier(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp(width=128)
+
+        def training_step(self, batch, batch_idx):
+            loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+            self.log("train_loss", loss, on_step=False, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1]))
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    data = _Data(n_train=256, n_val=512, label_noise=0.3)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data.x_train, data.y_train), batch_size=64,
+                                         shuffle=True, generator=torch.Generator().manual_seed(0))
+    val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data.x_val, data.y_val), batch_size=512)
+    callback = DebuggerCallback(out_dir=out_dir, save_config=SaveConfig(save_interval=1), include_collections=["losses"])
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=epochs, callbacks=[callback, stopping], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0)
+    trainer.fit(Classifier(), loader, val)
+    callback.close()
+
+
+@_run("lightning_early_stopping", "lightning", True, "a Lightning fit on 256 noisy samples with "
+      "EarlyStopping(val_loss, patience=10): training stops 10 epochs after the best validation loss")
+def _lightning_stops(out_dir):
+    from pytorch_lightning.callbacks import EarlyStopping
+
+    _lightning_overfitting(out_dir, EarlyStopping(monitor="val_loss", patience=10))
+
+
+@_run("lightning_early_stopping_on_train_loss", "lightning", False, "the same fit with early stopping "
+      "configured on the wrong metric (train_loss, which keeps falling): it never stops, and training runs "
+      "~70 epochs past the best validation loss", rules=["Overtraining"])
+def _lightning_wrong_metric(out_dir):
+    from pytorch_lightning.callbacks import EarlyStopping
+
+    _lightning_overfitting(out_dir, EarlyStopping(monitor="train_loss", patience=10))
+
+
+
+# =============================================================================================
+# Hugging Face Trainer (the transformers env)
+def _trainer_overfitting(out_dir, patience, epochs=40):
+    """A tiny BERT (random weights, nothing downloaded) memorising 64 randomly labelled
+    sequences: the evaluation loss is best after a few epochs and climbs after. Evaluated each
+    epoch; ``EarlyStoppingCallback(patience)`` on ``eval_loss``."""
+    import tempfile
+
+    import transformers
+
+    from smdebug.transformers import DebuggerCallback, SaveConfig
+
+    torch = _torch()
+
+    class Sequences(torch.utils.data.Dataset):
+        def __init__(self, n, seed):
+            gen = torch.Generator().manual_seed(seed)
+            self.ids, self.labels = torch.randint(0, 50, (n, 8), generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+        def __len__(self):
+            return len(self.labels)
+
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "attention_mask": torch.ones(8, dtype=torch.long), "labels": self.labels[i]}
+
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=16, num_labels=3))
+    callback = DebuggerCallback(out_dir=out_dir, save_config=SaveConfig(save_interval=1), include_collections=["losses"])
+    with tempfile.TemporaryDirectory() as scratch:
+        args = transformers.TrainingArguments(
+            output_dir=scratch, per_device_train_batch_size=16, per_device_eval_batch_size=64, num_train_epochs=epochs,
+            learning_rate=3e-3, report_to=[], eval_strategy="epoch", save_strategy="no", logging_strategy="epoch",
+            metric_for_best_model="loss", greater_is_better=False, use_cpu=True, dataloader_num_workers=0,
+            disable_tqdm=True, seed=0)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=Sequences(64, 0),
+                                       eval_dataset=Sequences(64, 1),
+                                       callbacks=[callback, transformers.EarlyStoppingCallback(patience)])
+        trainer.remove_callback(transformers.trainer_callback.PrinterCallback)  # no log line per epoch
+        trainer.train()
+    callback.close()
+
+
+@_run("hf_early_stopping", "transformers", True, "a Hugging Face Trainer memorising random labels with "
+      "EarlyStoppingCallback(patience=10) on eval_loss: training stops 10 evaluations after the best")
+def _hf_stops(out_dir):
+    _trainer_overfitting(out_dir, 10)
+
+
+@_run("hf_patience_too_long", "transformers", False, "the same Trainer with EarlyStoppingCallback(patience=30): "
+      "training runs ~30 evaluations past the best evaluation loss", rules=["Overtraining"])
+def _hf_late(out_dir):
+    _trainer_overfitting(out_dir, 30)
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,7 @@
 """The built-in rules on the rules corpus's Keras run (tests/support/rules_corpus.py).
 
-The default ``smdebug rules`` exits 0 on a healthy Keras fit with validation data.
+The default ``smdebug rules`` exits 0 on the healthy Keras fits (with validation data; with
+EarlyStopping) and the intended rules fire on the broken one (a patience far past the best).
 """
 import os
 import sys
@@ -16,6 +17,7 @@ import rules_corpus
 
 FRAMEWORK = "keras"
 HEALTHY = rules_corpus.healthy_runs(FRAMEWORK)
+BROKEN = rules_corpus.broken_cases(FRAMEWORK)
 
 
 @pytest.fixture(scope="module")
@@ -27,3 +29,8 @@ def corpus(tmp_path_factory):
 @pytest.mark.parametrize("name", HEALTHY)
 def test_default_rules_are_silent_on_a_healthy_run(corpus, name):
     rules_corpus.assert_silent(corpus[name])
+
+
+@pytest.mark.parametrize("name,rule", BROKEN, ids=[f"{n}-{r}" for n, r in BROKEN])
+def test_each_rule_fires_on_its_broken_runs(corpus, name, rule):
+    rules_corpus.assert_caught(corpus[name], name, rule)

@@ -105,10 +105,13 @@ class RunContents:
         return [n for n in self.names if any(p.search(n) for p in patterns)]
 
     def loss_names(self) -> List[str]:
-        from .builtin_training import _SCORE_METRIC
+        from .builtin_training import _SCORE_METRIC, LOGGED_VALIDATION_LOSS
 
-        return self.saved.get("losses") or [n for n in self.saved.get("metrics", [])
-                                            if not _SCORE_METRIC.search(n.rpartition("-")[2])]
+        names = self.saved.get("losses") or [n for n in self.saved.get("metrics", [])
+                                             if not _SCORE_METRIC.search(n.rpartition("-")[2])]
+        monitor = (self._trial.early_stopping() or {}).get("monitor")
+        extra = self.matching(LOGGED_VALIDATION_LOSS) + ([monitor] if monitor in self.names else [])
+        return names + [n for n in extra if n not in names]  # the loss rules judge them too (with_monitored)
 
     def has_validation_loss(self, losses: List[str]) -> bool:
         from .builtin_training import series_of

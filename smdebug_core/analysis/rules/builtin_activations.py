@@ -39,6 +39,8 @@ class PoorWeightInitialization(Rule):
     ``patience``, ``steps`` (10).
     """
 
+    reads_what = "the 'variance' reduction of activation inputs (or their values), whole gradients and the loss"
+
     _MIN_GRADIENT_SIZE = 10
 
     def __init__(self, base_trial=None, activation_inputs_regex=RELU_INPUTS, threshold=10.0,
@@ -173,6 +175,8 @@ class DeadRelu(_ActivityRule):
     ``tensor_regex``, ``threshold_inactivity`` (1.0), ``threshold_layer`` (50.0).
     """
 
+    reads_what = 'the whole values of ReLU outputs (the fraction of units at zero)'
+
     DEFAULT_REGEX = (RELU_OUTPUTS,)
 
     def __init__(self, base_trial=None, tensor_regex=None, threshold_inactivity=1.0, threshold_layer=50.0,
@@ -212,6 +216,8 @@ class SaturatedActivation(_ActivityRule):
     and 1.0), which count only units past the float32 flat ends on 99% of the batch, and so
     miss a layer whose inputs nearly all have a derivative below 1e-3 (docs/migrating.md).
     """
+
+    reads_what = 'the whole values of tanh/sigmoid inputs (the fraction of saturated units)'
 
     def __init__(self, base_trial=None, collection_names=None, tensor_regex=TANH_SIGMOID_INPUTS,
                  threshold_tanh=(-4.15, 4.15), threshold_sigmoid=(-6.9, 6.9), threshold_inactivity=50.0,

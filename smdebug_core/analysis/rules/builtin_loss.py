@@ -16,7 +16,8 @@ import numpy as np
 from ...exceptions import ConfigError
 from ...modes import ModeKeys
 from . import _params as P
-from .builtin_training import _LossRule, _read_losses, loss_names, loss_requirements, series_of
+from .builtin_training import (_LossRule, _read_losses, loss_names, loss_requirements, monitored_requirements,
+                               series_of, with_monitored)
 from .culprit import culprit
 from .early_stopping import RunEarlyStopping, handled_message, monitored_series
 
@@ -102,6 +103,9 @@ class LossNotDecreasing(_LossRule):
     (20), ``converged_fraction`` (None), ``follow_early_stopping`` (False).
     """
 
+    reads_what = ("one number per loss and step: a scalar loss, else its mean (value or saved 'mean'); the metric "
+                  'early stopping monitored')
+
     worst, measure_name = "min", "decrease %"
 
     def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, use_losses_collection=True,
@@ -131,16 +135,18 @@ class LossNotDecreasing(_LossRule):
     def required_tensors(self, step):
         if self.mode is not None and self.view.mode is not self.mode:
             return ()
-        return loss_requirements(self.collection_names, self.tensor_regex, self.use_losses_collection)
+        return loss_requirements(self.collection_names, self.tensor_regex, self.use_losses_collection) + \
+            monitored_requirements(monitored_series(self._stopping.record(self.view)), self.use_losses_collection)
 
     def invoke_at_step(self, step):
         view = self.view
         if self.mode is not None and view.mode is not self.mode:
             return False
-        names = loss_names(view, self.collection_names, self.tensor_regex, self.use_losses_collection)
-        self._warn_no_losses(names)
         stopping = self._stopping.record(view)
         monitor = monitored_series(stopping)
+        names = with_monitored(view, loss_names(view, self.collection_names, self.tensor_regex,
+                                                self.use_losses_collection), monitor, self.use_losses_collection)
+        self._warn_no_losses(names)
         if monitor is not None:
             names = self._monitored(names, monitor)
         now = view.mode_step

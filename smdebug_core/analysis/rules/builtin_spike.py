@@ -49,6 +49,9 @@ class LossSpike(Rule):
     (``hook.add_rule``), writes the steps the flight recorder kept before the spike.
     """
 
+    reads_what = ("scalar losses; for attribution, gradient L2 norms (values or saved 'l2') and update/<weight> "
+                  'tensors or weights')
+
     measure_name = "loss / rolling median"
 
     def __init__(self, base_trial=None, factor=3.0, window=20, min_rise_fraction=0.1, min_zscore=6.0, lookback=5,

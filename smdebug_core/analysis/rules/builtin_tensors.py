@@ -61,19 +61,22 @@ class VanishingGradient(Rule):
 
     Reads the ``gradients`` collection and uses whatever the step saved that determines it:
     the saved ``abs mean`` reduction, else the whole gradient (its mean |value|), else the
-    saved L2 norm and the element count (a saved shape), converted to the RMS
+    saved L2 norm and the element count (a saved shape, else from a step that saved the
+    whole gradient: it keeps its parameter's shape), converted to the RMS
     ``L2 / sqrt(n)``. The RMS is never below the mean |value|, so a gradient judged from it
     fires only when it is certainly small; the finding says when it converted.
     Parameters: ``threshold`` (default 1e-7).
     """
 
     worst, measure_name = "min", "mean |gradient|"
-    reads_what = ("their mean |value| (an abs 'mean' reduction), their values, or an 'l2' reduction "
-                  "with their shape (save_shape=True), converted to the RMS L2/sqrt(n)")
+    reads_what = ("their mean |value| (an abs 'mean' reduction), their values, or an 'l2' reduction with "
+                  "their element count (a saved shape, or a step that saved the whole gradient), converted to "
+                  "the RMS L2/sqrt(n)")
 
     def __init__(self, base_trial=None, threshold=0.0000001, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.threshold = P.number(self.rule_name, "threshold", threshold, minimum=0)
+        self._sizes: Dict[str, int] = {}  # gradient -> element count (0: unknown)
 
     def required_tensors(self, step):
         return [Required(collections="gradients", reductions=[("mean", True)])]
@@ -88,7 +91,11 @@ class VanishingGradient(Rule):
             l2 = float(self.view.reduction(name, "l2"))
         except DATA_MISSING:
             return None, False
-        n = self.view.size(name)
+        n = self._sizes.get(name)
+        if n is None:
+            # A gradient keeps its parameter's shape: a step that saved its value or shape
+            # gives the element count of the steps that saved only its L2 norm (looked up once).
+            n = self._sizes[name] = self.view.steady_size(name) or 0
         if not n:
             return None, False
         return l2 / math.sqrt(n), True
@@ -135,6 +142,9 @@ class ExplodingTensor(_SelectionRule):
     design: a leaf row has no split, so Split, Yes, No and Missing are NaN there. Only
     infinities count in them.
     """
+
+    reads_what = ('saved min/max (or any other saved reduction: NaN and infinities propagate), else the whole '
+                  "values; a 'nonfinite' count")
 
     measure_name = "tensors with NaN/inf"
     _PREFERRED = (("min", False), ("max", False), ("max", True))
@@ -221,6 +231,9 @@ class AllZero(_SelectionRule):
     (a zero norm, abs max or abs mean, or min = max = 0); below 100 it needs full tensors.
     """
 
+    reads_what = ('their whole values; with threshold 100, a saved l1/l2/max|.|/mean|.| reduction decides (0 means '
+                  'all zero)')
+
     selection_required = True
 
     def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, threshold=100, actions=None,
@@ -285,6 +298,8 @@ class UnchangedTensor(_SelectionRule):
     tensor was saved. Runs on TRAIN and GLOBAL steps (nothing is trained in EVAL/PREDICT).
     """
 
+    reads_what = 'their whole values, else their saved reductions (compared between steps)'
+
     selection_required = True
 
     def __init__(self, base_trial=None, collection_names=None, tensor_regex=None, num_steps=3, rtol=1e-05,
@@ -344,6 +359,8 @@ class TensorVariance(_SelectionRule):
     bias) are left out: their variance is always 0, so any ``min_threshold`` fired forever (with
     only reductions saved, the run must save shapes too, ``save_shape=True``, to tell).
     """
+
+    reads_what = "their saved 'variance' reduction, else their whole values"
 
     selection_required = True
 
@@ -486,6 +503,8 @@ class SimilarAcrossRuns(_SelectionRule):
     ``tensor_regex`` (default: every tensor both runs saved at the step). Steps the other
     run does not have are skipped.
     """
+
+    reads_what = 'their whole values in both runs, else their saved reductions'
 
     def __init__(self, base_trial=None, other_trial=None, collection_names=None, tensor_regex=None, actions=None,
                  name=None):

@@ -48,6 +48,26 @@ def loss_names(view: StepView, collection_names=(), tensor_regex=(), use_losses_
     return [n for n in view.tensor_names("metrics") if not _SCORE_METRIC.search(n.rpartition("-")[2])]
 
 
+#: A validation loss a trainer logged (Lightning's ``self.log("val_loss", ...)``, the Hugging
+#: Face Trainer's ``eval_loss``): saved as a scalar, outside the losses collection.
+LOGGED_VALIDATION_LOSS = r"^scalar/(val|valid|validation|eval|test)_loss$"
+
+
+def with_monitored(view: StepView, names: List[str], monitor: Optional[str], logged: bool = True) -> List[str]:
+    """``names``, the metric early stopping monitored (any saved tensor: it is the metric to
+    judge) and, with ``logged``, the validation losses the trainer logged, where this step saved them."""
+    patterns = ([LOGGED_VALIDATION_LOSS] if logged else []) + \
+        ([f"^{re.escape(monitor)}$"] if monitor is not None and monitor not in names else [])
+    if not patterns:
+        return names
+    return list(names) + [n for n in view.tensor_names((), patterns) if n not in names]
+
+
+def monitored_requirements(monitor: Optional[str], logged: bool = True) -> List[Required]:
+    return ([Required(names=(monitor,), value=True)] if monitor is not None else []) + \
+        ([Required(regex=(LOGGED_VALIDATION_LOSS,), value=True)] if logged else [])
+
+
 def loss_requirements(collection_names=(), tensor_regex=(), use_losses_collection: bool = True) -> List[Required]:
     wanted = [Required(collections=collection_names, regex=tensor_regex, value=True)]
     if use_losses_collection:
@@ -60,6 +80,8 @@ def series_of(name: str, mode: ModeKeys) -> Optional[Tuple[str, str]]:
     if mode is ModeKeys.PREDICT:
         return None
     prefix, sep, last = name.rpartition("/")
+    if prefix == "scalar":  # the namespace of logged scalars: scalar/val_loss pairs with loss
+        prefix = sep = ""
     match = _VAL_PREFIX.match(last)
     if match:
         return prefix + sep + last[match.end():], VAL
@@ -70,7 +92,7 @@ def series_of(name: str, mode: ModeKeys) -> Optional[Tuple[str, str]]:
             return prefix + sep + metric, VAL if mode is ModeKeys.EVAL else TRAIN
         if lowered.startswith(_VAL_DATASETS):
             return prefix + sep + metric, VAL
-    return name, VAL if mode is ModeKeys.EVAL else TRAIN
+    return prefix + sep + last, VAL if mode is ModeKeys.EVAL else TRAIN
 
 
 def _read_losses(rule: Rule, names: List[str]) -> Dict[str, float]:
@@ -101,16 +123,22 @@ class _RegexLossRule(_LossRule):
     _monitored_seen = False
 
     def required_tensors(self, step):
-        return loss_requirements((), self.tensor_regex, not self.tensor_regex)
+        monitor = monitored_series(self._stopping.record(self.view))
+        return loss_requirements((), self.tensor_regex, not self.tensor_regex) + \
+            monitored_requirements(monitor, logged=not self.tensor_regex)
 
     def _loss_series(self):
         """``(series key, (training values, validation values))`` of this step's losses."""
-        names = loss_names(self.view, (), self.tensor_regex, not self.tensor_regex)
+        monitor = monitored_series(self._stopping.record(self.view))
+        names = with_monitored(self.view, loss_names(self.view, (), self.tensor_regex, not self.tensor_regex), monitor,
+                               logged=not self.tensor_regex)
         self._warn_no_losses(names)
         series = _split_by_series(self.view, _read_losses(self, names))
-        monitor = monitored_series(self._stopping.record(self.view))
-        if monitor is not None:
-            key = series_of(monitor, ModeKeys.TRAIN)[0]
+        followed = series_of(monitor, ModeKeys.TRAIN) if monitor is not None else None
+        # Only a validation metric is followed: these rules judge validation, which an early
+        # stopping on a training metric (a misconfiguration) does not watch.
+        if followed is not None and followed[1] == VAL:
+            key = followed[0]
             if key in series:
                 self._monitored_seen = True
                 return [(key, series[key])]
@@ -193,6 +221,9 @@ class Overfit(_RegexLossRule):
     ``min_gap_fraction`` (0.05), ``follow_early_stopping`` (False; the default set: True).
     """
 
+    reads_what = ('scalar training and validation losses (EVAL steps, val_*/validation-* names, logged '
+                  'val_loss/eval_loss scalars; the metric early stopping monitored)')
+
     measure_name = "validation/training ratio"
 
     def __init__(self, base_trial=None, tensor_regex=None, start_step=0, patience=1, ratio_threshold=0.1,
@@ -264,6 +295,9 @@ class Overtraining(_RegexLossRule):
     ``patience_validation`` passes), ``tensor_regex`` (default: the losses),
     ``follow_early_stopping`` (False; the default set: True).
     """
+
+    reads_what = ('scalar validation losses (EVAL steps, val_*/validation-* names, logged val_loss/eval_loss '
+                  'scalars; the metric early stopping monitored)')
 
     measure_name = "evaluation passes without improvement"
 
@@ -342,6 +376,8 @@ class ClassImbalance(Rule):
     reference counts from step 0, so an untrained model's first guesses fire it on runs that
     end at accuracy 1.0). Needs full label and prediction tensors.
     """
+
+    reads_what = 'the whole values of the labels (and predictions) tensors'
 
     def __init__(self, base_trial=None, threshold_imbalance=10, threshold_misprediction=0.7, samples=500,
                  argmax=False, labels_regex=".*labels", predictions_regex=".*predictions", actions=None, name=None):
@@ -453,6 +489,8 @@ class StalledTrainingRule(Rule):
     action), ``training_job_name_prefix`` (accepted for compatibility; SageMaker job lookup
     does not apply here, StopTraining acts on the run being watched).
     """
+
+    reads_what = 'no tensor: the times steps were saved at'
 
     def __init__(self, base_trial=None, threshold=1800, stop_training_on_fire=False, training_job_name_prefix=None,
                  actions=None, name=None):

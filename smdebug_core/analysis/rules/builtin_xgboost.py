@@ -55,6 +55,8 @@ class TreeDepth(Rule):
     the base-2 logarithm of the largest node id.
     """
 
+    reads_what = "XGBoost's trees/<column> tensors (the tree table's whole values)"
+
     def __init__(self, base_trial=None, depth=6, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
         self.depth = P.number(self.rule_name, "depth", depth, minimum=0)
@@ -99,6 +101,8 @@ class FeatureImportanceOverweight(Rule):
     rounds, with few trees, may do so). Parameters: ``threshold`` (0.8), ``nfeatures`` (3),
     ``tensor_regex``.
     """
+
+    reads_what = "XGBoost's feature importance tensors (whole values)"
 
     def __init__(self, base_trial=None, threshold=0.8, nfeatures=3, tensor_regex=".*feature_importance/weight",
                  actions=None, name=None):

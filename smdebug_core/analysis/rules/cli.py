@@ -152,7 +152,8 @@ def _list_rules() -> str:
             params.append(pname if p.default is inspect.Parameter.empty else f"{pname}={p.default!r}")
         marker = "  (needs parameters; not run by default)" if name in NEEDS_PARAMETERS else ""
         description = textwrap.indent(_plain(inspect.cleandoc(cls.__doc__ or "")), "    ")
-        blocks.append(f"{name}{marker}\n{description}\n    parameters: {', '.join(params) or '-'}")
+        blocks.append(f"{name}{marker}\n{description}\n    parameters: {', '.join(params) or '-'}\n"
+                      f"    reads: {cls.reads_what}")
     return "\n\n".join(blocks)
 
 

@@ -231,6 +231,11 @@ class StepView:
         except TensorUnavailableForStep:
             return None
 
+    def steady_size(self, name: str) -> Optional[int]:
+        """How many elements ``name`` has, from this step or, for a tensor that keeps its
+        shape (a parameter's gradient), from another step that saved its shape or value."""
+        return self.size(name)
+
     def scalar(self, name: str) -> float:
         """A single number for ``name``: the value if it has one element, else its mean."""
         try:
@@ -431,6 +436,16 @@ class TrialStepView(StepView):
             return int(np.prod(self._tensor(name).shape(self.step)))
         except (TensorUnavailable, TensorUnavailableForStep, ShapeUnavailableForStep):
             return super().size(name)
+
+    def steady_size(self, name: str) -> Optional[int]:
+        size = self.size(name)
+        if size:
+            return size
+        try:
+            shape = self._tensor(name).steady_shape()
+        except (TensorUnavailable, TensorUnavailableForStep):
+            return None
+        return int(np.prod(shape)) if shape is not None else None
 
     def saved_reductions(self, name: str) -> Dict[ReductionKey, float]:
         hit = self._saved.get(name)

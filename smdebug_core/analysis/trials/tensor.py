@@ -324,6 +324,20 @@ class Tensor:
             raise ShapeUnavailableForStep(self.name, step, mode)
         return tuple(self._read([ReadRequest(None, location, g, chosen)], progress=False)[None].shape)
 
+    def steady_shape(self, worker: Optional[str] = None) -> Optional[Tuple[int, ...]]:
+        """The shape at the first step that saved one (or a value), None when none did: the
+        shape at every step for a tensor that keeps its shape (a parameter, its gradient),
+        for steps that saved only reductions."""
+        for g in sorted(self._shapes):
+            _, shape = self._pick(self._shapes[g], worker)
+            if shape is not None:
+                return tuple(shape)
+        for g in sorted(self._locations):
+            chosen, location = self._pick(self._locations[g], worker)
+            if location is not None:
+                return tuple(self._read([ReadRequest(None, location, g, chosen)], progress=False)[None].shape)
+        return None
+
     def shapes(
         self, mode=GLOBAL, worker: Optional[str] = None, show_incomplete_steps: bool = False
     ) -> Dict[int, Tuple[int, ...]]:
