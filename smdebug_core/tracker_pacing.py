@@ -13,7 +13,8 @@ the step that stands for it. Scalars (losses, metrics) are sent at every step.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Tuple
+from collections import deque
+from typing import Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -44,7 +45,8 @@ class StatisticsPacing:
         self.folded = 0  # per-layer values folded into a later step's
         self._seen = 0
         self._cost: Optional[float] = None  # thread seconds per step that carried statistics
-        self._interval: Optional[float] = None  # seconds between steps
+        self._interval: Optional[float] = None  # seconds between steps: the median of the last ones,
+        self._intervals: Deque[float] = deque(maxlen=64)  # which an evaluation or checkpoint pause does not move
         self._last_arrival: Optional[float] = None
         self._pending: Dict[Tuple[str, str], LayerValues] = {}  # (mode, statistic) -> folded so far
         self._last: Optional[StepPoints] = None
@@ -75,13 +77,12 @@ class StatisticsPacing:
         with_stats = sum(1 for p in batch if p.stats)
         if with_stats:
             self._cost = self._smooth(self._cost, seconds / with_stats)
-        arrivals = [p.arrived for p in batch if p.arrived]
-        if arrivals:
-            first = self._last_arrival if self._last_arrival is not None else arrivals[0]
-            steps = len(arrivals) - (0 if self._last_arrival is not None else 1)
-            if steps > 0 and arrivals[-1] > first:
-                self._interval = self._smooth(self._interval, (arrivals[-1] - first) / steps)
-            self._last_arrival = arrivals[-1]
+        for arrived in (p.arrived for p in batch if p.arrived):
+            if self._last_arrival is not None and arrived > self._last_arrival:
+                self._intervals.append(arrived - self._last_arrival)
+            self._last_arrival = arrived
+        if self._intervals:
+            self._interval = float(np.median(self._intervals))
         if self._cost is not None and self._interval:
             need = self._cost / (self.budget * self._interval)
             self.every = int(min(MAX_EVERY, 2 ** max(0, math.ceil(math.log2(need))))) if need > 1 else 1
