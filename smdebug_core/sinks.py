@@ -23,7 +23,7 @@ import numpy as np
 
 from .logger import get_logger
 from .reduction_config import REDUCTION_TAG_PREFIX
-from .tracker_pacing import DEFAULT_COST_BUDGET, StatisticsPacing
+from .tracker_pacing import DEFAULT_COST_BUDGET, Pacing
 from .trackers import MLFLOW_MAX_SERIES, MlflowDestination, StepPoints, TagParser, WandbDestination
 
 logger = get_logger()
@@ -37,17 +37,17 @@ class TrackerSink:
     """A step sink sending to a tracker ``destination`` (``open``/``send``/``close``) from a
     daemon thread. ``max_queue``: steps waiting at most (more are dropped, counted);
     ``batch_steps``: steps sent together at most; ``close_timeout``: seconds ``close`` waits;
-    ``cost_budget``: the share of the time between steps that the sink's thread may spend
-    (default 0.02; None: every step's statistics are sent, whatever they cost): past it, the
-    per-layer statistics go every 2nd, 4th... step, each keeping every layer's most extreme
-    value of the steps it stands for, while scalars keep every step (:class:`StatisticsPacing`)."""
+    ``cost_budget``: the share of the time between steps that sending may cost (default 0.02;
+    None: every step is sent, whatever it costs): past it, steps go in bins of 2, 4... steps,
+    each sending the steps where a scalar is at its minimum or maximum, with every layer's
+    most extreme statistic of the bin (:mod:`smdebug.tracker_pacing`)."""
 
     tool = "a tracker"
 
     def __init__(self, destination, *, max_queue: int = 1000, batch_steps: int = 64, close_timeout: float = 10.0,
                  cost_budget: Optional[float] = DEFAULT_COST_BUDGET):
         self.destination = destination
-        self._pacing = StatisticsPacing(cost_budget)
+        self._pacing = Pacing(cost_budget, getattr(destination, "helper_cost", 0.0))
         self.batch_steps = int(batch_steps)
         self.close_timeout = float(close_timeout)
         self._queue: "queue.Queue" = queue.Queue(maxsize=int(max_queue))
@@ -67,12 +67,12 @@ class TrackerSink:
     def counts(self) -> dict:
         """``steps`` queued, points ``sent`` and ``dropped`` (a full queue, a failed call, the
         close timeout, the series cap), ``failed_calls``, ``dropped_series`` (names),
-        ``folded`` (per-layer values folded into a later step's, see :class:`StatisticsPacing`)
-        and ``statistics_every`` (the pacing's current interval)."""
+        ``folded`` (values not sent at their own step: see :mod:`smdebug.tracker_pacing`) and
+        ``every`` (the steps per bin the pacing uses now; 1: every step is sent)."""
         with self._lock:
             out = dict(self._counts)
         out["dropped_series"] = len(self.destination.dropped_series)
-        out["folded"], out["statistics_every"] = self._pacing.folded, self._pacing.every
+        out["folded"], out["every"] = self._pacing.folded, self._pacing.every
         return out
 
     # --- the step-sink protocol (the step pipeline's worker, sometimes the training thread) ---
@@ -139,10 +139,10 @@ class TrackerSink:
                     break
                 batch.append(more)
             started = time.thread_time()
-            self._pacing.thin(batch, final=stop)
+            handled, batch = len(batch), self._pacing.thin(batch, final=stop)
             n = self._in_flight = sum(len(p) for p in batch)
             try:
-                left_out = self.destination.send(batch)
+                left_out = self.destination.send(batch) if batch else 0
             except Exception as exc:  # noqa: BLE001 - a tracker's failure costs its points, not training
                 with self._lock:
                     self._counts["failed_calls"] += 1
@@ -154,9 +154,9 @@ class TrackerSink:
                         self._counts["sent"] += n - left_out
                         self._counts["dropped"] += left_out
             self._in_flight = 0
-            self._pacing.measured(batch, time.thread_time() - started)
+            self._pacing.measured(handled, time.thread_time() - started)
             with self._idle:
-                self._waiting -= len(batch)
+                self._waiting -= handled
                 self._idle.notify_all()
             if stop:
                 return

@@ -223,6 +223,9 @@ class WandbDestination:
     finished by :meth:`close`. ``grouped``: ``"table"`` or ``"histogram"`` per statistic and
     step; ``"series"``: one series per layer (what the W&B docs advise against past ~10k)."""
 
+    #: wandb's own threads' CPU per unit of the sender's, for a row (measured: about 2x).
+    helper_cost = 2.0
+
     def __init__(self, grouped: str = "histogram", run=None, init_kwargs: Optional[dict] = None):
         if grouped not in ("table", "histogram", "series"):
             raise ValueError(f"grouped must be 'table', 'histogram' or 'series', got {grouped!r}")
