@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import ml_dtypes
 import numpy as np
@@ -254,18 +254,27 @@ def _combine_moments(pieces: Mapping[str, np.ndarray], prefix: str) -> Dict[str,
 
 
 # --- producers every library shares ----------------------------------------------------------
-def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand: Callable, xp,
-                    seg_count: Optional[Callable] = None, wide=None, host: bool = False, peak: Optional[float] = None) -> Dict[str, Any]:
-    """The health ``columns`` of each segment of ``x``, in any array library.
+class Segments(NamedTuple):
+    """How an array library reduces each segment of an array ``x`` (rows of a stacked batch,
+    slices of a flat copy, one tensor): ``counts``, each segment's element count; ``sum(a)``,
+    each segment's sum of a float64 array ``a`` (and of a boolean mask, unless ``count``
+    counts those); ``expand(v)``, a per-segment value broadcast against ``x``; ``xp``, a
+    namespace with ``where(mask, a, scalar)`` and ``isfinite`` (numpy and torch are ones)."""
 
-    ``counts``: each segment's element count; ``seg_sum(a)``: each segment's sum of a float64
-    array ``a`` (and of a boolean mask, unless ``seg_count`` counts those); ``expand(v)``: a
-    per-segment value broadcast against ``x``; ``xp``: a namespace with ``where(mask, a,
-    scalar)`` and ``isfinite`` (numpy and torch are ones). Counts compare ``|x|`` with each
-    bound (every bound is a float32 value: ``x`` may be float32). The moments are taken of
-    ``wide`` (``x`` in float64; default ``x``), masked to the finite elements unless the peak
-    (below) says there is nothing to mask. Backends call it with their own segments: rows of
-    a stacked batch, slices of a flat copy, one tensor.
+    counts: Any
+    sum: Callable
+    expand: Callable
+    xp: Any
+    count: Optional[Callable] = None
+
+
+def health_partials(x, columns: Sequence[str], segments: Segments, wide=None, host: bool = False,
+                    peak: Optional[float] = None) -> Dict[str, Any]:
+    """The health ``columns`` of each of the ``segments`` of ``x``, in any array library.
+
+    Counts compare ``|x|`` with each bound (every bound is a float32 value: ``x`` may be
+    float32). The moments are taken of ``wide`` (``x`` in float64; default ``x``), masked to
+    the finite elements unless the peak (below) says there is nothing to mask.
 
     ``host``: ``x`` is a numpy array, whose extremes cost no transfer. Then the largest ``|x|``
     of all segments (``peak``, or an upper bound of it, when the caller has it; NaN if any
@@ -273,7 +282,8 @@ def health_partials(x, columns: Sequence[str], counts, seg_sum: Callable, expand
     element, and no element exceeds a type whose largest value is at least that; no nonzero
     element is at most a bound below the smallest nonzero ``|x|``.
     """
-    seg_count = seg_count or seg_sum
+    counts, seg_sum, expand, xp = segments.counts, segments.sum, segments.expand, segments.xp
+    seg_count = segments.count or seg_sum
     kept: Dict[str, object] = {}  # |x| and the finite mask, made on first use
 
     def abs_x():
@@ -379,10 +389,9 @@ def flat_columns(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], needed: 
         health = [c for c in needed if c in HEALTH_COLUMNS and c != "count"]
         if health:
             lengths = n.astype(np.intp)
-            got.update(health_partials(wide, health, n, lambda a: np.add.reduceat(a, starts),
-                                       lambda v: np.repeat(v, lengths), np,
-                                       seg_count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64),
-                                       host=True))
+            segments = Segments(n, lambda a: np.add.reduceat(a, starts), lambda v: np.repeat(v, lengths), np,
+                                count=lambda mask: np.add.reduceat(mask, starts, dtype=np.float64))
+            got.update(health_partials(wide, health, segments, host=True))
         magnitudes = np.abs(wide) if any(c.endswith("_abs") for c in want) else None
         for a, src in (("", wide), ("_abs", magnitudes)):
             if src is None:

@@ -40,7 +40,7 @@ import torch
 from torch._utils import _flatten_dense_tensors
 
 from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
-from smdebug.reduction_columns import HEALTH_COLUMNS, columns_for, finish, flat_columns, health_partials
+from smdebug.reduction_columns import HEALTH_COLUMNS, Segments, columns_for, finish, flat_columns, health_partials
 
 from . import host_reductions as host
 from .host_reductions import (FLOAT64_SOURCES, BufferPool, ReductionKey, as_rows, reduce_rows, reduce_values,
@@ -429,9 +429,9 @@ def _segment_columns(x: torch.Tensor, lengths: torch.Tensor, counts: torch.Tenso
     got: Dict[str, torch.Tensor] = {"count": counts}
     health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
     if health:
-        got.update(health_partials(
-            x, health, counts, lambda a: torch.segment_reduce(a.to(torch.float64), "sum", lengths=lengths, unsafe=True),
-            lambda v: torch.repeat_interleave(v, lengths, output_size=x.numel()), torch))
+        got.update(health_partials(x, health, Segments(
+            counts, lambda a: torch.segment_reduce(a.to(torch.float64), "sum", lengths=lengths, unsafe=True),
+            lambda v: torch.repeat_interleave(v, lengths, output_size=x.numel()), torch)))
     if "sum_sq" in want:
         got["sum_sq"] = torch.segment_reduce(x.square(), "sum", lengths=lengths, unsafe=True)
     magnitudes = x.abs() if any(c.endswith("_abs") for c in want) else None
@@ -472,9 +472,8 @@ def _one_columns(t: torch.Tensor, needed: Tuple[str, ...]) -> Dict[str, object]:
     got: Dict[str, object] = {}
     health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
     if health:
-        partials = health_partials(x.reshape(1, -1).to(torch.float64), health,
-                                   torch.full((1,), float(n), dtype=torch.float64, device=x.device),
-                                   _row_sums, _per_row, torch)
+        partials = health_partials(x.reshape(1, -1).to(torch.float64), health, Segments(
+            torch.full((1,), float(n), dtype=torch.float64, device=x.device), _row_sums, _per_row, torch))
         got.update({name: value.reshape(()) for name, value in partials.items()})
     got["count"] = float(n)
     if "sum_sq" in want:  # the norm squared in float64: its square root is the norm, exactly

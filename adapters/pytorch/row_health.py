@@ -12,7 +12,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from smdebug.reduction_columns import health_partials
+from smdebug.reduction_columns import Segments, health_partials
 
 MOMENT_COLUMNS = frozenset(p + m for p in ("", "abs_") for m in ("mean", "m2", "m3", "m4"))
 
@@ -28,9 +28,9 @@ def health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers,
 
     def partials(block, wanted, wide=None):
         width = block.shape[1]
-        return health_partials(
-            block, wanted, np.full(block.shape[0], float(width)), lambda a: a.sum(axis=1), lambda v: v[:, None], np,
-            seg_count=count_per_row, wide=wide, host=True, peak=peak)
+        segments = Segments(np.full(block.shape[0], float(width)), lambda a: a.sum(axis=1), lambda v: v[:, None], np,
+                            count=count_per_row)
+        return health_partials(block, wanted, segments, wide=wide, host=True, peak=peak)
 
     low, high = row_extremes()
     peak = float(np.max([-low.min(), high.max()]))  # NaN if any element is; of every block, an upper bound

@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from smdebug.capture.backend import Materialized, Request, TensorBackend
-from smdebug.reduction_columns import HEALTH_COLUMNS, columns_for, finish, health_partials
+from smdebug.reduction_columns import HEALTH_COLUMNS, Segments, columns_for, finish, health_partials
 
 ReductionKey = Tuple[str, bool]
 #: What :func:`smdebug.reduction_columns.health_partials` needs of an array library.
@@ -416,7 +416,7 @@ def _wide_exact(t):
 def _health_partials(x, columns, sizes, seg_sum, expand):
     """:func:`smdebug.reduction_columns.health_partials` of float64 ``x`` in TensorFlow ops."""
     counts = tf.constant(np.asarray(sizes, dtype=np.float64))
-    return health_partials(x, columns, counts, seg_sum, expand, _TF_ARRAYS)
+    return health_partials(x, columns, Segments(counts, seg_sum, expand, _TF_ARRAYS))
 
 
 def _propagate_nan(extreme, has_nan):

@@ -11,6 +11,7 @@ import pytest
 import smdebug as smd
 from smdebug import reductions as reference
 from smdebug.exceptions import ConfigError
+from smdebug.reduction_columns import Segments
 from smdebug.reduction_config import ReductionConfig
 
 TYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
@@ -86,9 +87,9 @@ def test_edge_cases_give_nan_not_errors():
 
 def _segments_partials(x, sizes, keys, host=False):
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
-    return reference.health_partials(
-        x, reference.health_columns(keys, combinable=True), np.asarray(sizes, np.float64),
-        lambda a: np.add.reduceat(a.astype(np.float64), starts), lambda v: np.repeat(v, sizes), np, host=host)
+    segments = Segments(np.asarray(sizes, np.float64), lambda a: np.add.reduceat(a.astype(np.float64), starts),
+                        lambda v: np.repeat(v, sizes), np)
+    return reference.health_partials(x, reference.health_columns(keys, combinable=True), segments, host=host)
 
 
 def _finite_pieces():
