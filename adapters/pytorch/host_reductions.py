@@ -17,7 +17,7 @@ import contextlib
 import functools
 import math
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -123,36 +123,73 @@ def row_columns(rows: torch.Tensor, needed: Tuple[str, ...], buffers: Optional["
     """
     if rows.numel() <= NUMPY_ROWS_MAX_NUMEL:  # each row a segment of one flat float64 copy
         return flat_columns(rows.numpy().astype(np.float64).reshape(-1), row_segments(*rows.shape), needed)
-    n = rows.shape[1]
-    cache: Dict[object, object] = {}
-    wide = None  # float64 copy of rows, made once for sums and norms (into a kept buffer)
+    passes = RowPasses(rows, buffers)
+    out: Dict[str, np.ndarray] = {"count": np.full(rows.shape[0], float(rows.shape[1]))}
+    health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
+    try:
+        with np.errstate(all="ignore"):
+            for name in needed:
+                if name in RowPasses.PLAIN:
+                    value = RowPasses.PLAIN[name](passes)
+                    out[name] = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+            if health:
+                out.update(health_of_rows(passes, health))
+    finally:
+        passes.release()
+    return out
 
-    def get(key, compute):
-        if key not in cache:
-            cache[key] = compute()
-        return cache[key]
 
-    def source(is_abs: bool) -> torch.Tensor:
-        if not is_abs:
-            return rows
-        return get("abs", rows.abs)
+class RowPasses:
+    """The passes over a ``[n, size]`` CPU tensor's rows that its columns need, each made once
+    (:func:`row_columns` asks for the plain columns, :func:`.row_health.health_of_rows` for
+    the float64 copy, means and extremes its health counts and moments reuse)."""
 
-    def as_wide() -> torch.Tensor:
-        nonlocal wide
-        if wide is None:
+    #: plain column -> how it is made of the passes
+    PLAIN: Dict[str, Callable[["RowPasses"], object]] = {
+        "sum": lambda p: p.total(False), "sum_abs": lambda p: p.total(True), "sum_sq": lambda p: p.wide_sums()[1],
+        "min": lambda p: p.extreme("amin"), "max": lambda p: p.extreme("amax"),
+        "min_abs": lambda p: p.extreme("amin", True), "max_abs": lambda p: p.extreme("amax", True),
+        "var": lambda p: p.variance(False), "var_abs": lambda p: p.variance(True),
+        "prod": lambda p: p.product(False), "prod_abs": lambda p: p.product(True),
+        "median": lambda p: p.median(False), "median_abs": lambda p: p.median(True)}
+
+    def __init__(self, rows: torch.Tensor, buffers: Optional["BufferPool"]):
+        self.rows, self.buffers = rows, buffers
+        self.size = rows.shape[1]
+        self._made: Dict[object, object] = {}
+        self._wide: Optional[torch.Tensor] = None  # float64 copy of rows, made once (into a kept buffer)
+
+    def _once(self, key, compute):
+        if key not in self._made:
+            self._made[key] = compute()
+        return self._made[key]
+
+    def source(self, is_abs: bool) -> torch.Tensor:
+        return self._once("abs", self.rows.abs) if is_abs else self.rows
+
+    def wide(self) -> torch.Tensor:
+        """The rows in float64 (themselves when they are)."""
+        if self._wide is None:
+            rows = self.rows
             if rows.dtype == torch.float64:
-                wide = rows
-            elif buffers is not None:
-                wide = buffers.take(torch.float64, tuple(rows.shape))
-                wide.copy_(rows)
+                self._wide = rows
+            elif self.buffers is not None:
+                self._wide = self.buffers.take(torch.float64, tuple(rows.shape))
+                self._wide.copy_(rows)
             else:
-                wide = rows.to(torch.float64)
-        return wide
+                self._wide = rows.to(torch.float64)
+        return self._wide
 
-    def extreme(op: str, is_abs: bool = False) -> torch.Tensor:  # "amin" or "amax" of each row
-        return get((op, is_abs), lambda: getattr(source(is_abs), op)(dim=1))
+    def release(self) -> None:
+        """Give the float64 copy back to the buffers it came from."""
+        if self._wide is not None and self._wide is not self.rows and self.buffers is not None:
+            self.buffers.give(self._wide)
+        self._wide = None
 
-    def wide_sums() -> Tuple[torch.Tensor, torch.Tensor]:
+    def extreme(self, op: str, is_abs: bool = False) -> torch.Tensor:  # "amin" or "amax" of each row
+        return self._once((op, is_abs), lambda: getattr(self.source(is_abs), op)(dim=1))
+
+    def wide_sums(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """Each row's sum and sum of squares in float64; past :data:`WHOLE_WIDE_COPY_MAX`
         elements, block by block through a float64 scratch block that stays in cache
         (:func:`.row_health.scratch_blocks`) instead of a float64 copy of the rows.
@@ -160,61 +197,47 @@ def row_columns(rows: torch.Tensor, needed: Tuple[str, ...], buffers: Optional["
         it runs on OpenBLAS, whose threads spin on every core after each call and slowed a
         training step of 24 tensors of 262k elements from 11 to 17 ms (docs/performance.md)."""
         def compute():
+            rows = self.rows
             if rows.dtype == torch.float64 or rows.numel() <= WHOLE_WIDE_COPY_MAX:
-                wide_rows = as_wide()
+                wide_rows = self.wide()
                 return wide_rows.sum(dim=1), torch.linalg.vector_norm(wide_rows, dim=1).square()
             sums = torch.zeros(rows.shape[0], dtype=torch.float64)
             squares = torch.zeros(rows.shape[0], dtype=torch.float64)
-            for top, bottom, block, wide_block in scratch_blocks(rows, torch.float64, buffers):
+            for top, bottom, block, wide_block in scratch_blocks(rows, torch.float64, self.buffers):
                 wide_block.copy_(block)
                 sums[top:bottom] += wide_block.sum(dim=1)
                 squares[top:bottom] += torch.linalg.vector_norm(wide_block, dim=1).square()
             return sums, squares
-        return get("wide sums", compute)
+        return self._once("wide sums", compute)
 
-    def total(is_abs: bool) -> torch.Tensor:
+    def total(self, is_abs: bool) -> torch.Tensor:
         if is_abs:
-            return get(("sum", True), lambda: source(True).sum(dim=1, dtype=torch.float64))
-        return wide_sums()[0]
+            return self._once(("sum", True), lambda: self.source(True).sum(dim=1, dtype=torch.float64))
+        return self.wide_sums()[0]
 
-    def variance(is_abs: bool) -> torch.Tensor:
+    def variance(self, is_abs: bool) -> torch.Tensor:
         def compute():
-            mean = total(is_abs) / n
+            mean = self.total(is_abs) / self.size
             if is_abs:  # |x| has no sum of squares at hand (rare): two passes
-                return _two_pass_variance(source(True), mean)
-            var = wide_sums()[1] / n - mean * mean
+                return _two_pass_variance(self.source(True), mean)
+            var = self.wide_sums()[1] / self.size - mean * mean
             redo = ~(var > CANCELLATION_LIMIT * mean * mean)  # cancels, or not finite
             if bool(redo.any()):
-                var[redo] = _two_pass_variance(rows[redo], mean[redo])
+                var[redo] = _two_pass_variance(self.rows[redo], mean[redo])
             return var
-        return get(("var", is_abs), compute)
+        return self._once(("var", is_abs), compute)
 
-    def row_mean():  # float64, for the health moments
-        return (total(False) / n).numpy()
+    def product(self, is_abs: bool) -> torch.Tensor:
+        return self.source(is_abs).to(torch.float64).prod(dim=1)
 
-    def row_extremes():  # float64 minima and maxima, for the health counts and moments
-        return extreme("amin").numpy().astype(np.float64), extreme("amax").numpy().astype(np.float64)
+    def median(self, is_abs: bool) -> np.ndarray:
+        return np.median(self.source(is_abs).to(torch.float64).numpy(), axis=1)
 
-    plain = {"sum": lambda: total(False), "sum_abs": lambda: total(True), "sum_sq": lambda: wide_sums()[1],
-             "min": lambda: extreme("amin"), "max": lambda: extreme("amax"),
-             "min_abs": lambda: extreme("amin", True), "max_abs": lambda: extreme("amax", True),
-             "var": lambda: variance(False), "var_abs": lambda: variance(True),
-             "prod": lambda: source(False).to(torch.float64).prod(dim=1),
-             "prod_abs": lambda: source(True).to(torch.float64).prod(dim=1),
-             "median": lambda: np.median(source(False).to(torch.float64).numpy(), axis=1),
-             "median_abs": lambda: np.median(source(True).to(torch.float64).numpy(), axis=1)}
-    out: Dict[str, np.ndarray] = {"count": np.full(rows.shape[0], float(n))}
-    health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
-    with np.errstate(all="ignore"):
-        for name in needed:
-            if name in plain:
-                value = plain[name]()
-                out[name] = value.numpy() if isinstance(value, torch.Tensor) else value
-        if health:
-            out.update(health_of_rows(rows, as_wide, row_mean, row_extremes, buffers, health))
-    if wide is not None and wide is not rows and buffers is not None:
-        buffers.give(wide)
-    return out
+    def mean(self) -> np.ndarray:  # float64, for the health moments
+        return (self.total(False) / self.size).numpy()
+
+    def extremes(self) -> Tuple[np.ndarray, np.ndarray]:  # float64 minima and maxima, for the health counts and moments
+        return self.extreme("amin").numpy().astype(np.float64), self.extreme("amax").numpy().astype(np.float64)
 
 
 #: Groups of at most this many elements have their float64 sums taken of one float64 copy

@@ -17,12 +17,14 @@ from smdebug.reduction_columns import Segments, health_partials
 MOMENT_COLUMNS = frozenset(p + m for p in ("", "abs_") for m in ("mean", "m2", "m3", "m4"))
 
 
-def health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers, columns: Tuple[str, ...]):
-    """Health partials of each row of a big ``[n, size]`` CPU tensor. Counts with numpy, block
-    by block (:func:`row_blocks`), in the rows' own dtype, most of them settled by the rows'
-    extremes (``row_extremes()``, float64; see :func:`smdebug.reduction_columns.health_partials`);
-    moments of float32 rows in float32 (:func:`float32_moments`, from ``row_mean()``), else
-    (or where some element is not finite) of the float64 copy the sums use (``as_wide()``)."""
+def health_of_rows(passes, columns: Tuple[str, ...]):
+    """Health partials of each row of a big ``[n, size]`` CPU tensor (``passes``: its
+    :class:`.host_reductions.RowPasses`). Counts with numpy, block by block (:func:`row_blocks`),
+    in the rows' own dtype, most of them settled by the rows' extremes (``passes.extremes()``,
+    float64; see :func:`smdebug.reduction_columns.health_partials`); moments of float32 rows in
+    float32 (:func:`float32_moments`, from ``passes.mean()``), else (or where some element is
+    not finite) of the float64 copy the sums use (``passes.wide()``)."""
+    rows = passes.rows
     x = rows.detach().numpy()
     n_rows, size = x.shape
 
@@ -32,7 +34,7 @@ def health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers,
                             count=count_per_row)
         return health_partials(block, wanted, segments, wide=wide, host=True, peak=peak)
 
-    low, high = row_extremes()
+    low, high = passes.extremes()
     peak = float(np.max([-low.min(), high.max()]))  # NaN if any element is; of every block, an upper bound
     out: Dict[str, np.ndarray] = {}
     for top, bottom, left, right in row_blocks(n_rows, size):  # every count adds up over a row's blocks
@@ -45,8 +47,8 @@ def health_of_rows(rows: torch.Tensor, as_wide, row_mean, row_extremes, buffers,
     fast = None
     if rows.dtype == torch.float32 and bool((out["finite"] == size).all()) and "abs_mean" not in moments \
             and "m3" not in moments:
-        fast = float32_moments(rows.detach(), row_mean(), low, high, buffers)
-    out.update(fast if fast is not None else partials(x, columns, as_wide().detach().numpy()))
+        fast = float32_moments(rows.detach(), passes.mean(), low, high, passes.buffers)
+    out.update(fast if fast is not None else partials(x, columns, passes.wide().detach().numpy()))
     return out
 
 
