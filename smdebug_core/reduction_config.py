@@ -109,8 +109,7 @@ class ReductionConfig:
         for item in (p.strip() for p in text.split(",")):
             if not item:
                 continue
-            is_abs = item.startswith("abs_")
-            word = item[4:] if is_abs else item
+            word, is_abs = split_reduction_label(item)
             if word.endswith("_norm") and word[: -len("_norm")] in ALLOWED_NORMS:
                 word = word[: -len("_norm")]  # only l1_norm/l2_norm: "median_norm" is no "median"
             if word in ALLOWED_NORMS:
@@ -195,12 +194,22 @@ class ReductionConfig:
 
 
 @functools.lru_cache(maxsize=1 << 16)  # the same few tags at every saved step
+def reduction_label(op: str, is_abs: bool) -> str:
+    """A reduction key's name: ``l2``, ``abs_max``... (the ``reduction`` column, record names)."""
+    return f"abs_{op}" if is_abs else op
+
+
+def split_reduction_label(label: str) -> Tuple[str, bool]:
+    """``"abs_max"`` -> ``("max", True)``, ``"l2"`` -> ``("l2", False)``: :func:`reduction_label` undone."""
+    return (label[4:], True) if label.startswith("abs_") else (label, False)
+
+
 def reduction_tag(tensor_name: str, reduction: str, is_abs: bool, strip_output_index: bool = True) -> str:
     """The record name of a reduction, e.g. ``smdebug/reductions/abs_l2/fc.weight``.
 
     Like the original, every framework but TensorFlow drops ``:<digits>`` suffixes.
     """
-    body = f"{'abs_' if is_abs else ''}{reduction}/{tensor_name}"
+    body = f"{reduction_label(reduction, is_abs)}/{tensor_name}"
     if strip_output_index:
         body = _strip_output_index(body)
     return REDUCTION_TAG_PREFIX + body
@@ -215,8 +224,8 @@ def parse_reduction_tag(tag: str) -> Optional[Tuple[str, bool, str]]:
     op, sep, tensor = rest.partition("/")
     if not sep:
         return None
-    is_abs = op.startswith("abs_")
-    return (op[4:] if is_abs else op), is_abs, tensor
+    op, is_abs = split_reduction_label(op)
+    return op, is_abs, tensor
 
 
 _OUTPUT_INDEX = re.compile(r":\d+")

@@ -32,7 +32,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from .logger import get_logger
-from .reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
+from .reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag, reduction_label
 
 logger = get_logger()
 
@@ -129,7 +129,7 @@ class TagParser:
             return self._cache[tag]
         except KeyError:
             parsed = parse_reduction_tag(tag)
-            out = None if parsed is None else (("abs_" if parsed[1] else "") + parsed[0], parsed[2])
+            out = None if parsed is None else (reduction_label(parsed[0], parsed[1]), parsed[2])
             self._cache[tag] = out
             return out
 

@@ -213,7 +213,7 @@ def _cmd_show(args) -> int:
     import numpy as np
 
     from ..modes import ModeKeys
-    from .trials.labels import reduction_label as label
+    from ..reduction_config import reduction_label as label
 
     trial = _open(args)
     tensor = trial.tensor(args.tensor)

@@ -321,7 +321,7 @@ class BulkSteps:
         return self._loaded.get(step)
 
     def _load(self, steps: List[int]) -> None:
-        from ..trials.labels import reduction_label
+        from ...reduction_config import reduction_label
 
         try:
             table = self.trial.to_table(steps=steps, progress=False, on_error="warn")

@@ -12,9 +12,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from ...modes import ModeKeys
-from ...reduction_config import ALLOWED_NORMS, ALLOWED_REDUCTIONS
+from ...reduction_config import ALLOWED_NORMS, ALLOWED_REDUCTIONS, reduction_label, split_reduction_label
 from ...reductions import reduce_many
-from .labels import reduction_label
 from .locations import ReadRequest
 from .table import Table, sorted_codes
 
@@ -28,8 +27,7 @@ def parse_reductions(reductions: Iterable[str]) -> List[Tuple[str, bool]]:
     allowed = ALLOWED_REDUCTIONS + ALLOWED_NORMS
     keys = []
     for text in ([reductions] if isinstance(reductions, str) else list(reductions)):
-        is_abs = isinstance(text, str) and text.startswith("abs_")
-        op = text[4:] if is_abs else text
+        op, is_abs = split_reduction_label(text) if isinstance(text, str) else (text, False)
         if op not in allowed:
             raise ValueError(f"unknown reduction {text!r}; allowed: {', '.join(allowed)}, each also as abs_NAME")
         if (op, is_abs) not in keys:

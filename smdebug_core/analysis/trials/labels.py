@@ -1,10 +1,5 @@
 """How a saved reduction is named in tables, series and the ``smdebug`` command, and what a
-name that was not saved probably meant."""
-
-
-def reduction_label(op: str, is_abs: bool) -> str:
-    """The ``reduction`` column's text for a reduction key: ``l2``, ``abs_max``..."""
-    return f"abs_{op}" if is_abs else op
+name that was not saved probably meant (a key's name itself: ``reduction_config.reduction_label``)."""
 
 
 def tensor_name_hint(name, known) -> str:

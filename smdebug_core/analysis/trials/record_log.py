@@ -9,7 +9,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
-from .labels import reduction_label
+from ...reduction_config import reduction_label
 
 
 class _Interner:

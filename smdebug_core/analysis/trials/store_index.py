@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import numpy as np
 
 from ...exceptions import IndexReaderException, MixedRunLayouts, UnsafeRunFile
-from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
+from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag, split_reduction_label
 from ...storage.format import store
 from ...storage.store_rows import complete_batches
 from ...storage.format.index import _parse_placements
@@ -434,8 +434,7 @@ class StoreIndex:
 
     def _label_keys_update(self) -> None:
         for label in self.labels.items[len(self._label_keys):]:
-            is_abs = label.startswith("abs_")
-            self._label_keys.append((label[4:] if is_abs else label, is_abs))
+            self._label_keys.append(split_reduction_label(label))
 
     # ------------------------------------------------------------------ registering
     def _changed(self, parts: List[Part]) -> None:

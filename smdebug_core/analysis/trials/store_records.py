@@ -12,7 +12,7 @@ import numpy as np
 from ...modes import ModeKeys
 from ...reduction_config import REDUCTION_TAG_PREFIX
 from ...storage.format.store import KIND_SHAPE
-from .labels import reduction_label
+from ...reduction_config import reduction_label
 from .locations import InlineValue, TensorRecords
 
 if TYPE_CHECKING:

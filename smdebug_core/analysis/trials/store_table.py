@@ -19,7 +19,7 @@ import numpy as np
 
 from ...exceptions import CorruptRecord, MissingEventFile
 from ...modes import ModeKeys
-from .labels import reduction_label
+from ...reduction_config import reduction_label
 from .locations import ReadRequest, TensorLocation
 from .record_walk import scalar_of
 from .table import Table, _code_dtype

@@ -25,7 +25,7 @@ from ...modes import ModeKeys
 from ...reduction_config import ALLOWED_NORMS, ALLOWED_REDUCTIONS
 from ...reductions import reduce
 from .event_reads import RecordReader
-from .labels import reduction_label
+from ...reduction_config import reduction_label
 from .locations import InlineValue, ReadRequest, TensorLocation, TensorRecords
 from .progress import progress_bar, progress_wanted
 from .steps import StepIndex, StepState

@@ -32,7 +32,8 @@ from .store_index import pick_index
 from .steps import StepState
 from .storage import open_storage
 from .computed import computed_table, parse_reductions
-from .labels import reduction_label, tensor_name_hint
+from ...reduction_config import reduction_label
+from .labels import tensor_name_hint
 from .table import Table, require_pandas
 from .tensor import Tensor
 

@@ -32,7 +32,7 @@ import numpy as np
 from ..format import store
 from ..format.codec import StepEncoder
 from ..format.records import RECORD_OVERHEAD, append_record
-from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
+from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag, reduction_label
 from ..step_data import ScalarRun
 from ..store_rows import seal_left_live_segments
 from .step_sink import encode_or_warn
@@ -82,7 +82,7 @@ def _split_tag(tag: str):
     if parsed is None:
         return None
     op, is_abs, tensor = parsed
-    label = f"abs_{op}" if is_abs else op
+    label = reduction_label(op, is_abs)
     if tag != f"{REDUCTION_TAG_PREFIX}{label}/{tensor}":
         return None
     return tensor, label
