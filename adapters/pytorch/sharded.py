@@ -47,6 +47,7 @@ import torch.distributed as dist
 
 from smdebug import reductions as reference
 from smdebug.reduction_columns import columns_for, combine, finish_table, to_sums, to_variances
+from smdebug.reduction_config import reduction_label
 
 ReductionKey = Tuple[str, bool]
 
@@ -71,7 +72,7 @@ class CollectiveFailed(RuntimeError):
 
 def inexact_reductions(keys: Sequence[ReductionKey]) -> List[str]:
     """Names of the reductions in ``keys`` that shard partials cannot give exactly."""
-    return [("abs_" if is_abs else "") + op for op, is_abs in keys if op not in EXACT_REDUCTIONS]
+    return [reduction_label(op, is_abs) for op, is_abs in keys if op not in EXACT_REDUCTIONS]
 
 
 # --------------------------------------------------------------------------- names

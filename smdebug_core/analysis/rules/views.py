@@ -29,6 +29,7 @@ from ...exceptions import (
 )
 from ...logger import get_logger
 from ...modes import ModeKeys
+from ...reduction_config import reduction_label
 from ...reductions import NORMS, REDUCTIONS, reduce
 from ..trials.health import l2_norm
 from ..trials.order import BY_NAME, ModelOrder
@@ -109,7 +110,7 @@ class _Need:
 
 def _unreducible(name, view, key, saved, exc) -> ReductionUnavailableForStep:
     error = ReductionUnavailableForStep(name, view.mode_step, view.mode, key, set(saved or ()))
-    error.args = (f"reduction {'abs_' if key[1] else ''}{key[0]} of tensor {name!r} at step {view.step} "
+    error.args = (f"reduction {reduction_label(*key)} of tensor {name!r} at step {view.step} "
                   f"cannot be computed: {exc}",)
     return error
 
@@ -321,8 +322,6 @@ class BulkSteps:
         return self._loaded.get(step)
 
     def _load(self, steps: List[int]) -> None:
-        from ...reduction_config import reduction_label
-
         try:
             table = self.trial.to_table(steps=steps, progress=False, on_error="warn")
         except (AttributeError, TypeError, ValueError, KeyError, OSError) as exc:

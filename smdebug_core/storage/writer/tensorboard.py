@@ -19,7 +19,7 @@ from ..format.codec import is_real_number_dtype
 from ..format.layout import join_under, tensorboard_file_relpath
 from ..format.records import frame_record
 from ...modes import ModeKeys
-from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag
+from ...reduction_config import REDUCTION_TAG_PREFIX, parse_reduction_tag, reduction_label
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def reduction_scalars(tensors):
             parsed = parse_reduction_tag(tag)
             if parsed is not None:
                 op, is_abs, name = parsed
-                out.append((f"{name}/{'abs_' if is_abs else ''}{op}", value))
+                out.append((f"{name}/{reduction_label(op, is_abs)}", value))
     return out
 
 
