@@ -163,6 +163,9 @@ def test_reading_one_tensor_fetches_a_range_not_the_event_object(endpoint, bucke
 
 
 def test_hook_refuses_a_prefix_holding_a_run_unless_overwrite(endpoint, bucket, monkeypatch, tmp_path):
+    # What is tested is the refusal: on a loaded machine the check's 1 s default can pass
+    # first (training then starts, and the uploader refuses instead: test_a_prefix_holding_a_run_is_checked_before_the_first_upload_when_the_store_was_down).
+    monkeypatch.setenv("SMDEBUG_PREFIX_CHECK_TIMEOUT", "30")
     url = f"s3://{bucket}/taken"
     hook = smd.Hook(out_dir=url)
     _train(hook, 1)
