@@ -9,8 +9,10 @@ costs the training thread, the ranks' agreement, and the per-step non-finite che
 * :class:`NonfiniteCheck`: the budget saves gradients and weights on fewer steps, so that a
   NaN or an infinity does not slip between two saved steps every TRAIN step gets one fused
   check: every gradient, weight and registered loss summed on the device into one number
-  that is finite exactly when all of them are (:func:`_fused_sum`). On the CPU it is read at
-  once (no device to wait for); on an accelerator it is copied to pinned host memory with
+  that is finite exactly when all of them are. On the CPU (:class:`_CpuLayout`) the
+  parameters are summed without copying or reshaping each one: small ones stacked by shape,
+  large ones alone, the grouping made once per parameter list; it is read at once (no device
+  to wait for); on an accelerator it is copied to pinned host memory with
   an event and read once the event passed, a step or two later, naming its own step: no
   host sync. The first non-finite value found fires the flight recorder for its step
   (``session.report_nonfinite``), naming the module of the first non-finite tensor.
@@ -29,6 +31,7 @@ import torch.distributed as dist
 from smdebug.logger import get_logger
 
 from .models import RegisteredModels
+from .module_capture import any_none, pick
 from .participant import TRAINING_MODES, StepParticipant
 
 logger = get_logger("smdebug.pytorch")
@@ -37,6 +40,8 @@ logger = get_logger("smdebug.pytorch")
 AGREE_TIMEOUT = datetime.timedelta(seconds=120)
 #: Elements concatenated into one sum on the CPU (a bounded temporary copy).
 PIECE_NUMEL = 1 << 20
+#: Parameters at least this large are summed alone on the CPU; smaller ones stacked by shape.
+OWN_SUM_NUMEL = 1 << 15
 #: Non-finite tensors named in a report, at most.
 MAX_NAMED = 20
 
@@ -80,6 +85,34 @@ def _fused_sum(tensors: List[torch.Tensor]) -> torch.Tensor:
     return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
 
 
+class _CpuLayout:
+    """How one parameter list is summed on the CPU: ``stacked`` groups of indices of small
+    parameters of one shape and dtype (one ``torch.stack`` and one sum each, no per-tensor
+    reshape), ``alone`` the large ones (a copy would cost more than a call each). Parameters
+    that are neither floating point nor complex, or empty, are left out."""
+
+    __slots__ = ("alone", "stacked")
+
+    def __init__(self, params: List[torch.Tensor]):
+        groups: dict = {}
+        self.alone: List[int] = []
+        for i, param in enumerate(params):
+            if not param.numel() or not (param.is_floating_point() or param.is_complex()):
+                continue
+            if param.numel() >= OWN_SUM_NUMEL:
+                self.alone.append(i)
+            else:
+                groups.setdefault((tuple(param.shape), param.dtype), []).append(i)
+        self.stacked: List[List[int]] = list(groups.values())
+
+    def sums(self, tensors: List[torch.Tensor], out: List[torch.Tensor]) -> None:
+        """Append the sums of ``tensors`` (gradients or weights, in the parameters' order) to ``out``."""
+        for i in self.alone:
+            out.append(tensors[i].sum(dtype=torch.float32))
+        for group in self.stacked:
+            out.append(torch.stack(pick(tensors, group)).sum(dtype=torch.float32))
+
+
 class _Pending:
     """One step's check waiting for its device value."""
 
@@ -100,6 +133,8 @@ class NonfiniteCheck:
         self.reported: Optional[tuple] = None
         self._loss_names: set = set()
         self._pending: Deque[_Pending] = deque()
+        self._layout: Optional[_CpuLayout] = None
+        self._layout_of: Optional[tuple] = None  # the parameter names the layout was made for
 
     def note_loss(self, name: str, output) -> None:
         if isinstance(output, torch.Tensor) and output.is_floating_point():
@@ -108,19 +143,15 @@ class NonfiniteCheck:
 
     def check(self, identity: tuple) -> None:
         """Queue the check of the open step (``identity``), read at once on the CPU."""
-        params = self.models.params
-        tensors, names = [], []
-        for name, param in params:
-            if param.grad is not None:
-                tensors.append(param.grad)
-                names.append(f"gradient/{name}")
-        tensors += [param.detach() for _, param in params]
-        names += [name for name, _ in params]
-        for name, loss in self.losses:
-            tensors.append(loss)
-            names.append(f"{name}_output_0")
-        self.losses = []
-        tensors = [t for t in tensors if t.numel() and (t.is_floating_point() or t.is_complex())]
+        losses, self.losses = self.losses, []
+        params = self.models.param_tensors
+        if params and params[0].device.type == "cpu" and all(loss.device.type == "cpu" for _, loss in losses):
+            grads = [param.grad for param in params]
+            if not any_none(grads):
+                if not self._cpu_finite(params, grads, losses):
+                    self._report(identity, *self._named(losses))
+                return
+        tensors, names = self._named(losses)
         if not tensors:
             return
         total = _fused_sum(tensors)
@@ -134,6 +165,36 @@ class NonfiniteCheck:
         if event is not None:
             event.record()
         self._pending.append(_Pending(identity, tensors, names, host, event))
+
+    def _cpu_finite(self, params: List[torch.Tensor], grads: List[torch.Tensor], losses) -> bool:
+        """Whether every gradient, weight and loss on the CPU is finite: one sum per group of
+        the parameters' layout (made again when the registered parameters change)."""
+        if self._layout_of is not self.models.param_names:
+            self._layout, self._layout_of = _CpuLayout(params), self.models.param_names
+        layout = self._layout
+        sums: List[torch.Tensor] = [loss.sum(dtype=torch.float32) for _, loss in losses]
+        with torch.no_grad():
+            layout.sums(grads, sums)
+            layout.sums(params, sums)
+        if not sums:
+            return True
+        return bool(torch.isfinite(torch.stack(sums).sum()))
+
+    def _named(self, losses) -> Tuple[List[torch.Tensor], List[str]]:
+        """The step's gradients, weights and losses that can hold NaN or Inf, with their names."""
+        params = self.models.params
+        tensors, names = [], []
+        for name, param in params:
+            if param.grad is not None:
+                tensors.append(param.grad)
+                names.append(f"gradient/{name}")
+        tensors += [param.detach() for _, param in params]
+        names += [name for name, _ in params]
+        for name, loss in losses:
+            tensors.append(loss)
+            names.append(f"{name}_output_0")
+        kept = [i for i, t in enumerate(tensors) if t.numel() and (t.is_floating_point() or t.is_complex())]
+        return pick(tensors, kept), pick(names, kept)
 
     def poll(self) -> None:
         """Read the checks whose device values arrived, oldest first."""
