@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import os
 from collections import deque
 from typing import Deque, List, Optional, Tuple
@@ -42,6 +43,8 @@ AGREE_TIMEOUT = datetime.timedelta(seconds=120)
 PIECE_NUMEL = 1 << 20
 #: Parameters at least this large are summed alone on the CPU; smaller ones stacked by shape.
 OWN_SUM_NUMEL = 1 << 15
+#: Elements of one stack of small parameters on the CPU (its buffer is kept between steps).
+STACK_NUMEL = 1 << 20
 #: Non-finite tensors named in a report, at most.
 MAX_NAMED = 20
 
@@ -86,12 +89,14 @@ def _fused_sum(tensors: List[torch.Tensor]) -> torch.Tensor:
 
 
 class _CpuLayout:
-    """How one parameter list is summed on the CPU: ``stacked`` groups of indices of small
-    parameters of one shape and dtype (one ``torch.stack`` and one sum each, no per-tensor
-    reshape), ``alone`` the large ones (a copy would cost more than a call each). Parameters
-    that are neither floating point nor complex, or empty, are left out."""
+    """How one parameter list is summed on the CPU: ``stacked`` chunks of indices of small
+    parameters of one shape and dtype (one ``torch.stack`` into a buffer kept between steps
+    and one sum each: no per-tensor reshape, no fresh pages), ``alone`` the large ones (a copy
+    would cost more than a call each). Parameters that are neither floating point nor
+    complex, or empty, are left out. A gradient has its parameter's shape and dtype (torch
+    enforces it), so one layout serves both."""
 
-    __slots__ = ("alone", "stacked")
+    __slots__ = ("alone", "stacked", "_buffers")
 
     def __init__(self, params: List[torch.Tensor]):
         groups: dict = {}
@@ -103,14 +108,25 @@ class _CpuLayout:
                 self.alone.append(i)
             else:
                 groups.setdefault((tuple(param.shape), param.dtype), []).append(i)
-        self.stacked: List[List[int]] = list(groups.values())
+        #: ``(indices, shape, dtype)``: at most STACK_NUMEL elements a chunk
+        self.stacked: List[Tuple[List[int], tuple, torch.dtype]] = []
+        for (shape, dtype), members in groups.items():
+            per_chunk = max(1, STACK_NUMEL // max(1, math.prod(shape)))
+            self.stacked += [(members[k:k + per_chunk], shape, dtype) for k in range(0, len(members), per_chunk)]
+        self._buffers: dict = {}  # dtype -> one flat buffer, reused by every chunk of that dtype
 
     def sums(self, tensors: List[torch.Tensor], out: List[torch.Tensor]) -> None:
         """Append the sums of ``tensors`` (gradients or weights, in the parameters' order) to ``out``."""
         for i in self.alone:
             out.append(tensors[i].sum(dtype=torch.float32))
-        for group in self.stacked:
-            out.append(torch.stack(pick(tensors, group)).sum(dtype=torch.float32))
+        for members, shape, dtype in self.stacked:
+            numel = len(members) * math.prod(shape)
+            buffer = self._buffers.get(dtype)
+            if buffer is None or buffer.numel() < numel:
+                buffer = self._buffers[dtype] = torch.empty(max(numel, STACK_NUMEL), dtype=dtype)
+            stacked = buffer[:numel].view((len(members),) + shape)
+            torch.stack(pick(tensors, members), out=stacked)
+            out.append(stacked.sum(dtype=torch.float32))
 
 
 class _Pending:
