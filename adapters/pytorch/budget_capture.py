@@ -183,15 +183,14 @@ class NonfiniteCheck:
         self._pending.append(_Pending(identity, tensors, names, host, event))
 
     def _cpu_finite(self, params: List[torch.Tensor], grads: List[torch.Tensor], losses) -> bool:
-        """Whether every gradient, weight and loss on the CPU is finite: one sum per group of
-        the parameters' layout (made again when the registered parameters change)."""
+        """Whether every gradient, weight and loss on the CPU is finite: gradients and weights
+        of one shape go into one stack (the layout is made for the gradients followed by the
+        parameters, again when the registered parameters change)."""
         if self._layout_of is not self.models.param_names:
-            self._layout, self._layout_of = _CpuLayout(params), self.models.param_names
-        layout = self._layout
+            self._layout, self._layout_of = _CpuLayout(params + params), self.models.param_names
         sums: List[torch.Tensor] = [loss.sum(dtype=torch.float32) for _, loss in losses]
         with torch.no_grad():
-            layout.sums(grads, sums)
-            layout.sums(params, sums)
+            self._layout.sums(grads + params, sums)
         if not sums:
             return True
         return bool(torch.isfinite(torch.stack(sums).sum()))
