@@ -39,7 +39,7 @@ logger = get_logger("smdebug.pytorch")
 
 #: The longest a rank waits for the others at a decision step before it keeps its level.
 AGREE_TIMEOUT = datetime.timedelta(seconds=120)
-#: Elements concatenated into one sum on the CPU (a bounded temporary copy).
+#: Elements concatenated into one sum on the CPU when some gradient is missing (a bounded temporary copy).
 PIECE_NUMEL = 1 << 20
 #: Parameters at least this large are summed alone on the CPU; smaller ones stacked by shape.
 OWN_SUM_NUMEL = 1 << 15

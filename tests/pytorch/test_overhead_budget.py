@@ -68,6 +68,44 @@ def test_budget_samples_gradients_every_8th_step_and_a_nan_between_is_caught_at_
     assert "gradients: every 8 steps from step 20" in report["text"]
 
 
+class _Net(torch.nn.Module):
+    def __init__(self, unused_layer: bool):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        self.unused = torch.nn.Linear(1, 1) if unused_layer else None  # never called: no gradient
+
+    def forward(self, x):
+        return self.body(x)
+
+
+@pytest.mark.parametrize("unused_layer", [False, True], ids=["every-gradient", "a-gradient-missing"])
+def test_a_minus_infinity_in_a_bias_is_caught_at_its_step(tmp_path, unused_layer):
+    """The CPU check sums weights stacked by shape (and falls back to one concatenation when a
+    parameter has no gradient): a -inf put into a bias between backward and the update is
+    caught at that step, named as the weight it is."""
+    torch.manual_seed(0)
+    model = _Net(unused_layer)
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["gradients", "losses"], flight_recorder=smd.FlightRecorder(steps=4),
+                    overhead_budget={"fraction": 1e-6, "max_factor": 8})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.MSELoss()
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    bad_step = DECISION_PERIOD + 3
+    for step in range(bad_step + 3):
+        optimizer.zero_grad()
+        loss_fn(model(torch.randn(4, 8)), torch.randn(4, 1)).backward()
+        if step == bad_step:
+            with torch.no_grad():
+                model.body[0].bias[3] = float("-inf")
+        optimizer.step()
+    hook.close()
+    marker = create_trial(str(tmp_path / "run")).flight_recorder_trigger()
+    assert marker["trigger"] == "nonfinite" and marker["global_step"] == bad_step, marker
+    assert any(name.endswith("body.0.bias") for name in marker["nonfinite_tensors"]), marker
+
+
 def test_without_a_budget_the_save_config_is_exact(tmp_path, monkeypatch):
     monkeypatch.delenv(BUDGET_ENV, raising=False)
     hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=3),
