@@ -94,18 +94,19 @@ class _CpuLayout:
     and one sum each: no per-tensor reshape, no fresh pages), ``alone`` the large ones (a copy
     would cost more than a call each). Parameters that are neither floating point nor
     complex, or empty, are left out. A gradient has its parameter's shape and dtype (torch
-    enforces it), so one layout serves both."""
+    enforces it), so one layout serves both. Real values are summed in float32, complex ones
+    in their own dtype (a cast to real would drop a NaN in the imaginary part)."""
 
     __slots__ = ("alone", "stacked", "_buffers")
 
     def __init__(self, params: List[torch.Tensor]):
         groups: dict = {}
-        self.alone: List[int] = []
+        self.alone: List[Tuple[int, Optional[torch.dtype]]] = []  # (index, dtype of its sum)
         for i, param in enumerate(params):
             if not param.numel() or not (param.is_floating_point() or param.is_complex()):
                 continue
             if param.numel() >= OWN_SUM_NUMEL:
-                self.alone.append(i)
+                self.alone.append((i, _sum_dtype(param.dtype)))
             else:
                 groups.setdefault((tuple(param.shape), param.dtype), []).append(i)
         #: ``(indices, shape, dtype)``: at most STACK_NUMEL elements a chunk
@@ -117,8 +118,8 @@ class _CpuLayout:
 
     def sums(self, tensors: List[torch.Tensor], out: List[torch.Tensor]) -> None:
         """Append the sums of ``tensors`` (gradients or weights, in the parameters' order) to ``out``."""
-        for i in self.alone:
-            out.append(tensors[i].sum(dtype=torch.float32))
+        for i, sum_dtype in self.alone:
+            out.append(tensors[i].sum(dtype=sum_dtype))
         for members, shape, dtype in self.stacked:
             numel = len(members) * math.prod(shape)
             buffer = self._buffers.get(dtype)
@@ -126,7 +127,11 @@ class _CpuLayout:
                 buffer = self._buffers[dtype] = torch.empty(max(numel, STACK_NUMEL), dtype=dtype)
             stacked = buffer[:numel].view((len(members),) + shape)
             torch.stack(pick(tensors, members), out=stacked)
-            out.append(stacked.sum(dtype=torch.float32))
+            out.append(stacked.sum(dtype=_sum_dtype(dtype)))
+
+
+def _sum_dtype(dtype: torch.dtype) -> Optional[torch.dtype]:
+    return None if dtype.is_complex else torch.float32
 
 
 class _Pending:

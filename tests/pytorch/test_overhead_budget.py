@@ -202,3 +202,21 @@ def test_ls_and_the_report_say_what_the_budget_did(tmp_path, capsys):
     assert "overhead budget  gradients: every 8 steps from step 20; " in capsys.readouterr().out
     assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "report.html")]) == 0
     assert "weights: every 8 steps from step 20" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("numel", [4, 1 << 16], ids=["stacked", "alone"])
+def test_the_cpu_check_sees_a_nan_in_the_imaginary_part_of_a_complex_parameter(numel):
+    from smdebug.pytorch.budget_capture import _CpuLayout
+
+    params = [torch.zeros(numel, dtype=torch.cfloat), torch.zeros(numel, dtype=torch.cfloat), torch.zeros(3)]
+    layout = _CpuLayout(params)
+
+    def finite(tensors):
+        sums = []
+        layout.sums(tensors, sums)
+        return bool(torch.isfinite(torch.stack(sums).sum()))
+
+    assert finite(params)
+    bad = [p.clone() for p in params]
+    bad[1][numel - 1] = complex(0.0, float("nan"))
+    assert not finite(bad)
