@@ -81,10 +81,10 @@ def _fused_sum(tensors: List[torch.Tensor]) -> torch.Tensor:
         piece.append(t.reshape(-1))
         numel += t.numel()
         if numel >= PIECE_NUMEL:
-            sums.append(torch.cat(piece).sum(dtype=torch.float32))
+            sums.append(_piece_sum(piece))
             piece, numel = [], 0
     if piece:
-        sums.append(torch.cat(piece).sum(dtype=torch.float32))
+        sums.append(_piece_sum(piece))
     return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
 
 
@@ -132,6 +132,11 @@ class _CpuLayout:
 
 def _sum_dtype(dtype: torch.dtype) -> Optional[torch.dtype]:
     return None if dtype.is_complex else torch.float32
+
+
+def _piece_sum(piece: List[torch.Tensor]) -> torch.Tensor:
+    joined = torch.cat(piece)
+    return joined.sum(dtype=_sum_dtype(joined.dtype))
 
 
 class _Pending:
