@@ -9,8 +9,10 @@ costs the training thread, the ranks' agreement, and the per-step non-finite che
 * :class:`NonfiniteCheck`: the budget saves gradients and weights on fewer steps, so that a
   NaN or an infinity does not slip between two saved steps every TRAIN step gets one fused
   check: every gradient, weight and registered loss summed on the device into one number
-  that is finite exactly when all of them are (:func:`_fused_sum`). On the CPU it is read at
-  once (no device to wait for); on an accelerator it is copied to pinned host memory with
+  that is finite exactly when all of them are. On the CPU (:class:`_CpuLayout`) the
+  parameters are summed without copying or reshaping each one: small ones stacked by shape,
+  large ones alone, the grouping made once per parameter list; it is read at once (no device
+  to wait for); on an accelerator it is copied to pinned host memory with
   an event and read once the event passed, a step or two later, naming its own step: no
   host sync. The first non-finite value found fires the flight recorder for its step
   (``session.report_nonfinite``), naming the module of the first non-finite tensor.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import os
 from collections import deque
 from typing import Deque, List, Optional, Tuple
@@ -29,14 +32,19 @@ import torch.distributed as dist
 from smdebug.logger import get_logger
 
 from .models import RegisteredModels
+from .module_capture import any_none, pick
 from .participant import TRAINING_MODES, StepParticipant
 
 logger = get_logger("smdebug.pytorch")
 
 #: The longest a rank waits for the others at a decision step before it keeps its level.
 AGREE_TIMEOUT = datetime.timedelta(seconds=120)
-#: Elements concatenated into one sum on the CPU (a bounded temporary copy).
+#: Elements concatenated into one sum on the CPU when some gradient is missing (a bounded temporary copy).
 PIECE_NUMEL = 1 << 20
+#: Parameters at least this large are summed alone on the CPU; smaller ones stacked by shape.
+OWN_SUM_NUMEL = 1 << 15
+#: Elements of one stack of small parameters on the CPU (its buffer is kept between steps).
+STACK_NUMEL = 1 << 20
 #: Non-finite tensors named in a report, at most.
 MAX_NAMED = 20
 
@@ -73,11 +81,62 @@ def _fused_sum(tensors: List[torch.Tensor]) -> torch.Tensor:
         piece.append(t.reshape(-1))
         numel += t.numel()
         if numel >= PIECE_NUMEL:
-            sums.append(torch.cat(piece).sum(dtype=torch.float32))
+            sums.append(_piece_sum(piece))
             piece, numel = [], 0
     if piece:
-        sums.append(torch.cat(piece).sum(dtype=torch.float32))
+        sums.append(_piece_sum(piece))
     return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
+
+
+class _CpuLayout:
+    """How one parameter list is summed on the CPU: ``stacked`` chunks of indices of small
+    parameters of one shape and dtype (one ``torch.stack`` into a buffer kept between steps
+    and one sum each: no per-tensor reshape, no fresh pages), ``alone`` the large ones (a copy
+    would cost more than a call each). Parameters that are neither floating point nor
+    complex, or empty, are left out. A gradient has its parameter's shape and dtype (torch
+    enforces it), so one layout serves both. Real values are summed in float32, complex ones
+    in their own dtype (a cast to real would drop a NaN in the imaginary part)."""
+
+    __slots__ = ("alone", "stacked", "_buffers")
+
+    def __init__(self, params: List[torch.Tensor]):
+        groups: dict = {}
+        self.alone: List[Tuple[int, Optional[torch.dtype]]] = []  # (index, dtype of its sum)
+        for i, param in enumerate(params):
+            if not param.numel() or not (param.is_floating_point() or param.is_complex()):
+                continue
+            if param.numel() >= OWN_SUM_NUMEL:
+                self.alone.append((i, _sum_dtype(param.dtype)))
+            else:
+                groups.setdefault((tuple(param.shape), param.dtype), []).append(i)
+        #: ``(indices, shape, dtype)``: at most STACK_NUMEL elements a chunk
+        self.stacked: List[Tuple[List[int], tuple, torch.dtype]] = []
+        for (shape, dtype), members in groups.items():
+            per_chunk = max(1, STACK_NUMEL // max(1, math.prod(shape)))
+            self.stacked += [(members[k:k + per_chunk], shape, dtype) for k in range(0, len(members), per_chunk)]
+        self._buffers: dict = {}  # dtype -> one flat buffer, reused by every chunk of that dtype
+
+    def sums(self, tensors: List[torch.Tensor], out: List[torch.Tensor]) -> None:
+        """Append the sums of ``tensors`` (gradients or weights, in the parameters' order) to ``out``."""
+        for i, sum_dtype in self.alone:
+            out.append(tensors[i].sum(dtype=sum_dtype))
+        for members, shape, dtype in self.stacked:
+            numel = len(members) * math.prod(shape)
+            buffer = self._buffers.get(dtype)
+            if buffer is None or buffer.numel() < numel:
+                buffer = self._buffers[dtype] = torch.empty(max(numel, STACK_NUMEL), dtype=dtype)
+            stacked = buffer[:numel].view((len(members),) + shape)
+            torch.stack(pick(tensors, members), out=stacked)
+            out.append(stacked.sum(dtype=_sum_dtype(dtype)))
+
+
+def _sum_dtype(dtype: torch.dtype) -> Optional[torch.dtype]:
+    return None if dtype.is_complex else torch.float32
+
+
+def _piece_sum(piece: List[torch.Tensor]) -> torch.Tensor:
+    joined = torch.cat(piece)
+    return joined.sum(dtype=_sum_dtype(joined.dtype))
 
 
 class _Pending:
@@ -100,6 +159,8 @@ class NonfiniteCheck:
         self.reported: Optional[tuple] = None
         self._loss_names: set = set()
         self._pending: Deque[_Pending] = deque()
+        self._layout: Optional[_CpuLayout] = None
+        self._layout_of: Optional[tuple] = None  # the parameter names the layout was made for
 
     def note_loss(self, name: str, output) -> None:
         if isinstance(output, torch.Tensor) and output.is_floating_point():
@@ -108,19 +169,15 @@ class NonfiniteCheck:
 
     def check(self, identity: tuple) -> None:
         """Queue the check of the open step (``identity``), read at once on the CPU."""
-        params = self.models.params
-        tensors, names = [], []
-        for name, param in params:
-            if param.grad is not None:
-                tensors.append(param.grad)
-                names.append(f"gradient/{name}")
-        tensors += [param.detach() for _, param in params]
-        names += [name for name, _ in params]
-        for name, loss in self.losses:
-            tensors.append(loss)
-            names.append(f"{name}_output_0")
-        self.losses = []
-        tensors = [t for t in tensors if t.numel() and (t.is_floating_point() or t.is_complex())]
+        losses, self.losses = self.losses, []
+        params = self.models.param_tensors
+        if params and params[0].device.type == "cpu" and all(loss.device.type == "cpu" for _, loss in losses):
+            grads = [param.grad for param in params]
+            if not any_none(grads):
+                if not self._cpu_finite(params, grads, losses):
+                    self._report(identity, *self._named(losses))
+                return
+        tensors, names = self._named(losses)
         if not tensors:
             return
         total = _fused_sum(tensors)
@@ -134,6 +191,35 @@ class NonfiniteCheck:
         if event is not None:
             event.record()
         self._pending.append(_Pending(identity, tensors, names, host, event))
+
+    def _cpu_finite(self, params: List[torch.Tensor], grads: List[torch.Tensor], losses) -> bool:
+        """Whether every gradient, weight and loss on the CPU is finite: gradients and weights
+        of one shape go into one stack (the layout is made for the gradients followed by the
+        parameters, again when the registered parameters change)."""
+        if self._layout_of is not self.models.param_names:
+            self._layout, self._layout_of = _CpuLayout(params + params), self.models.param_names
+        sums: List[torch.Tensor] = [loss.sum(dtype=torch.float32) for _, loss in losses]
+        with torch.no_grad():
+            self._layout.sums(grads + params, sums)
+        if not sums:
+            return True
+        return bool(torch.isfinite(torch.stack(sums).sum()))
+
+    def _named(self, losses) -> Tuple[List[torch.Tensor], List[str]]:
+        """The step's gradients, weights and losses that can hold NaN or Inf, with their names."""
+        params = self.models.params
+        tensors, names = [], []
+        for name, param in params:
+            if param.grad is not None:
+                tensors.append(param.grad)
+                names.append(f"gradient/{name}")
+        tensors += [param.detach() for _, param in params]
+        names += [name for name, _ in params]
+        for name, loss in losses:
+            tensors.append(loss)
+            names.append(f"{name}_output_0")
+        kept = [i for i, t in enumerate(tensors) if t.numel() and (t.is_floating_point() or t.is_complex())]
+        return pick(tensors, kept), pick(names, kept)
 
     def poll(self) -> None:
         """Read the checks whose device values arrived, oldest first."""

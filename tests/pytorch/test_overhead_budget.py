@@ -68,6 +68,44 @@ def test_budget_samples_gradients_every_8th_step_and_a_nan_between_is_caught_at_
     assert "gradients: every 8 steps from step 20" in report["text"]
 
 
+class _Net(torch.nn.Module):
+    def __init__(self, unused_layer: bool):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        self.unused = torch.nn.Linear(1, 1) if unused_layer else None  # never called: no gradient
+
+    def forward(self, x):
+        return self.body(x)
+
+
+@pytest.mark.parametrize("unused_layer", [False, True], ids=["every-gradient", "a-gradient-missing"])
+def test_a_minus_infinity_in_a_bias_is_caught_at_its_step(tmp_path, unused_layer):
+    """The CPU check sums weights stacked by shape (and falls back to one concatenation when a
+    parameter has no gradient): a -inf put into a bias between backward and the update is
+    caught at that step, named as the weight it is."""
+    torch.manual_seed(0)
+    model = _Net(unused_layer)
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
+                    include_collections=["gradients", "losses"], flight_recorder=smd.FlightRecorder(steps=4),
+                    overhead_budget={"fraction": 1e-6, "max_factor": 8})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.MSELoss()
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    bad_step = DECISION_PERIOD + 3
+    for step in range(bad_step + 3):
+        optimizer.zero_grad()
+        loss_fn(model(torch.randn(4, 8)), torch.randn(4, 1)).backward()
+        if step == bad_step:
+            with torch.no_grad():
+                model.body[0].bias[3] = float("-inf")
+        optimizer.step()
+    hook.close()
+    marker = create_trial(str(tmp_path / "run")).flight_recorder_trigger()
+    assert marker["trigger"] == "nonfinite" and marker["global_step"] == bad_step, marker
+    assert any(name.endswith("body.0.bias") for name in marker["nonfinite_tensors"]), marker
+
+
 def test_without_a_budget_the_save_config_is_exact(tmp_path, monkeypatch):
     monkeypatch.delenv(BUDGET_ENV, raising=False)
     hook = smd.Hook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=3),
@@ -164,3 +202,21 @@ def test_ls_and_the_report_say_what_the_budget_did(tmp_path, capsys):
     assert "overhead budget  gradients: every 8 steps from step 20; " in capsys.readouterr().out
     assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "report.html")]) == 0
     assert "weights: every 8 steps from step 20" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("numel", [4, 1 << 16], ids=["stacked", "alone"])
+def test_the_cpu_check_sees_a_nan_in_the_imaginary_part_of_a_complex_parameter(numel):
+    from smdebug.pytorch.budget_capture import _CpuLayout
+
+    params = [torch.zeros(numel, dtype=torch.cfloat), torch.zeros(numel, dtype=torch.cfloat), torch.zeros(3)]
+    layout = _CpuLayout(params)
+
+    def finite(tensors):
+        sums = []
+        layout.sums(tensors, sums)
+        return bool(torch.isfinite(torch.stack(sums).sum()))
+
+    assert finite(params)
+    bad = [p.clone() for p in params]
+    bad[1][numel - 1] = complex(0.0, float("nan"))
+    assert not finite(bad)
