@@ -196,11 +196,13 @@ class NonfiniteCheck:
         """Whether every gradient, weight and loss on the CPU is finite: gradients and weights
         of one shape go into one stack (the layout is made for the gradients followed by the
         parameters, again when the registered parameters change)."""
-        if self._layout_of is not self.models.param_names:
-            self._layout, self._layout_of = _CpuLayout(params + params), self.models.param_names
+        layout = self._layout
+        if layout is None or self._layout_of is not self.models.param_names:
+            layout = self._layout = _CpuLayout(params + params)
+            self._layout_of = self.models.param_names
         sums: List[torch.Tensor] = [loss.sum(dtype=torch.float32) for _, loss in losses]
         with torch.no_grad():
-            self._layout.sums(grads + params, sums)
+            layout.sums(grads + params, sums)
         if not sums:
             return True
         return bool(torch.isfinite(torch.stack(sums).sum()))
