@@ -47,10 +47,21 @@ class InclusionCheck:
             logger.info("smdebug: included collection %r saves nothing: %s", name, reason)
 
     def check_configured(self, manager: CollectionManager, logger) -> None:
-        """Warn about included collections that are neither built in nor configured."""
+        """Warn about included collections that are neither built in nor configured, or
+        whose reduction config saves nothing."""
         self.configured_checked = True
         for name in list(self.pending):
             coll = manager.get(name, create=False)
+            config = getattr(coll, "reduction_config", None)
+            if config is not None and not (config.has_reductions or config.save_raw_tensor or config.save_shape):
+                del self.pending[name]
+                self.warned.add(name)
+                logger.warning(
+                    "smdebug: included collection %r saves nothing: its reduction_config has no reductions or "
+                    "norms and save_raw_tensor=False (smdebug 1.0.34 saved nothing either). To save its tensors "
+                    "whole: hook.get_collection(%r).reduction_config = smd.ReductionConfig(save_raw_tensor=True)",
+                    name, name)
+                continue
             if name in self.builtin or coll is None or coll.has_regex_or_names():
                 continue
             del self.pending[name]

@@ -23,7 +23,7 @@ from . import _params as P
 from .findings import (MAX_DETAILS, MAX_LISTED, TRAINING_MODES, count, details, earliest, listing, note_found,
                        numeric)
 from ..trials.health import update_ratio, weight_update_ratio
-from ..trials.order import layer_of
+from ..trials.order import layer_of, parameter_of
 from .culprit import culprit
 from .rule import DATA_MISSING, Rule
 from .views import SAVED_REDUCTIONS, VALUE, Required
@@ -93,9 +93,12 @@ class VanishingGradient(Rule):
             return None, False
         n = self._sizes.get(name)
         if n is None:
-            # A gradient keeps its parameter's shape: a step that saved its value or shape
-            # gives the element count of the steps that saved only its L2 norm (looked up once).
-            n = self._sizes[name] = self.view.steady_size(name) or 0
+            # A gradient keeps its parameter's shape: a step that saved its value or shape, or
+            # its parameter's, gives the element count of the steps that saved only its L2
+            # norm (looked up once).
+            parameter = parameter_of(name)
+            n = self._sizes[name] = self.view.steady_size(name) or (
+                parameter != name and self.view.steady_size(parameter)) or 0
         if not n:
             return None, False
         return l2 / math.sqrt(n), True
@@ -121,7 +124,8 @@ class VanishingGradient(Rule):
             layers = ", ".join(dict.fromkeys(layer_of(n) for n in in_order))
             rms = [n for n in small if n in converted]
             how = (f"; converted: {len(rms)} of them judged by their RMS = L2/sqrt(n) from the saved L2 norm "
-                   "and element count (the RMS bounds mean |value| from above)") if rms else ""
+                   "and the element count of the gradient or its parameter (the RMS bounds mean |value| from "
+                   "above)") if rms else ""
             self.note(f"{len(small)} of {len(names)} gradients have mean |value| below {self.threshold:g} (layers "
                       f"{layers}): {listing(small)}{how}", measure=min(small.values()), tensors=details(small),
                       layers=list(dict.fromkeys(layer_of(n) for n in in_order)),
