@@ -100,6 +100,20 @@ class VanishingGradient(Rule):
             return None, False
         return l2 / math.sqrt(n), True
 
+    def settle_step(self, columns) -> bool:
+        # The common case: every gradient saved its abs mean at the step and none is small.
+        view, threshold = self.view, self.threshold
+        names = view.tensor_names(collection="gradients")
+        if not names or not columns.covered(
+                view.step, ("VanishingGradient", threshold), lambda candidates: view.selects(candidates, "gradients"),
+                len(names), ("mean", True), lambda values: values < threshold):
+            return False
+        self.reads(names)
+        streaks = self.__dict__.get("_streaks")
+        for name in names if streaks else ():
+            streaks.pop(name, None)
+        return True
+
     def invoke_at_step(self, step):
         names = self.reads(self.view.tensor_names(collection="gradients"))
         if not names:
@@ -184,6 +198,20 @@ class ExplodingTensor(_SelectionRule):
         if not self.only_nan and not nan_by_design and count > 0:  # NaN and infinities, not told apart
             return f"{int(count)} NaN or infinite values (its saved nonfinite count)"
         return None
+
+    def settle_step(self, columns) -> bool:
+        # The common case: every selected tensor has saved reductions or a one-element value
+        # at the step (what first_of reads here) and all of them are finite.
+        view, selected = self.view, bool(self.collection_names or self.tensor_regex)
+        names = view.tensor_names(self.collection_names, self.tensor_regex, all_tensors=not selected)
+        if not names or not columns.covered(
+                view.step, ("ExplodingTensor", self.collection_names, self.tensor_regex),
+                lambda candidates: view.selects(candidates, self.collection_names, self.tensor_regex,
+                                                all_tensors=not selected),
+                len(names), None, lambda values: ~np.isfinite(values)):
+            return False
+        self.reads(names)
+        return True
 
     def invoke_at_step(self, step):
         bad = {}
@@ -476,6 +504,29 @@ class WeightUpdateRatio(Rule):
             # The change from p to s is the update made at step p (weights are saved before the update).
             self.update_step[name] = previous[0]
         return out
+
+    def settle_step(self, columns) -> bool:
+        # A run that saved only reductions of its weights: every weight is unavailable at
+        # every step, which the catalog tells once for the whole run.
+        view = self.view
+        if view.mode not in TRAINING_MODES:
+            return False
+        names = tuple(n for n in view.tensor_names(collection="weights") if not n.startswith(UPDATE_PREFIX))
+        present = tuple(view.all_names())
+        known = self.__dict__.setdefault("_without_values", {})
+        key = (names, present)
+        if key not in known:
+            catalog = view.catalog()
+            present_names = set(present)
+            updates = any(UPDATE_PREFIX + n in present_names for n in names)
+            known.clear()  # one selection at a time: bounded
+            known[key] = bool(names) and not updates and catalog is not None and all(
+                n in catalog and not catalog[n].has_value for n in names)
+        if not known[key]:
+            return False
+        self.reads(list(names))
+        self.unavailable(len(names))
+        return True
 
     def invoke_at_step(self, step):
         if self.view.mode not in TRAINING_MODES:

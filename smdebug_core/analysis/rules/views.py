@@ -32,6 +32,7 @@ from ...modes import ModeKeys
 from ...reductions import NORMS, REDUCTIONS, reduce
 from ..trials.health import l2_norm
 from ..trials.order import BY_NAME, ModelOrder
+from .step_columns import ChunkColumns, StepRows
 
 logger = get_logger("smdebug.rules")
 
@@ -149,7 +150,15 @@ class StepView:
     def tensor_names(self, collection=None, regex=None, names=None, all_tensors: bool = False) -> List[str]:
         """Sorted names at this step in any of the ``collection`` (name or list), matching any
         ``regex``, or listed in ``names``; every name with ``all_tensors``."""
-        candidates = self.all_names()
+        return self._select_from(self.all_names(), collection, regex, names, all_tensors)
+
+    def selects(self, candidates: List[str], collection=None, regex=None, all_tensors: bool = False) -> List[bool]:
+        """For each of ``candidates`` (any names of the run), whether :meth:`tensor_names` with
+        these arguments would select it at a step that has it."""
+        chosen = set(self._select_from(list(candidates), collection, regex, None, all_tensors))
+        return [n in chosen for n in candidates]
+
+    def _select_from(self, candidates: List[str], collection, regex, names, all_tensors: bool) -> List[str]:
         if all_tensors:
             return candidates
         collections = tuple(c for c in _as_tuple(collection, "collection") if self.has_collection(c))
@@ -306,21 +315,30 @@ class BulkSteps:
         self.trial = trial
         self._steps = list(steps)
         self._chunk = max(1, int(chunk))
-        self._loaded: Dict[int, Tuple[dict, dict]] = {}
+        self._columns: Optional[ChunkColumns] = None
         self._next = 0  # position in _steps of the first step not loaded yet
         self.membership: Dict[Tuple[str, str], bool] = {}
 
-    def get(self, step: int) -> Optional[Tuple[dict, dict]]:
-        """``(saved reductions by name, one-element values by name)`` of ``step``, or None
-        when the step is not among those this reads."""
-        if step not in self._loaded and self._next < len(self._steps) and step >= self._steps[self._next]:
-            self._loaded.clear()  # steps come in order: earlier chunks are done with
+    def columns(self, step: int) -> Optional[ChunkColumns]:
+        """The chunk of columns holding ``step``, or None when the step is not among those
+        this reads (or the bulk read failed)."""
+        columns = self._columns
+        if (columns is None or not columns.has_step(step)) and self._next < len(self._steps) \
+                and step >= self._steps[self._next]:
+            self._columns = None  # steps come in order: earlier chunks are done with
             while self._next < len(self._steps) and self._steps[self._next] <= step:
-                self._load(self._steps[self._next:self._next + self._chunk])
+                self._columns = self._load(self._steps[self._next:self._next + self._chunk])
                 self._next += self._chunk
-        return self._loaded.get(step)
+            columns = self._columns
+        return columns if columns is not None and columns.has_step(step) else None
 
-    def _load(self, steps: List[int]) -> None:
+    def get(self, step: int) -> Optional[StepRows]:
+        """The rows of ``step`` (saved reductions and one-element values, read tensor by tensor
+        on first use), or None when the step is not among those this reads."""
+        columns = self.columns(step)
+        return columns.rows(step) if columns is not None else None
+
+    def _load(self, steps: List[int]) -> Optional[ChunkColumns]:
         from ..trials.labels import reduction_label
 
         try:
@@ -328,35 +346,12 @@ class BulkSteps:
         except (AttributeError, TypeError, ValueError, KeyError, OSError) as exc:
             # Not a Trial with a bulk reader, or a read that failed: the rules read step by step.
             logger.debug("rules: bulk read of steps %d-%d unavailable (%s)", steps[0], steps[-1], exc)
-            return
-        by_label = {"": ""}
+            return None
+        by_label: Dict[str, object] = {"": ""}
         for op in REDUCTIONS + NORMS:  # every reduction a run may have saved
             for is_abs in (False, True):
                 by_label[reduction_label(op, is_abs)] = (op, is_abs)
-        tensor_codes, tensors = table.texts["tensor"]
-        label_codes, labels = table.texts["reduction"]
-        # Rows sorted by step; names and reduction keys looked up once per row with numpy.
-        order = np.argsort(table.numbers["step"], kind="stable")
-        names = np.asarray(list(tensors) + [""], dtype=object)[tensor_codes[order]].tolist()
-        keys = np.asarray([by_label.get(label, "") for label in labels] + [None], dtype=object)
-        row_keys = keys[label_codes[order]].tolist()
-        values = table.numbers["value"][order].tolist()
-        step_of = table.numbers["step"][order]
-        bounds = np.flatnonzero(np.diff(step_of)) + 1
-        for step in steps:
-            self._loaded.setdefault(int(step), ({}, {}))
-        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(values)]):
-            if lo == hi:
-                continue
-            saved, scalars = self._loaded[int(step_of[lo])]
-            for name, key, value in zip(names[lo:hi], row_keys[lo:hi], values[lo:hi]):
-                if key == "":
-                    scalars[name] = value  # a one-element value (the "" reduction)
-                elif key is not None:
-                    inner = saved.get(name)
-                    if inner is None:
-                        inner = saved[name] = {}
-                    inner[key] = value
+        return ChunkColumns(table, steps, by_label)
 
 
 class TrialStepView(StepView):
@@ -374,12 +369,9 @@ class TrialStepView(StepView):
         self._saved: Dict[str, Dict[ReductionKey, float]] = {}
         self._membership = bulk.membership if bulk is not None else {}
         self.records_read = 0
-        preloaded = bulk.get(self.step) if bulk is not None else None
-        if preloaded is not None:
-            saved, scalars = preloaded
-            self._saved.update(saved)
-            for name, value in scalars.items():
-                self._values[name] = np.asarray(value)
+        rows = bulk.get(self.step) if bulk is not None else None
+        if rows is not None:  # what the bulk read holds, turned into objects as rules ask
+            self._saved, self._values = rows.saved, rows.values
 
     def all_names(self) -> List[str]:
         if self._names is None:
