@@ -251,6 +251,8 @@ class StepView:
             array = self.value(name)
         except TensorUnavailableForStep:
             return self.reduction(name, "mean")
+        if array.size == 1 and array.dtype.kind in "fiu":  # a loss: the mean of one number is itself
+            return float(array.reshape(-1)[0])
         return _reduce(array, name, self, ("mean", False), None)
 
     def l2(self, name: str) -> float:
