@@ -504,7 +504,7 @@ class StoreIndex:
         """:meth:`ordered_parts` with every column read (a segment whose values fail is emptied)."""
         parts = self.ordered_parts()
         pending = [p for p in parts if not p.loaded]
-        threads = min(len(pending), os.cpu_count() or 1, 8)
+        threads = min(len(pending), os.cpu_count() or 1, 8) if pending else 0
         if threads > 1:
             # Decoding a column releases the GIL: the files are read side by side; their
             # texts are then interned here, in order.

@@ -5,7 +5,7 @@ records step by step (:class:`LazyRecords`, :class:`StepMap`), the tensors by na
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -271,7 +271,49 @@ class _NamesBy:
 
 
 class StepNames(_NamesBy):
-    """``step -> names saved at it`` (``tensors_for_step``)."""
+    """``step -> names saved at it`` (``tensors_for_step``). Steps that hold the same tensors
+    share one set, made once: a run's steps mostly do (the rules ask at every step)."""
+
+    def __init__(self, index: StoreIndex):
+        super().__init__(index)
+        self._shared: Dict[tuple, Set[str]] = {}
+        self._row_names: Dict[int, Dict[int, Tuple[str, ...]]] = {}  # id(part) -> step -> whole tensors
+
+    def clear(self) -> None:
+        super().clear()
+        self._shared.clear()
+        self._row_names.clear()
+
+    def get(self, key, default=None):
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        index = self._index
+        parts = [part for part in index.loaded_parts() if self._in(part, key)]
+        signature = tuple((tuple(self._ids(part, key)) if len(part) else (), self._rows_at(part, key))
+                          for part in parts)
+        found = self._shared.get(signature)
+        if found is None:
+            items = index.names.items
+            found = {items[i] for ids, _ in signature for i in ids}
+            found.update(name for _, rows in signature for name in rows)
+            if not found:
+                return default
+            self._shared[signature] = found
+        self._cache[key] = found
+        return found
+
+    def _rows_at(self, part: Part, step: int) -> Tuple[str, ...]:
+        """The names of a segment's whole tensors at ``step`` (indexed once per segment)."""
+        by_step = self._row_names.get(id(part))
+        if by_step is None or by_step.get(-1) is not part.tensor_rows:
+            by_step = {}
+            for row in part.tensor_rows:
+                by_step.setdefault(row[0], []).append(self._index.tensor_row_name(row[3])[0])
+            by_step = {s: tuple(names) for s, names in by_step.items()}
+            by_step[-1] = part.tensor_rows  # what it was made from: made again when the segment grows
+            self._row_names[id(part)] = by_step
+        return by_step.get(step, ())
 
     def _in(self, part: Part, step: int) -> bool:
         return part.lo is not None and part.lo <= step <= part.hi
