@@ -101,18 +101,43 @@ class VanishingGradient(Rule):
         return l2 / math.sqrt(n), True
 
     def settle_step(self, columns) -> bool:
-        # The common case: every gradient saved its abs mean at the step and none is small.
         view, threshold = self.view, self.threshold
         names = view.tensor_names(collection="gradients")
-        if not names or not columns.covered(
-                view.step, ("VanishingGradient", threshold), lambda candidates: view.selects(candidates, "gradients"),
-                len(names), ("mean", True), lambda values: values < threshold):
+        if not names:
             return False
-        self.reads(names)
-        streaks = self.__dict__.get("_streaks")
-        for name in names if streaks else ():
-            streaks.pop(name, None)
-        return True
+
+        def gradients(candidates):
+            return view.selects(candidates, "gradients")
+
+        # The common case: every gradient saved its abs mean at the step and none is small.
+        if columns.covered(view.step, ("VanishingGradient", threshold), gradients, len(names), ("mean", True),
+                           lambda values: values < threshold):
+            self.reads(names)
+            streaks = self.__dict__.get("_streaks")
+            for name in names if streaks else ():
+                streaks.pop(name, None)
+            return True
+        # A run whose gradients have no abs mean, no values and no element count: nothing to judge.
+        if self._unconvertible(names) and columns.covered(
+                view.step, ("VanishingGradient", "no abs mean"), gradients, 0, ("mean", True),
+                lambda values: np.zeros(len(values), bool)):
+            self.reads(names)
+            self.unavailable(len(names))
+            return True
+        return False
+
+    def _unconvertible(self, names: List[str]) -> bool:
+        """Whether no step can judge ``names`` without their abs mean: the run saved none of their
+        values, and their element counts were looked up and are unknown (``_sizes``)."""
+        key = tuple(names)
+        known = self.__dict__.setdefault("_unconvertible_names", {})
+        if key not in known:
+            if not all(self._sizes.get(name) == 0 for name in names):
+                return False  # not all looked up yet: an evaluated step does that
+            catalog = self.view.catalog()
+            known.clear()  # one selection at a time: bounded
+            known[key] = catalog is not None and all(n in catalog and not catalog[n].has_value for n in names)
+        return known[key]
 
     def invoke_at_step(self, step):
         names = self.reads(self.view.tensor_names(collection="gradients"))
@@ -512,6 +537,13 @@ class WeightUpdateRatio(Rule):
         if view.mode not in TRAINING_MODES:
             return False
         names = tuple(n for n in view.tensor_names(collection="weights") if not n.startswith(UPDATE_PREFIX))
+        if not names:  # a step without weights (saved every so many steps): why, said once per chunk
+            elsewhere = self.__dict__.get("_elsewhere")
+            if elsewhere is None or elsewhere[0] is not columns:
+                elsewhere = self.__dict__["_elsewhere"] = (columns, self.saved_elsewhere("weights",
+                                                                                        collection="weights"))
+            self.no_data(elsewhere[1])
+            return True
         present = tuple(view.all_names())
         known = self.__dict__.setdefault("_without_values", {})
         key = (names, present)
