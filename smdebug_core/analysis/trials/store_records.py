@@ -107,7 +107,7 @@ class LazyRecords(TensorRecords):
                         own = part.label[rows] == 0
                         share = ((part, rows, steps), steps[own], steps[~own])
                 had_rows = known is not None and known[2]
-                has_rows = any(index.tensor_row_name(r[3])[0] == self.name for r in part.tensor_rows)
+                has_rows = bool(index.tensor_rows_of(part, self.name))
                 rows_changed = rows_changed or had_rows or has_rows
                 known = shares[key] = (part.version, share, has_rows)
             if known[1] is not None:
@@ -120,10 +120,8 @@ class LazyRecords(TensorRecords):
                 d.clear()
             eager._sorted_steps = None
             for part in parts:
-                for row in part.tensor_rows:
-                    base, key = index.tensor_row_name(row[3])
-                    if base == self.name:
-                        index._add_tensor_row(eager, part.worker, row, key, part)
+                for row in index.tensor_rows_of(part, self.name):
+                    index._add_tensor_row(eager, part.worker, row, index.tensor_row_name(row[3])[1], part)
         self._sources = sources
 
         def steps_of(pieces, extra):
