@@ -42,6 +42,16 @@ VALUE = "value"
 SAVED_REDUCTIONS = "saved_reductions"
 
 
+def _as_key(value):
+    """A selection argument (None, a name, a list of names) as a dict key; TypeError for any
+    other (an iterator would be used up here)."""
+    if value is None or isinstance(value, (str, tuple)):
+        return value
+    if isinstance(value, (list, set, frozenset)):
+        return tuple(value)
+    raise TypeError(f"not a selection key: {type(value).__name__}")
+
+
 def _as_tuple(value, what: str) -> tuple:
     if value is None:
         return ()
@@ -161,6 +171,34 @@ class StepView:
     def _select_from(self, candidates: List[str], collection, regex, names, all_tensors: bool) -> List[str]:
         if all_tensors:
             return candidates
+        memo = getattr(self, "_membership", None)
+        asked = None
+        if memo is not None:  # the same question about the same names: answered once per evaluation
+            try:
+                asked = ("selected", _as_key(collection), _as_key(regex), _as_key(names),
+                         self._token_of(candidates, memo))
+                hit = memo.get(asked)
+            except TypeError:  # an argument that is no name or list of names: the checks below say so
+                asked = hit = None
+            if hit is not None:
+                return list(hit)
+        out = self._select_names(candidates, collection, regex, names)
+        if asked is not None:
+            memo[asked] = tuple(out)
+        return out
+
+    def _token_of(self, candidates: List[str], memo: dict) -> int:
+        """A small number standing for the name list ``candidates`` in ``memo`` (the step's own
+        list is looked up once)."""
+        known = self.__dict__.get("_names_token")
+        if known is not None and known[0] is candidates:
+            return known[1]
+        token = memo.setdefault(("names", tuple(candidates)), len(memo))
+        if candidates is getattr(self, "_names", None):
+            self.__dict__["_names_token"] = (candidates, token)
+        return token
+
+    def _select_names(self, candidates: List[str], collection, regex, names) -> List[str]:
         collections = tuple(c for c in _as_tuple(collection, "collection") if self.has_collection(c))
         regexes = _as_tuple(regex, "regex")
         exact = frozenset(_as_tuple(names, "names"))
