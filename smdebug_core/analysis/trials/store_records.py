@@ -125,7 +125,9 @@ class LazyRecords(TensorRecords):
         self._sources = sources
 
         def steps_of(pieces, extra):
-            found = np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64)
+            found = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+            if len(found) > 1 and not (found[1:] > found[:-1]).all():  # segments in order: usually sorted
+                found = np.unique(found)
             if extra:
                 found = np.union1d(found, np.fromiter(extra, np.int64, len(extra)))
             return found
