@@ -518,12 +518,7 @@ class TrialStepView(StepView):
 
     # --- the batch ----------------------------------------------------------------------
     def prefetch(self, requirements: Iterable[Required]) -> None:
-        needs: Dict[str, _Need] = {}
-        for req in requirements:
-            if not (req.value or req.reductions or req.saved_reductions or req.first_of):
-                continue
-            for name in self.select(req):
-                needs.setdefault(name, _Need()).add(req)
+        needs = self._needs(tuple(requirements))
         if not needs:
             return
         try:
@@ -532,6 +527,29 @@ class TrialStepView(StepView):
             # Not a Trial of this package (a stand-in without its index): one public read per record.
             logger.debug("rules: batched read unavailable (%s); reading tensor by tensor", exc)
             self._prefetch_each(needs)
+
+    def _needs(self, requirements: Tuple[Required, ...]) -> Dict[str, _Need]:
+        """What ``requirements`` want of each tensor of the step; the same for every step with
+        the same names, so made once per evaluation (the rules ask the same at every step)."""
+        made = self._membership.setdefault(("needs",), {})
+        try:
+            asked = (requirements, self._token_of(self.all_names(), self._membership))
+            known = made.get(asked)
+        except TypeError:  # a requirement that cannot be a key: made for this step only
+            asked = known = None
+        if known is not None:
+            return known
+        needs: Dict[str, _Need] = {}
+        for req in requirements:
+            if not (req.value or req.reductions or req.saved_reductions or req.first_of):
+                continue
+            for name in self.select(req):
+                needs.setdefault(name, _Need()).add(req)
+        if asked is not None:
+            if len(made) >= 16:  # steps ask a few different things (modes, save intervals): bounded
+                made.clear()
+            made[asked] = needs
+        return needs
 
     def _satisfied(self, name: str, need: "_Need") -> bool:
         """Whether what was read in bulk already answers ``need`` (nothing to fetch)."""

@@ -190,14 +190,26 @@ class StepMap(Mapping):
     def __init__(self, records: LazyRecords, kind: str):
         self._records = records
         self._kind = kind
-        self._steps: List[int] = []
-        self._known: Set[int] = set()
-        self._made: Dict[int, object] = {}
+        self.reset(np.zeros(0, np.int64))
 
     def reset(self, steps: np.ndarray) -> None:
-        self._steps = steps.tolist()
-        self._known = set(self._steps)
-        self._made = {}
+        # The list and the set are made when first used: many tensors are asked about a few steps.
+        self._array = steps
+        self._list: Optional[List[int]] = None
+        self._set: Optional[Set[int]] = None
+        self._made: Dict[int, object] = {}
+
+    @property
+    def _steps(self) -> List[int]:
+        if self._list is None:
+            self._list = self._array.tolist()
+        return self._list
+
+    @property
+    def _known(self) -> Set[int]:
+        if self._set is None:
+            self._set = set(self._steps)
+        return self._set
 
     def get(self, step, default=None):
         found = self._made.get(step)
@@ -222,10 +234,10 @@ class StepMap(Mapping):
         return iter(self._steps)
 
     def __len__(self) -> int:
-        return len(self._steps)
+        return len(self._array)
 
     def __bool__(self) -> bool:
-        return bool(self._steps)
+        return len(self._array) > 0
 
     def keys(self):
         return list(self._steps)
