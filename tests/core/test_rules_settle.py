@@ -11,14 +11,15 @@ from smdebug.trials import create_trial
 _TIME_FIELDS = ("time", "elapsed", "seconds", "started", "updated", "written", "duration")
 
 
-def _write_run(out_dir, whole_weights_every=0, steps=120):
+def _write_run(out_dir, whole_weights_every=0, steps=120, l2_only=False):
     """4 layers saved as reductions (whole weights every ``whole_weights_every`` steps when
-    set); a NaN gradient at steps 30-31, tiny gradients at 50-59 and 90, a loss spike at 70."""
+    set; with ``l2_only`` only L2 norms, no shapes); a NaN gradient at steps 30-31, tiny
+    gradients at 50-59 and 90, a loss spike at 70."""
     rng = np.random.default_rng(3)
+    reductions = smd.ReductionConfig(norms=["l2"], save_shape=False) if l2_only else \
+        smd.ReductionConfig(reductions=["min", "max", "mean"], abs_reductions=["mean"], norms=["l2"])
     hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1),
-                    include_collections=["gradients", "weights", "losses"],
-                    reduction_config=smd.ReductionConfig(reductions=["min", "max", "mean"], abs_reductions=["mean"],
-                                                         norms=["l2"]))
+                    include_collections=["gradients", "weights", "losses"], reduction_config=reductions)
     hook.get_collection("losses").include("^loss$")
     if whole_weights_every:
         weights_collection = hook.get_collection("weights")
@@ -58,12 +59,17 @@ def _without_times(doc):
     return doc
 
 
-@pytest.mark.parametrize("whole_weights_every", [0, 1, 7])
-def test_settled_steps_report_what_step_by_step_evaluation_reports(tmp_path, monkeypatch, whole_weights_every):
-    run_dir = _write_run(str(tmp_path / "run"), whole_weights_every)
+@pytest.mark.parametrize("whole_weights_every, l2_only", [(0, False), (1, False), (7, False), (7, True)])
+def test_settled_steps_report_what_step_by_step_evaluation_reports(tmp_path, monkeypatch, whole_weights_every,
+                                                                   l2_only):
+    run_dir = _write_run(str(tmp_path / "run"), whole_weights_every, l2_only=l2_only)
     settled = _reports(run_dir)
     monkeypatch.setattr(Rule, "_settle", lambda self, view, columns: False)
     step_by_step = _reports(run_dir)
     assert settled == step_by_step
     # The run has something for each shortcut to decline: the comparison covers firings too.
-    assert settled["ExplodingTensor"]["violations"] and settled["VanishingGradient"]["violations"]
+    assert settled["ExplodingTensor"]["violations"]
+    if l2_only:  # L2 norms without element counts: VanishingGradient has nothing to judge
+        assert settled["VanishingGradient"]["datapoints"] == 0 and settled["VanishingGradient"]["steps_without_data"]
+    else:
+        assert settled["VanishingGradient"]["violations"]

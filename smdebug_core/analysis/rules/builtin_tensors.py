@@ -22,6 +22,7 @@ from ...reductions import NAN_WHEN_UNDEFINED
 from . import _params as P
 from .findings import (MAX_DETAILS, MAX_LISTED, TRAINING_MODES, count, details, earliest, listing, note_found,
                        numeric)
+from ..trials.catalog import SHAPE
 from ..trials.health import update_ratio, weight_update_ratio
 from ..trials.order import layer_of
 from .culprit import culprit
@@ -128,15 +129,17 @@ class VanishingGradient(Rule):
 
     def _unconvertible(self, names: List[str]) -> bool:
         """Whether no step can judge ``names`` without their abs mean: the run saved none of their
-        values, and their element counts were looked up and are unknown (``_sizes``)."""
+        values and none of their shapes (the catalog says), so their element counts are unknown."""
         key = tuple(names)
         known = self.__dict__.setdefault("_unconvertible_names", {})
         if key not in known:
-            if not all(self._sizes.get(name) == 0 for name in names):
-                return False  # not all looked up yet: an evaluated step does that
             catalog = self.view.catalog()
             known.clear()  # one selection at a time: bounded
-            known[key] = catalog is not None and all(n in catalog and not catalog[n].has_value for n in names)
+            known[key] = catalog is not None and all(
+                n in catalog and not catalog[n].has_value and SHAPE not in catalog[n].kinds for n in names)
+            if known[key]:
+                for name in names:  # what steady_size finds for each of them: nothing
+                    self._sizes.setdefault(name, 0)
         return known[key]
 
     def invoke_at_step(self, step):
