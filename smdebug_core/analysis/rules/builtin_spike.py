@@ -24,6 +24,17 @@ from .rule import DATA_MISSING, Rule
 
 
 
+def _median(values) -> float:
+    """``np.median`` of a short window of floats, without numpy's per-call cost where no NaN
+    makes the order undefined (the same arithmetic: the middle one, or the mean of two)."""
+    if not values or any(v != v for v in values):
+        return float(np.median(np.asarray(values, dtype=np.float64)))
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = n // 2
+    return float(ordered[middle]) if n % 2 else float((ordered[middle - 1] + ordered[middle]) / 2)
+
+
 class LossSpike(Rule):
     """Fires when a training loss rises above ``factor`` (3.0) times its rolling median.
 
@@ -96,8 +107,8 @@ class LossSpike(Rule):
             first = self._first.setdefault(key, value)
             spike = False
             if len(history) >= max(2, self.window // 2):
-                median = float(np.median(history))
-                spread = 1.4826 * float(np.median(np.abs(np.asarray(history) - median)))  # robust sigma
+                median = _median(history)
+                spread = 1.4826 * _median([abs(v - median) for v in history])  # robust sigma
                 rise = value - median
                 spike = (value > self.factor * median and rise > self.min_rise_fraction * abs(first)
                          and rise > self.min_zscore * spread

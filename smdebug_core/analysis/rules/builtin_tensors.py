@@ -22,6 +22,7 @@ from ...reductions import NAN_WHEN_UNDEFINED
 from . import _params as P
 from .findings import (MAX_DETAILS, MAX_LISTED, TRAINING_MODES, count, details, earliest, listing, note_found,
                        numeric)
+from ..trials.catalog import SHAPE
 from ..trials.health import update_ratio, weight_update_ratio
 from ..trials.order import layer_of, parameter_of
 from .culprit import culprit
@@ -102,6 +103,47 @@ class VanishingGradient(Rule):
         if not n:
             return None, False
         return l2 / math.sqrt(n), True
+
+    def settle_step(self, columns) -> bool:
+        view, threshold = self.view, self.threshold
+        names = view.tensor_names(collection="gradients")
+        if not names:
+            return False
+
+        def gradients(candidates):
+            return view.selects(candidates, "gradients")
+
+        # The common case: every gradient saved its abs mean at the step and none is small.
+        if columns.covered(view.step, ("VanishingGradient", threshold), gradients, len(names), ("mean", True),
+                           lambda values: values < threshold):
+            self.reads(names)
+            streaks = self.__dict__.get("_streaks")
+            for name in names if streaks else ():
+                streaks.pop(name, None)
+            return True
+        # A run whose gradients have no abs mean, no values and no element count: nothing to judge.
+        if self._unconvertible(names) and columns.covered(
+                view.step, ("VanishingGradient", "no abs mean"), gradients, 0, ("mean", True),
+                lambda values: np.zeros(len(values), bool)):
+            self.reads(names)
+            self.unavailable(len(names))
+            return True
+        return False
+
+    def _unconvertible(self, names: List[str]) -> bool:
+        """Whether no step can judge ``names`` without their abs mean: the run saved none of their
+        values and none of their shapes (the catalog says), so their element counts are unknown."""
+        key = tuple(names)
+        known = self.__dict__.setdefault("_unconvertible_names", {})
+        if key not in known:
+            catalog = self.view.catalog()
+            known.clear()  # one selection at a time: bounded
+            known[key] = catalog is not None and all(
+                n in catalog and not catalog[n].has_value and SHAPE not in catalog[n].kinds for n in names)
+            if known[key]:
+                for name in names:  # what steady_size finds for each of them: nothing
+                    self._sizes.setdefault(name, 0)
+        return known[key]
 
     def invoke_at_step(self, step):
         names = self.reads(self.view.tensor_names(collection="gradients"))
@@ -188,6 +230,20 @@ class ExplodingTensor(_SelectionRule):
         if not self.only_nan and not nan_by_design and count > 0:  # NaN and infinities, not told apart
             return f"{int(count)} NaN or infinite values (its saved nonfinite count)"
         return None
+
+    def settle_step(self, columns) -> bool:
+        # The common case: every selected tensor has saved reductions or a one-element value
+        # at the step (what first_of reads here) and all of them are finite.
+        view, selected = self.view, bool(self.collection_names or self.tensor_regex)
+        names = view.tensor_names(self.collection_names, self.tensor_regex, all_tensors=not selected)
+        if not names or not columns.covered(
+                view.step, ("ExplodingTensor", self.collection_names, self.tensor_regex),
+                lambda candidates: view.selects(candidates, self.collection_names, self.tensor_regex,
+                                                all_tensors=not selected),
+                len(names), None, lambda values: ~np.isfinite(values)):
+            return False
+        self.reads(names)
+        return True
 
     def invoke_at_step(self, step):
         bad = {}
@@ -480,6 +536,36 @@ class WeightUpdateRatio(Rule):
             # The change from p to s is the update made at step p (weights are saved before the update).
             self.update_step[name] = previous[0]
         return out
+
+    def settle_step(self, columns) -> bool:
+        # A run that saved only reductions of its weights: every weight is unavailable at
+        # every step, which the catalog tells once for the whole run.
+        view = self.view
+        if view.mode not in TRAINING_MODES:
+            return False
+        names = tuple(n for n in view.tensor_names(collection="weights") if not n.startswith(UPDATE_PREFIX))
+        if not names:  # a step without weights (saved every so many steps): why, said once per chunk
+            elsewhere = self.__dict__.get("_elsewhere")
+            if elsewhere is None or elsewhere[0] is not columns:
+                elsewhere = self.__dict__["_elsewhere"] = (columns, self.saved_elsewhere("weights",
+                                                                                        collection="weights"))
+            self.no_data(elsewhere[1])
+            return True
+        present = tuple(view.all_names())
+        known = self.__dict__.setdefault("_without_values", {})
+        key = (names, present)
+        if key not in known:
+            catalog = view.catalog()
+            present_names = set(present)
+            updates = any(UPDATE_PREFIX + n in present_names for n in names)
+            known.clear()  # one selection at a time: bounded
+            known[key] = bool(names) and not updates and catalog is not None and all(
+                n in catalog and not catalog[n].has_value for n in names)
+        if not known[key]:
+            return False
+        self.reads(list(names))
+        self.unavailable(len(names))
+        return True
 
     def invoke_at_step(self, step):
         if self.view.mode not in TRAINING_MODES:

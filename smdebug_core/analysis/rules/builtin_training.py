@@ -11,6 +11,7 @@ with ``loss`` (Keras), ``validation-rmse`` with ``train-rmse`` (XGBoost).
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from typing import Dict, List, Optional, Tuple
@@ -64,15 +65,27 @@ def with_monitored(view: StepView, names: List[str], monitor: Optional[str], log
 
 
 def monitored_requirements(monitor: Optional[str], logged: bool = True) -> List[Required]:
-    return ([Required(names=(monitor,), value=True)] if monitor is not None else []) + \
-        ([Required(regex=(LOGGED_VALIDATION_LOSS,), value=True)] if logged else [])
+    return list(_monitored_requirements(monitor, bool(logged)))
+
+
+@functools.lru_cache(maxsize=64)  # asked at every step with the same arguments; Required is immutable
+def _monitored_requirements(monitor: Optional[str], logged: bool) -> Tuple[Required, ...]:
+    return tuple(([Required(names=(monitor,), value=True)] if monitor is not None else []) +
+                 ([Required(regex=(LOGGED_VALIDATION_LOSS,), value=True)] if logged else []))
 
 
 def loss_requirements(collection_names=(), tensor_regex=(), use_losses_collection: bool = True) -> List[Required]:
+    as_key = lambda items: (items,) if isinstance(items, str) else tuple(items or ())  # noqa: E731
+    return list(_loss_requirements(as_key(collection_names), as_key(tensor_regex), bool(use_losses_collection)))
+
+
+@functools.lru_cache(maxsize=64)
+def _loss_requirements(collection_names: tuple, tensor_regex: tuple, use_losses_collection: bool
+                       ) -> Tuple[Required, ...]:
     wanted = [Required(collections=collection_names, regex=tensor_regex, value=True)]
     if use_losses_collection:
         wanted.append(Required(collections=("losses", "metrics"), value=True))
-    return wanted
+    return tuple(wanted)
 
 
 def series_of(name: str, mode: ModeKeys) -> Optional[Tuple[str, str]]:

@@ -337,6 +337,13 @@ class Rule:
                 self.report.error(f"step {view.step} skipped: {exc}")
                 self.report.no_data(view.mode)
             return False
+        self._account(view, fired)
+        if fired:
+            self._fire(view.step, view.mode, view.mode_step, view.source, extra_actions, hook)
+        return fired
+
+    def _account(self, view: StepView, fired: bool) -> None:
+        """Count the step in the report: evaluated, or without data."""
         if not fired and self._step_reads and self._step_unavailable >= self._step_reads:
             self.no_data("step %d has %d tensors to read but none with %s", view.step, self._step_reads,
                          self.reads_what)
@@ -345,9 +352,23 @@ class Rule:
                 self.report.no_data(view.mode)
             else:
                 self.report.datapoint(view.step)
-        if fired:
-            self._fire(view.step, view.mode, view.mode_step, view.source, extra_actions, hook)
-        return fired
+
+    def settle_step(self, columns) -> bool:
+        """A shortcut over a saved run: when ``columns`` (a chunk of the run's reductions and
+        one-element values, :class:`~.step_columns.ChunkColumns`) show that the step does not
+        fire, apply what :meth:`invoke_at_step` would have done and return True; else change
+        nothing and return False (the default): the step is then evaluated as usual."""
+        return False
+
+    def _settle(self, view: StepView, columns) -> bool:
+        if self.other_trials or type(self).settle_step is Rule.settle_step:
+            return False
+        self.view, self.other_views, self._notes = view, [], []
+        self._step_without_data, self._step_reads, self._step_unavailable = False, 0, 0
+        if not self.settle_step(columns):
+            return False
+        self._account(view, False)
+        return True
 
     def _fire(self, step: int, mode: ModeKeys, mode_step: int, run_dir: str, extra_actions: Sequence[Action] = (),
               hook=None) -> dict:
@@ -583,6 +604,11 @@ def _evaluate_step(rules, trial, step, extra, raise_eval_cond, follow, idle_time
     fired_rules = []
     with _no_refresh(all_trials.values()):
         view = TrialStepView(trial, step, bulk)
+        # Rules whose outcome the bulk columns show are done; the others read the step. (Not
+        # with raise_eval_cond: a firing there ends the step before the rules after it.)
+        columns = bulk.columns(step) if bulk is not None and not raise_eval_cond else None
+        if columns is not None:
+            rules = [rule for rule in rules if not rule._settle(view, columns)]
         requirements = []
         for rule in rules:
             others = others_by_rule[id(rule)]

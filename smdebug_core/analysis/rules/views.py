@@ -33,6 +33,7 @@ from ...reduction_config import reduction_label
 from ...reductions import NORMS, REDUCTIONS, reduce
 from ..trials.health import l2_norm
 from ..trials.order import BY_NAME, ModelOrder
+from .step_columns import ChunkColumns, StepRows
 
 logger = get_logger("smdebug.rules")
 
@@ -40,6 +41,16 @@ ReductionKey = Tuple[str, bool]
 #: Kinds accepted in ``Required.first_of``.
 VALUE = "value"
 SAVED_REDUCTIONS = "saved_reductions"
+
+
+def _as_key(value):
+    """A selection argument (None, a name, a list of names) as a dict key; TypeError for any
+    other (an iterator would be used up here)."""
+    if value is None or isinstance(value, (str, tuple)):
+        return value
+    if isinstance(value, (list, set, frozenset)):
+        return tuple(value)
+    raise TypeError(f"not a selection key: {type(value).__name__}")
 
 
 def _as_tuple(value, what: str) -> tuple:
@@ -150,9 +161,45 @@ class StepView:
     def tensor_names(self, collection=None, regex=None, names=None, all_tensors: bool = False) -> List[str]:
         """Sorted names at this step in any of the ``collection`` (name or list), matching any
         ``regex``, or listed in ``names``; every name with ``all_tensors``."""
-        candidates = self.all_names()
+        return self._select_from(self.all_names(), collection, regex, names, all_tensors)
+
+    def selects(self, candidates: List[str], collection=None, regex=None, all_tensors: bool = False) -> List[bool]:
+        """For each of ``candidates`` (any names of the run), whether :meth:`tensor_names` with
+        these arguments would select it at a step that has it."""
+        chosen = set(self._select_from(list(candidates), collection, regex, None, all_tensors))
+        return [n in chosen for n in candidates]
+
+    def _select_from(self, candidates: List[str], collection, regex, names, all_tensors: bool) -> List[str]:
         if all_tensors:
             return candidates
+        memo = getattr(self, "_membership", None)
+        asked = None
+        if memo is not None:  # the same question about the same names: answered once per evaluation
+            try:
+                asked = ("selected", _as_key(collection), _as_key(regex), _as_key(names),
+                         self._token_of(candidates, memo))
+                hit = memo.get(asked)
+            except TypeError:  # an argument that is no name or list of names: the checks below say so
+                asked = hit = None
+            if hit is not None:
+                return list(hit)
+        out = self._select_names(candidates, collection, regex, names)
+        if asked is not None:
+            memo[asked] = tuple(out)
+        return out
+
+    def _token_of(self, candidates: List[str], memo: dict) -> int:
+        """A small number standing for the name list ``candidates`` in ``memo`` (the step's own
+        list is looked up once)."""
+        known = self.__dict__.get("_names_token")
+        if known is not None and known[0] is candidates:
+            return known[1]
+        token = memo.setdefault(("names", tuple(candidates)), len(memo))
+        if candidates is getattr(self, "_names", None):
+            self.__dict__["_names_token"] = (candidates, token)
+        return token
+
+    def _select_names(self, candidates: List[str], collection, regex, names) -> List[str]:
         collections = tuple(c for c in _as_tuple(collection, "collection") if self.has_collection(c))
         regexes = _as_tuple(regex, "regex")
         exact = frozenset(_as_tuple(names, "names"))
@@ -162,7 +209,7 @@ class StepView:
         # query for the whole evaluation where the view shares a cache (BulkSteps).
         memo = getattr(self, "_membership", None)
         query = (collections, regexes, exact)
-        whole = (query, tuple(candidates)) if memo is not None else None
+        whole = (query, self._key_of(candidates)) if memo is not None else None
         if whole is not None and whole in memo:
             return list(memo[whole])
         patterns = None
@@ -182,6 +229,16 @@ class StepView:
         if whole is not None:
             memo[whole] = tuple(out)
         return out
+
+    def _key_of(self, candidates: List[str]) -> tuple:
+        """``candidates`` as a key; the step's own name list made into one once, as every rule
+        of the step asks about it."""
+        if candidates is not getattr(self, "_names", None):
+            return tuple(candidates)
+        key = self.__dict__.get("_names_key")
+        if key is None or key[0] is not candidates:
+            key = self.__dict__["_names_key"] = (candidates, tuple(candidates))
+        return key[1]
 
     def select(self, req: Required) -> List[str]:
         return self.tensor_names(req.collections, req.regex, req.names, req.all_tensors)
@@ -243,6 +300,8 @@ class StepView:
             array = self.value(name)
         except TensorUnavailableForStep:
             return self.reduction(name, "mean")
+        if array.size == 1 and array.dtype.kind in "fiu":  # a loss: the mean of one number is itself
+            return float(array.reshape(-1)[0])
         return _reduce(array, name, self, ("mean", False), None)
 
     def l2(self, name: str) -> float:
@@ -307,55 +366,41 @@ class BulkSteps:
         self.trial = trial
         self._steps = list(steps)
         self._chunk = max(1, int(chunk))
-        self._loaded: Dict[int, Tuple[dict, dict]] = {}
+        self._columns: Optional[ChunkColumns] = None
         self._next = 0  # position in _steps of the first step not loaded yet
         self.membership: Dict[Tuple[str, str], bool] = {}
 
-    def get(self, step: int) -> Optional[Tuple[dict, dict]]:
-        """``(saved reductions by name, one-element values by name)`` of ``step``, or None
-        when the step is not among those this reads."""
-        if step not in self._loaded and self._next < len(self._steps) and step >= self._steps[self._next]:
-            self._loaded.clear()  # steps come in order: earlier chunks are done with
+    def columns(self, step: int) -> Optional[ChunkColumns]:
+        """The chunk of columns holding ``step``, or None when the step is not among those
+        this reads (or the bulk read failed)."""
+        columns = self._columns
+        if (columns is None or not columns.has_step(step)) and self._next < len(self._steps) \
+                and step >= self._steps[self._next]:
+            self._columns = None  # steps come in order: earlier chunks are done with
             while self._next < len(self._steps) and self._steps[self._next] <= step:
-                self._load(self._steps[self._next:self._next + self._chunk])
+                self._columns = self._load(self._steps[self._next:self._next + self._chunk])
                 self._next += self._chunk
-        return self._loaded.get(step)
+            columns = self._columns
+        return columns if columns is not None and columns.has_step(step) else None
 
-    def _load(self, steps: List[int]) -> None:
+    def get(self, step: int) -> Optional[StepRows]:
+        """The rows of ``step`` (saved reductions and one-element values, read tensor by tensor
+        on first use), or None when the step is not among those this reads."""
+        columns = self.columns(step)
+        return columns.rows(step) if columns is not None else None
+
+    def _load(self, steps: List[int]) -> Optional[ChunkColumns]:
         try:
             table = self.trial.to_table(steps=steps, progress=False, on_error="warn")
         except (AttributeError, TypeError, ValueError, KeyError, OSError) as exc:
             # Not a Trial with a bulk reader, or a read that failed: the rules read step by step.
             logger.debug("rules: bulk read of steps %d-%d unavailable (%s)", steps[0], steps[-1], exc)
-            return
-        by_label = {"": ""}
+            return None
+        by_label: Dict[str, object] = {"": ""}
         for op in REDUCTIONS + NORMS:  # every reduction a run may have saved
             for is_abs in (False, True):
                 by_label[reduction_label(op, is_abs)] = (op, is_abs)
-        tensor_codes, tensors = table.texts["tensor"]
-        label_codes, labels = table.texts["reduction"]
-        # Rows sorted by step; names and reduction keys looked up once per row with numpy.
-        order = np.argsort(table.numbers["step"], kind="stable")
-        names = np.asarray(list(tensors) + [""], dtype=object)[tensor_codes[order]].tolist()
-        keys = np.asarray([by_label.get(label, "") for label in labels] + [None], dtype=object)
-        row_keys = keys[label_codes[order]].tolist()
-        values = table.numbers["value"][order].tolist()
-        step_of = table.numbers["step"][order]
-        bounds = np.flatnonzero(np.diff(step_of)) + 1
-        for step in steps:
-            self._loaded.setdefault(int(step), ({}, {}))
-        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(values)]):
-            if lo == hi:
-                continue
-            saved, scalars = self._loaded[int(step_of[lo])]
-            for name, key, value in zip(names[lo:hi], row_keys[lo:hi], values[lo:hi]):
-                if key == "":
-                    scalars[name] = value  # a one-element value (the "" reduction)
-                elif key is not None:
-                    inner = saved.get(name)
-                    if inner is None:
-                        inner = saved[name] = {}
-                    inner[key] = value
+        return ChunkColumns(table, steps, by_label)
 
 
 class TrialStepView(StepView):
@@ -373,12 +418,9 @@ class TrialStepView(StepView):
         self._saved: Dict[str, Dict[ReductionKey, float]] = {}
         self._membership = bulk.membership if bulk is not None else {}
         self.records_read = 0
-        preloaded = bulk.get(self.step) if bulk is not None else None
-        if preloaded is not None:
-            saved, scalars = preloaded
-            self._saved.update(saved)
-            for name, value in scalars.items():
-                self._values[name] = np.asarray(value)
+        rows = bulk.get(self.step) if bulk is not None else None
+        if rows is not None:  # what the bulk read holds, turned into objects as rules ask
+            self._saved, self._values = rows.saved, rows.values
 
     def all_names(self) -> List[str]:
         if self._names is None:
@@ -475,12 +517,7 @@ class TrialStepView(StepView):
 
     # --- the batch ----------------------------------------------------------------------
     def prefetch(self, requirements: Iterable[Required]) -> None:
-        needs: Dict[str, _Need] = {}
-        for req in requirements:
-            if not (req.value or req.reductions or req.saved_reductions or req.first_of):
-                continue
-            for name in self.select(req):
-                needs.setdefault(name, _Need()).add(req)
+        needs = self._needs(tuple(requirements))
         if not needs:
             return
         try:
@@ -489,6 +526,29 @@ class TrialStepView(StepView):
             # Not a Trial of this package (a stand-in without its index): one public read per record.
             logger.debug("rules: batched read unavailable (%s); reading tensor by tensor", exc)
             self._prefetch_each(needs)
+
+    def _needs(self, requirements: Tuple[Required, ...]) -> Dict[str, _Need]:
+        """What ``requirements`` want of each tensor of the step; the same for every step with
+        the same names, so made once per evaluation (the rules ask the same at every step)."""
+        made = self._membership.setdefault(("needs",), {})
+        try:
+            asked = (requirements, self._token_of(self.all_names(), self._membership))
+            known = made.get(asked)
+        except TypeError:  # a requirement that cannot be a key: made for this step only
+            asked = known = None
+        if known is not None:
+            return known
+        needs: Dict[str, _Need] = {}
+        for req in requirements:
+            if not (req.value or req.reductions or req.saved_reductions or req.first_of):
+                continue
+            for name in self.select(req):
+                needs.setdefault(name, _Need()).add(req)
+        if asked is not None:
+            if len(made) >= 16:  # steps ask a few different things (modes, save intervals): bounded
+                made.clear()
+            made[asked] = needs
+        return needs
 
     def _satisfied(self, name: str, need: "_Need") -> bool:
         """Whether what was read in bulk already answers ``need`` (nothing to fetch)."""

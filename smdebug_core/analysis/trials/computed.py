@@ -41,10 +41,6 @@ def computed_table(trial, names: Sequence[str], keys: List[Tuple[str, bool]], mo
     """Rows of the reductions ``keys`` of the tensors ``names`` computed from their saved
     values, where ``saved`` (the saved rows) has no such row; scalars are left out (their
     value is its own reduction)."""
-    have: Set[Tuple[str, str, str, int]] = set()
-    if len(saved):
-        have = set(zip(saved.column("tensor"), saved.column("reduction"), saved.column("worker"),
-                       saved.numbers["step"].tolist()))
     index = trial._steps
     to_mode = index.global_to_mode
     out_steps: List[int] = []
@@ -56,12 +52,13 @@ def computed_table(trial, names: Sequence[str], keys: List[Tuple[str, bool]], mo
     # A run store says which tensors have values at all without building their records.
     with_values = getattr(trial._index, "names_with_values", None)
     with_values = with_values() if with_values is not None else None
-    for name in names:
-        if with_values is not None and name not in with_values:
-            continue
-        tensor = trial.tensor(name)
-        if tensor._is_scalar() or not tensor._locations:
-            continue
+    tensors = [trial.tensor(name) for name in names if with_values is None or name in with_values]
+    tensors = [tensor for tensor in tensors if not tensor._is_scalar() and tensor._locations]
+    if not tensors:
+        return Table.empty()
+    have = _saved_keys(saved, {tensor.name for tensor in tensors})
+    for tensor in tensors:
+        name = tensor.name
         requests = []
         for g in tensor.steps(show_incomplete_steps=show_incomplete_steps):
             if modes is not None or steps is not None:
@@ -92,6 +89,20 @@ def computed_table(trial, names: Sequence[str], keys: List[Tuple[str, bool]], mo
              (("tensor", out_tensor), ("worker", out_worker), ("reduction", out_label))}
     return Table.build(np.ones(len(out_steps), bool), np.asarray(out_steps, np.int64), texts,
                        np.asarray(out_values), index.arrays(), index.worker_step_conflicts)
+
+
+def _saved_keys(saved: Table, names: Set[str]) -> Set[Tuple[str, str, str, int]]:
+    """``(tensor, reduction, worker, step)`` of the saved rows of ``names`` (only theirs: the
+    saved rows of a large run are millions, the tensors saved whole usually few)."""
+    if not len(saved):
+        return set()
+    codes, items = saved.texts["tensor"]
+    keep = np.isin(codes, np.asarray([i for i, n in enumerate(items) if n in names], np.int64))
+    columns = []
+    for column in ("tensor", "reduction", "worker"):
+        codes, items = saved.texts[column]
+        columns.append([items[c] for c in codes[keep].tolist()])
+    return set(zip(*columns, saved.numbers["step"][keep].tolist()))
 
 
 def _codes(items: List[str]):

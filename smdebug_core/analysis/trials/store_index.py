@@ -92,6 +92,7 @@ class StoreIndex:
         self._dir_mtime: Dict[str, int] = {}
         self._names_cache: Optional[Dict[str, None]] = None
         self._tensor_row_names: Dict[str, Tuple[str, Optional[Tuple[str, bool]]]] = {}
+        self._rows_by_tensor: Dict[int, Tuple[list, Dict[str, list]]] = {}  # id(part) -> (its rows, by name)
         self._label_keys: List[Tuple[str, bool]] = [("", False)]
         self._log = None
         self._template_ids: Dict[Tuple[bytes, bytes], int] = {}
@@ -465,6 +466,7 @@ class StoreIndex:
         self._log = None
         self.tensors_for_step.clear()
         self.tensors_for_mode.clear()
+        self._rows_by_tensor.clear()
         self.tensors.update(parts)
 
     def template_of(self, tensor: np.ndarray, label: np.ndarray) -> Optional[int]:
@@ -503,7 +505,7 @@ class StoreIndex:
         """:meth:`ordered_parts` with every column read (a segment whose values fail is emptied)."""
         parts = self.ordered_parts()
         pending = [p for p in parts if not p.loaded]
-        threads = min(len(pending), os.cpu_count() or 1, 8)
+        threads = min(len(pending), os.cpu_count() or 1, 8) if pending else 0
         if threads > 1:
             # Decoding a column releases the GIL: the files are read side by side; their
             # texts are then interned here, in order.
@@ -526,6 +528,17 @@ class StoreIndex:
             found = (record_name, None) if reduction is None else (reduction[2], reduction[:2])
             self._tensor_row_names[record_name] = found
         return found
+
+    def tensor_rows_of(self, part: Part, name: str) -> list:
+        """A segment's tensors-table rows of tensor ``name``, in order (grouped once per segment:
+        each tensor's records ask, and a segment can hold thousands of whole tensors)."""
+        known = self._rows_by_tensor.get(id(part))
+        if known is None or known[0] is not part.tensor_rows:
+            by_name: Dict[str, list] = {}
+            for row in part.tensor_rows:
+                by_name.setdefault(self.tensor_row_name(row[3])[0], []).append(row)
+            known = self._rows_by_tensor[id(part)] = (part.tensor_rows, by_name)
+        return known[1].get(name, [])
 
     def present_names(self) -> Dict[str, None]:
         """The names of every tensor with rows (in order of first sight)."""

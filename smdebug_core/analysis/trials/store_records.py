@@ -5,7 +5,7 @@ records step by step (:class:`LazyRecords`, :class:`StepMap`), the tensors by na
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -107,7 +107,7 @@ class LazyRecords(TensorRecords):
                         own = part.label[rows] == 0
                         share = ((part, rows, steps), steps[own], steps[~own])
                 had_rows = known is not None and known[2]
-                has_rows = any(index.tensor_row_name(r[3])[0] == self.name for r in part.tensor_rows)
+                has_rows = bool(index.tensor_rows_of(part, self.name))
                 rows_changed = rows_changed or had_rows or has_rows
                 known = shares[key] = (part.version, share, has_rows)
             if known[1] is not None:
@@ -120,14 +120,14 @@ class LazyRecords(TensorRecords):
                 d.clear()
             eager._sorted_steps = None
             for part in parts:
-                for row in part.tensor_rows:
-                    base, key = index.tensor_row_name(row[3])
-                    if base == self.name:
-                        index._add_tensor_row(eager, part.worker, row, key, part)
+                for row in index.tensor_rows_of(part, self.name):
+                    index._add_tensor_row(eager, part.worker, row, index.tensor_row_name(row[3])[1], part)
         self._sources = sources
 
         def steps_of(pieces, extra):
-            found = np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.int64)
+            found = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+            if len(found) > 1 and not (found[1:] > found[:-1]).all():  # segments in order: usually sorted
+                found = np.unique(found)
             if extra:
                 found = np.union1d(found, np.fromiter(extra, np.int64, len(extra)))
             return found
@@ -190,14 +190,26 @@ class StepMap(Mapping):
     def __init__(self, records: LazyRecords, kind: str):
         self._records = records
         self._kind = kind
-        self._steps: List[int] = []
-        self._known: Set[int] = set()
-        self._made: Dict[int, object] = {}
+        self.reset(np.zeros(0, np.int64))
 
     def reset(self, steps: np.ndarray) -> None:
-        self._steps = steps.tolist()
-        self._known = set(self._steps)
-        self._made = {}
+        # The list and the set are made when first used: many tensors are asked about a few steps.
+        self._array = steps
+        self._list: Optional[List[int]] = None
+        self._set: Optional[Set[int]] = None
+        self._made: Dict[int, object] = {}
+
+    @property
+    def _steps(self) -> List[int]:
+        if self._list is None:
+            self._list = self._array.tolist()
+        return self._list
+
+    @property
+    def _known(self) -> Set[int]:
+        if self._set is None:
+            self._set = set(self._steps)
+        return self._set
 
     def get(self, step, default=None):
         found = self._made.get(step)
@@ -222,10 +234,10 @@ class StepMap(Mapping):
         return iter(self._steps)
 
     def __len__(self) -> int:
-        return len(self._steps)
+        return len(self._array)
 
     def __bool__(self) -> bool:
-        return bool(self._steps)
+        return len(self._array) > 0
 
     def keys(self):
         return list(self._steps)
@@ -271,7 +283,49 @@ class _NamesBy:
 
 
 class StepNames(_NamesBy):
-    """``step -> names saved at it`` (``tensors_for_step``)."""
+    """``step -> names saved at it`` (``tensors_for_step``). Steps that hold the same tensors
+    share one set, made once: a run's steps mostly do (the rules ask at every step)."""
+
+    def __init__(self, index: StoreIndex):
+        super().__init__(index)
+        self._shared: Dict[tuple, Set[str]] = {}
+        self._row_names: Dict[int, Dict[int, Tuple[str, ...]]] = {}  # id(part) -> step -> whole tensors
+
+    def clear(self) -> None:
+        super().clear()
+        self._shared.clear()
+        self._row_names.clear()
+
+    def get(self, key, default=None):
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        index = self._index
+        parts = [part for part in index.loaded_parts() if self._in(part, key)]
+        signature = tuple((tuple(self._ids(part, key)) if len(part) else (), self._rows_at(part, key))
+                          for part in parts)
+        found = self._shared.get(signature)
+        if found is None:
+            items = index.names.items
+            found = {items[i] for ids, _ in signature for i in ids}
+            found.update(name for _, rows in signature for name in rows)
+            if not found:
+                return default
+            self._shared[signature] = found
+        self._cache[key] = found
+        return found
+
+    def _rows_at(self, part: Part, step: int) -> Tuple[str, ...]:
+        """The names of a segment's whole tensors at ``step`` (indexed once per segment)."""
+        by_step = self._row_names.get(id(part))
+        if by_step is None or by_step.get(-1) is not part.tensor_rows:
+            by_step = {}
+            for row in part.tensor_rows:
+                by_step.setdefault(row[0], []).append(self._index.tensor_row_name(row[3])[0])
+            by_step = {s: tuple(names) for s, names in by_step.items()}
+            by_step[-1] = part.tensor_rows  # what it was made from: made again when the segment grows
+            self._row_names[id(part)] = by_step
+        return by_step.get(step, ())
 
     def _in(self, part: Part, step: int) -> bool:
         return part.lo is not None and part.lo <= step <= part.hi

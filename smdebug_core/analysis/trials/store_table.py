@@ -13,6 +13,7 @@ read from their records and added.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -414,17 +415,18 @@ def _whole_tensor_rows(index, parts, names, labels, modes, steps, late_cut, read
             g, mode, mode_step, record_name, kind, file, offset, length, crc, dtype, shape, _ = row
             if kind != "value":
                 continue
+            # The steps first: a bulk read asks for a few hundred steps of a run's thousands.
+            if steps is not None and (mode_step if modes is not None else g) not in steps:
+                continue
             base, key = index.tensor_row_name(record_name)
             if base not in names:
                 continue
             label = "" if key is None else reduction_label(*key)
             if labels is not None and label and label not in labels:
                 continue
-            if key is None and (shape is None or int(np.prod(shape)) != 1):
+            if key is None and (shape is None or math.prod(shape) != 1):
                 continue
             if modes is not None and ModeKeys(mode) not in modes:
-                continue
-            if steps is not None and (mode_step if modes is not None else g) not in steps:
                 continue
             if late_cut is not None and g > late_cut and not step_index.is_complete(g):
                 continue
