@@ -132,14 +132,18 @@ class VanishingGradient(Rule):
 
     def _unconvertible(self, names: List[str]) -> bool:
         """Whether no step can judge ``names`` without their abs mean: the run saved none of their
-        values and none of their shapes (the catalog says), so their element counts are unknown."""
+        values and none of their shapes, nor of their parameters' (the catalog says), so their
+        element counts are unknown."""
         key = tuple(names)
         known = self.__dict__.setdefault("_unconvertible_names", {})
         if key not in known:
             catalog = self.view.catalog()
             known.clear()  # one selection at a time: bounded
+            def sizeless(name: str) -> bool:  # nor does its parameter, whose shape it has
+                return name not in catalog or (not catalog[name].has_value and SHAPE not in catalog[name].kinds)
+
             known[key] = catalog is not None and all(
-                n in catalog and not catalog[n].has_value and SHAPE not in catalog[n].kinds for n in names)
+                n in catalog and sizeless(n) and sizeless(parameter_of(n)) for n in names)
             if known[key]:
                 for name in names:  # what steady_size finds for each of them: nothing
                     self._sizes.setdefault(name, 0)
