@@ -6,19 +6,33 @@ import glob
 import json
 import os
 import struct
+import time
 
 BLOCK = 32768
 HEADER = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-def records(path):
+def records(path, timeout=15.0):
+    """The file's records, once wandb has finished writing it: wandb's own process may still
+    be flushing after ``run.finish()`` on a loaded machine, so a file that ends inside a
+    record, or is still growing, is read again (for at most ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        parsed, complete = _parse(data)
+        time.sleep(0.2)
+        if complete and os.path.getsize(path) == len(data) or time.monotonic() > deadline:
+            return parsed
+
+
+def _parse(data):
+    """``(records, whether the data ends on a record boundary)``."""
     from wandb.proto import wandb_internal_pb2
 
-    with open(path, "rb") as fh:
-        data = fh.read()
     assert data[:4] == b":W&B" and struct.unpack("<HB", data[4:7]) == (0xBEE1, 0), "not a .wandb file"
-    pos, pending = 7, b""
+    pos, pending, out = 7, b"", []
     while pos + HEADER <= len(data):
         left = BLOCK - pos % BLOCK
         if left < HEADER:  # the block's tail is padding
@@ -28,6 +42,8 @@ def records(path):
         if length == 0 and kind == 0:
             pos += left
             continue
+        if pos + HEADER + length > len(data):
+            return out, False  # the last record is still being written
         chunk = data[pos + HEADER:pos + HEADER + length]
         pos += HEADER + length
         if kind in (FULL, FIRST):
@@ -37,7 +53,9 @@ def records(path):
         if kind in (FULL, LAST):
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
-            yield record
+            out.append(record)
+            pending = b""
+    return out, not pending
 
 
 def history(wandb_dir):
