@@ -93,7 +93,8 @@ class TrackerSink:
                 self._waiting += 1
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every step queued so far has been handled (sent, or dropped and counted);
+        """Wait until every step queued so far has been handled (sent, dropped and counted, or
+        held in the pacing's open bin, which goes out when the bin is full or at close);
         False when ``timeout`` seconds passed first. Training never calls it; benchmarks and
         tests that read the tool's run do."""
         with self._idle:
@@ -125,11 +126,9 @@ class TrackerSink:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if item is _STOP:
-                return
-            batch = [item]
-            stop = False
-            while len(batch) < self.batch_steps:
+            stop = item is _STOP  # then the pacing's open bin still goes out
+            batch = [] if stop else [item]
+            while not stop and len(batch) < self.batch_steps:
                 try:
                     more = self._queue.get_nowait()
                 except queue.Empty:
