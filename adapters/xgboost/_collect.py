@@ -12,6 +12,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from smdebug.capture.early_stopping import callbacks_beside
+
 #: ``Booster.get_score`` importance types (all five since xgboost 0.81).
 IMPORTANCE_TYPES = ("weight", "gain", "cover", "total_gain", "total_cover")
 #: Columns of ``Booster.trees_to_dataframe()`` (xgboost 2.x and 3.x; "Category" since 1.6).
@@ -181,19 +183,11 @@ def early_stopping_beside(callback) -> Optional[object]:
     """XGBoost's ``EarlyStopping`` in the same training's callback list as ``callback`` (the
     list xgboost's CallbackContainer holds: ``xgb.train(early_stopping_rounds=...)`` and the
     scikit-learn estimators append one), or None when training has no early stopping."""
-    import gc
-
     import xgboost as xgb
 
     kind = getattr(xgb.callback, "EarlyStopping", None)
-    if kind is None:
-        return None
-    for holder in gc.get_referrers(callback):
-        if isinstance(holder, list):
-            for other in holder:
-                if isinstance(other, kind):
-                    return other
-    return None
+    found = callbacks_beside(callback, kind) if kind is not None else []
+    return found[0] if found else None
 
 
 def early_stopping_record(stopping, booster, evals_log, last_round: int, step_offset: int) -> Optional[Dict]:

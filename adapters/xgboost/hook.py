@@ -257,7 +257,7 @@ class Hook(CoreHook, TrainingCallback):
     def _record_early_stopping(self, model) -> None:
         """Early stopping is part of the run: what it monitored and where it stopped (the
         rules judge that metric and know the stop was intended)."""
-        stopping = getattr(self, "_early_stopping", None)
+        stopping = self._early_stopping
         if stopping is None or self._last_round is None or not isinstance(model, xgb.Booster):
             return
         record = _collect.early_stopping_record(stopping, model, self._evals_log, self._last_round, self._step_offset)

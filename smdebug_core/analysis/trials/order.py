@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from types import MappingProxyType
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -174,9 +174,3 @@ class ModelOrder:
 
 #: The order names alone give (a run that records none, a live rule).
 BY_NAME = ModelOrder()
-
-
-def model_order(columns: Mapping[str, np.ndarray], names_by_id: Sequence[str]) -> ModelOrder:
-    """The :class:`ModelOrder` of every tensor in a record log's columns."""
-    produced, _ = production_ranks(columns, dict(enumerate(names_by_id)))
-    return ModelOrder(produced)

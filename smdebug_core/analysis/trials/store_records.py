@@ -251,7 +251,8 @@ class StepMap(Mapping):
 
 class _NamesBy:
     """``key -> names saved there``, computed when asked for and cached: the names of the
-    numbers' ids :meth:`_ids` finds in a part, and of the whole tensors :meth:`_row_matches`."""
+    numbers' ids :meth:`_ids` finds in a part, and of the whole tensors :meth:`_row_matches`
+    (a subclass may answer :meth:`get` its own way, as :class:`StepNames` does)."""
 
     def __init__(self, index: StoreIndex):
         self._index = index
@@ -332,10 +333,6 @@ class StepNames(_NamesBy):
 
     def _ids(self, part: Part, step: int):
         return self._index.tensor_ids_at(part, step)
-
-    @staticmethod
-    def _row_matches(row, step: int) -> bool:
-        return row[0] == step
 
 
 class ModeNames(_NamesBy):
