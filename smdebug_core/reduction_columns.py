@@ -386,7 +386,7 @@ def flat_columns(wide: np.ndarray, plan: Tuple[np.ndarray, np.ndarray], needed: 
     want = set(needed)
     got: Dict[str, np.ndarray] = {"count": n}
     with np.errstate(all="ignore"):  # NaN/Inf in, NaN/Inf out, as the reference
-        health = [c for c in needed if c in HEALTH_COLUMNS and c != "count"]
+        health = health_of(needed)
         if health:
             lengths = n.astype(np.intp)
             segments = Segments(n, lambda a: np.add.reduceat(a, starts), lambda v: np.repeat(v, lengths), np,
@@ -454,10 +454,15 @@ def value_columns(value: float, needed: Tuple[str, ...]) -> Dict[str, object]:
     return got
 
 
+def health_of(needed: Iterable[str]) -> Tuple[str, ...]:
+    """The health columns among ``needed`` (``count`` aside: every strategy has it)."""
+    return tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
+
+
 @functools.lru_cache(maxsize=512)
 def needs_health(needed: Tuple[str, ...]) -> bool:
     """Whether any of the columns ``needed`` is a health column."""
-    return any(c in HEALTH_COLUMNS and c != "count" for c in needed)
+    return bool(health_of(needed))
 
 
 def reduce_host(array: np.ndarray, keys: Sequence[ReductionKey]) -> List[np.ndarray]:

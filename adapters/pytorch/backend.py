@@ -40,7 +40,8 @@ import torch
 from torch._utils import _flatten_dense_tensors
 
 from smdebug.capture.backend import BatchResult, Materialized, Request, TensorBackend, pack_results
-from smdebug.reduction_columns import HEALTH_COLUMNS, Segments, columns_for, finish, flat_columns, health_partials
+from smdebug.reduction_columns import (Segments, columns_for, finish, flat_columns, health_of,
+                                       health_partials)
 
 from . import host_reductions as host
 from .host_reductions import (FLOAT64_SOURCES, BufferPool, ReductionKey, as_rows, reduce_rows, reduce_values,
@@ -427,7 +428,7 @@ def _segment_columns(x: torch.Tensor, lengths: torch.Tensor, counts: torch.Tenso
     :func:`_split_median`). Straight-line code: no closure keeps ``x`` alive after the call."""
     want = set(needed)
     got: Dict[str, torch.Tensor] = {"count": counts}
-    health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
+    health = health_of(needed)
     if health:
         got.update(health_partials(x, health, Segments(
             counts, lambda a: torch.segment_reduce(a.to(torch.float64), "sum", lengths=lengths, unsafe=True),
@@ -470,7 +471,7 @@ def _one_columns(t: torch.Tensor, needed: Tuple[str, ...]) -> Dict[str, object]:
     n = x.numel()
     want = set(needed)
     got: Dict[str, object] = {}
-    health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
+    health = health_of(needed)
     if health:
         partials = health_partials(x.reshape(1, -1).to(torch.float64), health, Segments(
             torch.full((1,), float(n), dtype=torch.float64, device=x.device), _row_sums, _per_row, torch))

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from smdebug.reduction_columns import (CANCELLATION_LIMIT, HEALTH_COLUMNS, columns_for, finish, finish_table, flat_columns,
+from smdebug.reduction_columns import (CANCELLATION_LIMIT, columns_for, finish, finish_table, flat_columns, health_of,
                                        needs_health, row_segments, segments, value_columns)
 
 from .row_health import health_of_rows, scratch_blocks
@@ -125,7 +125,7 @@ def row_columns(rows: torch.Tensor, needed: Tuple[str, ...], buffers: Optional["
         return flat_columns(rows.numpy().astype(np.float64).reshape(-1), row_segments(*rows.shape), needed)
     passes = RowPasses(rows, buffers)
     out: Dict[str, np.ndarray] = {"count": np.full(rows.shape[0], float(rows.shape[1]))}
-    health = tuple(c for c in needed if c in HEALTH_COLUMNS and c != "count")
+    health = health_of(needed)
     try:
         with np.errstate(all="ignore"):
             for name in needed:

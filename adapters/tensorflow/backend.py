@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from smdebug.capture.backend import Materialized, Request, TensorBackend
-from smdebug.reduction_columns import HEALTH_COLUMNS, Segments, columns_for, finish, health_partials
+from smdebug.reduction_columns import Segments, columns_for, finish, health_of, health_partials
 
 ReductionKey = Tuple[str, bool]
 #: What :func:`smdebug.reduction_columns.health_partials` needs of an array library.
@@ -280,10 +280,6 @@ def _finished(columns, keys):
     return tf.stack([tf.cast(values, tf.float64) for values in finish(columns, keys, tf.sqrt)], axis=0)
 
 
-def _health_of(columns):
-    return tuple(c for c in columns if c in HEALTH_COLUMNS and c != "count")
-
-
 def _large_columns(tensors, sizes, needed, compute):
     """The ``needed`` columns of big tensors, with as few passes over each as they allow: min,
     max, mean and two-pass variance of x and/or |x| (plus prod and median when asked); sums
@@ -299,7 +295,7 @@ def _large_columns(tensors, sizes, needed, compute):
         elif base in ("sum", "var", "sum_sq"):
             stats += [("mean", is_abs)] + ([("var", is_abs)] if base != "sum" else [])
     stats = sorted(dict.fromkeys(stats), key=lambda stat: stat[0] == "var")
-    health = _health_of(needed)
+    health = health_of(needed)
     per_tensor = []  # per tensor: {stat or health column: scalar}
     for t, size in zip(tensors, sizes):
         x = _as_real(t, compute)
@@ -368,7 +364,7 @@ def _segment_columns(tensors, sizes, needed, compute, xla=False):
     ids = tf.constant(np.repeat(np.arange(n, dtype=np.int32), sizes))  # not rebuilt at each call
     absolute = tf.abs(data)
     columns = {"count": counts}
-    health = _health_of(needed)
+    health = health_of(needed)
     if health:
         wide = [tf.reshape(_wide_exact(t), [-1]) for t in tensors]
         columns.update(_health_partials(tf.concat(wide, axis=0) if n > 1 else wide[0], health, sizes,
