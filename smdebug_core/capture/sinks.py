@@ -191,13 +191,19 @@ class StepListeners:
                 self.remove(listener)
 
     def close(self) -> None:
-        for listener in list(self._listeners):
-            try:
-                close = getattr(listener, "close", None)
-                if callable(close):
-                    close()
-            except Exception as exc:  # noqa: BLE001 - a listener's failure costs that listener
-                logger.warning("smdebug: step listener %r failed to close: %s", listener, exc)
+        close_each(list(self._listeners), "step listener")
+
+
+def close_each(items, what: str) -> None:
+    """Close each of ``items`` that can be closed; a failure is one warning naming it (closing
+    must not raise into training, nor keep the others open)."""
+    for item in items:
+        try:
+            close = getattr(item, "close", None)
+            if callable(close):
+                close()
+        except Exception as exc:  # noqa: BLE001 - one item's failure costs that item
+            logger.warning("smdebug: %s %r failed to close: %s", what, item, exc)
 
 
 class AddedSinks:
@@ -214,10 +220,4 @@ class AddedSinks:
         self._added.append(sink)
 
     def close(self) -> None:
-        for sink in self._added:
-            try:
-                close = getattr(sink, "close", None)
-                if callable(close):
-                    close()
-            except Exception as exc:  # noqa: BLE001 - closing must not raise into training
-                logger.warning("smdebug: sink %r failed to close: %s", sink, exc)
+        close_each(self._added, "sink")
