@@ -209,14 +209,14 @@ class NonfiniteCheck:
 
     def _named(self, losses) -> Tuple[List[torch.Tensor], List[str]]:
         """The step's gradients, weights and losses that can hold NaN or Inf, with their names."""
-        params = self.models.params
+        models = self.models
         tensors, names = [], []
-        for name, param in params:
+        for param, grad_name in zip(models.param_tensors, models.grad_names):  # names made once per model
             if param.grad is not None:
                 tensors.append(param.grad)
-                names.append(f"gradient/{name}")
-        tensors += [param.detach() for _, param in params]
-        names += [name for name, _ in params]
+                names.append(grad_name)
+        tensors += [param.detach() for param in models.param_tensors]
+        names += models.param_names
         for name, loss in losses:
             tensors.append(loss)
             names.append(f"{name}_output_0")
