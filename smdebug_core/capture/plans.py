@@ -124,7 +124,8 @@ class StepPlans:
         # records here or not (fired, disabled, no writer on this rank): what every rank agrees on.
         configured_keep = self._recorder_collections(mode)
         budget = self.budget
-        if budget is not None and budget.level:
+        sampling = budget is not None and bool(budget.level)
+        if sampling:
             # The recorder keeps the expensive collections at the budget's steps only: its
             # per-step non-finite check (the adapter's) catches what falls between them.
             sampled, configured_keep = configured_keep, configured_keep & CHEAP_COLLECTIONS
@@ -134,12 +135,10 @@ class StepPlans:
             self.everywhere = configured_keep
             self.saving = False
             return False
-        relevant = [p for p in self.prepared
-                    if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
-        saving = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step))
-        if budget is not None and budget.level:
-            saving = frozenset(p.collection.name for p in relevant if p.collection.name in saving
-                               and budget.keeps(p.collection.name, p.by_mode[mode], step))
+        relevant = self._relevant(mode)
+        saving = frozenset(p.collection.name for p in relevant if p.by_mode[mode].should_save_step(step)
+                           and (not sampling or budget.keeps(p.collection.name, p.by_mode[mode], step)))
+        if sampling:
             configured_keep = configured_keep | (sampled & saving)
         self.everywhere = saving | configured_keep
         if recording and self.flight_recorder is not None:
@@ -163,8 +162,12 @@ class StepPlans:
         budget samples (all but the cheap ones), by name."""
         self.prepare_if_changed()
         return {p.collection.name: p.by_mode[mode].save_interval or _save_config.DEFAULT_SAVE_INTERVAL
-                for p in self.prepared if p.collection.name not in CHEAP_COLLECTIONS
-                and (mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS)}
+                for p in self._relevant(mode) if p.collection.name not in CHEAP_COLLECTIONS}
+
+    def _relevant(self, mode: ModeKeys) -> list:
+        """The prepared plans that can save in ``mode`` (TRAIN-only collections only in TRAIN and GLOBAL)."""
+        return [p for p in self.prepared
+                if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) or p.collection.name not in TRAIN_ONLY_COLLECTIONS]
 
     @property
     def saving_expensive(self) -> bool:
