@@ -19,7 +19,7 @@ from . import _params as P
 from .builtin_training import (_LossRule, _read_losses, loss_names, loss_requirements, monitored_requirements,
                                series_of, with_monitored)
 from .culprit import culprit
-from .early_stopping import RunEarlyStopping, handled_message, monitored_series
+from .early_stopping import monitored_series
 
 #: Standard errors a trend's confidence bound lies from its estimate (about 95%, one-sided 97.5%).
 _CONFIDENCE_Z = 2.0
@@ -128,9 +128,8 @@ class LossNotDecreasing(_LossRule):
         self.trend_windows = P.number(rule, "trend_windows", trend_windows, minimum=self.stall_windows, integer=True)
         self.converged_fraction = P.number(rule, "converged_fraction", converged_fraction, minimum=0, maximum=1,
                                            allow_none=True)
-        self.follow_early_stopping = P.boolean(rule, "follow_early_stopping", follow_early_stopping)
+        self._follow_early_stopping(follow_early_stopping)
         self._series: Dict[Tuple[str, ModeKeys], _Series] = {}
-        self._stopping = RunEarlyStopping(self.follow_early_stopping)
 
     def required_tensors(self, step):
         if self.mode is not None and self.view.mode is not self.mode:
@@ -169,9 +168,7 @@ class LossNotDecreasing(_LossRule):
             if why is not None:
                 continue
             message = f"loss {name} ({view.mode.name}): {message}"
-            handled = handled_message(stopping, step) if stopping is not None else None
-            if handled is not None:
-                self.handled(f"{message}; {handled}")
+            if self._handled(message, step, stopping):
                 continue
             fired = True
             self.note(message, measure=measure, culprit=culprit(name, first, why="the stall began here"),

@@ -118,7 +118,28 @@ def _read_losses(rule: Rule, names: List[str]) -> Dict[str, float]:
     return out
 
 
+_LOOK_UP = object()
+
+
 class _LossRule(Rule):
+    """What the loss rules share: the ``follow_early_stopping`` parameter and the run's
+    early-stopping record it reads (:mod:`.early_stopping`), and the note of no losses."""
+
+    _stopping: RunEarlyStopping
+
+    def _follow_early_stopping(self, value) -> None:
+        self.follow_early_stopping = P.boolean(self.rule_name, "follow_early_stopping", value)
+        self._stopping = RunEarlyStopping(self.follow_early_stopping)
+
+    def _handled(self, message: str, step: int, record=_LOOK_UP) -> bool:
+        """Whether early stopping dealt with the finding ``message`` (then reported as handled);
+        ``record``: the run's early-stopping record, when the caller read it already."""
+        record = self._stopping.record(self.view) if record is _LOOK_UP else record
+        handled = handled_message(record, step) if record is not None else None
+        if handled is not None:
+            self.handled(f"{message}; {handled}")
+        return handled is not None
+
     def _warn_no_losses(self, names) -> None:
         if not names:
             self.no_data("step %d has no loss tensors (no 'losses' collection, nothing matched)",
@@ -132,7 +153,6 @@ class _RegexLossRule(_LossRule):
     ended in time as handled (:mod:`.early_stopping`)."""
 
     tensor_regex: list
-    _stopping: RunEarlyStopping
     _monitored_seen = False
 
     def required_tensors(self, step):
@@ -158,13 +178,6 @@ class _RegexLossRule(_LossRule):
             if self._monitored_seen:
                 return []
         return series.items()
-
-    def _handled(self, message: str, step: int) -> bool:
-        """Whether early stopping dealt with the finding ``message`` (then reported as handled)."""
-        handled = handled_message(self._stopping.record(self.view), step)
-        if handled is not None:
-            self.handled(f"{message}; {handled}")
-        return handled is not None
 
 
 class _PhaseWindows:
@@ -242,8 +255,7 @@ class Overfit(_RegexLossRule):
     def __init__(self, base_trial=None, tensor_regex=None, start_step=0, patience=1, ratio_threshold=0.1,
                  min_gap_fraction=0.05, follow_early_stopping=False, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
-        self.follow_early_stopping = P.boolean(self.rule_name, "follow_early_stopping", follow_early_stopping)
-        self._stopping = RunEarlyStopping(self.follow_early_stopping)
+        self._follow_early_stopping(follow_early_stopping)
         self.tensor_regex = P.regex_list(self.rule_name, "tensor_regex", tensor_regex)
         self.start_step = P.number(self.rule_name, "start_step", start_step, minimum=0, integer=True)
         self.patience = P.number(self.rule_name, "patience", patience, minimum=1, integer=True)
@@ -317,8 +329,7 @@ class Overtraining(_RegexLossRule):
     def __init__(self, base_trial=None, patience_train=5, patience_validation=10, delta=0.1, tensor_regex=None,
                  delta_relative=0.01, rise_fraction=0.1, follow_early_stopping=False, actions=None, name=None):
         super().__init__(base_trial, actions=actions, name=name)
-        self.follow_early_stopping = P.boolean(self.rule_name, "follow_early_stopping", follow_early_stopping)
-        self._stopping = RunEarlyStopping(self.follow_early_stopping)
+        self._follow_early_stopping(follow_early_stopping)
         self.patience_train = P.number(self.rule_name, "patience_train", patience_train, minimum=1, integer=True)
         self.patience_validation = P.number(self.rule_name, "patience_validation", patience_validation, minimum=1,
                                             integer=True)
