@@ -117,9 +117,7 @@ class VanishingGradient(Rule):
         if columns.covered(view.step, ("VanishingGradient", threshold), gradients, len(names), ("mean", True),
                            lambda values: values < threshold):
             self.reads(names)
-            streaks = self.__dict__.get("_streaks")
-            for name in names if streaks else ():
-                streaks.pop(name, None)
+            self.end_streaks(names)
             return True
         # A run whose gradients have no abs mean, no values and no element count: nothing to judge.
         if self._unconvertible(names) and columns.covered(

@@ -235,6 +235,12 @@ class Rule:
             return None
         return starts.setdefault(key, self.view.step if self.view is not None else -1)
 
+    def end_streaks(self, keys) -> None:
+        """``streak_start(key, False)`` for each of ``keys`` (nothing to do while none is open)."""
+        starts = self.__dict__.get("_streaks")
+        for key in keys if starts else ():
+            starts.pop(key, None)
+
     def saved_elsewhere(self, what: str, collection=None, regex=None) -> str:
         """Why a step has no ``what``: saved at other steps (how often), or not saved at all.
 
@@ -317,10 +323,7 @@ class Rule:
     def _evaluate(self, view: StepView, other_views: Sequence[Optional[StepView]] = (),
                   extra_actions: Sequence[Action] = (), hook=None) -> bool:
         """Run invoke_at_step on ``view``; record the outcome and run actions. Returns fired."""
-        self.view, self.other_views = view, list(other_views)
-        self._notes = []
-        self._step_without_data = False
-        self._step_reads = self._step_unavailable = 0
+        self._begin_step(view, other_views)
         try:
             missing, self._req_missing = self._req_missing, None
             if missing is not None and missing[0] == view.step:
@@ -360,11 +363,14 @@ class Rule:
         nothing and return False (the default): the step is then evaluated as usual."""
         return False
 
+    def _begin_step(self, view: StepView, other_views: Sequence[Optional[StepView]] = ()) -> None:
+        self.view, self.other_views, self._notes = view, list(other_views), []  # notes and counts afresh
+        self._step_without_data, self._step_reads, self._step_unavailable = False, 0, 0
+
     def _settle(self, view: StepView, columns) -> bool:
         if self.other_trials or type(self).settle_step is Rule.settle_step:
             return False
-        self.view, self.other_views, self._notes = view, [], []
-        self._step_without_data, self._step_reads, self._step_unavailable = False, 0, 0
+        self._begin_step(view)
         if not self.settle_step(columns):
             return False
         self._account(view, False)
@@ -374,9 +380,7 @@ class Rule:
               hook=None) -> dict:
         notes, self._notes = self._notes, []
         message = "; ".join(n.message for n in notes) or f"{self.rule_name} condition met"
-        details: dict = {}
-        for n in notes:
-            details.update(n.details)
+        details: dict = {key: value for n in notes for key, value in n.details.items()}
         measures = [n.measure for n in notes if n.measure is not None]
         measure = (min if self.worst == "min" else max)(measures) if measures else None
         entry = {"step": step, "mode": mode.name, "mode_step": mode_step, "message": message, "details": details}
