@@ -139,7 +139,6 @@ class KerasHook(TFHookBase, keras.callbacks.Callback):
         # The participants: weights and the optimizer site, a custom loop's tape, layers and
         # model I/O, batch logs (keras_weights.py, keras_sites.py).
         self._weights = KerasWeights(self)
-        self._weight_names = self._weights.names  # id(variable) -> saved name (updates.py reads it)
         self._tape = KerasTape(self)
         self._layers = KerasLayers(self)
         self._logs = KerasLogs(self)

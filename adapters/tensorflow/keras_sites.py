@@ -300,9 +300,11 @@ class KerasLogs:
         (Keras 3 dropped it from the logs; scripts count it among the metrics)."""
         hook = self.hook
         session = hook.session
+        if not hook._step_active or not (session.saving_step or every_time):
+            return  # before the copy below: most batches save nothing
         if batch is not None:
             logs = {**(logs or {}), "batch": batch}
-        if not logs or not hook._step_active or not (session.saving_step or every_time):
+        if not logs:
             return
         items = []
         for key, value in logs.items():

@@ -65,7 +65,7 @@ class KerasUpdates:
         hook = self._hook
         out = []
         for var in variables:
-            name = hook._weight_names.get(id(var))
+            name = hook._weights.names.get(id(var))
             if name is not None and hook._tracked.get(name) is var:
                 update = UPDATE_PREFIX + name
                 if hook._is_included(update, K.UPDATES):

@@ -124,7 +124,7 @@ def test_steps_that_save_no_updates_run_a_function_without_them(tmp_path):
     stashes = hook._updates._stashes.values()
     assert len(stashes) == 4
     for var, stash in stashes:
-        name = hook._weight_names[id(var)]
+        name = hook._weights.names[id(var)]
         np.testing.assert_array_equal(stash.numpy(), expected_update(weights, 3, name))
     hook.close()
 
@@ -156,7 +156,7 @@ def test_custom_loop_with_wrapped_tape_and_optimizer_saves_the_updates_of_saved_
         step(x[i:i + 4], y[i:i + 4])
     weights.append({"weights/" + v.path: v.numpy().copy() for v in model.trainable_variables})
     for var, stash in hook._updates._stashes.values():  # graphs: the flag kept step 5 out
-        np.testing.assert_array_equal(stash.numpy(), expected_update(weights, 4, hook._weight_names[id(var)]))
+        np.testing.assert_array_equal(stash.numpy(), expected_update(weights, 4, hook._weights.names[id(var)]))
     hook.close()
     trial = create_trial(str(tmp_path / "run"))
     assert sorted(trial.tensor_names(collection="updates")) == sorted("update/" + n for n in weights[0])
