@@ -18,7 +18,7 @@ from __future__ import annotations
 import atexit
 import os
 import weakref
-from typing import Dict, List, Optional, cast
+from typing import Dict, List, Optional, Type, TypeVar, cast
 
 from . import config as cfg
 from .environment import smdebug_enabled
@@ -48,6 +48,10 @@ def _doc_of(method):
 def _session_view(name: str, doc: str) -> property:
     """A read-only view of the session's attribute ``name`` on the hook."""
     return property(lambda self: getattr(self._session, name), doc=doc)
+
+
+#: A hook class's own type: its constructors give instances of the class they are called on.
+AnyHook = TypeVar("AnyHook", bound="Hook")
 
 
 @takes_hook_arguments
@@ -197,7 +201,7 @@ class Hook:
         self.get_collection(collection_name).add(args)
 
     @classmethod
-    def create_from_json_file(cls, json_file_path: Optional[str] = None, **overrides) -> "Hook":
+    def create_from_json_file(cls: Type[AnyHook], json_file_path: Optional[str] = None, **overrides) -> AnyHook:
         """A hook configured by a JSON file (``SMDEBUG_CONFIG_FILE_PATH`` when no path is given).
 
         Keyword arguments override values from the file. ``HookParameters`` may hold
@@ -423,8 +427,9 @@ def del_hook() -> None:
     _current_hook = None
 
 
-def get_hook(hook_class=Hook, json_config_path: Optional[str] = None,
-             create_if_not_exists: bool = False) -> Optional[Hook]:
+def get_hook(hook_class: Type[AnyHook] = Hook,  # type: ignore[assignment]  # mypy: a TypeVar default
+             json_config_path: Optional[str] = None,
+             create_if_not_exists: bool = False) -> Optional[AnyHook]:
     """The hook of this process: the last one constructed, else (optionally) one from the JSON config.
 
     Returns None when ``USE_SMDEBUG`` disables smdebug or no config file exists.

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Dict, Iterator, List, Optional, cast
+from typing import Any, Dict, Iterator, List, Optional
 
 import mxnet as mx
 from mxnet import gluon
@@ -373,5 +373,4 @@ def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool 
     ``SMDEBUG_CONFIG_FILE_PATH``); returns None when there is no such file or
     ``USE_SMDEBUG`` turns smdebug off.
     """
-    hook = core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
-    return cast(Optional[Hook], hook)  # an instance of the class asked for
+    return core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)

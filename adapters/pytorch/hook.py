@@ -53,7 +53,7 @@ import re
 import sys
 import warnings
 import weakref
-from typing import Optional, Tuple, cast
+from typing import Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -413,8 +413,7 @@ def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool 
     Returns None when ``USE_SMDEBUG`` disables smdebug or, with ``create_if_not_exists``,
     when there is no config file (``SMDEBUG_CONFIG_FILE_PATH``).
     """
-    hook = _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
-    return cast(Optional[Hook], hook)  # an instance of the class asked for
+    return _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
 
 
 __all__ = ["Hook", "TrainingStopRequested", "get_hook"]

@@ -23,7 +23,7 @@ import functools
 import inspect
 import numbers
 import os
-from typing import Dict, List, Optional, Tuple, cast
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -93,7 +93,7 @@ class HookSource:
         if self.hook_kwargs:
             return Hook(**self.hook_kwargs)
         if self.json_config_path is not None:
-            return cast(Hook, Hook.create_from_json_file(self.json_config_path))  # the class it is called on
+            return Hook.create_from_json_file(self.json_config_path)
         hook = configured_hook(get_hook, self.owner)  # a bad config has warned
         if hook is None and smdebug_enabled() and not os.environ.get(cfg.CONFIG_FILE_ENV):
             logger.warning("smdebug: %s DebuggerCallback() has nothing to write to: give it out_dir=... (or "

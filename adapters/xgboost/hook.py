@@ -29,7 +29,7 @@ each feature's share of its type's total; ``full_shap/<f>`` is the whole
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, cast
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import xgboost as xgb
@@ -417,5 +417,4 @@ def get_hook(json_config_path: Optional[str] = None, create_if_not_exists: bool 
 
     Returns None when ``USE_SMDEBUG`` disables smdebug or there is no config file.
     """
-    hook = _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
-    return cast(Optional[Hook], hook)  # an instance of the class asked for
+    return _core_get_hook(Hook, json_config_path=json_config_path, create_if_not_exists=create_if_not_exists)
