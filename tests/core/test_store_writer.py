@@ -245,6 +245,33 @@ def test_workers_writing_one_run_at_once_and_flush_makes_steps_readable(tmp_path
     assert store_rows.local_workers(str(tmp_path)) == [f"worker_{r}" for r in range(4)]
 
 
+def test_a_sibling_workers_close_removing_the_shared_live_folder_loses_nothing(tmp_path, monkeypatch):
+    """A worker's close removes ``store/live`` once it is empty. Two DDP workers hit the race:
+    worker 1 had just made (found) ``store/live`` when worker 0's close removed it, so making
+    ``store/live/worker=worker_1`` failed and worker 1's writer stopped. It makes them again."""
+    sibling = RunWriter(str(tmp_path), "worker_0", run_layout="store")
+    sibling.submit(_step(0, "worker_0"))
+    assert sibling.flush()
+    real_mkdir, closed = os.mkdir, []
+
+    def mkdir_then_the_sibling_closes(path, *args, **kwargs):
+        try:
+            real_mkdir(path, *args, **kwargs)
+        finally:
+            if path.endswith("store/live") and not closed:
+                closed.append(sibling.close())  # seals worker 0, removes the empty shared folder
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_the_sibling_closes)
+    writer = RunWriter(str(tmp_path), "worker_1", run_layout="store")
+    for step in range(3):
+        writer.submit(_step(step, "worker_1"), publish=True)
+    assert writer.flush() and writer.failed is None
+    assert closed == [True]
+    assert writer.close()
+    for worker, steps in (("worker_0", [0]), ("worker_1", [0, 1, 2])):
+        assert sorted(set(_rows(str(tmp_path), worker)[0].column("step").to_pylist())) == steps
+
+
 _FULL_DISK_TRAINING = textwrap.dedent("""
     import resource, signal, sys
     import numpy as np

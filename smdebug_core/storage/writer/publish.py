@@ -13,6 +13,9 @@ from ..format import layout
 
 # Directories known to exist; every saved step has its own events/ directory, so it is bounded.
 _MAX_KNOWN_DIRS = 4096
+# Tries at a folder whose parent vanished meanwhile (a sibling worker's close removes empty
+# shared folders); out_dir itself is never made, so a deleted run still fails on the last.
+_MKDIR_ATTEMPTS = 3
 # out_dir is absolute (os.path.abspath): joining with "/" gives a valid path on POSIX, even for out_dir "/".
 _POSIX_PATHS = os.sep == "/"
 _O_CLOEXEC_BINARY = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -46,11 +49,20 @@ class Publisher:
         # instead of silently recreating it.
         if not rel_dir or rel_dir in self._known_dirs:
             return
-        self._ensure_dir(rel_dir.rpartition("/")[0])
-        try:
-            os.mkdir(self.path(rel_dir))
-        except FileExistsError:
-            pass
+        for attempt in range(_MKDIR_ATTEMPTS):
+            self._ensure_dir(rel_dir.rpartition("/")[0])
+            try:
+                os.mkdir(self.path(rel_dir))
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                # Another worker of the run removed a shared folder above once it was empty
+                # (its writer's close): forget the folders known and make them again.
+                if attempt == _MKDIR_ATTEMPTS - 1:
+                    raise
+                self._known_dirs.clear()
+                continue
+            break
         if len(self._known_dirs) >= _MAX_KNOWN_DIRS:
             self._known_dirs.clear()
         self._known_dirs.add(rel_dir)
