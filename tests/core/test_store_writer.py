@@ -272,6 +272,27 @@ def test_a_sibling_workers_close_removing_the_shared_live_folder_loses_nothing(t
         assert sorted(set(_rows(str(tmp_path), worker)[0].column("step").to_pylist())) == steps
 
 
+@pytest.mark.parametrize("folder", ["live/worker=worker_1", "chunks/worker=worker_1", "statistics/worker=worker_1"])
+def test_a_folder_swept_by_a_sibling_before_the_file_in_it_is_opened_is_made_again(tmp_path, monkeypatch, folder):
+    """Between making a folder and opening a file in it, a sibling worker may remove the
+    folder while it is empty (its close, or an overwrite's sweep of the last run): the file
+    still gets written."""
+    real_mkdir, swept = os.mkdir, []
+
+    def mkdir_then_swept(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)
+        if path.endswith(f"store/{folder}") and not swept:
+            swept.append(path)
+            os.rmdir(path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swept)
+    writer = RunWriter(str(tmp_path), "worker_1", run_layout="store", segment_steps=2)
+    for step in range(3):
+        writer.submit(_step(step, "worker_1"), publish=True)
+    assert writer.close() and writer.failed is None and swept
+    assert sorted(set(_rows(str(tmp_path), "worker_1")[0].column("step").to_pylist())) == [0, 1, 2]
+
+
 _FULL_DISK_TRAINING = textwrap.dedent("""
     import resource, signal, sys
     import numpy as np

@@ -67,10 +67,25 @@ class Publisher:
             self._known_dirs.clear()
         self._known_dirs.add(rel_dir)
 
+    def in_folder(self, relpath, make):
+        """``make(path of relpath)`` once relpath's folder exists; the folder is made again
+        if a sibling worker removed it meanwhile (empty: its close, or an overwrite's sweep)."""
+        for attempt in range(_MKDIR_ATTEMPTS):
+            self.ensure_parent(relpath)
+            try:
+                return make(self.path(relpath))
+            except FileNotFoundError:
+                if attempt == _MKDIR_ATTEMPTS - 1:
+                    raise
+                self._known_dirs.clear()
+
+    def open_new(self, relpath, buffering=-1):
+        """``relpath`` created (or truncated) for writing, in place."""
+        return self.in_folder(relpath, lambda path: open(path, "wb", buffering=buffering))
+
     def open_tmp(self, relpath, buffering):
         """``<relpath>.tmp`` opened for writing, to be published by :meth:`publish_tmp`."""
-        self.ensure_parent(relpath)
-        return open(self.path(relpath) + layout.TMP_SUFFIX, "wb", buffering=buffering)
+        return self.in_folder(relpath, lambda path: open(path + layout.TMP_SUFFIX, "wb", buffering=buffering))
 
     def open_append(self, relpath, buffering):
         """The published ``relpath`` opened to append records after its own."""
@@ -87,11 +102,11 @@ class Publisher:
         """Write ``data`` (bytes) to ``relpath`` through its ``.tmp`` and publish it.
         ``private_tmp``: a ``.tmp`` name of this process and writer, for a file that other
         writers of the run (workers) may write at the same moment."""
-        self.ensure_parent(relpath)
         final = self.path(relpath)
         tmp = f"{final}.{os.getpid()}-{id(self):x}{layout.TMP_SUFFIX}" if private_tmp else final + layout.TMP_SUFFIX
         # One write of bytes in hand: os.open spares the file object's fstat, ioctl and lseek.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC_BINARY, 0o666)
+        fd = self.in_folder(relpath, lambda _: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC_BINARY,
+                                                       0o666))
         try:
             view = memoryview(data)
             while view:
@@ -109,10 +124,9 @@ class Publisher:
 
     def write_with(self, relpath, write):
         """Publish what ``write(path)`` writes at a temporary path (a Parquet file) as ``relpath``."""
-        self.ensure_parent(relpath)
         final = self.path(relpath)
         tmp = final + layout.TMP_SUFFIX
-        write(tmp)
+        self.in_folder(relpath, lambda _: write(tmp))
         os.replace(tmp, final)
         if self.uploader is not None:
             self.uploader.notify(relpath, os.path.getsize(final))

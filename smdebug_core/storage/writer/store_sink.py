@@ -391,10 +391,9 @@ class StoreSink:
     def _chunk(self, worker: _Worker, segment: _Segment):
         if segment.chunk is None:
             segment.chunk_relpath = store.chunk_relpath(worker.name, segment.number, segment.chunk_number)
-            self._files.ensure_parent(segment.chunk_relpath)
             # Written under its final name: rows point into it while it grows (the live file
             # names only bytes flushed before it); it is complete when its segment seals.
-            segment.chunk = open(self._files.path(segment.chunk_relpath), "wb", buffering=_CHUNK_BUFFER_BYTES)
+            segment.chunk = self._files.open_new(segment.chunk_relpath, buffering=_CHUNK_BUFFER_BYTES)
             segment.chunk_offset = 0
         return segment.chunk
 
@@ -502,8 +501,7 @@ class StoreSink:
             segment.chunk.flush()  # the bytes the batch points into, before the batch
         if segment.live is None:
             segment.live_relpath = store.live_relpath(worker.name, segment.number)
-            self._files.ensure_parent(segment.live_relpath)
-            handle = open(self._files.path(segment.live_relpath), "wb")
+            handle = self._files.open_new(segment.live_relpath)
             segment.live = (handle, pa.ipc.new_stream(handle, batch.schema))
         handle, ipc = segment.live
         ipc.write_batch(batch)
