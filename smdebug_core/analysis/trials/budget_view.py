@@ -7,21 +7,16 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
-
 #: The recorded scalars' names in a trial (``save_scalar`` names are read as ``scalar/<name>``).
 PREFIX = "scalar/overhead_budget/"
 
 
-def _series(trial, name: str) -> List[Tuple[int, float]]:
-    """``(step, value)`` of a scalar, worker_0's where several workers saved it (the ranks agree)."""
-    tensor = trial.tensor(name)
-    out = []
-    for step in tensor.steps():
-        workers = sorted(tensor.workers(step))
-        value = tensor.value(step, worker=workers[0]) if workers else tensor.value(step)
-        out.append((step, float(np.asarray(value).reshape(-1)[0])))
-    return out
+def _all_series(trial, names: List[str]) -> Dict[str, List[Tuple[int, float]]]:
+    """``(step, value)`` of each scalar, read in one call; worker_0's where several workers
+    saved it (the ranks agree)."""
+    table = trial.to_table(names, progress=False)
+    return {tensor: list(zip(steps.tolist(), values.tolist()))
+            for (tensor, label), (steps, values, _) in table.series().items() if label == ""}
 
 
 def _percent(fraction: float) -> str:
@@ -35,12 +30,15 @@ def overhead_budget(trial) -> Optional[Dict[str, object]]:
     names = [n for n in trial.tensor_names() if n.startswith(PREFIX)]
     if PREFIX + "budget" not in names:
         return None
-    budget = _series(trial, PREFIX + "budget")[-1][1]
-    measured = _series(trial, PREFIX + "measured") if PREFIX + "measured" in names else []
+    series = _all_series(trial, names)
+    if not series.get(PREFIX + "budget"):
+        return None
+    budget = series[PREFIX + "budget"][-1][1]
+    measured = series.get(PREFIX + "measured", [])
     intervals: Dict[str, List[Tuple[int, int]]] = {}
     for name in sorted(n for n in names if n.startswith(PREFIX + "every/")):
         changes: List[Tuple[int, int]] = []
-        for step, every in _series(trial, name):
+        for step, every in series.get(name, []):
             if not changes or changes[-1][1] != int(every):
                 changes.append((step, int(every)))
         intervals[name[len(PREFIX + "every/"):]] = changes
