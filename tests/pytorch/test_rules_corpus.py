@@ -15,15 +15,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import rules_corpus
 
-FRAMEWORK = "pytorch"
-HEALTHY = rules_corpus.healthy_runs(FRAMEWORK)
-BROKEN = rules_corpus.broken_cases(FRAMEWORK)
+globals().update(rules_corpus.framework_tests("pytorch"))  # corpus, and the healthy and broken runs' tests
 
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """Every PyTorch run of the corpus, built once for this module."""
-    return rules_corpus.build_all(FRAMEWORK, str(tmp_path_factory.mktemp("rules_corpus")))
 
 
 def test_the_corpus_has_what_the_issue_asks():
@@ -31,7 +24,7 @@ def test_the_corpus_has_what_the_issue_asks():
     assert sum(label.healthy for label in labels) >= 8
     assert sum(not label.healthy for label in labels) >= 12
     assert all(label.rules for label in labels if not label.healthy)
-    assert "pt_readme_example" in HEALTHY and "pt_training_health" in HEALTHY
+    assert {"pt_readme_example", "pt_training_health"} <= set(rules_corpus.healthy_runs("pytorch"))
 
 
 def test_a_run_with_optimizer_state_is_still_told_a_pytorch_run(corpus):
@@ -40,10 +33,6 @@ def test_a_run_with_optimizer_state_is_still_told_a_pytorch_run(corpus):
 
     assert RunContents(create_trial(corpus["pt_training_health"])).framework == "PyTorch"
 
-
-@pytest.mark.parametrize("name", HEALTHY)
-def test_default_rules_are_silent_on_a_healthy_run(corpus, name):
-    rules_corpus.assert_silent(corpus[name])
 
 
 @pytest.mark.parametrize("name", ["pt_tanh_step_decay", "pt_sgd_batch8_500"])
@@ -59,10 +48,6 @@ def test_the_issues_loss_false_alarms_are_gone(corpus, name):
     assert reference.triggered and reference.violation_steps[0] <= 40, reference.violation_steps
     assert rules_corpus.evaluate(corpus[name], "LossNotDecreasing").triggered == 0
 
-
-@pytest.mark.parametrize("name,rule", BROKEN, ids=[f"{n}-{r}" for n, r in BROKEN])
-def test_each_rule_fires_on_its_broken_runs(corpus, name, rule):
-    rules_corpus.assert_caught(corpus[name], name, rule)
 
 
 def test_loss_spike_live_dumps_the_flight_recorder(tmp_path):

@@ -152,6 +152,30 @@ def assert_caught(run_dir: str, name: str, rule: str) -> None:
     assert status == 1 and any(line.startswith(rule) and "FIRED" in line for line in output.splitlines()), output
 
 
+
+def framework_tests(framework: str) -> dict:
+    """One framework's corpus tests, for its test module's namespace (``globals().update``):
+    the ``corpus`` fixture (its runs, built once per module), the healthy runs stay silent,
+    and each rule fires on the broken runs meant for it."""
+    import pytest
+
+    healthy, broken = healthy_runs(framework), broken_cases(framework)
+
+    @pytest.fixture(scope="module")
+    def corpus(tmp_path_factory):
+        return build_all(framework, str(tmp_path_factory.mktemp("rules_corpus")))
+
+    @pytest.mark.parametrize("name", healthy)
+    def test_default_rules_are_silent_on_a_healthy_run(corpus, name):
+        assert_silent(corpus[name])
+
+    @pytest.mark.parametrize("name,rule", broken, ids=[f"{n}-{r}" for n, r in broken])
+    def test_each_rule_fires_on_its_broken_runs(corpus, name, rule):
+        assert_caught(corpus[name], name, rule)
+
+    return {"corpus": corpus, "test_default_rules_are_silent_on_a_healthy_run": test_default_rules_are_silent_on_a_healthy_run,
+            "test_each_rule_fires_on_its_broken_runs": test_each_rule_fires_on_its_broken_runs}
+
 # =============================================================================================
 # PyTorch: an MLP classifier on a synthetic task (4 classes from a fixed linear teacher).
 # Modules are named as users name them: fc1, relu1, ... (the rules' ReLU/tanh patterns must
