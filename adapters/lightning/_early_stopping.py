@@ -48,10 +48,8 @@ class LightningEarlyStopping:
         wait, patience = int(getattr(stopping, "wait_count", 0)), int(getattr(stopping, "patience", 0))
         best = getattr(stopping, "best_score", None)  # a tensor, a number or None
         best_value = best.item() if best is not None and hasattr(best, "item") else best
-        record = self._passes.record(
-            framework="lightning", mechanism=f"{type(stopping).__module__}.{type(stopping).__qualname__}",
+        self._passes.record_into(
+            hook, framework="lightning", mechanism=f"{type(stopping).__module__}.{type(stopping).__qualname__}",
             monitor=f"scalar/{stopping.monitor}", mode=str(getattr(stopping, "mode", "min")), patience=patience,
             passes_since_best=wait, stopped=getattr(stopping, "stopped_epoch", 0) > 0 or wait >= patience,
             best_value=best_value, last_step=hook.global_step)
-        if record is not None:
-            hook.record_early_stopping(**record)

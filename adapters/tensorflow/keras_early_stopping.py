@@ -44,11 +44,9 @@ class KerasEarlyStopping:
         if not self._callbacks:
             return
         stopping = next((c for c in self._callbacks if getattr(c, "stopped_epoch", 0) > 0), self._callbacks[0])
-        record = self._passes.record(
-            framework="keras", mechanism="keras.callbacks.EarlyStopping", monitor=str(stopping.monitor),
+        self._passes.record_into(
+            self._hook, framework="keras", mechanism="keras.callbacks.EarlyStopping", monitor=str(stopping.monitor),
             mode=_mode(stopping), patience=stopping.patience, passes_since_best=getattr(stopping, "wait", 0),
             stopped=getattr(stopping, "stopped_epoch", 0) > 0, best_value=getattr(stopping, "best", None),
             last_step=self._hook.global_step)
         self._callbacks = []
-        if record is not None:
-            self._hook.record_early_stopping(**record)

@@ -40,10 +40,8 @@ class TrainerEarlyStopping:
         if stopping is None or not args.metric_for_best_model:
             return
         wait, patience = int(stopping.early_stopping_patience_counter), int(stopping.early_stopping_patience)
-        record = self._passes.record(
-            framework="transformers", mechanism="transformers.EarlyStoppingCallback",
+        self._passes.record_into(
+            hook, framework="transformers", mechanism="transformers.EarlyStoppingCallback",
             monitor=monitored_tensor(args.metric_for_best_model), mode="max" if args.greater_is_better else "min",
             patience=patience, passes_since_best=wait, stopped=wait >= patience, best_value=state.best_metric,
             last_step=hook.global_step)
-        if record is not None:
-            hook.record_early_stopping(**record)

@@ -36,6 +36,13 @@ class EvaluationPasses:
         if global_step >= 0 and (not self.steps or self.steps[-1] != global_step):
             self.steps.append(int(global_step))
 
+    def record_into(self, hook, **fields) -> None:
+        """``hook.record_early_stopping`` of :meth:`record`'s record (``fields``: its
+        arguments), once an evaluation pass was seen."""
+        record = self.record(**fields)
+        if record is not None:
+            hook.record_early_stopping(**record)
+
     def record(self, *, framework: str, mechanism: str, monitor: str, mode: str, patience: int,
                passes_since_best: int, stopped: bool, best_value=None, last_step: Optional[int] = None) -> Optional[dict]:
         """The early-stopping record, or None when no evaluation pass was seen."""
