@@ -296,7 +296,7 @@ class TorchBackend(TensorBackend):
         """``[len(tensors), len(needed)]`` float64: the partial columns (:mod:`smdebug.reduction_columns`)
         of each non-empty tensor, computed where it lies, one transfer per device. For pieces
         of a sharded tensor, combined later. CPU tensors go through the CPU strategies: small
-        ones of one dtype as segments of one flat copy, others stacked by dtype and size."""
+        ones of one dtype as segments of one flat copy, others as a batch's are (:func:`_stack_plan`)."""
         out: List[Optional[torch.Tensor]] = [None] * len(tensors)
         with torch.no_grad():
             tensors = [plain_tensor(t) for t in tensors]
@@ -306,12 +306,14 @@ class TorchBackend(TensorBackend):
                 columns = flat_columns(_flatten_dense_tensors([tensors[i] for i in cpu]).numpy().astype(np.float64),
                                        plan, needed)
                 groups = [(cpu, columns)]
-            else:
-                by_size: Dict[tuple, List[int]] = {}
-                for i in cpu:
-                    by_size.setdefault((tensors[i].dtype, tensors[i].numel()), []).append(i)
-                groups = [(members, row_columns(as_rows(torch.stack([tensors[i].reshape(-1) for i in members])),
-                                                needed, self._stack_buffers)) for members in by_size.values()]
+            else:  # stacked as a batch's tensors are (_stack_plan: capped copies, large ones where they lie)
+                chunks, _ = _stack_plan(tuple(tensors[i].dtype for i in cpu), tuple(tuple(tensors[i].shape) for i in cpu))
+                groups = []
+                for chunk in chunks:
+                    members = [cpu[k] for k in chunk]
+                    stacked = tensors[members[0]].reshape(1, -1) if len(members) == 1 \
+                        else torch.stack([tensors[i].reshape(-1) for i in members])
+                    groups.append((members, row_columns(as_rows(stacked), needed, self._stack_buffers)))
             for members, columns in groups:
                 table = np.stack([np.asarray(columns[c], dtype=np.float64).reshape(-1) for c in needed], axis=1)
                 for row, i in enumerate(members):

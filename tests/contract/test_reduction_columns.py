@@ -149,6 +149,25 @@ def test_torch_partial_columns_of_shards_combine_as_the_reference(torch_backend)
         _check(name, array, exact, dict(zip(exact, sharded.reductions_table(row, exact)[0])))
 
 
+def test_torch_partial_columns_of_many_tensors_at_once_match_the_reference(torch_backend):
+    """One call for a whole batch of shards (how a sharded model's pieces are read): mixed
+    dtypes and sizes, so same-shape pieces are stacked in capped chunks and large ones read
+    where they lie; each row must finish to the reference reductions of its tensor."""
+    import torch
+
+    from smdebug.pytorch import sharded
+
+    backend = torch_backend.TorchBackend()
+    exact = tuple(k for k in COMBINABLE if k[0] in sharded.EXACT_REDUCTIONS)
+    inputs = list(_inputs().items())
+    inputs += [(f"{name}, again", array * 2) for name, array in inputs]  # same shapes: stacked together
+    partials = sharded.shard_partials([torch.from_numpy(a.copy()) for _, a in inputs], backend,
+                                      sharded.columns_needed(exact))
+    table = sharded.reductions_table(sharded.combine_partials(partials[None]), exact)
+    for (name, array), row in zip(inputs, table):
+        _check(name, array, exact, dict(zip(exact, row)))
+
+
 def test_tensorflow_segments_and_large_tensors():
     tf = pytest.importorskip("tensorflow")
     from smdebug.tensorflow.backend import TFBackend
