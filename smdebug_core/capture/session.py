@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import threading
 import time
@@ -54,10 +55,9 @@ CLOSE_TIMEOUT_S = 300.0
 
 
 def _view(part: str, name: str, doc: str) -> property:
-    """A read-only view of attribute ``name`` of the session's part ``part``."""
-    def get(self):
-        return getattr(getattr(self, part), name)
-    return property(get, doc=doc)
+    """A read-only view of attribute ``name`` of the session's part ``part`` (an attrgetter:
+    no Python frame, read on the path of every captured module call)."""
+    return property(operator.attrgetter(f"{part}.{name}"), doc=doc)
 
 
 class StepSession:
