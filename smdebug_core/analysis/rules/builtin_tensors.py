@@ -92,17 +92,21 @@ class VanishingGradient(Rule):
             l2 = float(self.view.reduction(name, "l2"))
         except DATA_MISSING:
             return None, False
-        n = self._sizes.get(name)
-        if n is None:
-            # A gradient keeps its parameter's shape: a step that saved its value or shape, or
-            # its parameter's, gives the element count of the steps that saved only its L2
-            # norm (looked up once).
-            parameter = parameter_of(name)
-            n = self._sizes[name] = self.view.steady_size(name) or (
-                parameter != name and self.view.steady_size(parameter)) or 0
+        n = self._size(name)
         if not n:
             return None, False
         return l2 / math.sqrt(n), True
+
+    def _size(self, name: str) -> int:
+        """The gradient's element count, 0 when unknown. A gradient keeps its parameter's shape:
+        a step that saved its value or shape, or its parameter's, gives the element count of
+        the steps that saved only its L2 norm (looked up once)."""
+        n = self._sizes.get(name)
+        if n is None:
+            parameter = parameter_of(name)
+            n = self._sizes[name] = self.view.steady_size(name) or (
+                parameter != name and self.view.steady_size(parameter)) or 0
+        return n
 
     def settle_step(self, columns) -> bool:
         view, threshold = self.view, self.threshold
@@ -119,14 +123,47 @@ class VanishingGradient(Rule):
             self.reads(names)
             self.end_streaks(names)
             return True
+        no_abs_mean = columns.covered(view.step, ("VanishingGradient", "no abs mean"), gradients, 0, ("mean", True),
+                                      lambda values: np.zeros(len(values), bool))
         # A run whose gradients have no abs mean, no values and no element count: nothing to judge.
-        if self._unconvertible(names) and columns.covered(
-                view.step, ("VanishingGradient", "no abs mean"), gradients, 0, ("mean", True),
-                lambda values: np.zeros(len(values), bool)):
+        if no_abs_mean and self._unconvertible(names):
             self.reads(names)
             self.unavailable(len(names))
             return True
+        # Gradients saved as an L2 norm only (no abs mean, no value at this step), each with a
+        # known element count: judged by their RMS, L2/sqrt(n), in the chunk's columns.
+        if no_abs_mean and self._judged_by_rms(names) and columns.covered(
+                view.step, ("VanishingGradient", "rms", threshold), gradients, len(names), ("l2", False),
+                lambda values: values < threshold, scale=self._rms_factors):
+            self.reads(names)
+            self.end_streaks(names)
+            return True
         return False
+
+    def _judged_by_rms(self, names: List[str]) -> bool:
+        """Whether this step's gradients ``names`` all have an element count and none of them
+        has its value at this step (a value gives the mean |value| itself)."""
+        key = tuple(names)
+        known = self.__dict__.setdefault("_rms_plans", {})
+        plan = known.get(key)  # None: some element count unknown; else the names saved whole at some step
+        if key not in known:
+            catalog = self.view.catalog()
+            if len(known) > 16:
+                known.clear()  # the selections of a run are few: bounded all the same
+            plan = known[key] = None if catalog is None or not all(map(self._size, names)) else \
+                [n for n in names if n in catalog and catalog[n].has_value]
+        if plan is None:
+            return False
+        view = self.view
+        return not any(map(view.has_value, plan))
+
+    def _rms_factors(self, chunk_names: List[str]) -> np.ndarray:
+        """``1/sqrt(n)`` of each gradient among a chunk's tensor names (NaN: not one, or its
+        element count is unknown, so that no row of it is judged here)."""
+        gradients = self.view.selects(chunk_names, "gradients")
+        sizes = np.array([self._size(n) if selected else 0 for n, selected in zip(chunk_names, gradients)], np.float64)
+        with np.errstate(divide="ignore"):
+            return np.where(sizes > 0, 1.0 / np.sqrt(sizes), np.nan)
 
     def _unconvertible(self, names: List[str]) -> bool:
         """Whether no step can judge ``names`` without their abs mean: the run saved none of their

@@ -62,19 +62,22 @@ class ChunkColumns:
 
     # --- whole-chunk questions ---------------------------------------------------------------
     def covered(self, step: int, cache_key: Hashable, selected: Callable[[List[str]], np.ndarray], count: int,
-                key: Optional[ReductionKey], bad: Callable[[np.ndarray], np.ndarray]) -> bool:
+                key: Optional[ReductionKey], bad: Callable[[np.ndarray], np.ndarray],
+                scale: Optional[Callable[[List[str]], np.ndarray]] = None) -> bool:
         """Whether ``count`` distinct tensors of the selection have a row at ``step`` (a row of
         reduction ``key``; any row a rule reads when ``key`` is None) and no such row's value
         is ``bad``. ``selected(names)`` says which of the chunk's tensor names the rule
-        selects; ``cache_key`` names the (selection, key, bad) question for reuse."""
+        selects; ``scale(names)``, if given, a factor per name that each value is multiplied by
+        before ``bad`` judges it; ``cache_key`` names the (selection, key, bad, scale) question
+        for reuse."""
         found = self._summaries.get(cache_key)
         if found is None:
-            found = self._summaries[cache_key] = self._summary(selected, key, bad)
+            found = self._summaries[cache_key] = self._summary(selected, key, bad, scale)
         distinct, bad_rows = found
         i = self._position.get(step)
         return i is not None and int(distinct[i]) == count and not bad_rows[i]
 
-    def _summary(self, selected, key, bad) -> Tuple[np.ndarray, np.ndarray]:
+    def _summary(self, selected, key, bad, scale=None) -> Tuple[np.ndarray, np.ndarray]:
         in_selection = np.r_[np.asarray(selected(self.names), bool), False]
         if key is None:
             wanted = np.asarray([k is not None for k in self.keys], bool)
@@ -86,8 +89,10 @@ class ChunkColumns:
         firsts = np.r_[True, (position[1:] != position[:-1]) | (tensor[1:] != tensor[:-1])] if len(tensor) else \
             np.zeros(0, bool)
         distinct = np.bincount(position[firsts], minlength=len(self.steps))
-        bad_rows = np.bincount(position, weights=bad(self.value[keep]).astype(np.float64),
-                               minlength=len(self.steps)) > 0
+        values = self.value[keep]
+        if scale is not None:
+            values = values * np.r_[np.asarray(scale(self.names), np.float64), np.nan][tensor]
+        bad_rows = np.bincount(position, weights=bad(values).astype(np.float64), minlength=len(self.steps)) > 0
         return distinct, bad_rows
 
 
