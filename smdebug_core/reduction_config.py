@@ -193,7 +193,6 @@ class ReductionConfig:
         )
 
 
-@functools.lru_cache(maxsize=1 << 16)  # the same few tags at every saved step
 def reduction_label(op: str, is_abs: bool) -> str:
     """A reduction key's name: ``l2``, ``abs_max``... (the ``reduction`` column, record names)."""
     return f"abs_{op}" if is_abs else op
@@ -204,6 +203,7 @@ def split_reduction_label(label: str) -> Tuple[str, bool]:
     return (label[4:], True) if label.startswith("abs_") else (label, False)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the same few tags at every saved step
 def reduction_tag(tensor_name: str, reduction: str, is_abs: bool, strip_output_index: bool = True) -> str:
     """The record name of a reduction, e.g. ``smdebug/reductions/abs_l2/fc.weight``.
 
