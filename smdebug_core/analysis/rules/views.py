@@ -206,12 +206,10 @@ class StepView:
         if not (collections or regexes or exact):
             return []
         # Whether a name is selected does not depend on the step: decided once per name and
-        # query for the whole evaluation where the view shares a cache (BulkSteps).
+        # query for the whole evaluation where the view shares a cache (BulkSteps); a whole
+        # list of names is answered once by _select_from.
         memo = getattr(self, "_membership", None)
         query = (collections, regexes, exact)
-        whole = (query, self._key_of(candidates)) if memo is not None else None
-        if whole is not None and whole in memo:
-            return list(memo[whole])
         patterns = None
         out = []
         for n in candidates:
@@ -226,19 +224,7 @@ class StepView:
                     memo[key] = hit
             if hit:
                 out.append(n)
-        if whole is not None:
-            memo[whole] = tuple(out)
         return out
-
-    def _key_of(self, candidates: List[str]) -> tuple:
-        """``candidates`` as a key; the step's own name list made into one once, as every rule
-        of the step asks about it."""
-        if candidates is not getattr(self, "_names", None):
-            return tuple(candidates)
-        key = self.__dict__.get("_names_key")
-        if key is None or key[0] is not candidates:
-            key = self.__dict__["_names_key"] = (candidates, tuple(candidates))
-        return key[1]
 
     def select(self, req: Required) -> List[str]:
         return self.tensor_names(req.collections, req.regex, req.names, req.all_tensors)
