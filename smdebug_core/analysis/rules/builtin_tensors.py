@@ -78,6 +78,7 @@ class VanishingGradient(Rule):
         super().__init__(base_trial, actions=actions, name=name)
         self.threshold = P.number(self.rule_name, "threshold", threshold, minimum=0)
         self._sizes: Dict[str, int] = {}  # gradient -> element count (0: unknown)
+        self._selections: Dict[tuple, Tuple[bool, Optional[List[str]]]] = {}  # see _selection
 
     def required_tensors(self, step):
         return [Required(collections="gradients", reductions=[("mean", True)])]
@@ -126,7 +127,7 @@ class VanishingGradient(Rule):
         no_abs_mean = columns.covered(view.step, ("VanishingGradient", "no abs mean"), gradients, 0, ("mean", True),
                                       lambda values: np.zeros(len(values), bool))
         # A run whose gradients have no abs mean, no values and no element count: nothing to judge.
-        if no_abs_mean and self._unconvertible(names):
+        if no_abs_mean and self._selection(names)[0]:
             self.reads(names)
             self.unavailable(len(names))
             return True
@@ -140,22 +141,36 @@ class VanishingGradient(Rule):
             return True
         return False
 
+    def _selection(self, names: List[str]) -> Tuple[bool, Optional[List[str]]]:
+        """What the run says of the gradients ``names``, made once per selection: whether none
+        of them can have an element count (the catalog says the run saved none of their values
+        or shapes, nor their parameters'), and, when each of them has one, those saved whole at
+        some step (None when some element count is unknown)."""
+        key = tuple(names)
+        found = self._selections.get(key)
+        if found is None:
+            catalog = self.view.catalog()
+
+            def sizeless(name: str) -> bool:  # nor does its parameter, whose shape it has
+                return name not in catalog or (not catalog[name].has_value and SHAPE not in catalog[name].kinds)
+
+            unconvertible = catalog is not None and all(
+                n in catalog and sizeless(n) and sizeless(parameter_of(n)) for n in names)
+            if unconvertible:
+                for name in names:  # what steady_size finds for each of them: nothing
+                    self._sizes.setdefault(name, 0)
+            whole = None if catalog is None or not all(map(self._size, names)) else \
+                [n for n in names if n in catalog and catalog[n].has_value]
+            if len(self._selections) >= 16:
+                self._selections.clear()  # the selections of a run are few: bounded all the same
+            found = self._selections[key] = (unconvertible, whole)
+        return found
+
     def _judged_by_rms(self, names: List[str]) -> bool:
         """Whether this step's gradients ``names`` all have an element count and none of them
         has its value at this step (a value gives the mean |value| itself)."""
-        key = tuple(names)
-        known = self.__dict__.setdefault("_rms_plans", {})
-        plan = known.get(key)  # None: some element count unknown; else the names saved whole at some step
-        if key not in known:
-            catalog = self.view.catalog()
-            if len(known) > 16:
-                known.clear()  # the selections of a run are few: bounded all the same
-            plan = known[key] = None if catalog is None or not all(map(self._size, names)) else \
-                [n for n in names if n in catalog and catalog[n].has_value]
-        if plan is None:
-            return False
-        view = self.view
-        return not any(map(view.has_value, plan))
+        whole = self._selection(names)[1]
+        return whole is not None and not any(map(self.view.has_value, whole))
 
     def _rms_factors(self, chunk_names: List[str]) -> np.ndarray:
         """``1/sqrt(n)`` of each gradient among a chunk's tensor names (NaN: not one, or its
@@ -164,25 +179,6 @@ class VanishingGradient(Rule):
         sizes = np.array([self._size(n) if selected else 0 for n, selected in zip(chunk_names, gradients)], np.float64)
         with np.errstate(divide="ignore"):
             return np.where(sizes > 0, 1.0 / np.sqrt(sizes), np.nan)
-
-    def _unconvertible(self, names: List[str]) -> bool:
-        """Whether no step can judge ``names`` without their abs mean: the run saved none of their
-        values and none of their shapes, nor of their parameters' (the catalog says), so their
-        element counts are unknown."""
-        key = tuple(names)
-        known = self.__dict__.setdefault("_unconvertible_names", {})
-        if key not in known:
-            catalog = self.view.catalog()
-            known.clear()  # one selection at a time: bounded
-            def sizeless(name: str) -> bool:  # nor does its parameter, whose shape it has
-                return name not in catalog or (not catalog[name].has_value and SHAPE not in catalog[name].kinds)
-
-            known[key] = catalog is not None and all(
-                n in catalog and sizeless(n) and sizeless(parameter_of(n)) for n in names)
-            if known[key]:
-                for name in names:  # what steady_size finds for each of them: nothing
-                    self._sizes.setdefault(name, 0)
-        return known[key]
 
     def invoke_at_step(self, step):
         names = self.reads(self.view.tensor_names(collection="gradients"))
