@@ -15,4 +15,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import rules_corpus
 
-globals().update(rules_corpus.framework_tests("xgboost"))  # corpus, and the healthy and broken runs' tests
+FRAMEWORK = "xgboost"
+corpus = rules_corpus.corpus_fixture(FRAMEWORK)
+
+
+@pytest.mark.parametrize("name", rules_corpus.healthy_runs(FRAMEWORK))
+def test_default_rules_are_silent_on_a_healthy_run(corpus, name):
+    assert rules_corpus.noise(corpus[name]) is None
+
+
+@pytest.mark.parametrize("name,rule", rules_corpus.broken_cases(FRAMEWORK))
+def test_each_rule_fires_on_its_broken_runs(corpus, name, rule):
+    assert rules_corpus.misses(corpus[name], name, rule) == []
